@@ -80,7 +80,10 @@ EOF
 fi
 
 # The package itself: always (re)installed from this checkout, so a fresh clone tests its own code.
-if [ "$("$PY" -c 'import mmvitreg, os; print(os.path.dirname(os.path.dirname(mmvitreg.__file__)))' 2>/dev/null)" != "$REPO" ]; then
+# (-P: the working directory must not count as an install)
+installed=$("$PY" -P -c 'import importlib.util as u, os; s = u.find_spec("mmvitreg")
+print(os.path.dirname(s.submodule_search_locations[0]) if s else "")')
+if [ "$installed" != "$REPO" ]; then
   log "installing mmvitreg from $REPO (editable)"
   "${PIP[@]}" install --no-deps --no-build-isolation -e "$REPO"
 fi
