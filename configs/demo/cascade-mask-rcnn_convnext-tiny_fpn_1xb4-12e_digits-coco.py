@@ -1,0 +1,53 @@
+# mmdet's Cascade Mask R-CNN recipe of the Swin/ConvNeXt papers (4conv1fc GIoU heads, multi-scale
+# crop, AdamW with layer-wise lr decay) with the ConvNeXt backbone shrunk and the data pointed at the
+# bundled COCO-format digits set (`python tools/dataset_converters/digits.py coco --out data`).
+# On a CPU the AMP wrapper of the recipe is replaced by fp32 training (tools/train.py says so).
+_base_ = 'mmdet::convnext/cascade-mask-rcnn_convnext-t-p4-w7_fpn_4conv1fc-giou_amp-ms-crop-3x_coco.py'
+
+num_classes = 10
+model = dict(
+    backbone=dict(
+        arch=dict(_delete_=True, depths=[1, 1, 2, 1], channels=[16, 32, 64, 128]), drop_path_rate=0.1,
+        init_cfg=None),
+    neck=dict(in_channels=[16, 32, 64, 128]),
+    roi_head=dict(
+        # a list replaces the inherited one: keep the three cascade stages, change their classes
+        bbox_head=[dict(head, num_classes=num_classes) for head in _base_.model.roi_head.bbox_head],
+        mask_head=dict(num_classes=num_classes)))
+
+data_root = 'data/digits_coco/'
+metainfo = dict(classes=tuple(f'digit_{i}' for i in range(num_classes)))
+train_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+    dict(type='RandomChoiceResize', scales=[(96, 256), (112, 256), (128, 256), (144, 256)], keep_ratio=True),
+    dict(type='PackDetInputs'),
+]
+test_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='Resize', scale=(128, 256), keep_ratio=True),
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+    dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor')),
+]
+train_dataloader = dict(
+    batch_size=4,
+    num_workers=2,
+    dataset=dict(
+        data_root=data_root, metainfo=metainfo, ann_file='annotations/instances_train2017.json',
+        data_prefix=dict(img='train2017/'), pipeline=train_pipeline))
+val_dataloader = dict(
+    num_workers=2,
+    dataset=dict(
+        data_root=data_root, metainfo=metainfo, ann_file='annotations/instances_val2017.json',
+        data_prefix=dict(img='val2017/'), pipeline=test_pipeline))
+test_dataloader = val_dataloader
+val_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')
+test_evaluator = val_evaluator
+
+max_epochs = 12
+train_cfg = dict(max_epochs=max_epochs)
+param_scheduler = [
+    dict(type='LinearLR', start_factor=0.001, by_epoch=False, begin=0, end=100),
+    dict(type='MultiStepLR', begin=0, end=max_epochs, by_epoch=True, milestones=[9, 11], gamma=0.1),
+]
+default_hooks = dict(checkpoint=dict(max_keep_ckpts=1))

@@ -1,0 +1,70 @@
+"""Config helpers shared by the tools in ``tools/``."""
+import difflib
+import os.path as osp
+from typing import Optional
+
+from mmengine.config import Config
+
+SCOPES = ('mmpretrain', 'mmseg', 'mmdet')
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used, with a message that says why."""
+
+
+def _plugin_registries():
+    from mmvitreg import registry
+    return (registry.MODELS, registry.BATCH_AUGMENTS, registry.DATASETS, registry.TRANSFORMS)
+
+
+def check_plugin_types(cfg) -> None:
+    """Fail early, with the known names, on any ``type='mmvitreg.X'`` that no registry holds."""
+    registries = _plugin_registries()
+    for reg in registries:
+        reg.import_from_location()
+
+    def walk(node, where):
+        if isinstance(node, dict):
+            t = node.get('type')
+            if isinstance(t, str) and t.startswith('mmvitreg.'):
+                name = t.split('.', 1)[1]
+                if not any(name in reg.module_dict for reg in registries):
+                    known = sorted({n for reg in registries for n in reg.module_dict})
+                    close = difflib.get_close_matches(name, known, n=3)
+                    hint = f' Did you mean {", ".join("mmvitreg." + c for c in close)}?' if close else ''
+                    raise ConfigError(f'unknown component type {t!r} at {where}.{hint} '
+                                      f'mmvitreg provides: {", ".join(known)}')
+            for k, v in node.items():
+                walk(v, f'{where}.{k}')
+        elif isinstance(node, (list, tuple)):
+            for i, v in enumerate(node):
+                walk(v, f'{where}[{i}]')
+
+    walk(cfg._cfg_dict.to_dict(), 'cfg')
+
+
+def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
+    """Read a config of mmpretrain, mmseg or mmdet, merge ``--cfg-options`` and check it.
+
+    Raises:
+        ConfigError: the file does not exist, its ``default_scope`` is not one of the three
+            libraries, or it names an ``mmvitreg.X`` type that does not exist.
+    """
+    if not osp.isfile(path):
+        raise ConfigError(f'config file not found: {path!r} (working directory: {osp.abspath(".")})')
+    cfg = Config.fromfile(path)
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    scope = cfg.get('default_scope')
+    if scope not in SCOPES:
+        raise ConfigError(f'{path}: default_scope is {scope!r}; mmvitreg tools serve configs of '
+                          f'{", ".join(SCOPES)} (inherit one of their default_runtime.py)')
+    check_plugin_types(cfg)
+    return cfg
+
+
+def build_runner(cfg):
+    """The runner a config asks for (``runner_type``), else mmengine's ``Runner``."""
+    from mmengine.registry import RUNNERS
+    from mmengine.runner import Runner
+    return RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)

@@ -1,0 +1,36 @@
+"""Shared fixtures: the repository paths, a runner for the tools, the bundled digits data sets."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TOOLS = REPO / 'tools'
+CONFIGS = REPO / 'configs'
+
+
+def tool_env():
+    env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+               PYTHON=sys.executable, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1')
+    return env
+
+
+def run_tool(args, cwd, check=True, timeout=600):
+    """Run ``tools/<args[0]>`` (a .py with this interpreter, a .sh with bash) in ``cwd``."""
+    tool = TOOLS / args[0]
+    cmd = (['bash', str(tool)] if tool.suffix == '.sh' else [sys.executable, str(tool)]) + [str(a) for a in args[1:]]
+    proc = subprocess.run(cmd, cwd=cwd, env=tool_env(), capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f'{" ".join(cmd)} exited {proc.returncode}\n--- stdout\n{proc.stdout[-6000:]}'
+                             f'\n--- stderr\n{proc.stderr[-6000:]}')
+    return proc
+
+
+@pytest.fixture(scope='session')
+def digits_workspace(tmp_path_factory):
+    """A working directory whose ``data/`` holds the four bundled digits sets (built once)."""
+    ws = tmp_path_factory.mktemp('ws')
+    run_tool(['dataset_converters/digits.py', 'all', '--out', ws / 'data'], cwd=ws)
+    return ws

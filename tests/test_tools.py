@@ -1,0 +1,111 @@
+"""The foundation: one set of tools trains and tests mmpretrain, mmseg and mmdet configs on the
+bundled digits sets, resumes, runs two CPU processes, and fails clearly on bad input."""
+import json
+import re
+
+import torch
+from mmengine.config import Config
+
+from conftest import CONFIGS, run_tool
+
+CLS = CONFIGS / 'demo' / 'deit-tiny_1xb64_digits.py'
+SEG = CONFIGS / 'demo' / 'swin-tiny_upernet_1xb8-2k_digits-ade20k-128x128.py'
+DET = CONFIGS / 'demo' / 'cascade-mask-rcnn_convnext-tiny_fpn_1xb4-12e_digits-coco.py'
+# a small slice of the classification set keeps each run at a few seconds
+CLS_SMALL = ['train_dataloader.dataset.indices=256', 'val_dataloader.dataset.indices=128',
+             'test_dataloader.dataset.indices=128', 'train_cfg.val_interval=1']
+
+
+def metrics_of(proc):
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith('metrics: ')][-1]
+    return json.loads(line[len('metrics: '):])
+
+
+def last_checkpoint(work_dir):
+    return (work_dir / 'last_checkpoint').read_text().strip()
+
+
+def val_metric_logged(work_dir, key):
+    """The last value of ``key`` in the json scalars a run logged."""
+    logs = sorted(work_dir.glob('*/vis_data/scalars.json'))
+    values = [json.loads(ln)[key] for ln in logs[-1].read_text().splitlines() if key in ln]
+    return values[-1]
+
+
+def test_classification_train_checkpoint_test_reproduces_metric_and_resume(digits_workspace, tmp_path):
+    """train -> checkpoint -> tools/test.py (load_from) gives the metric validation logged; --resume
+    continues at the iteration where the checkpoint stopped."""
+    work = tmp_path / 'cls'
+    run_tool(['train.py', CLS, '--work-dir', work, '--cfg-options', 'train_cfg.max_epochs=1', *CLS_SMALL],
+             cwd=digits_workspace)
+    ckpt = last_checkpoint(work)
+    assert ckpt.endswith('epoch_1.pth')
+    logged = val_metric_logged(work, 'accuracy/top1')
+    tested = metrics_of(run_tool(['test.py', CLS, ckpt, '--work-dir', work / 'test', '--cfg-options', *CLS_SMALL],
+                                 cwd=digits_workspace))
+    assert abs(tested['accuracy/top1'] - logged) < 1e-6
+
+    iters_per_epoch = 256 // 64
+    proc = run_tool(['train.py', CLS, '--work-dir', work, '--resume', '--cfg-options', 'train_cfg.max_epochs=2',
+                     *CLS_SMALL], cwd=digits_workspace)
+    assert re.search(r'resumed epoch: 1, iter: 4', proc.stdout + proc.stderr)
+    meta = torch.load(last_checkpoint(work), map_location='cpu', weights_only=False)['meta']
+    assert (meta['epoch'], meta['iter']) == (2, 2 * iters_per_epoch)
+
+
+def test_segmentation_demo_trains_tests_and_runs_multiscale_flip_tta(digits_workspace, tmp_path):
+    work = tmp_path / 'seg'
+    run_tool(['train.py', SEG, '--work-dir', work, '--cfg-options', 'train_cfg.max_iters=2',
+              'train_cfg.val_interval=2', 'train_dataloader.batch_size=2'], cwd=digits_workspace)
+    ckpt = last_checkpoint(work)
+    plain = run_tool(['test.py', SEG, ckpt, '--work-dir', work / 'plain'], cwd=digits_workspace)
+    tta = run_tool(['test.py', SEG, ckpt, '--work-dir', work / 'tta', '--tta'], cwd=digits_workspace)
+    assert {'mIoU', 'aAcc'} <= set(metrics_of(plain)) and {'mIoU', 'aAcc'} <= set(metrics_of(tta))
+    # the config each run built (dumped by the runner): --tta swapped in mmseg's SegTTAModel around
+    # the model, and the dataset's multi-scale (0.5..1.75) x flip pipeline
+    built = {k: Config.fromfile(work / k / SEG.name) for k in ('plain', 'tta')}
+    assert built['plain'].model.type == 'EncoderDecoder'
+    assert built['tta'].model.type == 'SegTTAModel' and built['tta'].model.module.type == 'EncoderDecoder'
+    scales, flips = built['tta'].test_dataloader.dataset.pipeline[1].transforms[:2]
+    assert [t.scale_factor for t in scales] == [0.5, 0.75, 1.0, 1.25, 1.5, 1.75]
+    assert [t.prob for t in flips] == [0.0, 1.0]
+
+
+def test_detection_demo_trains_and_tests(digits_workspace, tmp_path):
+    work = tmp_path / 'det'
+    small = ['train_dataloader.dataset.indices=8', 'val_dataloader.dataset.indices=4',
+             'test_dataloader.dataset.indices=4']
+    run_tool(['train.py', DET, '--work-dir', work, '--cfg-options', 'train_cfg.max_epochs=1', *small],
+             cwd=digits_workspace)
+    metrics = metrics_of(run_tool(['test.py', DET, last_checkpoint(work), '--work-dir', work, '--cfg-options',
+                                   *small], cwd=digits_workspace))
+    assert {'coco/bbox_mAP', 'coco/segm_mAP'} <= set(metrics)
+
+
+def test_two_cpu_processes_through_dist_train(digits_workspace, tmp_path):
+    """`bash tools/dist_train.sh CONFIG 2` on a CPU-only machine: gloo, DDP without device ids."""
+    work = tmp_path / 'dist'
+    proc = run_tool(['dist_train.sh', CLS, 2, '--work-dir', work, '--cfg-options', 'train_cfg.max_epochs=1',
+                     *CLS_SMALL], cwd=digits_workspace)
+    out = proc.stdout + proc.stderr
+    assert 'Distributed training: True' in out and 'GPU number: 2' in out
+    # the two ranks share the 256 images: 256 / (2 x 64) = 2 iterations per epoch, not 4
+    meta = torch.load(last_checkpoint(work), map_location='cpu', weights_only=False)['meta']
+    assert (meta['epoch'], meta['iter']) == (1, 2)
+
+
+def test_bad_config_path_is_a_clear_error(tmp_path):
+    proc = run_tool(['train.py', tmp_path / 'no_such_config.py'], cwd=tmp_path, check=False)
+    assert proc.returncode != 0
+    assert 'config file not found' in proc.stderr and 'no_such_config.py' in proc.stderr
+    assert 'Traceback' not in proc.stderr
+
+
+def test_unknown_plugin_type_is_a_clear_error(tmp_path):
+    cfg = tmp_path / 'typo.py'
+    cfg.write_text(f"_base_ = '{CLS}'\nmodel = dict(backbone=dict(_delete_=True, type='mmvitreg.DeepVit', arch='s'))\n")
+    proc = run_tool(['train.py', cfg], cwd=tmp_path, check=False)
+    assert proc.returncode != 0
+    assert "unknown component type 'mmvitreg.DeepVit' at cfg.model.backbone" in proc.stderr
+    assert 'Did you mean mmvitreg.DeepViT' in proc.stderr
+    assert 'Traceback' not in proc.stderr

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The full test suite: set up the stack if needed, then run pytest on tests/.
+#   bash tools/run_tests.sh [pytest args...]
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO"
+bash tools/setup_env.sh
+VENV=${MMVITREG_VENV:-$HOME/.cache/mmvitreg/venv}
+export PATH="$VENV/bin:$PATH" PYTHON="$VENV/bin/python"
+exec "$VENV/bin/python" -m pytest tests -q -p no:cacheprovider "$@"
