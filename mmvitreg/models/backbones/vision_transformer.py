@@ -1,0 +1,261 @@
+"""The mmvitreg Vision Transformer: one ViT-family backbone that carries the token trace."""
+import copy
+from typing import Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from mmcv.cnn import build_norm_layer
+from mmengine.model.weight_init import trunc_normal_
+from mmpretrain.models.backbones.base_backbone import BaseBackbone
+from mmpretrain.models.backbones.vision_transformer import VisionTransformer as MMPretrainVisionTransformer
+from mmpretrain.models.utils import resize_pos_embed, to_2tuple
+from torch import Tensor, nn
+
+from mmvitreg.registry import MODELS
+from ..layers import ConvStem, PatchEmbed, TransformerBlock, token_grid
+from ..trace import TokenTrace
+
+ESSENTIAL_ARCH_KEYS = ('embed_dims', 'num_layers', 'num_heads', 'feedforward_channels')
+# Optional architecture keys of an arch dict and their defaults (the plain ViT).
+ARCH_OPTIONS = dict(attn_types='msa', attn_cfgs=None, stem=None, scale_adjustment=1., skip_lam=1.)
+# timm / DeiT / DeepViT / LV-ViT initialisation (the official codes' ``_init_weights``).
+TIMM_INIT_CFG = [
+    dict(type='TruncNormal', layer='Linear', std=.02, bias=0.),
+    dict(type='Constant', layer='LayerNorm', val=1., bias=0.),
+]
+
+
+@MODELS.register_module()
+class VisionTransformer(MMPretrainVisionTransformer):
+    """ViT-family backbone with per-block attention kinds, conv stems, residual scaling and a token trace.
+
+    `An Image is Worth 16x16 Words <https://arxiv.org/abs/2010.11929>`_, extended with
+    `DeepViT <https://arxiv.org/abs/2103.11886>`_ (re-attention, conv stem, ``scale_adjustment``)
+    and `LV-ViT <https://arxiv.org/abs/2104.10858>`_ (conv stem, ``skip_lam``); presets in
+    :class:`DeepViT` and :class:`LVViT`. In its plain configuration (the default arch options)
+    the state dict, the outputs and the options (``out_type``, ``out_indices``, ``final_norm``,
+    ``with_cls_token``, ``frozen_stages``, position-embedding resizing on load and at run time)
+    are those of mmpretrain's ``VisionTransformer``, whose methods it inherits: mmpretrain / DeiT
+    checkpoints load unchanged, and it serves mmpretrain heads, mmseg's ``MultiLevelNeck`` +
+    UPerHead and mmdet FPNs (``out_type='featmap'``).
+
+    ``forward(x, trace=None)``: with a :class:`~mmvitreg.models.trace.TokenTrace` the backbone
+    sets ``trace.grid`` / ``trace.num_extra_tokens``, mixes the ``(B, C, Hg, Wg)`` patch-token map
+    with ``trace.mix`` right after the patch embedding and **before** the cls token and position
+    embedding, and records ``trace.tokens[i]`` (``(B, N, C)``, block output before the final norm)
+    and ``trace.attn[i]`` (``(B, heads, N, N)``, the map that multiplies ``V``) for the requested
+    blocks only; the other blocks keep the fused attention kernel. Without a trace it is an
+    ordinary backbone.
+
+    Args:
+        arch (str | dict): A key of :attr:`arch_zoo` (mmpretrain's ViT/DeiT names here) or a dict with
+            ``embed_dims``, ``num_layers``, ``num_heads``, ``feedforward_channels`` and optionally
+
+            - ``attn_types`` (str | Sequence[str | bool]): attention kind of every block, one name
+              for all or one per block: ``'msa'``, ``'reattn'``, ``'talking_heads'``; a bool list
+              (DeepViT's ``apply_transform``) maps True to ``'reattn'``, False to ``'msa'``.
+              Defaults to ``'msa'``.
+            - ``attn_cfgs`` (dict): extra arguments per attention kind, e.g.
+              ``dict(reattn=dict(transform_scale=True))``. Defaults to None.
+            - ``stem`` (dict, optional): None for the linear patch embedding, else the arguments of
+              :class:`~mmvitreg.models.layers.ConvStem` (``channels``, ``num_convs``). Defaults to None.
+            - ``scale_adjustment`` (float): DeepViT's residual ``a``. Defaults to 1.
+            - ``skip_lam`` (float): LV-ViT's residual ``λ``. Defaults to 1.
+        img_size (int | tuple): Input size the position embedding is made for. Defaults to 224.
+        patch_size (int): Total stride of the patch embedding. Defaults to 16.
+        in_channels (int): Image channels. Defaults to 3.
+        out_indices (int | Sequence[int]): Blocks whose outputs are returned (negative counts from
+            the end). Defaults to -1.
+        drop_rate (float): Dropout after the position embedding, the attention projection and in
+            the FFN. Defaults to 0.
+        attn_drop_rate (float): Attention-map dropout. Defaults to 0.
+        drop_path_rate (float): Stochastic depth, linearly increased from 0 over the blocks.
+            Defaults to 0.
+        qkv_bias (bool): Bias of the ``qkv`` projections. Defaults to True.
+        norm_cfg (dict): Norm of the blocks and the final norm. Defaults to ``dict(type='LN', eps=1e-6)``.
+        final_norm (bool): Norm the output of the last block (key ``ln1``). Defaults to True.
+        out_type (str): ``'cls_token'`` ``(B, C)``, ``'featmap'`` ``(B, C, Hg, Wg)``,
+            ``'avg_featmap'`` ``(B, C)`` (mean patch token, normed by ``ln2``) or ``'raw'``
+            ``(B, N, C)``. Defaults to ``'cls_token'``.
+        with_cls_token (bool): Prepend a cls token. Defaults to True.
+        frozen_stages (int): Freeze the embeddings and the first ``frozen_stages`` blocks. Defaults to -1.
+        interpolate_mode (str): Position-embedding resize mode. Defaults to ``'bicubic'``.
+        init_cfg (dict | list, optional): Defaults to the timm/DeiT init (truncated normal 0.02 on
+            Linear weights, zero biases, LayerNorm 1/0; ``cls_token`` and ``pos_embed`` truncated
+            normal 0.02); convolutions and BatchNorms keep PyTorch's init, as in the official codes.
+    """
+
+    accepts_trace = True
+
+    def __init__(self,
+                 arch: Union[str, dict] = 'base',
+                 img_size=224,
+                 patch_size: int = 16,
+                 in_channels: int = 3,
+                 out_indices: Union[int, Sequence[int]] = -1,
+                 drop_rate: float = 0.,
+                 attn_drop_rate: float = 0.,
+                 drop_path_rate: float = 0.,
+                 qkv_bias: bool = True,
+                 norm_cfg: dict = dict(type='LN', eps=1e-6),
+                 final_norm: bool = True,
+                 out_type: str = 'cls_token',
+                 with_cls_token: bool = True,
+                 frozen_stages: int = -1,
+                 interpolate_mode: str = 'bicubic',
+                 init_cfg=TIMM_INIT_CFG):
+        # mmpretrain's __init__ would build its own layers: only its methods are inherited.
+        BaseBackbone.__init__(self, copy.deepcopy(init_cfg))
+        self.arch_settings = self._resolve_arch(arch)
+        settings = self.arch_settings
+        self.embed_dims = settings['embed_dims']
+        self.num_layers = settings['num_layers']
+        self.img_size = to_2tuple(img_size)
+
+        if settings['stem'] is None:
+            self.patch_embed = PatchEmbed(in_channels, self.embed_dims, patch_size, img_size)
+        else:
+            self.patch_embed = ConvStem(in_channels, self.embed_dims, patch_size=patch_size, img_size=img_size,
+                                        **settings['stem'])
+        self.patch_resolution = self.patch_embed.init_out_size
+        num_patches = self.patch_resolution[0] * self.patch_resolution[1]
+
+        if out_type not in self.OUT_TYPES:
+            raise ValueError(f'unsupported out_type {out_type!r}; choose from {sorted(self.OUT_TYPES)}')
+        self.out_type = out_type
+
+        self.with_cls_token = with_cls_token
+        if with_cls_token:
+            self.cls_token = nn.Parameter(torch.zeros(1, 1, self.embed_dims))
+        elif out_type == 'cls_token':
+            raise ValueError('with_cls_token must be True when out_type="cls_token"')
+        else:
+            self.cls_token = None
+            self.num_extra_tokens = 0
+
+        self.interpolate_mode = interpolate_mode
+        self.pos_embed = nn.Parameter(torch.zeros(1, num_patches + self.num_extra_tokens, self.embed_dims))
+        self._register_load_state_dict_pre_hook(self._prepare_pos_embed)
+        self.drop_after_pos = nn.Dropout(p=drop_rate)
+        self.pre_norm = nn.Identity()  # mmpretrain's ``_freeze_stages`` expects it
+
+        self.out_indices = TokenTrace.resolve([out_indices] if isinstance(out_indices, int) else out_indices,
+                                              self.num_layers)
+
+        attn_types = self._attn_types(settings['attn_types'])
+        attn_cfgs = settings['attn_cfgs'] or {}
+        dpr = np.linspace(0, drop_path_rate, self.num_layers)
+        self.layers = nn.ModuleList(
+            TransformerBlock(
+                self.embed_dims,
+                settings['num_heads'],
+                settings['feedforward_channels'],
+                attn_type=attn_types[i],
+                attn_cfg=attn_cfgs.get(attn_types[i]),
+                qkv_bias=qkv_bias,
+                drop_rate=drop_rate,
+                attn_drop_rate=attn_drop_rate,
+                drop_path_rate=float(dpr[i]),
+                norm_cfg=norm_cfg,
+                scale_adjustment=settings['scale_adjustment'],
+                skip_lam=settings['skip_lam']) for i in range(self.num_layers))
+
+        self.final_norm = final_norm
+        if final_norm:
+            self.ln1 = build_norm_layer(norm_cfg, self.embed_dims)[1]
+        if out_type == 'avg_featmap':
+            self.ln2 = build_norm_layer(norm_cfg, self.embed_dims)[1]
+
+        self.frozen_stages = frozen_stages
+        if frozen_stages > 0:
+            self._freeze_stages()
+
+    def _resolve_arch(self, arch: Union[str, dict]) -> dict:
+        if isinstance(arch, str):
+            if arch.lower() not in self.arch_zoo:
+                raise ValueError(f'unknown arch {arch!r} for {type(self).__name__}; '
+                                 f'known archs: {sorted(self.arch_zoo)}')
+            settings = self.arch_zoo[arch.lower()]
+        elif isinstance(arch, dict):
+            missing = [k for k in ESSENTIAL_ARCH_KEYS if k not in arch]
+            unknown = sorted(set(arch) - set(ESSENTIAL_ARCH_KEYS) - set(ARCH_OPTIONS))
+            if missing or unknown:
+                raise ValueError(f'a custom arch dict needs the keys {list(ESSENTIAL_ARCH_KEYS)} and may have '
+                                 f'{sorted(ARCH_OPTIONS)}; missing {missing}, unknown {unknown}')
+            settings = arch
+        else:
+            raise TypeError(f'arch must be a str or a dict, got {type(arch).__name__}')
+        return {**ARCH_OPTIONS, **settings}
+
+    def _attn_types(self, spec) -> list:
+        if isinstance(spec, str):
+            return [spec] * self.num_layers
+        if len(spec) != self.num_layers:
+            raise ValueError(f'attn_types lists {len(spec)} blocks but the arch has {self.num_layers}')
+        return [('reattn' if t else 'msa') if isinstance(t, bool) else t for t in spec]
+
+    @property
+    def patch_stride(self) -> int:
+        """Input pixels per token side (16 for every preset)."""
+        return self.patch_embed.stride
+
+    def token_grid(self, input_size) -> Tuple[int, int]:
+        """Token grid ``(Hg, Wg)`` of an input of ``input_size`` (int or ``(H, W)``)."""
+        return token_grid(input_size, self.patch_stride)
+
+    def train(self, mode: bool = True):
+        """Set the mode, keep frozen stages in eval mode and return the module (as ``nn.Module.train``)."""
+        super().train(mode)
+        if mode and self.frozen_stages > 0:
+            self._freeze_stages()
+        return self
+
+    def init_weights(self):
+        super().init_weights()
+        pretrained = isinstance(self.init_cfg, dict) and self.init_cfg.get('type') == 'Pretrained'
+        if not pretrained and self.cls_token is not None:
+            trunc_normal_(self.cls_token, std=.02)
+
+    def forward(self, x: Tensor, trace: Optional[TokenTrace] = None) -> Tuple[Tensor, ...]:
+        """Embed ``x`` ``(B, in_channels, H, W)`` and run the blocks; outputs per ``out_indices``.
+
+        Inputs are padded bottom/right to a multiple of :attr:`patch_stride`.
+        """
+        s = self.patch_stride
+        pad_h, pad_w = -x.shape[-2] % s, -x.shape[-1] % s
+        if pad_h or pad_w:
+            x = F.pad(x, (0, pad_w, 0, pad_h))
+        x = self.patch_embed(x)
+        hw = tuple(x.shape[-2:])
+        if trace is not None:
+            trace.grid = hw
+            trace.num_extra_tokens = self.num_extra_tokens
+            token_layers = set(TokenTrace.resolve(trace.token_layers, self.num_layers))
+            attn_layers = set(TokenTrace.resolve(trace.attn_layers, self.num_layers))
+            if trace.mix is not None:
+                x = trace.mix.mix(x)
+        x = x.flatten(2).transpose(1, 2)
+        if self.cls_token is not None:
+            x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
+        x = x + resize_pos_embed(
+            self.pos_embed, self.patch_resolution, hw, mode=self.interpolate_mode,
+            num_extra_tokens=self.num_extra_tokens)
+        x = self.drop_after_pos(x)
+
+        outs = []
+        for i, layer in enumerate(self.layers):
+            if trace is None:
+                x = layer(x)
+            else:
+                if i in attn_layers:
+                    x, trace.attn[i] = layer(x, need_attn=True)
+                else:
+                    x = layer(x)
+                if i in token_layers:
+                    trace.tokens[i] = x
+            if i == self.num_layers - 1 and self.final_norm:
+                x = self.ln1(x)
+            if i in self.out_indices:
+                outs.append(self._format_output(x, hw))
+        return tuple(outs)

@@ -1,0 +1,73 @@
+"""Multi-head self-attention with a fused path and an explicit path."""
+from typing import Optional, Tuple, Union
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class MultiheadSelfAttention(nn.Module):
+    """Multi-head self-attention (MHSA) of the Vision Transformer.
+
+    `An Image is Worth 16x16 Words <https://arxiv.org/abs/2010.11929>`_. Per head ``h``,
+
+    .. math::
+        \\mathrm{Attention}(Q_h, K_h, V_h) = \\mathrm{Softmax}(Q_h K_h^\\top / \\sqrt{d}) V_h,
+
+    with ``Q, K, V = x W_qkv`` split into ``H`` heads of ``d = C / H`` channels, the heads
+    concatenated and projected by ``proj``. State-dict keys are those of mmpretrain's
+    ``MultiheadAttention`` (``qkv``, ``proj``), so mmpretrain / timm ViT weights load unchanged.
+
+    Without ``need_attn`` the module runs PyTorch's fused ``F.scaled_dot_product_attention`` (the
+    attention map is never materialised). With ``need_attn=True`` it runs the explicit path
+    :meth:`attention_map` and returns the map too. Subclasses that change the map (re-attention,
+    talking heads) override :meth:`attention_map` and set ``fused = False``.
+
+    Args:
+        embed_dims (int): Token channels ``C``.
+        num_heads (int): Number of heads ``H``; must divide ``embed_dims``.
+        qkv_bias (bool): Bias of the ``qkv`` projection. Defaults to True.
+        qk_scale (float, optional): Overrides the scale ``d ** -0.5``. Defaults to None.
+        attn_drop (float): Dropout on the attention map. Defaults to 0.
+        proj_drop (float): Dropout after ``proj``. Defaults to 0.
+
+    Shapes:
+        ``x``: ``(B, N, C)`` -> ``(B, N, C)``; the attention map is ``(B, H, N, N)``.
+    """
+
+    fused = True
+
+    def __init__(self,
+                 embed_dims: int,
+                 num_heads: int,
+                 qkv_bias: bool = True,
+                 qk_scale: Optional[float] = None,
+                 attn_drop: float = 0.,
+                 proj_drop: float = 0.):
+        super().__init__()
+        if embed_dims % num_heads:
+            raise ValueError(f'embed_dims ({embed_dims}) must be divisible by num_heads ({num_heads})')
+        self.embed_dims = embed_dims
+        self.num_heads = num_heads
+        self.head_dims = embed_dims // num_heads
+        self.scale = qk_scale or self.head_dims**-0.5
+        self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
+        self.attn_drop = nn.Dropout(attn_drop)
+        self.proj = nn.Linear(embed_dims, embed_dims)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    def attention_map(self, q: Tensor, k: Tensor) -> Tensor:
+        """The ``(B, H, N, N)`` map that multiplies ``V``: ``Softmax(Q K^T * scale)``, then dropout."""
+        return self.attn_drop((q @ k.transpose(-2, -1) * self.scale).softmax(dim=-1))
+
+    def forward(self, x: Tensor, need_attn: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+        """Attend ``x`` ``(B, N, C)``; with ``need_attn`` also return the ``(B, H, N, N)`` map."""
+        B, N, C = x.shape
+        q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims).permute(2, 0, 3, 1, 4).unbind(0)
+        if need_attn or not self.fused:
+            attn = self.attention_map(q, k)
+            x = attn @ v
+        else:
+            x = F.scaled_dot_product_attention(
+                q, k, v, dropout_p=self.attn_drop.p if self.training else 0., scale=self.scale)
+        x = self.proj_drop(self.proj(x.transpose(1, 2).reshape(B, N, C)))
+        return (x, attn) if need_attn else x

@@ -1,0 +1,96 @@
+"""Pre-norm transformer encoder block with a choice of attention and residual scaling."""
+from typing import Optional, Tuple, Union
+
+from mmcv.cnn import build_norm_layer
+from mmcv.cnn.bricks import DropPath
+from mmcv.cnn.bricks.transformer import FFN
+from torch import Tensor, nn
+
+from .attention import MultiheadSelfAttention
+from .re_attention import ReAttention
+from .talking_heads import TalkingHeadsAttention
+
+ATTENTION_TYPES = {
+    'msa': MultiheadSelfAttention,
+    'reattn': ReAttention,
+    'talking_heads': TalkingHeadsAttention,
+}
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm ViT encoder block with DeepViT's and LV-ViT's residual scalings.
+
+    .. math::
+        x \\leftarrow x + \\mathrm{DropPath}(\\mathrm{Attn}(\\mathrm{LN}_1(a x))) / (a \\lambda), \\qquad
+        x \\leftarrow x + \\mathrm{DropPath}(\\mathrm{FFN}(\\mathrm{LN}_2(a x))) / (a \\lambda)
+
+    * ``a = 1, λ = 1``: the ViT block (mmpretrain's ``TransformerEncoderLayer``).
+    * ``λ = skip_lam``: LV-ViT's residual scaling (`Token Labeling
+      <https://arxiv.org/abs/2104.10858>`_ Eq. 5 with ``α = 1 / skip_lam``; official
+      ``x + drop_path(f(norm(x))) / skip_lam``).
+    * ``a = scale_adjustment``: DeepViT's official ``x + drop_path(f(norm(x * a)) / a)`` (not in the
+      paper; DeepViT-S/L use ``a = 0.5``).
+
+    Attention kinds (``attn_type``): ``'msa'`` (:class:`MultiheadSelfAttention`), ``'reattn'``
+    (:class:`ReAttention`), ``'talking_heads'`` (:class:`TalkingHeadsAttention`). Keys as
+    mmpretrain: ``ln1``, ``attn.qkv``, ``attn.proj``, ``ln2``, ``ffn.layers.0.0``, ``ffn.layers.1``.
+
+    Args:
+        embed_dims (int): Token channels ``C``.
+        num_heads (int): Attention heads.
+        feedforward_channels (int): Hidden channels of the FFN.
+        attn_type (str): Attention kind, see above. Defaults to ``'msa'``.
+        attn_cfg (dict, optional): Extra keyword arguments of the attention (e.g.
+            ``dict(transform_scale=True)`` for re-attention). Defaults to None.
+        qkv_bias (bool): Bias of the ``qkv`` projection. Defaults to True.
+        drop_rate (float): Dropout after the attention projection and in the FFN. Defaults to 0.
+        attn_drop_rate (float): Attention-map dropout. Defaults to 0.
+        drop_path_rate (float): Stochastic depth of both branches. Defaults to 0.
+        norm_cfg (dict): Norm layer config. Defaults to ``dict(type='LN', eps=1e-6)``.
+        act_cfg (dict): FFN activation. Defaults to ``dict(type='GELU')``.
+        scale_adjustment (float): DeepViT's ``a``. Defaults to 1.
+        skip_lam (float): LV-ViT's ``λ``. Defaults to 1.
+
+    Shapes:
+        ``(B, N, C)`` -> ``(B, N, C)``; with ``need_attn`` also the ``(B, heads, N, N)`` map.
+    """
+
+    def __init__(self,
+                 embed_dims: int,
+                 num_heads: int,
+                 feedforward_channels: int,
+                 attn_type: str = 'msa',
+                 attn_cfg: Optional[dict] = None,
+                 qkv_bias: bool = True,
+                 drop_rate: float = 0.,
+                 attn_drop_rate: float = 0.,
+                 drop_path_rate: float = 0.,
+                 norm_cfg: dict = dict(type='LN', eps=1e-6),
+                 act_cfg: dict = dict(type='GELU'),
+                 scale_adjustment: float = 1.,
+                 skip_lam: float = 1.):
+        super().__init__()
+        if attn_type not in ATTENTION_TYPES:
+            raise ValueError(f'unknown attention type {attn_type!r}; choose from {sorted(ATTENTION_TYPES)}')
+        self.scale_adjustment = scale_adjustment
+        self.branch_divisor = scale_adjustment * skip_lam
+        self.ln1 = build_norm_layer(norm_cfg, embed_dims)[1]
+        self.attn = ATTENTION_TYPES[attn_type](
+            embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop_rate, proj_drop=drop_rate,
+            **(attn_cfg or {}))
+        self.ln2 = build_norm_layer(norm_cfg, embed_dims)[1]
+        self.ffn = FFN(embed_dims=embed_dims, feedforward_channels=feedforward_channels, num_fcs=2,
+                       ffn_drop=drop_rate, act_cfg=act_cfg, add_identity=False)
+        self.drop_path = DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity()
+
+    def forward(self, x: Tensor, need_attn: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+        """Run the block on ``x`` ``(B, N, C)``; with ``need_attn`` also return the attention map."""
+        a, d = self.scale_adjustment, self.branch_divisor
+        h = self.attn(self.ln1(x * a if a != 1 else x), need_attn=need_attn)
+        if need_attn:
+            h, attn = h
+        h = self.drop_path(h)
+        x = x + (h / d if d != 1 else h)
+        h = self.drop_path(self.ffn(self.ln2(x * a if a != 1 else x)))
+        x = x + (h / d if d != 1 else h)
+        return (x, attn) if need_attn else x

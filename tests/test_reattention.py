@@ -1,0 +1,142 @@
+"""Attention kinds of the ViT family: MHSA (fused / explicit), Re-attention (DeepViT Eq. 3), talking heads."""
+import pytest
+import torch
+
+from mmvitreg.models.layers import MultiheadSelfAttention, ReAttention, TalkingHeadsAttention
+
+B, N, C, H = 2, 7, 24, 4
+D = C // H
+
+
+def split_heads(attn, x):
+    """q, k, v ``(B, H, N, D)`` computed from the module's own qkv projection (reference)."""
+    qkv = attn.qkv(x).reshape(B, N, 3, H, D).permute(2, 0, 3, 1, 4)
+    return qkv[0], qkv[1], qkv[2]
+
+
+def finish(attn, weights, v):
+    """Reference output projection of the attended values."""
+    return attn.proj((weights @ v).transpose(1, 2).reshape(B, N, C))
+
+
+def randomise_(module):
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn_like(p) * 0.3)
+        for name, buf in module.named_buffers():
+            if name.endswith('running_mean'):
+                buf.copy_(torch.randn_like(buf) * 0.1)
+            elif name.endswith('running_var'):
+                buf.copy_(torch.rand_like(buf) + 0.5)
+    return module
+
+
+@pytest.fixture
+def x():
+    torch.manual_seed(0)
+    return torch.randn(B, N, C)
+
+
+def test_msa_fused_equals_explicit_and_rows_sum_to_one(x):
+    """Standard MHSA: Softmax(QK^T/sqrt(d))V; the fused kernel and the explicit path agree."""
+    attn = MultiheadSelfAttention(C, H).eval()
+    fused = attn(x)
+    explicit, weights = attn(x, need_attn=True)
+    q, k, v = split_heads(attn, x)
+    ref_w = (q @ k.transpose(-2, -1) / D**0.5).softmax(-1)
+    torch.testing.assert_close(weights, ref_w)
+    torch.testing.assert_close(explicit, finish(attn, ref_w, v))
+    torch.testing.assert_close(fused, explicit, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(B, H, N))
+
+
+def test_msa_without_map_uses_the_fused_kernel(x, monkeypatch):
+    """No attention map asked for -> the explicit path is never run."""
+    attn = MultiheadSelfAttention(C, H).eval()
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError('explicit attention path used')
+
+    monkeypatch.setattr(MultiheadSelfAttention, 'attention_map', forbidden)
+    assert attn(x).shape == (B, N, C)
+
+
+@pytest.mark.parametrize('transform_scale', [False, True])
+def test_reattention_matches_eq3_with_official_theta_and_bn(x, transform_scale):
+    """DeepViT Eq. 3: Norm(Θ^T Softmax(QK^T/sqrt(d))) V, Θ a 1×1 conv with bias, Norm = BatchNorm2d over heads."""
+    attn = randomise_(ReAttention(C, H, transform_scale=transform_scale)).eval()
+    out, weights = attn(x, need_attn=True)
+
+    q, k, v = split_heads(attn, x)
+    a = (q @ k.transpose(-2, -1) / D**0.5).softmax(-1)
+    theta = attn.reatten_matrix.weight[:, :, 0, 0].T  # Θ, so that the conv computes Θ^T A per position
+    mixed = torch.einsum('bhij,hg->bgij', a, theta) + attn.reatten_matrix.bias.view(1, H, 1, 1)
+    bn = attn.var_norm
+    shape = (1, H, 1, 1)
+    normed = (mixed - bn.running_mean.view(shape)) / torch.sqrt(bn.running_var.view(shape) + bn.eps)
+    normed = normed * bn.weight.view(shape) + bn.bias.view(shape)
+    if transform_scale:
+        normed = normed * D**-0.5
+    torch.testing.assert_close(weights, normed)
+    torch.testing.assert_close(out, finish(attn, normed, v))
+    # no forward without the map can skip the head mixing
+    torch.testing.assert_close(attn(x), out)
+
+
+def test_reattention_with_identity_theta_and_no_norm_is_mhsa(x):
+    """The paper's special case: Θ = I (no bias) and no Norm gives the standard MHSA."""
+    re_attn = ReAttention(C, H, norm=None).eval()
+    msa = MultiheadSelfAttention(C, H).eval()
+    msa.load_state_dict({k: v for k, v in re_attn.state_dict().items() if not k.startswith('reatten_matrix')})
+    with torch.no_grad():
+        re_attn.reatten_matrix.weight.copy_(torch.eye(H).view(H, H, 1, 1))
+        re_attn.reatten_matrix.bias.zero_()
+    torch.testing.assert_close(re_attn(x), msa(x), atol=1e-6, rtol=1e-5)
+
+
+def test_reattention_layernorm_over_heads(x):
+    """norm='ln' (lucidrains' choice): LayerNorm across the H re-generated maps at each (i, j)."""
+    attn = randomise_(ReAttention(C, H, norm='ln')).eval()
+    _, weights = attn(x, need_attn=True)
+    q, k, _ = split_heads(attn, x)
+    mixed = attn.reatten_matrix((q @ k.transpose(-2, -1) / D**0.5).softmax(-1))
+    ref = torch.nn.functional.layer_norm(mixed.permute(0, 2, 3, 1), (H, ), attn.var_norm.weight, attn.var_norm.bias)
+    torch.testing.assert_close(weights, ref.permute(0, 3, 1, 2))
+
+
+def test_reattention_state_dict_keys_are_official():
+    """Official key names: reatten_matrix (Conv2d H->H 1×1 with bias) and var_norm (BatchNorm2d(H))."""
+    sd = ReAttention(C, H).state_dict()
+    assert sd['reatten_matrix.weight'].shape == (H, H, 1, 1) and sd['reatten_matrix.bias'].shape == (H, )
+    assert {'var_norm.weight', 'var_norm.running_mean', 'var_norm.running_var'} <= set(sd)
+    assert 'reatten_matrix.bias' not in ReAttention(C, H, bias=False).state_dict()
+
+
+def test_reattention_rejects_unknown_norm():
+    with pytest.raises(ValueError, match="'bn', 'ln', None"):
+        ReAttention(C, H, norm='gn')
+
+
+@pytest.mark.parametrize('bias', [False, True])
+def test_talking_heads_matches_reference(x, bias):
+    """Talking heads (DiversePatch use_talk): P_post(Softmax(P_pre(QK^T/sqrt(d)))) over the head axis."""
+    attn = randomise_(TalkingHeadsAttention(C, H, bias=bias)).eval()
+    out, weights = attn(x, need_attn=True)
+    q, k, v = split_heads(attn, x)
+    logits = q @ k.transpose(-2, -1) / D**0.5
+    pre = torch.einsum('bhij,gh->bgij', logits, attn.proj_pre.weight)
+    if bias:
+        pre = pre + attn.proj_pre.bias.view(1, H, 1, 1)
+    post = torch.einsum('bhij,gh->bgij', pre.softmax(-1), attn.proj_post.weight)
+    if bias:
+        post = post + attn.proj_post.bias.view(1, H, 1, 1)
+    torch.testing.assert_close(weights, post)
+    torch.testing.assert_close(out, finish(attn, post, v))
+    assert set(attn.state_dict()) >= {'proj_pre.weight', 'proj_post.weight'}
+    assert ('proj_pre.bias' in attn.state_dict()) == bias
+
+
+def test_attention_rejects_indivisible_heads():
+    with pytest.raises(ValueError, match='divisible'):
+        MultiheadSelfAttention(10, 3)

@@ -1,0 +1,12 @@
+"""Convert an official LV-ViT checkpoint (zihangJiang/TokenLabeling) to an mmvitreg classifier checkpoint.
+
+Usage: python tools/model_converters/lvvit_to_mmvitreg.py SRC DST [--ema]
+
+Keys: ``backbone.*`` for ``mmvitreg.LVViT``, ``head.layers.head.*`` for the cls-token head and
+``head.aux_head.*`` for the token-labeling aux head.
+"""
+from mmvitreg.models.backbones.lvvit import convert_lvvit
+from mmvitreg.models.converters import converter_cli
+
+if __name__ == '__main__':
+    converter_cli(convert_lvvit, __doc__)
