@@ -1,0 +1,290 @@
+"""Dense label maps for token labeling: the on-disk format, its reader and writer, and the geometry
+that ties a map to an augmented image.
+
+Paper: `Token Labeling: Training an 85.4% Top-1 Accuracy Vision Transformer with 56M Parameters on
+ImageNet <https://arxiv.org/abs/2104.10858>`_ (§3.2 and §4.1 "Re-labeling"): a teacher annotates
+every training image once, offline, with a dense ``K``-class score map; training reads the part of
+the map under the random crop and gives each token the score of its own region.
+
+On-disk format (the format of the official NFNet-F6 maps, read unchanged)
+-------------------------------------------------------------------------
+* One ``.pt`` file per image, written with ``torch.save``, holding one tensor of shape
+  ``(2, k, H, W)``: ``[0]`` the teacher's top-``k`` **logits** at every map cell, ``[1]`` their
+  **class indices** (integers stored as floats), sorted by decreasing logit. ``H x W`` is the
+  teacher's output grid, row ``i`` from the top, column ``j`` from the left of the image.
+* dtype float16 (the official maps: ``k = 5``, ``18 x 18`` for NFNet-F6 at 576 px). float16 holds
+  integers exactly up to 2048, so :func:`save_label_map` falls back to float32 for data sets with
+  more than 2048 classes; the reader accepts both.
+* Path: the image path relative to the data prefix, with the image suffix replaced by ``.pt``,
+  under ``label_root``: ``train/n01440764/n01440764_10026.JPEG`` with data prefix ``train`` has its
+  map at ``<label_root>/n01440764/n01440764_10026.pt``. The official generator writes
+  ``<label_root>/<class_dir>/<image_basename>.pt``; both agree on the ImageNet layout, and
+  :func:`label_map_path` without a prefix uses that ``<class_dir>/<image>`` rule.
+* Region: the map covers the whole image (``region='full'``; what ``tools/generate_label_maps.py``
+  writes by default, and what the official training code assumes when it crops the map), or the
+  central square of the image (``region='center_square'``; what the official generator's
+  evaluation transform - resize the short side to 576, centre-crop 576 - actually feeds the
+  teacher, so the official maps of non-square images cover only that square).
+
+Geometry
+--------
+The map is never resampled during augmentation. :class:`TokenLabelMap` keeps it untouched together
+with one 3x3 affine matrix from the current (augmented) image's pixel coordinates to the original
+image's pixel coordinates; every geometric transform composes its own output-to-input matrix onto
+it, and :class:`~mmvitreg.datasets.token_label_target.TokenLabelTarget` samples the map once, at the
+end. Coordinates are continuous: pixel ``(row i, col j)`` covers ``[j, j+1) x [i, i+1)``, so its
+centre is ``(j + 0.5, i + 0.5)``; cv2's resize uses the same convention, and cv2's warp matrices
+(index coordinates, pixel centre ``(j, i)``) are converted by :func:`warp_to_affine`.
+"""
+import collections
+import io
+import os
+import os.path as osp
+import pickle
+import zipfile
+from typing import Optional, Tuple
+
+import numpy as np
+import torch
+from mmengine.fileio import get as read_bytes
+from torch import Tensor
+
+REGIONS = ('full', 'center_square')
+_FP16_MAX_EXACT_INT = 2048
+
+
+def label_map_path(label_root: str, img_path: str, img_prefix: Optional[str] = None) -> str:
+    """Where the map of ``img_path`` lives.
+
+    Args:
+        label_root (str): Root folder of the label maps.
+        img_path (str): Path of the image (as in the data set's ``img_path``).
+        img_prefix (str, optional): The data set's image prefix; the map path mirrors the image
+            path relative to it. None: the official ``<class_dir>/<image>`` rule (the last two
+            path components). Defaults to None.
+
+    Returns:
+        str: ``<label_root>/<relative image path without suffix>.pt``.
+    """
+    if img_prefix is None:
+        rel = osp.join(*os.path.normpath(img_path).split(os.sep)[-2:])
+    else:
+        rel = osp.relpath(img_path, img_prefix)
+        if rel.startswith('..'):
+            raise ValueError(f'image {img_path} is not under the image prefix {img_prefix}')
+    return osp.join(label_root, osp.splitext(rel)[0] + '.pt')
+
+
+def check_label_map(label_map, path: str, num_classes: Optional[int] = None) -> np.ndarray:
+    """Validate a loaded map; every error names the file.
+
+    Args:
+        label_map: What the ``.pt`` file held (a tensor or, from the fast reader, an array).
+        path (str): The file, for the messages.
+        num_classes (int, optional): If given, class indices must be below it.
+
+    Returns:
+        np.ndarray: the map, ``(2, k, H, W)`` float16 or float32.
+    """
+    expect = 'a (2, k, H, W) float16/float32 tensor of top-k teacher logits and class indices'
+    if isinstance(label_map, Tensor):
+        if label_map.dtype not in (torch.float16, torch.float32):
+            raise ValueError(f'malformed token label map {path}: expected {expect}, '
+                             f'got dtype {label_map.dtype}')
+        label_map = label_map.numpy()
+    if not isinstance(label_map, np.ndarray):
+        raise ValueError(f'malformed token label map {path}: expected {expect}, '
+                         f'got a {type(label_map).__name__}')
+    if label_map.ndim != 4 or label_map.shape[0] != 2 or label_map.size == 0:
+        raise ValueError(f'malformed token label map {path}: expected {expect}, '
+                         f'got shape {tuple(label_map.shape)}')
+    if label_map.dtype not in (np.float16, np.float32):
+        raise ValueError(f'malformed token label map {path}: expected {expect}, got dtype {label_map.dtype}')
+    if not np.isfinite(label_map).all():
+        raise ValueError(f'malformed token label map {path}: it holds NaN or infinite values')
+    index = label_map[1]
+    if index.min() < 0 or (index != np.round(index)).any():
+        raise ValueError(f'malformed token label map {path}: [1] must hold class indices '
+                         '(non-negative integers)')
+    if num_classes is not None and index.max() >= num_classes:
+        raise ValueError(f'malformed token label map {path}: class index {int(index.max())} '
+                         f'is out of range for num_classes={num_classes}')
+    return label_map
+
+
+_STORAGE_DTYPES = {'HalfStorage': np.float16, 'FloatStorage': np.float32}
+
+
+def _rebuild_tensor(storage, offset, size, stride, requires_grad, hooks, metadata=None):
+    return np.lib.stride_tricks.as_strided(storage[offset:], tuple(size),
+                                           tuple(s * storage.itemsize for s in stride))
+
+
+class _TensorUnpickler(pickle.Unpickler):
+    """Reads the one float16/float32 tensor of a ``torch.save`` zip archive as a numpy array.
+
+    Only the globals such a file needs are allowed (like ``torch.load(weights_only=True)``); anything
+    else raises ``pickle.UnpicklingError`` and :func:`load_label_map` falls back to ``torch.load``.
+    """
+
+    def __init__(self, archive: zipfile.ZipFile, prefix: str):
+        super().__init__(io.BytesIO(archive.read(prefix + 'data.pkl')))
+        self.archive = archive
+        self.prefix = prefix
+
+    def find_class(self, module, name):
+        if (module, name) == ('torch._utils', '_rebuild_tensor_v2'):
+            return _rebuild_tensor
+        if (module, name) == ('collections', 'OrderedDict'):
+            return collections.OrderedDict
+        if module == 'torch' and name in _STORAGE_DTYPES:
+            return name
+        raise pickle.UnpicklingError(f'{module}.{name} is not part of a label map')
+
+    def persistent_load(self, pid):
+        kind, storage_type, key = pid[:3]
+        if kind != 'storage' or storage_type not in _STORAGE_DTYPES:
+            raise pickle.UnpicklingError(f'unexpected storage {pid}')
+        return np.frombuffer(self.archive.read(f'{self.prefix}data/{key}'), _STORAGE_DTYPES[storage_type])
+
+
+def _read_tensor(data: bytes):
+    """The content of a ``torch.save`` file: fast path for one float tensor, else ``torch.load``."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            pkl = next(n for n in archive.namelist() if n.endswith('/data.pkl'))
+            return _TensorUnpickler(archive, pkl[:-len('data.pkl')]).load()
+    except Exception:  # not one float tensor in a zip archive: let torch decide
+        return torch.load(io.BytesIO(data), map_location='cpu', weights_only=True)
+
+
+def load_label_map(path: str, num_classes: Optional[int] = None,
+                   backend_args: Optional[dict] = None) -> np.ndarray:
+    """Read one map file (ours or an official one) and validate it.
+
+    A ``torch.save`` file holding one float tensor is parsed directly from its zip archive (a
+    restricted unpickler, 3-4x faster than ``torch.load``); anything else goes through
+    ``torch.load(weights_only=True)``.
+
+    Args:
+        path (str): The ``.pt`` file.
+        num_classes (int, optional): If given, class indices must be below it.
+        backend_args (dict, optional): mmengine file backend arguments. Defaults to None.
+
+    Returns:
+        np.ndarray: ``(2, k, H, W)`` float16 or float32, as stored.
+    """
+    try:
+        data = read_bytes(path, backend_args=backend_args)
+    except FileNotFoundError:
+        raise FileNotFoundError(f'token label map {path} does not exist; generate the maps with '
+                                'tools/generate_label_maps.py or check label_root') from None
+    try:
+        label_map = _read_tensor(data)
+    except Exception as e:
+        raise ValueError(f'malformed token label map {path}: torch.load failed ({e})') from e
+    return check_label_map(label_map, path, num_classes)
+
+
+def save_label_map(path: str, logits: Tensor, indices: Tensor) -> None:
+    """Write one map atomically (a temporary file renamed into place), in the official format.
+
+    Args:
+        path (str): Destination ``.pt`` file; parent folders are created.
+        logits (Tensor): ``(k, H, W)`` top-k teacher logits, sorted by decreasing value.
+        indices (Tensor): ``(k, H, W)`` their class indices.
+    """
+    if logits.shape != indices.shape or logits.dim() != 3:
+        raise ValueError(f'logits and indices must both be (k, H, W), got {tuple(logits.shape)} '
+                         f'and {tuple(indices.shape)}')
+    dtype = torch.float16 if int(indices.max()) <= _FP16_MAX_EXACT_INT else torch.float32
+    label_map = torch.stack([logits.detach().to('cpu', dtype), indices.detach().to('cpu', dtype)])
+    os.makedirs(osp.dirname(path) or '.', exist_ok=True)
+    tmp = f'{path}.tmp{os.getpid()}'
+    torch.save(label_map.contiguous(), tmp)
+    os.replace(tmp, path)
+
+
+def translation_matrix(tx: float, ty: float) -> np.ndarray:
+    """``(3, 3)`` homogeneous translation by ``(tx, ty)``."""
+    return np.array([[1., 0., tx], [0., 1., ty], [0., 0., 1.]])
+
+
+def warp_to_affine(warp: np.ndarray) -> np.ndarray:
+    """Turn a cv2 ``warpAffine`` matrix into the output-to-input matrix of continuous coordinates.
+
+    Args:
+        warp (np.ndarray): ``(2, 3)`` matrix as passed to ``cv2.warpAffine`` (no
+            ``WARP_INVERSE_MAP``): it maps input pixel indices to output pixel indices.
+
+    Returns:
+        np.ndarray: ``(3, 3)`` matrix from output to input continuous pixel coordinates.
+    """
+    forward = np.vstack([np.asarray(warp, np.float64), [0., 0., 1.]])
+    return np.linalg.inv(translation_matrix(.5, .5) @ forward @ translation_matrix(-.5, -.5))
+
+
+class TokenLabelMap:
+    """A dense label map travelling through an augmentation pipeline with its geometry.
+
+    Args:
+        label_map (np.ndarray): ``(2, k, h, w)`` top-k logits and class indices, as stored.
+        ori_shape (tuple[int, int]): ``(H0, W0)`` of the original image.
+        region (str): The part of the original image the map covers, one of ``'full'`` and
+            ``'center_square'`` (see the module docstring).
+
+    Attributes:
+        affine (np.ndarray): ``(3, 3)`` from the current image's continuous pixel coordinates
+            ``(x, y, 1)`` to the original image's.
+        img_shape (tuple[int, int]): ``(H, W)`` of the image ``affine`` starts from.
+    """
+
+    def __init__(self, label_map: np.ndarray, ori_shape: Tuple[int, int], region: str = 'full'):
+        if region not in REGIONS:
+            raise ValueError(f'region must be one of {REGIONS}, got {region!r}')
+        self.label_map = label_map
+        self.ori_shape = tuple(ori_shape)
+        self.region = region
+        self.affine = np.eye(3)
+        self.img_shape = tuple(ori_shape)
+
+    def check_shape(self, img_shape: Tuple[int, int]) -> None:
+        """Fail if the image is no longer the one the geometry describes (a transform that does not
+        track the map moved it)."""
+        if tuple(img_shape) != self.img_shape:
+            raise RuntimeError(
+                f'the image is {tuple(img_shape)} but the label-map geometry was last updated for '
+                f'{self.img_shape}: a transform moved the image without the map; use '
+                'mmvitreg.RandomResizedCropWithLabelMap / RandomFlipWithLabelMap / RandAugmentWithLabelMap '
+                'for geometric augmentation')
+
+    def compose(self, matrix: np.ndarray, src_shape: Tuple[int, int], dst_shape: Tuple[int, int]) -> None:
+        """Record a geometric transform of the image.
+
+        Args:
+            matrix (np.ndarray): ``(3, 3)`` from the new image's continuous pixel coordinates to
+                those of the image before the transform.
+            src_shape (tuple[int, int]): ``(H, W)`` of the image before the transform.
+            dst_shape (tuple[int, int]): ``(H, W)`` of the new image.
+        """
+        self.check_shape(src_shape)
+        self.affine = self.affine @ matrix
+        self.img_shape = tuple(dst_shape)
+
+    def map_matrix(self) -> np.ndarray:
+        """``(3, 3)`` from the current image's continuous pixel coordinates to continuous map
+        coordinates ``(column, row)`` (map cell ``(i, j)`` covers ``[j, j+1) x [i, i+1)``)."""
+        h0, w0 = self.ori_shape
+        h, w = self.label_map.shape[-2:]
+        if self.region == 'full':
+            to_map = np.diag([w / w0, h / h0, 1.])
+        else:
+            side = min(h0, w0)
+            to_map = np.diag([w / side, h / side, 1.]) @ translation_matrix((side - w0) / 2, (side - h0) / 2)
+        return to_map @ self.affine
+
+    def inside(self, xy: np.ndarray) -> np.ndarray:
+        """``(P,)`` bool: whether points ``(P, 2)`` (x, y) of the current image come from inside the
+        original image."""
+        xy0 = xy @ self.affine[:2, :2].T + self.affine[:2, 2]
+        return ((xy0 >= 0) & (xy0 < self.ori_shape[::-1])).all(1)

@@ -1,0 +1,128 @@
+"""tools/generate_label_maps.py: ReLabel-style dense annotation (token labeling §4.1 "Re-labeling").
+
+A tiny mmpretrain classifier annotates the bundled digits set: one (2, k, H, W) float16 map per image,
+and a second run skips every finished file.
+"""
+import importlib.util
+import os.path as osp
+
+import numpy as np
+import pytest
+import torch
+
+from mmvitreg.datasets.digits import build_imagenet
+from mmvitreg.datasets.label_maps import load_label_map
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+
+MODELS = {
+    # ViT: the head on every patch token (out_type='featmap'); 32 px / patch 8 -> 4x4 map
+    'vit': dict(backbone=dict(type='VisionTransformer', arch=dict(embed_dims=32, num_layers=1, num_heads=2,
+                                                                  feedforward_channels=64),
+                              img_size=32, patch_size=8),
+                neck=None,
+                head=dict(type='VisionTransformerClsHead', num_classes=10, in_channels=32), size=32, grid=4,
+                region='center_square'),
+    # CNN: the fc as a 1x1 conv on the final feature map; 64 px / stride 32 -> 2x2 map
+    'cnn': dict(backbone=dict(type='ResNet', depth=18, base_channels=8, stem_channels=8),
+                neck=dict(type='GlobalAveragePooling'),
+                head=dict(type='LinearClsHead', num_classes=10, in_channels=64), size=64, grid=2,
+                region='full'),
+}
+
+
+def load_tool():
+    spec = importlib.util.spec_from_file_location('generate_label_maps',
+                                                  osp.join(ROOT, 'tools', 'generate_label_maps.py'))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+def write_config(tmp_path, data_root, kind):
+    spec = MODELS[kind]
+    model = dict(type='ImageClassifier', backbone=spec['backbone'], neck=spec['neck'], head=spec['head'],
+                 data_preprocessor=dict(mean=[127.5] * 3, std=[127.5] * 3, to_rgb=True))
+    cfg = f"""
+default_scope = 'mmpretrain'
+model = {model!r}
+train_dataloader = dict(batch_size=8, num_workers=0, sampler=dict(type='DefaultSampler', shuffle=True),
+    dataset=dict(type='CustomDataset', data_root={data_root!r}, data_prefix='train',
+                 ann_file='meta/train.txt',
+                 pipeline=[dict(type='LoadImageFromFile'), dict(type='PackInputs')]))
+"""
+    path = tmp_path / f'{kind}.py'
+    path.write_text(cfg)
+    return str(path), model
+
+
+@pytest.mark.parametrize('kind', sorted(MODELS))
+def test_generate_maps_for_every_image_and_resume(tmp_path, kind, capsys):
+    from mmengine.registry import init_default_scope
+    from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
+    data_root = str(tmp_path / 'digits')
+    build_imagenet(data_root, num_train=20, num_val=4)
+    config, model_cfg = write_config(tmp_path, data_root, kind)
+    init_default_scope('mmpretrain')
+    torch.manual_seed(0)
+    classifier = MMPRETRAIN_MODELS.build(model_cfg)
+    checkpoint = str(tmp_path / 'teacher.pth')
+    torch.save(dict(state_dict=classifier.state_dict()), checkpoint)
+
+    tool = load_tool()
+    label_root = tmp_path / 'labels'
+    size, grid = MODELS[kind]['size'], MODELS[kind]['grid']
+    argv = [config, checkpoint, str(label_root), '--img-size', str(size), '--batch-size', '8',
+            '--num-workers', '0', '--topk', '3', '--region', MODELS[kind]['region']]
+    tool.main(argv)
+    assert 'wrote 20 label maps' in capsys.readouterr().out
+
+    lines = (tmp_path / 'digits' / 'meta' / 'train.txt').read_text().split('\n')
+    images = [line.split()[0] for line in lines if line]
+    for name in images:
+        label_map = load_label_map(str(label_root / (osp.splitext(name)[0] + '.pt')), num_classes=10)
+        assert label_map.shape == (2, 3, grid, grid) and label_map.dtype == np.float16
+        logits, classes = torch.from_numpy(label_map.astype(np.float32))
+        assert (logits[:-1] >= logits[1:]).all()  # sorted, largest first
+        assert (classes.sort(0).values[1:] != classes.sort(0).values[:-1]).all()  # k distinct classes
+    mtimes = {p: p.stat().st_mtime_ns for p in label_root.rglob('*.pt')}
+    assert len(mtimes) == len(images)
+    assert not list(label_root.rglob('*.tmp*'))  # atomic writes leave no temporary files
+
+    tool.main(argv)
+    assert 'wrote 0 label maps' in capsys.readouterr().out
+    assert {p: p.stat().st_mtime_ns for p in label_root.rglob('*.pt')} == mtimes
+
+
+def test_cnn_annotation_is_the_classifier_per_position(tmp_path):
+    """ReLabel: with global average pooling and a linear head, the mean of the dense logits over the
+    map is exactly the classifier's logits (the fc acts as a 1x1 conv on the final feature map)."""
+    from mmengine.registry import init_default_scope
+    from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
+    init_default_scope('mmpretrain')
+    spec = MODELS['cnn']
+    classifier = MMPRETRAIN_MODELS.build(dict(type='ImageClassifier', backbone=spec['backbone'],
+                                              neck=spec['neck'], head=spec['head'])).eval()
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        pooled = classifier(x, mode='tensor')
+        dense = load_tool().DenseAnnotator(classifier)(x)
+    assert dense.shape == (2, 2, 2, 10)
+    torch.testing.assert_close(dense.mean((1, 2)), pooled, rtol=1e-5, atol=1e-5)
+
+
+def test_token_label_head_annotates_with_its_aux_head():
+    """An mmvitreg TokenLabelHead teacher annotates with its aux head on every patch token (the
+    official generator's ``aux_head`` rule), on the final-normed tokens the head is trained on."""
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
+    init_default_scope('mmpretrain')
+    cfg = Config.fromfile(osp.join(ROOT, 'configs', 'lvvit', 'lvvit-tiny_1xb64_tl_digits.py'))
+    classifier = MMPRETRAIN_MODELS.build(cfg.model).eval()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        tokens = classifier.backbone(x)[-1][:, 1:]  # out_type='raw': final-normed tokens, cls first
+        expect = classifier.head.aux_head(tokens).reshape(2, 8, 8, 10)
+        dense = load_tool().DenseAnnotator(classifier)(x)
+    torch.testing.assert_close(dense, expect)

@@ -1,0 +1,156 @@
+"""Data-pipeline throughput with and without token-labeling label maps, side by side.
+
+    python tools/analysis_tools/benchmark_data_pipeline.py [--num-images 64] [--rounds 3] [--map-size 18]
+        [--topk 5] [--token-label-size 14] [--work-dir DIR]
+
+Runs mmpretrain's ImageNet training pipeline at 224 px (``RandomResizedCrop`` bicubic, horizontal flip,
+RandAugment ``timm_increasing`` m9 std0.5, ``RandomErasing`` 0.25, as in mmpretrain's Swin/DeiT
+ImageNet configs) and the same pipeline with label maps (``LoadTokenLabelMap``, the label-aware
+crop/flip/RandAugment, ``TokenLabelTarget``) on the same images, interleaved sample by sample and
+with the same random seed for both, so both see identical augmentations. Images: the bundled digit
+scans upscaled to ImageNet's typical 500x375 with paper-like noise, JPEG; maps at ``--map-size``
+(18: the official NFNet-F6 maps): the top-k of a smooth random teacher output over
+``--classes-per-image`` of 1000 classes (neighbouring cells share most classes, as in real maps;
+1000 makes every cell independent, the worst case for ``TokenLabelTarget``).
+
+Single-threaded (as one dataloader worker) and timed in CPU time (robust to other load on the machine).
+Prints the time per image of both pipelines, the time of
+each transform, and the overhead of the label maps against the target: label maps slow the data
+pipeline by at most 5%.
+"""
+import argparse
+import os.path as osp
+import tempfile
+import time
+from collections import defaultdict
+
+import cv2
+import mmcv
+import numpy as np
+import torch
+
+import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
+from mmvitreg.datasets.digits import load_digit_scans, upscale_scan
+from mmvitreg.datasets.label_maps import label_map_path, save_label_map
+
+TARGET_OVERHEAD = 0.05
+IMG_W, IMG_H = 500, 375
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='Benchmark the data pipeline with vs without label maps')
+    parser.add_argument('--num-images', type=int, default=64)
+    parser.add_argument('--rounds', type=int, default=3, help='passes over the images')
+    parser.add_argument('--map-size', type=int, default=18, help='label map side (official: 18)')
+    parser.add_argument('--topk', type=int, default=5, help='classes stored per map cell (official: 5)')
+    parser.add_argument('--token-label-size', type=int, default=14)
+    parser.add_argument('--samples-per-token', type=int, default=2,
+                        help='TokenLabelTarget sample points per token side (default: 2)')
+    parser.add_argument('--classes-per-image', type=int, default=50,
+                        help='classes a map draws its top-k from (1000: every cell independent, worst case)')
+    parser.add_argument('--work-dir', help='where to write the images and maps (default: a temporary dir)')
+    return parser.parse_args(argv)
+
+
+def synthetic_map(map_size, topk, pool, rng):
+    """Top-k of a smooth random teacher output over ``pool`` classes (of 1000), like a real map whose
+    neighbouring cells share most of their classes."""
+    classes = rng.choice(1000, pool, replace=False)
+    coarse = rng.normal(0., 3., (pool, 4, 4)).astype(np.float32)
+    field = np.stack([cv2.resize(c, (map_size, map_size), interpolation=cv2.INTER_CUBIC) for c in coarse])
+    field += rng.normal(0., 0.5, field.shape)
+    order = np.argsort(-field, 0)[:topk]
+    return torch.from_numpy(np.take_along_axis(field, order, 0)), torch.from_numpy(classes[order])
+
+
+def write_data(root, num_images, map_size, topk, pool, rng):
+    """ImageNet-like JPEGs under ``root/train/<class>/`` and synthetic maps under ``root/labels``."""
+    scans, labels = load_digit_scans()
+    paths = []
+    for i in range(num_images):
+        ink = cv2.resize(upscale_scan(scans[i], IMG_H), (IMG_W, IMG_H), interpolation=cv2.INTER_CUBIC)
+        grey = 230. - 200. * ink[..., None] + rng.normal(0., 12., (IMG_H, IMG_W, 3))
+        path = osp.join(root, 'train', f'digit_{labels[i]}', f'{i:05d}.JPEG')
+        mmcv.imwrite(np.clip(grey, 0, 255).astype(np.uint8), path, params=[cv2.IMWRITE_JPEG_QUALITY, 90])
+        save_label_map(label_map_path(osp.join(root, 'labels'), path, osp.join(root, 'train')),
+                       *synthetic_map(map_size, topk, pool, rng))
+        paths.append(path)
+    return paths
+
+
+def pipelines(root, token_label_size, samples_per_token):
+    """The plain ImageNet pipeline and the same one with label maps, built by the registry."""
+    from mmengine.registry import init_default_scope
+    from mmpretrain.registry import TRANSFORMS
+    init_default_scope('mmpretrain')
+    randaug = dict(policies='timm_increasing', num_policies=2, total_level=10, magnitude_level=9,
+                   magnitude_std=0.5, hparams=dict(pad_val=[104, 116, 124], interpolation='bicubic'))
+    erase = dict(type='RandomErasing', erase_prob=0.25, mode='rand', min_area_ratio=0.02,
+                 max_area_ratio=1 / 3,
+                 fill_color=[103.53, 116.28, 123.675], fill_std=[57.375, 57.12, 58.395])
+    crop = dict(scale=224, backend='pillow', interpolation='bicubic')
+    plain = [dict(type='LoadImageFromFile'), dict(type='RandomResizedCrop', **crop),
+             dict(type='RandomFlip', prob=0.5, direction='horizontal'),
+             dict(type='RandAugment', **randaug), erase,
+             dict(type='PackInputs')]
+    labelled = [dict(type='LoadImageFromFile'),
+                dict(type='mmvitreg.LoadTokenLabelMap', label_root=osp.join(root, 'labels'),
+                     img_prefix=osp.join(root, 'train')),
+                dict(type='mmvitreg.RandomResizedCropWithLabelMap', **crop),
+                dict(type='mmvitreg.RandomFlipWithLabelMap', prob=0.5, direction='horizontal'),
+                dict(type='mmvitreg.RandAugmentWithLabelMap', **randaug), erase,
+                dict(type='mmvitreg.TokenLabelTarget', token_label_size=token_label_size,
+                     samples_per_token=samples_per_token),
+                dict(type='PackInputs', algorithm_keys=['token_label'])]
+    return [TRANSFORMS.build(t) for t in plain], [TRANSFORMS.build(t) for t in labelled]
+
+
+def run(transforms, path, seed, times):
+    """One sample through ``transforms``; adds each transform's seconds to ``times``."""
+    np.random.seed(seed)
+    results = dict(img_path=path)
+    for t in transforms:
+        start = time.process_time()
+        results = t(results)
+        times[type(t).__name__] += time.process_time() - start
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    cv2.setNumThreads(1)
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.work_dir or tmp
+        paths = write_data(root, args.num_images, args.map_size, args.topk, args.classes_per_image, rng)
+        plain, labelled = pipelines(root, args.token_label_size, args.samples_per_token)
+        for i, path in enumerate(paths[:4]):  # warm-up (imports, caches)
+            run(plain, path, i, defaultdict(float))
+            run(labelled, path, i, defaultdict(float))
+        t_plain, t_label = defaultdict(float), defaultdict(float)
+        seed = 0
+        for _ in range(args.rounds):
+            for path in paths:
+                seed += 1
+                order = [(plain, t_plain), (labelled, t_label)]
+                for transforms, times in order[::1 if seed % 2 else -1]:  # alternate who goes first
+                    run(transforms, path, seed, times)
+    n = args.rounds * len(paths)
+    total_plain, total_label = sum(t_plain.values()) / n, sum(t_label.values()) / n
+    print(f'{n} samples per pipeline, map {args.topk}x{args.map_size}x{args.map_size} '
+          f'(top-{args.topk} of {args.classes_per_image} classes per image), '
+          f'{args.token_label_size}x{args.token_label_size} tokens x {args.samples_per_token}^2 samples, '
+          'single thread')
+    for name, times in (('without label maps', t_plain), ('with label maps', t_label)):
+        print(f'  {name}: {1e3 * sum(times.values()) / n:.3f} ms/image')
+        for op, seconds in times.items():
+            print(f'    {op:32s} {1e3 * seconds / n:8.3f} ms')
+    overhead = total_label / total_plain - 1
+    verdict = 'met' if overhead <= TARGET_OVERHEAD else 'NOT met'
+    print(f'label maps slow the data pipeline by {100 * overhead:.2f}% '
+          f'(ratio {total_label / total_plain:.4f}; target <= {100 * TARGET_OVERHEAD:.0f}%: {verdict})')
+    return overhead
+
+
+if __name__ == '__main__':
+    main()
