@@ -10,6 +10,9 @@ VENV=${MMVITREG_VENV:-$HOME/.cache/mmvitreg/venv}
 PY=$VENV/bin/python
 CONFIG=${1:-configs/demo/deit-tiny_1xb64_digits.py}
 WORK=work_dirs/quickstart
+# one intra-op thread: the two data-loading workers take the other core of a small machine, and
+# OpenMP threads competing for busy cores slow a step down many times over
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 start=$SECONDS
 
 "$PY" tools/dataset_converters/digits.py imagenet --out data
