@@ -1,9 +1,11 @@
-"""Config helpers shared by the tools in ``tools/``."""
+"""Config and command-line helpers shared by the tools in ``tools/``."""
+import argparse
 import difflib
+import os
 import os.path as osp
 from typing import Optional
 
-from mmengine.config import Config
+from mmengine.config import Config, DictAction
 
 SCOPES = ('mmpretrain', 'mmseg', 'mmdet')
 
@@ -68,3 +70,14 @@ def build_runner(cfg):
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
     return RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
+
+
+def parse_tool_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
+    """Add the flags every tool shares (``--cfg-options``, ``--launcher``, ``--local-rank``) and parse."""
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override settings of the config, e.g. train_dataloader.batch_size=8')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args

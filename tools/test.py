@@ -9,14 +9,11 @@ The final metrics are printed as one JSON line prefixed with ``metrics:``.
 """
 import argparse
 import json
-import os
 import os.path as osp
 import sys
 
-from mmengine.config import DictAction
-
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
-from mmvitreg.utils import ConfigError, build_runner, load_config
+from mmvitreg.utils import ConfigError, build_runner, load_config, parse_tool_args
 
 # how each library's visualisation hook is switched on for --show-dir
 _SHOW = {
@@ -35,13 +32,7 @@ def parse_args(argv=None):
     parser.add_argument('--out', help='dump the predictions to this pickle file')
     parser.add_argument('--show-dir', help='save painted predictions to this directory')
     parser.add_argument('--tta', action='store_true', help='test-time augmentation')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override settings of the config, e.g. test_dataloader.batch_size=8')
-    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args(argv)
-    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
-    return args
+    return parse_tool_args(parser, argv)
 
 
 def _mmpretrain_default_tta(cfg):

@@ -7,15 +7,15 @@ The library is picked from the config's ``default_scope``; the stack workarounds
 ``mmvitreg.compat`` are applied first. Distributed: ``bash tools/dist_train.sh CONFIG N``.
 """
 import argparse
-import os
+import logging
 import os.path as osp
 import sys
 
 import torch
-from mmengine.config import DictAction
+from mmengine.logging import print_log
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
-from mmvitreg.utils import ConfigError, build_runner, load_config
+from mmvitreg.utils import ConfigError, build_runner, load_config, parse_tool_args
 
 
 def parse_args(argv=None):
@@ -27,13 +27,7 @@ def parse_args(argv=None):
     parser.add_argument('--amp', action='store_true', help='automatic mixed precision (needs a GPU)')
     parser.add_argument('--auto-scale-lr', action='store_true', help='scale the lr by the real batch size')
     parser.add_argument('--no-validate', action='store_true', help='do not evaluate during training')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override settings of the config, e.g. train_cfg.max_iters=10')
-    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args(argv)
-    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
-    return args
+    return parse_tool_args(parser, argv)
 
 
 def build_train_config(args):
@@ -48,6 +42,8 @@ def build_train_config(args):
         cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
     elif cfg.optim_wrapper.get('type') == 'AmpOptimWrapper' and not torch.cuda.is_available():
         # configs written for GPUs (e.g. mmdet's ConvNeXt cascade) ask for AMP; on a CPU run in fp32
+        print_log('no GPU: training in fp32 instead of the config\'s AmpOptimWrapper', logger='current',
+                  level=logging.WARNING)
         cfg.optim_wrapper.type = 'OptimWrapper'
         cfg.optim_wrapper.pop('loss_scale', None)
     if args.auto_scale_lr:

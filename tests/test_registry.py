@@ -1,0 +1,45 @@
+"""`type='mmvitreg.X'` builds from mmpretrain, mmseg and mmdet registries under each library's own
+default_scope, with no custom_imports and no import of mmvitreg by the caller (stack notes, §1.1)."""
+import subprocess
+import sys
+
+import pytest
+
+from conftest import tool_env
+
+TINY_DEEPVIT = "dict(type='mmvitreg.DeepViT', arch=dict(embed_dims=32, num_layers=2, num_heads=2, " \
+               "feedforward_channels=64, attn_types='reattn'), img_size=32, patch_size=16, out_type='featmap')"
+
+
+def build_in_fresh_interpreter(scope, registry, cfg):
+    code = f"""
+import sys
+from mmengine.registry import init_default_scope
+init_default_scope('{scope}')
+from {scope}.registry import {registry}
+assert 'mmvitreg' not in sys.modules
+obj = {registry}.build({cfg})
+print(type(obj).__module__, type(obj).__name__)
+"""
+    proc = subprocess.run([sys.executable, '-c', code], env=tool_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.split()[-2:]
+
+
+@pytest.mark.parametrize('scope', ['mmpretrain', 'mmseg', 'mmdet'])
+def test_backbone_builds_from_each_library_models_registry(scope):
+    module, name = build_in_fresh_interpreter(scope, 'MODELS', TINY_DEEPVIT)
+    assert (module, name) == ('mmvitreg.models.backbones.deepvit', 'DeepViT')
+
+
+def test_batch_augment_builds_from_mmpretrain_batch_augments():
+    """mmpretrain's BATCH_AUGMENTS has no mmengine parent: ours is its child."""
+    module, name = build_in_fresh_interpreter('mmpretrain', 'BATCH_AUGMENTS', "dict(type='mmvitreg.MixToken')")
+    assert name == 'MixToken' and module.startswith('mmvitreg.')
+
+
+def test_transform_builds_from_mmpretrain_transforms():
+    module, name = build_in_fresh_interpreter(
+        'mmpretrain', 'TRANSFORMS', "dict(type='mmvitreg.TokenLabelTarget', token_label_size=14)")
+    assert name == 'TokenLabelTarget' and module.startswith('mmvitreg.')
+
