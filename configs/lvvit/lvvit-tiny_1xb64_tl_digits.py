@@ -1,0 +1,81 @@
+# Token labeling + MixToken on the bundled digits (the chain of configs/lvvit/README.md):
+# a tiny LV-ViT (conv stem, skip_lam 2) at 32x32 with a 4-pixel token stride (8x8 tokens), trained
+# with the token-labeling head on dense maps made by a teacher (configs/demo/deit-tiny_1xb64_digits.py)
+# with tools/generate_label_maps.py. Data: python tools/dataset_converters/digits.py imagenet --out data
+_base_ = 'mmpretrain::_base_/default_runtime.py'
+
+num_classes = 10
+img_size = 32
+patch_size = 4
+data_root = 'data/digits_imagenet'
+label_root = 'data/digits_imagenet/label_maps'  # written by tools/generate_label_maps.py (--img-size 32)
+
+# inside `model` (not only top-level) so that tools building the bare model see it too
+data_preprocessor = dict(num_classes=num_classes, mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],
+                         to_rgb=True)
+model = dict(
+    type='mmvitreg.TokenClassifier',
+    backbone=dict(
+        type='mmvitreg.LVViT',
+        arch=dict(embed_dims=96, num_layers=4, num_heads=3, feedforward_channels=288,
+                  stem=dict(channels=16, num_convs=3), skip_lam=2.0),
+        img_size=img_size,
+        patch_size=patch_size,
+        drop_path_rate=0.1,
+        out_type='raw'),
+    head=dict(
+        type='mmvitreg.TokenLabelHead',
+        num_classes=num_classes,
+        in_channels=96,
+        beta=0.5,
+        loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original')),
+    train_cfg=dict(token_mix=dict(type='mmvitreg.MixToken', alpha=1.0, patch_size=patch_size)),
+    data_preprocessor=data_preprocessor,
+)
+
+metainfo = dict(classes=tuple(f'digit_{i}' for i in range(num_classes)))
+# digits are not mirror-symmetric: no flip; mild crops only
+train_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='mmvitreg.LoadTokenLabelMap', label_root=label_root, img_prefix=f'{data_root}/train'),
+    dict(type='mmvitreg.RandomResizedCropWithLabelMap', scale=img_size, crop_ratio_range=(0.6, 1.0),
+         backend='pillow', interpolation='bicubic'),
+    dict(type='mmvitreg.TokenLabelTarget', token_label_size=img_size // patch_size, topk=5),
+    dict(type='PackInputs', algorithm_keys=['token_label']),
+]
+test_pipeline = [dict(type='LoadImageFromFile'), dict(type='PackInputs')]
+train_dataloader = dict(
+    batch_size=64,
+    num_workers=2,
+    persistent_workers=True,
+    sampler=dict(type='DefaultSampler', shuffle=True),
+    dataset=dict(type='CustomDataset', data_root=data_root, ann_file='meta/train.txt', data_prefix='train',
+                 metainfo=metainfo, pipeline=train_pipeline))
+val_dataloader = dict(
+    batch_size=128,
+    num_workers=2,
+    persistent_workers=True,
+    sampler=dict(type='DefaultSampler', shuffle=False),
+    dataset=dict(type='CustomDataset', data_root=data_root, ann_file='meta/val.txt', data_prefix='val',
+                 metainfo=metainfo, pipeline=test_pipeline))
+test_dataloader = val_dataloader
+val_evaluator = dict(type='Accuracy', topk=(1, 5))
+test_evaluator = val_evaluator
+
+# the ImageNet recipe's optimiser (AdamW, wd 0.05, no decay on norms/biases/cls_token/pos_embed,
+# warm-up + cosine) on a short schedule
+max_epochs = 30
+optim_wrapper = dict(
+    optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05, eps=1e-8, betas=(0.9, 0.999)),
+    paramwise_cfg=dict(
+        norm_decay_mult=0.0, bias_decay_mult=0.0, flat_decay_mult=0.0,
+        custom_keys={'.cls_token': dict(decay_mult=0.0), '.pos_embed': dict(decay_mult=0.0)}))
+param_scheduler = [
+    dict(type='LinearLR', start_factor=1e-3, by_epoch=True, end=2, convert_to_iter_based=True),
+    dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=2, end=max_epochs),
+]
+train_cfg = dict(by_epoch=True, max_epochs=max_epochs, val_interval=10)
+val_cfg = dict()
+test_cfg = dict()
+default_hooks = dict(logger=dict(interval=10), checkpoint=dict(interval=10, max_keep_ckpts=1))
+auto_scale_lr = dict(base_batch_size=64)

@@ -1,0 +1,3 @@
+from .token_classifier import TokenClassifier
+
+__all__ = ['TokenClassifier']

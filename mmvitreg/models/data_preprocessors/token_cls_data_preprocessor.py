@@ -1,0 +1,56 @@
+"""Classification data preprocessor that also draws a token-mixing plan."""
+from typing import Optional
+
+import torch
+from mmpretrain.models.utils import ClsDataPreprocessor
+
+from mmvitreg.registry import BATCH_AUGMENTS, MODELS
+
+
+@MODELS.register_module()
+class TokenClsDataPreprocessor(ClsDataPreprocessor):
+    """mmpretrain's :class:`ClsDataPreprocessor` plus a token-level mixing augment.
+
+    mmpretrain's batch augments map ``(inputs, scores) -> (inputs, scores)`` and cannot say
+    *which* tokens came from *which* image. A token mix (e.g. :class:`MixToken`) instead draws a
+    :class:`~mmvitreg.models.trace.MixPlan`; in training this preprocessor
+
+    1. normalises/stacks the batch and makes one-hot ``gt_score`` as its parent does;
+    2. draws the plan with ``token_mix.plan(inputs)`` (the images themselves stay unmixed: the
+       backbone mixes their patch tokens);
+    3. mixes every ``gt_score`` by the plan (MixToken Eq. 10: ``lam * y + (1 - lam) * y[index]``,
+       ``lam`` the mask mean), so any classification head gets the right image-level target;
+    4. returns the plan as the extra key ``mix_plan``, which mmengine passes to the model's
+       ``forward(..., mix_plan=...)`` (:class:`TokenClassifier` takes it; a model that cannot
+       fails loudly instead of training silently unmixed).
+
+    Args:
+        token_mix (dict, optional): Config of the token-mixing augment, built from mmvitreg's
+            ``BATCH_AUGMENTS`` (e.g. ``dict(type='mmvitreg.MixToken')``). It replaces image-level
+            Mixup/CutMix, so it cannot be combined with ``batch_augments``. Defaults to None.
+        **kwargs: The arguments of :class:`ClsDataPreprocessor` (``mean``, ``std``, ``to_rgb``,
+            ``num_classes``, ...). ``num_classes`` is needed with ``token_mix``.
+    """
+
+    def __init__(self, token_mix: Optional[dict] = None, **kwargs):
+        if token_mix is not None and kwargs.get('batch_augments'):
+            raise ValueError('token_mix replaces the image-level batch augments (Mixup/CutMix); '
+                             f'got both token_mix={token_mix} and batch_augments={kwargs["batch_augments"]}')
+        super().__init__(**kwargs)
+        self.token_mix = None
+        if token_mix is not None:
+            self.token_mix = token_mix if hasattr(token_mix, 'plan') else BATCH_AUGMENTS.build(token_mix)
+            self.to_onehot = True
+
+    def forward(self, data: dict, training: bool = False) -> dict:
+        """Preprocess as :class:`ClsDataPreprocessor`; in training also draw and apply the plan."""
+        data = super().forward(data, training)
+        if not training or self.token_mix is None:
+            return data
+        inputs, data_samples = data['inputs'], data['data_samples']
+        plan = self.token_mix.plan(inputs)
+        scores = plan.mix_labels(torch.stack([s.gt_score for s in data_samples]))
+        for sample, score in zip(data_samples, scores):
+            sample.set_gt_score(score)
+        data['mix_plan'] = plan
+        return data

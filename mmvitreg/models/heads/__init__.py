@@ -1,0 +1,3 @@
+from .token_label_head import TokenLabelHead
+
+__all__ = ['TokenLabelHead']

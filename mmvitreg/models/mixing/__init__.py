@@ -1,0 +1,3 @@
+from .mix_token import MixToken
+
+__all__ = ['MixToken']

@@ -1,0 +1,144 @@
+"""TokenLabelHead: token labeling loss (LV-ViT paper Eq. 6-7), beta, smoothing, ReLabel target, prediction."""
+import pytest
+import torch
+import torch.nn.functional as F
+from mmpretrain.structures import DataSample
+
+from mmvitreg.models.heads import TokenLabelHead
+from mmvitreg.models.trace import MixPlan, TokenTrace
+
+B, G, C, D, K = 3, 2, 6, 8, 2  # batch, grid side, classes, token dim, top-k
+N = G * G
+
+
+def make_inputs(seed=0, with_token_label=True):
+    g = torch.Generator().manual_seed(seed)
+    feats = (torch.randn(B, 1 + N, D, generator=g), )
+    samples = []
+    for b in range(B):
+        s = DataSample().set_gt_label(int(torch.randint(C, (1, ), generator=g)))
+        if with_token_label:
+            p = torch.rand(K, G, G, generator=g)
+            idx = torch.stack([torch.randperm(C, generator=g)[:K] for _ in range(N)], 1).view(K, G, G)
+            s.set_field(torch.stack([p / p.sum(0), idx.float()]), 'token_label')
+        samples.append(s)
+    trace = TokenTrace(grid=(G, G), num_extra_tokens=1)
+    return feats, samples, trace
+
+
+def dense_targets(samples):
+    """(B, N, C) dense token labels from the (2, k, S, S) top-k format."""
+    out = torch.zeros(B, N, C)
+    for b, s in enumerate(samples):
+        p = s.token_label[0].flatten(1).t()
+        i = s.token_label[1].flatten(1).t().long()
+        out[b].scatter_(1, i, p)
+    return out
+
+
+def soft_ce(logits, target):
+    return -(target * F.log_softmax(logits, -1)).sum(-1)
+
+
+def build(**kw):
+    head = TokenLabelHead(num_classes=C, in_channels=D, **kw)
+    head.init_weights()
+    torch.nn.init.normal_(head.layers.head.bias)
+    torch.nn.init.normal_(head.aux_head.bias)
+    return head
+
+
+def test_eq7_total_loss_matches_hand_computation():
+    """Eq. 6-7: L = H(X^cls, y^cls) + beta * (1/N) sum_i H(X^i, y^i), with label smoothing s."""
+    feats, samples, trace = make_inputs()
+    s, beta = 0.1, 0.5
+    head = build(beta=beta, token_label_smooth_val=s)
+    losses = head.loss(feats, samples, trace)
+    x = feats[0]
+    cls_logits = x[:, 0] @ head.layers.head.weight.t() + head.layers.head.bias
+    aux_logits = x[:, 1:] @ head.aux_head.weight.t() + head.aux_head.bias
+    y_cls = F.one_hot(torch.tensor([int(t.gt_label) for t in samples]), C).float() * (1 - s) + s / C
+    y_tok = dense_targets(samples) * (1 - s) + s / C
+    l_cls = soft_ce(cls_logits, y_cls).mean()
+    l_aux = soft_ce(aux_logits, y_tok).mean()
+    torch.testing.assert_close(losses['loss_cls'], l_cls)
+    torch.testing.assert_close(losses['loss_token'], beta * l_aux)
+
+
+def test_beta_scales_the_token_term_and_zero_needs_no_token_labels():
+    """Eq. 7: beta weighs L_aux (paper 0.5, official 1.0); beta=0 trains plain data (no token_label)."""
+    feats, samples, trace = make_inputs()
+    half = build(beta=0.5)
+    one = build(beta=1.0)
+    one.load_state_dict(half.state_dict())
+    torch.testing.assert_close(one.loss(feats, samples, trace)['loss_token'],
+                               2 * half.loss(feats, samples, trace)['loss_token'])
+    feats, plain, trace = make_inputs(with_token_label=False)
+    losses = build(beta=0.0).loss(feats, plain, trace)
+    assert set(losses) == {'loss_cls'}
+    with pytest.raises(ValueError, match="token_label"):
+        half.loss(feats, plain, trace)
+
+
+def test_token_label_smoothing():
+    """Smoothed token label (1 - s) y + s / C; s = 0 gives the plain soft CE."""
+    feats, samples, trace = make_inputs(1)
+    plain = build(beta=1.0, token_label_smooth_val=0.0)
+    smooth = build(beta=1.0, token_label_smooth_val=0.3)
+    smooth.load_state_dict(plain.state_dict())
+    aux_logits = plain.aux_head(feats[0][:, 1:])
+    y = dense_targets(samples)
+    torch.testing.assert_close(plain.loss(feats, samples, trace)['loss_token'], soft_ce(aux_logits, y).mean())
+    torch.testing.assert_close(smooth.loss(feats, samples, trace)['loss_token'],
+                               soft_ce(aux_logits, 0.7 * y + 0.3 / C).mean())
+
+
+def test_relabel_cls_target_is_pooled_token_labels_mixed_by_eq10():
+    """Official cls target: the crop's pooled label map (mean of token labels), mixed by M_bar (Eq. 10)."""
+    feats, samples, trace = make_inputs(2)
+    head = build(cls_target='relabel', loss=dict(type='mmpretrain.CrossEntropyLoss', use_soft=True))
+    cls_logits = head.layers.head(feats[0][:, 0])
+    pooled = dense_targets(samples).mean(1)
+    torch.testing.assert_close(head.loss(feats, samples, trace)['loss_cls'], soft_ce(cls_logits, pooled).mean())
+    mask = torch.ones(B, G, G)
+    mask[:, 0, :] = 0
+    trace.mix = MixPlan(index=torch.tensor([2, 1, 0]), mask=mask)
+    lam = 0.5
+    mixed = lam * pooled + (1 - lam) * pooled[[2, 1, 0]]
+    torch.testing.assert_close(head.loss(feats, samples, trace)['loss_cls'], soft_ce(cls_logits, mixed).mean())
+
+
+def test_prediction_adds_half_the_per_class_token_max():
+    """Official inference: score = X^cls + 0.5 * max_i X^i (aux_pred_weight=0: class token only)."""
+    feats, samples, trace = make_inputs(3)
+    head = build()
+    cls_logits = head.layers.head(feats[0][:, 0])
+    aux_logits = head.aux_head(feats[0][:, 1:])
+    expected = cls_logits + 0.5 * aux_logits.max(1).values
+    torch.testing.assert_close(head(feats, trace), expected)
+    preds = head.predict(feats, samples, trace)
+    torch.testing.assert_close(torch.stack([p.pred_score for p in preds]), expected.softmax(-1))
+    cls_only = build(aux_pred_weight=0.0)
+    cls_only.load_state_dict(head.state_dict())
+    torch.testing.assert_close(cls_only(feats, trace), cls_logits)
+
+
+def test_checkpoint_key_names():
+    """Keys match mmpretrain's VisionTransformerClsHead (layers.head) plus the official aux_head."""
+    assert set(build().state_dict()) == {'layers.head.weight', 'layers.head.bias', 'aux_head.weight',
+                                         'aux_head.bias'}
+
+
+def test_errors():
+    feats, samples, trace = make_inputs()
+    head = build()
+    with pytest.raises(ValueError, match='cls_target'):
+        build(cls_target='pooled')
+    with pytest.raises(ValueError, match="out_type='raw'"):
+        head.loss((feats[0][:, 0], ), samples, trace)
+    with pytest.raises(ValueError, match='TokenClassifier'):
+        head(feats)
+    with pytest.raises(ValueError, match='token grid'):
+        head.loss(feats, samples, TokenTrace(grid=(3, 3), num_extra_tokens=1))
+    with pytest.raises(ValueError, match='token_label_size'):
+        head.loss((torch.randn(B, 1 + 9, D), ), samples, TokenTrace(grid=(3, 3), num_extra_tokens=1))
