@@ -126,3 +126,18 @@ def test_token_label_head_annotates_with_its_aux_head():
         expect = classifier.head.aux_head(tokens).reshape(2, 8, 8, 10)
         dense = load_tool().DenseAnnotator(classifier)(x)
     torch.testing.assert_close(dense, expect)
+
+
+def test_teacher_gets_the_config_top_level_data_preprocessor(tmp_path):
+    """mmpretrain configs keep mean/std/to_rgb at the top level; the teacher must normalise its
+    inputs with them exactly as in training (else every map collapses to one class)."""
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    cfg_path, model = write_config(tmp_path, str(tmp_path), 'cnn')
+    cfg = Config.fromfile(cfg_path)
+    cfg.data_preprocessor = cfg.model.pop('data_preprocessor')
+    cfg.data_preprocessor.update(mean=[10., 20., 30.], std=[2., 3., 4.])
+    init_default_scope('mmpretrain')
+    classifier = load_tool().build_classifier(cfg)
+    assert classifier.data_preprocessor.mean.flatten().tolist() == [10., 20., 30.]
+    assert classifier.data_preprocessor.std.flatten().tolist() == [2., 3., 4.]

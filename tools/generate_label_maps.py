@@ -30,11 +30,10 @@ import os
 import sys
 
 import torch
-from mmengine.config import DictAction
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
 from mmvitreg.datasets.label_maps import REGIONS, label_map_path, save_label_map
-from mmvitreg.utils import ConfigError, load_config
+from mmvitreg.utils import ConfigError, load_config, parse_tool_args
 
 
 def parse_args(argv=None):
@@ -50,12 +49,7 @@ def parse_args(argv=None):
     parser.add_argument('--topk', type=int, default=5, help='classes stored per map cell (default: 5)')
     parser.add_argument('--batch-size', type=int, default=32)
     parser.add_argument('--num-workers', type=int, default=4)
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override config settings')
-    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args(argv)
-    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
-    return args
+    return parse_tool_args(parser, argv)
 
 
 class DenseAnnotator(torch.nn.Module):
@@ -121,6 +115,16 @@ def build_dataset(cfg, split, img_size, region):
     return DATASETS.build(dataset_cfg)
 
 
+def build_classifier(cfg):
+    """The classifier as the runner builds it: mmpretrain configs keep ``data_preprocessor``
+    (mean/std, BGR->RGB) at the top level, and the runner moves it into the model."""
+    from mmpretrain.registry import MODELS
+    model_cfg = cfg.model.copy()
+    if cfg.get('data_preprocessor') is not None:
+        model_cfg.setdefault('data_preprocessor', cfg.data_preprocessor)
+    return MODELS.build(model_cfg)
+
+
 def main(argv=None):
     args = parse_args(argv)
     try:
@@ -132,7 +136,6 @@ def main(argv=None):
     from mmengine.registry import init_default_scope
     from mmengine.runner import load_checkpoint
     from mmengine.utils import ProgressBar
-    from mmpretrain.registry import MODELS
 
     if args.launcher != 'none':
         init_dist(args.launcher)
@@ -149,7 +152,7 @@ def main(argv=None):
             todo.append(i)
     todo = todo[rank::world_size]
 
-    classifier = MODELS.build(cfg.model)
+    classifier = build_classifier(cfg)
     load_checkpoint(classifier, args.checkpoint, map_location='cpu')
     device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
     classifier.to(device).eval()
