@@ -1,0 +1,4 @@
+# ViT-24B, the plain baseline of DeepViT-24B (paper Tables 2 and 4): self-attention everywhere.
+_base_ = './deepvit_8xb32_in1k_recipe.py'
+
+model = dict(backbone=dict(arch='vit-24b'), head=dict(in_channels=384))

@@ -1,0 +1,4 @@
+# ViT-32B, the plain baseline of DeepViT-32B (paper Tables 2 and 4): self-attention everywhere.
+_base_ = './deepvit_8xb32_in1k_recipe.py'
+
+model = dict(backbone=dict(arch='vit-32b'), head=dict(in_channels=384))

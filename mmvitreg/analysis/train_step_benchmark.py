@@ -1,0 +1,392 @@
+"""Side-by-side training-step benchmark: a model under test against its baseline, in one run.
+
+A *case* pairs the model under test with a baseline and a batch maker; :data:`CASES` holds them by
+name and ``tools/analysis_tools/benchmark_train_step.py --case NAME`` runs them. A training step is
+mmengine's ``model.train_step(data, optim_wrapper)``: data preprocessing, forward, loss, backward and
+an AdamW step.
+
+Time: both models live in one process; after warm-up steps their steps alternate (the order flips
+every repetition, so slow drifts of the machine hit both alike), each step timed with
+``time.perf_counter`` (after ``torch.cuda.synchronize`` on CUDA), or with the process's CPU time
+(``clock='cpu'``, for a machine shared with other work); the median per model and their ratio are
+reported.
+
+Peak memory: each model runs its warm-up and a few steps again in a fresh process of its own
+(forked from a fork server that has only imported the libraries; the two at once), so neither
+model's allocations or allocator caches count against the other.
+
+* CUDA: ``torch.cuda.max_memory_allocated()`` over those steps minus what was allocated before the
+  model was built (parameters, gradients, optimizer state and the activation peak).
+* CPU: the process's peak resident set size (``VmHWM`` in ``/proc/self/status``, the kernel's own
+  high-water mark, reset through ``/proc/self/clear_refs``) minus the resident size just before
+  the model is built: the same quantities as on CUDA, as the kernel sees them.
+
+Before that, one step of the case's tiny model pages in the operators' code and creates the math
+libraries' workspaces, so that neither is counted as the model's memory. ``tracemalloc`` cannot see
+  torch's C++ allocations, and ``torch.profiler(profile_memory=True)`` reports per-operator
+  allocations rather than a process peak, so neither measures what a user runs out of.
+
+Add a case with :func:`register_case` at the end of this module (a few lines: two model builders,
+a batch maker, a target); the memory processes find cases by name when they import this module.
+"""
+import gc
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing import get_context
+from typing import Callable, Dict, List, Optional
+
+import torch
+from torch import nn
+
+# builder(img_size, tiny) -> an mmengine model with a data_preprocessor and train_step;
+# tiny=True gives a toy version of the same comparison (for smoke tests, not for measuring)
+ModelBuilder = Callable[[int, bool], nn.Module]
+# batch maker(batch_size, img_size) -> the `data` dict a model's train_step takes
+BatchMaker = Callable[[int, int], dict]
+
+ROLES = ('model', 'baseline')
+
+
+@dataclass(frozen=True)
+class TrainStepCase:
+    """One comparison of :mod:`~mmvitreg.analysis.train_step_benchmark`.
+
+    Args:
+        description (str): What is compared with what, printed with the results.
+        model (ModelBuilder): Builds the model under test, ``(img_size, tiny) -> model``.
+        baseline (ModelBuilder): Builds the baseline, ``(img_size, tiny) -> model``.
+        make_batch (BatchMaker): ``(batch_size, img_size) -> data`` for ``model.train_step``.
+        max_time_ratio (float): The target: median step time of the model over the baseline's.
+    """
+
+    description: str
+    model: ModelBuilder
+    baseline: ModelBuilder
+    make_batch: BatchMaker
+    max_time_ratio: float
+
+    def build(self, role: str, img_size: int, tiny: bool) -> nn.Module:
+        if role not in ROLES:
+            raise ValueError(f'unknown role {role!r}; choose from {ROLES}')
+        return getattr(self, role)(img_size, tiny)
+
+
+CASES: Dict[str, TrainStepCase] = {}
+
+
+def register_case(name: str, case: TrainStepCase) -> None:
+    """Add a case under ``name`` (an error if the name is taken)."""
+    if name in CASES:
+        raise KeyError(f'a benchmark case named {name!r} exists already')
+    CASES[name] = case
+
+
+def get_case(name: str) -> TrainStepCase:
+    if name not in CASES:
+        raise KeyError(f'unknown benchmark case {name!r}; known cases: {sorted(CASES)}')
+    return CASES[name]
+
+
+# ---------------------------------------------------------------------------------------------
+# the training step and its measurements
+
+
+def _optim_wrapper(model: nn.Module):
+    from mmengine.optim import OptimWrapper
+    return OptimWrapper(torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05))
+
+
+def _sync(device: str) -> None:
+    if device.startswith('cuda'):
+        torch.cuda.synchronize(device)
+
+
+def _setup(case: TrainStepCase, role: str, img_size: int, batch_size: int, tiny: bool, device: str):
+    torch.manual_seed(0)
+    model = case.build(role, img_size, tiny).to(device).train()
+    data = case.make_batch(batch_size, img_size)
+    return model, _optim_wrapper(model), data
+
+
+CLOCKS = {'wall': time.perf_counter, 'cpu': time.process_time}
+
+
+def time_case(case: TrainStepCase, *, batch_size: int, img_size: int, repeats: int, warmup: int,
+              device: str, tiny: bool = False, clock: str = 'wall') -> Dict[str, List[float]]:
+    """Step times (s) of both models, interleaved after ``warmup`` steps each: ``{role: [times]}``.
+
+    ``clock``: ``'wall'`` (``time.perf_counter``) or ``'cpu'`` (``time.process_time``, the CPU time of
+    all the process's threads: robust against other processes on a shared machine, exact with one
+    thread; with more, OpenMP threads waiting for each other add their spinning).
+    """
+    if clock not in CLOCKS:
+        raise ValueError(f'unknown clock {clock!r}; choose from {sorted(CLOCKS)}')
+    now = CLOCKS[clock]
+    setups = {role: _setup(case, role, img_size, batch_size, tiny, device) for role in ROLES}
+    for _ in range(warmup):
+        for model, optim, data in setups.values():
+            model.train_step(data, optim)
+    _sync(device)
+    times = {role: [] for role in ROLES}
+    for r in range(repeats):
+        for role in (ROLES if r % 2 == 0 else ROLES[::-1]):
+            model, optim, data = setups[role]
+            start = now()
+            model.train_step(data, optim)
+            _sync(device)
+            times[role].append(now() - start)
+    return times
+
+
+def _resident_kib(field: str) -> int:
+    with open('/proc/self/status') as f:
+        for line in f:
+            if line.startswith(field + ':'):
+                return int(line.split()[1])
+    raise RuntimeError(f'{field} not found in /proc/self/status')
+
+
+def _reset_peak_resident_set() -> None:
+    """Set this process's ``VmHWM`` to its current resident set size (Linux >= 4.0)."""
+    with open('/proc/self/clear_refs', 'w') as f:
+        f.write('5')
+
+
+def _peak_memory_in_this_process(case_name: str, role: str, img_size: int, batch_size: int, tiny: bool,
+                                 device: str, steps: int, threads: Optional[int]) -> int:
+    """Peak bytes of ``steps`` training steps of one model (run in a fresh process)."""
+    if threads:
+        torch.set_num_threads(threads)
+    case = get_case(case_name)
+    cuda = device.startswith('cuda')
+    # one step of the case's tiny model first: it pages in the operators' code (shared-library pages
+    # count in the resident set) and creates the math libraries' workspaces, none of it the model's
+    warm_model, warm_optim, warm_data = _setup(case, role, img_size, 2, True, device)
+    warm_model.train_step(warm_data, warm_optim)
+    del warm_model, warm_optim, warm_data
+    gc.collect()
+    _sync(device)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+    else:
+        before = _resident_kib('VmRSS') * 1024
+        _reset_peak_resident_set()
+    model, optim, data = _setup(case, role, img_size, batch_size, tiny, device)
+    for _ in range(steps):
+        model.train_step(data, optim)
+    _sync(device)
+    peak = torch.cuda.max_memory_allocated(device) if cuda else _resident_kib('VmHWM') * 1024
+    return peak - before
+
+
+def _memory_context():
+    """Processes forked from a fork server that has imported the libraries and run nothing else."""
+    ctx = get_context('forkserver')
+    ctx.set_forkserver_preload(['mmpretrain.models', 'mmvitreg.models', __name__])
+    return ctx
+
+
+def peak_memory(case_name: str, *, img_size: int, batch_size: int, device: str, steps: int = 2,
+                tiny: bool = False, threads: Optional[int] = None) -> Dict[str, int]:
+    """Peak memory (bytes) of training steps of each model of a case: ``{role: bytes}``.
+
+    Each model runs in a fresh process of its own; the two processes run at the same time (memory
+    does not depend on the other's CPU use; on CUDA they share the device's memory, not its counters).
+    """
+    with ProcessPoolExecutor(max_workers=len(ROLES), mp_context=_memory_context(), max_tasks_per_child=1) as pool:
+        futures = {
+            role: pool.submit(_peak_memory_in_this_process, case_name, role, img_size, batch_size, tiny, device,
+                              steps, threads)
+            for role in ROLES
+        }
+        return {role: future.result() for role, future in futures.items()}
+
+
+@dataclass
+class CaseResult:
+    """Medians (s), peak memories (bytes) and the verdict of one case."""
+
+    name: str
+    case: TrainStepCase
+    median: Dict[str, float]
+    memory: Dict[str, int]
+
+    @property
+    def time_ratio(self) -> float:
+        return self.median['model'] / self.median['baseline']
+
+    @property
+    def memory_ratio(self) -> float:
+        return self.memory['model'] / self.memory['baseline']
+
+    @property
+    def passed(self) -> bool:
+        return self.time_ratio <= self.case.max_time_ratio
+
+    def report(self, judge: bool = True) -> str:
+        """The table of times and memories, the ratios and (if ``judge``) the verdict."""
+        mib = 2**20
+        verdict = ('PASS' if self.passed else 'FAIL') if judge else 'not judged'
+
+        lines = [
+            f'{"":10s} {"step time (ms, median)":>24s} {"peak memory (MiB)":>19s}',
+            f'{"model":10s} {self.median["model"] * 1e3:24.1f} {self.memory["model"] / mib:19.1f}',
+            f'{"baseline":10s} {self.median["baseline"] * 1e3:24.1f} {self.memory["baseline"] / mib:19.1f}',
+            f'time ratio {self.time_ratio:.3f} (target <= {self.case.max_time_ratio:.3f}): '
+            f'{verdict};  memory ratio {self.memory_ratio:.3f}',
+        ]
+        return '\n'.join(lines)
+
+
+def run_case(name: str, *, batch_size: int, img_size: int, repeats: int, warmup: int, device: str,
+             tiny: bool = False, threads: Optional[int] = None, clock: str = 'wall') -> CaseResult:
+    """Time both models of a case side by side, then measure each one's peak memory."""
+    case = get_case(name)
+    times = time_case(case, batch_size=batch_size, img_size=img_size, repeats=repeats, warmup=warmup,
+                      device=device, tiny=tiny, clock=clock)
+    memory = peak_memory(name, img_size=img_size, batch_size=batch_size, device=device,
+                         steps=max(warmup, 1) + 1, tiny=tiny, threads=threads)
+    return CaseResult(name, case, {role: statistics.median(t) for role, t in times.items()}, memory)
+
+
+# ---------------------------------------------------------------------------------------------
+# cases
+
+
+def classification_batch(batch_size: int, img_size: int, num_classes: int = 1000) -> dict:
+    """Random images (pixel values 0..255) and labels, as mmpretrain's ``ClsDataPreprocessor`` takes them."""
+    from mmpretrain.structures import DataSample
+    g = torch.Generator().manual_seed(0)
+    inputs = torch.randint(0, 256, (batch_size, 3, img_size, img_size), generator=g, dtype=torch.uint8)
+    labels = torch.randint(0, num_classes, (batch_size, ), generator=g)
+    return dict(inputs=inputs, data_samples=[DataSample().set_gt_label(int(y)) for y in labels])
+
+
+def vit_classifier(backbone: dict, embed_dims: int, num_classes: int = 1000) -> nn.Module:
+    """mmpretrain's ``ImageClassifier`` with a ViT cls-token head over ``backbone``."""
+    from mmengine.registry import DefaultScope
+    from mmpretrain.registry import MODELS
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        return MODELS.build(
+            dict(
+                type='ImageClassifier',
+                backbone=backbone,
+                head=dict(type='VisionTransformerClsHead', num_classes=num_classes, in_channels=embed_dims),
+                data_preprocessor=dict(
+                    type='ClsDataPreprocessor', num_classes=num_classes, mean=[127.5] * 3, std=[127.5] * 3,
+                    to_rgb=True)))
+
+
+def _deepvit_arch(name: str, tiny: bool, **overrides) -> dict:
+    """A DeepViT preset as an arch dict; ``tiny`` keeps its layout but shrinks it to 4 blocks of 48 channels."""
+    from mmvitreg.models.backbones import DeepViT
+    arch = dict(DeepViT.arch_zoo[name])
+    if tiny:
+        attn = arch['attn_types']
+        attn = attn if isinstance(attn, str) else list(attn)[-4:]  # keep the last blocks' kinds
+        arch.update(embed_dims=48, num_layers=4, num_heads=4, feedforward_channels=144, attn_types=attn)
+        if arch.get('stem') is not None:
+            arch['stem'] = dict(arch['stem'], channels=16)
+    arch.update(overrides)
+    return arch
+
+
+def _deepvit(name: str, **overrides) -> ModelBuilder:
+    def build(img_size: int, tiny: bool) -> nn.Module:
+        arch = _deepvit_arch(name, tiny, **overrides)
+        return vit_classifier(dict(type='mmvitreg.DeepViT', arch=arch, img_size=img_size), arch['embed_dims'])
+
+    return build
+
+
+def _mmpretrain_vit_like(name: str) -> ModelBuilder:
+    """mmpretrain's own ``VisionTransformer`` with the numbers of a plain DeepViT preset."""
+
+    def build(img_size: int, tiny: bool) -> nn.Module:
+        arch = _deepvit_arch(name, tiny)
+        numbers = {k: arch[k] for k in ('embed_dims', 'num_layers', 'num_heads', 'feedforward_channels')}
+        return vit_classifier(
+            dict(type='VisionTransformer', arch=numbers, img_size=img_size, patch_size=16,
+                 norm_cfg=dict(type='LN', eps=1e-6)), arch['embed_dims'])
+
+    return build
+
+
+register_case(
+    'deepvit-s-vs-msa',
+    TrainStepCase(
+        description='DeepViT-S (re-attention in its last 5 blocks) vs. the same model with standard '
+        'multi-head self-attention in every block',
+        model=_deepvit('s'),
+        baseline=_deepvit('s', attn_types='msa'),
+        make_batch=classification_batch,
+        max_time_ratio=1.10))
+
+register_case(
+    'plain-vs-mmpretrain',
+    TrainStepCase(
+        description='the plain ViT-16B preset of mmvitreg.DeepViT vs. mmpretrain\'s VisionTransformer '
+        'with the same numbers (the plain preset must keep >= 98% of its speed)',
+        model=_deepvit('vit-16b'),
+        baseline=_mmpretrain_vit_like('vit-16b'),
+        make_batch=classification_batch,
+        max_time_ratio=1 / 0.98))
+
+
+def token_label_batch(batch_size: int, img_size: int, num_classes: int = 1000, topk: int = 5,
+                      patch_size: int = 16) -> dict:
+    """:func:`classification_batch` plus each sample's ``token_label`` ``(2, topk, S, S)`` (S = img / patch)."""
+    data = classification_batch(batch_size, img_size, num_classes)
+    g = torch.Generator().manual_seed(1)
+    s = img_size // patch_size
+    for sample in data['data_samples']:
+        probs = torch.rand(topk, s, s, generator=g).softmax(0)
+        index = torch.stack([torch.randperm(num_classes, generator=g)[:topk] for _ in range(s * s)], 1)
+        sample.set_field(torch.stack([probs, index.view(topk, s, s).float()]), 'token_label')
+    return data
+
+
+def _lvvit_arch(tiny: bool) -> dict:
+    """LV-ViT-S as an arch dict; ``tiny`` shrinks it to 4 blocks of 48 channels."""
+    from mmvitreg.models.backbones import LVViT
+    arch = dict(LVViT.arch_zoo['s'])
+    if tiny:
+        arch.update(embed_dims=48, num_layers=4, num_heads=4, feedforward_channels=144,
+                    stem=dict(arch['stem'], channels=16))
+    return arch
+
+
+def _lvvit_token_labeling(img_size: int, tiny: bool) -> nn.Module:
+    """LV-ViT-S trained with token labeling (beta 0.5) and MixToken, as configs/lvvit."""
+    from mmengine.registry import DefaultScope
+    from mmpretrain.registry import MODELS
+    arch = _lvvit_arch(tiny)
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        return MODELS.build(
+            dict(
+                type='mmvitreg.TokenClassifier',
+                backbone=dict(type='mmvitreg.LVViT', arch=arch, img_size=img_size, out_type='raw'),
+                head=dict(type='mmvitreg.TokenLabelHead', num_classes=1000, in_channels=arch['embed_dims']),
+                train_cfg=dict(token_mix=dict(type='mmvitreg.MixToken', patch_size=16)),
+                data_preprocessor=dict(num_classes=1000, mean=[123.675, 116.28, 103.53],
+                                       std=[58.395, 57.12, 57.375], to_rgb=True)))
+
+
+def _lvvit_plain(img_size: int, tiny: bool) -> nn.Module:
+    """The same LV-ViT-S trained with label-smoothed CE on the class token only."""
+    arch = _lvvit_arch(tiny)
+    return vit_classifier(dict(type='mmvitreg.LVViT', arch=arch, img_size=img_size), arch['embed_dims'])
+
+
+register_case(
+    'lvvit-tl-vs-ce',
+    TrainStepCase(
+        description='LV-ViT-S with token labeling (dense aux head, beta 0.5) + MixToken vs. the same backbone '
+        'trained with plain CE on the class token',
+        model=_lvvit_token_labeling,
+        baseline=_lvvit_plain,
+        make_batch=token_label_batch,
+        max_time_ratio=1.03))

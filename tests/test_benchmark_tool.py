@@ -1,0 +1,50 @@
+"""tools/analysis_tools/benchmark_train_step.py: the cases run side by side and report their ratios;
+the case registry and the verdict behave as documented (no timing is asserted)."""
+import re
+
+import pytest
+
+from conftest import run_tool
+from mmvitreg.analysis import train_step_benchmark as bench
+
+
+def test_tool_runs_every_case_with_tiny_models(tmp_path):
+    proc = run_tool(['analysis_tools/benchmark_train_step.py', '--tiny', '--repeats', 1, '--warmup', 0,
+                     '--batch-size', 2, '--img-size', 32, '--threads', 1, '--clock', 'cpu'], cwd=tmp_path)
+    out = proc.stdout
+    for name in bench.CASES:
+        assert f'== {name}:' in out
+    ratios = re.findall(r'time ratio (\d+\.\d+) \(target <= (\d+\.\d+)\): not judged;  memory ratio (\d+\.\d+)', out)
+    assert len(ratios) == len(bench.CASES)
+    assert all(float(t) > 0 and float(m) > 0 for t, _, m in ratios)
+    assert {float(target) for _, target, _ in ratios} == {round(c.max_time_ratio, 3) for c in bench.CASES.values()}
+    rows = re.findall(r'^(model|baseline) +(\d+\.\d) +(\d+\.\d)$', out, flags=re.M)
+    assert len(rows) == 2 * len(bench.CASES) and all(float(ms) > 0 and float(mib) > 0 for _, ms, mib in rows)
+
+
+def test_tiny_cases_build_the_models_they_promise():
+    """deepvit-s-vs-msa: re-attention only in the model under test; plain-vs-mmpretrain: mmvitreg's
+    backbone against mmpretrain's own VisionTransformer with the same numbers."""
+    from mmvitreg.models.layers import ReAttention
+    case = bench.get_case('deepvit-s-vs-msa')
+    model, baseline = case.build('model', 32, True), case.build('baseline', 32, True)
+    assert any(isinstance(m, ReAttention) for m in model.modules())
+    assert not any(isinstance(m, ReAttention) for m in baseline.modules())
+    assert type(model.backbone.patch_embed) is type(baseline.backbone.patch_embed)
+    case = bench.get_case('plain-vs-mmpretrain')
+    model, baseline = case.build('model', 32, True), case.build('baseline', 32, True)
+    assert type(model.backbone).__module__.startswith('mmvitreg')
+    assert type(baseline.backbone).__module__.startswith('mmpretrain')
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in baseline.parameters())
+
+
+def test_registry_and_verdict():
+    with pytest.raises(KeyError, match='known cases'):
+        bench.get_case('no-such-case')
+    case = bench.get_case('deepvit-s-vs-msa')
+    with pytest.raises(KeyError, match='exists already'):
+        bench.register_case('deepvit-s-vs-msa', case)
+    memory = dict(model=2, baseline=1)
+    assert bench.CaseResult('x', case, dict(model=1.10, baseline=1.0), memory).passed
+    assert not bench.CaseResult('x', case, dict(model=1.11, baseline=1.0), memory).passed
+    assert 'FAIL' in bench.CaseResult('x', case, dict(model=1.2, baseline=1.0), memory).report()

@@ -1,0 +1,77 @@
+"""Time (and weigh) a full training step of a model against its baseline, side by side in one run.
+
+    python tools/analysis_tools/benchmark_train_step.py [--case NAME ...] [--device cpu|cuda]
+        [--batch-size 8] [--img-size 224] [--repeats 10] [--warmup 2] [--threads N] [--clock wall|cpu]
+    [--tiny] [--list]
+
+Each case (``--list`` shows them; default: all) compares a model under test with a baseline:
+forward + loss + backward + AdamW step (``model.train_step``), both models alternating after warm-up,
+median step time, their ratio against the case's target, and each model's peak memory measured
+in a fresh process (``torch.cuda.max_memory_allocated`` on CUDA, the peak resident set size on
+CPU; see :mod:`mmvitreg.analysis.train_step_benchmark`). ``--tiny`` swaps in toy versions of the
+models to check that a case runs (its ratios mean nothing and no target is judged). The exit status
+is 1 when a judged case misses its target. New cases are registered in that module.
+"""
+import argparse
+import sys
+
+import torch
+
+import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
+from mmvitreg.analysis.train_step_benchmark import CASES, run_case
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='Training-step time and memory of a model vs. its baseline')
+    parser.add_argument('--case', nargs='+', choices=sorted(CASES), default=sorted(CASES), metavar='NAME',
+                        help=f'cases to run (default: all): {", ".join(sorted(CASES))}')
+    parser.add_argument('--list', action='store_true', help='list the cases and exit')
+    parser.add_argument('--device', choices=['cpu', 'cuda'], default='cpu')
+    parser.add_argument('--batch-size', type=int, default=8)
+    parser.add_argument('--img-size', type=int, default=224)
+    parser.add_argument('--repeats', type=int, default=10, help='timed steps per model (after warm-up)')
+    parser.add_argument('--warmup', type=int, default=2, help='untimed steps per model first')
+    parser.add_argument('--threads', type=int, help='torch CPU threads (default: torch\'s choice)')
+    parser.add_argument('--clock', choices=['wall', 'cpu'], default='wall',
+                        help='wall time, or the process\'s CPU time (steadier on a busy machine; use it with '
+                        '--threads 1, as more threads add their waiting)')
+    parser.add_argument('--tiny', action='store_true',
+                        help='toy-sized models: checks that the cases run; ratios are not judged')
+    args = parser.parse_args(argv)
+    if min(args.batch_size, args.img_size, args.repeats) < 1 or args.warmup < 0:
+        parser.error('--batch-size, --img-size and --repeats must be positive, --warmup non-negative')
+    if args.device == 'cuda' and not torch.cuda.is_available():
+        parser.error('--device cuda: no CUDA device is available')
+    if args.device == 'cuda' and args.clock == 'cpu':
+        parser.error('--clock cpu measures CPU work; time CUDA steps with --clock wall')
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.list:
+        for name in sorted(CASES):
+            print(f'{name}: {CASES[name].description} (target: time ratio <= {CASES[name].max_time_ratio:.3f})')
+        return
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f'device {args.device}, {torch.get_num_threads()} threads, batch {args.batch_size}, '
+          f'{args.img_size}x{args.img_size} images, {args.repeats} timed steps per model after '
+          f'{args.warmup} warm-up steps (interleaved, median, {args.clock} clock)'
+          f'{"; TINY models" if args.tiny else ""}')
+    missed = []
+    for name in args.case:
+        res = run_case(name, batch_size=args.batch_size, img_size=args.img_size, repeats=args.repeats,
+                       warmup=args.warmup, device=args.device, tiny=args.tiny, threads=args.threads,
+                       clock=args.clock)
+        print(f'\n== {name}: {res.case.description}')
+        print(res.report(judge=not args.tiny))
+        if not res.passed and not args.tiny:
+            missed.append(name)
+    if missed:
+        print(f'\ntargets missed: {", ".join(missed)}')
+        sys.exit(1)
+
+
+if __name__ == '__main__':
+    main()
