@@ -5,15 +5,22 @@
 _base_ = 'mmdet::convnext/cascade-mask-rcnn_convnext-t-p4-w7_fpn_4conv1fc-giou_amp-ms-crop-3x_coco.py'
 
 num_classes = 10
+width = 32  # FPN and head channels (the recipe: 256, with 1024-wide fcs)
 model = dict(
     backbone=dict(
         arch=dict(_delete_=True, depths=[1, 1, 2, 1], channels=[16, 32, 64, 128]), drop_path_rate=0.1,
         init_cfg=None),
-    neck=dict(in_channels=[16, 32, 64, 128]),
+    neck=dict(in_channels=[16, 32, 64, 128], out_channels=width),
+    rpn_head=dict(in_channels=width, feat_channels=width),
     roi_head=dict(
-        # a list replaces the inherited one: keep the three cascade stages, change their classes
-        bbox_head=[dict(head, num_classes=num_classes) for head in _base_.model.roi_head.bbox_head],
-        mask_head=dict(num_classes=num_classes)))
+        bbox_roi_extractor=dict(out_channels=width),
+        # a list replaces the inherited one: keep the three cascade stages, shrink them
+        bbox_head=[
+            dict(head, num_classes=num_classes, in_channels=width, conv_out_channels=width, fc_out_channels=64)
+            for head in _base_.model.roi_head.bbox_head
+        ],
+        mask_roi_extractor=dict(out_channels=width),
+        mask_head=dict(num_classes=num_classes, in_channels=width, conv_out_channels=width)))
 
 data_root = 'data/digits_coco/'
 metainfo = dict(classes=tuple(f'digit_{i}' for i in range(num_classes)))

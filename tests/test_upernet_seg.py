@@ -1,0 +1,65 @@
+"""DeepViT and LV-ViT UperNet configs (multi-level neck), shrunk, train and test through tools/train.py
+and tools/test.py on the bundled ADE20K-layout digits set."""
+import json
+
+import pytest
+import torch
+from mmengine.config import Config
+
+from conftest import CONFIGS, run_tool
+
+DIGITS = CONFIGS / '_base_' / 'datasets' / 'digits_ade20k.py'
+# DeepViT-S in miniature: CNN stem, residual scale 0.5, re-attention (with transform_scale) in the last blocks
+TINY_DEEPVIT = dict(embed_dims=32, num_layers=4, num_heads=2, feedforward_channels=96,
+                    attn_types=[False, False, True, True], attn_cfgs=dict(reattn=dict(transform_scale=True)),
+                    stem=dict(channels=16, num_convs=2), scale_adjustment=0.5)
+# LV-ViT-S in miniature: 3-conv stem, residual branches divided by skip_lam 2, plain attention
+TINY_LVVIT = dict(embed_dims=32, num_layers=4, num_heads=2, feedforward_channels=96,
+                  stem=dict(channels=16, num_convs=3), skip_lam=2.)
+CASES = {
+    'deepvit': (CONFIGS / 'deepvit' / 'upernet_deepvit-s_mln_8xb2-160k_ade20k-512x512.py', TINY_DEEPVIT,
+                # re-attention only in the last two blocks, under mmpretrain-style keys
+                {'backbone.layers.3.attn.reatten_matrix.weight', 'backbone.layers.3.attn.var_norm.running_mean'},
+                {'backbone.layers.1.attn.reatten_matrix.weight', 'backbone.patch_embed.conv3.weight'}),
+    'lvvit': (CONFIGS / 'lvvit' / 'upernet_lvvit-s_mln_8xb2-160k_ade20k-512x512.py', TINY_LVVIT,
+              {'backbone.patch_embed.conv3.weight', 'backbone.layers.3.attn.qkv.weight'},
+              {'backbone.layers.3.attn.reatten_matrix.weight', 'backbone.layers.3.attn.qkv.bias'}),
+}
+
+
+def shrunk_config(seg_config, arch, path):
+    """The DeepViT UperNet config with a tiny backbone and heads, reading the digits set, as one file."""
+    import mmvitreg  # noqa: F401  (mmseg:: bases need mmvitreg.compat)
+    cfg = Config.fromfile(str(seg_config))
+    digits = Config.fromfile(str(DIGITS))
+    for key in ('train_dataloader', 'val_dataloader', 'test_dataloader', 'val_evaluator', 'test_evaluator',
+                'tta_pipeline'):
+        cfg[key] = digits[key]
+    cfg.train_dataloader.batch_size = 2
+    cfg.model.data_preprocessor.size = digits.crop_size
+    cfg.model.backbone.update(arch=arch, img_size=digits.crop_size, out_indices=(0, 1, 2, 3), init_cfg=None)
+    cfg.model.neck.update(in_channels=[32] * 4, out_channels=32)
+    cfg.model.decode_head.update(in_channels=[32] * 4, channels=32, num_classes=11)
+    cfg.model.auxiliary_head.update(in_channels=32, channels=16, num_classes=11)
+    cfg.train_cfg.update(max_iters=2, val_interval=2)
+    cfg.default_hooks.checkpoint.interval = 2
+    cfg.dump(str(path))
+    return path
+
+
+@pytest.mark.parametrize('family', sorted(CASES))
+def test_upernet_trains_and_tests_on_digits(family, digits_workspace, tmp_path):
+    seg_config, arch, present, absent = CASES[family]
+    cfg = shrunk_config(seg_config, arch, tmp_path / f'upernet_tiny-{family}_digits.py')
+    work = tmp_path / 'work'
+    run_tool(['train.py', cfg, '--work-dir', work], cwd=digits_workspace)
+    ckpt = (work / 'last_checkpoint').read_text().strip()
+    assert ckpt.endswith('iter_2.pth')
+    state = torch.load(ckpt, map_location='cpu', weights_only=False)['state_dict']
+    assert present | {'neck.lateral_convs.0.conv.weight', 'decode_head.conv_seg.weight'} <= set(state)
+    assert not absent & set(state)
+
+    proc = run_tool(['test.py', cfg, ckpt, '--work-dir', work], cwd=digits_workspace)
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith('metrics: ')][-1]
+    metrics = json.loads(line[len('metrics: '):])
+    assert {'mIoU', 'aAcc'} <= set(metrics) and 0 <= metrics['aAcc'] <= 100
