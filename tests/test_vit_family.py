@@ -53,10 +53,14 @@ def test_preset_architecture_details():
 
 def test_presets_build_from_the_registry():
     """`type='mmvitreg.DeepViT'` / `'mmvitreg.LVViT'` resolve from mmpretrain's registry."""
+    from mmengine.registry import DefaultScope
     from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
     with torch.device('meta'):
         assert isinstance(MMPRETRAIN_MODELS.build(dict(type='mmvitreg.DeepViT', arch='16b')), DeepViT)
-        assert isinstance(MODELS.build(dict(type='LVViT', arch='t')), LVViT)
+        assert isinstance(MMPRETRAIN_MODELS.build(dict(type='mmvitreg.LVViT', arch='t')), LVViT)
+        # a bare name in mmvitreg's own registry, whatever default scope an earlier test set
+        with DefaultScope.overwrite_default_scope('mmvitreg'):
+            assert isinstance(MODELS.build(dict(type='LVViT', arch='t')), LVViT)
     assert DeepViT.accepts_trace and LVViT.accepts_trace
 
 
