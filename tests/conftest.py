@@ -1,5 +1,6 @@
 """Shared fixtures: the repository paths, a runner for the tools, the bundled digits data sets."""
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,11 +18,19 @@ def tool_env():
     return env
 
 
-def run_tool(args, cwd, check=True, timeout=600):
+def free_port():
+    """A TCP port nothing listens on now (for a torchrun rendezvous)."""
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def run_tool(args, cwd, check=True, timeout=600, env=None):
     """Run ``tools/<args[0]>`` (a .py with this interpreter, a .sh with bash) in ``cwd``."""
     tool = TOOLS / args[0]
     cmd = (['bash', str(tool)] if tool.suffix == '.sh' else [sys.executable, str(tool)]) + [str(a) for a in args[1:]]
-    proc = subprocess.run(cmd, cwd=cwd, env=tool_env(), capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, cwd=cwd, env={**tool_env(), **(env or {})}, capture_output=True, text=True,
+                          timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f'{" ".join(cmd)} exited {proc.returncode}\n--- stdout\n{proc.stdout[-6000:]}'
                              f'\n--- stderr\n{proc.stderr[-6000:]}')

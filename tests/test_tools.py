@@ -6,7 +6,7 @@ import re
 import torch
 from mmengine.config import Config
 
-from conftest import CONFIGS, run_tool
+from conftest import CONFIGS, free_port, run_tool
 
 CLS = CONFIGS / 'demo' / 'deit-tiny_1xb64_digits.py'
 SEG = CONFIGS / 'demo' / 'swin-tiny_upernet_1xb8-2k_digits-ade20k-128x128.py'
@@ -86,7 +86,7 @@ def test_two_cpu_processes_through_dist_train(digits_workspace, tmp_path):
     """`bash tools/dist_train.sh CONFIG 2` on a CPU-only machine: gloo, DDP without device ids."""
     work = tmp_path / 'dist'
     proc = run_tool(['dist_train.sh', CLS, 2, '--work-dir', work, '--cfg-options', 'train_cfg.max_epochs=1',
-                     *CLS_SMALL], cwd=digits_workspace)
+                     *CLS_SMALL], cwd=digits_workspace, env={'PORT': str(free_port())})
     out = proc.stdout + proc.stderr
     assert 'Distributed training: True' in out and 'GPU number: 2' in out
     # the two ranks share the 256 images: 256 / (2 x 64) = 2 iterations per epoch, not 4
