@@ -31,8 +31,9 @@ Geometry
 The map is never resampled during augmentation. :class:`TokenLabelMap` keeps it untouched together
 with one 3x3 affine matrix from the current (augmented) image's pixel coordinates to the original
 image's pixel coordinates; every geometric transform composes its own output-to-input matrix onto
-it, and :class:`~mmvitreg.datasets.token_label_target.TokenLabelTarget` samples the map once, at the
-end. Coordinates are continuous: pixel ``(row i, col j)`` covers ``[j, j+1) x [i, i+1)``, so its
+it; :class:`~mmvitreg.datasets.token_label_target.TokenLabelTarget` packs the map with the matrix and
+the batch reads it once under every token
+(:func:`~mmvitreg.datasets.token_label_target.token_label_targets`). Coordinates are continuous: pixel ``(row i, col j)`` covers ``[j, j+1) x [i, i+1)``, so its
 centre is ``(j + 0.5, i + 0.5)``; cv2's resize uses the same convention, and cv2's warp matrices
 (index coordinates, pixel centre ``(j, i)``) are converted by :func:`warp_to_affine`.
 """
@@ -271,20 +272,20 @@ class TokenLabelMap:
         self.affine = self.affine @ matrix
         self.img_shape = tuple(dst_shape)
 
-    def map_matrix(self) -> np.ndarray:
-        """``(3, 3)`` from the current image's continuous pixel coordinates to continuous map
-        coordinates ``(column, row)`` (map cell ``(i, j)`` covers ``[j, j+1) x [i, i+1)``)."""
+    def image_on_map(self) -> Tuple[float, float, float, float]:
+        """``(x0, y0, x1, y1)``: the original image in continuous map coordinates (the whole map
+        for ``region='full'``, wider than the map for ``'center_square'``)."""
         h0, w0 = self.ori_shape
         h, w = self.label_map.shape[-2:]
         if self.region == 'full':
-            to_map = np.diag([w / w0, h / h0, 1.])
-        else:
-            side = min(h0, w0)
-            to_map = np.diag([w / side, h / side, 1.]) @ translation_matrix((side - w0) / 2, (side - h0) / 2)
-        return to_map @ self.affine
+            return 0., 0., float(w), float(h)
+        side = min(h0, w0)
+        x0, y0 = (side - w0) / 2 * w / side, (side - h0) / 2 * h / side
+        return x0, y0, x0 + w0 * w / side, y0 + h0 * h / side
 
-    def inside(self, xy: np.ndarray) -> np.ndarray:
-        """``(P,)`` bool: whether points ``(P, 2)`` (x, y) of the current image come from inside the
-        original image."""
-        xy0 = xy @ self.affine[:2, :2].T + self.affine[:2, 2]
-        return ((xy0 >= 0) & (xy0 < self.ori_shape[::-1])).all(1)
+    def map_matrix(self) -> np.ndarray:
+        """``(3, 3)`` from the current image's continuous pixel coordinates to continuous map
+        coordinates ``(column, row)`` (map cell ``(i, j)`` covers ``[j, j+1) x [i, i+1)``)."""
+        x0, y0, x1, y1 = self.image_on_map()
+        h0, w0 = self.ori_shape
+        return translation_matrix(x0, y0) @ np.diag([(x1 - x0) / w0, (y1 - y0) / h0, 1.]) @ self.affine
