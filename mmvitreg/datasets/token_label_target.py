@@ -98,7 +98,7 @@ class TokenLabelTarget(BaseTransform):
 
     def pack(self, label_map, img_shape: Tuple[int, int]) -> PackedLabelMap:
         """The :class:`PackedLabelMap` of a :class:`~mmvitreg.datasets.label_maps.TokenLabelMap`."""
-        return PackedLabelMap(torch.from_numpy(label_map.label_map.copy()), torch.from_numpy(label_map.map_matrix()),
+        return PackedLabelMap(torch.from_numpy(label_map.label_map), torch.from_numpy(label_map.map_matrix()),
                               img_shape, label_map.image_on_map(), self.token_label_size, self.topk,
                               self.samples_per_token, self.logit_fill, self.num_classes)
 
@@ -173,17 +173,18 @@ def _read_maps(packed: List[PackedLabelMap], device) -> Tensor:
     # sample points: normalised grid -> image pixels -> map coordinates, one batched matmul
     scale = torch.tensor([[p.img_shape[1], p.img_shape[0], 1.] for p in packed], dtype=torch.float64)
     to_map = torch.stack([p.matrix for p in packed]) * scale[:, None, :]  # (B, 3, 3) = matrix @ diag
-    centres = (torch.arange(side, dtype=torch.float64) + 0.5) / side
-    ys, xs = torch.meshgrid(centres, centres, indexing='ij')
+    token, sub = torch.arange(s, dtype=torch.float64) * n, torch.arange(n, dtype=torch.float64) + 0.5
+    line = (token[:, None] + sub).div(side)  # (S, n): the coordinates of a token's points
+    ys = line[:, None, :, None].expand(s, s, n, n)  # points ordered (token row, token col, i, j)
+    xs = line[None, :, None, :].expand(s, s, n, n)
     grid = torch.stack([xs.flatten(), ys.flatten(), torch.ones(side * side, dtype=torch.float64)], 1)
-    xy = (grid @ to_map[:, :2].transpose(1, 2)).to(device)  # (B, P, 2), P = side^2, rows first
+    xy = (grid @ to_map[:, :2].transpose(1, 2)).to(device)  # (B, P, 2), P = S^2 n^2, token-major
     region = torch.tensor([p.image_on_map for p in packed], dtype=torch.float64, device=device)
-    inside = ((xy >= region[:, None, :2]) & (xy < region[:, None, 2:])).all(-1).float()  # (B, P)
+    inside = ((xy >= region[:, None, :2]) & (xy < region[:, None, 2:])).all(-1).float().view(B, s * s, n * n)
 
-    # weight of every point in its token: (B, S, n, S, n) -> per token
+    # weight of every point in its token
     if fill is None:  # mean over the token's in-image points
-        per_token = inside.view(B, s, n, s, n).sum((2, 4), keepdim=True).clamp(min=1)
-        point_weight = (inside.view(B, s, n, s, n) / per_token).view(B, -1)
+        point_weight = inside / inside.sum(2, keepdim=True).clamp(min=1)
     else:  # mean over all the token's points; outside ones hold logit_fill for every class
         point_weight = inside / n ** 2
 
@@ -196,19 +197,15 @@ def _read_maps(packed: List[PackedLabelMap], device) -> Tensor:
     cy = torch.stack([low[..., 1].clamp(0, h - 1), (low[..., 1] + 1).clamp(0, h - 1)], -1)
     wx = torch.stack([1 - frac[..., 0], frac[..., 0]], -1)
     wy = torch.stack([1 - frac[..., 1], frac[..., 1]], -1)
-    flat = (cy[..., :, None] * w + cx[..., None, :]).view(B, 1, -1)  # (B, 1, P * 4)
-    weight = (wy[..., :, None] * wx[..., None, :] * point_weight[..., None, None]).view(B, 1, -1)
+    flat = (cy[..., :, None] * w + cx[..., None, :]).view(B, -1, 1).expand(-1, -1, k)  # (B, P * 4, k)
+    weight = wy[..., :, None] * wx[..., None, :] * point_weight.view(B, -1, 1, 1)  # (B, P, 2, 2)
 
+    # the (class, value) pairs of each token, cells first: (B, h * w, k) -> (B * S * S, n * n * 4 * k)
     logits, classes = maps[:, 0].flatten(2), maps[:, 1].flatten(2).long()  # (B, k, h * w)
     values = logits.softmax(1) if fill is None else logits - fill  # relative to the unstored classes
-    values = values.gather(2, flat.expand(-1, k, -1)) * weight  # (B, k, P * 4)
-    classes = classes.gather(2, flat.expand(-1, k, -1))
-
-    # the (class, value) pairs of each token: (B, k, S, n, S, n, 4) -> (B * S * S, k * n * n * 4)
-    def per_token_rows(t):
-        return t.view(B, k, s, n, s, n, 4).permute(0, 2, 4, 1, 3, 5, 6).reshape(B * s * s, -1)
-
-    values, classes = per_token_rows(values), per_token_rows(classes)
+    values = values.transpose(1, 2).gather(1, flat) * weight.view(B, -1, 1)
+    classes = classes.transpose(1, 2).gather(1, flat)
+    values, classes = values.view(B * s * s, -1), classes.view(B * s * s, -1)
     classes, order = classes.sort(1)
     values = values.gather(1, order)
     run = torch.cat([classes.new_zeros(len(classes), 1), (classes[:, 1:] != classes[:, :-1]).long()], 1).cumsum(1)
