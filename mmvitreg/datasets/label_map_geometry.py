@@ -8,8 +8,8 @@ for the image; each reads back the random parameters it just drew (mmcv's ``cach
 cache: the cached draw is the one the image used) and composes the matching
 output-to-input matrix onto ``results['token_label_map']``
 (:class:`~mmvitreg.datasets.label_maps.TokenLabelMap`). The map itself is sampled once, per batch,
-by ``TokenClsDataPreprocessor`` (packed by ``TokenLabelTarget``). Without ``token_label_map`` in ``results`` they behave exactly like their
-parents.
+by ``TokenClsDataPreprocessor`` (packed by ``TokenLabelTarget``). Without ``token_label_map`` in
+``results`` they behave exactly like their parents.
 
 The official code flips and rotates/shears/translates the map with ``scipy.ndimage`` and crops it
 later with ``roi_align``; composing one matrix gives the same geometry without resampling the map at

@@ -33,9 +33,10 @@ with one 3x3 affine matrix from the current (augmented) image's pixel coordinate
 image's pixel coordinates; every geometric transform composes its own output-to-input matrix onto
 it; :class:`~mmvitreg.datasets.token_label_target.TokenLabelTarget` packs the map with the matrix and
 the batch reads it once under every token
-(:func:`~mmvitreg.datasets.token_label_target.token_label_targets`). Coordinates are continuous: pixel ``(row i, col j)`` covers ``[j, j+1) x [i, i+1)``, so its
-centre is ``(j + 0.5, i + 0.5)``; cv2's resize uses the same convention, and cv2's warp matrices
-(index coordinates, pixel centre ``(j, i)``) are converted by :func:`warp_to_affine`.
+(:func:`~mmvitreg.datasets.token_label_target.token_label_targets`). Coordinates are continuous:
+pixel ``(row i, col j)`` covers ``[j, j+1) x [i, i+1)``, so its centre is ``(j + 0.5, i + 0.5)``;
+cv2's resize uses the same convention, and cv2's warp matrices (index coordinates, pixel centre
+``(j, i)``) are converted by :func:`warp_to_affine`.
 """
 import collections
 import io
@@ -69,6 +70,8 @@ def label_map_path(label_root: str, img_path: str, img_prefix: Optional[str] = N
     """
     if img_prefix is None:
         rel = osp.join(*os.path.normpath(img_path).split(os.sep)[-2:])
+    elif img_path.startswith(img_prefix.rstrip(os.sep) + os.sep):  # the usual case, without relpath's cost
+        rel = img_path[len(img_prefix.rstrip(os.sep)) + 1:]
     else:
         rel = osp.relpath(img_path, img_prefix)
         if rel.startswith('..'):
@@ -101,14 +104,16 @@ def check_label_map(label_map, path: str, num_classes: Optional[int] = None) -> 
                          f'got shape {tuple(label_map.shape)}')
     if label_map.dtype not in (np.float16, np.float32):
         raise ValueError(f'malformed token label map {path}: expected {expect}, got dtype {label_map.dtype}')
-    if not np.isfinite(label_map).all():
+    # few numpy calls (numpy's float16 arithmetic is slow): a sum is finite iff every value is
+    if not np.isfinite(label_map.sum(dtype=np.float64)):
         raise ValueError(f'malformed token label map {path}: it holds NaN or infinite values')
-    index = label_map[1].astype(np.float32)  # numpy's float16 arithmetic is slow
-    if index.min() < 0 or (index != np.round(index)).any():
+    index = label_map[1]
+    classes = index.astype(np.int64)
+    if classes.min() < 0 or (classes != index).any():
         raise ValueError(f'malformed token label map {path}: [1] must hold class indices '
                          '(non-negative integers)')
-    if num_classes is not None and index.max() >= num_classes:
-        raise ValueError(f'malformed token label map {path}: class index {int(index.max())} '
+    if num_classes is not None and classes.max() >= num_classes:
+        raise ValueError(f'malformed token label map {path}: class index {int(classes.max())} '
                          f'is out of range for num_classes={num_classes}')
     return label_map
 

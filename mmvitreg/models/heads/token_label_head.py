@@ -50,12 +50,13 @@ class TokenLabelHead(VisionTransformerClsHead):
     norm, extra (class) tokens first, and ``trace`` the filled :class:`TokenTrace` (for
     ``num_extra_tokens``, ``grid`` and the plan), both given by :class:`TokenClassifier`. Each
     data sample carries ``token_label`` (read per batch by ``TokenClsDataPreprocessor``):
-    ``(2, k, S, S)`` float, ``[0]`` the top-k token-label probabilities and ``[1]`` their class indices, ``(S, S)`` the token grid. Without
-    ``token_label`` in the data (plain data) set ``beta=0`` (the official transfer setting
-    ``--dense-weight 0``): the head then trains the class token only; with ``beta > 0`` missing
-    labels raise an error rather than train silently without the dense term. The loss is exact for
-    the stored top-k distribution; with maps read the official way (``TokenLabelTarget(logit_fill=0)``,
-    top-k probabilities not renormalised) the remaining ``1 - sum_k`` mass is not part of the target.
+    ``(2, k, S, S)`` float, ``[0]`` the top-k token-label probabilities and ``[1]`` their class
+    indices, ``(S, S)`` the token grid. Without ``token_label`` in the data (plain data) set
+    ``beta=0`` (the official transfer setting ``--dense-weight 0``): the head then trains the class
+    token only; with ``beta > 0`` missing labels raise an error rather than train silently without
+    the dense term. The loss is exact for the stored top-k distribution; with maps read the official
+    way (``TokenLabelTarget(logit_fill=0)``, top-k probabilities not renormalised) the remaining
+    ``1 - sum_k`` mass is not part of the target.
 
     Args:
         num_classes (int): Number of classes ``C``.
