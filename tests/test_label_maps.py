@@ -15,6 +15,8 @@ from mmengine.registry import init_default_scope
 from mmpretrain.registry import TRANSFORMS
 
 from mmvitreg.datasets.label_maps import TokenLabelMap, label_map_path, load_label_map, save_label_map
+from mmvitreg.datasets.token_label_target import TokenLabelTarget, token_label_targets
+from mmvitreg.models.data_preprocessors import TokenClsDataPreprocessor
 
 BINS = 8  # position classes: class = BINS * row_bin + col_bin
 H0, W0 = 120, 200  # non-square original image
@@ -82,9 +84,21 @@ def pipeline(tmp_path, policies, region='full', flip_direction='horizontal', **t
         dict(type='mmvitreg.RandAugmentWithLabelMap', policies=policies, num_policies=len(policies),
              magnitude_level=9, magnitude_std=0.5, hparams=dict(pad_val=0)),
         dict(type='mmvitreg.TokenLabelTarget', token_label_size=S, topk=3, **target_kwargs),
-        dict(type='PackInputs', algorithm_keys=['token_label']),
+        dict(type='PackInputs', algorithm_keys=['token_label_map']),
     ]
     return [TRANSFORMS.build(c) for c in cfgs]
+
+
+def read_batch(packed):
+    """The token labels the data preprocessor computes for a batch of packed samples."""
+    data = TokenClsDataPreprocessor()(dict(inputs=[p['inputs'] for p in packed],
+                                           data_samples=[p['data_samples'] for p in packed]), training=True)
+    return [sample.token_label for sample in data['data_samples']]
+
+
+def targets_of(transform, label_map, img_shape):
+    """One sample's ``(2, topk, S, S)`` token label, packed by ``transform`` and read as a batch of one."""
+    return token_label_targets([transform.pack(label_map, img_shape)])[0]
 
 
 def run(transforms, tmp_path, img):
@@ -105,11 +119,10 @@ def test_token_targets_follow_crop_flip_and_spatial_randaugment(tmp_path, region
     img = position_image()
     checked, classes_seen = 0, set()
     np.random.seed(0)
-    for _ in range(6):
+    packed = [run(transforms, tmp_path, img) for _ in range(6)]  # one batch of 6 random augmentations
+    for sample, target in zip(packed, read_batch(packed)):
         # the pipeline's geometry, replayed on the position image: crop, flip, RandAugment ops
-        packed = run(transforms, tmp_path, img)
-        out_img = packed['inputs'].permute(1, 2, 0).numpy()
-        target = packed['data_samples'].token_label
+        out_img = sample['inputs'].permute(1, 2, 0).numpy()
         assert target.shape == (2, 3, S, S) and target.dtype == torch.float32
         expect = expected_classes(out_img)
         valid = expect >= 0
@@ -137,7 +150,7 @@ def test_transposed_map_reading_is_caught(tmp_path):
     swap = np.array([[0., 1., 0.], [1., 0., 0.], [0., 0., 1.]])
     # normalised (y, x) read as (x, y)
     label_map.affine = np.diag([W0 / H0, H0 / W0, 1.]) @ swap @ label_map.affine
-    target = transforms[4].token_targets(label_map, label_map.img_shape)
+    target = targets_of(transforms[4], label_map, label_map.img_shape)
     expect = expected_classes(results['img'])
     valid = expect >= 0
     assert (target[1, 0].numpy().astype(int)[valid] != expect[valid]).mean() > 0.5
@@ -149,11 +162,10 @@ def identity_map(logits, classes, shape=(28, 28)):
 
 def test_paper_reading_softmax_over_stored_topk():
     """Default: a token's score is the teacher's softmax over the stored top-k logits (renormalised)."""
-    from mmvitreg.datasets.token_label_target import TokenLabelTarget
     logits = np.array([2., 1., 0.])[:, None, None] * np.ones((3, 4, 4))
     classes = np.array([7., 3., 5.])[:, None, None] * np.ones((3, 4, 4))
     label_map = identity_map(logits, classes)
-    target = TokenLabelTarget(token_label_size=2, topk=3).token_targets(label_map, (28, 28))
+    target = targets_of(TokenLabelTarget(token_label_size=2, topk=3), label_map, (28, 28))
     expect = np.exp([2., 1., 0.]) / np.exp([2., 1., 0.]).sum()
     np.testing.assert_allclose(target[0].permute(1, 2, 0).reshape(-1, 3).numpy(), np.tile(expect, (4, 1)),
                                rtol=1e-6)
@@ -162,11 +174,10 @@ def test_paper_reading_softmax_over_stored_topk():
 
 def test_official_reading_softmax_over_all_classes():
     """logit_fill=0: stored logits scattered into all C classes (0 elsewhere), softmax over C."""
-    from mmvitreg.datasets.token_label_target import TokenLabelTarget
     logits = np.array([2., 1., 0.])[:, None, None] * np.ones((3, 4, 4))
     classes = np.array([7., 3., 5.])[:, None, None] * np.ones((3, 4, 4))
-    target = TokenLabelTarget(token_label_size=2, topk=2, logit_fill=0., num_classes=10).token_targets(
-        identity_map(logits, classes), (28, 28))
+    target = targets_of(TokenLabelTarget(token_label_size=2, topk=2, logit_fill=0., num_classes=10),
+                        identity_map(logits, classes), (28, 28))
     z = np.exp([2., 1., 0.]).sum() + 7
     np.testing.assert_allclose(target[0, :, 0, 0].numpy(), np.exp([2., 1.]) / z, rtol=1e-6)
     with pytest.raises(ValueError, match='num_classes'):
@@ -175,9 +186,8 @@ def test_official_reading_softmax_over_all_classes():
 
 def test_token_score_is_mean_over_its_region():
     """Eq. 6's y^i: one token over a map whose left half is class 1 and right half class 2 gets 1/2 each."""
-    from mmvitreg.datasets.token_label_target import TokenLabelTarget
     label_map = identity_map(np.zeros((1, 1, 2)), np.array([[[1., 2.]]]), shape=(10, 20))
-    target = TokenLabelTarget(token_label_size=1, topk=2).token_targets(label_map, (10, 20))
+    target = targets_of(TokenLabelTarget(token_label_size=1, topk=2), label_map, (10, 20))
     np.testing.assert_allclose(target[0, :, 0, 0].numpy(), [0.5, 0.5])
     assert sorted(target[1, :, 0, 0].tolist()) == [1., 2.]
 
@@ -185,18 +195,95 @@ def test_token_score_is_mean_over_its_region():
 def test_outside_the_image():
     """Tokens over the pad area (here: the image translated by its full width) carry no label (paper
     reading), or the fill logit for every class, i.e. a uniform distribution (official reading)."""
-    from mmvitreg.datasets.token_label_target import TokenLabelTarget
     logits = np.array([2., 1.])[:, None, None] * np.ones((2, 4, 4))
     classes = np.array([1., 2.])[:, None, None] * np.ones((2, 4, 4))
     label_map = identity_map(logits, classes)
     # x_in = x_out - 14: the left half of the output comes from outside the image
     label_map.compose(np.array([[1., 0., -14.], [0., 1., 0.], [0., 0., 1.]]), (28, 28), (28, 28))
-    paper = TokenLabelTarget(token_label_size=2, topk=2).token_targets(label_map, (28, 28))
+    paper = targets_of(TokenLabelTarget(token_label_size=2, topk=2), label_map, (28, 28))
     assert paper[0, :, :, 0].sum(0).tolist() == [0., 0.]  # left column of tokens: outside
     np.testing.assert_allclose(paper[0, :, :, 1].sum(0).numpy(), [1., 1.], rtol=1e-6)
-    official = TokenLabelTarget(token_label_size=2, topk=2, logit_fill=0., num_classes=4).token_targets(
-        label_map, (28, 28))
+    official = targets_of(TokenLabelTarget(token_label_size=2, topk=2, logit_fill=0., num_classes=4),
+                          label_map, (28, 28))
     np.testing.assert_allclose(official[0, :, :, 0].numpy(), np.full((2, 2), 0.25), rtol=1e-6)
+
+
+def reference_scores(label_map, img_shape, s, n, logit_fill, num_classes):
+    """An independent float64 reading, dense over all classes: ``(S * S, C)`` token scores (before the
+    top-k) of Eq. 6 as the docstring of ``token_label_targets`` states it."""
+    (h_img, w_img), side = img_shape, s * n
+    centres = (np.arange(side) + 0.5) / side
+    ys, xs = np.meshgrid(centres * h_img, centres * w_img, indexing='ij')
+    points = np.stack([xs.ravel(), ys.ravel(), np.ones(side * side)])
+    orig = label_map.affine @ points
+    inside = ((orig[0] >= 0) & (orig[0] < label_map.ori_shape[1]) & (orig[1] >= 0)
+              & (orig[1] < label_map.ori_shape[0])).astype(float)
+    logits, classes = label_map.label_map.astype(np.float64)
+    k, h, w = logits.shape
+    values = np.exp(logits) / np.exp(logits).sum(0) if logit_fill is None else logits - logit_fill
+    dense = np.zeros((h, w, num_classes))
+    for c in range(k):
+        np.put_along_axis(dense, classes[c][..., None].astype(int), values[c][..., None], 2)
+    x, y = (label_map.map_matrix() @ points)[:2] - 0.5
+    x0, y0 = np.floor(x).astype(int), np.floor(y).astype(int)
+    read = 0.
+    for dx, dy in ((0, 0), (1, 0), (0, 1), (1, 1)):
+        weight = (x - x0 if dx else 1 - x + x0) * (y - y0 if dy else 1 - y + y0)
+        read = read + weight[:, None] * dense[np.clip(y0 + dy, 0, h - 1), np.clip(x0 + dx, 0, w - 1)]
+    read = read.reshape(s, n, s, n, num_classes)
+    inside = inside.reshape(s, n, s, n, 1)
+    if logit_fill is None:
+        scores = (read * inside).sum((1, 3)) / np.maximum(inside.sum((1, 3)), 1)
+    else:
+        logit = (read * inside).sum((1, 3)) / n ** 2 + logit_fill
+        scores = np.exp(logit - logit.max(-1, keepdims=True))
+        scores /= scores.sum(-1, keepdims=True)
+    return scores.reshape(s * s, num_classes)
+
+
+def random_label_map(rng, k, h, w, num_classes, region):
+    """A random top-k map on a 120x200 image, seen through a random rotation, scale and shift that
+    leave part of the output outside the image."""
+    logits = -np.sort(-rng.normal(0., 2., (k, h, w)), 0)
+    classes = np.stack([rng.choice(num_classes, k, replace=False) for _ in range(h * w)], 1).reshape(k, h, w)
+    label_map = TokenLabelMap(np.stack([logits, classes]).astype(np.float16), (120, 200), region)
+    angle, scale = rng.uniform(-0.6, 0.6), rng.uniform(0.3, 1.5)
+    matrix = np.eye(3)
+    matrix[:2, :2] = scale * np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
+    matrix[:2, 2] = rng.uniform(-30., 150., 2)
+    label_map.compose(matrix, (120, 200), (56, 70))
+    return label_map
+
+
+@pytest.mark.parametrize('logit_fill', [None, 0., -1.])
+@pytest.mark.parametrize('k,topk', [(4, 3), (2, 6)])
+def test_batch_reading_equals_an_exact_dense_reference(logit_fill, k, topk):
+    """Eq. 6 for a batch: the vectorised sparse (class, value) reading of token_label_targets equals a
+    dense float64 per-sample reference on random maps and affines (out-of-image points, tokens fully
+    outside, both readings of a top-k map, tokens reading fewer than topk classes: k=2, topk=6)."""
+    rng = np.random.default_rng(k)
+    num_classes, s, n = 12, 7, 2
+    transform = TokenLabelTarget(token_label_size=s, topk=topk, samples_per_token=n, logit_fill=logit_fill,
+                                 num_classes=num_classes)
+    maps = [random_label_map(rng, k, 6, 9, num_classes, region) for region in ('full', 'center_square') * 3]
+    targets = token_label_targets([transform.pack(m, (56, 70)) for m in maps])
+    assert targets.shape == (6, 2, topk, s, s)
+    outside_tokens = 0
+    for label_map, target in zip(maps, targets):
+        ref = reference_scores(label_map, (56, 70), s, n, logit_fill, num_classes)
+        probs = target[0].flatten(1).t().double().numpy()  # (S * S, topk)
+        index = target[1].flatten(1).t().long().numpy()
+        expect = -np.sort(-ref, 1)[:, :topk]
+        picked = np.take_along_axis(ref, index, 1)  # the reference's scores of the classes we chose
+        if logit_fill is None:  # renormalised over the top-k
+            expect = expect / np.maximum(expect.sum(1, keepdims=True), 1e-12)
+            picked = picked / np.maximum(picked.sum(1, keepdims=True), 1e-12)
+            outside_tokens += int((ref.sum(1) == 0).sum())
+        np.testing.assert_allclose(probs, expect, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(picked, probs, rtol=1e-4, atol=1e-6)
+        assert all(len(set(row)) == topk for row in index.tolist())  # distinct classes per token
+    if logit_fill is None:
+        assert outside_tokens > 0  # the case "no token label" is exercised
 
 
 def test_missing_map_names_the_file(tmp_path):
@@ -218,7 +305,6 @@ def test_malformed_map_names_the_file(tmp_path, content):
 def test_reads_official_format(tmp_path):
     """A map written exactly as the official generate_label.py does (top-5 of an (H, W, C) teacher
     output, stacked as [2, 5, H, W] fp16 at <root>/<class_dir>/<basename>.pt) loads unchanged."""
-    from mmvitreg.datasets.token_label_target import TokenLabelTarget
     output = torch.randn(14, 14, 1000)
     value, indices = output.topk(5)
     (tmp_path / 'n01440764').mkdir()
@@ -233,7 +319,8 @@ def test_reads_official_format(tmp_path):
     assert results['token_label_map'].label_map.shape == (2, 5, 14, 14)
     official = torch.load(tmp_path / 'n01440764' / 'n01440764_10026.pt', weights_only=True)
     np.testing.assert_array_equal(results['token_label_map'].label_map, official.numpy())
-    target = TokenLabelTarget(token_label_size=14, topk=5)(results)['token_label']
+    packed = TokenLabelTarget(token_label_size=14, topk=5)(results)['token_label_map']
+    target = token_label_targets([packed])[0]
     # bilinear reading of a cell-aligned grid: each token's own cell carries the largest weight
     own = indices.permute(2, 0, 1)[0].float()
     assert (target[1, 0] == own).float().mean() > 0.6

@@ -78,6 +78,10 @@ def test_beta_scales_the_token_term_and_zero_needs_no_token_labels():
     assert set(losses) == {'loss_cls'}
     with pytest.raises(ValueError, match="token_label"):
         half.loss(feats, plain, trace)
+    for sample in plain:  # packed maps that no TokenClsDataPreprocessor read: the error says what to use
+        sample.set_field(object(), 'token_label_map')
+    with pytest.raises(ValueError, match='TokenClsDataPreprocessor'):
+        half.loss(feats, plain, trace)
 
 
 def test_token_label_smoothing():

@@ -28,7 +28,7 @@ train_pipeline = [
     dict(type='RandomErasing', erase_prob=0.25, mode='rand', min_area_ratio=0.02, max_area_ratio=1 / 3,
          fill_color=bgr_mean, fill_std=bgr_std),
     dict(type='mmvitreg.TokenLabelTarget', token_label_size=token_label_size, topk=5),
-    dict(type='PackInputs', algorithm_keys=['token_label']),
+    dict(type='PackInputs', algorithm_keys=['token_label_map']),
 ]
 test_pipeline = [
     dict(type='LoadImageFromFile'),

@@ -41,7 +41,7 @@ train_pipeline = [
     dict(type='mmvitreg.RandomResizedCropWithLabelMap', scale=img_size, crop_ratio_range=(0.6, 1.0),
          backend='pillow', interpolation='bicubic'),
     dict(type='mmvitreg.TokenLabelTarget', token_label_size=img_size // patch_size, topk=5),
-    dict(type='PackInputs', algorithm_keys=['token_label']),
+    dict(type='PackInputs', algorithm_keys=['token_label_map']),
 ]
 test_pipeline = [dict(type='LoadImageFromFile'), dict(type='PackInputs')]
 train_dataloader = dict(

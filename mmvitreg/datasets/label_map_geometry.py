@@ -7,9 +7,9 @@ mmpretrain's ``RandomResizedCrop``, mmcv's ``RandomFlip`` and mmpretrain's ``Ran
 for the image; each reads back the random parameters it just drew (mmcv's ``cache_randomness``
 cache: the cached draw is the one the image used) and composes the matching
 output-to-input matrix onto ``results['token_label_map']``
-(:class:`~mmvitreg.datasets.label_maps.TokenLabelMap`). The map itself is sampled once, by
-``TokenLabelTarget``. Without ``token_label_map`` in ``results`` they behave exactly like their
-parents.
+(:class:`~mmvitreg.datasets.label_maps.TokenLabelMap`). The map itself is sampled once, per batch,
+by ``TokenClsDataPreprocessor`` (packed by ``TokenLabelTarget``). Without ``token_label_map`` in
+``results`` they behave exactly like their parents.
 
 The official code flips and rotates/shears/translates the map with ``scipy.ndimage`` and crops it
 later with ``roi_align``; composing one matrix gives the same geometry without resampling the map at
@@ -130,7 +130,7 @@ class RandAugmentWithLabelMap(RandAugment):
 
     Only ``Rotate``, ``Shear`` and ``Translate`` touch the map (with the same sampled magnitude and
     sign as the image); colour ops and ``Cutout`` leave it. The image is filled with ``pad_val``
-    where the warp leaves the original image; ``TokenLabelTarget`` treats those areas as outside the
+    where the warp leaves the original image; the token labels treat those areas as outside the
     image. Any other op in ``policies`` is refused at construction, since it could move pixels
     without moving the labels.
 

@@ -16,7 +16,8 @@ class LoadTokenLabelMap(BaseTransform):
     transform reads that map (format: :mod:`mmvitreg.datasets.label_maps`) and starts tracking the
     image geometry; place it right after ``LoadImageFromFile``, use the label-aware geometric
     transforms (``mmvitreg.RandomResizedCropWithLabelMap``, ``mmvitreg.RandomFlipWithLabelMap``,
-    ``mmvitreg.RandAugmentWithLabelMap``) and end with ``mmvitreg.TokenLabelTarget``.
+    ``mmvitreg.RandAugmentWithLabelMap``) and end with ``mmvitreg.TokenLabelTarget`` (the batch's
+    ``TokenClsDataPreprocessor`` reads the map under the tokens).
 
     A missing or malformed file raises an error naming the file: an image never silently trains
     with an empty label.

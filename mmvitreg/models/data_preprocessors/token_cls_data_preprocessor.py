@@ -1,15 +1,24 @@
-"""Classification data preprocessor that also draws a token-mixing plan."""
+"""Classification data preprocessor that also reads token labels and draws a token-mixing plan."""
 from typing import Optional
 
 import torch
 from mmpretrain.models.utils import ClsDataPreprocessor
 
+from mmvitreg.datasets.token_label_target import token_label_targets
 from mmvitreg.registry import BATCH_AUGMENTS, MODELS
 
 
 @MODELS.register_module()
 class TokenClsDataPreprocessor(ClsDataPreprocessor):
-    """mmpretrain's :class:`ClsDataPreprocessor` plus a token-level mixing augment.
+    """mmpretrain's :class:`ClsDataPreprocessor` plus token labels and a token-level mixing augment.
+
+    Token labels (token labeling, `Jiang et al. 2021 <https://arxiv.org/abs/2104.10858>`_, Eq. 6):
+    when the data samples carry ``token_label_map`` (a
+    :class:`~mmvitreg.datasets.token_label_target.PackedLabelMap` from ``mmvitreg.TokenLabelTarget``),
+    the preprocessor reads the maps of the whole batch under every token at once, on the inputs'
+    device (:func:`~mmvitreg.datasets.token_label_target.token_label_targets`), and replaces the
+    field by ``token_label``: float32 ``(2, topk, S, S)`` per sample, what ``TokenLabelHead`` reads.
+    This happens in training and evaluation alike (evaluation pipelines normally carry no maps).
 
     mmpretrain's batch augments map ``(inputs, scores) -> (inputs, scores)`` and cannot say
     *which* tokens came from *which* image. A token mix (e.g. :class:`MixToken`) instead draws a
@@ -43,8 +52,15 @@ class TokenClsDataPreprocessor(ClsDataPreprocessor):
             self.to_onehot = True
 
     def forward(self, data: dict, training: bool = False) -> dict:
-        """Preprocess as :class:`ClsDataPreprocessor`; in training also draw and apply the plan."""
+        """Preprocess as :class:`ClsDataPreprocessor`, read the token labels; in training also draw
+        and apply the plan."""
         data = super().forward(data, training)
+        data_samples = data['data_samples']
+        if data_samples and 'token_label_map' in data_samples[0]:
+            targets = token_label_targets([s.token_label_map for s in data_samples], data['inputs'].device)
+            for sample, target in zip(data_samples, targets):
+                del sample.token_label_map
+                sample.set_field(target, 'token_label')
         if not training or self.token_mix is None:
             return data
         inputs, data_samples = data['inputs'], data['data_samples']

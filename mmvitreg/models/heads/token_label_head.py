@@ -49,13 +49,14 @@ class TokenLabelHead(VisionTransformerClsHead):
     Inputs: ``feats[-1]`` is the backbone's ``out_type='raw'`` output ``(B, N, C)`` after the final
     norm, extra (class) tokens first, and ``trace`` the filled :class:`TokenTrace` (for
     ``num_extra_tokens``, ``grid`` and the plan), both given by :class:`TokenClassifier`. Each
-    data sample carries ``token_label``: ``(2, k, S, S)`` float, ``[0]`` the top-k token-label
-    probabilities and ``[1]`` their class indices, ``(S, S)`` the token grid. Without
-    ``token_label`` in the data (plain data) set ``beta=0`` (the official transfer setting
-    ``--dense-weight 0``): the head then trains the class token only; with ``beta > 0`` missing
-    labels raise an error rather than train silently without the dense term. The loss is exact for
-    the stored top-k distribution; with maps read the official way (``TokenLabelTarget(logit_fill=0)``,
-    top-k probabilities not renormalised) the remaining ``1 - sum_k`` mass is not part of the target.
+    data sample carries ``token_label`` (read per batch by ``TokenClsDataPreprocessor``):
+    ``(2, k, S, S)`` float, ``[0]`` the top-k token-label probabilities and ``[1]`` their class
+    indices, ``(S, S)`` the token grid. Without ``token_label`` in the data (plain data) set
+    ``beta=0`` (the official transfer setting ``--dense-weight 0``): the head then trains the class
+    token only; with ``beta > 0`` missing labels raise an error rather than train silently without
+    the dense term. The loss is exact for the stored top-k distribution; with maps read the official
+    way (``TokenLabelTarget(logit_fill=0)``, top-k probabilities not renormalised) the remaining
+    ``1 - sum_k`` mass is not part of the target.
 
     Args:
         num_classes (int): Number of classes ``C``.
@@ -160,10 +161,14 @@ class TokenLabelHead(VisionTransformerClsHead):
     @staticmethod
     def _token_labels(data_samples: List[DataSample], grid: Tuple[int, int], device) -> Tensor:
         if 'token_label' not in data_samples[0]:
+            if 'token_label_map' in data_samples[0]:
+                raise ValueError("the data samples carry packed label maps ('token_label_map') but no "
+                                 "'token_label': use type='mmvitreg.TokenClsDataPreprocessor' (the default "
+                                 'of mmvitreg.TokenClassifier), which reads them per batch')
             raise ValueError("TokenLabelHead needs 'token_label' in the data samples (pipeline: "
                              "mmvitreg.LoadTokenLabelMap ... mmvitreg.TokenLabelTarget, "
-                             "PackInputs(algorithm_keys=['token_label'])); for plain data set beta=0 "
-                             "and cls_target='gt'")
+                             "PackInputs(algorithm_keys=['token_label_map']), read per batch by "
+                             "mmvitreg.TokenClsDataPreprocessor); for plain data set beta=0 and cls_target='gt'")
         token_label = torch.stack([s.token_label for s in data_samples]).to(device)
         if token_label.dim() != 5 or token_label.shape[1] != 2 or tuple(token_label.shape[-2:]) != tuple(grid):
             raise ValueError(f'token_label must be (2, k, S, S) per sample with (S, S) the token grid {grid}; '
