@@ -337,15 +337,26 @@ register_case(
 
 
 def token_label_batch(batch_size: int, img_size: int, num_classes: int = 1000, topk: int = 5,
-                      patch_size: int = 16) -> dict:
-    """:func:`classification_batch` plus each sample's ``token_label`` ``(2, topk, S, S)`` (S = img / patch)."""
+                      patch_size: int = 16, map_size: int = 18) -> dict:
+    """:func:`classification_batch` plus each sample's packed label map, as the data pipeline leaves it.
+
+    Each sample carries a random official-format ``(2, topk, map_size, map_size)`` fp16 map
+    (``map_size=18``: NFNet-F6 at 576) packed by :class:`~mmvitreg.datasets.TokenLabelTarget`, so
+    the timed step includes the per-batch reading of the token targets in the data preprocessor.
+    """
+    import numpy as np
+
+    from mmvitreg.datasets.label_maps import TokenLabelMap
+    from mmvitreg.datasets.token_label_target import TokenLabelTarget
     data = classification_batch(batch_size, img_size, num_classes)
-    g = torch.Generator().manual_seed(1)
-    s = img_size // patch_size
+    rng = np.random.default_rng(1)
+    packer = TokenLabelTarget(token_label_size=img_size // patch_size, topk=topk)
     for sample in data['data_samples']:
-        probs = torch.rand(topk, s, s, generator=g).softmax(0)
-        index = torch.stack([torch.randperm(num_classes, generator=g)[:topk] for _ in range(s * s)], 1)
-        sample.set_field(torch.stack([probs, index.view(topk, s, s).float()]), 'token_label')
+        logits = np.sort(rng.normal(size=(topk, map_size, map_size)), axis=0)[::-1]
+        index = np.argsort(rng.random((num_classes, map_size, map_size)), axis=0)[:topk]
+        label_map = np.stack([logits, index]).astype(np.float16)
+        sample.set_field(packer.pack(TokenLabelMap(label_map, (img_size, img_size)), (img_size, img_size)),
+                         'token_label_map')
     return data
 
 
