@@ -7,37 +7,19 @@ _base_ = './lvvit-s_8xb128_tl_in1k.py'
 
 img_size = 384
 token_label_size = 24
-label_root = 'data/imagenet/label_top5_train_nfnet'
-bgr_mean = [103.53, 116.28, 123.675]
-bgr_std = [57.375, 57.12, 58.395]
 load_from = 'work_dirs/lvvit-s_8xb128_tl_in1k/epoch_300.pth'
 
 model = dict(backbone=dict(img_size=img_size))
-train_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='mmvitreg.LoadTokenLabelMap', label_root=label_root),
-    dict(type='mmvitreg.RandomFlipWithLabelMap', prob=0.5, direction='horizontal'),
-    dict(
-        type='mmvitreg.RandAugmentWithLabelMap',
-        policies='timm_increasing',
-        num_policies=2,
-        total_level=10,
-        magnitude_level=9,
-        magnitude_std=0.5,
-        hparams=dict(pad_val=[round(x) for x in bgr_mean], interpolation='bicubic')),
-    dict(type='mmvitreg.RandomResizedCropWithLabelMap', scale=img_size, backend='pillow',
-         interpolation='bicubic'),
-    dict(type='RandomErasing', erase_prob=0.25, mode='rand', min_area_ratio=0.02, max_area_ratio=1 / 3,
-         fill_color=bgr_mean, fill_std=bgr_std),
-    dict(type='mmvitreg.TokenLabelTarget', token_label_size=token_label_size, topk=5),
-    dict(type='PackInputs', algorithm_keys=['token_label_map']),
-]
-test_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='ResizeEdge', scale=img_size, edge='short', backend='pillow', interpolation='bicubic'),
-    dict(type='CenterCrop', crop_size=img_size),
-    dict(type='PackInputs'),
-]
+# the 224 recipe's pipelines at the new size (crop_pct 1.0: resize the short edge to the crop)
+_sizes = {
+    'mmvitreg.RandomResizedCropWithLabelMap': dict(scale=img_size),
+    'mmvitreg.TokenLabelTarget': dict(token_label_size=token_label_size),
+    'ResizeEdge': dict(scale=img_size),
+    'CenterCrop': dict(crop_size=img_size),
+}
+train_pipeline = [dict(t, **_sizes.get(t.type, {})) for t in _base_.train_dataloader.dataset.pipeline]
+test_pipeline = [dict(t, **_sizes.get(t.type, {})) for t in _base_.val_dataloader.dataset.pipeline]
+del _sizes
 train_dataloader = dict(batch_size=64, dataset=dict(pipeline=train_pipeline))
 val_dataloader = dict(batch_size=64, dataset=dict(pipeline=test_pipeline))
 test_dataloader = val_dataloader
