@@ -24,7 +24,7 @@ PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
 FLAVOUR=$([ "${FORCE_CUDA:-0}" = 1 ] && echo cuda || echo cpu)
 MMCV_WHEEL_DIR=$CACHE/mmcv-2.1.0-torch2.14.1-$FLAVOUR
 STAMP=$VENV/.mmvitreg-stack
-STACK_ID="torch2.14.1|tv0.29.1|mmengine0.10.7|mmcv2.1.0-$FLAVOUR|mmpretrain1.2.0|mmseg1.2.2|mmdet3.3.0|$(sha1sum "$REPO/requirements/runtime.txt" "$REPO/requirements/tests.txt" | sha1sum | cut -c1-12)"
+STACK_ID="torch2.14.1|tv0.29.1|mmengine0.10.7|mmcv2.1.0-$FLAVOUR|mmpretrain1.2.0|mmseg1.2.2|mmdet3.3.0|$(cat "$REPO/requirements/runtime.txt" "$REPO/requirements/tests.txt" | sha1sum | cut -c1-12)"
 
 log() { printf '[setup %(%H:%M:%S)T] %s\n' -1 "$*"; }
 start=$SECONDS
