@@ -65,6 +65,14 @@ def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
     return cfg
 
 
+def set_run_args(cfg: Config, args: argparse.Namespace) -> None:
+    """Set the launcher and the work dir (``--work-dir``, else the config's, else
+    ``./work_dirs/<config name>``), as every OpenMMLab train/test tool does."""
+    cfg.launcher = args.launcher
+    cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
+        './work_dirs', osp.splitext(osp.basename(args.config))[0])
+
+
 def build_runner(cfg):
     """The runner a config asks for (``runner_type``), else mmengine's ``Runner``."""
     from mmengine.registry import RUNNERS

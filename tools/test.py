@@ -13,7 +13,7 @@ import os.path as osp
 import sys
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
-from mmvitreg.utils import ConfigError, build_runner, load_config, parse_tool_args
+from mmvitreg.utils import ConfigError, build_runner, load_config, parse_tool_args, set_run_args
 
 # how each library's visualisation hook is switched on for --show-dir
 _SHOW = {
@@ -49,10 +49,8 @@ def build_test_config(args):
     if not osp.isfile(args.checkpoint):
         raise ConfigError(f'checkpoint not found: {args.checkpoint}')
     scope = cfg.default_scope
-    cfg.launcher = args.launcher
+    set_run_args(cfg, args)
     cfg.load_from = args.checkpoint
-    cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
-        './work_dirs', osp.splitext(osp.basename(args.config))[0])
     if args.show_dir:
         _SHOW[scope](cfg, args.show_dir)
     if args.tta:

@@ -15,7 +15,7 @@ import torch
 from mmengine.logging import print_log
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
-from mmvitreg.utils import ConfigError, build_runner, load_config, parse_tool_args
+from mmvitreg.utils import ConfigError, build_runner, load_config, parse_tool_args, set_run_args
 
 
 def parse_args(argv=None):
@@ -32,9 +32,7 @@ def parse_args(argv=None):
 
 def build_train_config(args):
     cfg = load_config(args.config, args.cfg_options)
-    cfg.launcher = args.launcher
-    cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
-        './work_dirs', osp.splitext(osp.basename(args.config))[0])
+    set_run_args(cfg, args)
     if args.amp:
         if not torch.cuda.is_available():
             raise ConfigError('--amp needs a GPU: mmengine\'s AmpOptimWrapper only runs on CUDA/NPU/MLU')
