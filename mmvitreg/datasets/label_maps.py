@@ -20,6 +20,9 @@ On-disk format (the format of the official NFNet-F6 maps, read unchanged)
   map at ``<label_root>/n01440764/n01440764_10026.pt``. The official generator writes
   ``<label_root>/<class_dir>/<image_basename>.pt``; both agree on the ImageNet layout, and
   :func:`label_map_path` without a prefix uses that ``<class_dir>/<image>`` rule.
+* Packed: a folder of maps can be packed once into a memory-mapped store
+  (:mod:`mmvitreg.datasets.label_map_store`, ``tools/dataset_converters/pack_label_maps.py``) that
+  holds the same arrays under the same names (:func:`label_map_key`) and loads about 10x faster.
 * Region: the map covers the whole image (``region='full'``; what ``tools/generate_label_maps.py``
   writes by default, and what the official training code assumes when it crops the map), or the
   central square of the image (``region='center_square'``; what the official generator's
@@ -55,28 +58,38 @@ REGIONS = ('full', 'center_square')
 _FP16_MAX_EXACT_INT = 2048
 
 
-def label_map_path(label_root: str, img_path: str, img_prefix: Optional[str] = None) -> str:
-    """Where the map of ``img_path`` lives.
+def label_map_key(img_path: str, img_prefix: Optional[str] = None) -> str:
+    """The name of an image's map: its path relative to the image prefix, without suffix.
 
     Args:
-        label_root (str): Root folder of the label maps.
         img_path (str): Path of the image (as in the data set's ``img_path``).
-        img_prefix (str, optional): The data set's image prefix; the map path mirrors the image
-            path relative to it. None: the official ``<class_dir>/<image>`` rule (the last two
-            path components). Defaults to None.
+        img_prefix (str, optional): The data set's image prefix; the key is the image path relative
+            to it. None: the official ``<class_dir>/<image>`` rule (the last two path components).
+            Defaults to None.
 
     Returns:
-        str: ``<label_root>/<relative image path without suffix>.pt``.
+        str: ``'/'``-separated, e.g. ``'n01440764/n01440764_10026'``.
     """
     if img_prefix is None:
-        rel = osp.join(*os.path.normpath(img_path).split(os.sep)[-2:])
+        rel = '/'.join(os.path.normpath(img_path).split(os.sep)[-2:])
     elif img_path.startswith(img_prefix.rstrip(os.sep) + os.sep):  # the usual case, without relpath's cost
         rel = img_path[len(img_prefix.rstrip(os.sep)) + 1:]
     else:
         rel = osp.relpath(img_path, img_prefix)
         if rel.startswith('..'):
             raise ValueError(f'image {img_path} is not under the image prefix {img_prefix}')
-    return osp.join(label_root, osp.splitext(rel)[0] + '.pt')
+    return osp.splitext(rel)[0].replace(os.sep, '/')
+
+
+def label_map_path(label_root: str, img_path: str, img_prefix: Optional[str] = None) -> str:
+    """Where the map of ``img_path`` lives: ``<label_root>/<label_map_key(img_path, img_prefix)>.pt``.
+
+    Args:
+        label_root (str): Root folder of the label maps.
+        img_path (str): Path of the image (as in the data set's ``img_path``).
+        img_prefix (str, optional): See :func:`label_map_key`. Defaults to None.
+    """
+    return osp.join(label_root, label_map_key(img_path, img_prefix) + '.pt')
 
 
 def check_label_map(label_map, path: str, num_classes: Optional[int] = None) -> np.ndarray:
@@ -250,6 +263,11 @@ def translation_matrix(tx: float, ty: float) -> np.ndarray:
 def warp_to_affine(warp: np.ndarray) -> np.ndarray:
     """Turn a cv2 ``warpAffine`` matrix into the output-to-input matrix of continuous coordinates.
 
+    With ``warp = [L | t]`` (index coordinates, pixel centres at integers), continuous coordinates
+    (pixel centres at ``+0.5``) map forward by ``x' = L x + t'`` with ``t' = t + (I - L) (0.5, 0.5)``;
+    the result is its inverse ``[L^-1 | -L^-1 t']``, written out (a general 3x3 inverse costs
+    several times more, once per spatial op and image).
+
     Args:
         warp (np.ndarray): ``(2, 3)`` matrix as passed to ``cv2.warpAffine`` (no
             ``WARP_INVERSE_MAP``): it maps input pixel indices to output pixel indices.
@@ -257,8 +275,11 @@ def warp_to_affine(warp: np.ndarray) -> np.ndarray:
     Returns:
         np.ndarray: ``(3, 3)`` matrix from output to input continuous pixel coordinates.
     """
-    forward = np.vstack([np.asarray(warp, np.float64), [0., 0., 1.]])
-    return np.linalg.inv(translation_matrix(.5, .5) @ forward @ translation_matrix(-.5, -.5))
+    (a, b, c), (d, e, f) = np.asarray(warp, np.float64).tolist()
+    tx, ty = c + .5 - .5 * (a + b), f + .5 - .5 * (d + e)
+    det = a * e - b * d
+    ia, ib, id_, ie = e / det, -b / det, -d / det, a / det
+    return np.array([[ia, ib, -(ia * tx + ib * ty)], [id_, ie, -(id_ * tx + ie * ty)], [0., 0., 1.]])
 
 
 class TokenLabelMap:
