@@ -5,11 +5,15 @@ and a second run skips every finished file.
 """
 import importlib.util
 import os.path as osp
+import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 
+from conftest import free_port, tool_env
 from mmvitreg.datasets.digits import build_imagenet
 from mmvitreg.datasets.label_maps import load_label_map
 
@@ -141,3 +145,48 @@ def test_teacher_gets_the_config_top_level_data_preprocessor(tmp_path):
     classifier = load_tool().build_classifier(cfg)
     assert classifier.data_preprocessor.mean.flatten().tolist() == [10., 20., 30.]
     assert classifier.data_preprocessor.std.flatten().tolist() == [2., 3., 4.]
+
+
+def test_two_processes_annotate_disjoint_shards_like_one_process(tmp_path):
+    """``--launcher pytorch`` under torchrun with two CPU processes (gloo): each rank annotates its
+    shard ``todo[rank::2]``, every image gets exactly one map, and the maps are bit for bit those
+    of a single-process run with the same checkpoint."""
+    from mmengine.registry import init_default_scope
+    from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
+    num_images = 20
+    data_root = str(tmp_path / 'digits')
+    build_imagenet(data_root, num_train=num_images, num_val=2)
+    config, model_cfg = write_config(tmp_path, data_root, 'cnn')
+    init_default_scope('mmpretrain')
+    torch.manual_seed(0)
+    checkpoint = str(tmp_path / 'teacher.pth')
+    torch.save(dict(state_dict=MMPRETRAIN_MODELS.build(model_cfg).state_dict()), checkpoint)
+
+    tool = osp.join(ROOT, 'tools', 'generate_label_maps.py')
+    args = [config, checkpoint, '--img-size', '64', '--batch-size', '4', '--num-workers', '0', '--topk', '3']
+    roots = {'dist': tmp_path / 'labels_dist', 'single': tmp_path / 'labels_single'}
+    cmds = {'dist': [sys.executable, '-m', 'torch.distributed.run', '--nnodes', '1', '--nproc_per_node', '2',
+                     '--master_addr', '127.0.0.1', '--master_port', str(free_port()),
+                     tool, *args[:2], str(roots['dist']), *args[2:], '--launcher', 'pytorch'],
+            'single': [sys.executable, tool, *args[:2], str(roots['single']), *args[2:]]}
+    outs = {}
+    for key, cmd in cmds.items():
+        proc = subprocess.run(cmd, cwd=tmp_path, env=tool_env(), capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, f'{key} run exited {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}'
+        outs[key] = proc.stdout
+
+    shares = {int(r): int(n) for r, n in re.findall(r'rank (\d+)/2: wrote (\d+) label maps', outs['dist'])}
+    assert sorted(shares) == [0, 1] and sum(shares.values()) == num_images
+    assert all(n > 0 for n in shares.values())
+    assert f'rank 0/1: wrote {num_images} label maps' in outs['single']
+
+    lines = (tmp_path / 'digits' / 'meta' / 'train.txt').read_text().split('\n')
+    names = sorted(osp.splitext(line.split()[0])[0] + '.pt' for line in lines if line)
+    assert len(names) == num_images
+    for root in roots.values():
+        assert sorted(str(p.relative_to(root)) for p in root.rglob('*.pt')) == names  # one map per image
+        assert not list(root.rglob('*.tmp*'))  # atomic writes leave no temporary files
+    for name in names:
+        dist_map, single_map = (load_label_map(str(root / name), num_classes=10) for root in roots.values())
+        assert dist_map.dtype == single_map.dtype == np.float16 and dist_map.shape == (2, 3, 2, 2)
+        assert dist_map.tobytes() == single_map.tobytes(), name

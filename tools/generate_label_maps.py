@@ -132,7 +132,7 @@ def main(argv=None):
     except ConfigError as e:
         sys.exit(f'error: {e}')
     from mmengine.dataset import pseudo_collate
-    from mmengine.dist import get_dist_info, init_dist
+    from mmengine.dist import barrier, get_dist_info, init_dist
     from mmengine.registry import init_default_scope
     from mmengine.runner import load_checkpoint
     from mmengine.utils import ProgressBar
@@ -150,6 +150,7 @@ def main(argv=None):
             done += 1
         else:
             todo.append(i)
+    barrier()  # every rank scans before any writes, so all shard the same todo list
     todo = todo[rank::world_size]
 
     classifier = build_classifier(cfg)
