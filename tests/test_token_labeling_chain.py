@@ -1,7 +1,7 @@
 """The token-labeling chain on the bundled digits, through the real tools (short version).
 
-teacher (an mmpretrain ResNet) -> tools/generate_label_maps.py -> tiny LV-ViT trained with token labeling
-(LV-ViT paper Eq. 6-7) and MixToken (Eq. 8-10) -> tools/test.py. The tools' ``main(argv)`` run in this
+teacher (an mmpretrain ResNet) -> tools/generate_label_maps.py -> tools/dataset_converters/pack_label_maps.py
+-> tiny LV-ViT trained with token labeling (LV-ViT paper Eq. 6-7) and MixToken (Eq. 8-10) -> tools/test.py. The tools' ``main(argv)`` run in this
 process (their command lines, without four interpreter start-ups).
 """
 import importlib.util
@@ -18,7 +18,7 @@ STUDENT = str(ROOT / 'configs/lvvit/lvvit-tiny_1xb64_tl_digits.py')
 
 
 def tool(name):
-    spec = importlib.util.spec_from_file_location(f'tool_{name}', ROOT / 'tools' / f'{name}.py')
+    spec = importlib.util.spec_from_file_location(f'tool_{name.replace("/", "_")}', ROOT / 'tools' / f'{name}.py')
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.main
@@ -47,8 +47,12 @@ def test_teacher_label_maps_student_test(tmp_path, capsys):
     assert len(maps) == 128
     assert torch.load(maps[0]).shape == (2, 5, 4, 4)  # top-5 logits / classes on the teacher's 4x4 feature map
 
+    store = tmp_path / 'label_maps_packed'
+    tool('dataset_converters/pack_label_maps')([str(label_root), str(store), '--num-classes', '10'])
+    assert json.loads((store / 'packed.json').read_text())['count'] == 128
+
     student_dir = tmp_path / 'student'
-    student_opts = opts + [f'train_dataloader.dataset.pipeline.1.label_root={label_root}',
+    student_opts = opts + [f'train_dataloader.dataset.pipeline.1.label_root={store}',
                            f'train_dataloader.dataset.pipeline.1.img_prefix={data_root}/train']
     tool('train')([STUDENT, '--work-dir', str(student_dir), '--cfg-options', 'train_cfg.max_epochs=1',
                    *student_opts])

@@ -22,8 +22,10 @@ view); the top-``k`` logits and class indices of every map cell are saved as a `
 float16 tensor at ``LABEL_ROOT/<image path relative to the data prefix, suffix .pt>`` (format:
 :mod:`mmvitreg.datasets.label_maps`). Files are written atomically and existing ones are skipped, so
 an interrupted run resumes where it stopped. With ``--launcher pytorch|slurm`` every rank annotates
-its own shard. The last line reports how often the pooled map's top class agrees with the ground
-truth (a check of the teacher and of the loaded checkpoint).
+its own shard. Pack the finished folder into a memory-mapped store for training
+(``tools/dataset_converters/pack_label_maps.py``: 3-4x cheaper to load). The last line
+reports how often the pooled map's top class agrees with the ground truth (a check of the teacher
+and of the loaded checkpoint).
 """
 import argparse
 import os

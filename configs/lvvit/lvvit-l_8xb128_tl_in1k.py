@@ -5,7 +5,7 @@
 _base_ = './lvvit_8xb128_tl_in1k_recipe.py'
 
 model = dict(backbone=dict(arch='l', drop_path_rate=0.3), head=dict(in_channels=768))
-label_root = 'data/imagenet/label_top5_train_nfnet'
+label_root = {{_base_.label_root}}
 bgr_mean = [103.53, 116.28, 123.675]
 bgr_std = [57.375, 57.12, 58.395]
 train_pipeline = [

@@ -1,14 +1,16 @@
 # Token labeling + MixToken on the bundled digits (the chain of configs/lvvit/README.md):
 # a tiny LV-ViT (conv stem, skip_lam 2) at 32x32 with a 4-pixel token stride (8x8 tokens), trained
-# with the token-labeling head on dense maps made by a teacher (configs/demo/deit-tiny_1xb64_digits.py)
-# with tools/generate_label_maps.py. Data: python tools/dataset_converters/digits.py imagenet --out data
+# with the token-labeling head on dense maps made by a teacher (resnet18-cifar-w16_1xb64_digits-teacher.py)
+# with tools/generate_label_maps.py and packed by tools/dataset_converters/pack_label_maps.py. Data: python tools/dataset_converters/digits.py imagenet --out data
 _base_ = 'mmpretrain::_base_/default_runtime.py'
 
 num_classes = 10
 img_size = 32
 patch_size = 4
 data_root = 'data/digits_imagenet'
-label_root = 'data/digits_imagenet/label_maps'  # written by tools/generate_label_maps.py (--img-size 32)
+# the maps of tools/generate_label_maps.py (--img-size 32), packed into a store; the folder of .pt
+# maps (data/digits_imagenet/label_maps) works too, at about 4x the loading cost
+label_root = 'data/digits_imagenet/label_maps_packed'
 
 # inside `model` (not only top-level) so that tools building the bare model see it too
 data_preprocessor = dict(num_classes=num_classes, mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],

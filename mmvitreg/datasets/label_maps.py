@@ -22,7 +22,7 @@ On-disk format (the format of the official NFNet-F6 maps, read unchanged)
   :func:`label_map_path` without a prefix uses that ``<class_dir>/<image>`` rule.
 * Packed: a folder of maps can be packed once into a memory-mapped store
   (:mod:`mmvitreg.datasets.label_map_store`, ``tools/dataset_converters/pack_label_maps.py``) that
-  holds the same arrays under the same names (:func:`label_map_key`) and loads about 10x faster.
+  holds the same arrays under the same names (:func:`label_map_key`) and loads 3-4x faster inside a training pipeline.
 * Region: the map covers the whole image (``region='full'``; what ``tools/generate_label_maps.py``
   writes by default, and what the official training code assumes when it crops the map), or the
   central square of the image (``region='center_square'``; what the official generator's

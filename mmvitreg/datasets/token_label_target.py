@@ -61,7 +61,7 @@ class TokenLabelTarget(BaseTransform):
     **Required keys:** ``img``, ``token_label_map``. **Added key:** ``token_label_map``, replaced by
     its :class:`PackedLabelMap`. Pack it with ``PackInputs(algorithm_keys=['token_label_map'])``.
 
-    Cost (``tools/analysis_tools/benchmark_data_pipeline.py``, one CPU core): about 0.07 ms per
+    Cost (``tools/analysis_tools/benchmark_data_pipeline.py``, one CPU core): about 0.05 ms per
     image here; the batch reading about 150-190 ms per batch of 128 (5 x 18 x 18 maps, ``S = 14``,
     ``n = 2``), about 0.2% of an LV-ViT-S training step on the CPU.
 

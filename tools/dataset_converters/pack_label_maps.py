@@ -5,7 +5,7 @@
 ``LABEL_ROOT`` holds one ``.pt`` map per image (``tools/generate_label_maps.py`` or the official
 NFNet-F6 maps, e.g. ``data/imagenet/label_top5_train_nfnet``); ``STORE`` is the folder to create
 (e.g. ``data/imagenet/label_top5_train_nfnet_packed``). Point ``LoadTokenLabelMap``'s ``label_root``
-at the store: it holds the same maps under the same names and loads each about 10x faster
+at the store: it holds the same maps under the same names and loads each 3-4x faster
 (:mod:`mmvitreg.datasets.label_map_store`). Every map is validated while packing; the first malformed
 one stops the run with its file name. The official 1.28M ImageNet maps make a store of about 8.3 GB.
 """
