@@ -242,7 +242,6 @@ def build_cityscapes(out_dir: str,
     """
     canvas = _CanvasSpec(seed, num_train, num_val, size, digits_per_image, digit_size, band_width)
 
-
     def paths(split: str, k: int) -> Tuple[str, str]:
         cities = _CITIES[split]
         city = cities[k % len(cities)]
