@@ -1,4 +1,6 @@
 """Attention kinds of the ViT family: MHSA (fused / explicit), Re-attention (DeepViT Eq. 3), talking heads."""
+import copy
+
 import pytest
 import torch
 
@@ -82,6 +84,58 @@ def test_reattention_matches_eq3_with_official_theta_and_bn(x, transform_scale):
     torch.testing.assert_close(out, finish(attn, normed, v))
     # no forward without the map can skip the head mixing
     torch.testing.assert_close(attn(x), out)
+
+
+@pytest.mark.parametrize('transform_scale', [False, True])
+@pytest.mark.parametrize('bias', [False, True])
+@pytest.mark.parametrize('norm', ['bn', 'ln', None])
+def test_reattention_fast_path_matches_conv_norm_scale_reference(x, norm, bias, transform_scale):
+    """The fast map (matmul Θ, scale folded into the norm) equals the modules applied one by one:
+    ``reatten_matrix`` (1×1 conv), ``var_norm``, ``* reatten_scale``. Outputs, gradients w.r.t. the input
+    and every parameter, and the BN running statistics agree in train mode (momentum 0.1, then None:
+    cumulative average) and in eval mode."""
+    attn = randomise_(ReAttention(C, H, norm=norm, bias=bias, transform_scale=transform_scale))
+    ref = copy.deepcopy(attn)
+
+    def reference(inputs):
+        q, k, v = split_heads(ref, inputs)
+        mixed = ref.reatten_matrix((q @ k.transpose(-2, -1) * ref.scale).softmax(-1))
+        if norm == 'bn':
+            mixed = ref.var_norm(mixed)
+        elif norm == 'ln':
+            mixed = ref.var_norm(mixed.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        if transform_scale:
+            mixed = mixed * D**-0.5
+        return finish(ref, mixed, v), mixed
+
+    torch.manual_seed(2)  # upstream gradients of 0.1 keep every gradient O(1), so atol 1e-5 is float32 rounding
+    grad_out, grad_map = torch.randn(B, N, C) * 0.1, torch.randn(B, H, N, N) * 0.1
+    for training, momentum in ((True, 0.1), (True, None), (True, None), (False, None)):
+        for module in (attn, ref):
+            module.train(training)
+            if norm == 'bn':
+                module.var_norm.momentum = momentum
+        results = []
+        for forward, module in ((lambda inputs: attn(inputs, need_attn=True), attn), (reference, ref)):
+            module.zero_grad()
+            inputs = x.clone().requires_grad_()
+            out, weights = forward(inputs)
+            ((out * grad_out).sum() + (weights * grad_map).sum()).backward()
+            grads = {name: p.grad for name, p in module.named_parameters()}
+            results.append((out, weights, inputs.grad, grads, module.state_dict()))
+        (out, weights, grad_x, grads, state), (ref_out, ref_weights, ref_grad_x, ref_grads, ref_state) = results
+        tol = dict(atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(weights, ref_weights, **tol)
+        torch.testing.assert_close(out, ref_out, **tol)
+        torch.testing.assert_close(grad_x, ref_grad_x, **tol)
+        assert set(grads) == set(ref_grads) and all(g is not None for g in grads.values())
+        for name, grad in ref_grads.items():
+            torch.testing.assert_close(grads[name], grad, **tol, msg=lambda m, name=name: f'grad of {name}: {m}')
+        assert set(state) == set(ref_state)  # running_mean / running_var / num_batches_tracked included
+        for name, value in ref_state.items():
+            torch.testing.assert_close(state[name], value, **tol, msg=lambda m, name=name: f'{name}: {m}')
+    if norm == 'bn':
+        assert int(attn.var_norm.num_batches_tracked) == 3
 
 
 def test_reattention_with_identity_theta_and_no_norm_is_mhsa(x):

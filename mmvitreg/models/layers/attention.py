@@ -57,7 +57,7 @@ class MultiheadSelfAttention(nn.Module):
 
     def attention_map(self, q: Tensor, k: Tensor) -> Tensor:
         """The ``(B, H, N, N)`` map that multiplies ``V``: ``Softmax(Q K^T * scale)``, then dropout."""
-        return self.attn_drop((q @ k.transpose(-2, -1) * self.scale).softmax(dim=-1))
+        return self.attn_drop(((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1))  # q scaled: (B, H, N, d)
 
     def forward(self, x: Tensor, need_attn: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
         """Attend ``x`` ``(B, N, C)``; with ``need_attn`` also return the ``(B, H, N, N)`` map."""

@@ -1,7 +1,9 @@
 """Re-attention of DeepViT."""
 from typing import Optional
 
+import torch
 from torch import Tensor, nn
+from torch.func import functional_call
 
 from .attention import MultiheadSelfAttention
 
@@ -31,6 +33,8 @@ class ReAttention(MultiheadSelfAttention):
 
     With ``Θ = I``, zero bias and ``norm=None`` this is plain MHSA (the paper's special case).
     The map is always computed explicitly (the fused kernel cannot mix heads after the softmax).
+    For speed, ``Θ`` runs as a batched matmul on the conv's weight and bias, and ``reatten_scale`` is
+    folded into the norm's affine: the same values with fewer passes over the map.
 
     Args:
         embed_dims (int): Token channels ``C``.
@@ -73,9 +77,23 @@ class ReAttention(MultiheadSelfAttention):
 
     def attention_map(self, q: Tensor, k: Tensor) -> Tensor:
         """``Norm(Θ^T A) * reatten_scale`` with ``A`` the (dropped-out) softmax map, ``(B, H, N, N)``."""
-        attn = self.reatten_matrix(super().attention_map(q, k))
+        attn = super().attention_map(q, k)
+        B, H, N, _ = attn.shape
+        theta_t = self.reatten_matrix.weight.view(1, H, H).expand(B, H, H)
+        bias = self.reatten_matrix.bias
+        attn = attn.reshape(B, H, N * N)
+        attn = torch.bmm(theta_t, attn) if bias is None else torch.baddbmm(bias.view(1, H, 1), theta_t, attn)
+        attn = attn.view(B, H, N, N)
         if self.norm == 'bn':
-            attn = self.var_norm(attn)
-        elif self.norm == 'ln':
-            attn = self.var_norm(attn.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+            return self._scaled_norm(attn)
+        if self.norm == 'ln':
+            return self._scaled_norm(attn.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
         return attn * self.reatten_scale if self.reatten_scale != 1. else attn
+
+    def _scaled_norm(self, x: Tensor) -> Tensor:
+        """``var_norm(x) * reatten_scale``: the module runs with its affine weight and bias times the scale
+        (its running statistics, momentum and any SyncBN conversion behave as usual)."""
+        if self.reatten_scale == 1.:
+            return self.var_norm(x)
+        scaled = {name: getattr(self.var_norm, name) * self.reatten_scale for name in ('weight', 'bias')}
+        return functional_call(self.var_norm, scaled, (x, ))

@@ -50,6 +50,6 @@ class TalkingHeadsAttention(MultiheadSelfAttention):
 
     def attention_map(self, q: Tensor, k: Tensor) -> Tensor:
         """``P_post(Softmax(P_pre(Q K^T * scale)))``, then dropout, ``(B, H, N, N)``."""
-        logits = (q @ k.transpose(-2, -1) * self.scale).permute(0, 2, 3, 1)
+        logits = ((q * self.scale) @ k.transpose(-2, -1)).permute(0, 2, 3, 1)
         attn = self.proj_pre(logits).softmax(dim=-2)
         return self.attn_drop(self.proj_post(attn).permute(0, 3, 1, 2))
