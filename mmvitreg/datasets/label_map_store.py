@@ -104,8 +104,7 @@ class LabelMapStore:
 def _map_files(label_root: str):
     """``[(key, path)]`` of every ``.pt`` file under ``label_root``, sorted by key."""
     found = []
-    for folder, dirs, files in os.walk(label_root):
-        dirs.sort()
+    for folder, _, files in os.walk(label_root):
         rel = osp.relpath(folder, label_root)
         for name in files:
             if name.endswith('.pt'):
