@@ -27,7 +27,7 @@ from typing import Optional
 
 import numpy as np
 
-from mmvitreg.datasets.label_maps import load_label_map
+from mmvitreg.datasets.label_maps import label_map_key, load_label_map
 
 FORMAT, VERSION = 'mmvitreg.label_maps', 1
 INDEX = 'packed.json'
@@ -103,14 +103,9 @@ class LabelMapStore:
 
 def _map_files(label_root: str):
     """``[(key, path)]`` of every ``.pt`` file under ``label_root``, sorted by key."""
-    found = []
-    for folder, _, files in os.walk(label_root):
-        rel = osp.relpath(folder, label_root)
-        for name in files:
-            if name.endswith('.pt'):
-                key = name[:-3] if rel == '.' else f'{rel}/{name[:-3]}'.replace(os.sep, '/')
-                found.append((key, osp.join(folder, name)))
-    return sorted(found)
+    paths = (osp.join(folder, name) for folder, _, files in os.walk(label_root) for name in files
+             if name.endswith('.pt'))
+    return sorted((label_map_key(path, label_root), path) for path in paths)
 
 
 def pack_label_maps(label_root: str, store: str, num_classes: Optional[int] = None, progress: bool = True) -> dict:
