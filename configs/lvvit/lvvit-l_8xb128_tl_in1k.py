@@ -5,27 +5,9 @@
 _base_ = './lvvit_8xb128_tl_in1k_recipe.py'
 
 model = dict(backbone=dict(arch='l', drop_path_rate=0.3), head=dict(in_channels=768))
-label_root = {{_base_.label_root}}
-bgr_mean = [103.53, 116.28, 123.675]
-bgr_std = [57.375, 57.12, 58.395]
-train_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='mmvitreg.LoadTokenLabelMap', label_root=label_root),
-    dict(type='mmvitreg.RandomFlipWithLabelMap', prob=0.5, direction='horizontal'),
-    dict(
-        type='mmvitreg.RandAugmentWithLabelMap',
-        policies='timm_increasing',
-        num_policies=3,  # official rand-n3-m9-mstd0.5-inc1 for L
-        total_level=10,
-        magnitude_level=9,
-        magnitude_std=0.5,
-        hparams=dict(pad_val=[round(x) for x in bgr_mean], interpolation='bicubic')),
-    dict(type='mmvitreg.RandomResizedCropWithLabelMap', scale=224, backend='pillow', interpolation='bicubic'),
-    dict(type='RandomErasing', erase_prob=0.25, mode='rand', min_area_ratio=0.02, max_area_ratio=1 / 3,
-         fill_color=bgr_mean, fill_std=bgr_std),
-    dict(type='mmvitreg.TokenLabelTarget', token_label_size=14, topk=5),
-    dict(type='PackInputs', algorithm_keys=['token_label_map']),
-]
+# the recipe's training pipeline with 3 RandAugment ops (official rand-n3-m9-mstd0.5-inc1 for L)
+train_pipeline = [dict(t, num_policies=3) if t.type == 'mmvitreg.RandAugmentWithLabelMap' else t
+                  for t in _base_.train_dataloader.dataset.pipeline]
 train_dataloader = dict(dataset=dict(pipeline=train_pipeline))
 test_pipeline = [
     dict(type='LoadImageFromFile'),
