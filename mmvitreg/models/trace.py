@@ -9,14 +9,37 @@ All techniques of this package need something to ride along with the tokens:
 
 A backbone's ``forward(x, trace=None)`` takes an optional :class:`TokenTrace`. Without one the
 backbone is an ordinary backbone (same outputs, fused attention, no extra work). With one, it
-applies ``trace.mix`` to the patch-token map, and records into ``trace.tokens`` /
-``trace.attn`` the outputs / attention maps of the blocks listed in ``trace.token_layers`` /
-``trace.attn_layers``, plus ``trace.grid`` and ``trace.num_extra_tokens``.
-"""
-from dataclasses import dataclass, field
-from typing import Dict, Optional, Sequence, Tuple
+applies ``trace.mix`` to the patch-token map, records ``trace.grid`` / ``trace.num_extra_tokens``,
+the token grid of every block (``trace.grids``) and, for windowed backbones, every block's
+:class:`WindowLayout` (``trace.windows``), and records into ``trace.tokens`` / ``trace.attn`` the
+outputs / attention maps of the blocks listed in ``trace.token_layers`` / ``trace.attn_layers``.
 
+**Trace users.** Whatever reads a trace (a head, an auxiliary loss, a target transform of
+:class:`~mmvitreg.models.classifiers.TokenClassifier`) declares a :class:`TraceRequest`: the blocks
+it taps and the capabilities it needs. A backbone that takes a trace says what it serves in
+``trace_serves`` (a subset of :data:`CAPABILITIES`) and how many blocks it has in
+``num_trace_layers``. :func:`check_trace_user` compares the two when the model is built, so a
+mismatch fails at once with both names; the classifier fills one trace per forward with the union
+of all requests. A user whose request is empty reads only the backbone's outputs and works with any
+backbone, including those with no trace (mmpretrain's ResNet, T2T-ViT, ConvNeXt).
+"""
+import functools
+from dataclasses import dataclass, field
+from typing import Dict, FrozenSet, Iterable, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
 from torch import Tensor
+
+#: What a trace-taking backbone can serve, and what a user can ask for.
+CAPABILITIES = {
+    'grid': 'fills the token grid and the number of extra tokens',
+    'mix': 'mixes the patch tokens with a MixPlan right after the patch embedding',
+    'tokens': 'records the output tokens of chosen blocks',
+    'attn': 'records the attention maps of chosen blocks',
+    'cls_token': 'has a class token in front of the patch tokens',
+    'windows': 'attends within (shifted) windows, described by a WindowLayout per block',
+}
 
 
 @dataclass
@@ -40,12 +63,21 @@ class MixPlan:
         """``(B,)`` share of each sample's own tokens: the mean of its mask (MixToken Eq. 10)."""
         return self.mask.flatten(1).mean(1)
 
+    def _check_grid(self, grid: Tuple[int, int]):
+        if tuple(grid) != tuple(self.mask.shape[-2:]):
+            raise ValueError(f'the mixing mask covers a {tuple(self.mask.shape[-2:])} token grid but the '
+                             f'map to mix is {tuple(grid)}')
+
     def mix(self, x: Tensor) -> Tensor:
         """Mix a token map ``(B, C, Hg, Wg)`` or a dense map ``(B, K, Hg, Wg)`` with the plan."""
-        if x.shape[-2:] != self.mask.shape[-2:]:
-            raise ValueError(f'the mixing mask covers a {tuple(self.mask.shape[-2:])} token grid but the '
-                             f'map to mix is {tuple(x.shape[-2:])}')
+        self._check_grid(x.shape[-2:])
         m = self.mask.to(x.dtype).unsqueeze(1)
+        return x * m + x[self.index] * (1 - m)
+
+    def mix_tokens(self, x: Tensor, grid: Tuple[int, int]) -> Tensor:
+        """Mix a token sequence ``(B, Hg * Wg, C)`` laid out row-major on ``grid``."""
+        self._check_grid(grid)
+        m = self.mask.to(x.dtype).flatten(1).unsqueeze(-1)
         return x * m + x[self.index] * (1 - m)
 
     def mix_labels(self, y: Tensor) -> Tensor:
@@ -59,6 +91,198 @@ class MixPlan:
         return y * lam + y[self.index] * (1 - lam)
 
 
+@functools.lru_cache(maxsize=64)
+def _shift_mask(padded: Tuple[int, int], window: int, shift: int, device: torch.device) -> Tensor:
+    """``(nW, w*w, w*w)`` additive mask (0 / -100) that keeps a shifted window's regions apart."""
+    region = torch.zeros(1, *padded, 1, device=device)
+    cuts = (slice(0, -window), slice(-window, -shift), slice(-shift, None))
+    for n, (h, w) in enumerate((h, w) for h in cuts for w in cuts):
+        region[:, h, w, :] = n
+    ids = WindowLayout.cut(region, window).flatten(1)  # (nW, w*w)
+    mask = ids.unsqueeze(1) - ids.unsqueeze(2)
+    return mask.masked_fill(mask != 0, -100.).masked_fill(mask == 0, 0.)
+
+
+@dataclass(frozen=True)
+class WindowLayout:
+    """How a windowed block (Swin) places its ``(H, W)`` token grid into attention windows.
+
+    `Swin Transformer <https://arxiv.org/abs/2103.14030>`_: the grid is zero-padded bottom/right to
+    ``padded`` (multiples of ``window``), rolled by ``-shift`` on both axes (cyclic shift), and cut
+    into ``num_windows`` windows of ``window * window`` tokens, row-major within a window and across
+    windows. Attention runs inside each window; after a shift, :attr:`attn_mask` keeps tokens that
+    were not neighbours apart. Every user that needs to put window tokens, window attention maps
+    or per-token labels back on the grid goes through this one description.
+
+    Args:
+        grid (Tuple[int, int]): The block's token grid ``(H, W)``.
+        window (int): Window side ``w``.
+        shift (int): Cyclic shift (0 for a regular window block).
+
+    Shapes:
+        tokens on the grid ``(B, H * W, ...)``; in windows ``(B * nW, w * w, ...)``, batch-major
+        (``b * nW + window``); a window attention map ``(B * nW, heads, w * w, w * w)``.
+    """
+
+    grid: Tuple[int, int]
+    window: int
+    shift: int = 0
+
+    @property
+    def padded(self) -> Tuple[int, int]:
+        """The padded grid ``(Hp, Wp)``."""
+        w = self.window
+        return -(-self.grid[0] // w) * w, -(-self.grid[1] // w) * w
+
+    @property
+    def num_windows(self) -> int:
+        """Windows per image ``nW``."""
+        return self.padded[0] * self.padded[1] // self.window**2
+
+    @staticmethod
+    def cut(x: Tensor, window: int) -> Tensor:
+        """``(B, Hp, Wp, *rest)`` -> ``(B * nW, w, w, *rest)``."""
+        B, Hp, Wp, *rest = x.shape
+        x = x.view(B, Hp // window, window, Wp // window, window, *rest).transpose(2, 3)
+        return x.reshape(-1, window, window, *rest)
+
+    def partition(self, x: Tensor, pad_value: float = 0.) -> Tensor:
+        """Grid tokens ``(B, H * W, *rest)`` -> window tokens ``(B * nW, w * w, *rest)``.
+
+        Pads with ``pad_value`` (the tokens' own padding is 0, after the block's first norm)."""
+        B, L, *rest = x.shape
+        (H, W), (Hp, Wp) = self.grid, self.padded
+        if L != H * W:
+            raise ValueError(f'{L} tokens do not fill the {self.grid} grid of this window layout')
+        x = x.view(B, H, W, *rest)
+        if (Hp, Wp) != (H, W):
+            x = F.pad(x, (0, 0) * len(rest) + (0, Wp - W, 0, Hp - H), value=pad_value)
+        if self.shift:
+            x = torch.roll(x, (-self.shift, -self.shift), (1, 2))
+        return self.cut(x, self.window).flatten(1, 2)
+
+    def reverse(self, windows: Tensor) -> Tensor:
+        """Window tokens ``(B * nW, w * w, *rest)`` -> grid tokens ``(B, H * W, *rest)`` (padding dropped)."""
+        w, (H, W), (Hp, Wp) = self.window, self.grid, self.padded
+        rest = windows.shape[2:]
+        x = windows.view(-1, Hp // w, Wp // w, w, w, *rest).transpose(2, 3).reshape(-1, Hp, Wp, *rest)
+        if self.shift:
+            x = torch.roll(x, (self.shift, self.shift), (1, 2))
+        return x[:, :H, :W].reshape(x.shape[0], H * W, *rest)
+
+    def attn_mask(self, device=None) -> Optional[Tensor]:
+        """``(nW, w * w, w * w)`` additive mask of a shifted layout (0 within a region, -100
+        across, as the official code), None without a shift. Cached per layout and device."""
+        if not self.shift:
+            return None
+        return _shift_mask(self.padded, self.window, self.shift, torch.device(device or 'cpu'))
+
+    def grid_index(self, device=None) -> Tensor:
+        """``(nW, w * w)`` long: the flat grid index ``h * W + w`` of every window slot, -1 on padding."""
+        H, W = self.grid
+        idx = torch.arange(H * W, device=device, dtype=torch.float64).view(1, H * W)
+        return self.partition(idx, pad_value=-1.).long().view(self.num_windows, -1)
+
+    def to_dense(self, attn: Tensor) -> Tensor:
+        """Window attention ``(B * nW, heads, w * w, w * w)`` -> grid attention ``(B, heads, H * W, H * W)``.
+
+        Row ``i``, column ``j`` is the weight token ``i`` gives token ``j`` (0 for tokens in other
+        windows); weights on padding tokens are dropped, so a row sums to 1 minus its padding share.
+        """
+        H, W = self.grid
+        nW, n = self.num_windows, self.window**2
+        heads = attn.shape[1]
+        B = attn.shape[0] // nW
+        index = self.grid_index(attn.device).view(1, nW, n)
+        valid = (index >= 0).view(1, nW, 1, n, 1) & (index >= 0).view(1, nW, 1, 1, n)
+        a = attn.view(B, nW, heads, n, n) * valid
+        rows = index.clamp(min=0).view(1, nW, 1, n, 1).expand(B, nW, heads, n, n)
+        cols = index.clamp(min=0).view(1, nW, 1, 1, n).expand(B, nW, heads, n, n)
+        flat = (rows * (H * W) + cols).permute(0, 2, 1, 3, 4).reshape(B, heads, -1)
+        out = attn.new_zeros(B, heads, H * W * H * W)
+        out.scatter_add_(2, flat, a.permute(0, 2, 1, 3, 4).reshape(B, heads, -1))
+        return out.view(B, heads, H * W, H * W)
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    """What one trace user asks of the backbone.
+
+    Args:
+        token_layers (Tuple[int, ...]): Blocks whose output tokens it reads (negative indices count
+            from the last block).
+        attn_layers (Tuple[int, ...]): Blocks whose attention maps it reads.
+        needs (FrozenSet[str]): Further capabilities it relies on (keys of :data:`CAPABILITIES`,
+            e.g. ``{'grid'}`` for a user that reads only the grid, ``{'cls_token'}``). ``'tokens'`` /
+            ``'attn'`` are implied by the layer lists.
+    """
+
+    token_layers: Tuple[int, ...] = ()
+    attn_layers: Tuple[int, ...] = ()
+    needs: FrozenSet[str] = frozenset()
+
+    def __post_init__(self):
+        object.__setattr__(self, 'token_layers', tuple(self.token_layers))
+        object.__setattr__(self, 'attn_layers', tuple(self.attn_layers))
+        object.__setattr__(self, 'needs', frozenset(self.needs))
+        unknown = self.needs - set(CAPABILITIES)
+        if unknown:
+            raise ValueError(f'unknown trace capabilities {sorted(unknown)}; known: {sorted(CAPABILITIES)}')
+
+    @property
+    def capabilities(self) -> FrozenSet[str]:
+        """Everything the backbone must serve: :attr:`needs` plus what the taps imply."""
+        implied = {'grid'} if self.needs else set()
+        implied |= {'tokens'} if self.token_layers else set()
+        implied |= {'attn'} if self.attn_layers else set()
+        return self.needs | implied
+
+    @property
+    def needs_trace(self) -> bool:
+        """Whether the user reads a trace at all (an empty request reads only the backbone outputs)."""
+        return bool(self.capabilities)
+
+    @staticmethod
+    def union(requests: Iterable['TraceRequest']) -> 'TraceRequest':
+        """One request serving all ``requests`` (layers in first-seen order)."""
+        requests = list(requests)
+        merge = lambda attr: tuple(dict.fromkeys(i for r in requests for i in getattr(r, attr)))  # noqa: E731
+        return TraceRequest(merge('token_layers'), merge('attn_layers'),
+                            frozenset().union(*(r.needs for r in requests)))
+
+
+def trace_request_of(user) -> TraceRequest:
+    """The :class:`TraceRequest` of a trace user (an empty one for objects that declare none)."""
+    return getattr(user, 'trace_request', None) or TraceRequest()
+
+
+def check_trace_user(backbone, request: TraceRequest, user_name: str) -> None:
+    """Fail, naming the user and the backbone, when ``backbone`` cannot serve ``request``.
+
+    Raises:
+        TypeError: the backbone takes no trace, or lacks a capability the user needs.
+        IndexError: a tapped block does not exist in the backbone.
+    """
+    if not request.needs_trace:
+        return
+    backbone_name = type(backbone).__name__
+    if not getattr(backbone, 'accepts_trace', False):
+        raise TypeError(f'{user_name} needs a backbone that takes a token trace ({sorted(request.capabilities)}); '
+                        f'{backbone_name} does not: use an mmvitreg backbone (mmvitreg.VisionTransformer, '
+                        'DeepViT, LVViT, SwinTransformer) or a user that reads only the backbone outputs')
+    missing = request.capabilities - set(backbone.trace_serves)
+    if missing:
+        raise TypeError(f'{user_name} needs {sorted(missing)} ('
+                        + '; '.join(CAPABILITIES[m] for m in sorted(missing))
+                        + f') but {backbone_name} serves only {sorted(backbone.trace_serves)}')
+    for kind, layers in (('tokens', request.token_layers), ('attention maps', request.attn_layers)):
+        try:
+            TokenTrace.resolve(layers, backbone.num_trace_layers)
+        except IndexError as e:
+            raise IndexError(f'{user_name} taps the {kind} of a block that {backbone_name} does not have: {e}') \
+                from None
+
+
 @dataclass
 class TokenTrace:
     """Travels with one batch through a backbone's forward.
@@ -67,17 +291,22 @@ class TokenTrace:
         mix (MixPlan, optional): mixing plan applied to the patch-token map after the patch
             embedding and before the position embedding.
         token_layers (Sequence[int]): blocks whose output tokens to record (negative indices count
-            from the last block).
+            from the last block; a hierarchical backbone numbers its blocks across stages).
         attn_layers (Sequence[int]): blocks whose attention maps to record; only these blocks leave
             the fused attention kernel.
 
     Out (filled by the backbone):
-        grid (Tuple[int, int]): the token grid ``(Hg, Wg)``.
+        grid (Tuple[int, int]): the patch-token grid ``(Hg, Wg)`` the plan mixes.
         num_extra_tokens (int): tokens before the patch tokens (1 for a cls token, else 0).
+        grids (Dict[int, Tuple[int, int]]): every block -> the grid of its output tokens (all equal
+            to ``grid`` in a ViT; a Swin stage's grid in a Swin).
+        windows (Dict[int, WindowLayout]): every block of a windowed backbone -> its window layout.
         tokens (Dict[int, Tensor]): block index (non-negative) -> ``(B, N, C)`` tokens after the
-            block, extra tokens first, ``N = num_extra_tokens + Hg * Wg``.
-        attn (Dict[int, Tensor]): block index (non-negative) -> ``(B, heads, N, N)`` attention map
-            after softmax (and, for re-attention, after the head transform and its norm).
+            block, extra tokens first, ``N = num_extra_tokens + H * W`` on the block's grid.
+        attn (Dict[int, Tensor]): block index (non-negative) -> the attention map that multiplies
+            ``V``: ``(B, heads, N, N)`` in a ViT (after softmax, and for re-attention after the
+            head transform and its norm); ``(B * nW, heads, w * w, w * w)`` per window in a Swin
+            (place it on the grid with ``windows[i]``).
     """
 
     mix: Optional[MixPlan] = None
@@ -85,12 +314,24 @@ class TokenTrace:
     attn_layers: Sequence[int] = ()
     grid: Tuple[int, int] = (0, 0)
     num_extra_tokens: int = 0
+    grids: Dict[int, Tuple[int, int]] = field(default_factory=dict)
+    windows: Dict[int, WindowLayout] = field(default_factory=dict)
     tokens: Dict[int, Tensor] = field(default_factory=dict)
     attn: Dict[int, Tensor] = field(default_factory=dict)
 
+    @classmethod
+    def for_request(cls, request: TraceRequest, mix: Optional[MixPlan] = None) -> 'TokenTrace':
+        """An empty trace that asks for what ``request`` taps."""
+        return cls(mix=mix, token_layers=request.token_layers, attn_layers=request.attn_layers)
+
     def patch_tokens(self, layer: int) -> Tensor:
-        """``(B, Hg * Wg, C)`` patch tokens recorded after block ``layer`` (extra tokens dropped)."""
+        """``(B, H * W, C)`` patch tokens recorded after block ``layer`` (extra tokens dropped)."""
         return self.tokens[layer][:, self.num_extra_tokens:]
+
+    def token_map(self, layer: int) -> Tensor:
+        """``(B, C, H, W)`` patch tokens of block ``layer`` on the block's grid."""
+        x = self.patch_tokens(layer)
+        return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], *self.grids[layer])
 
     @staticmethod
     def resolve(layers: Sequence[int], num_layers: int) -> Tuple[int, ...]:
@@ -102,4 +343,3 @@ class TokenTrace:
                 raise IndexError(f'block index {i} is out of range for a backbone with {num_layers} blocks')
             out.append(j)
         return tuple(out)
-

@@ -1,12 +1,13 @@
-"""Building blocks of the mmvitreg ViT family: attention kinds, patch embeddings, the block."""
+"""Building blocks of the mmvitreg backbones: attention kinds (global and windowed), patch embeddings, the block."""
 from .attention import MultiheadSelfAttention
 from .conv_stem import ConvStem
 from .patch_embed import PatchEmbed, token_grid
 from .re_attention import ReAttention
 from .talking_heads import TalkingHeadsAttention
 from .transformer_block import ATTENTION_TYPES, TransformerBlock
+from .window_attention import WindowAttention
 
 __all__ = [
     'MultiheadSelfAttention', 'ReAttention', 'TalkingHeadsAttention', 'ATTENTION_TYPES', 'PatchEmbed', 'ConvStem',
-    'token_grid', 'TransformerBlock'
+    'token_grid', 'TransformerBlock', 'WindowAttention'
 ]

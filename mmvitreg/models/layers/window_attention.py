@@ -1,0 +1,103 @@
+"""Window multi-head self-attention of Swin, with a fused path and an explicit path."""
+from typing import Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from mmengine.model import BaseModule
+from mmengine.model.weight_init import trunc_normal_
+from torch import Tensor, nn
+
+
+class WindowAttention(BaseModule):
+    """Window multi-head self-attention (W-MSA / SW-MSA) with a relative position bias.
+
+    `Swin Transformer <https://arxiv.org/abs/2103.14030>`_ Eq. 4: inside each window of
+    ``N = Wh * Ww`` tokens, per head,
+
+    .. math::
+        \\mathrm{Attention}(Q, K, V) = \\mathrm{SoftMax}(Q K^\\top / \\sqrt{d} + B + M) V,
+
+    with ``B`` gathered from a learnable ``(2Wh - 1)(2Ww - 1) x heads`` table by the relative
+    offset of the two tokens, and ``M`` the shifted-window mask (0 / -100, see
+    :meth:`~mmvitreg.models.trace.WindowLayout.attn_mask`). Keys and initialisation are those of
+    mmpretrain's ``WindowMSA`` (``relative_position_bias_table``, ``relative_position_index``,
+    ``qkv``, ``proj``): it is built by mmpretrain's ``ShiftWindowMSA`` as its ``window_msa``, so
+    mmpretrain / mmseg / mmdet Swin weights load unchanged.
+
+    Without ``need_attn`` it runs ``F.scaled_dot_product_attention`` with ``B + M`` as the additive
+    mask (the map is never returned); with ``need_attn=True`` it computes the map explicitly, as
+    mmpretrain does, and returns it too.
+
+    Args:
+        embed_dims (int): Token channels ``C``.
+        window_size (Tuple[int, int]): Window ``(Wh, Ww)``.
+        num_heads (int): Heads; must divide ``embed_dims``.
+        qkv_bias (bool): Bias of ``qkv``. Defaults to True.
+        qk_scale (float, optional): Overrides ``d ** -0.5``. Defaults to None.
+        attn_drop (float): Dropout on the map. Defaults to 0.
+        proj_drop (float): Dropout after ``proj``. Defaults to 0.
+        init_cfg (dict, optional): Defaults to None.
+
+    Shapes:
+        ``x``: ``(B * nW, N, C)`` -> ``(B * nW, N, C)``; ``mask``: ``(nW, N, N)``; the map is
+        ``(B * nW, heads, N, N)``.
+    """
+
+    def __init__(self,
+                 embed_dims: int,
+                 window_size: Tuple[int, int],
+                 num_heads: int,
+                 qkv_bias: bool = True,
+                 qk_scale: Optional[float] = None,
+                 attn_drop: float = 0.,
+                 proj_drop: float = 0.,
+                 init_cfg: Optional[dict] = None):
+        super().__init__(init_cfg)
+        if embed_dims % num_heads:
+            raise ValueError(f'embed_dims ({embed_dims}) must be divisible by num_heads ({num_heads})')
+        self.embed_dims = embed_dims
+        self.window_size = tuple(window_size)
+        self.num_heads = num_heads
+        self.scale = qk_scale or (embed_dims // num_heads)**-0.5
+        Wh, Ww = self.window_size
+        self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * Wh - 1) * (2 * Ww - 1), num_heads))
+        self.register_buffer('relative_position_index', self.relative_index(Wh, Ww))
+        self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
+        self.attn_drop = nn.Dropout(attn_drop)
+        self.proj = nn.Linear(embed_dims, embed_dims)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    @staticmethod
+    def relative_index(Wh: int, Ww: int) -> Tensor:
+        """``(N, N)`` table row of every token pair: ``(dh + Wh - 1) * (2Ww - 1) + (dw + Ww - 1)``."""
+        h, w = torch.meshgrid(torch.arange(Wh), torch.arange(Ww), indexing='ij')
+        h, w = h.flatten(), w.flatten()
+        return (h[:, None] - h[None, :] + Wh - 1) * (2 * Ww - 1) + (w[:, None] - w[None, :] + Ww - 1)
+
+    def init_weights(self):
+        super().init_weights()
+        trunc_normal_(self.relative_position_bias_table, std=0.02)
+
+    def position_bias(self) -> Tensor:
+        """``(heads, N, N)`` relative position bias ``B``."""
+        N = self.relative_position_index.shape[0]
+        return self.relative_position_bias_table[self.relative_position_index.view(-1)].view(N, N, -1).permute(2, 0, 1)
+
+    def forward(self, x: Tensor, mask: Optional[Tensor] = None,
+                need_attn: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+        """Attend inside every window of ``x`` ``(B * nW, N, C)``; ``mask`` ``(nW, N, N)`` or None."""
+        B_, N, C = x.shape
+        q, k, v = self.qkv(x).reshape(B_, N, 3, self.num_heads, C // self.num_heads).permute(2, 0, 3, 1, 4).unbind(0)
+        bias = self.position_bias().unsqueeze(0)  # (1, heads, N, N)
+        if mask is not None:
+            nW = mask.shape[0]
+            bias = (bias + mask.unsqueeze(1).to(bias.dtype)).repeat(B_ // nW, 1, 1, 1)  # (B * nW, heads, N, N)
+        if need_attn:
+            attn = self.attn_drop(((q * self.scale) @ k.transpose(-2, -1) + bias).softmax(dim=-1))
+            x = attn @ v
+        else:
+            x = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=bias.to(q.dtype), dropout_p=self.attn_drop.p if self.training else 0.,
+                scale=self.scale)
+        x = self.proj_drop(self.proj(x.transpose(1, 2).reshape(B_, N, C)))
+        return (x, attn) if need_attn else x
