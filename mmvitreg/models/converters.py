@@ -1,4 +1,4 @@
-"""Conversion of foreign (timm-layout) ViT checkpoints to mmvitreg classifier state dicts.
+"""Conversion of foreign checkpoints (timm-layout ViTs, official Swin) to mmvitreg classifier state dicts.
 
 The official DeepViT, LV-ViT, DeiT and DiversePatch codes all keep timm's ViT layout
 (``patch_embed.proj``, ``blocks.{i}.norm1`` / ``attn`` / ``norm2`` / ``mlp.fc1`` / ``mlp.fc2``,
@@ -47,6 +47,34 @@ def unwrap_checkpoint(checkpoint: Mapping, ema: bool = False) -> Dict[str, Tenso
                    f'{sorted(checkpoint)}')
 
 
+def rename_keys(state_dict: Mapping[str, Tensor], backbone_rules, head_renames: Mapping[str, str],
+                skip: Optional[str] = None) -> 'OrderedDict[str, Tensor]':
+    """Rename a foreign state dict by regex rules: backbone keys under ``backbone.``, head prefixes by
+    ``head_renames``; keys matching ``skip`` (a regex) are dropped, a leading ``module.`` (DDP) too.
+
+    Raises:
+        ValueError: listing every key that matches no rule (nothing is dropped silently).
+    """
+    out, unknown = OrderedDict(), []
+    for key, value in state_dict.items():
+        key = key[len('module.'):] if key.startswith('module.') else key
+        if skip and re.search(skip, key):
+            continue
+        for pattern, repl in backbone_rules:
+            if re.match(pattern, key):
+                out['backbone.' + re.sub(pattern, repl, key)] = value
+                break
+        else:
+            prefix = next((p for p in head_renames if key.startswith(p)), None)
+            if prefix is None:
+                unknown.append(key)
+            else:
+                out[head_renames[prefix] + key[len(prefix):]] = value
+    if unknown:
+        raise ValueError(f'keys with no mmvitreg counterpart: {unknown}; known heads: {sorted(head_renames)}')
+    return out
+
+
 def convert_timm_vit(state_dict: Mapping[str, Tensor],
                      head_renames: Optional[Mapping[str, str]] = None) -> 'OrderedDict[str, Tensor]':
     """Rename a timm-layout ViT state dict to an mmpretrain-style classifier state dict.
@@ -65,23 +93,7 @@ def convert_timm_vit(state_dict: Mapping[str, Tensor],
     Raises:
         ValueError: listing every key that matches no rule (nothing is dropped silently).
     """
-    head_renames = CLS_HEAD_RENAMES if head_renames is None else head_renames
-    out, unknown = OrderedDict(), []
-    for key, value in state_dict.items():
-        key = key[len('module.'):] if key.startswith('module.') else key
-        for pattern, repl in BACKBONE_RENAMES:
-            if re.match(pattern, key):
-                out['backbone.' + re.sub(pattern, repl, key)] = value
-                break
-        else:
-            prefix = next((p for p in head_renames if key.startswith(p)), None)
-            if prefix is None:
-                unknown.append(key)
-            else:
-                out[head_renames[prefix] + key[len(prefix):]] = value
-    if unknown:
-        raise ValueError(f'keys with no mmvitreg counterpart: {unknown}; known heads: {sorted(head_renames)}')
-    return out
+    return rename_keys(state_dict, BACKBONE_RENAMES, CLS_HEAD_RENAMES if head_renames is None else head_renames)
 
 
 def convert_checkpoint_file(src: str, dst: str, convert: Callable[[Dict[str, Tensor]], Dict[str, Tensor]],

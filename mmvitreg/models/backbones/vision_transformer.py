@@ -45,7 +45,8 @@ class VisionTransformer(MMPretrainVisionTransformer):
     with ``trace.mix`` right after the patch embedding and **before** the cls token and position
     embedding, and records ``trace.tokens[i]`` (``(B, N, C)``, block output before the final norm)
     and ``trace.attn[i]`` (``(B, heads, N, N)``, the map that multiplies ``V``) for the requested
-    blocks only; the other blocks keep the fused attention kernel. Without a trace it is an
+    blocks only, and ``trace.grids[i]`` (the token grid) for every block; the other blocks keep
+    the fused attention kernel. Without a trace it is an
     ordinary backbone.
 
     Args:
@@ -171,6 +172,16 @@ class VisionTransformer(MMPretrainVisionTransformer):
         if frozen_stages > 0:
             self._freeze_stages()
 
+    @property
+    def num_trace_layers(self) -> int:
+        """Blocks a trace can tap."""
+        return self.num_layers
+
+    @property
+    def trace_serves(self) -> frozenset:
+        """What this backbone serves a trace (see :data:`~mmvitreg.models.trace.CAPABILITIES`)."""
+        return frozenset({'grid', 'mix', 'tokens', 'attn'} | ({'cls_token'} if self.with_cls_token else set()))
+
     def _resolve_arch(self, arch: Union[str, dict]) -> dict:
         if isinstance(arch, str):
             if arch.lower() not in self.arch_zoo:
@@ -252,6 +263,7 @@ class VisionTransformer(MMPretrainVisionTransformer):
                     x, trace.attn[i] = layer(x, need_attn=True)
                 else:
                     x = layer(x)
+                trace.grids[i] = hw
                 if i in token_layers:
                     trace.tokens[i] = x
             if i == self.num_layers - 1 and self.final_norm:
