@@ -1,47 +1,62 @@
-"""Image classifier that runs its backbone with a token trace."""
-from typing import List, Optional
+"""Image classifier that runs its backbone with one token trace shared by several trace users."""
+from typing import Dict, List, Optional, Sequence, Union
 
 import torch
 from mmpretrain.models import ImageClassifier
 from mmpretrain.structures import DataSample
+from torch import nn
 
 from mmvitreg.registry import MODELS
-from ..trace import MixPlan, TokenTrace
+from ..trace import MixPlan, TokenTrace, TraceRequest, check_trace_user, trace_request_of
 
 
 @MODELS.register_module()
 class TokenClassifier(ImageClassifier):
-    """mmpretrain's :class:`ImageClassifier` that passes a :class:`TokenTrace` through the backbone.
+    """mmpretrain's :class:`ImageClassifier` with a token trace and several trace users.
 
     The one wiring all token-level techniques share (MixToken, token labeling, DiversePatch,
-    DRLoc, TL-Align): the classifier knows none of them. It builds a trace from
+    DRLoc, TL-Align, the DeepViT attention regulariser); the classifier knows none of them.
+    **Composition rule** — a model holds:
 
-    * the mixing plan drawn by the data preprocessor (``forward(..., mix_plan=...)``, see
-      :class:`TokenClsDataPreprocessor`), training only;
-    * what the head declares: a head with ``uses_trace = True`` receives the filled trace as
-      ``loss(feats, data_samples, trace=...)``, ``predict(feats, data_samples, trace=...)`` and
-      ``forward(feats, trace=...)``, and asks for taps with ``trace_token_layers`` /
-      ``trace_attn_layers`` (block indices, negative from the end);
+    * one ``head`` (any mmpretrain head; a head with a ``trace_request`` gets the filled trace as
+      ``loss/predict/forward(feats, ..., trace=...)``);
+    * a list of ``aux_losses``: each a module with ``trace_request`` (a
+      :class:`~mmvitreg.models.trace.TraceRequest`, the taps it reads) and
+      ``loss(feats, data_samples, trace) -> dict`` of named losses (``loss_drloc``, ``loss_cos``, ...),
+      where ``feats`` is the backbone's output tuple (before the neck) and ``trace`` the filled
+      trace (None when no user needs one). A loss with an empty request reads only ``feats`` and
+      works on any backbone, also on those without a trace (mmpretrain's ResNet, T2T-ViT, ConvNeXt);
+    * at most one ``target_transform``: a module with ``trace_request`` and
+      ``transform(trace, data_samples)``, which replaces each sample's ``gt_score`` (e.g. TL-Align's
+      aligned label) after the backbone ran and before the head's loss;
+    * a token mix (``train_cfg.token_mix``, e.g. MixToken), drawn by the data preprocessor.
 
-    and runs ``backbone(inputs, trace=trace)``. Without a plan and with a head that does not use
-    the trace it is exactly an :class:`ImageClassifier`.
+    The trace is filled once per training forward with the union of all requests; prediction
+    builds one only for a head that asks (auxiliary losses and the target transform are training
+    only). When the model is built every user is checked against the backbone
+    (:func:`~mmvitreg.models.trace.check_trace_user`): a missing capability or a tap of a block that
+    does not exist fails at once with both names. Loss names must be unique across users.
 
     Args:
+        backbone (dict): The backbone; a trace user needs one with ``accepts_trace = True``.
+        aux_losses (Sequence[dict], optional): Auxiliary token losses. Defaults to None.
+        target_transform (dict, optional): The target transform. Defaults to None.
         train_cfg (dict, optional): As :class:`ImageClassifier` (``augments``, ``probs``) plus
             ``token_mix``: config of a token-mixing augment (e.g. ``dict(type='mmvitreg.MixToken')``)
             handed to the data preprocessor. Defaults to None.
         data_preprocessor (dict, optional): Defaults to
             ``dict(type='mmvitreg.TokenClsDataPreprocessor')``.
-        **kwargs: ``backbone``, ``neck``, ``head``, ``pretrained``, ``init_cfg`` as
-            :class:`ImageClassifier`.
+        **kwargs: ``neck``, ``head``, ``pretrained``, ``init_cfg`` as :class:`ImageClassifier`.
 
     Raises:
-        TypeError: if a token mix or a trace-using head is combined with a backbone that does not
-            take a trace (no ``accepts_trace = True`` attribute).
+        TypeError / IndexError: a user the backbone cannot serve (see above).
+        ValueError: more than one target transform.
     """
 
     def __init__(self,
                  backbone: dict,
+                 aux_losses: Optional[Sequence[dict]] = None,
+                 target_transform: Optional[Union[dict, Sequence[dict]]] = None,
                  train_cfg: Optional[dict] = None,
                  data_preprocessor: Optional[dict] = None,
                  **kwargs):
@@ -58,29 +73,40 @@ class TokenClassifier(ImageClassifier):
                              f'got a built {type(data_preprocessor).__name__}')
         super().__init__(backbone=backbone, train_cfg=train_cfg or None,
                          data_preprocessor=data_preprocessor, **kwargs)
-        needs = []
-        if token_mix is not None:
-            needs.append('train_cfg.token_mix')
-        if self.head_uses_trace:
-            needs.append(f'the head {type(self.head).__name__}')
-        if needs and not getattr(self.backbone, 'accepts_trace', False):
-            raise TypeError(f'{" and ".join(needs)} need(s) a backbone that takes a token trace '
-                            f'(forward(x, trace), accepts_trace = True); {type(self.backbone).__name__} '
-                            "does not: use an mmvitreg ViT-family backbone (e.g. type='mmvitreg.LVViT')")
+        if isinstance(target_transform, Sequence):
+            if len(target_transform) > 1:
+                raise ValueError(f'a model takes at most one target transform (each replaces the training target); '
+                                 f'got {len(target_transform)}: {[t.get("type", t) for t in target_transform]}')
+            target_transform = target_transform[0] if target_transform else None
+        self.aux_losses = nn.ModuleList(self._build(cfg) for cfg in aux_losses or ())
+        self.target_transform = self._build(target_transform) if target_transform is not None else None
+
+        token_mix = getattr(self.data_preprocessor, 'token_mix', None)
+        for user in self.train_users + ([token_mix] if token_mix is not None else []):
+            check_trace_user(self.backbone, trace_request_of(user), type(user).__name__)
+        self.train_request = TraceRequest.union(trace_request_of(u) for u in self.train_users)
+
+    @staticmethod
+    def _build(cfg):
+        return cfg if isinstance(cfg, nn.Module) else MODELS.build(cfg)
 
     @property
-    def head_uses_trace(self) -> bool:
-        """Whether the head takes the filled trace (``uses_trace = True``)."""
-        return self.with_head and getattr(self.head, 'uses_trace', False)
+    def train_users(self) -> List[nn.Module]:
+        """Every trace user of a training forward: the head, the auxiliary losses, the target transform."""
+        users = [self.head] if self.with_head else []
+        users += list(self.aux_losses)
+        return users + ([self.target_transform] if self.target_transform is not None else [])
 
-    def make_trace(self, mix_plan: Optional[MixPlan] = None) -> Optional[TokenTrace]:
-        """The trace for one forward: the plan in, the head's taps out (None when nothing is needed)."""
-        if mix_plan is None and not self.head_uses_trace:
+    @property
+    def head_request(self) -> TraceRequest:
+        """What the head asks of the trace (empty for a plain mmpretrain head)."""
+        return trace_request_of(self.head) if self.with_head else TraceRequest()
+
+    def make_trace(self, request: TraceRequest, mix_plan: Optional[MixPlan] = None) -> Optional[TokenTrace]:
+        """The trace for one forward (None when neither a plan nor a user needs one)."""
+        if mix_plan is None and not request.needs_trace:
             return None
-        if self.head_uses_trace:
-            return TokenTrace(mix=mix_plan, token_layers=tuple(getattr(self.head, 'trace_token_layers', ())),
-                              attn_layers=tuple(getattr(self.head, 'trace_attn_layers', ())))
-        return TokenTrace(mix=mix_plan)
+        return TokenTrace.for_request(request, mix=mix_plan)
 
     def extract_feat(self, inputs: torch.Tensor, stage: str = 'neck', trace: Optional[TokenTrace] = None):
         """As :meth:`ImageClassifier.extract_feat`, running the backbone with ``trace`` when given."""
@@ -94,7 +120,7 @@ class TokenClassifier(ImageClassifier):
         return x
 
     def _head_kwargs(self, trace: Optional[TokenTrace]) -> dict:
-        return dict(trace=trace) if self.head_uses_trace else {}
+        return dict(trace=trace) if self.head_request.needs_trace else {}
 
     def forward(self,
                 inputs: torch.Tensor,
@@ -106,7 +132,7 @@ class TokenClassifier(ImageClassifier):
         if mix_plan is not None and mode != 'loss':
             raise ValueError(f'a mixing plan is a training input (mode="loss"), got mode={mode!r}')
         if mode == 'tensor':
-            trace = self.make_trace()
+            trace = self.make_trace(self.head_request)
             feats = self.extract_feat(inputs, trace=trace)
             return self.head(feats, **self._head_kwargs(trace)) if self.with_head else feats
         if mode == 'loss':
@@ -116,15 +142,26 @@ class TokenClassifier(ImageClassifier):
         raise RuntimeError(f'Invalid mode "{mode}".')
 
     def loss(self, inputs: torch.Tensor, data_samples: List[DataSample],
-             mix_plan: Optional[MixPlan] = None) -> dict:
-        """Losses of a batch; the backbone mixes its tokens with ``mix_plan`` and the head gets the trace."""
-        trace = self.make_trace(mix_plan)
-        feats = self.extract_feat(inputs, trace=trace)
-        return self.head.loss(feats, data_samples, **self._head_kwargs(trace))
+             mix_plan: Optional[MixPlan] = None) -> Dict[str, torch.Tensor]:
+        """Losses of a batch: the backbone runs once with the union trace, the target transform
+        rewrites the targets, then the head and every auxiliary loss add their named terms."""
+        trace = self.make_trace(self.train_request, mix_plan)
+        backbone_feats = self.backbone(inputs, trace=trace) if trace is not None else self.backbone(inputs)
+        feats = self.neck(backbone_feats) if self.with_neck else backbone_feats
+        if self.target_transform is not None:
+            self.target_transform.transform(trace, data_samples)
+        losses = dict(self.head.loss(feats, data_samples, **self._head_kwargs(trace)))
+        for aux in self.aux_losses:
+            for name, value in aux.loss(backbone_feats, data_samples, trace).items():
+                if name in losses:
+                    raise KeyError(f'{type(aux).__name__} returns the loss {name!r}, which another user of this '
+                                   f'model already returns: give it another name')
+                losses[name] = value
+        return losses
 
     def predict(self, inputs: torch.Tensor, data_samples: Optional[List[DataSample]] = None,
                 **kwargs) -> List[DataSample]:
         """Predictions of a batch (never mixed); the head gets the trace it asks for."""
-        trace = self.make_trace()
+        trace = self.make_trace(self.head_request)
         feats = self.extract_feat(inputs, trace=trace)
         return self.head.predict(feats, data_samples, **self._head_kwargs(trace), **kwargs)

@@ -1,5 +1,5 @@
 """Token labeling head: class-token classifier plus a dense per-token classifier (LV-ViT)."""
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -9,7 +9,7 @@ from mmpretrain.structures import DataSample
 from torch import Tensor
 
 from mmvitreg.registry import MODELS
-from ..trace import TokenTrace
+from ..trace import TokenTrace, TraceRequest
 
 
 @MODELS.register_module()
@@ -75,9 +75,7 @@ class TokenLabelHead(VisionTransformerClsHead):
     """
 
     CLS_TARGETS = ('gt', 'relabel')
-    uses_trace = True
-    trace_token_layers: Sequence[int] = ()
-    trace_attn_layers: Sequence[int] = ()
+    trace_request = TraceRequest(needs={'grid', 'cls_token'})  # the grid of the patch tokens; no taps
 
     def __init__(self,
                  num_classes: int,

@@ -7,7 +7,7 @@ from mmpretrain.models.utils.batch_augments import CutMix
 from torch import Tensor
 
 from mmvitreg.registry import BATCH_AUGMENTS
-from ..trace import MixPlan
+from ..trace import MixPlan, TraceRequest
 
 
 @BATCH_AUGMENTS.register_module()
@@ -53,6 +53,7 @@ class MixToken(CutMix):
     """
 
     PARTNERS = ('flip', 'permute')
+    trace_request = TraceRequest(needs={'mix'})
 
     def __init__(self,
                  alpha: float = 1.0,
