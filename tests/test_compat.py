@@ -5,7 +5,7 @@ import sys
 
 from conftest import CONFIGS, tool_env
 
-SEG = CONFIGS / 'demo' / 'swin-tiny_upernet_1xb8-2k_digits-ade20k-128x128.py'
+SEG = CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-2k_digits-ade20k-128x128.py'
 
 
 def run_py(code):

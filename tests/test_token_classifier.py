@@ -8,7 +8,7 @@ from mmpretrain.models.heads import ClsHead
 from mmpretrain.structures import DataSample
 
 from mmvitreg.models.classifiers import TokenClassifier
-from mmvitreg.models.trace import TokenTrace
+from mmvitreg.models.trace import TokenTrace, TraceRequest
 
 C, D, P, IMG = 5, 8, 4, 16  # classes, token dim, patch size, image size
 G = IMG // P
@@ -17,6 +17,8 @@ G = IMG // P
 class TraceBackbone(BaseModule):
     """A two-block toy ViT honouring the trace contract (mix before pos-embed, taps, grid)."""
     accepts_trace = True
+    trace_serves = frozenset({'grid', 'mix', 'tokens', 'cls_token'})
+    num_trace_layers = 2
 
     def __init__(self, cls_only=False):
         super().__init__()
@@ -50,8 +52,7 @@ class PlainBackbone(TraceBackbone):
 
 class TapHead(ClsHead):
     """A head that asks for the tokens of the last block (as DiversePatch / DRLoc heads will)."""
-    uses_trace = True
-    trace_token_layers = (-1, )
+    trace_request = TraceRequest(token_layers=(-1, ))
 
     def __init__(self):
         super().__init__(loss=dict(type='mmpretrain.CrossEntropyLoss', use_soft=True))

@@ -401,3 +401,38 @@ register_case(
         baseline=_lvvit_plain,
         make_batch=token_label_batch,
         max_time_ratio=1.03))
+
+
+def _swin_classifier(backbone_type: str) -> ModelBuilder:
+    """Swin-T (``tiny``: 2 stages of 32 channels, window 4) in mmpretrain's Swin classifier recipe, with
+    ``backbone_type`` as the backbone (``'mmvitreg.SwinTransformer'`` or mmpretrain's ``'SwinTransformer'``)."""
+
+    def build(img_size: int, tiny: bool) -> nn.Module:
+        from mmengine.registry import DefaultScope
+        from mmpretrain.registry import MODELS
+        arch = dict(embed_dims=32, depths=[2, 2], num_heads=[1, 2]) if tiny else 'tiny'
+        window = 4 if tiny else 7
+        dims = 64 if tiny else 768
+        with DefaultScope.overwrite_default_scope('mmpretrain'):
+            return MODELS.build(
+                dict(
+                    type='ImageClassifier',
+                    backbone=dict(type=backbone_type, arch=arch, img_size=img_size, window_size=window,
+                                  drop_path_rate=0.2, out_indices=(1 if tiny else 3, )),
+                    neck=dict(type='GlobalAveragePooling'),
+                    head=dict(type='LinearClsHead', num_classes=1000, in_channels=dims),
+                    data_preprocessor=dict(type='ClsDataPreprocessor', num_classes=1000, mean=[127.5] * 3,
+                                           std=[127.5] * 3, to_rgb=True)))
+
+    return build
+
+
+register_case(
+    'swin-vs-mmpretrain',
+    TrainStepCase(
+        description='mmvitreg.SwinTransformer without a trace (fused window attention) vs. mmpretrain\'s '
+        'SwinTransformer, Swin-T, same weights layout (must keep >= 98% of its speed)',
+        model=_swin_classifier('mmvitreg.SwinTransformer'),
+        baseline=_swin_classifier('SwinTransformer'),
+        make_batch=classification_batch,
+        max_time_ratio=1 / 0.98))

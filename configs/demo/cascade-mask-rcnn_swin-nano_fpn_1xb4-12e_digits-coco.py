@@ -1,14 +1,15 @@
-# mmdet's Cascade Mask R-CNN recipe of the Swin/ConvNeXt papers (4conv1fc GIoU heads, multi-scale
-# crop, AdamW with layer-wise lr decay) with the ConvNeXt backbone shrunk and the data pointed at the
-# bundled COCO-format digits set (`python tools/dataset_converters/digits.py coco --out data`).
+# The Cascade Mask R-CNN recipe of the Swin paper (4conv1fc GIoU heads, multi-scale crop, AdamW) with
+# mmvitreg.SwinTransformer (configs/swin/cascade-mask-rcnn_swin-t-p4-w7_fpn_4conv1fc-giou_amp-ms-crop_8xb2-3x_coco.py,
+# built on mmdet's ConvNeXt cascade 3x recipe), the model shrunk and the data pointed at the bundled
+# COCO-format digits set (`python tools/dataset_converters/digits.py coco --out data`).
 # On a CPU the AMP wrapper of the recipe is replaced by fp32 training (tools/train.py says so).
-_base_ = 'mmdet::convnext/cascade-mask-rcnn_convnext-t-p4-w7_fpn_4conv1fc-giou_amp-ms-crop-3x_coco.py'
+_base_ = '../swin/cascade-mask-rcnn_swin-t-p4-w7_fpn_4conv1fc-giou_amp-ms-crop_8xb2-3x_coco.py'
 
 num_classes = 10
 width = 32  # FPN and head channels (the recipe: 256, with 1024-wide fcs)
 model = dict(
     backbone=dict(
-        arch=dict(_delete_=True, depths=[1, 1, 2, 1], channels=[16, 32, 64, 128]), drop_path_rate=0.1,
+        arch=dict(embed_dims=16, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4]), window_size=4, drop_path_rate=0.1,
         init_cfg=None),
     neck=dict(in_channels=[16, 32, 64, 128], out_channels=width),
     rpn_head=dict(in_channels=width, feat_channels=width),
