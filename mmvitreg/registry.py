@@ -9,7 +9,10 @@ mmpretrain's ``BATCH_AUGMENTS`` has no mmengine parent, so ours is a child of it
 ``ClsDataPreprocessor(batch_augments=dict(augments=[dict(type='mmvitreg.X')]))`` finds our augments.
 """
 from mmengine.registry import DATASETS as MMENGINE_DATASETS
+from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.registry import MODELS as MMENGINE_MODELS
+from mmengine.registry import OPTIM_WRAPPERS as MMENGINE_OPTIM_WRAPPERS
+from mmengine.registry import RUNNERS as MMENGINE_RUNNERS
 from mmengine.registry import TRANSFORMS as MMENGINE_TRANSFORMS
 from mmengine.registry import Registry
 from mmpretrain.registry import BATCH_AUGMENTS as MMPRETRAIN_BATCH_AUGMENTS
@@ -20,3 +23,7 @@ BATCH_AUGMENTS = Registry(
 DATASETS = Registry('dataset', parent=MMENGINE_DATASETS, scope='mmvitreg', locations=['mmvitreg.datasets'])
 TRANSFORMS = Registry(
     'transform', parent=MMENGINE_TRANSFORMS, scope='mmvitreg', locations=['mmvitreg.datasets'])
+HOOKS = Registry('hook', parent=MMENGINE_HOOKS, scope='mmvitreg', locations=['mmvitreg.engine'])
+OPTIM_WRAPPERS = Registry(
+    'optim_wrapper', parent=MMENGINE_OPTIM_WRAPPERS, scope='mmvitreg', locations=['mmvitreg.engine'])
+RUNNERS = Registry('runner', parent=MMENGINE_RUNNERS, scope='mmvitreg', locations=['mmvitreg.engine'])

@@ -1,7 +1,10 @@
 """Evaluate a checkpoint with an mmpretrain, mmseg or mmdet config.
 
     python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out results.pkl] [--show-dir DIR]
-                                           [--tta] [--cfg-options k=v ...] [--launcher pytorch]
+                                           [--tta] [--allow-partial] [--cfg-options k=v ...] [--launcher pytorch]
+
+The checkpoint is loaded strictly: a missing, unexpected or size-mismatched key stops the run with
+the file's name and the first keys of each kind (``--allow-partial`` evaluates the keys that fit).
 
 ``--tta`` runs the config's ``tta_model`` over its ``tta_pipeline`` (mmseg: multi-scale + flip from
 the dataset config); an mmpretrain config without them gets mmpretrain's flip-averaging TTA.
@@ -13,6 +16,8 @@ import os.path as osp
 import sys
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
+from mmvitreg.datasets.data_checks import check_data
+from mmvitreg.engine import CheckpointError
 from mmvitreg.utils import ConfigError, build_runner, load_config, parse_tool_args, set_run_args
 
 # how each library's visualisation hook is switched on for --show-dir
@@ -32,6 +37,8 @@ def parse_args(argv=None):
     parser.add_argument('--out', help='dump the predictions to this pickle file')
     parser.add_argument('--show-dir', help='save painted predictions to this directory')
     parser.add_argument('--tta', action='store_true', help='test-time augmentation')
+    parser.add_argument('--allow-partial', action='store_true',
+                        help='evaluate even if the checkpoint\'s keys do not all fit the model')
     return parse_tool_args(parser, argv)
 
 
@@ -50,7 +57,10 @@ def build_test_config(args):
         raise ConfigError(f'checkpoint not found: {args.checkpoint}')
     scope = cfg.default_scope
     set_run_args(cfg, args)
+    check_data(cfg, ('test', ))
     cfg.load_from = args.checkpoint
+    cfg.setdefault('runner_type', 'mmvitreg.GuardedRunner')
+    cfg.checkpoint_policy = dict(load_from='partial' if args.allow_partial else 'strict')
     if args.show_dir:
         _SHOW[scope](cfg, args.show_dir)
     if args.tta:
@@ -74,7 +84,10 @@ def main(argv=None):
     if args.out:
         from mmengine.evaluator import DumpResults
         runner.test_evaluator.metrics.append(DumpResults(out_file_path=args.out))
-    metrics = runner.test()
+    try:
+        metrics = runner.test()
+    except CheckpointError as e:
+        sys.exit(f'error: {e}')
     if runner.rank == 0:
         print('metrics: ' + json.dumps({k: v if isinstance(v, str) else float(v) for k, v in metrics.items()}))
 

@@ -1,10 +1,13 @@
 """Train an mmpretrain, mmseg or mmdet config (mmvitreg components or not).
 
-    python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp] [--auto-scale-lr]
-                                 [--no-validate] [--cfg-options k=v ...] [--launcher pytorch]
+    python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--allow-partial] [--amp [--amp-dtype D]]
+                                 [--auto-scale-lr] [--no-validate] [--cfg-options k=v ...] [--launcher pytorch]
 
 The library is picked from the config's ``default_scope``; the stack workarounds of
 ``mmvitreg.compat`` are applied first. Distributed: ``bash tools/dist_train.sh CONFIG N``.
+Runs are built with :class:`mmvitreg.engine.GuardedRunner`: ``--resume`` loads strictly (unless
+``--allow-partial``), ``load_from`` partially with a one-line key summary, checkpoints are written
+atomically, the random generators are part of them (exact resume), and a non-finite loss stops the run.
 """
 import argparse
 import logging
@@ -15,6 +18,8 @@ import torch
 from mmengine.logging import print_log
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
+from mmvitreg.datasets.data_checks import check_data
+from mmvitreg.engine import CheckpointError, NonFiniteLossError
 from mmvitreg.utils import ConfigError, build_runner, load_config, parse_tool_args, set_run_args
 
 
@@ -24,7 +29,12 @@ def parse_args(argv=None):
     parser.add_argument('--work-dir', help='the dir to save logs and checkpoints')
     parser.add_argument('--resume', nargs='?', type=str, const='auto',
                         help='resume from this checkpoint, or from the latest one in the work dir if none is given')
-    parser.add_argument('--amp', action='store_true', help='automatic mixed precision (needs a GPU)')
+    parser.add_argument('--allow-partial', action='store_true',
+                        help='--resume even from a checkpoint whose keys do not all fit the model')
+    parser.add_argument('--amp', action='store_true',
+                        help='automatic mixed precision: float16 on CUDA, bfloat16 on CPU')
+    parser.add_argument('--amp-dtype', choices=['float16', 'bfloat16'],
+                        help='the --amp dtype (default: float16 on CUDA, bfloat16 on CPU)')
     parser.add_argument('--auto-scale-lr', action='store_true', help='scale the lr by the real batch size')
     parser.add_argument('--no-validate', action='store_true', help='do not evaluate during training')
     return parse_tool_args(parser, argv)
@@ -33,11 +43,16 @@ def parse_args(argv=None):
 def build_train_config(args):
     cfg = load_config(args.config, args.cfg_options)
     set_run_args(cfg, args)
+    cfg.setdefault('runner_type', 'mmvitreg.GuardedRunner')
+    if args.allow_partial:
+        cfg.checkpoint_policy = dict(resume='partial')
+    if args.amp_dtype and not args.amp:
+        raise ConfigError('--amp-dtype goes with --amp')
     if args.amp:
-        if not torch.cuda.is_available():
-            raise ConfigError('--amp needs a GPU: mmengine\'s AmpOptimWrapper only runs on CUDA/NPU/MLU')
-        cfg.optim_wrapper.type = 'AmpOptimWrapper'
-        cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
+        if args.amp_dtype == 'float16' and not torch.cuda.is_available():
+            raise ConfigError('--amp-dtype float16 needs a GPU; on a CPU --amp trains in bfloat16')
+        cfg.optim_wrapper.type = 'mmvitreg.AutocastOptimWrapper'
+        cfg.optim_wrapper.dtype = args.amp_dtype
     elif cfg.optim_wrapper.get('type') == 'AmpOptimWrapper' and not torch.cuda.is_available():
         # configs written for GPUs (e.g. mmdet's ConvNeXt cascade) ask for AMP; on a CPU run in fp32
         print_log('no GPU: training in fp32 instead of the config\'s AmpOptimWrapper', logger='current',
@@ -50,6 +65,7 @@ def build_train_config(args):
         cfg.auto_scale_lr.enable = True
     if args.no_validate:
         cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
+    check_data(cfg, ('train', 'val'))
     if args.resume == 'auto':
         cfg.resume, cfg.load_from = True, None
     elif args.resume is not None:
@@ -65,7 +81,11 @@ def main(argv=None):
         cfg = build_train_config(args)
     except ConfigError as e:
         sys.exit(f'error: {e}')
-    build_runner(cfg).train()
+    try:
+        build_runner(cfg).train()
+    except (CheckpointError, NonFiniteLossError) as e:
+        print_log(f'error: {e}', logger='current', level=logging.ERROR)
+        sys.exit(f'error: {e}')
 
 
 if __name__ == '__main__':

@@ -1,0 +1,60 @@
+"""Stop training at the first non-finite loss, naming the iteration and the loss term."""
+import math
+
+import torch
+from mmengine.dist import all_reduce, get_world_size
+from mmengine.hooks import Hook
+
+from mmvitreg.registry import HOOKS
+
+
+class NonFiniteLossError(RuntimeError):
+    """A loss term became NaN or infinite; the message names the iteration and the term."""
+
+
+@HOOKS.register_module()
+class LossGuardHook(Hook):
+    """Stops the run at the first iteration whose loss is NaN or infinite.
+
+    Without it mmengine keeps stepping with NaN gradients, logs ``loss: nan`` and saves NaN
+    weights over the last good checkpoint's successors. This hook reads the logged loss terms of
+    every training iteration (``loss`` and each named term, e.g. ``loss_cls``, ``loss_token``) and
+    raises :class:`NonFiniteLossError` naming the iteration (1-based, as the logger counts), the
+    epoch and every non-finite term, before any later hook (logger, checkpoint) runs, so nothing is
+    written after the bad step. In a distributed run every rank stops at the same iteration (the
+    finding is all-reduced), so no rank waits forever for the others.
+
+    :class:`GuardedRunner` registers this hook for every run of ``tools/train.py``.
+    """
+
+    priority = 'VERY_HIGH'
+
+    @staticmethod
+    def non_finite_terms(outputs: dict) -> dict:
+        """``{name: value}`` of the non-finite loss terms in ``outputs`` (the total ``loss`` only when
+        no named term is non-finite)."""
+        bad = {}
+        for name, value in (outputs or {}).items():
+            if 'loss' not in name:
+                continue
+            value = float(value.detach().float().mean()) if isinstance(value, torch.Tensor) else float(value)
+            if not math.isfinite(value):
+                bad[name] = value
+        if len(bad) > 1:
+            bad.pop('loss', None)
+        return bad
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        bad = self.non_finite_terms(outputs)
+        if get_world_size() > 1:
+            flag = torch.tensor([float(bool(bad))])
+            all_reduce(flag, op='max')
+            if flag.item() and not bad:
+                raise NonFiniteLossError(f'iteration {runner.iter + 1} (epoch {runner.epoch + 1}): another '
+                                         'rank reported a non-finite loss; the run stops')
+        if bad:
+            terms = ', '.join(f'{name} = {value}' for name, value in bad.items())
+            raise NonFiniteLossError(
+                f'non-finite loss at iteration {runner.iter + 1} (epoch {runner.epoch + 1}): {terms}; the run stops '
+                'before this step is logged or checkpointed (lower the learning rate, check the data of this '
+                'batch, or add gradient clipping: optim_wrapper.clip_grad)')

@@ -1,0 +1,106 @@
+"""Mixed-precision training on any device: ``torch.autocast`` on CPU (bfloat16) and CUDA (float16 or bfloat16)."""
+from contextlib import contextmanager
+from typing import Optional, Union
+
+import torch
+from mmengine.optim import OptimWrapper
+from torch import nn
+
+from mmvitreg.registry import OPTIM_WRAPPERS
+
+
+@OPTIM_WRAPPERS.register_module()
+class AutocastOptimWrapper(OptimWrapper):
+    """Automatic mixed precision that also runs on a CPU (``tools/train.py --amp``).
+
+    mmengine 0.10.7's ``AmpOptimWrapper`` asserts an accelerator. This wrapper runs the model's
+    forward and losses (``train_step`` inside :meth:`optim_context`) under ``torch.autocast`` on the
+    device the model lives on:
+
+    ======  ====================  =========================================================
+    device  ``dtype``             gradient scaling
+    ======  ====================  =========================================================
+    CPU     ``bfloat16`` only     none (bfloat16 has float32's exponent range)
+    CUDA    ``float16`` (default) dynamic ``torch.amp.GradScaler`` (as ``AmpOptimWrapper``)
+    CUDA    ``bfloat16``          none
+    ======  ====================  =========================================================
+
+    Parameters, gradients and optimizer state stay float32. Loss terms that need float32
+    (softmax over classes, logs, cosine similarities) cast their inputs themselves (e.g.
+    :class:`~mmvitreg.models.heads.TokenLabelHead`).
+
+    Args:
+        dtype (str or torch.dtype, optional): ``'float16'`` or ``'bfloat16'``; None picks
+            ``float16`` on CUDA and ``bfloat16`` on CPU. Defaults to None.
+        loss_scale (str, float or dict): float16 only: ``'dynamic'``, an initial scale, or
+            ``GradScaler`` arguments. Defaults to ``'dynamic'``.
+        device_type (str, optional): ``'cuda'`` or ``'cpu'``; None means CUDA when available.
+        **kwargs: the arguments of :class:`mmengine.optim.OptimWrapper`.
+    """
+
+    DTYPES = ('float16', 'bfloat16')
+
+    def __init__(self,
+                 dtype: Union[str, torch.dtype, None] = None,
+                 loss_scale: Union[str, float, dict] = 'dynamic',
+                 device_type: Optional[str] = None,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.device_type = device_type or ('cuda' if torch.cuda.is_available() else 'cpu')
+        if self.device_type not in ('cuda', 'cpu'):
+            raise ValueError(f"device_type must be 'cuda' or 'cpu', got {self.device_type!r}")
+        if dtype is None:
+            dtype = 'float16' if self.device_type == 'cuda' else 'bfloat16'
+        name = str(dtype).replace('torch.', '')
+        if name not in self.DTYPES:
+            raise ValueError(f'dtype must be one of {self.DTYPES}, got {dtype!r}')
+        if self.device_type == 'cpu' and name != 'bfloat16':
+            raise ValueError(f'mixed precision on a CPU runs in bfloat16 only (got {name}): '
+                             "use --amp-dtype bfloat16 or train on a GPU")
+        self.cast_dtype = getattr(torch, name)
+        self.loss_scaler = None
+        if self.cast_dtype == torch.float16:
+            if isinstance(loss_scale, str) and loss_scale != 'dynamic':
+                raise ValueError(f"loss_scale must be 'dynamic', a float or a dict, got {loss_scale!r}")
+            scaler_args = (loss_scale if isinstance(loss_scale, dict)
+                           else {} if loss_scale == 'dynamic' else dict(init_scale=float(loss_scale)))
+            self.loss_scaler = torch.amp.GradScaler(self.device_type, **scaler_args)
+
+    def backward(self, loss: torch.Tensor, **kwargs):
+        """Back-propagate ``loss`` (scaled first under float16)."""
+        if self.loss_scaler is not None:
+            loss = self.loss_scaler.scale(loss)
+        loss.backward(**kwargs)
+        self._inner_count += 1
+
+    def step(self, **kwargs):
+        """Optimizer step; under float16 the gradients are unscaled (before clipping) and a step with
+        non-finite gradients is skipped by the scaler."""
+        if self.loss_scaler is None:
+            return super().step(**kwargs)
+        if self.clip_grad_kwargs:
+            self.loss_scaler.unscale_(self.optimizer)
+            self._clip_grad()
+        self.loss_scaler.step(self.optimizer, **kwargs)
+        self.loss_scaler.update()
+
+    def state_dict(self) -> dict:
+        """The optimizer state, plus ``loss_scaler`` under float16."""
+        state_dict = super().state_dict()
+        if self.loss_scaler is not None:
+            state_dict['loss_scaler'] = self.loss_scaler.state_dict()
+        return state_dict
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load the optimizer state (and the loss scaler's, under float16)."""
+        state_dict = dict(state_dict)
+        scaler_state = state_dict.pop('loss_scaler', None)
+        if self.loss_scaler is not None and scaler_state is not None:
+            self.loss_scaler.load_state_dict(scaler_state)
+        super().load_state_dict(state_dict)
+
+    @contextmanager
+    def optim_context(self, model: nn.Module):
+        """Gradient-accumulation context of :class:`OptimWrapper` plus ``torch.autocast``."""
+        with super().optim_context(model), torch.autocast(self.device_type, dtype=self.cast_dtype):
+            yield

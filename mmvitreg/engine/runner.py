@@ -1,0 +1,139 @@
+"""mmengine's Runner with checked checkpoint loading, atomic saving and the training guards."""
+import logging
+import re
+from collections import OrderedDict
+
+from mmengine.dist import master_only
+from mmengine.hooks import CheckpointHook
+from mmengine.model import is_model_wrapper
+from mmengine.runner import Runner
+from mmengine.runner.checkpoint import _load_checkpoint
+
+from mmvitreg.registry import RUNNERS
+from .checkpoint import (ATOMIC_BACKEND, CheckpointError, first_readable, load_state_dict_checked, read_checkpoint,
+                         resume_candidates)
+from .hooks import LossGuardHook, RNGStateHook
+
+POLICIES = ('strict', 'partial')
+_HINTS = {
+    'load_from': 'pass --allow-partial to load the keys that fit anyway',
+    'resume': 'resume needs a checkpoint of this very config; pass --allow-partial to resume anyway',
+}
+
+
+def _is_local(path) -> bool:
+    return '://' not in str(path)
+
+
+@RUNNERS.register_module()
+class GuardedRunner(Runner):
+    """mmengine's :class:`~mmengine.runner.Runner`, never silently wrong about checkpoints or losses.
+
+    What it changes (``tools/train.py`` and ``tools/test.py`` build every run with it):
+
+    * **Reading** a checkpoint: a missing, empty, truncated or non-checkpoint file stops the run
+      with one :class:`~mmvitreg.engine.checkpoint.CheckpointError` line naming the file and the
+      problem (mmengine: a bare ``UnpicklingError``).
+    * **Loading** it into the model, by the config's ``checkpoint_policy``:
+      ``dict(load_from='partial', resume='strict')`` by default. *strict*: any missing, unexpected
+      or size-mismatched key (after the modules' load-time hooks, e.g. position-embedding resize)
+      stops the run, naming the file and the first keys of each kind; *partial*: the keys that fit
+      are loaded and one line gives the counts of matched, missing, unexpected and resized keys.
+      ``tools/test.py`` loads strictly, ``--allow-partial`` makes the load partial.
+    * **Saving**: checkpoints and ``last_checkpoint`` are written to a temporary file and moved
+      over the final name (:class:`~mmvitreg.engine.checkpoint.AtomicLocalBackend`), so a killed
+      process never leaves a truncated file under a checkpoint's name.
+    * **Auto-resume** (``--resume`` without a file): the newest checkpoint that reads; an
+      unreadable newest one is skipped with a warning naming it.
+    * **Hooks**: :class:`~mmvitreg.engine.hooks.RNGStateHook` (exact resume) and
+      :class:`~mmvitreg.engine.hooks.LossGuardHook` (stop at a non-finite loss) are added unless
+      the config already has them.
+
+    Args: as :class:`~mmengine.runner.Runner`; the policy is the config's ``checkpoint_policy``.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        policy = dict(load_from='partial', resume='strict')
+        policy.update(self.cfg.get('checkpoint_policy') or {})
+        for key, value in policy.items():
+            if key not in _HINTS or value not in POLICIES:
+                raise ValueError(f'checkpoint_policy takes load_from / resume = one of {POLICIES}, got {policy}')
+        self.checkpoint_policy = policy
+        self._resuming = False
+        self._preloaded = None
+        present = {type(h) for h in self.hooks}
+        for hook in (RNGStateHook, LossGuardHook):
+            if hook not in present:
+                self.register_hook(hook())
+        for hook in self.hooks:
+            if (isinstance(hook, CheckpointHook) and hook.backend_args is None and hook.file_client_args is None
+                    and _is_local(hook.out_dir or self.work_dir)):
+                hook.backend_args = dict(backend=ATOMIC_BACKEND)
+
+    def load_checkpoint(self, filename: str, map_location='cpu', strict: bool = False,
+                        revise_keys: list = [(r'^module.', '')]) -> dict:
+        """Read ``filename`` (:func:`read_checkpoint`), run the ``after_load_checkpoint`` hooks and
+        load the state dict by the checkpoint policy (``resume`` while resuming, else ``load_from``;
+        ``strict=True`` always loads strictly).
+
+        Raises:
+            CheckpointError: the file cannot be read, or a strict load finds keys that do not fit.
+        """
+        if self._preloaded is not None and self._preloaded[0] == filename:
+            checkpoint, self._preloaded = self._preloaded[1], None
+        elif _is_local(filename):
+            checkpoint = read_checkpoint(filename, map_location)
+        else:
+            checkpoint = _load_checkpoint(filename, map_location=map_location)
+        self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
+        model = self.model.module if is_model_wrapper(self.model) else self.model
+
+        state_dict = checkpoint.get('state_dict', checkpoint)
+        metadata = getattr(state_dict, '_metadata', OrderedDict())
+        for pattern, replacement in revise_keys:
+            state_dict = OrderedDict((re.sub(pattern, replacement, k), v) for k, v in state_dict.items())
+        state_dict._metadata = metadata
+
+        purpose = 'resume' if self._resuming else 'load_from'
+        report = load_state_dict_checked(model, state_dict)
+        if not report.clean and (strict or self.checkpoint_policy[purpose] == 'strict'):
+            raise CheckpointError(f'checkpoint {filename} does not fit the model {type(model).__name__} '
+                                  f'({report.describe()}); {_HINTS[purpose]}')
+        self.logger.log(logging.INFO if report.clean else logging.WARNING,
+                        f'{purpose} {filename}: {report.describe()}')
+        self._has_loaded = True
+        return checkpoint
+
+    def resume(self, filename: str, *args, **kwargs) -> None:
+        """As :meth:`Runner.resume`, loading by the ``resume`` policy (strict unless allowed)."""
+        self._resuming = True
+        try:
+            super().resume(filename, *args, **kwargs)
+        finally:
+            self._resuming = False
+
+    def load_or_resume(self) -> None:
+        """As :meth:`Runner.load_or_resume`; ``resume=True`` without ``load_from`` takes the newest
+        checkpoint of the work dir that reads, skipping unreadable newer ones with a warning."""
+        if self._has_loaded or not (self._resume and self._load_from is None):
+            return super().load_or_resume()
+        found = first_readable(resume_candidates(self.work_dir), warn=self.logger.warning)
+        if found is None:
+            self.logger.info(f'--resume auto: no checkpoint in {self.work_dir}; training from the start')
+            return
+        self._preloaded = found
+        self.logger.info(f'--resume auto: resuming from {found[0]}')
+        self.resume(found[0])
+        self._has_loaded = True
+
+    @master_only
+    def save_checkpoint(self, out_dir: str, filename: str, file_client_args=None, save_optimizer: bool = True,
+                        save_param_scheduler: bool = True, meta=None, by_epoch: bool = True,
+                        backend_args=None) -> None:
+        """As :meth:`Runner.save_checkpoint`; a local file is written atomically."""
+        if file_client_args is None and backend_args is None and _is_local(out_dir):
+            backend_args = dict(backend=ATOMIC_BACKEND)
+        super().save_checkpoint(out_dir, filename, file_client_args=file_client_args, save_optimizer=save_optimizer,
+                                save_param_scheduler=save_param_scheduler, meta=meta, by_epoch=by_epoch,
+                                backend_args=backend_args)
