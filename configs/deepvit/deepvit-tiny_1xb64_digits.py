@@ -12,7 +12,7 @@ _base_ = [
 num_classes = 10
 model = dict(
     backbone=dict(
-        arch=dict(embed_dims=96, num_layers=4, num_heads=3, feedforward_channels=288,
+        arch=dict(_delete_=True, embed_dims=96, num_layers=4, num_heads=3, feedforward_channels=288,
                   attn_types=['msa', 'msa', 'reattn', 'reattn']),
         img_size=32,
         patch_size=4,
