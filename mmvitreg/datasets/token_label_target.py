@@ -170,7 +170,8 @@ def _read_maps(packed: List[PackedLabelMap], device) -> Tensor:
     """:func:`token_label_targets` of samples whose maps have one shape ``(2, k, h, w)``."""
     s, topk, n, fill, num_classes = packed[0].settings()
     device = device or packed[0].label_map.device
-    maps = torch.stack([p.label_map for p in packed]).to(device, torch.float32)
+    # each map to float32 first: torch.stack of float16 maps fails under CPU bfloat16 autocast (--amp)
+    maps = torch.stack([p.label_map.to(torch.float32) for p in packed]).to(device)
     B, _, k, h, w = maps.shape
     side = s * n
 

@@ -3,10 +3,36 @@ from contextlib import contextmanager
 from typing import Optional, Union
 
 import torch
+import torch.nn.functional as F
 from mmengine.optim import OptimWrapper
-from torch import nn
+from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
 
 from mmvitreg.registry import OPTIM_WRAPPERS
+
+
+class Float32Ops(TorchFunctionMode):
+    """Runs the ops that need float32 in float32 under CPU autocast, as CUDA autocast does.
+
+    CUDA autocast casts softmax, log-softmax, cross entropy, logs, cosine similarity and their kin
+    to float32 by itself; CPU autocast (torch 2.14) does not, so mmpretrain's heads (and any loss
+    of a plugin) would take their log-softmax in bfloat16. This mode upcasts the low-precision
+    floating inputs of those ops to float32.
+    """
+
+    OPS = frozenset([
+        F.softmax, F.log_softmax, torch.softmax, torch.log_softmax, Tensor.softmax, Tensor.log_softmax,
+        F.cross_entropy, F.nll_loss, F.kl_div, F.binary_cross_entropy, F.binary_cross_entropy_with_logits,
+        F.cosine_similarity, torch.cosine_similarity, torch.log, Tensor.log, torch.log1p, Tensor.log1p,
+        torch.logsumexp, Tensor.logsumexp, F.normalize, torch.xlogy, Tensor.xlogy,
+    ])
+    LOW = (torch.bfloat16, torch.float16)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.OPS:
+            args = tuple(a.float() if isinstance(a, Tensor) and a.dtype in self.LOW else a for a in args)
+        return func(*args, **kwargs)
 
 
 @OPTIM_WRAPPERS.register_module()
@@ -25,8 +51,9 @@ class AutocastOptimWrapper(OptimWrapper):
     CUDA    ``bfloat16``          none
     ======  ====================  =========================================================
 
-    Parameters, gradients and optimizer state stay float32. Loss terms that need float32
-    (softmax over classes, logs, cosine similarities) cast their inputs themselves (e.g.
+    Parameters, gradients and optimizer state stay float32. The ops that need float32 (softmax over
+    classes, logs, cosine similarities) run in float32: CUDA autocast does so by itself, on CPU
+    :class:`Float32Ops` does it; mmvitreg's own losses also cast (e.g.
     :class:`~mmvitreg.models.heads.TokenLabelHead`).
 
     Args:
@@ -101,6 +128,11 @@ class AutocastOptimWrapper(OptimWrapper):
 
     @contextmanager
     def optim_context(self, model: nn.Module):
-        """Gradient-accumulation context of :class:`OptimWrapper` plus ``torch.autocast``."""
+        """Gradient-accumulation context of :class:`OptimWrapper` plus ``torch.autocast`` (and, on CPU,
+        :class:`Float32Ops`)."""
         with super().optim_context(model), torch.autocast(self.device_type, dtype=self.cast_dtype):
-            yield
+            if self.device_type == 'cpu':
+                with Float32Ops():
+                    yield
+            else:
+                yield

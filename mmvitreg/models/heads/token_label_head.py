@@ -151,7 +151,8 @@ class TokenLabelHead(VisionTransformerClsHead):
             target = torch.stack([s.gt_score for s in data_samples])
         else:
             target = torch.cat([s.gt_label for s in data_samples])
-        losses['loss_cls'] = self.loss_module(cls_score, target, avg_factor=cls_score.size(0))
+        # the softmax over classes in float32, also under --amp
+        losses['loss_cls'] = self.loss_module(cls_score.float(), target, avg_factor=cls_score.size(0))
         if self.beta > 0:
             losses['loss_token'] = self.beta * self._token_loss(aux_score, token_label, plan)
         return losses
