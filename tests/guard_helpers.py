@@ -57,7 +57,7 @@ def run_options(config: Path, ws: Path, work_dir: Path, **extra) -> list:
     """``--cfg-options`` that point ``config`` at the workspace: every data loader reads
     ``ws/digits`` in this process (no workers), a label-map loader reads ``ws/label_maps``; deterministic
     seed 0; a log line per iteration; a checkpoint per epoch; a unique experiment name."""
-    cfg = Config.fromfile(str(config))
+    cfg = Config.fromfile(str(config), import_custom_modules=False)
     opts = {'randomness.seed': 0, 'randomness.deterministic': True, 'default_hooks.logger.interval': 1,
             'default_hooks.checkpoint.interval': 1, 'default_hooks.checkpoint.max_keep_ckpts': -1,
             'experiment_name': f'{work_dir.name}_{next(_runs)}_{os.getpid()}'}
