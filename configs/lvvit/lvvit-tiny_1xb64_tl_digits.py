@@ -39,7 +39,9 @@ metainfo = dict(classes=tuple(f'digit_{i}' for i in range(num_classes)))
 # digits are not mirror-symmetric: no flip; mild crops only
 train_pipeline = [
     dict(type='LoadImageFromFile'),
-    dict(type='mmvitreg.LoadTokenLabelMap', label_root=label_root, img_prefix=f'{data_root}/train'),
+    # num_classes: every map's class indices are checked (maps of another teacher fail naming the file)
+    dict(type='mmvitreg.LoadTokenLabelMap', label_root=label_root, img_prefix=f'{data_root}/train',
+         num_classes=num_classes),
     dict(type='mmvitreg.RandomResizedCropWithLabelMap', scale=img_size, crop_ratio_range=(0.6, 1.0),
          backend='pillow', interpolation='bicubic'),
     dict(type='mmvitreg.TokenLabelTarget', token_label_size=img_size // patch_size, topk=5),

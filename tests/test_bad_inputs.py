@@ -1,0 +1,362 @@
+"""The bad-input catalogue (issue 14, parts 5-6): every case of mmvitreg/troubleshooting.py, run through
+the real tools (in this process), stops with its message, and afterwards every file that existed is
+unchanged and no checkpoint was written. docs/troubleshooting.md is generated from the same catalogue.
+
+Cases that depend on the model run for every config in guard_helpers.TECHNIQUES (a checkpoint of
+another technique, a NaN loss), so a new technique is covered by adding its config there."""
+import itertools
+import re
+import shutil
+import textwrap
+from types import SimpleNamespace
+
+import pytest
+import torch
+from mmengine.registry import DefaultScope
+from torch import nn
+
+from conftest import REPO
+from guard_helpers import TECHNIQUES, build_workspace, files_of, run_options, tool, train
+from mmvitreg.troubleshooting import CASES, render_markdown
+
+DEEPVIT, LVVIT_TL, SWIN_MIX = TECHNIQUES
+SCENARIOS = {}
+_work_dirs = itertools.count()
+
+
+def scenario(case_id):
+    def register(fn):
+        SCENARIOS[case_id] = fn
+        return fn
+    return register
+
+
+@pytest.fixture(scope='module')
+def ctx(tmp_path_factory):
+    """A workspace, one short training run per technique (its checkpoint), and copies of the data to break."""
+    ws = build_workspace(tmp_path_factory.mktemp('bad_ws'))
+    runs = {}
+    for config in TECHNIQUES:
+        runs[config] = ws / f'run_{config.stem}'
+        train(config, ws, runs[config], '--no-validate', **{'train_cfg.max_epochs': 1, 'train_dataloader.batch_size': 8,
+                                                            'train_dataloader.dataset.indices': 8})
+    return SimpleNamespace(ws=ws, runs=runs, ckpt={c: r / 'epoch_1.pth' for c, r in runs.items()})
+
+
+def stop_message(fn) -> str:
+    """Run ``fn``; it must stop (a non-zero exit or an exception). Returns what the user reads."""
+    try:
+        fn()
+    except SystemExit as e:
+        assert e.code not in (0, None), 'exited 0'
+        return str(e.code)
+    except Exception as e:  # errors raised while building the model or in the first step
+        return f'{type(e).__name__}: {e}'
+    raise AssertionError('the run did not stop')
+
+
+def stops(fn, check=None):
+    """The scenario's run: ``fn`` must stop; ``check(message)`` asserts more about the message."""
+    def run():
+        message = stop_message(fn)
+        if check is not None:
+            check(message)
+        return message
+    return run
+
+
+def run_train(ctx, config, *flags, work=None, **options):
+    work = work or ctx.ws / f'scenario_{next(_work_dirs)}'
+    return lambda: train(config, ctx.ws, work, *flags, **{'train_cfg.max_epochs': 1, 'train_dataloader.batch_size': 4,
+                                                           'train_dataloader.dataset.indices': 4, **options})
+
+
+def run_test(ctx, config, checkpoint, *flags):
+    data = [f'test_dataloader.dataset.data_root={ctx.ws / "digits"}', 'test_dataloader.num_workers=0',
+            'test_dataloader.persistent_workers=False', 'test_dataloader.dataset.indices=8']
+    work = ctx.ws / f'scenario_{next(_work_dirs)}'
+    return lambda: tool('test')([str(config), str(checkpoint), '--work-dir', str(work), *flags,
+                                 '--cfg-options', *data])
+
+
+def derived(ctx, name, base, body):
+    path = ctx.ws / f'{name}.py'
+    path.write_text(f"_base_ = '{base}'\n" + textwrap.dedent(body))
+    return path
+
+
+def broken_copy(ctx, name, what='digits'):
+    dst = ctx.ws / name
+    if not dst.exists():
+        shutil.copytree(ctx.ws / what, dst)
+    return dst
+
+
+def first_train_image(data):
+    return data / 'train' / (data / 'meta' / 'train.txt').read_text().split()[0]
+
+
+# ---------------------------------------------------------------- config and tools
+@scenario('config-missing')
+def _(ctx):
+    return stops(lambda: tool('train')([str(ctx.ws / 'configs' / 'deepvit-tny.py')]))
+
+
+@scenario('config-scope')
+def _(ctx):
+    path = ctx.ws / 'no_runtime.py'
+    path.write_text("model = dict(type='ImageClassifier')\n")
+    return stops(lambda: tool('train')([str(path)]))
+
+
+@scenario('component-misspelled')
+def _(ctx):
+    cfg = derived(ctx, 'typo', DEEPVIT, "model = dict(backbone=dict(_delete_=True, type='mmvitreg.DeepVit'))\n")
+    return stops(run_train(ctx, cfg))
+
+
+@scenario('arch-unknown')
+def _(ctx):
+    return stops(run_train(ctx, DEEPVIT, **{'model.backbone.arch': 'xs'}))
+
+
+@scenario('option-invalid')
+def _(ctx):
+    return stops(run_train(ctx, DEEPVIT, **{'model.backbone.out_type': 'patch'}))
+
+
+@scenario('amp-float16-cpu')
+def _(ctx):
+    assert not torch.cuda.is_available(), 'this scenario is the CPU case'
+    return stops(run_train(ctx, DEEPVIT, '--amp', '--amp-dtype', 'float16'))
+
+
+# ---------------------------------------------------------------- data
+@scenario('data-root-missing')
+def _(ctx):
+    return stops(run_train(ctx, DEEPVIT, **{'train_dataloader.dataset.data_root': ctx.ws / 'no_such_data'}))
+
+
+@scenario('data-root-empty')
+def _(ctx):
+    data = broken_copy(ctx, 'empty_digits')
+    (data / 'meta' / 'train.txt').write_text('')
+    return stops(run_train(ctx, DEEPVIT, **{'train_dataloader.dataset.data_root': data}))
+
+
+@scenario('image-corrupt')
+def _(ctx):
+    data = broken_copy(ctx, 'corrupt_digits')
+    image = first_train_image(data)
+    image.write_bytes(b'\xff\xd8 not really a JPEG')
+    return stops(run_train(ctx, DEEPVIT, **{'train_dataloader.dataset.data_root': data,
+                                             'train_dataloader.dataset.indices': 1, 'train_dataloader.batch_size': 1}),
+                 check=lambda message: _names(message, image))
+
+
+def _names(message, path):
+    assert str(path) in message, f'the message does not name {path}: {message}'
+
+
+@scenario('label-maps-not-configured')
+def _(ctx):
+    cfg = derived(ctx, 'tl_no_maps', LVVIT_TL, """
+        train_dataloader = dict(dataset=dict(pipeline=[dict(type='LoadImageFromFile'), dict(type='PackInputs')]))
+    """)
+    return stops(run_train(ctx, cfg))
+
+
+@scenario('label-map-missing')
+def _(ctx):
+    (ctx.ws / 'no_maps').mkdir(exist_ok=True)
+    return stops(run_train(ctx, LVVIT_TL, **{'train_dataloader.dataset.pipeline.1.label_root': ctx.ws / 'no_maps'}))
+
+
+def broken_maps(ctx, name, label_map):
+    maps = broken_copy(ctx, name, 'label_maps')
+    data = ctx.ws / 'digits'
+    image = first_train_image(data)
+    target = maps / image.relative_to(data / 'train').with_suffix('.pt')
+    torch.save(label_map, target)
+    return run_train(ctx, LVVIT_TL, **{'train_dataloader.dataset.pipeline.1.label_root': maps,
+                                       'train_dataloader.dataset.indices': 1, 'train_dataloader.batch_size': 1}), target
+
+
+@scenario('label-map-shape')
+def _(ctx):
+    run, target = broken_maps(ctx, 'maps_shape', torch.zeros(5, 4, 4, dtype=torch.float16))
+    return stops(run, check=lambda message: _names(message, target))
+
+
+@scenario('label-map-classes')
+def _(ctx):
+    indices = torch.tensor([12., 1., 2., 3., 4.]).view(5, 1, 1).expand(5, 4, 4)
+    run, target = broken_maps(ctx, 'maps_classes', torch.stack([torch.ones(5, 4, 4), indices]).half())
+    return stops(run, check=lambda message: _names(message, target))
+
+
+@scenario('label-map-grid')
+def _(ctx):
+    return stops(run_train(ctx, LVVIT_TL, **{'train_dataloader.dataset.pipeline.3.token_label_size': 4}))
+
+
+@scenario('mixtoken-patch-size')
+def _(ctx):
+    return stops(run_train(ctx, SWIN_MIX, **{'model.train_cfg.token_mix.patch_size': 8}))
+
+
+@scenario('mixtoken-partial-grid')
+def _(ctx):
+    return stops(run_train(ctx, SWIN_MIX, **{'train_dataloader.dataset.pipeline.1.scale': 30}))
+
+
+# ---------------------------------------------------------------- model composition
+@scenario('mixtoken-backbone')
+def _(ctx):
+    cfg = derived(ctx, 'mixtoken_resnet', SWIN_MIX, """
+        model = dict(backbone=dict(_delete_=True, type='ResNet', depth=18), head=dict(in_channels=512))
+    """)
+    return stops(run_train(ctx, cfg))
+
+
+@scenario('trace-user-backbone')
+def _(ctx):
+    cfg = derived(ctx, 'tl_swin', LVVIT_TL, """
+        model = dict(backbone=dict(_delete_=True, type='mmvitreg.SwinTransformer', arch=dict(
+            embed_dims=32, depths=[2, 2], num_heads=[2, 4]), img_size=32, window_size=4, out_indices=(1, )),
+            head=dict(in_channels=64))
+    """)
+    return stops(run_train(ctx, cfg))
+
+
+class TapUser(nn.Module):
+    """A trace user that reads the tokens of block 12 (the tiny DeepViT has 4)."""
+
+    def __init__(self):
+        super().__init__()
+        from mmvitreg.models.trace import TraceRequest
+        self.trace_request = TraceRequest(needs={'tokens'}, token_layers=(12, ))
+
+    def loss(self, feats, data_samples, trace):
+        return {}
+
+
+def build_classifier(**kwargs):
+    from mmpretrain.registry import MODELS
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        return MODELS.build(dict(
+            type='mmvitreg.TokenClassifier',
+            backbone=dict(type='mmvitreg.DeepViT', arch=dict(embed_dims=96, num_layers=4, num_heads=3,
+                                                             feedforward_channels=288, attn_types='reattn'),
+                          img_size=32, patch_size=4),
+            head=dict(type='VisionTransformerClsHead', num_classes=10, in_channels=96), **kwargs))
+
+
+@scenario('tap-missing-block')
+def _(ctx):
+    return stops(lambda: build_classifier(aux_losses=[TapUser()]))
+
+
+@scenario('two-target-transforms')
+def _(ctx):
+    return stops(lambda: build_classifier(target_transform=[dict(type='mmvitreg.A'), dict(type='mmvitreg.B')]))
+
+
+# ---------------------------------------------------------------- checkpoints
+@scenario('checkpoint-missing')
+def _(ctx):
+    return stops(run_test(ctx, DEEPVIT, ctx.ws / 'epoch_9.pth'))
+
+
+@scenario('checkpoint-empty')
+def _(ctx):
+    (ctx.ws / 'empty.pth').write_bytes(b'')
+    return stops(run_test(ctx, DEEPVIT, ctx.ws / 'empty.pth'))
+
+
+@scenario('checkpoint-truncated')
+def _(ctx):
+    data = ctx.ckpt[DEEPVIT].read_bytes()
+    (ctx.ws / 'truncated.pth').write_bytes(data[:len(data) // 3])
+    return stops(run_test(ctx, DEEPVIT, ctx.ws / 'truncated.pth'))
+
+
+@scenario('checkpoint-not-a-checkpoint')
+def _(ctx):
+    torch.save([1, 2, 3], ctx.ws / 'list.pth')
+    return stops(run_test(ctx, DEEPVIT, ctx.ws / 'list.pth'))
+
+
+@scenario('checkpoint-other-model')
+def _(ctx):
+    """Every technique's test config given the checkpoint of the next technique."""
+    runs = [run_test(ctx, config, ctx.ckpt[other]) for config, other in zip(TECHNIQUES, TECHNIQUES[1:] + TECHNIQUES[:1])]
+    return lambda: '\n'.join(stop_message(run) for run in runs)
+
+
+@scenario('resume-other-model')
+def _(ctx):
+    return stops(run_train(ctx, DEEPVIT, '--resume', ctx.ckpt[LVVIT_TL]))
+
+
+@scenario('resume-unreadable-newest')
+def _(ctx):
+    work = ctx.ws / 'resume_newest'
+    work.mkdir()
+    shutil.copy(ctx.ckpt[DEEPVIT], work / 'epoch_1.pth')
+    (work / 'epoch_2.pth').write_bytes(ctx.ckpt[DEEPVIT].read_bytes()[:500])
+    (work / 'last_checkpoint').write_text(str(work / 'epoch_2.pth'))
+
+    def run():
+        run_train(ctx, DEEPVIT, '--resume', work=work)()  # resumes after epoch 1 of 1: nothing left to train
+        log = next(work.rglob('*.log')).read_text()
+        assert f'--resume auto: resuming from {work / "epoch_1.pth"}' in log
+        return log
+    return run
+
+
+@scenario('converter-other-model')
+def _(ctx):
+    from mmpretrain.models import SwinTransformer
+    from mmvitreg.models.backbones.deepvit import convert_deepvit
+    from mmvitreg.models.converters import converter_cli
+    src, dst = ctx.ws / 'swin_official.pth', ctx.ws / 'converted.pth'
+    torch.save({'model': SwinTransformer(arch='tiny', img_size=32, window_size=4).state_dict()}, src)
+    return stops(lambda: converter_cli(convert_deepvit, 'DeepViT', argv=[str(src), str(dst)]))
+
+
+# ---------------------------------------------------------------- training
+@scenario('nan-loss')
+def _(ctx):
+    # every technique with an absurd learning rate: a finite first step, weights of ~1e30, then non-finite losses
+    runs = [run_train(ctx, config, **{'optim_wrapper.optimizer.lr': 1e30, 'train_dataloader.dataset.indices': 16})
+            for config in TECHNIQUES]
+
+    def check(message):
+        assert re.search(r'non-finite loss at iteration \d+ \(epoch 1\): loss\w* = (nan|-?inf)', message), message
+    return lambda: '\n'.join(stops(run, check)() for run in runs)
+
+
+# ---------------------------------------------------------------- the tests
+def test_every_catalogue_case_has_a_scenario_and_the_catalogue_is_large_enough():
+    assert sorted(SCENARIOS) == sorted(c.id for c in CASES)
+    assert len(CASES) >= 20
+
+
+@pytest.mark.parametrize('case', CASES, ids=lambda c: c.id)
+def test_case_stops_with_its_message_and_writes_nothing(ctx, case):
+    run = SCENARIOS[case.id](ctx)  # prepares the bad input
+    before = files_of(ctx.ws)
+    output = run()
+    assert case.message in output, output[-3000:]
+    after = files_of(ctx.ws)
+    changed = [k for k, v in before.items() if after.get(k) != v]
+    assert not changed, f'files changed or lost: {changed}'
+    written = [k for k in set(after) - set(before) if k.endswith(('.pth', '.tmp')) or 'last_checkpoint' in k]
+    assert not written, f'checkpoints written: {written}'
+
+
+def test_troubleshooting_doc_is_generated_from_the_catalogue():
+    doc = (REPO / 'docs' / 'troubleshooting.md').read_text()
+    assert doc == render_markdown() + '\n', 'run python tools/misc/gen_troubleshooting.py'
+    assert all(case.message in doc and case.fix in doc for case in CASES)
