@@ -14,6 +14,7 @@ from conftest import CONFIGS, REPO
 DEEPVIT = CONFIGS / 'deepvit'
 RECIPE = DEEPVIT / 'deepvit_8xb32_in1k_recipe.py'
 SEG = DEEPVIT / 'upernet_deepvit-s_mln_8xb2-160k_ade20k-512x512.py'
+DIGITS = DEEPVIT / 'deepvit-tiny_1xb64_digits.py'  # the bundled-digits config (trained in the run-guarantee tests)
 # config -> (backbone arch, embed dims, parameters with the 1000-class head (DeepViT docstring /
 # official code, computed))
 PRESETS = {
@@ -54,9 +55,9 @@ def unscoped(node):
     return node
 
 
-def test_every_config_in_the_folder_is_a_known_preset_or_the_recipe_or_the_seg_config():
+def test_every_config_in_the_folder_is_a_known_preset_or_the_recipe_or_the_seg_or_digits_config():
     names = {p.stem for p in DEEPVIT.glob('*.py')}
-    assert names == set(PRESETS) | {RECIPE.stem, SEG.stem}
+    assert names == set(PRESETS) | {RECIPE.stem, SEG.stem, DIGITS.stem}
 
 
 @pytest.mark.parametrize('name', sorted(PRESETS))
