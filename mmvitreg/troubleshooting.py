@@ -89,7 +89,8 @@ CASES: List[Case] = [
     Case('mixtoken-backbone', 'model', 'MixToken on a backbone that takes no token trace (mmpretrain ResNet)',
          'MixToken needs a backbone that takes a token trace',
          'Use an mmvitreg backbone (VisionTransformer, DeepViT, LVViT, SwinTransformer) or image-level CutMix.'),
-    Case('trace-user-backbone', 'model', 'a trace user needing a capability the backbone lacks (TokenLabelHead on Swin)',
+    Case('trace-user-backbone', 'model',
+         'a trace user needing a capability the backbone lacks (TokenLabelHead on Swin)',
          "TokenLabelHead needs ['cls_token']",
          'Pick a backbone that serves it (`python tools/analysis_tools/trace_support.py` prints the table).'),
     Case('tap-missing-block', 'model', 'a trace user tapping a block the backbone does not have',
@@ -136,7 +137,8 @@ def render_markdown(cases: List[Case] = CASES) -> str:
     stages = dict(config='Configs', tools='Tool options', model='Building the model', data='Data',
                   checkpoint='Checkpoints', train='Training')
     lines = ['# Troubleshooting', '',
-             '<!-- generated from mmvitreg/troubleshooting.py by tools/misc/gen_troubleshooting.py; do not edit -->', '',
+             '<!-- generated from mmvitreg/troubleshooting.py by tools/misc/gen_troubleshooting.py; '
+             'do not edit -->', '',
              f'Every way a run can go wrong that mmvitreg knows of ({len(cases)} cases) stops at once with a message '
              'that says what and where, and writes nothing. Each case is a test (`tests/test_bad_inputs.py`).', '']
     for stage, title in stages.items():

@@ -63,13 +63,13 @@ def test_loss_terms_compute_in_float32_under_bfloat16_autocast(ws, config):
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         model = MODELS.build(model_cfg)
     size = cfg.model.backbone.img_size
-    grid = size // 4
+    grid = size // cfg.model.backbone.get('patch_size', 4)
     samples = []
     for i in range(4):
         s = DataSample().set_gt_label(i)
         if 'LoadTokenLabelMap' in str(cfg.train_pipeline):
-            s.set_field(torch.stack([torch.full((5, grid, grid), 0.2), torch.arange(5.).view(5, 1, 1).expand(5, grid, grid)]),
-                        'token_label')
+            classes = torch.arange(5.).view(5, 1, 1).expand(5, grid, grid)
+            s.set_field(torch.stack([torch.full((5, grid, grid), 0.2), classes]), 'token_label')
         samples.append(s)
     batch = model.data_preprocessor(dict(inputs=[torch.randint(0, 255, (3, size, size), dtype=torch.uint8)
                                                  for _ in range(4)], data_samples=samples), True)

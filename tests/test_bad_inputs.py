@@ -290,7 +290,8 @@ def _(ctx):
 @scenario('checkpoint-other-model')
 def _(ctx):
     """Every technique's test config given the checkpoint of the next technique."""
-    runs = [run_test(ctx, config, ctx.ckpt[other]) for config, other in zip(TECHNIQUES, TECHNIQUES[1:] + TECHNIQUES[:1])]
+    pairs = zip(TECHNIQUES, TECHNIQUES[1:] + TECHNIQUES[:1])
+    runs = [run_test(ctx, config, ctx.ckpt[other]) for config, other in pairs]
     return lambda: '\n'.join(stop_message(run) for run in runs)
 
 

@@ -38,7 +38,7 @@ class CheckpointError(RuntimeError):
 
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
-    return f'{type(e).__name__}: {text[0]}' if text else type(e).__name__
+    return f'{type(e).__name__}: {text[0].split(". ")[0]}' if text else type(e).__name__  # its first sentence
 
 
 def read_checkpoint(filename: str, map_location='cpu') -> dict:

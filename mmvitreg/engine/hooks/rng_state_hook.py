@@ -1,4 +1,5 @@
 """Save and restore the random number generators with the checkpoint, so a resumed run is exact."""
+import logging
 import random
 from typing import Optional
 
@@ -87,18 +88,18 @@ class RNGStateHook(Hook):
         if ranks is None:
             print_log('the checkpoint holds no random-generator state (saved without RNGStateHook): the resumed '
                       'run draws different random numbers than an uninterrupted run would',
-                      logger='current', level=30)
+                      logger='current', level=logging.WARNING)
             return
         if len(ranks) != get_world_size():
             print_log(f'the checkpoint holds the random-generator states of {len(ranks)} process(es) but this run '
                       f'has {get_world_size()}: each rank restores the state of rank (its rank mod {len(ranks)})',
-                      logger='current', level=30)
+                      logger='current', level=logging.WARNING)
         self._pending = ranks[get_rank() % len(ranks)]
         loader = runner.cfg.get('train_dataloader') or {}
         if loader.get('num_workers', 0) > 0 and loader.get('persistent_workers', False):
             print_log('resuming with persistent data-loader workers: their random generators are not part of the '
                       'checkpoint, so random augmentations differ from an uninterrupted run '
-                      '(persistent_workers=False makes them reproducible)', logger='current', level=30)
+                      '(persistent_workers=False makes them reproducible)', logger='current', level=logging.WARNING)
 
     def before_train(self, runner) -> None:
         # after Runner.resume, which may re-seed every generator
