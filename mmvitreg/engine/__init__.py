@@ -1,0 +1,2 @@
+"""Engine components of mmvitreg (hooks)."""
+from .hooks import *  # noqa
