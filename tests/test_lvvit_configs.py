@@ -31,16 +31,26 @@ def test_config_loads_with_known_components(path):
         assert cfg.model.head.in_channels == dims(backbone.arch)
     else:
         d = dims(backbone.arch)
-        assert cfg.model.neck.in_channels == [d] * 4 and cfg.model.decode_head.in_channels == [d] * 4
+        if cfg.model.neck.type == 'MultiLevelNeck':
+            assert cfg.model.neck.in_channels == [d] * 4 and cfg.model.decode_head.in_channels == [d] * 4
+        else:  # the official side layers
+            assert cfg.model.neck.in_channels == d and cfg.model.decode_head.in_channels == [d] * 3 + [2048]
         assert max(backbone.out_indices) == LVViT.arch_zoo[backbone.arch]['num_layers'] - 1
 
 
 def test_recipe_numbers():
-    """Paper Table 2 (token labeling) and the official commands."""
+    """The official training command (paper Table 2 where they agree)."""
     s = Config.fromfile(f'{DIR}/lvvit-s_8xb128_tl_in1k.py')
     assert s.optim_wrapper.optimizer.lr == pytest.approx(1e-3 * 1024 / 640)  # lr = 1e-3 * batch / 640
-    assert s.optim_wrapper.optimizer.weight_decay == 0.05 and s.train_cfg.max_epochs == 300
-    assert s.train_dataloader.batch_size * 8 == 1024 and s.model.head.beta == 0.5
+    # official --epochs 300 --cooldown-epochs 10: cosine to 1e-5 at 300, 10 more epochs at 1e-5
+    assert s.optim_wrapper.optimizer.weight_decay == 0.05 and s.train_cfg.max_epochs == 310
+    assert s.param_scheduler[1].end == 300 and s.param_scheduler[1].eta_min == 1e-5
+    # official --dense-weight 1.0, ReLabel class target, official label maps and smoothing
+    assert s.train_dataloader.batch_size * 8 == 1024 and s.model.head.beta == 1.0
+    assert (s.model.head.cls_target, s.model.head.label_smooth_form) == ('relabel', 'official')
+    target = {t.type: t for t in s.train_pipeline}['mmvitreg.TokenLabelTarget']
+    assert (target.reading, target.num_classes) == ('official', 1000)
+    assert s.custom_hooks[0].update_buffers  # timm ModelEmaV2 averages buffers too
     assert s.param_scheduler[0].end == 5  # 5 warm-up epochs
     assert s.model.train_cfg.token_mix.type == 'mmvitreg.MixToken'
     steps = [t['type'] for t in s.train_pipeline]
@@ -56,6 +66,10 @@ def test_recipe_numbers():
     assert [m.test_pipeline[1].scale, m.test_pipeline[2].crop_size] == [224, 224]  # crop_pct 1.0
     ft = Config.fromfile(f'{DIR}/lvvit-s_8xb64_tl_in1k-384px.py')
     assert ft.optim_wrapper.optimizer.lr == 5e-6 and ft.optim_wrapper.optimizer.weight_decay == 1e-8
+    # main.py defaults for the rest: 300 + 10 epochs, 5 warm-up epochs from 1e-6, min lr = lr; no EMA
+    assert ft.train_cfg.max_epochs == 310 and ft.custom_hooks == []
+    assert [(p.type, p.end) for p in ft.param_scheduler] == [('LinearLR', 5)]
+    assert ft.param_scheduler[0].start_factor * 5e-6 == pytest.approx(1e-6)
     assert {t.type: t for t in ft.train_pipeline}['mmvitreg.TokenLabelTarget'].token_label_size == 24
     seg = {a: Config.fromfile(f'{DIR}/upernet_lvvit-{a}_mln_8xb2-160k_ade20k-512x512.py') for a in 'sml'}
     assert {a: tuple(c.model.backbone.out_indices) for a, c in seg.items()} == dict(
