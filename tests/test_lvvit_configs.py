@@ -12,7 +12,8 @@ from mmvitreg.utils import check_plugin_types
 DIR = Path(__file__).resolve().parents[1] / 'configs' / 'lvvit'
 CONFIGS = sorted(DIR.glob('*.py'))
 TEACHER = DIR / 'resnet18-cifar-w16_1xb64_digits-teacher.py'  # the digits chain's teacher, not an LV-ViT
-CLS = [p for p in CONFIGS if not p.name.startswith('upernet') and p != TEACHER]
+IMAGENET_TEACHER = DIR / 'efficientnetv2-l_label-maps_in1k-576px.py'  # the label-map teacher for ImageNet
+CLS = [p for p in CONFIGS if not p.name.startswith('upernet') and p not in (TEACHER, IMAGENET_TEACHER)]
 SEG = [p for p in CONFIGS if p.name.startswith('upernet')]
 
 
@@ -99,3 +100,18 @@ def test_segmentor_builds():
     with torch.no_grad():
         out = model(torch.rand(1, 3, 64, 64), mode='tensor')
     assert out.shape == (1, 150, 16, 16)
+
+
+def test_imagenet_teacher_gives_official_size_maps():
+    """The downloadable teacher (mmpretrain's EfficientNetV2-L) annotates 576 px views as 18 x 18 maps
+    over 1000 classes, the official maps' size, through tools/generate_label_maps.py's annotator."""
+    import sys
+    sys.path.insert(0, str(DIR.parents[1] / 'tools'))
+    from generate_label_maps import DenseAnnotator, build_classifier
+    from mmvitreg.utils import load_config
+    cfg = load_config(str(IMAGENET_TEACHER))
+    assert cfg.train_dataloader.dataset.data_root == 'data/imagenet'
+    with DefaultScope.overwrite_default_scope('mmpretrain'), torch.device('meta'):
+        annotator = DenseAnnotator(build_classifier(cfg))
+        maps = annotator(torch.empty(1, 3, 576, 576))
+    assert maps.shape == (1, 18, 18, 1000)
