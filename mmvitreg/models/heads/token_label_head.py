@@ -242,9 +242,7 @@ def _soft_ce(log_p: Tensor, probs: Tensor, index: Tensor) -> Tensor:
     listed = index >= 0
     tail = (probs * ~listed).sum(-1, keepdim=True)
     ce = -((probs - tail) * listed * log_p.gather(-1, index.clamp(min=0))).sum(-1)
-    if bool((tail != 0).any()):
-        ce = ce - tail[..., 0] * log_p.sum(-1)
-    return ce
+    return ce - tail[..., 0] * log_p.sum(-1)
 
 
 def _dense(sparse: Tensor, num_classes: int) -> Tensor:
