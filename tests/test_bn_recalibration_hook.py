@@ -89,7 +89,9 @@ def test_default_calibration_data_is_the_training_set_with_the_validation_pipeli
     loader = calibration_dataloader_cfg(cfg, batch_size=256)
     assert loader['batch_size'] == 256
     assert loader['dataset']['pipeline'] == cfg.val_dataloader.dataset.pipeline
-    assert loader['dataset']['data_prefix'] == cfg.train_dataloader.dataset.data_prefix
+    train = cfg.train_dataloader.dataset.to_dict()
+    assert {k: v for k, v in loader['dataset'].items() if k != 'pipeline'} == \
+        {k: v for k, v in train.items() if k != 'pipeline'} and train['split'] == 'train'  # the training set
     assert cfg.train_dataloader.batch_size == 32  # the config itself is untouched
     with pytest.raises(ValueError, match='val_dataloader'):
         calibration_dataloader_cfg(Config(dict(train_dataloader=dict())))

@@ -70,7 +70,7 @@ def test_upernet_configs_use_the_side_neck(arch, C, batch):
             c.model[key].norm_cfg = dict(type='BN', requires_grad=True)
     cfg.model.neck.norm_cfg = dict(type='BN', requires_grad=True)
     with DefaultScope.overwrite_default_scope('mmseg'), torch.device('meta'):
-        model = MODELS.build(cfg.model)
+        model = MODELS.build(cfg.model).eval()
         out = model(torch.empty(1, 3, 512, 512), mode='tensor')
         neck, head, aux = decoder_params(model)
         assert neck == side_neck_params(C)
