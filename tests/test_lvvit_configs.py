@@ -111,7 +111,7 @@ def test_imagenet_teacher_gives_official_size_maps():
     from mmvitreg.utils import load_config
     cfg = load_config(str(IMAGENET_TEACHER))
     assert cfg.train_dataloader.dataset.data_root == 'data/imagenet'
-    with DefaultScope.overwrite_default_scope('mmpretrain'), torch.device('meta'):
-        annotator = DenseAnnotator(build_classifier(cfg))
-        maps = annotator(torch.empty(1, 3, 576, 576))
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        annotator = DenseAnnotator(build_classifier(cfg).to('meta'))  # built on the CPU (init reads values)
+        maps = annotator(torch.empty(1, 3, 576, 576, device='meta'))
     assert maps.shape == (1, 18, 18, 1000)
