@@ -32,7 +32,7 @@ class TokenLabelHead(VisionTransformerClsHead):
     mixes the token labels with the same mask, ``Y_hat = Y_1 * M + Y_2 * (1 - M)`` (Eq. 9), and the
     preprocessor mixes ``y^cls`` by the mask mean (Eq. 10). Since ``H`` is linear in its target,
     ``H(X, m y_1 + (1 - m) y_2) = m H(X, y_1) + (1 - m) H(X, y_2)``: the head computes the soft CE
-    against each image's sparse top-k token labels by gathering log-probabilities, never building
+    against each image's sparse token labels by gathering log-probabilities, never building
     ``(B, N, C)`` targets. The official code un-mixes the aux outputs instead, which gives the
     same loss (a permutation of the same (output, target) pairs).
 
@@ -66,8 +66,9 @@ class TokenLabelHead(VisionTransformerClsHead):
     norm, extra (class) tokens first, and ``trace`` the filled :class:`TokenTrace` (for
     ``num_extra_tokens``, ``grid`` and the plan), both given by :class:`TokenClassifier`. Each
     data sample carries ``token_label`` (read per batch by ``TokenClsDataPreprocessor``):
-    ``(2, k, S, S)`` float, ``[0]`` the top-k token-label probabilities and ``[1]`` their class
-    indices, ``(S, S)`` the token grid. Without ``token_label`` in the data (plain data) set
+    ``(2, K, S, S)`` float, ``[0]`` token-label probabilities and ``[1]`` their class indices
+    (``-1``: the tail slots of the official reading), ``(S, S)`` the token grid; with the official
+    reading also ``relabel_label`` ``(2, K')`` in the same format. Without ``token_label`` in the data (plain data) set
     ``beta=0`` (the official transfer setting ``--dense-weight 0``): the head then trains the class
     token only; with ``beta > 0`` missing labels raise an error rather than train silently without
     the dense term.
