@@ -95,3 +95,36 @@ def test_preprocessor_attaches_the_relabel_target():
     assert (to_dense(relabel) - official_targets(maps, coords, 1)[..., 0]).abs().max() <= 1e-6
     token_label = torch.stack([s.token_label for s in data['data_samples']])
     assert (to_dense(token_label).flatten(2) - official_targets(maps, coords, 7)).abs().max() <= 1e-6
+
+
+def test_official_targets_train_lvvit_with_mixtoken():
+    """The LV-ViT recipe's combination: official token labels and ReLabel target, beta 1, official
+    smoothing, MixToken; one training step of a tiny LV-ViT gives finite losses and moves both heads."""
+    from mmengine.optim import OptimWrapper
+    from mmengine.registry import DefaultScope
+    from mmpretrain.registry import MODELS
+    maps, _ = random_crops(np.random.default_rng(2), 4)
+    transform = TokenLabelTarget(token_label_size=4, reading='official', num_classes=C)
+    samples = []
+    for i, m in enumerate(maps):
+        sample = DataSample().set_gt_label(i)
+        sample.set_field(transform.pack(m, (OUT, OUT)), 'token_label_map')
+        samples.append(sample)
+    cfg = dict(
+        type='mmvitreg.TokenClassifier',
+        backbone=dict(type='mmvitreg.LVViT', img_size=32, patch_size=8, out_type='raw',
+                      arch=dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32,
+                                stem=dict(channels=8, num_convs=3), skip_lam=2.0)),
+        head=dict(type='mmvitreg.TokenLabelHead', num_classes=C, in_channels=16, beta=1.0, cls_target='relabel',
+                  label_smooth_form='official'),
+        train_cfg=dict(token_mix=dict(type='mmvitreg.MixToken', patch_size=8)),
+        data_preprocessor=dict(num_classes=C))
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        model = MODELS.build(cfg)
+    head_before = [p.detach().clone() for p in (model.head.layers.head.weight, model.head.aux_head.weight)]
+    optim = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.1))
+    inputs = [torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8) for _ in range(4)]
+    log = model.train_step(dict(inputs=inputs, data_samples=samples), optim)
+    assert {'loss_cls', 'loss_token'} <= set(log) and all(torch.isfinite(v) for v in log.values())
+    assert all(not torch.equal(a, b) for a, b in
+               zip(head_before, (model.head.layers.head.weight, model.head.aux_head.weight)))
