@@ -1,2 +1,1 @@
-"""Engine components of mmvitreg (hooks)."""
 from .hooks import *  # noqa
