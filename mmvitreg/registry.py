@@ -9,6 +9,7 @@ mmpretrain's ``BATCH_AUGMENTS`` has no mmengine parent, so ours is a child of it
 ``ClsDataPreprocessor(batch_augments=dict(augments=[dict(type='mmvitreg.X')]))`` finds our augments.
 """
 from mmengine.registry import DATASETS as MMENGINE_DATASETS
+from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.registry import MODELS as MMENGINE_MODELS
 from mmengine.registry import TRANSFORMS as MMENGINE_TRANSFORMS
 from mmengine.registry import Registry
@@ -20,3 +21,4 @@ BATCH_AUGMENTS = Registry(
 DATASETS = Registry('dataset', parent=MMENGINE_DATASETS, scope='mmvitreg', locations=['mmvitreg.datasets'])
 TRANSFORMS = Registry(
     'transform', parent=MMENGINE_TRANSFORMS, scope='mmvitreg', locations=['mmvitreg.datasets'])
+HOOKS = Registry('hook', parent=MMENGINE_HOOKS, scope='mmvitreg', locations=['mmvitreg.engine'])

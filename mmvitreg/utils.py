@@ -16,7 +16,7 @@ class ConfigError(ValueError):
 
 def _plugin_registries():
     from mmvitreg import registry
-    return (registry.MODELS, registry.BATCH_AUGMENTS, registry.DATASETS, registry.TRANSFORMS)
+    return (registry.MODELS, registry.BATCH_AUGMENTS, registry.DATASETS, registry.TRANSFORMS, registry.HOOKS)
 
 
 def check_plugin_types(cfg) -> None:
