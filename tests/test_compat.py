@@ -46,7 +46,7 @@ def test_cross_repo_base_without_pkg_resources():
     assert broken.returncode != 0 and 'pkg_resources' in broken.stderr
     fixed = run_py(code.format(imp='import mmvitreg\n'))
     assert fixed.returncode == 0, fixed.stderr
-    assert 'EncoderDecoder SwinTransformer' in fixed.stdout
+    assert 'EncoderDecoder mmvitreg.SwinTransformer' in fixed.stdout
 
 
 def test_installed_path_lookup_matches_module_location():

@@ -78,7 +78,7 @@ class SmoothTarget(BaseModule):
 def tiny_lvvit(**kw):
     return dict(type='mmvitreg.LVViT', arch=dict(embed_dims=16, num_layers=3, num_heads=2, feedforward_channels=32,
                                                  stem=dict(channels=8, num_convs=3), skip_lam=2.0),
-                img_size=IMG, patch_size=P, out_type='raw', **kw)
+                img_size=IMG, patch_size=P, **dict(dict(out_type='raw'), **kw))
 
 
 def tiny_swin():
@@ -99,9 +99,10 @@ def token_label_head():
     return dict(type='mmvitreg.TokenLabelHead', num_classes=C, in_channels=16, beta=0.5)
 
 
-def linear_head(in_channels=16):
+def linear_head(in_channels=16, soft=True):
+    """Soft targets when MixToken mixes the labels, hard ones otherwise."""
     return dict(type='mmpretrain.LinearClsHead', num_classes=C, in_channels=in_channels,
-                loss=dict(type='mmpretrain.CrossEntropyLoss', use_soft=True))
+                loss=dict(type='mmpretrain.CrossEntropyLoss', use_soft=soft))
 
 
 def make_data(B=4, token_label=True, img=IMG, grid=G):
@@ -141,7 +142,9 @@ def test_head_two_aux_losses_and_a_target_transform_train_on_one_trace():
     assert set(trace.tokens) == {0} and set(trace.attn) == {2} and trace.mix is not None
     # the head trained on the transformed target: MixToken's mixed score, then smoothed by 0.2
     assert seen_targets[-1].min() >= 0.2 / C - 1e-6
-    # every parameter of the backbone and the head got a gradient
+    # every parameter of the backbone gets a gradient from the summed losses (train_step cleared them)
+    losses = model(**model.data_preprocessor(make_data(), training=True), mode='loss')
+    sum(losses.values()).backward()
     assert all(p.grad is not None for p in model.backbone.parameters() if p.requires_grad)
 
 
@@ -175,7 +178,7 @@ def test_swin_with_mix_token_and_a_token_loss():
 
 
 @pytest.mark.parametrize('backbone,in_channels', [
-    (dict(type='mmpretrain.ResNet', depth=18, num_stages=2, out_indices=(1, )), 128),
+    (dict(type='mmpretrain.ResNet', depth=18, num_stages=2, strides=(1, 2), dilations=(1, 1), out_indices=(1, )), 128),
     (dict(type='mmpretrain.T2T_ViT', img_size=IMG, num_layers=1, embed_dims=64,
           layer_cfgs=dict(num_heads=2, feedforward_channels=64),
           t2t_cfg=dict(token_dims=16, use_performer=False)), 64),
@@ -185,9 +188,9 @@ def test_swin_with_mix_token_and_a_token_loss():
 def test_feature_map_users_work_on_backbones_without_a_trace(backbone, in_channels):
     """An aux loss with an empty request reads the backbone's outputs: no trace, any mmpretrain backbone."""
     neck = None if 'T2T' in backbone['type'] else dict(type='mmpretrain.GlobalAveragePooling')
-    head = linear_head(in_channels) if neck else dict(type='mmpretrain.VisionTransformerClsHead', num_classes=C,
+    head = linear_head(in_channels, soft=False) if neck else dict(type='mmpretrain.VisionTransformerClsHead', num_classes=C,
                                                        in_channels=in_channels)
-    model = build(backbone, head, aux_losses=[dict(type='mmvitreg.ToyFeatureMapLoss')], token_mix=False)
+    model = build(backbone, head, aux_losses=[dict(type='mmvitreg.ToyFeatureMapLoss')], token_mix=False, neck=neck)
     optim = OptimWrapper(torch.optim.AdamW(model.parameters(), lr=1e-3))
     log = model.train_step(make_data(token_label=False, img=32), optim)
     assert set(log) == {'loss', 'loss_featmap'}
@@ -196,7 +199,7 @@ def test_feature_map_users_work_on_backbones_without_a_trace(backbone, in_channe
 
 
 def test_users_the_backbone_cannot_serve_fail_at_build_time_naming_both():
-    resnet = dict(type='mmpretrain.ResNet', depth=18, num_stages=2, out_indices=(1, ))
+    resnet = dict(type='mmpretrain.ResNet', depth=18, num_stages=2, strides=(1, 2), dilations=(1, 1), out_indices=(1, ))
     with pytest.raises(TypeError, match='TokenNormLoss.*ResNet'):
         build(resnet, linear_head(128), aux_losses=[dict(type='mmvitreg.ToyTokenNormLoss')], token_mix=False)
     with pytest.raises(TypeError, match='MixToken.*ResNet'):

@@ -173,15 +173,20 @@ def test_paper_reading_softmax_over_stored_topk():
 
 
 def test_official_reading_softmax_over_all_classes():
-    """logit_fill=0: stored logits scattered into all C classes (0 elsewhere), softmax over C."""
+    """reading='official': stored logits scattered into all C classes (0 elsewhere), softmax over C;
+    the unlisted classes share the last (tail) slot's probability."""
     logits = np.array([2., 1., 0.])[:, None, None] * np.ones((3, 4, 4))
     classes = np.array([7., 3., 5.])[:, None, None] * np.ones((3, 4, 4))
-    target = targets_of(TokenLabelTarget(token_label_size=2, topk=2, logit_fill=0., num_classes=10),
+    target = targets_of(TokenLabelTarget(token_label_size=2, reading='official', num_classes=10),
                         identity_map(logits, classes), (28, 28))
     z = np.exp([2., 1., 0.]).sum() + 7
-    np.testing.assert_allclose(target[0, :, 0, 0].numpy(), np.exp([2., 1.]) / z, rtol=1e-6)
+    assert target.shape == (2, 4, 2, 2)
+    np.testing.assert_array_equal(target[1, :, 0, 0].numpy(), [3., 5., 7., -1.])  # listed in class order
+    np.testing.assert_allclose(target[0, :, 0, 0].numpy(), np.exp([1., 0., 2., 0.]) / z, rtol=1e-6)
     with pytest.raises(ValueError, match='num_classes'):
-        TokenLabelTarget(logit_fill=0.)
+        TokenLabelTarget(reading='official')
+    with pytest.raises(ValueError, match='reading'):
+        TokenLabelTarget(reading='dense')
 
 
 def test_token_score_is_mean_over_its_region():
@@ -203,12 +208,13 @@ def test_outside_the_image():
     paper = targets_of(TokenLabelTarget(token_label_size=2, topk=2), label_map, (28, 28))
     assert paper[0, :, :, 0].sum(0).tolist() == [0., 0.]  # left column of tokens: outside
     np.testing.assert_allclose(paper[0, :, :, 1].sum(0).numpy(), [1., 1.], rtol=1e-6)
-    official = targets_of(TokenLabelTarget(token_label_size=2, topk=2, logit_fill=0., num_classes=4),
+    official = targets_of(TokenLabelTarget(token_label_size=2, reading='official', num_classes=4),
                           label_map, (28, 28))
-    np.testing.assert_allclose(official[0, :, :, 0].numpy(), np.full((2, 2), 0.25), rtol=1e-6)
+    assert (official[1, :, :, 0] == -1).all()  # left column: no class listed, each of the 4 has the tail
+    np.testing.assert_allclose(official[0, -1, :, 0].numpy(), np.full(2, 0.25), rtol=1e-6)
 
 
-def reference_scores(label_map, img_shape, s, n, logit_fill, num_classes):
+def reference_scores(label_map, img_shape, s, n, num_classes):
     """An independent float64 reading, dense over all classes: ``(S * S, C)`` token scores (before the
     top-k) of Eq. 6 as the docstring of ``token_label_targets`` states it."""
     (h_img, w_img), side = img_shape, s * n
@@ -220,7 +226,7 @@ def reference_scores(label_map, img_shape, s, n, logit_fill, num_classes):
               & (orig[1] < label_map.ori_shape[0])).astype(float)
     logits, classes = label_map.label_map.astype(np.float64)
     k, h, w = logits.shape
-    values = np.exp(logits) / np.exp(logits).sum(0) if logit_fill is None else logits - logit_fill
+    values = np.exp(logits) / np.exp(logits).sum(0)
     dense = np.zeros((h, w, num_classes))
     for c in range(k):
         np.put_along_axis(dense, classes[c][..., None].astype(int), values[c][..., None], 2)
@@ -232,12 +238,7 @@ def reference_scores(label_map, img_shape, s, n, logit_fill, num_classes):
         read = read + weight[:, None] * dense[np.clip(y0 + dy, 0, h - 1), np.clip(x0 + dx, 0, w - 1)]
     read = read.reshape(s, n, s, n, num_classes)
     inside = inside.reshape(s, n, s, n, 1)
-    if logit_fill is None:
-        scores = (read * inside).sum((1, 3)) / np.maximum(inside.sum((1, 3)), 1)
-    else:
-        logit = (read * inside).sum((1, 3)) / n ** 2 + logit_fill
-        scores = np.exp(logit - logit.max(-1, keepdims=True))
-        scores /= scores.sum(-1, keepdims=True)
+    scores = (read * inside).sum((1, 3)) / np.maximum(inside.sum((1, 3)), 1)
     return scores.reshape(s * s, num_classes)
 
 
@@ -255,35 +256,31 @@ def random_label_map(rng, k, h, w, num_classes, region):
     return label_map
 
 
-@pytest.mark.parametrize('logit_fill', [None, 0., -1.])
 @pytest.mark.parametrize('k,topk', [(4, 3), (2, 6)])
-def test_batch_reading_equals_an_exact_dense_reference(logit_fill, k, topk):
+def test_batch_reading_equals_an_exact_dense_reference(k, topk):
     """Eq. 6 for a batch: the vectorised sparse (class, value) reading of token_label_targets equals a
     dense float64 per-sample reference on random maps and affines (out-of-image points, tokens fully
-    outside, both readings of a top-k map, tokens reading fewer than topk classes: k=2, topk=6)."""
+    outside, tokens reading fewer than topk classes: k=2, topk=6)."""
     rng = np.random.default_rng(k)
     num_classes, s, n = 12, 7, 2
-    transform = TokenLabelTarget(token_label_size=s, topk=topk, samples_per_token=n, logit_fill=logit_fill,
-                                 num_classes=num_classes)
+    transform = TokenLabelTarget(token_label_size=s, topk=topk, samples_per_token=n)
     maps = [random_label_map(rng, k, 6, 9, num_classes, region) for region in ('full', 'center_square') * 3]
     targets = token_label_targets([transform.pack(m, (56, 70)) for m in maps])
     assert targets.shape == (6, 2, topk, s, s)
     outside_tokens = 0
     for label_map, target in zip(maps, targets):
-        ref = reference_scores(label_map, (56, 70), s, n, logit_fill, num_classes)
+        ref = reference_scores(label_map, (56, 70), s, n, num_classes)
         probs = target[0].flatten(1).t().double().numpy()  # (S * S, topk)
         index = target[1].flatten(1).t().long().numpy()
         expect = -np.sort(-ref, 1)[:, :topk]
         picked = np.take_along_axis(ref, index, 1)  # the reference's scores of the classes we chose
-        if logit_fill is None:  # renormalised over the top-k
-            expect = expect / np.maximum(expect.sum(1, keepdims=True), 1e-12)
-            picked = picked / np.maximum(picked.sum(1, keepdims=True), 1e-12)
-            outside_tokens += int((ref.sum(1) == 0).sum())
+        expect = expect / np.maximum(expect.sum(1, keepdims=True), 1e-12)  # renormalised over the top-k
+        picked = picked / np.maximum(picked.sum(1, keepdims=True), 1e-12)
+        outside_tokens += int((ref.sum(1) == 0).sum())
         np.testing.assert_allclose(probs, expect, rtol=1e-4, atol=1e-6)
         np.testing.assert_allclose(picked, probs, rtol=1e-4, atol=1e-6)
         assert all(len(set(row)) == topk for row in index.tolist())  # distinct classes per token
-    if logit_fill is None:
-        assert outside_tokens > 0  # the case "no token label" is exercised
+    assert outside_tokens > 0  # the case "no token label" is exercised
 
 
 def test_missing_map_names_the_file(tmp_path):

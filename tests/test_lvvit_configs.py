@@ -12,7 +12,8 @@ from mmvitreg.utils import check_plugin_types
 DIR = Path(__file__).resolve().parents[1] / 'configs' / 'lvvit'
 CONFIGS = sorted(DIR.glob('*.py'))
 TEACHER = DIR / 'resnet18-cifar-w16_1xb64_digits-teacher.py'  # the digits chain's teacher, not an LV-ViT
-CLS = [p for p in CONFIGS if not p.name.startswith('upernet') and p != TEACHER]
+IMAGENET_TEACHER = DIR / 'efficientnetv2-l_label-maps_in1k-576px.py'  # the label-map teacher for ImageNet
+CLS = [p for p in CONFIGS if not p.name.startswith('upernet') and p not in (TEACHER, IMAGENET_TEACHER)]
 SEG = [p for p in CONFIGS if p.name.startswith('upernet')]
 
 
@@ -31,16 +32,26 @@ def test_config_loads_with_known_components(path):
         assert cfg.model.head.in_channels == dims(backbone.arch)
     else:
         d = dims(backbone.arch)
-        assert cfg.model.neck.in_channels == [d] * 4 and cfg.model.decode_head.in_channels == [d] * 4
+        if cfg.model.neck.type == 'MultiLevelNeck':
+            assert cfg.model.neck.in_channels == [d] * 4 and cfg.model.decode_head.in_channels == [d] * 4
+        else:  # the official side layers
+            assert cfg.model.neck.in_channels == d and cfg.model.decode_head.in_channels == [d] * 3 + [2048]
         assert max(backbone.out_indices) == LVViT.arch_zoo[backbone.arch]['num_layers'] - 1
 
 
 def test_recipe_numbers():
-    """Paper Table 2 (token labeling) and the official commands."""
+    """The official training command (paper Table 2 where they agree)."""
     s = Config.fromfile(f'{DIR}/lvvit-s_8xb128_tl_in1k.py')
     assert s.optim_wrapper.optimizer.lr == pytest.approx(1e-3 * 1024 / 640)  # lr = 1e-3 * batch / 640
-    assert s.optim_wrapper.optimizer.weight_decay == 0.05 and s.train_cfg.max_epochs == 300
-    assert s.train_dataloader.batch_size * 8 == 1024 and s.model.head.beta == 0.5
+    # official --epochs 300 --cooldown-epochs 10: cosine to 1e-5 at 300, 10 more epochs at 1e-5
+    assert s.optim_wrapper.optimizer.weight_decay == 0.05 and s.train_cfg.max_epochs == 310
+    assert s.param_scheduler[1].end == 300 and s.param_scheduler[1].eta_min == 1e-5
+    # official --dense-weight 1.0, ReLabel class target, official label maps and smoothing
+    assert s.train_dataloader.batch_size * 8 == 1024 and s.model.head.beta == 1.0
+    assert (s.model.head.cls_target, s.model.head.label_smooth_form) == ('relabel', 'official')
+    target = {t.type: t for t in s.train_pipeline}['mmvitreg.TokenLabelTarget']
+    assert (target.reading, target.num_classes) == ('official', 1000)
+    assert s.custom_hooks[0].update_buffers  # timm ModelEmaV2 averages buffers too
     assert s.param_scheduler[0].end == 5  # 5 warm-up epochs
     assert s.model.train_cfg.token_mix.type == 'mmvitreg.MixToken'
     steps = [t['type'] for t in s.train_pipeline]
@@ -56,6 +67,10 @@ def test_recipe_numbers():
     assert [m.test_pipeline[1].scale, m.test_pipeline[2].crop_size] == [224, 224]  # crop_pct 1.0
     ft = Config.fromfile(f'{DIR}/lvvit-s_8xb64_tl_in1k-384px.py')
     assert ft.optim_wrapper.optimizer.lr == 5e-6 and ft.optim_wrapper.optimizer.weight_decay == 1e-8
+    # main.py defaults for the rest: 300 + 10 epochs, 5 warm-up epochs from 1e-6, min lr = lr; no EMA
+    assert ft.train_cfg.max_epochs == 310 and ft.custom_hooks == []
+    assert [(p.type, p.end) for p in ft.param_scheduler] == [('LinearLR', 5)]
+    assert ft.param_scheduler[0].start_factor * 5e-6 == pytest.approx(1e-6)
     assert {t.type: t for t in ft.train_pipeline}['mmvitreg.TokenLabelTarget'].token_label_size == 24
     seg = {a: Config.fromfile(f'{DIR}/upernet_lvvit-{a}_mln_8xb2-160k_ade20k-512x512.py') for a in 'sml'}
     assert {a: tuple(c.model.backbone.out_indices) for a, c in seg.items()} == dict(
@@ -85,3 +100,18 @@ def test_segmentor_builds():
     with torch.no_grad():
         out = model(torch.rand(1, 3, 64, 64), mode='tensor')
     assert out.shape == (1, 150, 16, 16)
+
+
+def test_imagenet_teacher_gives_official_size_maps():
+    """The downloadable teacher (mmpretrain's EfficientNetV2-L) annotates 576 px views as 18 x 18 maps
+    over 1000 classes, the official maps' size, through tools/generate_label_maps.py's annotator."""
+    import sys
+    sys.path.insert(0, str(DIR.parents[1] / 'tools'))
+    from generate_label_maps import DenseAnnotator, build_classifier
+    from mmvitreg.utils import load_config
+    cfg = load_config(str(IMAGENET_TEACHER))
+    assert cfg.train_dataloader.dataset.data_root == 'data/imagenet'
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        annotator = DenseAnnotator(build_classifier(cfg).to('meta'))  # built on the CPU (init reads values)
+        maps = annotator(torch.empty(1, 3, 576, 576, device='meta'))
+    assert maps.shape == (1, 18, 18, 1000)

@@ -134,7 +134,7 @@ def test_plain_head_with_mix_token_trains_on_eq10_targets():
 
 
 def test_errors():
-    with pytest.raises(TypeError, match='token_mix'):
+    with pytest.raises(TypeError, match='MixToken needs a backbone that takes a token trace.*PlainBackbone'):
         build(backbone=PlainBackbone(), head=dict(type='mmpretrain.LinearClsHead', num_classes=C, in_channels=D))
     with pytest.raises(TypeError, match='TokenLabelHead'):
         build(backbone=PlainBackbone(), token_mix=False)

@@ -98,17 +98,83 @@ def test_token_label_smoothing():
 
 
 def test_relabel_cls_target_is_pooled_token_labels_mixed_by_eq10():
-    """Official cls target: the crop's pooled label map (mean of token labels), mixed by M_bar (Eq. 10)."""
+    """ReLabel cls target of the top-k reading: the crop's pooled label map (mean of token labels),
+    smoothed as the token labels, mixed by M_bar (Eq. 10)."""
     feats, samples, trace = make_inputs(2)
-    head = build(cls_target='relabel', loss=dict(type='mmpretrain.CrossEntropyLoss', use_soft=True))
+    head = build(cls_target='relabel')
     cls_logits = head.layers.head(feats[0][:, 0])
-    pooled = dense_targets(samples).mean(1)
+    pooled = dense_targets(samples).mean(1) * 0.9 + 0.1 / C
     torch.testing.assert_close(head.loss(feats, samples, trace)['loss_cls'], soft_ce(cls_logits, pooled).mean())
     mask = torch.ones(B, G, G)
     mask[:, 0, :] = 0
     trace.mix = MixPlan(index=torch.tensor([2, 1, 0]), mask=mask)
     lam = 0.5
     mixed = lam * pooled + (1 - lam) * pooled[[2, 1, 0]]
+    torch.testing.assert_close(head.loss(feats, samples, trace)['loss_cls'], soft_ce(cls_logits, mixed).mean())
+
+
+def official_inputs(seed):
+    """Token labels and relabel targets in the official reading's format: listed classes, then class
+    -1 slots (padding 0, the last one the probability of each unlisted class); and their dense form."""
+    g = torch.Generator().manual_seed(seed)
+    feats, samples, trace = make_inputs(seed)
+    dense = torch.zeros(B, 1 + N, C)
+    for b, sample in enumerate(samples):
+        sparse = []
+        for t in range(1 + N):
+            listed = torch.randperm(C, generator=g)[:3]
+            p = torch.rand(5, generator=g)
+            p = p / p.sum()
+            probs = torch.cat([p[:3], torch.zeros(1), p[3:].sum().view(1) / (C - 3)])  # pad slot, tail slot
+            sparse.append(torch.stack([probs, torch.cat([listed.float(), torch.tensor([-1., -1.])])]))
+            dense[b, t] = probs[-1]
+            dense[b, t, listed] = p[:3]
+        sparse = torch.stack(sparse, -1)  # (2, 5, 1 + N)
+        sample.set_field(sparse[..., 0], 'relabel_label')
+        sample.set_field(sparse[..., 1:].reshape(2, 5, G, G), 'token_label')
+    return feats, samples, trace, dense
+
+
+def test_official_reading_targets_and_official_smoothing():
+    """Official-reading labels (listed classes + a shared tail) give the soft CE over all C classes;
+    official smoothing uses on = 1 - s + s / C, off = s / C for soft targets (sum 1 + s / C)."""
+    feats, samples, trace, dense = official_inputs(4)
+    torch.testing.assert_close(dense.sum(-1), torch.ones(B, 1 + N))
+    s = 0.1
+    head = build(beta=1.0, cls_target='relabel', label_smooth_form='official', token_label_smooth_val=s)
+    losses = head.loss(feats, samples, trace)
+    cls_logits = head.layers.head(feats[0][:, 0])
+    aux_logits = head.aux_head(feats[0][:, 1:])
+    on, off = 1 - s + s / C, s / C
+    torch.testing.assert_close(losses['loss_cls'], soft_ce(cls_logits, dense[:, 0] * on + off).mean())
+    torch.testing.assert_close(losses['loss_token'], soft_ce(aux_logits, dense[:, 1:] * on + off).mean())
+    standard = build(beta=1.0, cls_target='relabel', token_label_smooth_val=s)
+    standard.load_state_dict(head.state_dict())
+    torch.testing.assert_close(standard.loss(feats, samples, trace)['loss_token'],
+                               soft_ce(aux_logits, dense[:, 1:] * (1 - s) + off).mean())
+
+
+def test_relabel_gt_is_the_official_ground_truth_correction():
+    """Official --ground-truth: ratio = 0.9 - 0.4 [argmax relabel == argmax gt], target = ratio * relabel
+    + (1 - ratio) * gt (both smoothed), then mixed by Eq. 10 like any class-token target."""
+    feats, samples, trace, dense = official_inputs(5)
+    s = 0.1
+    on, off = 1 - s + s / C, s / C
+    relabel = dense[:, 0] * on + off
+    samples[0].set_gt_label(int(relabel[0].argmax()))  # one sample where the teacher agrees
+    samples[1].set_gt_label(int(relabel[1].argmin()))  # and one where it does not
+    gt = torch.tensor([int(x.gt_label) for x in samples])
+    gt_target = F.one_hot(gt, C).float() * (1 - s) + s / C
+    ratio = torch.where(relabel.argmax(-1) == gt, 0.5, 0.9).unsqueeze(-1)
+    assert ratio[0] == 0.5 and ratio[1] == 0.9
+    target = ratio * relabel + (1 - ratio) * gt_target
+    head = build(beta=0.0, cls_target='relabel_gt', label_smooth_form='official', token_label_smooth_val=s)
+    cls_logits = head.layers.head(feats[0][:, 0])
+    torch.testing.assert_close(head.loss(feats, samples, trace)['loss_cls'], soft_ce(cls_logits, target).mean())
+    mask = torch.ones(B, G, G)
+    mask[:, :, 0] = 0
+    trace.mix = MixPlan(index=torch.tensor([2, 1, 0]), mask=mask)
+    mixed = 0.5 * target + 0.5 * target[[2, 1, 0]]
     torch.testing.assert_close(head.loss(feats, samples, trace)['loss_cls'], soft_ce(cls_logits, mixed).mean())
 
 
@@ -138,6 +204,8 @@ def test_errors():
     head = build()
     with pytest.raises(ValueError, match='cls_target'):
         build(cls_target='pooled')
+    with pytest.raises(ValueError, match='label_smooth_form'):
+        build(label_smooth_form='timm')
     with pytest.raises(ValueError, match="out_type='raw'"):
         head.loss((feats[0][:, 0], ), samples, trace)
     with pytest.raises(ValueError, match='TokenClassifier'):

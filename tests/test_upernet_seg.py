@@ -1,5 +1,5 @@
-"""DeepViT and LV-ViT UperNet configs (multi-level neck), shrunk, train and test through tools/train.py
-and tools/test.py on the bundled ADE20K-layout digits set."""
+"""DeepViT and LV-ViT UperNet configs (multi-level neck; LV-ViT also with the official side layers), shrunk,
+train and test through tools/train.py and tools/test.py on the bundled ADE20K-layout digits set."""
 import json
 
 import pytest
@@ -19,11 +19,16 @@ TINY_LVVIT = dict(embed_dims=32, num_layers=4, num_heads=2, feedforward_channels
 CASES = {
     'deepvit': (CONFIGS / 'deepvit' / 'upernet_deepvit-s_mln_8xb2-160k_ade20k-512x512.py', TINY_DEEPVIT,
                 # re-attention only in the last two blocks, under mmpretrain-style keys
-                {'backbone.layers.3.attn.reatten_matrix.weight', 'backbone.layers.3.attn.var_norm.running_mean'},
+                {'backbone.layers.3.attn.reatten_matrix.weight', 'backbone.layers.3.attn.var_norm.running_mean',
+                 'neck.lateral_convs.0.conv.weight'},
                 {'backbone.layers.1.attn.reatten_matrix.weight', 'backbone.patch_embed.conv3.weight'}),
     'lvvit': (CONFIGS / 'lvvit' / 'upernet_lvvit-s_mln_8xb2-160k_ade20k-512x512.py', TINY_LVVIT,
-              {'backbone.patch_embed.conv3.weight', 'backbone.layers.3.attn.qkv.weight'},
+              {'backbone.patch_embed.conv3.weight', 'backbone.layers.3.attn.qkv.weight', 'neck.lateral_convs.0.conv.weight'},
               {'backbone.layers.3.attn.reatten_matrix.weight', 'backbone.layers.3.attn.qkv.bias'}),
+    # the official LV-ViT decoder: side layers (strides 4, 8, 16, 16) instead of the multi-level neck
+    'lvvit-side': (CONFIGS / 'lvvit' / 'upernet_lvvit-s_8xb4-160k_ade20k-512x512.py', TINY_LVVIT,
+                   {'neck.side_layers.0.0.weight', 'neck.side_layers.3.1.running_var'},
+                   {'neck.lateral_convs.0.conv.weight'}),
 }
 
 
@@ -38,8 +43,13 @@ def shrunk_config(seg_config, arch, path):
     cfg.train_dataloader.batch_size = 2
     cfg.model.data_preprocessor.size = digits.crop_size
     cfg.model.backbone.update(arch=arch, img_size=digits.crop_size, out_indices=(0, 1, 2, 3), init_cfg=None)
-    cfg.model.neck.update(in_channels=[32] * 4, out_channels=32)
-    cfg.model.decode_head.update(in_channels=[32] * 4, channels=32, num_classes=11)
+    if cfg.model.neck.type == 'MultiLevelNeck':
+        cfg.model.neck.update(in_channels=[32] * 4, out_channels=32)
+        cfg.model.decode_head.update(in_channels=[32] * 4)
+    else:  # the side layers: one token width in, a wider fourth level out
+        cfg.model.neck.update(in_channels=32, out_channels=64)
+        cfg.model.decode_head.update(in_channels=[32, 32, 32, 64])
+    cfg.model.decode_head.update(channels=32, num_classes=11)
     cfg.model.auxiliary_head.update(in_channels=32, channels=16, num_classes=11)
     cfg.train_cfg.update(max_iters=2, val_interval=2)
     cfg.default_hooks.checkpoint.interval = 2
@@ -56,7 +66,7 @@ def test_upernet_trains_and_tests_on_digits(family, digits_workspace, tmp_path):
     ckpt = (work / 'last_checkpoint').read_text().strip()
     assert ckpt.endswith('iter_2.pth')
     state = torch.load(ckpt, map_location='cpu', weights_only=False)['state_dict']
-    assert present | {'neck.lateral_convs.0.conv.weight', 'decode_head.conv_seg.weight'} <= set(state)
+    assert present | {'decode_head.conv_seg.weight'} <= set(state)
     assert not absent & set(state)
 
     proc = run_tool(['test.py', cfg, ckpt, '--work-dir', work], cwd=digits_workspace)

@@ -26,6 +26,15 @@ its own shard. Pack the finished folder into a memory-mapped store for training
 (``tools/dataset_converters/pack_label_maps.py``: 3-4x cheaper to load). The last line
 reports how often the pooled map's top class agrees with the ground truth (a check of the teacher
 and of the loaded checkpoint).
+
+Official-equivalent call (TokenLabeling ``generate_label.py --img-size 576 --crop-pct 1.0``: short
+side to 576, centre 576 x 576 square, top-5), here with a teacher from mmpretrain's model zoo
+(EfficientNetV2-L, 86.31%; the official NFNet-F6 is not in the zoo), 18 x 18 maps like the official
+ones; train on them with ``LoadTokenLabelMap(region='center_square')`` (configs/lvvit/README.md)::
+
+    python tools/generate_label_maps.py configs/lvvit/efficientnetv2-l_label-maps_in1k-576px.py \
+        efficientnetv2-l_in21k-pre-3rdparty_in1k_20221220-63df0efd.pth data/imagenet/label_maps_effv2l \
+        --img-size 576 --region center_square --topk 5
 """
 import argparse
 import os

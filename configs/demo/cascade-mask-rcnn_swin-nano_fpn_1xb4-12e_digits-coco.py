@@ -9,7 +9,8 @@ num_classes = 10
 width = 32  # FPN and head channels (the recipe: 256, with 1024-wide fcs)
 model = dict(
     backbone=dict(
-        arch=dict(embed_dims=16, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4]), window_size=4, drop_path_rate=0.1,
+        arch=dict(_delete_=True, embed_dims=16, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4]),  # replaces 'tiny'
+        window_size=4, drop_path_rate=0.1,
         init_cfg=None),
     neck=dict(in_channels=[16, 32, 64, 128], out_channels=width),
     rpn_head=dict(in_channels=width, feat_channels=width),

@@ -17,7 +17,7 @@ model = dict(
     type='mmvitreg.TokenClassifier',
     backbone=dict(
         type='mmvitreg.SwinTransformer',
-        arch=dict(_delete_=True, embed_dims=32, depths=[2, 2], num_heads=[2, 4]),
+        arch=dict(_delete_=True, embed_dims=32, depths=[2, 2], num_heads=[2, 4]),  # replaces 'tiny'
         img_size=32,
         window_size=4,
         out_indices=(1, ),

@@ -10,7 +10,7 @@ data_preprocessor = dict(size=crop_size)
 model = dict(
     data_preprocessor=data_preprocessor,
     backbone=dict(
-        init_cfg=None, arch=dict(embed_dims=32, depths=[2, 2, 2, 2], num_heads=[1, 2, 4, 8]), window_size=4,
+        init_cfg=None, arch=dict(_delete_=True, embed_dims=32, depths=[2, 2, 2, 2], num_heads=[1, 2, 4, 8]), window_size=4,
         drop_path_rate=0.1),
     decode_head=dict(in_channels=[32, 64, 128, 256], channels=64, num_classes=num_classes),
     auxiliary_head=dict(in_channels=128, channels=32, num_classes=num_classes))

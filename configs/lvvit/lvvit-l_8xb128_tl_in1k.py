@@ -21,4 +21,4 @@ optim_wrapper = dict(optimizer=dict(lr=1e-3))
 param_scheduler = [
     dict(type='LinearLR', start_factor=1e-6 / 1e-3, by_epoch=True, end=5, convert_to_iter_based=True),
     dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=5, end=300),
-]
+]  # then the recipe's 10 cool-down epochs at 1e-5

@@ -1,5 +1,6 @@
 # UperNet + LV-ViT-L on ADE20K (official upernet_lvvit_l_512x512_160k_ade20k.py; README 50.9 mIoU,
-# 51.8 ms): out_indices (14, 17, 20, 23) of 24 blocks (0-based), drop path 0.5, UPerHead channels 512.
+# 51.8 ms): out_indices (14, 17, 20, 23) of 24 blocks (0-based), drop path 0.5, UPerHead and FCN head
+# channels 512.
 # The official L config omits `skip_lam`, so its backbone runs with skip_lam 1.0 although the
 # classification lvvit_l it loads was trained with 3.0 (most likely a bug); here the LV-ViT-L preset
 # keeps skip_lam 3.0, matching the checkpoint. (The official config also sets img_size 448, which
@@ -13,4 +14,4 @@ model = dict(
                   init_cfg=dict(type='Pretrained', checkpoint=checkpoint, prefix='backbone.')),
     neck=dict(in_channels=[embed_dims] * 4, out_channels=embed_dims),
     decode_head=dict(in_channels=[embed_dims] * 4, channels=512),
-    auxiliary_head=dict(in_channels=embed_dims))
+    auxiliary_head=dict(in_channels=embed_dims, channels=512))

@@ -8,6 +8,8 @@ from torch import Tensor
 
 from mmvitreg.registry import TRANSFORMS
 
+READINGS = ('topk', 'official')
+
 
 @dataclass
 class PackedLabelMap:
@@ -23,7 +25,7 @@ class PackedLabelMap:
         image_on_map (tuple[float, float, float, float]): ``(x0, y0, x1, y1)``, the original image in
             map coordinates (the whole map for ``region='full'``, wider for ``'center_square'``);
             sample points outside it are outside the image.
-        token_label_size, topk, samples_per_token, logit_fill, num_classes: the target's settings
+        token_label_size, topk, samples_per_token, reading, num_classes: the target's settings
             (see :class:`TokenLabelTarget`).
     """
     label_map: Tensor
@@ -33,11 +35,11 @@ class PackedLabelMap:
     token_label_size: int
     topk: int
     samples_per_token: int
-    logit_fill: Optional[float]
+    reading: str
     num_classes: Optional[int]
 
     def settings(self) -> tuple:
-        return (self.token_label_size, self.topk, self.samples_per_token, self.logit_fill, self.num_classes)
+        return (self.token_label_size, self.topk, self.samples_per_token, self.reading, self.num_classes)
 
 
 @TRANSFORMS.register_module()
@@ -54,40 +56,43 @@ class TokenLabelTarget(BaseTransform):
     untouched map as a tensor, the composed matrix from augmented-image pixels to map coordinates,
     the image size and the original image's region on the map, and the settings below).
     :class:`~mmvitreg.models.data_preprocessors.TokenClsDataPreprocessor` then computes the
-    ``token_label`` of the whole batch in torch with :func:`token_label_targets`, which documents
-    the two readings of a top-k map (``logit_fill=None``: the paper's; ``logit_fill=0.``: the
-    official code's).
+    ``token_label`` of the whole batch in torch with :func:`token_label_targets` (and, for the
+    official reading, the class-token ``relabel_label`` with :func:`relabel_targets`), which
+    document the two readings of a top-k map.
 
     **Required keys:** ``img``, ``token_label_map``. **Added key:** ``token_label_map``, replaced by
     its :class:`PackedLabelMap`. Pack it with ``PackInputs(algorithm_keys=['token_label_map'])``.
 
     Cost (``tools/analysis_tools/benchmark_data_pipeline.py``, one CPU core): about 0.05 ms per
-    image here; the batch reading about 150-190 ms per batch of 128 (5 x 18 x 18 maps, ``S = 14``,
-    ``n = 2``), about 0.2% of an LV-ViT-S training step on the CPU.
+    image here; the batch reading is timed by the same tool.
 
     Args:
         token_label_size (int): ``S``, tokens per side (14 for 224 px and patch 16). Defaults to 14.
-        topk (int): Classes kept per token. Defaults to 5.
-        samples_per_token (int): ``n``, sample points per token side. Defaults to 2.
-        logit_fill (float, optional): None for the paper's reading, a number (the official code
-            uses 0) for the official one. Defaults to None.
-        num_classes (int, optional): Number of classes; required with ``logit_fill``.
+        topk (int): Classes kept per token by the ``'topk'`` reading. Defaults to 5.
+        samples_per_token (int): ``n``, sample points per token side of the ``'topk'`` reading (the
+            official reading takes ``roi_align``'s adaptive count). Defaults to 2.
+        reading (str): ``'topk'`` (the paper's: a renormalised top-k distribution per token) or
+            ``'official'`` (the official code's ``get_featuremaps`` + ``roi_align`` + softmax over all
+            classes, with a ReLabel class-token target). Defaults to ``'topk'``.
+        num_classes (int, optional): Number of classes ``C``; required by ``reading='official'``.
             Defaults to None.
     """
 
     def __init__(self, token_label_size: int = 14, topk: int = 5, samples_per_token: int = 2,
-                 logit_fill: Optional[float] = None, num_classes: Optional[int] = None):
+                 reading: str = 'topk', num_classes: Optional[int] = None):
         for name, value in (('token_label_size', token_label_size), ('topk', topk),
                             ('samples_per_token', samples_per_token)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f'{name} must be a positive int, got {value!r}')
-        if logit_fill is not None and (num_classes is None or num_classes < topk):
-            raise ValueError(f'logit_fill={logit_fill} (the official softmax over all classes) needs '
-                             f'num_classes >= topk, got num_classes={num_classes}')
+        if reading not in READINGS:
+            raise ValueError(f'reading must be one of {READINGS}, got {reading!r}')
+        if reading == 'official' and (not isinstance(num_classes, int) or num_classes < 1):
+            raise ValueError("reading='official' (the softmax over all classes) needs num_classes, "
+                             f'got num_classes={num_classes!r}')
         self.token_label_size = token_label_size
         self.topk = topk
         self.samples_per_token = samples_per_token
-        self.logit_fill = logit_fill
+        self.reading = reading
         self.num_classes = num_classes
 
     def transform(self, results: dict) -> dict:
@@ -104,148 +109,249 @@ class TokenLabelTarget(BaseTransform):
         """The :class:`PackedLabelMap` of a :class:`~mmvitreg.datasets.label_maps.TokenLabelMap`."""
         return PackedLabelMap(torch.from_numpy(label_map.label_map), torch.from_numpy(label_map.map_matrix()),
                               img_shape, label_map.image_on_map(), self.token_label_size, self.topk,
-                              self.samples_per_token, self.logit_fill, self.num_classes)
+                              self.samples_per_token, self.reading, self.num_classes)
 
     def __repr__(self):
         return (f'{self.__class__.__name__}(token_label_size={self.token_label_size}, topk={self.topk}, '
-                f'samples_per_token={self.samples_per_token}, logit_fill={self.logit_fill}, '
+                f'samples_per_token={self.samples_per_token}, reading={self.reading!r}, '
                 f'num_classes={self.num_classes})')
 
 
 def token_label_targets(packed: Sequence[PackedLabelMap], device=None) -> Tensor:
-    r"""Token labels ``(B, 2, topk, S, S)`` of a batch of packed maps, vectorised over the batch.
+    r"""Token labels ``(B, 2, K, S, S)`` of a batch of packed maps, vectorised over the batch.
 
     The augmented image is cut into ``S x S`` token cells; each cell gets ``n x n`` evenly spaced
-    sample points (``samples_per_token=2``: 4 points, at 1/4 and 3/4 of the cell on each axis).
-    One batched matmul carries every point onto its sample's map; each point reads the four nearest
-    map cells bilinearly (cell centres at ``(j + .5, i + .5)``, borders clamped; the official code
-    reads the map with ``roi_align``, also bilinear). A top-k map cannot be interpolated as an
-    array (indices are not numbers): each point contributes its 4 cells x k ``(class, weight x
-    value)`` pairs, and the pairs of a token are summed per class (sorted by class, segment sums),
-    so the cost is independent of the number of classes. Points inside the image but outside a
-    ``'center_square'`` map take the nearest map border.
+    sample points (at ``(j + 0.5) / n`` of the cell on each axis). One batched matmul carries every
+    point onto its sample's map; each point reads the four nearest map cells bilinearly (cell
+    centres at ``(j + .5, i + .5)``, borders clamped, as ``roi_align``). A top-k map cannot be
+    interpolated as an array (indices are not numbers): each point contributes its 4 cells x k
+    ``(class, weight x value)`` pairs, and the pairs of a token are summed per class (sorted by
+    class, segment sums), so the cost is independent of the number of classes ``C``.
 
-    Two readings of a top-k map (from :class:`TokenLabelTarget`'s ``logit_fill``):
+    Two readings of a top-k map (:class:`TokenLabelTarget`'s ``reading``):
 
-    * ``None`` (default, the paper): each map cell's score is the teacher's softmax over its stored
-      top-k logits (renormalised over those k); a token's score is the mean of the scores at its
-      in-image sample points. Points outside the image (areas that rotate/shear/translate filled
-      with ``pad_val``) are left out of the mean; a token with none inside gets all-zero
-      probabilities (no token label). The token keeps its ``topk`` most probable classes,
-      renormalised to sum 1.
-    * a number (the official code, ``get_featuremaps`` + ``roi_align`` + ``softmax``): the stored
-      logits are scattered into all ``num_classes`` classes, the others set to ``logit_fill``; a
-      token's logits are the mean over its sample points (outside the image every class has logit
-      ``logit_fill``), then a softmax over all ``num_classes`` classes. The output keeps the
-      ``topk`` largest probabilities unnormalised: ``1 - sum`` is the mass of the other classes.
-
-    Classes a token did not read enter its top-k (as the smallest such class indices) when it read
-    fewer than ``topk`` classes (probability 0 in the paper's reading) or, in the official reading,
-    when their probability ``exp(logit_fill) / Z`` beats that of a read class.
+    * ``'topk'`` (default, the paper): ``n = samples_per_token``; each map cell's score is the
+      teacher's softmax over its stored top-k logits (renormalised over those k); a token's score is
+      the mean of the scores at its in-image sample points. Points outside the image (areas that
+      rotate/shear/translate filled with ``pad_val``) are left out of the mean; a token with none
+      inside gets all-zero probabilities (no token label). The token keeps its ``topk`` most
+      probable classes, renormalised to sum 1 (``K = topk``). Classes a token did not read fill its
+      top-k (probability 0, smallest class indices first) when it read fewer than ``topk``.
+    * ``'official'`` (``tlt/data/mixup.py``: ``get_featuremaps`` scatters the stored logits into a
+      ``C``-class map of zeros, ``roi_align(output_size=(S, S))`` on the crop, softmax over all
+      ``C`` classes): a token's logit of class ``c`` is the mean over its sample points of the
+      bilinearly read logit map, ``n`` per axis is ``roi_align``'s adaptive count
+      ``ceil(roi side in map cells / S)`` (``sampling_ratio=-1``), and points outside the image read
+      logit 0 for every class (the official RandAugment fills the map with 0). The classes no cell
+      under the token stores all have the mean logit 0, so they share one probability
+      ``exp(0) / Z``: the exact distribution over ``C`` classes is the ``R`` read classes plus one
+      shared tail value, computed without a ``C x h x w`` map. ``K = max R + 1`` over the batch:
+      slot ``r < R`` holds a read class and its probability, the slots after it hold class index
+      ``-1``: probability 0 up to the last, and the last slot the probability of **each** class
+      not listed. The token's target is ``p_c`` for listed classes and the last slot's value for the
+      ``C - R`` others (they sum to 1).
 
     Args:
         packed (Sequence[PackedLabelMap]): One per sample, with equal settings.
         device (torch.device, optional): Where to compute. Defaults to the maps' device.
 
     Returns:
-        Tensor: float32 ``(B, 2, topk, S, S)``: ``[:, 0]`` the per-token probabilities of its top-k
-        classes (largest first), ``[:, 1]`` their class indices (integers stored as float).
+        Tensor: float32 ``(B, 2, K, S, S)``: ``[:, 0]`` probabilities, ``[:, 1]`` class indices
+        (integers stored as float; -1 in the official reading's tail slots).
     """
+    return _by_map_shape(packed, device, lambda group, dev: _read_maps(group, dev))
+
+
+def relabel_targets(packed: Sequence[PackedLabelMap], device=None) -> Tensor:
+    """The official class-token (ReLabel) target ``(B, 2, K)`` of a batch: the crop pooled to ``1 x 1``.
+
+    The official ``get_label`` RoI-aligns the same ``C``-class logit map as the token labels with
+    ``output_size=(1, 1)`` (``ceil(roi side)`` sample points per axis) and soft-maxes over all ``C``
+    classes; the result has the format of one token of the official reading of
+    :func:`token_label_targets` (listed classes, then ``-1`` slots, the last one the probability of
+    each unlisted class). Needs ``reading='official'``.
+    """
+    if packed[0].reading != 'official':
+        raise ValueError("relabel_targets is the official class-token target: pack the maps with "
+                         "TokenLabelTarget(reading='official', num_classes=C)")
+    return _by_map_shape(packed, device, lambda group, dev: _read_official(group, 1, dev)[..., 0, 0])
+
+
+def _by_map_shape(packed, device, read) -> Tensor:
+    """``read`` every group of samples whose maps have one shape, put back in batch order."""
     settings = {p.settings() for p in packed}
     if len(settings) != 1:
         raise ValueError(f'the samples of a batch were packed with different TokenLabelTarget settings: {settings}')
     groups = {}  # samples with equal map shapes are read together
     for i, p in enumerate(packed):
         groups.setdefault(tuple(p.label_map.shape), []).append(i)
+    parts = [(indices, read([packed[i] for i in indices], device)) for indices in groups.values()]
+    slots = max(part.shape[2] for _, part in parts)  # official: groups may list different class counts
     out = None
-    for indices in groups.values():
-        targets = _read_maps([packed[i] for i in indices], device)
+    for indices, part in parts:
+        if part.shape[2] < slots:  # pad with tail slots: class -1, probability 0, the tail value last
+            pad = part.new_zeros((part.shape[0], 2, slots - part.shape[2]) + part.shape[3:])
+            pad[:, 1] = -1.
+            part = torch.cat([part[:, :, :-1], pad, part[:, :, -1:]], 2)
         if out is None:
-            out = targets.new_empty((len(packed), ) + targets.shape[1:])
-        out[indices] = targets
+            out = part.new_empty((len(packed), ) + part.shape[1:])
+        out[indices] = part
     return out
+
+
+def _to_map(packed: List[PackedLabelMap]) -> Tensor:
+    """``(B, 3, 3)`` float64 from normalised image coordinates ``(x / W, y / H, 1)`` to map coordinates."""
+    scale = torch.tensor([[p.img_shape[1], p.img_shape[0], 1.] for p in packed], dtype=torch.float64)
+    return torch.stack([p.matrix for p in packed]) * scale[:, None, :]
+
+
+def _sample_points(to_map: Tensor, s: int, counts: Tensor) -> Tuple[Tensor, Tensor]:
+    """Map coordinates of every token's sample points.
+
+    Args:
+        to_map (Tensor): ``(B, 3, 3)`` from :func:`_to_map`.
+        s (int): Tokens per side.
+        counts (Tensor): ``(B, 2)`` long, points per token side along x and y for each sample.
+
+    Returns:
+        tuple: ``xy`` ``(B, s * s * P, 2)`` float64 with ``P = max nx * max ny`` points per token,
+        token-major (row, col, then the token's points), and ``valid`` ``(B, s * s, P)`` bool, False
+        for the padding points of samples with fewer points.
+    """
+    B = len(to_map)
+    nx, ny = int(counts[:, 0].max()), int(counts[:, 1].max())
+    token = torch.arange(s, dtype=torch.float64)
+
+    def line(n_max, n):  # (B, s, n_max) positions along one axis, and their validity
+        sub = torch.arange(n_max, dtype=torch.float64)
+        n = n.to(torch.float64)[:, None, None]
+        return (token[None, :, None] + (sub + 0.5)[None, None, :] / n) / s, (sub[None, None, :] < n)
+
+    px, vx = line(nx, counts[:, 0])
+    py, vy = line(ny, counts[:, 1])
+    shape = (B, s, s, ny, nx)  # (sample, token row, token col, point row, point col)
+    xs = px[:, None, :, None, :].expand(shape)
+    ys = py[:, :, None, :, None].expand(shape)
+    valid = (vx[:, None, :, None, :] & vy[:, :, None, :, None]).expand(shape).reshape(B, s * s, ny * nx)
+    xy = xs.reshape(B, -1, 1) * to_map[:, None, :2, 0] + ys.reshape(B, -1, 1) * to_map[:, None, :2, 1] \
+        + to_map[:, None, :2, 2]
+    return xy, valid
+
+
+def _token_class_sums(maps: Tensor, xy: Tensor, point_weight: Tensor, values: Tensor,
+                      drop_class: Optional[int] = None, dtype=torch.float32) -> Tuple[Tensor, Tensor, Tensor]:
+    """Per token, the sum over its sample points of the bilinearly read ``values``, per class read.
+
+    Args:
+        maps (Tensor): ``(B, 2, k, h, w)`` the maps (class indices in ``[:, 1]``).
+        xy (Tensor): ``(B, T * P, 2)`` sample points in map coordinates, token-major.
+        point_weight (Tensor): ``(B, T, P)`` weight of every point.
+        values (Tensor): ``(B, k, h * w)`` the per-cell values to read.
+        drop_class (int, optional): Class index given to the pairs of weight 0, which then sort last
+            and are not read. None keeps them (read with value 0).
+        dtype (torch.dtype): Precision of the bilinear weights and the sums. Defaults to float32.
+
+    Returns:
+        tuple: ``(B * T, L)`` ``scores`` (the summed value of each run of one class), ``classes`` and
+        ``read`` (bool: the slot holds a class the token read); runs are compact, in class order.
+    """
+    B, _, k, h, w = maps.shape
+    T = point_weight.shape[1]
+    cells = xy.to(dtype) - 0.5  # cell centres at integers
+    low = cells.floor()
+    frac = cells - low
+    low = low.long()
+    cx = torch.stack([low[..., 0].clamp(0, w - 1), (low[..., 0] + 1).clamp(0, w - 1)], -1)  # (B, TP, 2)
+    cy = torch.stack([low[..., 1].clamp(0, h - 1), (low[..., 1] + 1).clamp(0, h - 1)], -1)
+    wx = torch.stack([1 - frac[..., 0], frac[..., 0]], -1)
+    wy = torch.stack([1 - frac[..., 1], frac[..., 1]], -1)
+    flat = (cy[..., :, None] * w + cx[..., None, :]).view(B, -1, 1).expand(-1, -1, k)  # (B, TP * 4, k)
+    weight = wy[..., :, None] * wx[..., None, :] * point_weight.to(dtype).view(B, -1, 1, 1)  # (B, TP, 2, 2)
+
+    classes = maps[:, 1].flatten(2).long().transpose(1, 2).gather(1, flat)  # (B, TP * 4, k)
+    pair_weight = weight.view(B, -1, 1).expand_as(classes)
+    values = values.to(dtype).transpose(1, 2).gather(1, flat) * pair_weight
+    if drop_class is not None:
+        classes = classes.masked_fill(pair_weight == 0, drop_class)
+    values, classes = values.reshape(B * T, -1), classes.reshape(B * T, -1)
+    classes, order = classes.sort(1)
+    values = values.gather(1, order)
+    run = torch.cat([classes.new_zeros(len(classes), 1), (classes[:, 1:] != classes[:, :-1]).long()], 1).cumsum(1)
+    scores = torch.zeros_like(values).scatter_add_(1, run, values)
+    run_classes = torch.zeros_like(classes).scatter_(1, run, classes)
+    read = torch.arange(classes.shape[1], device=classes.device) <= run[:, -1:]
+    if drop_class is not None:
+        read &= run_classes != drop_class
+    return scores, run_classes, read
 
 
 def _read_maps(packed: List[PackedLabelMap], device) -> Tensor:
     """:func:`token_label_targets` of samples whose maps have one shape ``(2, k, h, w)``."""
-    s, topk, n, fill, num_classes = packed[0].settings()
+    s, topk, n, reading, _ = packed[0].settings()
+    if reading == 'official':
+        return _read_official(packed, s, device)
     device = device or packed[0].label_map.device
-    # each map to float32 first: torch.stack of float16 maps fails under CPU bfloat16 autocast (--amp)
-    maps = torch.stack([p.label_map.to(torch.float32) for p in packed]).to(device)
-    B, _, k, h, w = maps.shape
-    side = s * n
+    maps = torch.stack([p.label_map.float() for p in packed]).to(device)  # float16 maps cannot stack under --amp
+    B = len(packed)
+    counts = torch.full((B, 2), n, dtype=torch.long)
+    xy, _ = _sample_points(_to_map(packed), s, counts)
+    xy = xy.to(device)
+    inside = _inside(packed, xy, device).view(B, s * s, n * n)
+    point_weight = inside / inside.sum(2, keepdim=True).clamp(min=1)  # mean over the token's in-image points
+    values = maps[:, 0].flatten(2).softmax(1)  # each cell: its teacher softmax over the stored k
+    scores, run_classes, read = _token_class_sums(maps, xy, point_weight, values)
 
-    # sample points: normalised grid -> image pixels -> map coordinates, one batched matmul
-    scale = torch.tensor([[p.img_shape[1], p.img_shape[0], 1.] for p in packed], dtype=torch.float64)
-    to_map = torch.stack([p.matrix for p in packed]) * scale[:, None, :]  # (B, 3, 3) = matrix @ diag
-    token, sub = torch.arange(s, dtype=torch.float64) * n, torch.arange(n, dtype=torch.float64) + 0.5
-    line = (token[:, None] + sub).div(side)  # (S, n): the coordinates of a token's points
-    ys = line[:, None, :, None].expand(s, s, n, n)  # points ordered (token row, token col, i, j)
-    xs = line[None, :, None, :].expand(s, s, n, n)
-    grid = torch.stack([xs.flatten(), ys.flatten(), torch.ones(side * side, dtype=torch.float64)], 1)
-    xy = (grid @ to_map[:, :2].transpose(1, 2)).to(device)  # (B, P, 2), P = S^2 n^2, token-major
-    region = torch.tensor([p.image_on_map for p in packed], dtype=torch.float64, device=device)
-    inside = ((xy >= region[:, None, :2]) & (xy < region[:, None, 2:])).all(-1).float().view(B, s * s, n * n)
-
-    # weight of every point in its token
-    if fill is None:  # mean over the token's in-image points
-        point_weight = inside / inside.sum(2, keepdim=True).clamp(min=1)
-    else:  # mean over all the token's points; outside ones hold logit_fill for every class
-        point_weight = inside / n ** 2
-
-    # the 4 map cells under every point (cell centres at integers, borders clamped) and their weights
-    cells = xy.float() - 0.5
-    low = cells.floor()
-    frac = cells - low
-    low = low.long()
-    cx = torch.stack([low[..., 0].clamp(0, w - 1), (low[..., 0] + 1).clamp(0, w - 1)], -1)  # (B, P, 2)
-    cy = torch.stack([low[..., 1].clamp(0, h - 1), (low[..., 1] + 1).clamp(0, h - 1)], -1)
-    wx = torch.stack([1 - frac[..., 0], frac[..., 0]], -1)
-    wy = torch.stack([1 - frac[..., 1], frac[..., 1]], -1)
-    flat = (cy[..., :, None] * w + cx[..., None, :]).view(B, -1, 1).expand(-1, -1, k)  # (B, P * 4, k)
-    weight = wy[..., :, None] * wx[..., None, :] * point_weight.view(B, -1, 1, 1)  # (B, P, 2, 2)
-
-    # the (class, value) pairs of each token, cells first: (B, h * w, k) -> (B * S * S, n * n * 4 * k)
-    logits, classes = maps[:, 0].flatten(2), maps[:, 1].flatten(2).long()  # (B, k, h * w)
-    values = logits.softmax(1) if fill is None else logits - fill  # relative to the unstored classes
-    values = values.transpose(1, 2).gather(1, flat) * weight.view(B, -1, 1)
-    classes = classes.transpose(1, 2).gather(1, flat)
-    values, classes = values.view(B * s * s, -1), classes.view(B * s * s, -1)
-    classes, order = classes.sort(1)
-    values = values.gather(1, order)
-    run = torch.cat([classes.new_zeros(len(classes), 1), (classes[:, 1:] != classes[:, :-1]).long()], 1).cumsum(1)
-    scores = torch.zeros_like(values).scatter_add_(1, run, values)  # per class read by the token
-    run_classes = torch.zeros_like(classes).scatter_(1, run, classes)
-    read = torch.arange(classes.shape[1], device=device) <= run[:, -1:]  # slots holding a class
-
-    if fill is not None:  # softmax over all num_classes classes of the token's mean logits
-        logit = scores + fill
-        top = logit.masked_fill(~read, fill).amax(1, keepdim=True).clamp(min=fill)
-        unread = torch.exp(fill - top)  # every class the token did not read has logit fill
-        scores = torch.exp(logit - top)
-        norm = (scores * read).sum(1, keepdim=True) + (num_classes - read.sum(1, keepdim=True)) * unread
-        scores, unread = scores / norm, unread / norm
-    else:
-        unread = scores.new_zeros(len(scores), 1)
-    # topk extra slots stand for unread classes, chosen when they beat the read ones or too few were read
-    if fill is None:
-        pad = torch.full_like(unread, -1.).expand(-1, topk)
-    else:  # as many as there are unread classes
-        unread_count = num_classes - read.sum(1, keepdim=True)
-        pad = torch.where(torch.arange(topk, device=device) < unread_count, unread, -1.)
-    scores = torch.cat([scores.masked_fill(~read, -1.), pad], 1)  # scores are >= 0
+    # topk extra slots stand for unread classes (probability 0), chosen when too few were read
+    scores = torch.cat([scores.masked_fill(~read, -1.), scores.new_full((len(scores), topk), -1.)], 1)
     read = torch.cat([read, read.new_zeros(len(read), topk)], 1)
     run_classes = torch.cat([run_classes, run_classes.new_zeros(len(read), topk)], 1)
     probs, slot = scores.topk(topk, 1)
     index = run_classes.gather(1, slot)
     padded = ~read.gather(1, slot)
     if padded.any():  # the smallest class indices the token did not read
-        probs = torch.where(padded, unread.expand_as(probs), probs)
+        probs = probs.masked_fill(padded, 0.)
         index = torch.where(padded, _unread_classes(run_classes, read, padded), index)
-    if fill is None:
-        probs = probs / probs.sum(1, keepdim=True).clamp(min=1e-12)
+    probs = probs / probs.sum(1, keepdim=True).clamp(min=1e-12)
     target = torch.stack([probs, index.to(probs.dtype)], 1)  # (B * S * S, 2, topk)
     return target.view(B, s, s, 2, topk).permute(0, 3, 4, 1, 2).contiguous()
+
+
+def _inside(packed: List[PackedLabelMap], xy: Tensor, device) -> Tensor:
+    """``(B, T * P)`` float: 1 where a sample point lies inside its original image."""
+    region = torch.tensor([p.image_on_map for p in packed], dtype=torch.float64, device=device)
+    return ((xy >= region[:, None, :2]) & (xy < region[:, None, 2:])).all(-1).float()
+
+
+def _read_official(packed: List[PackedLabelMap], s: int, device) -> Tensor:
+    """The official reading (see :func:`token_label_targets`) on an ``s x s`` grid: ``(B, 2, K, s, s)``."""
+    num_classes = packed[0].num_classes
+    device = device or packed[0].label_map.device
+    maps = torch.stack([p.label_map.float() for p in packed]).to(device)  # float16 maps cannot stack under --amp
+    B = len(packed)
+    to_map = _to_map(packed)
+    # roi_align(sampling_ratio=-1, aligned=False): ceil(roi side / s) points per bin side, the roi
+    # side at least one map cell; the sides are the map lengths of the image's x and y axes
+    sides = to_map[:, :2, :2].norm(dim=1).clamp(min=1.)
+    counts = torch.ceil(sides / s - 1e-9).long().clamp(min=1)
+    xy, valid = _sample_points(to_map, s, counts)
+    xy = xy.to(device)
+    inside = _inside(packed, xy, device).view(valid.shape) * valid.to(device)
+    point_weight = inside / counts.prod(1).to(device, torch.float32).view(B, 1, 1)  # a mean over all points
+    # float64: the softmax turns logit rounding (values up to ~10) into probability errors
+    scores, run_classes, read = _token_class_sums(maps, xy, point_weight, maps[:, 0].flatten(2),
+                                                  drop_class=num_classes, dtype=torch.float64)
+    # softmax over all C classes; the unread ones have logit 0
+    top = scores.masked_fill(~read, 0.).amax(1, keepdim=True).clamp(min=0.)
+    exp = torch.exp(scores - top) * read
+    tail = torch.exp(-top)
+    count = read.sum(1, keepdim=True)
+    norm = exp.sum(1, keepdim=True) + (num_classes - count) * tail
+    width = int(count.max())
+    probs = torch.cat([(exp / norm)[:, :width], tail / norm], 1).float()  # read classes: compact, first
+    index = torch.cat([run_classes[:, :width].masked_fill(~read[:, :width], -1), run_classes.new_full(
+        (len(read), 1), -1)], 1)
+    target = torch.stack([probs, index.to(probs.dtype)], 1)  # (B * s * s, 2, K)
+    return target.view(B, s, s, 2, width + 1).permute(0, 3, 4, 1, 2).contiguous()
 
 
 def _unread_classes(run_classes: Tensor, read: Tensor, padded: Tensor) -> Tensor:

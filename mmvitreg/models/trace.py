@@ -297,6 +297,7 @@ class TokenTrace:
 
     Out (filled by the backbone):
         grid (Tuple[int, int]): the patch-token grid ``(Hg, Wg)`` the plan mixes.
+        num_layers (int): the backbone's number of blocks (for negative indices, see :meth:`index`).
         num_extra_tokens (int): tokens before the patch tokens (1 for a cls token, else 0).
         grids (Dict[int, Tuple[int, int]]): every block -> the grid of its output tokens (all equal
             to ``grid`` in a ViT; a Swin stage's grid in a Swin).
@@ -313,6 +314,7 @@ class TokenTrace:
     token_layers: Sequence[int] = ()
     attn_layers: Sequence[int] = ()
     grid: Tuple[int, int] = (0, 0)
+    num_layers: int = 0
     num_extra_tokens: int = 0
     grids: Dict[int, Tuple[int, int]] = field(default_factory=dict)
     windows: Dict[int, WindowLayout] = field(default_factory=dict)
@@ -324,14 +326,19 @@ class TokenTrace:
         """An empty trace that asks for what ``request`` taps."""
         return cls(mix=mix, token_layers=request.token_layers, attn_layers=request.attn_layers)
 
+    def index(self, layer: int) -> int:
+        """The key of block ``layer`` in ``tokens`` / ``attn`` / ``grids`` / ``windows`` (negative
+        indices count from the backbone's last block)."""
+        return layer + self.num_layers if layer < 0 else layer
+
     def patch_tokens(self, layer: int) -> Tensor:
         """``(B, H * W, C)`` patch tokens recorded after block ``layer`` (extra tokens dropped)."""
-        return self.tokens[layer][:, self.num_extra_tokens:]
+        return self.tokens[self.index(layer)][:, self.num_extra_tokens:]
 
     def token_map(self, layer: int) -> Tensor:
         """``(B, C, H, W)`` patch tokens of block ``layer`` on the block's grid."""
         x = self.patch_tokens(layer)
-        return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], *self.grids[layer])
+        return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], *self.grids[self.index(layer)])
 
     @staticmethod
     def resolve(layers: Sequence[int], num_layers: int) -> Tuple[int, ...]:

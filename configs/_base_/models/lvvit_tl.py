@@ -11,7 +11,7 @@ model = dict(
         num_classes=1000,
         in_channels=384,
         beta=0.5,  # paper Eq. 7 ("we empirically set it to 0.5"); the official code weighs it 1.0
-        cls_target='gt',  # paper: the image label; official: 'relabel' (pooled label map of the crop)
+        cls_target='gt',  # paper: the image label; official: 'relabel' (the recipe's), 'relabel_gt' (--ground-truth)
         token_label_smooth_val=0.1,  # official --smoothing 0.1 on the token labels
         aux_pred_weight=0.5,  # official inference: cls logits + 0.5 * max over tokens of the aux logits
         loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original')),

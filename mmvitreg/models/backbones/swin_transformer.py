@@ -71,6 +71,11 @@ class SwinTransformer(MMPretrainSwinTransformer):
         cfg['block_cfgs'] = block_cfgs
         return cfg
 
+    def train(self, mode: bool = True) -> 'SwinTransformer':
+        """mmpretrain's ``train`` (keeps frozen stages frozen), returning ``self`` as ``nn.Module`` does."""
+        super().train(mode)
+        return self
+
     def window_layout(self, block, grid: Tuple[int, int]) -> WindowLayout:
         """The layout of ``block`` on ``grid``, with mmpretrain's rules for maps as small as a window."""
         window, shift = block.attn.window_size, block.attn.shift_size
@@ -95,7 +100,7 @@ class SwinTransformer(MMPretrainSwinTransformer):
         x, hw = self.patch_embed(x)
         token_layers = attn_layers = ()
         if trace is not None:
-            trace.grid, trace.num_extra_tokens = tuple(hw), 0
+            trace.grid, trace.num_extra_tokens, trace.num_layers = tuple(hw), 0, self.num_trace_layers
             token_layers = TokenTrace.resolve(trace.token_layers, self.num_trace_layers)
             attn_layers = TokenTrace.resolve(trace.attn_layers, self.num_trace_layers)
             if trace.mix is not None:

@@ -240,8 +240,7 @@ class VisionTransformer(MMPretrainVisionTransformer):
         x = self.patch_embed(x)
         hw = tuple(x.shape[-2:])
         if trace is not None:
-            trace.grid = hw
-            trace.num_extra_tokens = self.num_extra_tokens
+            trace.grid, trace.num_layers, trace.num_extra_tokens = hw, self.num_layers, self.num_extra_tokens
             token_layers = set(TokenTrace.resolve(trace.token_layers, self.num_layers))
             attn_layers = set(TokenTrace.resolve(trace.attn_layers, self.num_layers))
             if trace.mix is not None:

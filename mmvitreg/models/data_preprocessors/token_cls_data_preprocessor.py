@@ -4,7 +4,7 @@ from typing import Optional
 import torch
 from mmpretrain.models.utils import ClsDataPreprocessor
 
-from mmvitreg.datasets.token_label_target import token_label_targets
+from mmvitreg.datasets.token_label_target import relabel_targets, token_label_targets
 from mmvitreg.registry import BATCH_AUGMENTS, MODELS
 
 
@@ -17,7 +17,9 @@ class TokenClsDataPreprocessor(ClsDataPreprocessor):
     :class:`~mmvitreg.datasets.token_label_target.PackedLabelMap` from ``mmvitreg.TokenLabelTarget``),
     the preprocessor reads the maps of the whole batch under every token at once, on the inputs'
     device (:func:`~mmvitreg.datasets.token_label_target.token_label_targets`), and replaces the
-    field by ``token_label``: float32 ``(2, topk, S, S)`` per sample, what ``TokenLabelHead`` reads.
+    field by ``token_label``: float32 ``(2, K, S, S)`` per sample, what ``TokenLabelHead`` reads; maps
+    packed with ``reading='official'`` also give ``relabel_label`` ``(2, K')``, the official
+    class-token (ReLabel) target of the crop (:func:`~mmvitreg.datasets.token_label_target.relabel_targets`).
     This happens in training and evaluation alike (evaluation pipelines normally carry no maps).
 
     mmpretrain's batch augments map ``(inputs, scores) -> (inputs, scores)`` and cannot say
@@ -57,10 +59,14 @@ class TokenClsDataPreprocessor(ClsDataPreprocessor):
         data = super().forward(data, training)
         data_samples = data['data_samples']
         if data_samples and 'token_label_map' in data_samples[0]:
-            targets = token_label_targets([s.token_label_map for s in data_samples], data['inputs'].device)
-            for sample, target in zip(data_samples, targets):
+            packed = [s.token_label_map for s in data_samples]
+            targets = token_label_targets(packed, data['inputs'].device)
+            relabels = relabel_targets(packed, data['inputs'].device) if packed[0].reading == 'official' else None
+            for i, (sample, target) in enumerate(zip(data_samples, targets)):
                 del sample.token_label_map
                 sample.set_field(target, 'token_label')
+                if relabels is not None:
+                    sample.set_field(relabels[i], 'relabel_label')
         if not training or self.token_mix is None:
             return data
         inputs, data_samples = data['inputs'], data['data_samples']

@@ -32,15 +32,31 @@ class TokenLabelHead(VisionTransformerClsHead):
     mixes the token labels with the same mask, ``Y_hat = Y_1 * M + Y_2 * (1 - M)`` (Eq. 9), and the
     preprocessor mixes ``y^cls`` by the mask mean (Eq. 10). Since ``H`` is linear in its target,
     ``H(X, m y_1 + (1 - m) y_2) = m H(X, y_1) + (1 - m) H(X, y_2)``: the head computes the soft CE
-    against each image's sparse top-k token labels by gathering log-probabilities, never building
+    against each image's sparse token labels by gathering log-probabilities, never building
     ``(B, N, C)`` targets. The official code un-mixes the aux outputs instead, which gives the
     same loss (a permutation of the same (output, target) pairs).
 
     Paper vs official code (notes §2.3, §2.6): ``beta=0.5`` is the paper's; the official code
-    weights both terms 1.0 (``beta=1.0``). ``cls_target='gt'`` (paper: "the label for the whole
-    image") vs ``'relabel'`` (official: the ReLabel target of the crop, here the mean of the token
-    labels of the crop's tokens, mixed by Eq. 10; the official code instead soft-maxes RoIAlign-
-    pooled teacher logits, which the ``(2, k, S, S)`` probability format cannot express).
+    weights both terms 1.0 (``beta=1.0``). The class-token target ``y^cls`` (``cls_target``):
+
+    * ``'gt'`` (paper: "the label for the whole image"): the image label through ``loss``;
+    * ``'relabel'`` (official): the ReLabel target of the crop. With maps read
+      ``TokenLabelTarget(reading='official')`` it is the official one, the crop's logit map pooled to
+      ``1 x 1`` and soft-maxed over all classes (``relabel_label`` of the data samples); with the
+      ``'topk'`` reading, the mean of the crop's token labels;
+    * ``'relabel_gt'`` (official ``--ground-truth``): ``ratio * y_relabel + (1 - ratio) * y_gt`` with
+      ``ratio = 0.9 - 0.4 [argmax y_relabel == argmax y_gt]`` (both smoothed first), i.e. the
+      ground truth weighs 0.5 where the teacher agrees with it and 0.1 where it does not.
+
+    The ReLabel targets are mixed by Eq. 10 like ``y^cls`` and trained with the soft cross entropy
+    (float32 log-softmax), smoothed as the token labels. Label smoothing (``label_smooth_form``)
+    of a soft target ``y``: ``'standard'`` ``(1 - s) y + s / C`` (sums to 1); ``'official'``
+    ``(1 - s + s / C) y + s / C``, the official code's ``on_value``/``off_value`` applied to soft
+    targets (sums to ``1 + s / C``; for one-hot targets both forms agree).
+
+    Token labels of the official reading carry, besides the listed classes, tail slots (class
+    index ``-1``) whose probabilities sum to the probability of each unlisted class; the loss
+    is then exact over all ``C`` classes: ``H(X, y) = -sum_listed (y_c - t) log p_c - t sum_c log p_c``.
 
     Prediction (official ``forward`` at eval): ``score = X^cls + aux_pred_weight * max_i X^i``,
     the per-class max over the tokens' aux logits; ``aux_pred_weight=0`` predicts from the class
@@ -50,13 +66,12 @@ class TokenLabelHead(VisionTransformerClsHead):
     norm, extra (class) tokens first, and ``trace`` the filled :class:`TokenTrace` (for
     ``num_extra_tokens``, ``grid`` and the plan), both given by :class:`TokenClassifier`. Each
     data sample carries ``token_label`` (read per batch by ``TokenClsDataPreprocessor``):
-    ``(2, k, S, S)`` float, ``[0]`` the top-k token-label probabilities and ``[1]`` their class
-    indices, ``(S, S)`` the token grid. Without ``token_label`` in the data (plain data) set
+    ``(2, K, S, S)`` float, ``[0]`` token-label probabilities and ``[1]`` their class indices
+    (``-1``: the tail slots of the official reading), ``(S, S)`` the token grid; with the official
+    reading also ``relabel_label`` ``(2, K')`` in the same format. Without ``token_label`` in the data (plain data) set
     ``beta=0`` (the official transfer setting ``--dense-weight 0``): the head then trains the class
     token only; with ``beta > 0`` missing labels raise an error rather than train silently without
-    the dense term. The loss is exact for the stored top-k distribution; with maps read the official
-    way (``TokenLabelTarget(logit_fill=0)``, top-k probabilities not renormalised) the remaining
-    ``1 - sum_k`` mass is not part of the target.
+    the dense term.
 
     Args:
         num_classes (int): Number of classes ``C``.
@@ -64,17 +79,21 @@ class TokenLabelHead(VisionTransformerClsHead):
         beta (float): Weight of ``L_aux`` (Eq. 7). Defaults to 0.5 (paper; official 1.0).
         token_label_smooth_val (float): Label smoothing ``s`` of the token labels. Defaults to 0.1
             (official ``--smoothing``).
-        cls_target (str): ``'gt'`` (paper) or ``'relabel'`` (official). Defaults to ``'gt'``.
+        cls_target (str): ``'gt'`` (paper), ``'relabel'`` (official) or ``'relabel_gt'`` (official
+            ``--ground-truth``). Defaults to ``'gt'``.
+        label_smooth_form (str): ``'standard'`` or ``'official'`` smoothing of the soft (token and
+            ReLabel) targets, see above. Defaults to ``'standard'``.
         aux_pred_weight (float): Weight of the aux max in the prediction. Defaults to 0.5
             (official).
-        loss (dict): The class-token loss ``H(X^cls, y^cls)``. Defaults to
+        loss (dict): The class-token loss ``H(X^cls, y^cls)`` of ``cls_target='gt'``. Defaults to
             ``LabelSmoothLoss(label_smooth_val=0.1, mode='original')`` (official smoothing 0.1).
         init_cfg (dict): Defaults to truncated-normal std 0.02, bias 0, on both linears (official).
         **kwargs: ``hidden_dim``, ``act_cfg``, ``topk``, ``cal_acc`` of
             :class:`VisionTransformerClsHead`.
     """
 
-    CLS_TARGETS = ('gt', 'relabel')
+    CLS_TARGETS = ('gt', 'relabel', 'relabel_gt')
+    SMOOTH_FORMS = ('standard', 'official')
     trace_request = TraceRequest(needs={'grid', 'cls_token'})  # the grid of the patch tokens; no taps
 
     def __init__(self,
@@ -83,6 +102,7 @@ class TokenLabelHead(VisionTransformerClsHead):
                  beta: float = 0.5,
                  token_label_smooth_val: float = 0.1,
                  cls_target: str = 'gt',
+                 label_smooth_form: str = 'standard',
                  aux_pred_weight: float = 0.5,
                  loss: dict = dict(type='mmpretrain.LabelSmoothLoss', label_smooth_val=0.1, mode='original'),
                  init_cfg: dict = dict(type='TruncNormal', layer='Linear', std=.02, bias=0.),
@@ -91,6 +111,8 @@ class TokenLabelHead(VisionTransformerClsHead):
                          **kwargs)
         if cls_target not in self.CLS_TARGETS:
             raise ValueError(f'cls_target must be one of {self.CLS_TARGETS}, got {cls_target!r}')
+        if label_smooth_form not in self.SMOOTH_FORMS:
+            raise ValueError(f'label_smooth_form must be one of {self.SMOOTH_FORMS}, got {label_smooth_form!r}')
         if beta < 0:
             raise ValueError(f'beta must be >= 0, got {beta}')
         if not 0 <= token_label_smooth_val < 1:
@@ -98,6 +120,7 @@ class TokenLabelHead(VisionTransformerClsHead):
         self.beta = beta
         self.token_label_smooth_val = token_label_smooth_val
         self.cls_target = cls_target
+        self.label_smooth_form = label_smooth_form
         self.aux_pred_weight = aux_pred_weight
         self.aux_head = nn.Linear(in_channels, num_classes)
 
@@ -140,22 +163,31 @@ class TokenLabelHead(VisionTransformerClsHead):
         cls_score, aux_score = self.forward_logits(feats, trace)
         plan = trace.mix
         token_label = None
-        if self.beta > 0 or self.cls_target == 'relabel':
+        if self.beta > 0 or self.cls_target != 'gt':
             token_label = self._token_labels(data_samples, trace.grid, cls_score.device)
         losses = dict()
-        if self.cls_target == 'relabel':
-            target = self._relabel_target(token_label, self.num_classes)
+        if self.cls_target != 'gt':
+            target = self._relabel_target(data_samples, token_label)
             if plan is not None:
                 target = plan.mix_labels(target)
-        elif 'gt_score' in data_samples[0]:
-            target = torch.stack([s.gt_score for s in data_samples])
+            log_p = F.log_softmax(cls_score.float(), dim=-1)
+            losses['loss_cls'] = -(target * log_p).sum(-1).mean()
         else:
-            target = torch.cat([s.gt_label for s in data_samples])
-        # the softmax over classes in float32, also under --amp
-        losses['loss_cls'] = self.loss_module(cls_score.float(), target, avg_factor=cls_score.size(0))
+            if 'gt_score' in data_samples[0]:
+                target = torch.stack([s.gt_score for s in data_samples])
+            else:
+                target = torch.cat([s.gt_label for s in data_samples])
+            # the softmax over classes in float32, also under --amp
+            losses['loss_cls'] = self.loss_module(cls_score.float(), target, avg_factor=cls_score.size(0))
         if self.beta > 0:
             losses['loss_token'] = self.beta * self._token_loss(aux_score, token_label, plan)
         return losses
+
+    @property
+    def _on_value(self) -> float:
+        """Weight of a soft target in its smoothed form (``label_smooth_form``)."""
+        s = self.token_label_smooth_val
+        return 1 - s + (s / self.num_classes if self.label_smooth_form == 'official' else 0.)
 
     @staticmethod
     def _token_labels(data_samples: List[DataSample], grid: Tuple[int, int], device) -> Tensor:
@@ -174,25 +206,53 @@ class TokenLabelHead(VisionTransformerClsHead):
                              f'got {tuple(token_label.shape[1:])} (set TokenLabelTarget.token_label_size)')
         return token_label
 
-    @staticmethod
-    def _relabel_target(token_label: Tensor, num_classes: int) -> Tensor:
-        """ReLabel image target ``(B, C)``: the mean over tokens of the token labels."""
-        B, _, k, S1, S2 = token_label.shape
-        probs = token_label[:, 0].reshape(B, -1) / (S1 * S2)
-        index = token_label[:, 1].reshape(B, -1).long()
-        return probs.new_zeros(B, num_classes).scatter_add_(1, index, probs)
+    def _relabel_target(self, data_samples: List[DataSample], token_label: Tensor) -> Tensor:
+        """Smoothed ReLabel image target ``(B, C)`` (``'relabel_gt'``: blended with the ground truth)."""
+        C, s = self.num_classes, self.token_label_smooth_val
+        if 'relabel_label' in data_samples[0]:  # the official 1 x 1 pool of the crop
+            relabel = _dense(torch.stack([d.relabel_label for d in data_samples]).to(token_label.device), C)
+        else:  # the topk reading: the mean of the crop's token labels
+            B, _, k, S1, S2 = token_label.shape
+            relabel = _dense(token_label.reshape(B, 2, k * S1 * S2), C) / (S1 * S2)
+        target = self._on_value * relabel + s / C
+        if self.cls_target == 'relabel_gt':
+            gt = torch.cat([d.gt_label for d in data_samples]).to(target.device)
+            gt_target = F.one_hot(gt, C).to(target.dtype) * (1 - s) + s / C
+            ratio = 0.9 - 0.4 * (target.argmax(-1) == gt).to(target.dtype).unsqueeze(-1)
+            target = ratio * target + (1 - ratio) * gt_target
+        return target
 
     def _token_loss(self, aux_score: Tensor, token_label: Tensor, plan) -> Tensor:
         """``L_aux``: mean over tokens of the soft CE to the (mixed, smoothed) token labels."""
         log_p = F.log_softmax(aux_score.float(), dim=-1)  # (B, N, C)
-        probs = token_label[:, 0].flatten(2).transpose(1, 2)  # (B, N, k)
+        probs = token_label[:, 0].flatten(2).transpose(1, 2)  # (B, N, K)
         index = token_label[:, 1].flatten(2).transpose(1, 2).long()
-        ce = -(probs * log_p.gather(-1, index)).sum(-1)  # (B, N), against the own labels
+        ce = _soft_ce(log_p, probs, index)  # (B, N), against the own labels
         if plan is not None:
-            ce_partner = -(probs[plan.index] * log_p.gather(-1, index[plan.index])).sum(-1)
+            ce_partner = _soft_ce(log_p, probs[plan.index], index[plan.index])
             m = plan.mask.flatten(1).to(ce.dtype)
             ce = m * ce + (1 - m) * ce_partner  # Eq. 9 by linearity of H in the target
         s = self.token_label_smooth_val
         if s:
-            ce = (1 - s) * ce - s * log_p.mean(-1)
+            ce = self._on_value * ce - s * log_p.mean(-1)
         return ce.mean()
+
+
+def _soft_ce(log_p: Tensor, probs: Tensor, index: Tensor) -> Tensor:
+    """``-sum_c y_c log p_c`` ``(B, N)`` for sparse targets ``probs``/``index`` ``(B, N, K)``;
+    slots of class ``-1`` hold the probability of every unlisted class (summed)."""
+    listed = index >= 0
+    tail = (probs * ~listed).sum(-1, keepdim=True)
+    ce = -((probs - tail) * listed * log_p.gather(-1, index.clamp(min=0))).sum(-1)
+    return ce - tail[..., 0] * log_p.sum(-1)
+
+
+def _dense(sparse: Tensor, num_classes: int) -> Tensor:
+    """``(B, C)`` from ``(B, 2, K)`` (probabilities, classes): probabilities of a class listed more than
+    once are summed; the class ``-1`` slots (the official reading, whose listed classes are distinct)
+    give every unlisted class their sum."""
+    probs, index = sparse[:, 0], sparse[:, 1].long()
+    listed = index >= 0
+    tail = (probs * ~listed).sum(-1, keepdim=True)
+    out = tail.expand(-1, num_classes).contiguous()
+    return out.scatter_add(1, index.clamp(min=0), (probs - tail) * listed)

@@ -89,15 +89,18 @@ class WindowAttention(BaseModule):
         B_, N, C = x.shape
         q, k, v = self.qkv(x).reshape(B_, N, 3, self.num_heads, C // self.num_heads).permute(2, 0, 3, 1, 4).unbind(0)
         bias = self.position_bias().unsqueeze(0)  # (1, heads, N, N)
-        if mask is not None:
+        if mask is not None:  # windows of one image are consecutive: fold them into the head axis
             nW = mask.shape[0]
-            bias = (bias + mask.unsqueeze(1).to(bias.dtype)).repeat(B_ // nW, 1, 1, 1)  # (B * nW, heads, N, N)
+            bias = (bias + mask.unsqueeze(1).to(bias.dtype)).reshape(1, nW * self.num_heads, N, N)
+            q, k, v = (t.reshape(B_ // nW, nW * self.num_heads, N, -1) for t in (q, k, v))
         if need_attn:
             attn = self.attn_drop(((q * self.scale) @ k.transpose(-2, -1) + bias).softmax(dim=-1))
             x = attn @ v
-        else:
+            attn = attn.view(B_, self.num_heads, N, N)
+        else:  # the (1, ., N, N) bias broadcasts over the batch without a copy
             x = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=bias.to(q.dtype), dropout_p=self.attn_drop.p if self.training else 0.,
                 scale=self.scale)
+        x = x.reshape(B_, self.num_heads, N, -1)
         x = self.proj_drop(self.proj(x.transpose(1, 2).reshape(B_, N, C)))
         return (x, attn) if need_attn else x

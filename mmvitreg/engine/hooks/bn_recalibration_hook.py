@@ -1,0 +1,114 @@
+"""Re-estimate BatchNorm statistics before validation, as DeepViT's official training does."""
+import copy
+from typing import Iterable, List, Optional, Union
+
+import torch
+from mmengine.hooks import Hook
+from mmengine.model import is_model_wrapper
+from torch import nn
+
+from mmvitreg.registry import HOOKS
+
+
+@HOOKS.register_module()
+class BNRecalibrationHook(Hook):
+    """Before every validation, recompute every BatchNorm's running statistics on training images.
+
+    DeepViT's official training (zhoudaquan/dvit_repo ``train.py`` + ``utils/misc.py:
+    bn_calibration``; not in the paper) runs, before each validation, ``max_iter=50`` batches of
+    training images read **without augmentation** (the evaluation transform) through the model in
+    evaluation mode with its BatchNorms in training mode, after resetting their statistics and
+    setting ``momentum=None``, so that each running mean / variance becomes the cumulative
+    (equal-weight) average of the 50 batch statistics. In DeepViT the BatchNorms are the conv
+    stem's and the re-attention norms over the heads, whose training-time statistics drift with the
+    attention maps.
+
+    This hook does the same in ``before_val_epoch`` on the model about to be validated. With
+    ``EMAHook`` (higher priority, it swaps the averaged weights in first) that is the EMA weights,
+    which mmengine validates in place of the raw ones; the official code recalibrates the raw model
+    (the one it validates first). The official code leaves ``momentum=None`` in place for the rest
+    of training; ``restore_momentum=True`` puts each norm's momentum back afterwards.
+
+    Every ``torch.nn`` BatchNorm (``_BatchNorm``, SyncBN included) is recalibrated; the official
+    code touches ``BatchNorm2d``, the only kind in DeepViT.
+
+    Args:
+        num_batches (int): Batches to average. Defaults to 50 (official ``--max_iter``).
+        dataloader (dict | Iterable, optional): The calibration data: a dataloader config (built by
+            the runner) or any iterable of data batches. None: the training set read with the
+            validation pipeline, shuffled as the training dataloader (the official ``loader_cali``:
+            the training set, ``no_aug``). Defaults to None.
+        batch_size (int, optional): Batch size of the default dataloader. Defaults to the training
+            dataloader's (official ``--cali_batch_size 256`` on one GPU).
+        restore_momentum (bool): Put each norm's momentum back after recalibrating. Defaults to False
+            (official: ``momentum=None`` stays).
+    """
+
+    priority = 'NORMAL'
+
+    def __init__(self, num_batches: int = 50, dataloader: Optional[Union[dict, Iterable]] = None,
+                 batch_size: Optional[int] = None, restore_momentum: bool = False):
+        if not isinstance(num_batches, int) or num_batches < 1:
+            raise ValueError(f'num_batches must be a positive int, got {num_batches!r}')
+        self.num_batches = num_batches
+        self.dataloader = dataloader
+        self.batch_size = batch_size
+        self.restore_momentum = restore_momentum
+        self._loader = None
+
+    def before_val_epoch(self, runner) -> None:
+        if self._loader is None:
+            self._loader = self._build_loader(runner)
+        model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+        self.recalibrate(model, self._loader)
+
+    def _build_loader(self, runner):
+        if self.dataloader is not None and not isinstance(self.dataloader, dict):
+            return self.dataloader
+        cfg = self.dataloader
+        if cfg is None:
+            cfg = calibration_dataloader_cfg(runner.cfg, self.batch_size)
+        return runner.build_dataloader(cfg, seed=runner.seed)
+
+    def recalibrate(self, model: nn.Module, batches: Iterable) -> List[nn.Module]:
+        """Reset every BatchNorm of ``model`` and re-estimate it on the first ``num_batches`` of
+        ``batches`` (cumulative averages); returns the norms. The model is left in eval mode."""
+        norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        if not norms:
+            return norms
+        momenta = [m.momentum for m in norms]
+        model.eval()
+        for m in norms:
+            m.reset_running_stats()
+            m.momentum = None  # running stats = cumulative average of the batch statistics
+            m.train()
+        seen = 0
+        with torch.no_grad():
+            for data in batches:
+                if seen == self.num_batches:
+                    break
+                data = model.data_preprocessor(data, False)
+                model._run_forward(data, mode='tensor')
+                seen += 1
+        if not seen:
+            raise RuntimeError('BNRecalibrationHook read no batch from its calibration data (an empty data set, '
+                               'or drop_last with fewer images than batch_size): set batch_size or dataloader')
+        for m, momentum in zip(norms, momenta):
+            m.eval()
+            if self.restore_momentum:
+                m.momentum = momentum
+        return norms
+
+
+def calibration_dataloader_cfg(cfg, batch_size: Optional[int] = None) -> dict:
+    """The default calibration dataloader of :class:`BNRecalibrationHook`: the training dataloader
+    config with the validation pipeline (official ``no_aug`` calibration loader)."""
+    if 'train_dataloader' not in cfg or 'val_dataloader' not in cfg:
+        raise ValueError('BNRecalibrationHook reads the training set with the validation pipeline: the config '
+                         'needs train_dataloader and val_dataloader (or pass dataloader=...)')
+    loader = copy.deepcopy(cfg['train_dataloader'])
+    loader = loader.to_dict() if hasattr(loader, 'to_dict') else dict(loader)
+    loader['dataset']['pipeline'] = copy.deepcopy(cfg['val_dataloader']['dataset']['pipeline'])
+    if batch_size is not None:
+        loader['batch_size'] = batch_size
+    return loader
