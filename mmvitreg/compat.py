@@ -1,34 +1,75 @@
-"""Every workaround the pinned OpenMMLab stack needs on torch 2.14, in one place.
+"""Every workaround the OpenMMLab stack needs, in one place, each applied only where it is needed.
 
 :func:`apply` is idempotent. ``import mmvitreg`` calls it, and so does every tool in ``tools/``
 before it reads a config, so users never set an environment variable or edit a config for these.
-Each patch names the upstream issue it answers and is removed once a released mmengine carries the fix.
+Each patch is a :class:`Patch` with a gate, :attr:`Patch.needed`, that reads the *installed* versions
+(:func:`installed_version`): on a stack that does not need a patch it is not applied, and
+:func:`needed` / :func:`applied` list which ones are (``tools/check_stack.sh`` prints both).
+Each names the upstream issue it answers; when a released mmengine carries the fix, the gate's upper
+bound says so and the patch is removed once the oldest supported mmengine has it.
 
-1. **Checkpoints** - torch >= 2.6 defaults ``torch.load(weights_only=True)``, and mmengine 0.10.7
-   cannot load its own checkpoints (``load_from``, ``--resume``, ``tools/test.py``): their
-   ``message_hub`` pickles ``HistoryBuffer`` and numpy scalars. Fixed upstream by mmengine PR #1670
-   (issue #1655), on ``main`` only. We re-register mmengine's local-file checkpoint loader with
-   ``weights_only=False``; checkpoints are trusted files the user points at, as before torch 2.6.
-2. **CPU distributed training** - with ``--launcher pytorch`` on a machine without CUDA, mmengine
-   0.10.7 calls ``torch.cuda.set_device`` unconditionally (``mmengine/dist/utils.py``), its configs
-   ask for the NCCL backend, ``Runner.wrap_model`` passes ``device_ids=[LOCAL_RANK]`` to DDP, which
-   rejects it for CPU modules, and SyncBN layers refuse CPU tensors. Not fixed upstream. Without
-   CUDA we initialise the process group with gloo and skip ``set_device``; the DDP wrapper drops
-   ``device_ids`` and reverts SyncBN to BN for a CPU module.
-3. **Cross-repo ``_base_``** - ``_base_ = 'mmseg::...'`` goes through
+1. ``checkpoint_weights_only`` (torch >= 2.6, mmengine < 0.11) - torch 2.6 made
+   ``torch.load(weights_only=True)`` the default, and mmengine 0.10.x cannot load its own checkpoints
+   (``load_from``, ``--resume``, ``tools/test.py``): their ``message_hub`` pickles ``HistoryBuffer`` and
+   numpy scalars. Fixed upstream by mmengine PR #1670 (issue #1655), on ``main`` (0.11) only. We
+   re-register mmengine's local-file checkpoint loader with ``weights_only=False``; checkpoints are
+   trusted files the user points at, as before torch 2.6.
+2. ``cpu_distributed`` (mmengine < 0.11) - with ``--launcher pytorch`` on a machine without CUDA,
+   mmengine 0.10.x calls ``torch.cuda.set_device`` unconditionally (``mmengine/dist/utils.py``), its
+   configs ask for the NCCL backend, ``Runner.wrap_model`` passes ``device_ids=[LOCAL_RANK]`` to DDP,
+   which rejects it for CPU modules, and SyncBN layers refuse CPU tensors. Not fixed upstream (to be
+   re-checked on mmengine 0.11). Without CUDA we initialise the process group with gloo and skip
+   ``set_device``; the DDP wrapper drops ``device_ids`` and reverts SyncBN to BN for a CPU module.
+   With CUDA both fall through to mmengine's own code.
+3. ``package_lookup`` (mmengine < 0.11) - ``_base_ = 'mmseg::...'`` goes through
    ``mmengine.utils.is_installed`` / ``get_installed_path``, which import ``pkg_resources``;
-   setuptools >= 82 no longer ships it (mmengine PR #1676, ``main`` only). We answer both questions
-   with ``importlib.metadata`` / ``importlib.util``, which is also faster (mmengine reloads
-   ``pkg_resources`` on every lookup).
+   setuptools >= 82 no longer ships it, and mmengine reloads it on every lookup (seconds per config).
+   mmengine PR #1676 (``main`` only). We answer both questions with ``importlib.metadata`` /
+   ``importlib.util``.
+4. ``mmvitreg_config_scope`` (any mmengine that does not know ``mmvitreg``) - ``_base_ =
+   'mmvitreg::lvvit/...'`` in a config of one's own: mmengine resolves ``pkg::`` only for the packages of
+   its fixed table ``MODULE2PACKAGE``, so we add ``mmvitreg`` to it. mmengine also stamps
+   ``_scope_='<pkg>'`` on every top-level dict of a ``pkg::`` base, which is right for mmpretrain,
+   mmseg and mmdet (each has its own registry tree) but wrong for ours: an mmvitreg config is written
+   for its library's ``default_scope`` (``mmpretrain``, ``mmseg`` or ``mmdet``, inherited with it) and
+   reaches our components as ``mmvitreg.X`` from there, so a ``_scope_='mmvitreg'`` stamp would send
+   e.g. its data set or optimizer to a scope that does not have them. ``mmvitreg::`` bases are
+   therefore read like local ``_base_`` files (no stamp); the dicts they inherit from
+   ``mmpretrain::``/``mmseg::``/``mmdet::`` keep those stamps.
 """
 import importlib.metadata
 import importlib.util
 import os.path as osp
+from dataclasses import dataclass
+from typing import Callable, List, Optional
 
 import torch
 import torch.distributed as torch_dist
+from packaging.version import Version
 
-_applied = False
+_applied: List[str] = []
+
+
+def installed_version(distribution: str) -> Optional[Version]:
+    """The installed version of ``distribution`` (e.g. ``'torch'``), or ``None`` if it is absent.
+
+    Local labels are dropped (``2.14.1+cpu`` -> ``2.14.1``). The gates read versions through this one
+    function, so the tests fake a stack by monkeypatching it.
+    """
+    try:
+        return Version(Version(importlib.metadata.version(distribution)).base_version)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _below(distribution: str, bound: str) -> bool:
+    version = installed_version(distribution)
+    return version is not None and version < Version(bound)
+
+
+def _at_least(distribution: str, bound: str) -> bool:
+    version = installed_version(distribution)
+    return version is not None and version >= Version(bound)
 
 
 def _load_local_checkpoint(filename, map_location=None):
@@ -100,12 +141,67 @@ def _patch_package_lookup():
         module.get_installed_path = get_installed_path
 
 
+def _register_mmvitreg_config_scope():
+    from mmengine.config import Config
+    from mmengine.config.utils import MODULE2PACKAGE
+
+    MODULE2PACKAGE['mmvitreg'] = 'mmvitreg'
+    get_cfg_path = Config._get_cfg_path
+
+    def get_cfg_path_unscoped(cfg_path, filename):
+        path, scope = get_cfg_path(cfg_path, filename)
+        return path, (None if scope == 'mmvitreg' else scope)
+
+    Config._get_cfg_path = staticmethod(get_cfg_path_unscoped)
+
+
+def _mmengine_lacks_mmvitreg() -> bool:
+    from mmengine.config.utils import MODULE2PACKAGE
+    return 'mmvitreg' not in MODULE2PACKAGE
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One workaround: its name, the upstream reference, the gate and the patch itself.
+
+    Args:
+        name (str): short name, as listed by :func:`needed` and :func:`applied`.
+        upstream (str): the upstream issue / pull request it answers.
+        needed (Callable[[], bool]): whether the installed stack needs it (reads
+            :func:`installed_version`).
+        patch (Callable[[], None]): applies it (called at most once per process).
+    """
+    name: str
+    upstream: str
+    needed: Callable[[], bool]
+    patch: Callable[[], None]
+
+
+PATCHES = (
+    Patch('checkpoint_weights_only', 'mmengine #1655, PR #1670 (mmengine 0.11)',
+          lambda: _at_least('torch', '2.6') and _below('mmengine', '0.11'), _patch_checkpoint_loading),
+    Patch('cpu_distributed', 'not fixed upstream (mmengine 0.10.7)',
+          lambda: _below('mmengine', '0.11'), _patch_cpu_distributed),
+    Patch('package_lookup', 'mmengine PR #1676 (mmengine 0.11)',
+          lambda: _below('mmengine', '0.11'), _patch_package_lookup),
+    Patch('mmvitreg_config_scope', 'mmengine MODULE2PACKAGE has a fixed list of packages',
+          _mmengine_lacks_mmvitreg, _register_mmvitreg_config_scope),
+)
+
+
+def needed() -> List[str]:
+    """Names of the patches the installed stack needs (applied or not)."""
+    return [p.name for p in PATCHES if p.name in _applied or p.needed()]
+
+
+def applied() -> List[str]:
+    """Names of the patches applied in this process, in order."""
+    return list(_applied)
+
+
 def apply() -> None:
-    """Apply every workaround once (idempotent)."""
-    global _applied
-    if _applied:
-        return
-    _patch_checkpoint_loading()
-    _patch_cpu_distributed()
-    _patch_package_lookup()
-    _applied = True
+    """Apply every needed patch once (idempotent)."""
+    for p in PATCHES:
+        if p.name not in _applied and p.needed():
+            p.patch()
+            _applied.append(p.name)

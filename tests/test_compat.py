@@ -1,16 +1,81 @@
 """mmvitreg.compat: each workaround fixes the breakage it names, shown against a fresh interpreter
-without it (so these tests fail if the upstream behaviour or the patch changes)."""
+without it (so these tests fail if the upstream behaviour or the patch changes), and each is applied
+only on the stacks whose versions need it (shown by faking the installed versions)."""
 import subprocess
 import sys
 
-from conftest import CONFIGS, tool_env
+import pytest
+from packaging.version import Version
+
+from conftest import CONFIGS, REPO, tool_env
+from mmvitreg import compat
 
 SEG = CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-2k_digits-ade20k-128x128.py'
+ALL = ['checkpoint_weights_only', 'cpu_distributed', 'package_lookup', 'mmvitreg_config_scope']
 
 
 def run_py(code):
     return subprocess.run([sys.executable, '-c', code], env=tool_env(), capture_output=True, text=True, timeout=300)
 
+
+def fake_versions(**versions):
+    """Code that makes ``importlib.metadata.version`` report ``versions`` (e.g. torch='2.5.1') in a
+    fresh interpreter, before mmvitreg is imported."""
+    fake = {k.replace('_', '-'): v for k, v in versions.items()}
+    return ("import importlib.metadata as md\n_real = md.version\n"
+            f"md.version = lambda d: {fake!r}.get(d, None) or _real(d)\n")
+
+
+# --- the gates -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('torch_version, mmengine_version, expected', [
+    ('2.14.1', '0.10.7', ALL),                                                    # the quick start
+    ('2.6.0', '0.10.3', ALL),                                                     # first weights_only torch
+    ('2.5.1', '0.10.7', ALL[1:]),                                                 # torch before weights_only
+    ('2.1.2', '0.10.3', ALL[1:]),                                                 # the oldest stack
+    ('2.14.1', '0.11.0', ['mmvitreg_config_scope']),                              # mmengine with the fixes
+])
+def test_gates_read_the_installed_versions(monkeypatch, torch_version, mmengine_version, expected):
+    fake = {'torch': Version(torch_version), 'mmengine': Version(mmengine_version)}
+    monkeypatch.setattr(compat, 'installed_version', fake.get)
+    monkeypatch.setattr('mmengine.config.utils.MODULE2PACKAGE', {'mmpretrain': 'mmpretrain'})
+    assert [p.name for p in compat.PATCHES if p.needed()] == expected
+
+
+def test_config_scope_gate_reads_mmengine_package_table(monkeypatch):
+    """Once an mmengine lists ``mmvitreg`` in ``MODULE2PACKAGE`` itself, the registration is skipped."""
+    monkeypatch.setattr('mmengine.config.utils.MODULE2PACKAGE', {'mmvitreg': 'mmvitreg'})
+    gate = next(p for p in compat.PATCHES if p.name == 'mmvitreg_config_scope')
+    assert not gate.needed()
+
+
+def test_installed_version_drops_local_labels_and_absent_is_none():
+    assert compat.installed_version('torch') == Version(Version(__import__('torch').__version__).base_version)
+    assert compat.installed_version('no-such-distribution-xyz') is None
+
+
+def test_this_stack_applies_exactly_the_patches_it_needs():
+    import mmvitreg  # noqa: F401  (applies them)
+    assert compat.applied() == compat.needed() == [p.name for p in compat.PATCHES if p.name in compat.applied()]
+    assert 'mmvitreg_config_scope' in compat.applied()
+
+
+def test_a_stack_that_needs_no_patch_gets_none():
+    """Faked torch 2.5 + mmengine 0.11 (which knows nothing of mmvitreg): only the config scope is
+    registered; mmengine's checkpoint loader, distributed init and package lookup stay its own."""
+    code = fake_versions(torch='2.5.1', mmengine='0.11.0') + (
+        "import mmengine.dist.utils as du, mmengine.utils.package_utils as pu\n"
+        "from mmengine.runner.checkpoint import CheckpointLoader\n"
+        "before = (du._init_dist_pytorch, pu.is_installed, CheckpointLoader._schemes[''])\n"
+        "import mmvitreg\nfrom mmvitreg import compat\n"
+        "after = (du._init_dist_pytorch, pu.is_installed, CheckpointLoader._schemes[''])\n"
+        "print(compat.applied(), before == after)")
+    proc = run_py(code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split('\n')[-2] == "['mmvitreg_config_scope'] True"
+
+
+# --- the patches, each against the breakage it names -------------------------------------------
 
 SAVE_RUNNER_STYLE_CHECKPOINT = '''
 import numpy as np, torch
@@ -22,19 +87,22 @@ torch.save({'meta': {'epoch': 1, 'seed': np.int64(3)}, 'state_dict': {'w': torch
 '''
 
 
-def test_mmengine_checkpoints_load_on_torch_2_6_plus(tmp_path):
+def test_mmengine_checkpoints_load_where_torch_defaults_to_weights_only(tmp_path):
     """mmengine #1655: runner checkpoints pickle HistoryBuffer / numpy scalars, which torch>=2.6's
-    weights_only default refuses; with mmvitreg imported, mmengine's loader reads them."""
+    weights_only default refuses. The gate agrees with the installed torch: where it says the patch
+    is needed, plain mmengine fails and mmvitreg's loader reads the file; where not, both read it."""
     ckpt = tmp_path / 'runner.pth'
-    save = SAVE_RUNNER_STYLE_CHECKPOINT.replace('CKPT', str(ckpt))
     load = f"from mmengine.runner import CheckpointLoader\nck = CheckpointLoader.load_checkpoint('{ckpt}')\n" \
            "print('epoch', ck['meta']['epoch'])"
-    assert run_py(save).returncode == 0
-    broken = run_py(load)
-    assert broken.returncode != 0 and 'weights_only' in broken.stderr
-    fixed = run_py('import mmvitreg\n' + load)
-    assert fixed.returncode == 0, fixed.stderr
-    assert 'epoch 1' in fixed.stdout
+    assert run_py(SAVE_RUNNER_STYLE_CHECKPOINT.replace('CKPT', str(ckpt))).returncode == 0
+    plain = run_py(load)
+    if 'checkpoint_weights_only' in compat.needed():
+        assert plain.returncode != 0 and 'weights_only' in plain.stderr
+    else:
+        assert plain.returncode == 0 and 'epoch 1' in plain.stdout, plain.stderr
+    patched = run_py('import mmvitreg\n' + load)
+    assert patched.returncode == 0, patched.stderr
+    assert 'epoch 1' in patched.stdout
 
 
 def test_cross_repo_base_without_pkg_resources():
@@ -55,3 +123,35 @@ def test_installed_path_lookup_matches_module_location():
     import os.path as osp
     assert is_installed('mmseg') and is_installed('mmsegmentation') and not is_installed('no_such_pkg_xyz')
     assert get_installed_path('mmseg') == get_installed_path('mmsegmentation') == osp.dirname(mmseg.__file__)
+
+
+MMVITREG_BASE = '''
+from mmengine.config import Config
+from mmengine.registry import DATASETS, init_default_scope
+{setup}
+open(r'{mine}', 'w').write("_base_ = 'mmvitreg::demo/deit-tiny_1xb64_digits.py'\\n")
+cfg = Config.fromfile(r'{mine}')
+init_default_scope(cfg.default_scope)
+dataset = cfg.train_dataloader.dataset.to_dict()
+with DATASETS.switch_scope_and_registry(dataset.pop('_scope_', None)) as registry:
+    print(cfg.default_scope, registry.scope, registry.get(dataset['type']).__name__)
+'''
+
+
+def test_mmvitreg_base_resolves_and_keeps_its_library_scope(tmp_path):
+    """``_base_ = 'mmvitreg::...'``: mmengine 0.10 knows no package ``mmvitreg``; told only that, it
+    stamps ``_scope_='mmvitreg'`` on the inherited data set, which then is looked up where it does not
+    exist. With mmvitreg imported the base resolves and its data set is mmpretrain's."""
+    def run(setup):
+        return run_py(MMVITREG_BASE.format(setup=setup, mine=tmp_path / 'mine.py'))
+
+    unknown = run('')
+    assert unknown.returncode != 0 and 'mmengine does not support to load mmvitreg config' in unknown.stderr
+    # mmengine told only the package and where it is (the checkout), without mmvitreg.compat
+    stamped = run("import mmengine.config.config as cc\nfrom mmengine.config.utils import MODULE2PACKAGE\n"
+                  "MODULE2PACKAGE['mmvitreg'] = 'mmvitreg'\ncc.is_installed = lambda package: True\n"
+                  f"cc.get_installed_path = lambda package: r'{REPO / 'mmvitreg'}'")
+    assert stamped.returncode != 0 and 'CustomDataset is not in the mmvitreg::dataset registry' in stamped.stderr
+    fixed = run('import mmvitreg')
+    assert fixed.returncode == 0, fixed.stderr
+    assert fixed.stdout.split('\n')[-2] == 'mmpretrain mmpretrain CustomDataset'
