@@ -1,0 +1,223 @@
+"""The package as a researcher gets it: the wheel built from this checkout, installed (not editable)
+into a scratch folder next to the stack, and used from a folder outside the repository - configs of
+one's own that inherit ``mmvitreg::<folder>/<file>.py``, ``mim train/test mmvitreg`` running the
+packaged tools, and the model index that ``mim search`` reads, all from ``mmvitreg/.mim/``."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from conftest import REPO
+
+# what a checkout holds that the sdist / wheel are not built from
+TOP_LEVEL_SKIP = {'.git', 'data', 'work_dirs', 'build', 'dist', '.venv', '.whl', '.gl'}
+ANYWHERE_SKIP = shutil.ignore_patterns('__pycache__', '*.pyc', '*.egg-info', '.pytest_cache')
+# the quick start's config and the slice of the digits set that keeps a run at seconds
+DEMO = 'deit-tiny_1xb64_digits.py'
+SMALL = ['train_cfg.max_epochs=1', 'train_dataloader.dataset.indices=128', 'val_dataloader.dataset.indices=64',
+         'test_dataloader.dataset.indices=64', 'train_dataloader.num_workers=0', 'val_dataloader.num_workers=0',
+         'test_dataloader.num_workers=0']
+
+
+def _ignore(directory, names):
+    skip = set(ANYWHERE_SKIP(directory, names))
+    if Path(directory) == REPO:
+        skip |= TOP_LEVEL_SKIP & set(names)
+    return skip
+
+
+def outside_env(site):
+    """The environment of a user's shell: the installed wheel first, the stack, and not this checkout."""
+    keep = [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep)
+            if p and Path(p).resolve() != REPO]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), *keep]), OMP_NUM_THREADS='1',
+                MKL_NUM_THREADS='1')
+
+
+def run_outside(args, installed, cwd, timeout=300):
+    proc = subprocess.run([sys.executable, *map(str, args)], cwd=cwd, env=outside_env(installed.site),
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f'{args} exited {proc.returncode}\n{proc.stdout[-5000:]}\n{proc.stderr[-5000:]}'
+    return proc
+
+
+def pip(*args):
+    cmd = [sys.executable, '-m', 'pip', '--disable-pip-version-check', '-q', *map(str, args)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f'{" ".join(cmd)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}'
+
+
+@pytest.fixture(scope='module')
+def installed(tmp_path_factory):
+    """``pip wheel`` of a copy of this checkout, ``pip install --target`` of that wheel."""
+    root = tmp_path_factory.mktemp('packaging')
+    src = root / 'src'
+    shutil.copytree(REPO, src, symlinks=True, ignore=_ignore)
+    site = root / 'site'
+    pip('wheel', src, '--no-deps', '--no-build-isolation', '-w', root / 'dist')
+    wheel, = (root / 'dist').glob('mmvitreg-*.whl')
+    pip('install', '--no-deps', '--no-compile', '--target', site, wheel)
+    user = root / 'my_project'  # a researcher's own folder, outside the repository
+    user.mkdir()
+    return SimpleNamespace(wheel=wheel, site=site, mim=site / 'mmvitreg' / '.mim', user=user)
+
+
+def repo_files(folder):
+    return {p.relative_to(REPO).as_posix() for p in (REPO / folder).rglob('*')
+            if p.is_file() and '__pycache__' not in p.parts and p.suffix != '.pyc'}
+
+
+def test_wheel_ships_configs_tools_and_model_index_as_real_files(installed):
+    """The wheel holds every config, tool and the model index under ``mmvitreg/.mim/`` (copies, not
+    the checkout's links), and declares ranges, not the quick start's pins."""
+    with zipfile.ZipFile(installed.wheel) as whl:
+        names = set(whl.namelist())
+        metadata = whl.read(next(n for n in names if n.endswith('.dist-info/METADATA'))).decode()
+        links = [i.filename for i in whl.infolist() if (i.external_attr >> 16) & 0o170000 == 0o120000]
+    shipped = {n[len('mmvitreg/.mim/'):] for n in names if n.startswith('mmvitreg/.mim/')}
+    assert shipped == repo_files('configs') | repo_files('tools') | {'model-index.yml'}
+    assert not links and not any('__pycache__' in n for n in names)
+    assert not installed.mim.is_symlink() and (installed.mim / 'tools' / 'train.py').is_file()
+
+    requires = re.findall(r'^Requires-Dist: (.+)$', metadata, re.M)
+    core = [r for r in requires if 'extra ==' not in r]
+    assert core and not [r for r in core if '==' in r], core
+    for name in ('torch', 'torchvision', 'mmengine', 'mmcv', 'mmpretrain', 'mmsegmentation', 'mmdet', 'numpy'):
+        assert any(re.match(rf'{name}\s*[<>]', r) for r in core), (name, core)
+    assert 'Requires-Python: >=3.10' in metadata
+
+
+def test_model_index_and_metafiles_are_found_in_the_installed_package(installed):
+    """``mmvitreg/.mim/model-index.yml`` imports every paper's metafile, every model's ``Config`` is
+    shipped, and mim reads the index from the installed package (``mim search mmvitreg``)."""
+    index = yaml.safe_load((installed.mim / 'model-index.yml').read_text())
+    metafiles = sorted(p.relative_to(REPO).as_posix() for p in (REPO / 'configs').glob('*/metafile.yml'))
+    assert sorted(index['Import']) == metafiles
+    models = {}
+    for metafile in index['Import']:
+        for model in yaml.safe_load((installed.mim / metafile).read_text())['Models']:
+            assert (installed.mim / model['Config']).is_file(), model['Config']
+            models[model['Name']] = model['Config']
+    assert 'lvvit-s_8xb128_tl_in1k' in models and 'deepvit-s_8xb32_in1k' in models
+
+    code = textwrap.dedent('''
+        import json
+        from mim.commands.search import load_metadata
+        from mim.utils import get_installed_path
+        index = load_metadata('mmvitreg')
+        print(json.dumps({'path': get_installed_path('mmvitreg'), 'models': sorted(m.name for m in index.models)}))
+        ''')
+    found = json.loads(run_outside(['-c', code], installed, installed.user).stdout.splitlines()[-1])
+    assert Path(found['path']) == installed.site / 'mmvitreg'
+    assert found['models'] == sorted(models)
+
+
+BUILD_OUTSIDE = '''
+import json, sys
+import mmvitreg
+from mmengine.config import Config
+from mmengine.registry import MODELS, init_default_scope
+
+
+def scopes(node):
+    if isinstance(node, dict):
+        return {{node.get('_scope_')}} | set().union(*map(scopes, node.values()))
+    if isinstance(node, (list, tuple)):
+        return set().union(*map(scopes, node))
+    return set()
+
+
+out = {{'mmvitreg': mmvitreg.__file__}}
+for path in sys.argv[1:]:
+    cfg = Config.fromfile(path)
+    init_default_scope(cfg.default_scope)
+    model = MODELS.build(cfg.model) if {build} else None
+    out[path] = dict(default_scope=cfg.default_scope, scopes=sorted(map(str, scopes(cfg._cfg_dict.to_dict()))),
+                     backbone=cfg.model.backbone.type, model=type(model).__name__,
+                     head_classes=cfg.model.get('head', cfg.model.get('decode_head', {{}})).get('num_classes'))
+print(json.dumps(out))
+'''
+USER_CONFIGS = {
+    'my_lvvit.py': ("_base_ = 'mmvitreg::lvvit/lvvit-s_8xb128_tl_in1k.py'\n"
+                    "model = dict(head=dict(num_classes=37))\n"),
+    'my_deepvit.py': ("_base_ = 'mmvitreg::deepvit/deepvit-s_8xb32_in1k.py'\n"
+                      "model = dict(head=dict(num_classes=37))\n"),
+    'my_upernet.py': ("_base_ = 'mmvitreg::deepvit/upernet_deepvit-s_mln_8xb2-160k_ade20k-512x512.py'\n"
+                      "model = dict(decode_head=dict(num_classes=37), auxiliary_head=dict(num_classes=37))\n"),
+}
+
+
+def build_outside(installed, names, build):
+    for name in names:
+        (installed.user / name).write_text(USER_CONFIGS[name])
+    proc = run_outside(['-c', BUILD_OUTSIDE.format(build=build), *names], installed, installed.user)
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert Path(out.pop('mmvitreg')).parent == installed.site / 'mmvitreg'  # the wheel, not the checkout
+    return out
+
+
+def test_own_configs_outside_the_repository_inherit_lvvit_deepvit_and_upernet(installed):
+    """Three configs in a folder of one's own, each inheriting one of ours with ``mmvitreg::``, parse
+    with our library's default scope and no ``_scope_='mmvitreg'`` stamp; the LV-ViT and DeepViT
+    classifiers build (the UperNet model needs mmcv's ops: next test)."""
+    out = build_outside(installed, ['my_lvvit.py', 'my_deepvit.py', 'my_upernet.py'], build=False)
+    assert {n: (o['default_scope'], o['backbone'], o['head_classes']) for n, o in out.items()} == {
+        'my_lvvit.py': ('mmpretrain', 'mmvitreg.LVViT', 37),
+        'my_deepvit.py': ('mmpretrain', 'mmvitreg.DeepViT', 37),
+        'my_upernet.py': ('mmseg', 'mmvitreg.DeepViT', 37)}
+    for o in out.values():
+        assert 'mmvitreg' not in o['scopes'], o['scopes']
+    built = build_outside(installed, ['my_lvvit.py', 'my_deepvit.py'], build=True)
+    assert {n: o['model'] for n, o in built.items()} == {'my_lvvit.py': 'TokenClassifier',
+                                                         'my_deepvit.py': 'ImageClassifier'}
+
+
+def test_own_upernet_config_outside_the_repository_builds(installed):
+    """The inherited DeepViT-S UperNet builds as mmseg's ``EncoderDecoder`` with our backbone."""
+    out = build_outside(installed, ['my_upernet.py'], build=True)
+    assert out['my_upernet.py']['model'] == 'EncoderDecoder'
+
+
+def test_mim_train_and_test_run_the_packaged_tools(installed, digits_workspace, tmp_path):
+    """``mim train mmvitreg <config name>`` finds the config and ``train.py`` in the installed
+    package and trains; ``mim test mmvitreg <own config>`` (inheriting ``mmvitreg::``) evaluates it."""
+    work = tmp_path / 'work'
+    train = run_outside(['-m', 'mim', 'train', 'mmvitreg', DEMO, '--gpus', '0', '--work-dir', work,
+                         '--cfg-options', *SMALL], installed, digits_workspace, timeout=600)
+    assert f'{installed.mim}/configs/demo/{DEMO}' in train.stdout  # the config mim found
+    assert f'{installed.mim}/tools/train.py' in train.stdout  # the script it ran
+    ckpt = (work / 'last_checkpoint').read_text().strip()
+    assert Path(ckpt).is_file()
+
+    own = installed.user / 'my_digits.py'
+    own.write_text(f"_base_ = 'mmvitreg::demo/{DEMO}'\n")
+    test = run_outside(['-m', 'mim', 'test', 'mmvitreg', own, '--checkpoint', ckpt, '--gpus', '0',
+                        '--work-dir', tmp_path / 'test', '--cfg-options', *SMALL[1:]],
+                       installed, digits_workspace, timeout=600)
+    assert f'{installed.mim}/tools/test.py' in test.stdout
+    metrics = json.loads([ln for ln in test.stdout.splitlines() if ln.startswith('metrics: ')][-1][9:])
+    assert 0.0 <= metrics['accuracy/top1'] <= 100.0
+
+
+def test_checkout_resolves_mmvitreg_configs_through_its_mim_links(tmp_path):
+    """An editable install (or this checkout on PYTHONPATH) reads ``mmvitreg::`` from the working
+    tree: ``mmvitreg/.mim/{configs,tools,model-index.yml}`` link to the top-level ones."""
+    for item in ('configs', 'tools', 'model-index.yml'):
+        link = REPO / 'mmvitreg' / '.mim' / item
+        assert link.is_symlink() and link.resolve() == REPO / item
+    own = tmp_path / 'mine.py'
+    own.write_text("_base_ = 'mmvitreg::lvvit/lvvit-t_8xb128_tl_in1k.py'\n")
+    import mmvitreg  # (registers the scope)
+    from mmengine.config import Config
+    assert Path(mmvitreg.__file__).parent == REPO / 'mmvitreg'
+    cfg = Config.fromfile(own)
+    assert cfg.model.backbone.arch == 't' and cfg.default_scope == 'mmpretrain'
