@@ -1,81 +1,143 @@
 #!/usr/bin/env bash
-# Set up the pinned OpenMMLab stack for mmvitreg in a virtual environment.
+# Set up the quick start's OpenMMLab stack for mmvitreg in a virtual environment.
 #
 #   bash tools/setup_env.sh            # creates/refreshes the environment, prints its path
 #
-# Stack: Python 3.11, torch 2.14.1 + torchvision 0.29.1, mmengine 0.10.7, mmcv 2.1.0 built from the
-# PyPI sdist WITH its C++ ops, mmpretrain 1.2.0, mmsegmentation 1.2.2 (+ ftfy, regex), mmdet 3.3.0.
-# Why each pin: ../shared/notes/openmmlab-stack.md and mmvitreg/compat.py.
+# The stack is requirements/constraints-quickstart.txt (exact pins: Python 3.11, torch 2.14.1 +
+# torchvision 0.29.1, mmengine 0.10.7, mmcv 2.1.0 built from the PyPI sdist WITH its ops, mmpretrain
+# 1.2.0, mmsegmentation 1.2.2, mmdet 3.3.0, ...); mmvitreg's own requirements
+# (requirements/runtime.txt) are ranges, installed under those constraints. Why each pin:
+# the README's "The stack" and mmvitreg/compat.py. To use mmvitreg in an environment of your own,
+# see the README's "Install into your environment" instead.
 #
 # Idempotent: the environment and the built mmcv wheel are cached, so a second run takes seconds.
 #   MMVITREG_VENV   the environment          (default: ~/.cache/mmvitreg/venv)
-#   MMVITREG_CACHE  the built mmcv wheel     (default: ~/.cache/mmvitreg/wheels)
+#   MMVITREG_CACHE  the built mmcv wheels    (default: ~/.cache/mmvitreg/wheels)
 #   PYTHON          the interpreter to use   (default: python3.11, else python3)
+#   FORCE_CUDA      1: mmcv with CUDA ops, 0: CPU ops only; unset: CUDA ops when a GPU is visible
+#   TORCH_CUDA_ARCH_LIST   GPU architectures to compile for (default: those of the visible GPUs)
+#   MMCV_PREBUILT_URL      a pip --find-links page of prebuilt mmcv wheels to try before compiling
+#                          (default on CUDA: OpenMMLab's page for the installed CUDA and torch)
 #
-# GPU machines: export FORCE_CUDA=1 (and TORCH_CUDA_ARCH_LIST, e.g. "8.0;9.0") before the first run,
-# with nvcc on PATH, and mmcv's CUDA ops are compiled too. The wheel is cached per flavour (cpu/cuda).
-# This path cannot be exercised on the CPU-only development machines.
+# On a machine with CUDA, mmcv's CUDA ops are needed (mmseg/mmdet models run them on the GPU): the
+# script first tries a prebuilt mmcv wheel matching torch and CUDA, else compiles mmcv with
+# FORCE_CUDA=1 (needs nvcc: CUDA_HOME or nvcc on PATH), and says which it did.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CONSTRAINTS=$REPO/requirements/constraints-quickstart.txt
 CACHE=${MMVITREG_CACHE:-$HOME/.cache/mmvitreg/wheels}
 VENV=${MMVITREG_VENV:-$HOME/.cache/mmvitreg/venv}
 PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
-FLAVOUR=$([ "${FORCE_CUDA:-0}" = 1 ] && echo cuda || echo cpu)
-MMCV_WHEEL_DIR=$CACHE/mmcv-2.1.0-torch2.14.1-$FLAVOUR
+
+pin() { grep -E "^$1==" "$CONSTRAINTS" | head -n1 | cut -d= -f3; }
+TORCH=$(pin torch); TORCHVISION=$(pin torchvision); MMENGINE=$(pin mmengine); MMCV=$(pin mmcv)
+
+if [ -n "${FORCE_CUDA:-}" ]; then
+  FLAVOUR=$([ "$FORCE_CUDA" = 1 ] && echo cuda || echo cpu)
+elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+  FLAVOUR=cuda
+else
+  FLAVOUR=cpu
+fi
 STAMP=$VENV/.mmvitreg-stack
-STACK_ID="torch2.14.1|tv0.29.1|mmengine0.10.7|mmcv2.1.0-$FLAVOUR|mmpretrain1.2.0|mmseg1.2.2|mmdet3.3.0|$(cat "$REPO/requirements/runtime.txt" "$REPO/requirements/tests.txt" | sha1sum | cut -c1-12)"
+STACK_ID="$FLAVOUR|$(cat "$CONSTRAINTS" "$REPO/requirements/runtime.txt" "$REPO/requirements/tests.txt" | sha1sum | cut -c1-12)"
 
 log() { printf '[setup %(%H:%M:%S)T] %s\n' -1 "$*"; }
 start=$SECONDS
 
 "$PYTHON" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' 2>/dev/null \
-  || { echo "mmvitreg needs Python 3.11 (found $("$PYTHON" --version 2>&1)); set PYTHON=/path/to/python3.11" >&2; exit 1; }
+  || { echo "the quick start's stack needs Python 3.11 (found $("$PYTHON" --version 2>&1)); set PYTHON=/path/to/python3.11" >&2; exit 1; }
 
 [ -x "$VENV/bin/python" ] || { log "creating $VENV"; "$PYTHON" -m venv "$VENV"; }
 PY=$VENV/bin/python
 PIP=("$PY" -m pip --disable-pip-version-check -q)
 
-if [ "$(cat "$STAMP" 2>/dev/null)" = "$STACK_ID" ] \
-   && "$PY" -c 'import mmcv.ops, mmdet, mmseg, mmpretrain' 2>/dev/null; then
-  log "stack already installed in $VENV"
-else
-  log "installing torch 2.14.1 + torchvision 0.29.1 and the build tools"
-  "${PIP[@]}" install --upgrade pip
-  # setuptools<81: mmcv's setup.py and mmengine 0.10.7 at run time import pkg_resources.
-  "${PIP[@]}" install "torch==2.14.1" "torchvision==0.29.1" "setuptools>=77,<81" wheel ninja psutil \
-    "numpy>=2" "mmengine==0.10.7"
-
-  if ! ls "$MMCV_WHEEL_DIR"/mmcv-2.1.0-*.whl >/dev/null 2>&1; then
-    log "building mmcv 2.1.0 with its C++ ops ($FLAVOUR; ~16-20 min on 2 cores, cached afterwards)"
-    # mmcv's setup.py hard-codes -std=c++17 while torch 2.14's headers require C++20: a compiler
-    # wrapper rewrites the flag, so mmcv itself stays unpatched.
-    wrap=$(mktemp -d)
-    for cc in g++ gcc; do
-      real=$(command -v "$cc")
-      cat >"$wrap/$cc" <<EOF
+# mmcv's setup.py hard-codes -std=c++17 (also for nvcc) while torch 2.14's headers require C++20:
+# wrappers around the compilers rewrite the flag, so mmcv itself stays unpatched.
+make_compiler_wrappers() {
+  local dir=$1 cc real
+  for cc in g++ gcc nvcc; do
+    if [ "$cc" = nvcc ]; then real=${CUDA_HOME:+$CUDA_HOME/bin/nvcc}; real=${real:-$(command -v nvcc || true)}
+    else real=$(command -v "$cc"); fi
+    [ -n "$real" ] && [ -x "$real" ] || continue
+    cat >"$dir/$cc" <<WRAP
 #!/usr/bin/env bash
 args=()
 for a in "\$@"; do [ "\$a" = -std=c++17 ] && a=-std=c++20; args+=("\$a"); done
 exec "$real" "\${args[@]}"
-EOF
-      chmod +x "$wrap/$cc"
-    done
-    mkdir -p "$MMCV_WHEEL_DIR"
-    build=$(mktemp -d)
-    PATH="$wrap:$PATH" CC="$wrap/gcc" CXX="$wrap/g++" MMCV_WITH_OPS=1 MAX_JOBS=${MAX_JOBS:-$(nproc)} \
-      "${PIP[@]}" wheel --no-build-isolation --no-deps --no-binary mmcv "mmcv==2.1.0" -w "$build"
-    mv "$build"/mmcv-2.1.0-*.whl "$MMCV_WHEEL_DIR"/
-    rm -rf "$wrap" "$build"
+WRAP
+    chmod +x "$dir/$cc"
+  done
+}
+
+# Install mmcv with its ops for this flavour: a cached wheel, a prebuilt wheel (CUDA), or a build.
+install_mmcv() {
+  local key wheel_dir build wrap cuda arch
+  if [ "$FLAVOUR" = cuda ]; then
+    cuda=$("$PY" -c 'import torch; print(torch.version.cuda or "")')
+    [ -n "$cuda" ] || { echo "FLAVOUR=cuda but torch $TORCH has no CUDA build here; set FORCE_CUDA=0" >&2; exit 1; }
+    arch=${TORCH_CUDA_ARCH_LIST:-$("$PY" -c 'import torch
+caps = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
+print(";".join(f"{a}.{b}" for a, b in caps))')}
+    [ -n "$arch" ] || { echo "no GPU visible to torch: set TORCH_CUDA_ARCH_LIST (e.g. \"8.0;9.0\") or FORCE_CUDA=0" >&2; exit 1; }
+    key=mmcv-$MMCV-torch$TORCH-cuda$cuda-sm${arch//[^0-9]/_}
   else
-    log "reusing the cached mmcv wheel in $MMCV_WHEEL_DIR"
+    key=mmcv-$MMCV-torch$TORCH-cpu
   fi
-  "${PIP[@]}" install --no-deps --force-reinstall "$MMCV_WHEEL_DIR"/mmcv-2.1.0-*.whl
+  wheel_dir=$CACHE/$key
+  if ls "$wheel_dir"/mmcv-"$MMCV"-*.whl >/dev/null 2>&1; then
+    log "mmcv: reusing the cached wheel $key"
+    "${PIP[@]}" install --no-deps --force-reinstall "$wheel_dir"/mmcv-"$MMCV"-*.whl
+    return
+  fi
+  if [ "$FLAVOUR" = cuda ]; then
+    local tmm=${TORCH%.*} url
+    url=${MMCV_PREBUILT_URL:-https://download.openmmlab.com/mmcv/dist/cu${cuda//./}/torch$tmm/index.html}
+    if "${PIP[@]}" install --no-deps --only-binary mmcv --timeout 30 -f "$url" "mmcv==$MMCV" 2>/dev/null \
+       && "$PY" -c 'import mmcv._ext' 2>/dev/null; then
+      log "mmcv: installed the PREBUILT mmcv $MMCV wheel with CUDA ops (CUDA $cuda, torch $tmm) from $url"
+      return
+    fi
+    command -v nvcc >/dev/null 2>&1 || [ -x "${CUDA_HOME:-/nonexistent}/bin/nvcc" ] \
+      || { echo "no prebuilt mmcv $MMCV for CUDA $cuda + torch $tmm, and no nvcc to build one: install the CUDA toolkit (CUDA_HOME) or set FORCE_CUDA=0" >&2; exit 1; }
+    log "mmcv: no prebuilt wheel for CUDA $cuda + torch $tmm; BUILDING mmcv $MMCV with CUDA ops for sm $arch (long)"
+  else
+    log "mmcv: BUILDING mmcv $MMCV with its C++ ops (CPU only; ~16-20 min on 2 cores, cached afterwards)"
+  fi
+  wrap=$(mktemp -d); build=$(mktemp -d)
+  make_compiler_wrappers "$wrap"
+  local cuda_env=(FORCE_CUDA=0)
+  [ "$FLAVOUR" = cuda ] && cuda_env=(FORCE_CUDA=1 "TORCH_CUDA_ARCH_LIST=$arch" "PYTORCH_NVCC=$wrap/nvcc")
+  env PATH="$wrap:$PATH" CC="$wrap/gcc" CXX="$wrap/g++" MMCV_WITH_OPS=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}" "${cuda_env[@]}" \
+    "${PIP[@]}" wheel --no-build-isolation --no-deps --no-binary mmcv "mmcv==$MMCV" -w "$build"
+  mkdir -p "$wheel_dir"
+  mv "$build"/mmcv-"$MMCV"-*.whl "$wheel_dir"/
+  rm -rf "$wrap" "$build"
+  "${PIP[@]}" install --no-deps --force-reinstall "$wheel_dir"/mmcv-"$MMCV"-*.whl
+}
+
+if [ "$(cat "$STAMP" 2>/dev/null)" = "$STACK_ID" ] \
+   && "$PY" -c 'import mmcv.ops, mmdet, mmseg, mmpretrain' 2>/dev/null; then
+  log "stack already installed in $VENV"
+else
+  log "installing torch $TORCH + torchvision $TORCHVISION and the build tools ($FLAVOUR)"
+  "${PIP[@]}" install --upgrade pip
+  # setuptools<81: mmcv's setup.py imports pkg_resources (pinned in the constraints file)
+  "${PIP[@]}" install -c "$CONSTRAINTS" torch torchvision setuptools wheel ninja psutil numpy mmengine
+  install_mmcv
 
   log "installing mmpretrain, mmsegmentation, mmdet and the runtime/test requirements"
-  "${PIP[@]}" install -r "$REPO/requirements/runtime.txt" -r "$REPO/requirements/tests.txt"
+  "${PIP[@]}" install -c "$CONSTRAINTS" -r "$REPO/requirements/runtime.txt" -r "$REPO/requirements/tests.txt"
   "$PY" -c 'from mmcv.ops import nms, RoIAlign; import mmdet, mmseg, mmpretrain' \
     || { echo "the stack does not import; see the messages above" >&2; exit 1; }
+  if [ "$FLAVOUR" = cuda ]; then
+    "$PY" -c 'import torch; from mmcv.ops import nms
+b = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.]], device="cuda"); s = torch.tensor([.9, .8], device="cuda")
+assert nms(b, s, 0.5)[1].tolist() == [0]' \
+      || { echo "mmcv's CUDA ops do not run on this GPU; see the messages above" >&2; exit 1; }
+    log "mmcv's CUDA ops run on $("$PY" -c 'import torch; print(torch.cuda.get_device_name(0))')"
+  fi
   echo "$STACK_ID" >"$STAMP"
 fi
 
