@@ -62,6 +62,5 @@ setup(
     classifiers=[
         'Programming Language :: Python :: 3.10',
         'Programming Language :: Python :: 3.11',
-        'License :: OSI Approved :: Apache Software License',
     ],
 )

@@ -130,20 +130,21 @@ from mmengine.registry import MODELS, init_default_scope
 
 def scopes(node):
     if isinstance(node, dict):
-        return {{node.get('_scope_')}} | set().union(*map(scopes, node.values()))
+        return {node.get('_scope_')} | set().union(*map(scopes, node.values()))
     if isinstance(node, (list, tuple)):
         return set().union(*map(scopes, node))
     return set()
 
 
-out = {{'mmvitreg': mmvitreg.__file__}}
-for path in sys.argv[1:]:
+out = {'mmvitreg': mmvitreg.__file__}
+for arg in sys.argv[1:]:
+    path, build = arg.split(':')
     cfg = Config.fromfile(path)
     init_default_scope(cfg.default_scope)
-    model = MODELS.build(cfg.model) if {build} else None
+    model = MODELS.build(cfg.model) if build == 'build' else None
     out[path] = dict(default_scope=cfg.default_scope, scopes=sorted(map(str, scopes(cfg._cfg_dict.to_dict()))),
                      backbone=cfg.model.backbone.type, model=type(model).__name__,
-                     head_classes=cfg.model.get('head', cfg.model.get('decode_head', {{}})).get('num_classes'))
+                     head_classes=cfg.model.get('head', cfg.model.get('decode_head', {})).get('num_classes'))
 print(json.dumps(out))
 '''
 USER_CONFIGS = {
@@ -156,10 +157,12 @@ USER_CONFIGS = {
 }
 
 
-def build_outside(installed, names, build):
-    for name in names:
+def build_outside(installed, parse_only=(), build=()):
+    """Parse (and build the model of) the named user configs in one interpreter outside the repo."""
+    for name in (*parse_only, *build):
         (installed.user / name).write_text(USER_CONFIGS[name])
-    proc = run_outside(['-c', BUILD_OUTSIDE.format(build=build), *names], installed, installed.user)
+    args = [f'{n}:parse' for n in parse_only] + [f'{n}:build' for n in build]
+    proc = run_outside(['-c', BUILD_OUTSIDE, *args], installed, installed.user)
     out = json.loads(proc.stdout.splitlines()[-1])
     assert Path(out.pop('mmvitreg')).parent == installed.site / 'mmvitreg'  # the wheel, not the checkout
     return out
@@ -169,21 +172,20 @@ def test_own_configs_outside_the_repository_inherit_lvvit_deepvit_and_upernet(in
     """Three configs in a folder of one's own, each inheriting one of ours with ``mmvitreg::``, parse
     with our library's default scope and no ``_scope_='mmvitreg'`` stamp; the LV-ViT and DeepViT
     classifiers build (the UperNet model needs mmcv's ops: next test)."""
-    out = build_outside(installed, ['my_lvvit.py', 'my_deepvit.py', 'my_upernet.py'], build=False)
+    out = build_outside(installed, parse_only=['my_upernet.py'], build=['my_lvvit.py', 'my_deepvit.py'])
     assert {n: (o['default_scope'], o['backbone'], o['head_classes']) for n, o in out.items()} == {
         'my_lvvit.py': ('mmpretrain', 'mmvitreg.LVViT', 37),
         'my_deepvit.py': ('mmpretrain', 'mmvitreg.DeepViT', 37),
         'my_upernet.py': ('mmseg', 'mmvitreg.DeepViT', 37)}
     for o in out.values():
         assert 'mmvitreg' not in o['scopes'], o['scopes']
-    built = build_outside(installed, ['my_lvvit.py', 'my_deepvit.py'], build=True)
-    assert {n: o['model'] for n, o in built.items()} == {'my_lvvit.py': 'TokenClassifier',
-                                                         'my_deepvit.py': 'ImageClassifier'}
+    assert {n: o['model'] for n, o in out.items()} == {'my_lvvit.py': 'TokenClassifier',
+                                                       'my_deepvit.py': 'ImageClassifier', 'my_upernet.py': 'NoneType'}
 
 
 def test_own_upernet_config_outside_the_repository_builds(installed):
     """The inherited DeepViT-S UperNet builds as mmseg's ``EncoderDecoder`` with our backbone."""
-    out = build_outside(installed, ['my_upernet.py'], build=True)
+    out = build_outside(installed, build=['my_upernet.py'])
     assert out['my_upernet.py']['model'] == 'EncoderDecoder'
 
 
