@@ -31,6 +31,8 @@ class BuildPyWithMim(build_py):
 
     def run(self):
         super().run()
+        if getattr(self, 'editable_mode', False):
+            return  # an editable install reads the checkout, whose .mim links to the real folders
         mim = Path(self.build_lib, 'mmvitreg', '.mim')
         if mim.is_symlink() or mim.is_file():
             mim.unlink()
