@@ -33,6 +33,7 @@ import gc
 import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass
 from multiprocessing import get_context
 from typing import Callable, Dict, List, Optional
@@ -196,10 +197,11 @@ def peak_memory(case_name: str, *, img_size: int, batch_size: int, device: str, 
     Each model runs in a fresh process of its own; the two processes run at the same time (memory
     does not depend on the other's CPU use; on CUDA they share the device's memory, not its counters).
     """
-    with ProcessPoolExecutor(max_workers=len(ROLES), mp_context=_memory_context(), max_tasks_per_child=1) as pool:
+    ctx = _memory_context()
+    with ExitStack() as stack:  # one single-worker pool per model: a process of its own (any Python)
         futures = {
-            role: pool.submit(_peak_memory_in_this_process, case_name, role, img_size, batch_size, tiny, device,
-                              steps, threads)
+            role: stack.enter_context(ProcessPoolExecutor(max_workers=1, mp_context=ctx)).submit(
+                _peak_memory_in_this_process, case_name, role, img_size, batch_size, tiny, device, steps, threads)
             for role in ROLES
         }
         return {role: future.result() for role, future in futures.items()}
