@@ -1,3 +1,4 @@
 from .mix_token import MixToken
+from .patch_cutmix import PatchCutMix
 
-__all__ = ['MixToken']
+__all__ = ['MixToken', 'PatchCutMix']
