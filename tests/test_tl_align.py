@@ -1,8 +1,11 @@
 """TL-Align (Xiao et al., ICCV 2023): label propagation (Eq. 9, 11, Table 10) and the CutMix that feeds it."""
+import json
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from mmengine.config import Config
 from mmengine.optim import OptimWrapper
 from mmengine.registry import DefaultScope
 from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
@@ -11,6 +14,9 @@ from mmpretrain.structures import DataSample
 from mmvitreg.models.target_transforms import TLAlign
 from mmvitreg.models.trace import MixPlan, TokenTrace
 from mmvitreg.registry import BATCH_AUGMENTS, MODELS
+from mmvitreg.utils import check_plugin_types
+
+from conftest import CONFIGS, run_tool
 
 C = 1000  # the C-dimensional reference runs at ImageNet's label width
 
@@ -226,3 +232,28 @@ def test_pixel_mixed_plan_leaves_the_backbone_tokens_alone():
             plain = backbone(x)[-1]
             traced = backbone(x, trace=TokenTrace(mix=plan))[-1]
         assert torch.allclose(plain, traced, atol=1e-6)
+
+
+CONFIG = CONFIGS / 'tlalign' / 'deit-tiny_1xb64_cutmix-tlalign_digits.py'
+
+
+def test_digits_config_trains_through_the_tools(tmp_path):
+    """configs/tlalign: the quick-start DeiT-tiny with PatchCutMix + TLAlign over all its blocks trains a
+    few iterations through tools/train.py on the bundled digits and writes a checkpoint."""
+    cfg = Config.fromfile(str(CONFIG))
+    check_plugin_types(cfg)
+    assert cfg.model.type == 'mmvitreg.TokenClassifier' and cfg.model.backbone.type == 'mmvitreg.VisionTransformer'
+    assert cfg.model.target_transform.num_layers == cfg.model.backbone.arch.num_layers == 4
+    assert dict(cfg.model.train_cfg) == dict(token_mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=8))
+    assert cfg.model.backbone.patch_size == 8
+    run_tool(['dataset_converters/digits.py', 'imagenet', '--out', tmp_path / 'data'], cwd=tmp_path)
+    work = tmp_path / 'work'
+    run_tool(['train.py', CONFIG, '--work-dir', work, '--cfg-options', 'train_cfg.max_epochs=1',
+              'train_dataloader.dataset.indices=256', 'val_dataloader.dataset.indices=128',
+              'train_dataloader.num_workers=0', 'val_dataloader.num_workers=0', 'train_cfg.val_interval=1'],
+             cwd=tmp_path)
+    assert (work / 'last_checkpoint').read_text().strip().endswith('epoch_1.pth')
+    logs = sorted(work.glob('*/vis_data/scalars.json'))[-1].read_text().splitlines()
+    losses = [json.loads(ln)['loss'] for ln in logs if '"loss"' in ln]
+    assert losses and all(np.isfinite(losses))
+    assert any('accuracy/top1' in ln for ln in logs)
