@@ -257,3 +257,41 @@ def test_digits_config_trains_through_the_tools(tmp_path):
     losses = [json.loads(ln)['loss'] for ln in logs if '"loss"' in ln]
     assert losses and all(np.isfinite(losses))
     assert any('accuracy/top1' in ln for ln in logs)
+
+
+def test_pixel_box_cutmix_starts_each_token_with_its_share_of_own_pixels():
+    """Paper Sec. 3.3: a pixel box may split patches; a token's initial weight is its patch's share of own
+    pixels, and lam is the pixel area share."""
+    aug = BATCH_AUGMENTS.build(dict(type='mmvitreg.PatchCutMix', patch_size=8, box_on='pixels'))
+    np.random.seed(0)
+    x = torch.rand(2, 3, 32, 32)
+    plan = aug.plan(x)
+    pm = plan.pixel_mask[0]
+    assert torch.allclose(plan.mask[0], pm.view(4, 8, 4, 8).mean((1, 3)))
+    assert ((plan.mask > 0) & (plan.mask < 1)).any()  # this seed's box splits patches
+    assert torch.allclose(plan.lam, pm.mean().expand(2))
+    assert torch.equal(plan.mix_images(x), x * pm + x.flip(0) * (1 - pm))
+    with pytest.raises(ValueError, match='box_on'):
+        BATCH_AUGMENTS.build(dict(type='mmvitreg.PatchCutMix', box_on='grid'))
+
+
+def test_mixup_gives_every_token_lam_and_the_switch_picks_per_batch(monkeypatch):
+    """MixUp (Table 7): images blended, every token weight lam (re-drawn while 1); MixUp + CutMix: CutMix with
+    probability switch_prob per batch (timm/DeiT)."""
+    mixup = BATCH_AUGMENTS.build(dict(type='mmvitreg.PixelMixup', alpha=0.8, patch_size=8))
+    draws = iter([1., 0.3])
+    monkeypatch.setattr(np.random, 'beta', lambda a, b: next(draws))
+    x = torch.rand(4, 3, 16, 24)
+    plan = mixup.plan(x)
+    assert plan.mask.shape == (4, 2, 3) and torch.allclose(plan.mask, torch.tensor(0.3))
+    assert torch.allclose(plan.mix_images(x), 0.3 * x + 0.7 * x.flip(0))
+    monkeypatch.undo()
+    switch = BATCH_AUGMENTS.build(dict(type='mmvitreg.MixupCutMixSwitch', switch_prob=0.5, patch_size=8))
+    for u, binary in ((0.2, True), (0.7, False)):
+        monkeypatch.setattr(np.random, 'rand', lambda: u)
+        mask = switch.plan(x).mask
+        assert bool(((mask == 0) | (mask == 1)).all()) == binary
+    with pytest.raises(TypeError, match='token_mix'):
+        switch.mix(x, torch.zeros(4, 10))
+    with pytest.raises(ValueError, match='switch_prob'):
+        BATCH_AUGMENTS.build(dict(type='mmvitreg.MixupCutMixSwitch', switch_prob=1.5))

@@ -1,6 +1,7 @@
 """CutMix with the box on the patch grid and the images mixed in pixel space (TL-Align's CutMix)."""
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from mmvitreg.registry import BATCH_AUGMENTS
@@ -26,6 +27,10 @@ class PatchCutMix(MixToken):
     * the **images** are mixed in pixel space in whole patches (``m * x + (1 - m) * x[index]``, the
       token mask upsampled by ``patch_size``), so it works for every backbone, conv stems included.
 
+    ``box_on='pixels'`` draws the box in pixels instead (the paper's CutMix, not the official code):
+    it may split patches, and each token starts with its patch's share of own pixels (paper Sec. 3.3),
+    ``lam`` is the pixel area share.
+
     The plan carries the token mask (1 = own token, 0 = inside the box; the official code's mask is
     the opposite) as each token's initial label weight for :class:`~mmvitreg.models.target_transforms.TLAlign`,
     and the pixel mask (:attr:`MixPlan.pixel_mask`) so the backbone does not mix its tokens again.
@@ -40,18 +45,26 @@ class PatchCutMix(MixToken):
         patch_size (int): Token stride of the backbone in input pixels (16 for DeiT, 4 for Swin's
             first stage); the input size must be a multiple of it. Defaults to 16.
         partner (str): ``'flip'`` (official) or ``'permute'``. Defaults to ``'flip'``.
+        box_on (str): ``'tokens'`` (official: whole patches) or ``'pixels'`` (paper: any pixel box).
+            Defaults to ``'tokens'``.
     """
+
+    BOXES = ('tokens', 'pixels')
 
     trace_request = TraceRequest(needs={'grid'})  # the classifier hands the plan to the backbone in a trace
 
-    def __init__(self, alpha: float = 1.0, patch_size: int = 16, partner: str = 'flip'):
+    def __init__(self, alpha: float = 1.0, patch_size: int = 16, partner: str = 'flip', box_on: str = 'tokens'):
         if not alpha > 0:
             raise ValueError(f'alpha must be positive (lam ~ Beta(alpha, alpha) is drawn until lam < 1), got {alpha}')
+        if box_on not in self.BOXES:
+            raise ValueError(f'box_on must be one of {self.BOXES}, got {box_on!r}')
         super().__init__(alpha=alpha, patch_size=patch_size, partner=partner)
+        self.box_on = box_on
 
     def plan(self, inputs: Tensor) -> MixPlan:
         """Draw one plan for images ``(B, 3, H, W)``: partner ``index`` ``(B,)``, token mask
-        ``(B, H // patch_size, W // patch_size)`` and pixel mask ``(B, H, W)`` (0 inside the box)."""
+        ``(B, H // patch_size, W // patch_size)`` (each token's share of own pixels) and pixel mask
+        ``(B, H, W)`` (0 inside the box)."""
         B, _, H, W = inputs.shape
         p = self.patch_size
         if H % p or W % p:
@@ -61,10 +74,16 @@ class PatchCutMix(MixToken):
         lam = 1.
         while lam == 1.:
             lam = np.random.beta(self.alpha, self.alpha)
-        (y1, y2, x1, x2), _ = self.cutmix_bbox_and_lam(grid, lam)
-        mask = torch.ones(grid, device=inputs.device)
-        mask[y1:y2, x1:x2] = 0
-        pixels = mask.repeat_interleave(p, 0).repeat_interleave(p, 1)
+        if self.box_on == 'tokens':
+            (y1, y2, x1, x2), _ = self.cutmix_bbox_and_lam(grid, lam)
+            mask = torch.ones(grid, device=inputs.device)
+            mask[y1:y2, x1:x2] = 0
+            pixels = mask.repeat_interleave(p, 0).repeat_interleave(p, 1)
+        else:
+            (y1, y2, x1, x2), _ = self.cutmix_bbox_and_lam((H, W), lam)
+            pixels = torch.ones(H, W, device=inputs.device)
+            pixels[y1:y2, x1:x2] = 0
+            mask = F.avg_pool2d(pixels[None, None], p)[0, 0]
         if self.partner == 'flip':
             index = torch.arange(B - 1, -1, -1, device=inputs.device)
         else:
