@@ -295,3 +295,15 @@ def test_mixup_gives_every_token_lam_and_the_switch_picks_per_batch(monkeypatch)
         switch.mix(x, torch.zeros(4, 10))
     with pytest.raises(ValueError, match='switch_prob'):
         BATCH_AUGMENTS.build(dict(type='mmvitreg.MixupCutMixSwitch', switch_prob=1.5))
+
+
+def test_benchmark_case_compares_tl_align_with_the_same_cutmix():
+    """deit-s-tlalign-vs-cutmix: the only difference between the two models is the TLAlign target transform."""
+    from mmvitreg.analysis import train_step_benchmark as bench
+    case = bench.get_case('deit-s-tlalign-vs-cutmix')
+    model, baseline = case.build('model', 32, True), case.build('baseline', 32, True)
+    assert isinstance(model.target_transform, TLAlign) and baseline.target_transform is None
+    assert model.target_transform.num_layers == model.backbone.num_layers
+    assert type(model.data_preprocessor.token_mix) is type(baseline.data_preprocessor.token_mix)
+    assert model.data_preprocessor.token_mix.box_on == 'tokens'
+    assert case.max_time_ratio == 1.02
