@@ -307,3 +307,16 @@ def test_benchmark_case_compares_tl_align_with_the_same_cutmix():
     assert type(model.data_preprocessor.token_mix) is type(baseline.data_preprocessor.token_mix)
     assert model.data_preprocessor.token_mix.box_on == 'tokens'
     assert case.max_time_ratio == 1.02
+
+
+def test_recorded_maps_are_taken_before_attention_dropout():
+    """Eq. 9 uses the attention before dropout: with attention dropout on in training, the maps that plain
+    MHSA and Swin window attention record are still row-stochastic softmax maps."""
+    from mmvitreg.models.layers import MultiheadSelfAttention, WindowAttention
+    torch.manual_seed(0)
+    msa = MultiheadSelfAttention(16, 2, attn_drop=0.5).train()
+    _, attn = msa(torch.randn(2, 5, 16), need_attn=True)
+    win = WindowAttention(16, (2, 2), 2, attn_drop=0.5).train()
+    _, wattn = win(torch.randn(3, 4, 16), need_attn=True)
+    for a in (attn, wattn):
+        assert torch.allclose(a.sum(-1), torch.ones(a.shape[:-1])) and (a > 0).all()

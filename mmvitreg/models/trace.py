@@ -324,8 +324,8 @@ class TokenTrace:
         windows (Dict[int, WindowLayout]): every block of a windowed backbone -> its window layout.
         tokens (Dict[int, Tensor]): block index (non-negative) -> ``(B, N, C)`` tokens after the
             block, extra tokens first, ``N = num_extra_tokens + H * W`` on the block's grid.
-        attn (Dict[int, Tensor]): block index (non-negative) -> the attention map that multiplies
-            ``V``: ``(B, heads, N, N)`` in a ViT (after softmax and before attention dropout; for
+        attn (Dict[int, Tensor]): block index (non-negative) -> the block's attention map:
+            ``(B, heads, N, N)`` in a ViT (after softmax and before attention dropout; for
             re-attention after the head transform and its norm, which follow the dropout);
             ``(B * nW, heads, w * w, w * w)`` per window in a Swin, before attention dropout (place
             it on the grid with ``windows[i]``).
