@@ -68,8 +68,8 @@ class MultiheadSelfAttention(nn.Module):
         MHSA the softmax before attention dropout; for subclasses the :meth:`attention_map`)."""
         B, N, C = x.shape
         q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims).permute(2, 0, 3, 1, 4).unbind(0)
-        if need_attn and self.fused:  # plain MHSA: the map is the softmax, dropout applies to V's weights only
-            attn = self.softmax_map(q, k)
+        if need_attn and self.fused and self.training and self.attn_drop.p > 0:  # plain MHSA, dropout on:
+            attn = self.softmax_map(q, k)  # return the map before dropout, apply dropout to V's weights only
             x = self.attn_drop(attn) @ v
         elif need_attn or not self.fused:
             attn = self.attention_map(q, k)
