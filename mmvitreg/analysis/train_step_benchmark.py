@@ -438,3 +438,77 @@ register_case(
         baseline=_swin_classifier('SwinTransformer'),
         make_batch=classification_batch,
         max_time_ratio=1 / 0.98))
+
+
+def _deit_cutmix(tl_align: bool) -> ModelBuilder:
+    """DeiT-S (``tiny``: 4 blocks of 48 channels) trained with TL-Align's token-aligned CutMix
+    (:class:`~mmvitreg.models.mixing.PatchCutMix`) and label smoothing 0.1, with or without
+    :class:`~mmvitreg.models.target_transforms.TLAlign`."""
+
+    def build(img_size: int, tiny: bool) -> nn.Module:
+        from mmengine.registry import DefaultScope
+        from mmpretrain.registry import MODELS
+        arch = dict(embed_dims=48, num_layers=4, num_heads=3, feedforward_channels=192) if tiny else 'deit-small'
+        dims, layers = (48, 4) if tiny else (384, 12)
+        with DefaultScope.overwrite_default_scope('mmpretrain'):
+            return MODELS.build(
+                dict(
+                    type='mmvitreg.TokenClassifier',
+                    backbone=dict(type='mmvitreg.VisionTransformer', arch=arch, img_size=img_size,
+                                  drop_path_rate=0.1),
+                    head=dict(type='VisionTransformerClsHead', num_classes=1000, in_channels=dims,
+                              loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original')),
+                    target_transform=dict(type='mmvitreg.TLAlign', num_layers=layers) if tl_align else None,
+                    train_cfg=dict(token_mix=dict(type='mmvitreg.PatchCutMix', patch_size=16)),
+                    data_preprocessor=dict(num_classes=1000, mean=[123.675, 116.28, 103.53],
+                                           std=[58.395, 57.12, 57.375], to_rgb=True)))
+
+    return build
+
+
+register_case(
+    'deit-s-tlalign-vs-cutmix',
+    TrainStepCase(
+        description='DeiT-S with CutMix + TL-Align (label weights propagated through all 12 attention maps) '
+        'vs. the same model with the same token-aligned CutMix and the area target',
+        model=_deit_cutmix(True),
+        baseline=_deit_cutmix(False),
+        make_batch=classification_batch,
+        max_time_ratio=1.02))
+
+
+def _swin_cutmix(tl_align: bool) -> ModelBuilder:
+    """Swin-T (``tiny``: 2 stages of 32 channels, window 4) in mmpretrain's Swin classifier recipe with
+    TL-Align's CutMix on the 4-pixel token grid, with or without :class:`~mmvitreg.models.target_transforms.TLAlign`."""
+
+    def build(img_size: int, tiny: bool) -> nn.Module:
+        from mmengine.registry import DefaultScope
+        from mmpretrain.registry import MODELS
+        arch = dict(embed_dims=32, depths=[2, 2], num_heads=[1, 2]) if tiny else 'tiny'
+        window, dims, layers = (4, 64, 4) if tiny else (7, 768, 12)
+        with DefaultScope.overwrite_default_scope('mmpretrain'):
+            return MODELS.build(
+                dict(
+                    type='mmvitreg.TokenClassifier',
+                    backbone=dict(type='mmvitreg.SwinTransformer', arch=arch, img_size=img_size, window_size=window,
+                                  drop_path_rate=0.2, out_indices=(1 if tiny else 3, )),
+                    neck=dict(type='GlobalAveragePooling'),
+                    head=dict(type='LinearClsHead', num_classes=1000, in_channels=dims,
+                              loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original')),
+                    target_transform=dict(type='mmvitreg.TLAlign', num_layers=layers) if tl_align else None,
+                    train_cfg=dict(token_mix=dict(type='mmvitreg.PatchCutMix', patch_size=4)),
+                    data_preprocessor=dict(num_classes=1000, mean=[123.675, 116.28, 103.53],
+                                           std=[58.395, 57.12, 57.375], to_rgb=True)))
+
+    return build
+
+
+register_case(
+    'swin-t-tlalign-vs-cutmix',
+    TrainStepCase(
+        description='Swin-T with CutMix + TL-Align (label weights through every window attention, shift and '
+        'merging) vs. the same model with the same token-aligned CutMix and the area target',
+        model=_swin_cutmix(True),
+        baseline=_swin_cutmix(False),
+        make_batch=classification_batch,
+        max_time_ratio=1.02))

@@ -53,10 +53,30 @@ class MixPlan:
         index (Tensor): ``(B,)`` long, the partner of each sample in the batch.
         mask (Tensor): ``(B, Hg, Wg)`` float on the token grid, 1 where the token is the sample's
             own, 0 where it comes from the partner (values in between are allowed).
+        pixel_mask (Tensor, optional): ``(B, H, W)`` float, set when the data preprocessor mixed the
+            *images* in pixel space with it (CutMix for TL-Align, :meth:`mix_images`); backbones then
+            leave the tokens alone and ``mask`` is each token's share of own pixels. None (default):
+            the backbone mixes the patch tokens (MixToken).
     """
 
     index: Tensor
     mask: Tensor
+    pixel_mask: Optional[Tensor] = None
+
+    @property
+    def in_pixels(self) -> bool:
+        """Whether the images were mixed in pixel space (the backbone must not mix the tokens again)."""
+        return self.pixel_mask is not None
+
+    def mix_images(self, x: Tensor) -> Tensor:
+        """Mix images ``(B, C, H, W)`` with :attr:`pixel_mask`: ``m * x + (1 - m) * x[index]``."""
+        if self.pixel_mask is None:
+            raise ValueError('this plan mixes tokens inside the backbone and has no pixel_mask')
+        if tuple(x.shape[-2:]) != tuple(self.pixel_mask.shape[-2:]):
+            raise ValueError(f'the pixel mask is {tuple(self.pixel_mask.shape[-2:])} but the images are '
+                             f'{tuple(x.shape[-2:])}')
+        m = self.pixel_mask.to(x.dtype).unsqueeze(1)
+        return x * m + x[self.index] * (1 - m)
 
     @property
     def lam(self) -> Tensor:
@@ -304,10 +324,11 @@ class TokenTrace:
         windows (Dict[int, WindowLayout]): every block of a windowed backbone -> its window layout.
         tokens (Dict[int, Tensor]): block index (non-negative) -> ``(B, N, C)`` tokens after the
             block, extra tokens first, ``N = num_extra_tokens + H * W`` on the block's grid.
-        attn (Dict[int, Tensor]): block index (non-negative) -> the attention map that multiplies
-            ``V``: ``(B, heads, N, N)`` in a ViT (after softmax, and for re-attention after the
-            head transform and its norm); ``(B * nW, heads, w * w, w * w)`` per window in a Swin
-            (place it on the grid with ``windows[i]``).
+        attn (Dict[int, Tensor]): block index (non-negative) -> the block's attention map:
+            ``(B, heads, N, N)`` in a ViT (after softmax and before attention dropout; for
+            re-attention after the head transform and its norm, which follow the dropout);
+            ``(B * nW, heads, w * w, w * w)`` per window in a Swin, before attention dropout (place
+            it on the grid with ``windows[i]``).
     """
 
     mix: Optional[MixPlan] = None

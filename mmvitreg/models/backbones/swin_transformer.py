@@ -33,13 +33,14 @@ class SwinTransformer(MMPretrainSwinTransformer):
     ``scaled_dot_product_attention`` in every block). With a :class:`~mmvitreg.models.trace.TokenTrace`:
 
     * ``trace.mix`` mixes the ``(B, H/4 * W/4, C)`` patch tokens after the patch embedding (and its
-      norm), before the absolute position embedding (56×56 tokens at 224);
+      norm), before the absolute position embedding (56×56 tokens at 224), unless the plan already
+      mixed the images in pixel space (``trace.mix.in_pixels``);
     * blocks are numbered across stages (``0 .. sum(depths) - 1``, negative from the last);
       ``trace.grids[i]`` is block ``i``'s stage grid and ``trace.windows[i]`` its
       :class:`~mmvitreg.models.trace.WindowLayout` (padding, cyclic shift, partition), for every block;
     * ``trace.tokens[i]`` ``(B, H_s * W_s, C_s)``: block ``i``'s output, before any stage norm;
     * ``trace.attn[i]`` ``(B * nW, heads, w * w, w * w)``: block ``i``'s window attention maps
-      (after softmax and dropout); only these blocks leave the fused kernel.
+      (after softmax, before attention dropout); only these blocks leave the fused kernel.
 
     Args:
         **kwargs: The arguments of mmpretrain's ``SwinTransformer`` (``arch``, ``img_size``,
@@ -103,7 +104,7 @@ class SwinTransformer(MMPretrainSwinTransformer):
             trace.grid, trace.num_extra_tokens, trace.num_layers = tuple(hw), 0, self.num_trace_layers
             token_layers = TokenTrace.resolve(trace.token_layers, self.num_trace_layers)
             attn_layers = TokenTrace.resolve(trace.attn_layers, self.num_trace_layers)
-            if trace.mix is not None:
+            if trace.mix is not None and not trace.mix.in_pixels:
                 x = trace.mix.mix_tokens(x, hw)
         if self.use_abs_pos_embed:
             x = x + resize_pos_embed(self.absolute_pos_embed, self.patch_resolution, hw, self.interpolate_mode,

@@ -43,8 +43,9 @@ class VisionTransformer(MMPretrainVisionTransformer):
     ``forward(x, trace=None)``: with a :class:`~mmvitreg.models.trace.TokenTrace` the backbone
     sets ``trace.grid`` / ``trace.num_extra_tokens``, mixes the ``(B, C, Hg, Wg)`` patch-token map
     with ``trace.mix`` right after the patch embedding and **before** the cls token and position
-    embedding, and records ``trace.tokens[i]`` (``(B, N, C)``, block output before the final norm)
-    and ``trace.attn[i]`` (``(B, heads, N, N)``, the map that multiplies ``V``) for the requested
+    embedding (unless the plan mixed the images in pixel space, ``trace.mix.in_pixels``), and records ``trace.tokens[i]`` (``(B, N, C)``, block output before the final norm)
+    and ``trace.attn[i]`` (``(B, heads, N, N)``, the map that multiplies ``V``, taken before attention
+    dropout except in re-attention, whose dropout precedes its head transform) for the requested
     blocks only, and ``trace.grids[i]`` (the token grid) for every block; the other blocks keep
     the fused attention kernel. Without a trace it is an
     ordinary backbone.
@@ -243,7 +244,7 @@ class VisionTransformer(MMPretrainVisionTransformer):
             trace.grid, trace.num_layers, trace.num_extra_tokens = hw, self.num_layers, self.num_extra_tokens
             token_layers = set(TokenTrace.resolve(trace.token_layers, self.num_layers))
             attn_layers = set(TokenTrace.resolve(trace.attn_layers, self.num_layers))
-            if trace.mix is not None:
+            if trace.mix is not None and not trace.mix.in_pixels:
                 x = trace.mix.mix(x)
         x = x.flatten(2).transpose(1, 2)
         if self.cls_token is not None:

@@ -27,8 +27,9 @@ class TokenClsDataPreprocessor(ClsDataPreprocessor):
     :class:`~mmvitreg.models.trace.MixPlan`; in training this preprocessor
 
     1. normalises/stacks the batch and makes one-hot ``gt_score`` as its parent does;
-    2. draws the plan with ``token_mix.plan(inputs)`` (the images themselves stay unmixed: the
-       backbone mixes their patch tokens);
+    2. draws the plan with ``token_mix.plan(inputs)``; the images stay unmixed and the backbone mixes
+       their patch tokens (MixToken), unless the plan mixes in pixel space (``plan.in_pixels``, e.g.
+       :class:`PatchCutMix`): then the preprocessor mixes the images with ``plan.mix_images``;
     3. mixes every ``gt_score`` by the plan (MixToken Eq. 10: ``lam * y + (1 - lam) * y[index]``,
        ``lam`` the mask mean), so any classification head gets the right image-level target;
     4. returns the plan as the extra key ``mix_plan``, which mmengine passes to the model's
@@ -71,6 +72,8 @@ class TokenClsDataPreprocessor(ClsDataPreprocessor):
             return data
         inputs, data_samples = data['inputs'], data['data_samples']
         plan = self.token_mix.plan(inputs)
+        if plan.in_pixels:
+            data['inputs'] = plan.mix_images(inputs)
         scores = plan.mix_labels(torch.stack([s.gt_score for s in data_samples]))
         for sample, score in zip(data_samples, scores):
             sample.set_gt_score(score)

@@ -57,13 +57,21 @@ class MultiheadSelfAttention(nn.Module):
 
     def attention_map(self, q: Tensor, k: Tensor) -> Tensor:
         """The ``(B, H, N, N)`` map that multiplies ``V``: ``Softmax(Q K^T * scale)``, then dropout."""
-        return self.attn_drop(((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1))  # q scaled: (B, H, N, d)
+        return self.attn_drop(self.softmax_map(q, k))
+
+    def softmax_map(self, q: Tensor, k: Tensor) -> Tensor:
+        """``Softmax(Q K^T * scale)`` ``(B, H, N, N)``, before attention dropout."""
+        return ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)  # q scaled: (B, H, N, d)
 
     def forward(self, x: Tensor, need_attn: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
-        """Attend ``x`` ``(B, N, C)``; with ``need_attn`` also return the ``(B, H, N, N)`` map."""
+        """Attend ``x`` ``(B, N, C)``; with ``need_attn`` also return the ``(B, H, N, N)`` map (for plain
+        MHSA the softmax before attention dropout; for subclasses the :meth:`attention_map`)."""
         B, N, C = x.shape
         q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims).permute(2, 0, 3, 1, 4).unbind(0)
-        if need_attn or not self.fused:
+        if need_attn and self.fused and self.training and self.attn_drop.p > 0:  # plain MHSA, dropout on:
+            attn = self.softmax_map(q, k)  # return the map before dropout, apply dropout to V's weights only
+            x = self.attn_drop(attn) @ v
+        elif need_attn or not self.fused:
             attn = self.attention_map(q, k)
             x = attn @ v
         else:

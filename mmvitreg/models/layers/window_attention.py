@@ -26,7 +26,7 @@ class WindowAttention(BaseModule):
 
     Without ``need_attn`` it runs ``F.scaled_dot_product_attention`` with ``B + M`` as the additive
     mask (the map is never returned); with ``need_attn=True`` it computes the map explicitly, as
-    mmpretrain does, and returns it too.
+    mmpretrain does, and returns it too (the softmax, before attention dropout).
 
     Args:
         embed_dims (int): Token channels ``C``.
@@ -93,9 +93,9 @@ class WindowAttention(BaseModule):
             nW = mask.shape[0]
             bias = (bias + mask.unsqueeze(1).to(bias.dtype)).reshape(1, nW * self.num_heads, N, N)
             q, k, v = (t.reshape(B_ // nW, nW * self.num_heads, N, -1) for t in (q, k, v))
-        if need_attn:
-            attn = self.attn_drop(((q * self.scale) @ k.transpose(-2, -1) + bias).softmax(dim=-1))
-            x = attn @ v
+        if need_attn:  # the returned map is the softmax before attention dropout
+            attn = ((q * self.scale) @ k.transpose(-2, -1) + bias).softmax(dim=-1)
+            x = self.attn_drop(attn) @ v
             attn = attn.view(B_, self.num_heads, N, N)
         else:  # the (1, ., N, N) bias broadcasts over the batch without a copy
             x = F.scaled_dot_product_attention(

@@ -1,3 +1,6 @@
 from .mix_token import MixToken
+from .mixup_cutmix_switch import MixupCutMixSwitch
+from .patch_cutmix import PatchCutMix
+from .pixel_mixup import PixelMixup
 
-__all__ = ['MixToken']
+__all__ = ['MixToken', 'PatchCutMix', 'PixelMixup', 'MixupCutMixSwitch']

@@ -1,0 +1,3 @@
+from .tl_align import TLAlign
+
+__all__ = ['TLAlign']

@@ -1,0 +1,322 @@
+"""TL-Align (Xiao et al., ICCV 2023): label propagation (Eq. 9, 11, Table 10) and the CutMix that feeds it."""
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from mmengine.config import Config
+from mmengine.optim import OptimWrapper
+from mmengine.registry import DefaultScope
+from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
+from mmpretrain.structures import DataSample
+
+from mmvitreg.models.target_transforms import TLAlign
+from mmvitreg.models.trace import MixPlan, TokenTrace
+from mmvitreg.registry import BATCH_AUGMENTS, MODELS
+from mmvitreg.utils import check_plugin_types
+
+from conftest import CONFIGS, run_tool
+
+C = 1000  # the C-dimensional reference runs at ImageNet's label width
+
+
+def tiny_deit(img=32, patch=8, **kw):
+    return dict(type='mmvitreg.VisionTransformer', arch=dict(embed_dims=48, num_layers=4, num_heads=3,
+                                                             feedforward_channels=96),
+                img_size=img, patch_size=patch, **kw)
+
+
+def tiny_swin(img=44):
+    """11x11 tokens, windows of 3: stage 1 pads to 12x12 and shifts, merging pads 11 -> 12 -> 6x6."""
+    return dict(type='mmvitreg.SwinTransformer', arch=dict(embed_dims=16, depths=[2, 2], num_heads=[2, 2]),
+                img_size=img, window_size=3, out_indices=(1, ))
+
+
+def reference_targets(trace: TokenTrace, labels: torch.Tensor) -> torch.Tensor:
+    """The official C-dimensional label stream (``tla.py`` + the patched ViT), written out plainly:
+    ``(B, N, C)`` labels, dense grid attention, padding handled by dropping its weights."""
+    plan = trace.mix
+    own = F.one_hot(labels, C).double()
+    partner = own[plan.index]
+    m = plan.mask.flatten(1).double().unsqueeze(-1)
+    Y = m * own.unsqueeze(1) + (1 - m) * partner.unsqueeze(1)  # (B, HW, C)
+    if trace.num_extra_tokens:
+        lam = plan.lam.double().view(-1, 1, 1)
+        Y = torch.cat([lam * own.unsqueeze(1) + (1 - lam) * partner.unsqueeze(1), Y], 1)
+    grid = trace.grid
+    for i in range(trace.num_layers):
+        if tuple(trace.grids[i]) != tuple(grid):  # patch merging: Norm(sum of the 2x2 merged labels)
+            H, W = grid
+            H2, W2 = trace.grids[i]
+            Ym = Y.view(-1, H, W, C)
+            merged = torch.zeros(Y.shape[0], H2, W2, C, dtype=Y.dtype)
+            for r in range(H2):
+                for c in range(W2):
+                    merged[:, r, c] = Ym[:, 2 * r:2 * r + 2, 2 * c:2 * c + 2].sum((1, 2))
+            Y = (merged / merged.sum(-1, keepdim=True)).flatten(1, 2)
+            grid = (H2, W2)
+        attn = trace.attn[i].double()
+        if i in trace.windows:
+            attn = trace.windows[i].to_dense(attn)  # (B, heads, HW, HW), padding weights dropped
+        A = attn.mean(1).clamp(min=0)
+        A = A / A.sum(-1, keepdim=True)  # Table 10 Norm(W)
+        Y = 0.5 * (A @ Y + Y)
+    return Y[:, 0] if trace.num_extra_tokens else Y.mean(1)
+
+
+def aligned_vs_reference(backbone_cfg, img, num_layers, B=4, seed=0):
+    """Run the backbone with a trace under a fractional random plan; return TLAlign's and the reference targets."""
+    torch.manual_seed(seed)
+    backbone = MODELS.build(backbone_cfg).train()  # PyTorch's default init: peaked, non-uniform maps
+    tl = TLAlign(num_layers=num_layers)
+    x = torch.randn(B, 3, img, img)
+    trace = TokenTrace.for_request(tl.trace_request)
+    backbone(x, trace=trace)  # fills the grid, the layouts and the maps of every block
+    labels = torch.tensor([3, 999, 3, 512])[:B]
+    mask = torch.rand(B, *trace.grid)
+    mask[0, :2] = 0.  # whole rows from the partner, whole tokens of own
+    mask[1, -1] = 1.
+    trace.mix = MixPlan(index=torch.arange(B - 1, -1, -1), mask=mask)
+    samples = [DataSample().set_gt_label(int(y)).set_gt_score(torch.zeros(C)) for y in labels]
+    tl.transform(trace, samples)
+    ours = torch.stack([s.gt_score for s in samples])
+    return ours, reference_targets(trace, labels), trace
+
+
+def test_eq9_11_weight_stream_equals_c_dim_labels_on_deit():
+    """DeiT: Y <- (A Y + Y) / 2 per block with the head-mean map, cls target; the (B, N) weight stream
+    equals the (B, N, C=1000) label stream."""
+    ours, ref, trace = aligned_vs_reference(tiny_deit(), 32, 4)
+    assert trace.num_extra_tokens == 1 and set(trace.attn) == {0, 1, 2, 3}
+    assert (ours - ref.float()).abs().max() <= 1e-6
+    assert torch.allclose(ours.sum(1), torch.ones(4)) and ours.min() >= 0
+    # the target moved away from the area mix: alignment is not the identity
+    own_share = torch.stack([ours[b, y] for b, y in enumerate([3, 999, 3, 512])])
+    assert (own_share[[1, 3]] - trace.mix.lam[[1, 3]]).abs().min() > 1e-3
+
+
+def test_swin_labels_follow_shift_padding_and_merging():
+    """Swin with shifted windows, window padding and padded 2x2 merging: target = mean token label;
+    the weight stream equals the C-dimensional reference built on the dense grid attention."""
+    ours, ref, trace = aligned_vs_reference(tiny_swin(), 44, 4)
+    layouts = [trace.windows[i] for i in range(4)]
+    assert layouts[0].grid == (11, 11) and layouts[0].padded == (12, 12)
+    assert layouts[1].shift > 0 and layouts[2].grid == (6, 6)  # stage 2 after merging 11 -> 6 (padded)
+    assert trace.num_extra_tokens == 0
+    assert (ours - ref.float()).abs().max() <= 1e-6
+    assert torch.allclose(ours.sum(1), torch.ones(4))
+
+
+def test_deepvit_reattention_norm_equals_reference():
+    """DeepViT-S preset (re-attention in the last 5 of 16 blocks, BatchNorm'd maps with negative entries):
+    Table 10's Norm(W) gives the same target in both representations and keeps labels on the simplex."""
+    ours, ref, trace = aligned_vs_reference(dict(type='mmvitreg.DeepViT', arch='s', img_size=64), 64, 16)
+    assert trace.attn[15].mean(1).min() < 0  # the re-attention map really has negative weights
+    assert trace.attn[0].min() >= 0
+    assert (ours - ref.float()).abs().max() <= 1e-6
+    assert ours.min() >= 0 and torch.allclose(ours.sum(1), torch.ones(4))
+
+
+def test_table10_norm_drops_negative_weights_and_keeps_label_of_rows_without_positive_weight():
+    """Norm(W) on a re-attention-like map: negative weights count as 0, rows are scaled to sum 1,
+    a row with no positive weight leaves the token's label unchanged."""
+    attn = torch.tensor([[[0.5, -0.2, 0.7],
+                          [-1., -1., -1.],
+                          [0.2, 0.3, 0.5]]]).view(1, 1, 3, 3)
+    w = torch.tensor([[1., 0., 0.25]])
+    out = TLAlign.spatial_mix(attn, w)
+    expected = torch.tensor([[(0.5 * 1 + 0.7 * 0.25) / 1.2, 0., 0.2 + 0.5 * 0.25]])
+    assert torch.allclose(out, expected)
+
+
+def build_classifier(backbone=None, num_layers=4, target_transform=True, num_classes=10, patch=8):
+    cfg = dict(type='mmvitreg.TokenClassifier', backbone=backbone or tiny_deit(),
+               head=dict(type='mmpretrain.LinearClsHead', num_classes=num_classes, in_channels=48,
+                         loss=dict(type='mmpretrain.LabelSmoothLoss', label_smooth_val=0.1, mode='original')),
+               target_transform=dict(type='mmvitreg.TLAlign', num_layers=num_layers) if target_transform else None,
+               train_cfg=dict(token_mix=dict(type='mmvitreg.PatchCutMix', patch_size=patch)),
+               data_preprocessor=dict(num_classes=num_classes))
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        return MMPRETRAIN_MODELS.build(cfg)
+
+
+def make_data(B=4, img=32):
+    return dict(inputs=torch.randint(0, 255, (B, 3, img, img), dtype=torch.uint8),
+                data_samples=[DataSample().set_gt_label(b % 10) for b in range(B)])
+
+
+def test_training_uses_the_aligned_target_and_inference_builds_no_trace():
+    """TokenClassifier + PatchCutMix + TLAlign: the head trains on the aligned target (not the area
+    mix); the loss backpropagates; predict runs the backbone without a trace."""
+    torch.manual_seed(0)
+    np.random.seed(1)
+    model = build_classifier()
+    traces, targets = [], []
+    model.backbone.register_forward_hook(lambda m, a, kw, out: traces.append(kw.get('trace')), with_kwargs=True)
+    head_loss = model.head.loss
+    model.head.loss = lambda feats, samples, **kw: (targets.append(torch.stack([s.gt_score for s in samples])),
+                                                    head_loss(feats, samples, **kw))[1]
+    optim = OptimWrapper(torch.optim.AdamW(model.parameters(), lr=1e-3))
+    data = model.data_preprocessor(make_data(), training=True)
+    plan = data['mix_plan']
+    assert plan.in_pixels and 0 < float(plan.lam[0]) < 1
+    losses = model(**data, mode='loss')
+    assert torch.isfinite(losses['loss'])
+    trace = traces[-1]
+    assert trace.mix is plan and set(trace.attn) == set(range(4))
+    w = model.target_transform.aligned_weights(trace)
+    own = F.one_hot(torch.arange(4) % 10, 10).float()
+    assert torch.allclose(targets[-1], w[:, None] * own + (1 - w[:, None]) * own.flip(0))
+    assert not torch.allclose(w, plan.lam)
+    log = model.train_step(make_data(), optim)
+    assert np.isfinite(log['loss'].item())
+    model.eval()
+    model.val_step(make_data())
+    assert traces[-1] is None
+
+
+def test_tl_align_errors_name_the_fix():
+    """Misconfigurations fail: too many blocks at build time, no plan / wrong depth at the first step."""
+    with pytest.raises(IndexError, match='TLAlign'):
+        build_classifier(num_layers=5)
+    model = build_classifier(num_layers=4)
+    trace = TokenTrace.for_request(model.target_transform.trace_request)
+    with pytest.raises(ValueError, match='PatchCutMix'):
+        model.target_transform.transform(trace, [DataSample().set_gt_label(0)])
+    model.backbone(torch.randn(2, 3, 32, 32), trace=trace)
+    trace.mix = MixPlan(index=torch.tensor([1, 0]), mask=torch.ones(2, 4, 4))
+    with pytest.raises(ValueError, match='num_layers'):
+        TLAlign(num_layers=3).transform(trace, [DataSample().set_gt_label(0).set_gt_score(torch.zeros(10))] * 2)
+    trace.mix = MixPlan(index=torch.tensor([1, 0]), mask=torch.ones(2, 2, 2))
+    with pytest.raises(ValueError, match='patch_size'):
+        model.target_transform.transform(trace, [DataSample().set_gt_label(0)] * 2)
+
+
+def test_patch_cutmix_is_the_official_token_box_mixed_in_pixels(monkeypatch):
+    """tla.py: lam re-drawn while 1, box on the token grid, lam = 1 - box/grid, flip(0) partner, images
+    mixed in whole patches; the token mask (1 = own) is the initial label weight."""
+    aug = BATCH_AUGMENTS.build(dict(type='mmvitreg.PatchCutMix', patch_size=8))
+    draws = iter([1., 1., 0.5])
+    monkeypatch.setattr(np.random, 'beta', lambda a, b: next(draws))
+    np.random.seed(3)
+    x = torch.rand(4, 3, 48, 32)
+    plan = aug.plan(x)
+    assert next(draws, None) is None  # two lam == 1 draws were rejected
+    box = (plan.mask[0] == 0)
+    assert plan.mask.shape == (4, 6, 4) and box.any()
+    rows, cols = box.any(1).nonzero().flatten(), box.any(0).nonzero().flatten()
+    assert int(box.sum()) == len(rows) * len(cols)  # one rectangle
+    assert torch.allclose(plan.lam, torch.full((4, ), 1 - box.sum().item() / 24))
+    assert torch.equal(plan.index, torch.tensor([3, 2, 1, 0]))
+    assert torch.equal(plan.pixel_mask[0], plan.mask[0].repeat_interleave(8, 0).repeat_interleave(8, 1))
+    mixed = plan.mix_images(x)
+    m = plan.pixel_mask[:, None]
+    assert torch.equal(mixed, x * m + x.flip(0) * (1 - m))
+    with pytest.raises(ValueError, match='multiple of patch_size'):
+        aug.plan(torch.rand(2, 3, 30, 32))
+    with pytest.raises(TypeError, match='token_mix'):
+        aug.mix(x, torch.zeros(4, 10))
+
+
+def test_pixel_mixed_plan_leaves_the_backbone_tokens_alone():
+    """With a pixel plan the data preprocessor mixes the images once; the ViT and Swin backbones do not
+    mix the tokens again."""
+    torch.manual_seed(0)
+    for cfg, img, grid in ((tiny_deit(), 32, (4, 4)), (tiny_swin(32), 32, (8, 8))):
+        backbone = MODELS.build(cfg).eval()
+        x = torch.randn(2, 3, img, img)
+        mask = torch.zeros(2, *grid)
+        plan = MixPlan(index=torch.tensor([1, 0]), mask=mask, pixel_mask=torch.zeros(2, img, img))
+        with torch.no_grad():
+            plain = backbone(x)[-1]
+            traced = backbone(x, trace=TokenTrace(mix=plan))[-1]
+        assert torch.allclose(plain, traced, atol=1e-6)
+
+
+CONFIG = CONFIGS / 'tlalign' / 'deit-tiny_1xb64_cutmix-tlalign_digits.py'
+
+
+def test_digits_config_trains_through_the_tools(tmp_path):
+    """configs/tlalign: the quick-start DeiT-tiny with PatchCutMix + TLAlign over all its blocks trains a
+    few iterations through tools/train.py on the bundled digits and writes a checkpoint."""
+    cfg = Config.fromfile(str(CONFIG))
+    check_plugin_types(cfg)
+    assert cfg.model.type == 'mmvitreg.TokenClassifier' and cfg.model.backbone.type == 'mmvitreg.VisionTransformer'
+    assert cfg.model.target_transform.num_layers == cfg.model.backbone.arch.num_layers == 4
+    assert dict(cfg.model.train_cfg) == dict(token_mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=8))
+    assert cfg.model.backbone.patch_size == 8
+    run_tool(['dataset_converters/digits.py', 'imagenet', '--out', tmp_path / 'data'], cwd=tmp_path)
+    work = tmp_path / 'work'
+    run_tool(['train.py', CONFIG, '--work-dir', work, '--cfg-options', 'train_cfg.max_epochs=1',
+              'train_dataloader.dataset.indices=256', 'val_dataloader.dataset.indices=128',
+              'train_dataloader.num_workers=0', 'val_dataloader.num_workers=0', 'train_cfg.val_interval=1'],
+             cwd=tmp_path)
+    assert (work / 'last_checkpoint').read_text().strip().endswith('epoch_1.pth')
+    logs = sorted(work.glob('*/vis_data/scalars.json'))[-1].read_text().splitlines()
+    losses = [json.loads(ln)['loss'] for ln in logs if '"loss"' in ln]
+    assert losses and all(np.isfinite(losses))
+    assert any('accuracy/top1' in ln for ln in logs)
+
+
+def test_pixel_box_cutmix_starts_each_token_with_its_share_of_own_pixels():
+    """Paper Sec. 3.3: a pixel box may split patches; a token's initial weight is its patch's share of own
+    pixels, and lam is the pixel area share."""
+    aug = BATCH_AUGMENTS.build(dict(type='mmvitreg.PatchCutMix', patch_size=8, box_on='pixels'))
+    np.random.seed(0)
+    x = torch.rand(2, 3, 32, 32)
+    plan = aug.plan(x)
+    pm = plan.pixel_mask[0]
+    assert torch.allclose(plan.mask[0], pm.view(4, 8, 4, 8).mean((1, 3)))
+    assert ((plan.mask > 0) & (plan.mask < 1)).any()  # this seed's box splits patches
+    assert torch.allclose(plan.lam, pm.mean().expand(2))
+    assert torch.equal(plan.mix_images(x), x * pm + x.flip(0) * (1 - pm))
+    with pytest.raises(ValueError, match='box_on'):
+        BATCH_AUGMENTS.build(dict(type='mmvitreg.PatchCutMix', box_on='grid'))
+
+
+def test_mixup_gives_every_token_lam_and_the_switch_picks_per_batch(monkeypatch):
+    """MixUp (Table 7): images blended, every token weight lam (re-drawn while 1); MixUp + CutMix: CutMix with
+    probability switch_prob per batch (timm/DeiT)."""
+    mixup = BATCH_AUGMENTS.build(dict(type='mmvitreg.PixelMixup', alpha=0.8, patch_size=8))
+    draws = iter([1., 0.3])
+    monkeypatch.setattr(np.random, 'beta', lambda a, b: next(draws))
+    x = torch.rand(4, 3, 16, 24)
+    plan = mixup.plan(x)
+    assert plan.mask.shape == (4, 2, 3) and torch.allclose(plan.mask, torch.tensor(0.3))
+    assert torch.allclose(plan.mix_images(x), 0.3 * x + 0.7 * x.flip(0))
+    monkeypatch.undo()
+    switch = BATCH_AUGMENTS.build(dict(type='mmvitreg.MixupCutMixSwitch', switch_prob=0.5, patch_size=8))
+    for u, binary in ((0.2, True), (0.7, False)):
+        monkeypatch.setattr(np.random, 'rand', lambda: u)
+        mask = switch.plan(x).mask
+        assert bool(((mask == 0) | (mask == 1)).all()) == binary
+    with pytest.raises(TypeError, match='token_mix'):
+        switch.mix(x, torch.zeros(4, 10))
+    with pytest.raises(ValueError, match='switch_prob'):
+        BATCH_AUGMENTS.build(dict(type='mmvitreg.MixupCutMixSwitch', switch_prob=1.5))
+
+
+def test_benchmark_case_compares_tl_align_with_the_same_cutmix():
+    """deit-s-tlalign-vs-cutmix: the only difference between the two models is the TLAlign target transform."""
+    from mmvitreg.analysis import train_step_benchmark as bench
+    case = bench.get_case('deit-s-tlalign-vs-cutmix')
+    model, baseline = case.build('model', 32, True), case.build('baseline', 32, True)
+    assert isinstance(model.target_transform, TLAlign) and baseline.target_transform is None
+    assert model.target_transform.num_layers == model.backbone.num_layers
+    assert type(model.data_preprocessor.token_mix) is type(baseline.data_preprocessor.token_mix)
+    assert model.data_preprocessor.token_mix.box_on == 'tokens'
+    assert case.max_time_ratio == 1.02
+
+
+def test_recorded_maps_are_taken_before_attention_dropout():
+    """Eq. 9 uses the attention before dropout: with attention dropout on in training, the maps that plain
+    MHSA and Swin window attention record are still row-stochastic softmax maps."""
+    from mmvitreg.models.layers import MultiheadSelfAttention, WindowAttention
+    torch.manual_seed(0)
+    msa = MultiheadSelfAttention(16, 2, attn_drop=0.5).train()
+    _, attn = msa(torch.randn(2, 5, 16), need_attn=True)
+    win = WindowAttention(16, (2, 2), 2, attn_drop=0.5).train()
+    _, wattn = win(torch.randn(3, 4, 16), need_attn=True)
+    for a in (attn, wattn):
+        assert torch.allclose(a.sum(-1), torch.ones(a.shape[:-1])) and (a > 0).all()
