@@ -8,6 +8,7 @@ workspace without knowing the technique.
 import importlib.util
 import itertools
 import json
+import time
 import os
 from pathlib import Path
 
@@ -26,12 +27,26 @@ NUM_TRAIN, NUM_VAL = 128, 32
 _runs = itertools.count()
 
 
+_last_start = [0]
+
+
 def tool(name):
-    """``main(argv)`` of ``tools/<name>.py``, run in this process."""
+    """``main(argv)`` of ``tools/<name>.py``, run in this process.
+
+    mmengine names a run, its logger and its visualizer by the second it starts in, and in one
+    process two runs of the same second share them (the second writes into the first's log folder):
+    each call starts in a second of its own.
+    """
     spec = importlib.util.spec_from_file_location(f'tool_{name.replace("/", "_")}', REPO / 'tools' / f'{name}.py')
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.main
+
+    def main(argv):
+        while int(time.time()) == _last_start[0]:
+            time.sleep(0.05)
+        _last_start[0] = int(time.time())
+        return module.main(argv)
+    return main
 
 
 def build_workspace(root: Path) -> Path:

@@ -5,7 +5,7 @@ from collections import OrderedDict
 
 from mmengine.dist import master_only
 from mmengine.hooks import CheckpointHook
-from mmengine.model import is_model_wrapper
+from mmengine.model import BaseTTAModel, is_model_wrapper
 from mmengine.runner import Runner
 from mmengine.runner.checkpoint import _load_checkpoint
 
@@ -87,7 +87,9 @@ class GuardedRunner(Runner):
         else:
             checkpoint = _load_checkpoint(filename, map_location=map_location)
         self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
-        model = self.model.module if is_model_wrapper(self.model) else self.model
+        model = self.model
+        while is_model_wrapper(model) or isinstance(model, BaseTTAModel):  # as mmengine's loader
+            model = model.module
 
         state_dict = checkpoint.get('state_dict', checkpoint)
         metadata = getattr(state_dict, '_metadata', OrderedDict())
