@@ -36,7 +36,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from multiprocessing import get_context
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -267,19 +267,29 @@ def classification_batch(batch_size: int, img_size: int, num_classes: int = 1000
     return dict(inputs=inputs, data_samples=[DataSample().set_gt_label(int(y)) for y in labels])
 
 
-def vit_classifier(backbone: dict, embed_dims: int, num_classes: int = 1000) -> nn.Module:
-    """mmpretrain's ``ImageClassifier`` with a ViT cls-token head over ``backbone``."""
+def build_in_mmpretrain(cfg: dict) -> nn.Module:
+    """``cfg`` built by mmpretrain's model registry, under its default scope."""
     from mmengine.registry import DefaultScope
     from mmpretrain.registry import MODELS
     with DefaultScope.overwrite_default_scope('mmpretrain'):
-        return MODELS.build(
-            dict(
-                type='ImageClassifier',
-                backbone=backbone,
-                head=dict(type='VisionTransformerClsHead', num_classes=num_classes, in_channels=embed_dims),
-                data_preprocessor=dict(
-                    type='ClsDataPreprocessor', num_classes=num_classes, mean=[127.5] * 3, std=[127.5] * 3,
-                    to_rgb=True)))
+        return MODELS.build(cfg)
+
+
+# the ImageNet mean / std of mmpretrain's recipes, for the token-technique classifiers
+IMAGENET_PREPROCESSOR = dict(num_classes=1000, mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],
+                             to_rgb=True)
+
+
+def vit_classifier(backbone: dict, embed_dims: int, num_classes: int = 1000) -> nn.Module:
+    """mmpretrain's ``ImageClassifier`` with a ViT cls-token head over ``backbone``."""
+    return build_in_mmpretrain(
+        dict(
+            type='ImageClassifier',
+            backbone=backbone,
+            head=dict(type='VisionTransformerClsHead', num_classes=num_classes, in_channels=embed_dims),
+            data_preprocessor=dict(
+                type='ClsDataPreprocessor', num_classes=num_classes, mean=[127.5] * 3, std=[127.5] * 3,
+                to_rgb=True)))
 
 
 def _deepvit_arch(name: str, tiny: bool, **overrides) -> dict:
@@ -374,18 +384,14 @@ def _lvvit_arch(tiny: bool) -> dict:
 
 def _lvvit_token_labeling(img_size: int, tiny: bool) -> nn.Module:
     """LV-ViT-S trained with token labeling (beta 0.5) and MixToken, as configs/lvvit."""
-    from mmengine.registry import DefaultScope
-    from mmpretrain.registry import MODELS
     arch = _lvvit_arch(tiny)
-    with DefaultScope.overwrite_default_scope('mmpretrain'):
-        return MODELS.build(
-            dict(
-                type='mmvitreg.TokenClassifier',
-                backbone=dict(type='mmvitreg.LVViT', arch=arch, img_size=img_size, out_type='raw'),
-                head=dict(type='mmvitreg.TokenLabelHead', num_classes=1000, in_channels=arch['embed_dims']),
-                train_cfg=dict(token_mix=dict(type='mmvitreg.MixToken', patch_size=16)),
-                data_preprocessor=dict(num_classes=1000, mean=[123.675, 116.28, 103.53],
-                                       std=[58.395, 57.12, 57.375], to_rgb=True)))
+    return build_in_mmpretrain(
+        dict(
+            type='mmvitreg.TokenClassifier',
+            backbone=dict(type='mmvitreg.LVViT', arch=arch, img_size=img_size, out_type='raw'),
+            head=dict(type='mmvitreg.TokenLabelHead', num_classes=1000, in_channels=arch['embed_dims']),
+            train_cfg=dict(token_mix=dict(type='mmvitreg.MixToken', patch_size=16)),
+            data_preprocessor=IMAGENET_PREPROCESSOR))
 
 
 def _lvvit_plain(img_size: int, tiny: bool) -> nn.Module:
@@ -405,26 +411,30 @@ register_case(
         max_time_ratio=1.03))
 
 
+def _swin_t(backbone_type: str, img_size: int, tiny: bool) -> Tuple[dict, int, int]:
+    """Swin-T (``tiny``: 2 stages of 32 channels, window 4) as ``(backbone config, output channels, blocks)``."""
+    if tiny:
+        arch, window, out_index, dims, depth = dict(embed_dims=32, depths=[2, 2], num_heads=[1, 2]), 4, 1, 64, 4
+    else:
+        arch, window, out_index, dims, depth = 'tiny', 7, 3, 768, 12
+    return dict(type=backbone_type, arch=arch, img_size=img_size, window_size=window, drop_path_rate=0.2,
+                out_indices=(out_index, )), dims, depth
+
+
 def _swin_classifier(backbone_type: str) -> ModelBuilder:
-    """Swin-T (``tiny``: 2 stages of 32 channels, window 4) in mmpretrain's Swin classifier recipe, with
-    ``backbone_type`` as the backbone (``'mmvitreg.SwinTransformer'`` or mmpretrain's ``'SwinTransformer'``)."""
+    """Swin-T in mmpretrain's Swin classifier recipe, with ``backbone_type`` as the backbone
+    (``'mmvitreg.SwinTransformer'`` or mmpretrain's ``'SwinTransformer'``)."""
 
     def build(img_size: int, tiny: bool) -> nn.Module:
-        from mmengine.registry import DefaultScope
-        from mmpretrain.registry import MODELS
-        arch = dict(embed_dims=32, depths=[2, 2], num_heads=[1, 2]) if tiny else 'tiny'
-        window = 4 if tiny else 7
-        dims = 64 if tiny else 768
-        with DefaultScope.overwrite_default_scope('mmpretrain'):
-            return MODELS.build(
-                dict(
-                    type='ImageClassifier',
-                    backbone=dict(type=backbone_type, arch=arch, img_size=img_size, window_size=window,
-                                  drop_path_rate=0.2, out_indices=(1 if tiny else 3, )),
-                    neck=dict(type='GlobalAveragePooling'),
-                    head=dict(type='LinearClsHead', num_classes=1000, in_channels=dims),
-                    data_preprocessor=dict(type='ClsDataPreprocessor', num_classes=1000, mean=[127.5] * 3,
-                                           std=[127.5] * 3, to_rgb=True)))
+        backbone, dims, _ = _swin_t(backbone_type, img_size, tiny)
+        return build_in_mmpretrain(
+            dict(
+                type='ImageClassifier',
+                backbone=backbone,
+                neck=dict(type='GlobalAveragePooling'),
+                head=dict(type='LinearClsHead', num_classes=1000, in_channels=dims),
+                data_preprocessor=dict(type='ClsDataPreprocessor', num_classes=1000, mean=[127.5] * 3,
+                                       std=[127.5] * 3, to_rgb=True)))
 
     return build
 
@@ -440,28 +450,31 @@ register_case(
         max_time_ratio=1 / 0.98))
 
 
+def _cutmix_classifier(backbone: dict, head: dict, num_layers: int, patch_size: int, tl_align: bool,
+                       neck: Optional[dict] = None) -> nn.Module:
+    """A classifier trained with TL-Align's token-aligned CutMix (:class:`~mmvitreg.models.mixing.PatchCutMix`)
+    and label smoothing 0.1, with or without :class:`~mmvitreg.models.target_transforms.TLAlign`."""
+    return build_in_mmpretrain(
+        dict(
+            type='mmvitreg.TokenClassifier',
+            backbone=backbone,
+            neck=neck,
+            head=dict(head, num_classes=1000, loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1,
+                                                        mode='original')),
+            target_transform=dict(type='mmvitreg.TLAlign', num_layers=num_layers) if tl_align else None,
+            train_cfg=dict(token_mix=dict(type='mmvitreg.PatchCutMix', patch_size=patch_size)),
+            data_preprocessor=IMAGENET_PREPROCESSOR))
+
+
 def _deit_cutmix(tl_align: bool) -> ModelBuilder:
-    """DeiT-S (``tiny``: 4 blocks of 48 channels) trained with TL-Align's token-aligned CutMix
-    (:class:`~mmvitreg.models.mixing.PatchCutMix`) and label smoothing 0.1, with or without
-    :class:`~mmvitreg.models.target_transforms.TLAlign`."""
+    """DeiT-S (``tiny``: 4 blocks of 48 channels) with CutMix, with or without TL-Align."""
 
     def build(img_size: int, tiny: bool) -> nn.Module:
-        from mmengine.registry import DefaultScope
-        from mmpretrain.registry import MODELS
         arch = dict(embed_dims=48, num_layers=4, num_heads=3, feedforward_channels=192) if tiny else 'deit-small'
         dims, layers = (48, 4) if tiny else (384, 12)
-        with DefaultScope.overwrite_default_scope('mmpretrain'):
-            return MODELS.build(
-                dict(
-                    type='mmvitreg.TokenClassifier',
-                    backbone=dict(type='mmvitreg.VisionTransformer', arch=arch, img_size=img_size,
-                                  drop_path_rate=0.1),
-                    head=dict(type='VisionTransformerClsHead', num_classes=1000, in_channels=dims,
-                              loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original')),
-                    target_transform=dict(type='mmvitreg.TLAlign', num_layers=layers) if tl_align else None,
-                    train_cfg=dict(token_mix=dict(type='mmvitreg.PatchCutMix', patch_size=16)),
-                    data_preprocessor=dict(num_classes=1000, mean=[123.675, 116.28, 103.53],
-                                           std=[58.395, 57.12, 57.375], to_rgb=True)))
+        return _cutmix_classifier(
+            dict(type='mmvitreg.VisionTransformer', arch=arch, img_size=img_size, drop_path_rate=0.1),
+            dict(type='VisionTransformerClsHead', in_channels=dims), layers, 16, tl_align)
 
     return build
 
@@ -478,27 +491,13 @@ register_case(
 
 
 def _swin_cutmix(tl_align: bool) -> ModelBuilder:
-    """Swin-T (``tiny``: 2 stages of 32 channels, window 4) in mmpretrain's Swin classifier recipe with
-    TL-Align's CutMix on the 4-pixel token grid, with or without :class:`~mmvitreg.models.target_transforms.TLAlign`."""
+    """Swin-T in mmpretrain's Swin classifier recipe with CutMix on the 4-pixel token grid, with or without
+    TL-Align."""
 
     def build(img_size: int, tiny: bool) -> nn.Module:
-        from mmengine.registry import DefaultScope
-        from mmpretrain.registry import MODELS
-        arch = dict(embed_dims=32, depths=[2, 2], num_heads=[1, 2]) if tiny else 'tiny'
-        window, dims, layers = (4, 64, 4) if tiny else (7, 768, 12)
-        with DefaultScope.overwrite_default_scope('mmpretrain'):
-            return MODELS.build(
-                dict(
-                    type='mmvitreg.TokenClassifier',
-                    backbone=dict(type='mmvitreg.SwinTransformer', arch=arch, img_size=img_size, window_size=window,
-                                  drop_path_rate=0.2, out_indices=(1 if tiny else 3, )),
-                    neck=dict(type='GlobalAveragePooling'),
-                    head=dict(type='LinearClsHead', num_classes=1000, in_channels=dims,
-                              loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original')),
-                    target_transform=dict(type='mmvitreg.TLAlign', num_layers=layers) if tl_align else None,
-                    train_cfg=dict(token_mix=dict(type='mmvitreg.PatchCutMix', patch_size=4)),
-                    data_preprocessor=dict(num_classes=1000, mean=[123.675, 116.28, 103.53],
-                                           std=[58.395, 57.12, 57.375], to_rgb=True)))
+        backbone, dims, layers = _swin_t('mmvitreg.SwinTransformer', img_size, tiny)
+        return _cutmix_classifier(backbone, dict(type='LinearClsHead', in_channels=dims), layers, 4, tl_align,
+                                  neck=dict(type='GlobalAveragePooling'))
 
     return build
 
