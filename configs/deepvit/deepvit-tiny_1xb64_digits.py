@@ -6,6 +6,7 @@
 _base_ = [
     '../_base_/models/deepvit.py',
     '../_base_/datasets/digits_imagenet.py',
+    '../_base_/schedules/digits_adamw_30e.py',
     'mmpretrain::_base_/default_runtime.py',
 ]
 
@@ -26,19 +27,5 @@ train_dataloader = dict(batch_size=64)
 val_dataloader = dict(batch_size=128)
 test_dataloader = val_dataloader
 
-optim_wrapper = dict(
-    optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05, eps=1e-8, betas=(0.9, 0.999)),
-    paramwise_cfg=dict(
-        norm_decay_mult=0.0, bias_decay_mult=0.0, flat_decay_mult=0.0,
-        custom_keys={'.cls_token': dict(decay_mult=0.0), '.pos_embed': dict(decay_mult=0.0)}))
-# a short schedule: 30 epochs of ~1500 images, 2 warm-up epochs, cosine
-max_epochs = 30
-param_scheduler = [
-    dict(type='LinearLR', start_factor=1e-3, by_epoch=True, end=2, convert_to_iter_based=True),
-    dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=2, end=max_epochs),
-]
-train_cfg = dict(by_epoch=True, max_epochs=max_epochs, val_interval=10)
-val_cfg = dict()
-test_cfg = dict()
+# a checkpoint every 10 epochs (the schedule: ../_base_/schedules/digits_adamw_30e.py)
 default_hooks = dict(logger=dict(interval=10), checkpoint=dict(interval=10, max_keep_ckpts=1))
-auto_scale_lr = dict(base_batch_size=64)

@@ -2,7 +2,7 @@
 # a tiny LV-ViT (conv stem, skip_lam 2) at 32x32 with a 4-pixel token stride (8x8 tokens), trained
 # with the token-labeling head on dense maps made by a teacher (resnet18-cifar-w16_1xb64_digits-teacher.py)
 # with tools/generate_label_maps.py and packed by tools/dataset_converters/pack_label_maps.py. Data: python tools/dataset_converters/digits.py imagenet --out data
-_base_ = 'mmpretrain::_base_/default_runtime.py'
+_base_ = ['mmpretrain::_base_/default_runtime.py', '../_base_/schedules/digits_adamw_30e.py']
 
 num_classes = 10
 img_size = 32
@@ -66,20 +66,5 @@ test_dataloader = val_dataloader
 val_evaluator = dict(type='Accuracy', topk=(1, 5))
 test_evaluator = val_evaluator
 
-# the ImageNet recipe's optimiser (AdamW, wd 0.05, no decay on norms/biases/cls_token/pos_embed,
-# warm-up + cosine) on a short schedule
-max_epochs = 30
-optim_wrapper = dict(
-    optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05, eps=1e-8, betas=(0.9, 0.999)),
-    paramwise_cfg=dict(
-        norm_decay_mult=0.0, bias_decay_mult=0.0, flat_decay_mult=0.0,
-        custom_keys={'.cls_token': dict(decay_mult=0.0), '.pos_embed': dict(decay_mult=0.0)}))
-param_scheduler = [
-    dict(type='LinearLR', start_factor=1e-3, by_epoch=True, end=2, convert_to_iter_based=True),
-    dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=2, end=max_epochs),
-]
-train_cfg = dict(by_epoch=True, max_epochs=max_epochs, val_interval=10)
-val_cfg = dict()
-test_cfg = dict()
+# a checkpoint every 10 epochs (the schedule: ../_base_/schedules/digits_adamw_30e.py)
 default_hooks = dict(logger=dict(interval=10), checkpoint=dict(interval=10, max_keep_ckpts=1))
-auto_scale_lr = dict(base_batch_size=64)
