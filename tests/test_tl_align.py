@@ -12,7 +12,7 @@ from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 from mmpretrain.structures import DataSample
 
 from mmvitreg.models.target_transforms import TLAlign
-from mmvitreg.models.trace import MixPlan, TokenTrace
+from mmvitreg.models.trace import MixPlan, Ride, TokenTrace
 from mmvitreg.registry import BATCH_AUGMENTS, MODELS
 from mmvitreg.utils import check_plugin_types
 
@@ -65,41 +65,52 @@ def reference_targets(trace: TokenTrace, labels: torch.Tensor) -> torch.Tensor:
     return Y[:, 0] if trace.num_extra_tokens else Y.mean(1)
 
 
-def aligned_vs_reference(backbone_cfg, img, num_layers, B=4, seed=0):
-    """Run the backbone with a trace under a fractional random plan; return TLAlign's and the reference targets."""
+def aligned_vs_reference(backbone_cfg, img, num_layers, grid, B=4, seed=0, representation='weights'):
+    """Run the backbone under a fractional random plan twice with the same weights and input: once with
+    TLAlign's stream (the labels ride in the fused kernels), once recording every attention map; return
+    TLAlign's targets, the reference targets built from the maps, and the map trace."""
     torch.manual_seed(seed)
     backbone = MODELS.build(backbone_cfg).train()  # PyTorch's default init: peaked, non-uniform maps
-    tl = TLAlign(num_layers=num_layers)
+    tl = TLAlign(num_layers=num_layers, representation=representation, num_classes=C)
     x = torch.randn(B, 3, img, img)
-    trace = TokenTrace.for_request(tl.trace_request)
-    backbone(x, trace=trace)  # fills the grid, the layouts and the maps of every block
     labels = torch.tensor([3, 999, 3, 512])[:B]
-    mask = torch.rand(B, *trace.grid)
+    mask = torch.rand(B, *grid)
     mask[0, :2] = 0.  # whole rows from the partner, whole tokens of own
     mask[1, -1] = 1.
-    trace.mix = MixPlan(index=torch.arange(B - 1, -1, -1), mask=mask)
+    plan = MixPlan(index=torch.arange(B - 1, -1, -1), mask=mask)
+    trace = TokenTrace.for_request(tl.trace_request, mix=plan)
+    trace.labels = labels
+    maps = TokenTrace(mix=plan, attn_layers=tuple(range(num_layers)))
+    state = {k: v.clone() for k, v in backbone.state_dict().items()}
+    torch.manual_seed(seed + 1)  # the same drop-path draws in both runs
+    backbone(x, trace=trace)  # the labels ride along every block
+    backbone.load_state_dict(state)  # (BatchNorm statistics of re-attention as before the first run)
+    torch.manual_seed(seed + 1)
+    backbone(x, trace=maps)  # fills the grid, the layouts and the maps of every block
     samples = [DataSample().set_gt_label(int(y)).set_gt_score(torch.zeros(C)) for y in labels]
     tl.transform(trace, samples)
     ours = torch.stack([s.gt_score for s in samples])
-    return ours, reference_targets(trace, labels), trace
+    return ours, reference_targets(maps, labels), maps
 
 
 def test_eq9_11_weight_stream_equals_c_dim_labels_on_deit():
     """DeiT: Y <- (A Y + Y) / 2 per block with the head-mean map, cls target; the (B, N) weight stream
     equals the (B, N, C=1000) label stream."""
-    ours, ref, trace = aligned_vs_reference(tiny_deit(), 32, 4)
+    ours, ref, trace = aligned_vs_reference(tiny_deit(), 32, 4, (4, 4))
     assert trace.num_extra_tokens == 1 and set(trace.attn) == {0, 1, 2, 3}
     assert (ours - ref.float()).abs().max() <= 1e-6
+    official, _, _ = aligned_vs_reference(tiny_deit(), 32, 4, (4, 4), representation='labels')
+    assert (official - ref.float()).abs().max() <= 1e-6
     assert torch.allclose(ours.sum(1), torch.ones(4)) and ours.min() >= 0
     # the target moved away from the area mix: alignment is not the identity
     own_share = torch.stack([ours[b, y] for b, y in enumerate([3, 999, 3, 512])])
-    assert (own_share[[1, 3]] - trace.mix.lam[[1, 3]]).abs().min() > 1e-3
+    assert (own_share[[1, 3]] - trace.mix.lam[[1, 3]]).abs().max() > 1e-3
 
 
 def test_swin_labels_follow_shift_padding_and_merging():
     """Swin with shifted windows, window padding and padded 2x2 merging: target = mean token label;
     the weight stream equals the C-dimensional reference built on the dense grid attention."""
-    ours, ref, trace = aligned_vs_reference(tiny_swin(), 44, 4)
+    ours, ref, trace = aligned_vs_reference(tiny_swin(), 44, 4, (11, 11))
     layouts = [trace.windows[i] for i in range(4)]
     assert layouts[0].grid == (11, 11) and layouts[0].padded == (12, 12)
     assert layouts[1].shift > 0 and layouts[2].grid == (6, 6)  # stage 2 after merging 11 -> 6 (padded)
@@ -111,7 +122,7 @@ def test_swin_labels_follow_shift_padding_and_merging():
 def test_deepvit_reattention_norm_equals_reference():
     """DeepViT-S preset (re-attention in the last 5 of 16 blocks, BatchNorm'd maps with negative entries):
     Table 10's Norm(W) gives the same target in both representations and keeps labels on the simplex."""
-    ours, ref, trace = aligned_vs_reference(dict(type='mmvitreg.DeepViT', arch='s', img_size=64), 64, 16)
+    ours, ref, trace = aligned_vs_reference(dict(type='mmvitreg.DeepViT', arch='s', img_size=64), 64, 16, (4, 4))
     assert trace.attn[15].mean(1).min() < 0  # the re-attention map really has negative weights
     assert trace.attn[0].min() >= 0
     assert (ours - ref.float()).abs().max() <= 1e-6
@@ -124,10 +135,12 @@ def test_table10_norm_drops_negative_weights_and_keeps_label_of_rows_without_pos
     attn = torch.tensor([[[0.5, -0.2, 0.7],
                           [-1., -1., -1.],
                           [0.2, 0.3, 0.5]]]).view(1, 1, 3, 3)
-    w = torch.tensor([[1., 0., 0.25]])
-    out = TLAlign.spatial_mix(attn, w)
-    expected = torch.tensor([[(0.5 * 1 + 0.7 * 0.25) / 1.2, 0., 0.2 + 0.5 * 0.25]])
-    assert torch.allclose(out, expected)
+    w = torch.tensor([[1., 0., 0.25]]).unsqueeze(-1)
+    ride = Ride(torch.cat([w, 1 - w], -1))
+    ride.mix_with_map(attn)
+    out = TLAlign.step(TokenTrace(), 0, ride.values, ride.mixed)[..., 0]
+    aligned = torch.tensor([[(0.5 * 1 + 0.7 * 0.25) / 1.2, 0., 0.2 + 0.5 * 0.25]])
+    assert torch.allclose(out, 0.5 * (aligned + w[..., 0]))
 
 
 def build_classifier(backbone=None, num_layers=4, target_transform=True, num_classes=10, patch=8):
@@ -164,7 +177,7 @@ def test_training_uses_the_aligned_target_and_inference_builds_no_trace():
     losses = model(**data, mode='loss')
     assert torch.isfinite(losses['loss'])
     trace = traces[-1]
-    assert trace.mix is plan and set(trace.attn) == set(range(4))
+    assert trace.mix is plan and set(trace.streamed) == set(range(4)) and not trace.attn
     w = model.target_transform.aligned_weights(trace)
     own = F.one_hot(torch.arange(4) % 10, 10).float()
     assert torch.allclose(targets[-1], w[:, None] * own + (1 - w[:, None]) * own.flip(0))
@@ -178,19 +191,25 @@ def test_training_uses_the_aligned_target_and_inference_builds_no_trace():
 
 def test_tl_align_errors_name_the_fix():
     """Misconfigurations fail: too many blocks at build time, no plan / wrong depth at the first step."""
-    with pytest.raises(IndexError, match='TLAlign'):
+    with pytest.raises(ValueError, match='TLAlign carries its stream through num_layers=5'):
         build_classifier(num_layers=5)
     model = build_classifier(num_layers=4)
     trace = TokenTrace.for_request(model.target_transform.trace_request)
     with pytest.raises(ValueError, match='PatchCutMix'):
         model.target_transform.transform(trace, [DataSample().set_gt_label(0)])
-    model.backbone(torch.randn(2, 3, 32, 32), trace=trace)
-    trace.mix = MixPlan(index=torch.tensor([1, 0]), mask=torch.ones(2, 4, 4))
+    with pytest.raises(ValueError, match='PatchCutMix'):
+        model.backbone(torch.randn(2, 3, 32, 32), trace=trace)
+    x = torch.randn(2, 3, 32, 32)
+    trace = TokenTrace.for_request(TLAlign(num_layers=3).trace_request, mix=MixPlan(torch.tensor([1, 0]),
+                                                                                     torch.ones(2, 4, 4)))
     with pytest.raises(ValueError, match='num_layers'):
-        TLAlign(num_layers=3).transform(trace, [DataSample().set_gt_label(0).set_gt_score(torch.zeros(10))] * 2)
-    trace.mix = MixPlan(index=torch.tensor([1, 0]), mask=torch.ones(2, 2, 2))
+        model.backbone(x, trace=trace)
+    trace = TokenTrace.for_request(model.target_transform.trace_request,
+                                   mix=MixPlan(torch.tensor([1, 0]), torch.ones(2, 2, 2), torch.ones(2, 32, 32)))
     with pytest.raises(ValueError, match='patch_size'):
-        model.target_transform.transform(trace, [DataSample().set_gt_label(0)] * 2)
+        model.backbone(x, trace=trace)
+    with pytest.raises(ValueError, match='num_classes'):
+        TLAlign(num_layers=4, representation='labels')
 
 
 def test_patch_cutmix_is_the_official_token_box_mixed_in_pixels(monkeypatch):
