@@ -339,3 +339,74 @@ def test_recorded_maps_are_taken_before_attention_dropout():
     _, wattn = win(torch.randn(3, 4, 16), need_attn=True)
     for a in (attn, wattn):
         assert torch.allclose(a.sum(-1), torch.ones(a.shape[:-1])) and (a > 0).all()
+
+
+def test_benchmark_case_weight_stream_vs_c_dim_stream_trains_on_the_same_target():
+    """deit-s-tlalign-weights-vs-labels: the two models differ only in TLAlign's representation, and with the
+    same weights and the same CutMix draw both give the same loss (the same aligned target)."""
+    from mmvitreg.analysis import train_step_benchmark as bench
+    case = bench.get_case('deit-s-tlalign-weights-vs-labels')
+    losses = {}
+    for role, representation in (('model', 'weights'), ('baseline', 'labels')):
+        torch.manual_seed(0)
+        model = case.build(role, 32, True)
+        assert model.target_transform.representation == representation
+        np.random.seed(0)
+        data = model.data_preprocessor(case.make_batch(4, 32), training=True)
+        losses[role] = model(**data, mode='loss')['loss']
+    assert torch.allclose(losses['model'], losses['baseline'], atol=1e-6)
+
+
+def _initial_weights(plan, grid):
+    """TLAlign's initial per-token labels for ``plan`` on a ViT grid with a cls token: (own, partner) shares."""
+    trace = TokenTrace(mix=plan, grid=grid, num_layers=4, num_extra_tokens=1)
+    return TLAlign(num_layers=4).start(trace)
+
+
+def test_random_patch_mix_takes_round_1_minus_lam_random_tokens_and_mixes_pixels(monkeypatch):
+    """Table 7 "Random" (MAE-style): per sample round((1 - lam) N) whole 16x16 patches from the partner, drawn at
+    random; images mixed in pixel space; TLAlign starts each token at 1 (own) / 0 (partner), the cls token at lam."""
+    aug = BATCH_AUGMENTS.build(dict(type='mmvitreg.RandomPatchMix', patch_size=16))
+    draws = iter([1., 0.75, 0.5, 0.3])
+    monkeypatch.setattr(np.random, 'beta', lambda a, b: next(draws))
+    np.random.seed(0)
+    x = torch.rand(3, 3, 64, 64)
+    plan = aug.plan(x)
+    assert [int((plan.mask[b] == 0).sum()) for b in range(3)] == [4, 8, 11]  # 16 tokens; lam == 1 redrawn
+    draws = iter([0.5] * 6)
+    again = aug.plan(x)  # the same lam for every sample: 8 tokens each, at random places
+    assert (again.mask == 0).flatten(1).sum(1).tolist() == [8, 8, 8] and not torch.equal(again.mask[0], again.mask[1])
+    assert torch.equal(plan.pixel_mask, plan.mask.repeat_interleave(16, 1).repeat_interleave(16, 2))
+    assert torch.equal(plan.mix_images(x), x * plan.pixel_mask[:, None] + x.flip(0) * (1 - plan.pixel_mask[:, None]))
+    assert torch.allclose(plan.lam, torch.tensor([12 / 16, 8 / 16, 5 / 16]))
+    w = _initial_weights(plan, (4, 4))
+    assert torch.equal(w[:, 1:, 0], plan.mask.flatten(1)) and torch.allclose(w[:, 0, 0], plan.lam)
+    assert torch.allclose(w.sum(-1), torch.ones(3, 17))
+    with pytest.raises(TypeError, match='token_mix'):
+        aug.mix(x, torch.zeros(3, 10))
+
+
+def test_block_mix_fills_beit_blocks_from_the_partner(monkeypatch):
+    """Table 7 "Block-wise" (BEiT Algorithm 1): rectangles of s tokens with aspect r at a uniform position are
+    added until round((1 - lam) N) tokens come from the partner, without overshooting."""
+    aug = BATCH_AUGMENTS.build(dict(type='mmvitreg.BlockMix', patch_size=8))
+    monkeypatch.setattr(np.random, 'beta', lambda a, b: 0.75)  # 64 tokens -> 16 from the partner
+    monkeypatch.setattr(np.random, 'uniform', lambda lo, hi: 16. if lo > 0 else 0.)  # s = 16, log r = 0
+    corners = iter([2, 3])
+    monkeypatch.setattr(np.random, 'randint', lambda lo, hi: next(corners))
+    x = torch.rand(1, 3, 64, 64)
+    plan = aug.plan(x)
+    expected = torch.ones(8, 8)
+    expected[2:6, 3:7] = 0  # one 4x4 block
+    assert torch.equal(plan.mask[0], expected)
+    assert torch.equal(plan.pixel_mask[0], expected.repeat_interleave(8, 0).repeat_interleave(8, 1))
+    monkeypatch.undo()
+    np.random.seed(0)
+    plan = BATCH_AUGMENTS.build(dict(type='mmvitreg.BlockMix', patch_size=16)).plan(torch.rand(8, 3, 224, 224))
+    taken = (plan.mask == 0).flatten(1).sum(1)
+    assert plan.mask.shape == (8, 14, 14) and bool(((plan.mask == 0) | (plan.mask == 1)).all())
+    assert (taken > 0).all() and torch.allclose(plan.lam, 1 - taken / 196.)
+    w = _initial_weights(plan, (14, 14))
+    assert torch.equal(w[:, 1:, 0], plan.mask.flatten(1))
+    with pytest.raises(ValueError, match='aspect'):
+        BATCH_AUGMENTS.build(dict(type='mmvitreg.BlockMix', aspect=2.))
