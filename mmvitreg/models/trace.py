@@ -26,12 +26,12 @@ backbone, including those with no trace (mmpretrain's ResNet, T2T-ViT, ConvNeXt)
 **Streams: values that ride along with the tokens.** A user that propagates per-token values with
 each block's head-averaged attention (TL-Align's labels, paper Eq. 9) need not read the
 ``(B, heads, N, N)`` maps: it gives its request a :class:`TokenStream`, and the backbone hands each
-block's attention the stream's values as a :class:`Ride`. A fused attention appends them to its
-value channels (``mean_h Softmax(q_h k_h^T) w`` is attention with ``w`` as the value, so the block
-keeps ``F.scaled_dot_product_attention`` and pays a few extra value channels); an explicit one
-(re-attention, talking heads, a tapped map, attention dropout in training) multiplies them by its
-map before dropout. The stream updates its values between blocks (``stream.step``) and at Swin's
-patch merging (``stream.resize``); ``trace.streamed[i]`` holds them after block ``i``.
+block's attention the stream's values as a :class:`Ride`. A fused attention keeps its
+``F.scaled_dot_product_attention`` and applies ``mean_h Softmax(q_h k_h^T)`` to the values from its
+detached ``q, k`` outside autograd (no map is kept for the backward); an explicit one (re-attention,
+talking heads, a tapped map, attention dropout in training) multiplies them by its map before
+dropout. The stream updates its values between blocks (``stream.step``) and at Swin's patch merging
+(``stream.resize``); ``trace.streamed[i]`` holds them after block ``i``.
 """
 import functools
 from dataclasses import dataclass, field
@@ -51,10 +51,6 @@ CAPABILITIES = {
     'windows': 'attends within (shifted) windows, described by a WindowLayout per block',
     'stream': 'carries the values of a TokenStream through the attention of every block (a Ride per block)',
 }
-
-#: Fused attention kernels run fastest on head widths that are multiples of this (a 66-channel value
-#: costs the CPU kernel twice a 72-channel one); ride-along values are zero-padded to it.
-RIDE_CHANNEL_MULTIPLE = 8
 
 
 @dataclass
@@ -250,41 +246,34 @@ class Ride:
 
     with ``A_h`` the map that mixes the attention's values, before attention dropout (re-attention:
     after ``Θ`` and its norm; only such maps have negative entries, a softmax map is unchanged by
-    the ``max``). Values and results are detached: a ride never changes the model's gradients.
+    the ``max``). Everything runs detached, in float32, outside autograd: a ride never changes the
+    model's gradients and keeps no map for the backward.
 
-    A fused attention calls :meth:`extend` on its ``(B0, G * heads, n, d)`` values and :meth:`split` on
-    the kernel's output (``G`` windows folded into the head axis, 1 without); an explicit one calls
-    :meth:`mix_with_map`. The kernel runs in the values' dtype (under AMP: half precision).
+    A fused attention calls :meth:`attend` with its ``q, k`` (its own kernel call stays as it is:
+    a kernel call that carried the values as extra value channels would leave PyTorch's fused CPU
+    kernel, which needs equal widths, for its math path); an explicit one calls :meth:`mix_with_map`.
 
     Args:
         values (Tensor): ``(B', n, D)``.
     """
 
     def __init__(self, values: Tensor):
-        self.values = values.detach()
+        self.values = values.detach().float()
         self.mixed: Optional[Tensor] = None
 
-    def extend(self, v: Tensor, heads: int) -> Tensor:
-        """``(B0, G * heads, n, d)`` -> ``(B0, G * heads, n, d + D')``: the ride's values appended to every
-        head's value channels, zero-padded to a multiple of :data:`RIDE_CHANNEL_MULTIPLE` channels."""
-        B0, GH, n, d = v.shape
-        D = self.values.shape[-1]
-        pad = -(d + D) % RIDE_CHANNEL_MULTIPLE
-        r = self.values.to(v.dtype).view(B0, GH // heads, 1, n, D).expand(-1, -1, heads, -1, -1)
-        r = F.pad(r.reshape(B0, GH, n, D), (0, pad))
-        return torch.cat([v, r], -1)
-
-    def split(self, out: Tensor, d: int, heads: int) -> Tensor:
-        """Take the kernel's output ``(B0, G * heads, n, d + D')`` apart: keep the head-mean of the ride's
-        channels as :attr:`mixed` and return the ``(B0, G * heads, n, d)`` attention output."""
-        D = self.values.shape[-1]
-        n = out.shape[2]
-        self.mixed = out[..., d:d + D].detach().float().reshape(-1, heads, n, D).mean(1)
-        return out[..., :d]
+    @torch.no_grad()
+    def attend(self, q: Tensor, k: Tensor, scale: float, heads: int, bias: Optional[Tensor] = None) -> None:
+        """Set :attr:`mixed` from ``Softmax(q k^T * scale + bias)`` with ``q, k`` ``(B0, G * heads, n, d)``
+        (``G`` windows folded into the head axis, 1 without) and ``bias`` broadcastable to the logits."""
+        logits = (q.float() * scale) @ k.float().transpose(-2, -1)
+        if bias is not None:
+            logits += bias.float()
+        n = logits.shape[-1]
+        self.mix_with_map(logits.softmax(-1).view(-1, heads, n, n))
 
     def mix_with_map(self, attn: Tensor) -> None:
         """Set :attr:`mixed` from an explicit map ``(B', heads, n, n)`` (taken before attention dropout)."""
-        self.mixed = attn.detach().float().mean(1).clamp_(min=0) @ self.values.float()
+        self.mixed = attn.detach().float().mean(1).clamp_(min=0) @ self.values
 
 
 class TokenStream(Protocol):

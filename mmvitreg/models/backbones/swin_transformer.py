@@ -42,8 +42,8 @@ class SwinTransformer(MMPretrainSwinTransformer):
     * ``trace.attn[i]`` ``(B * nW, heads, w * w, w * w)``: block ``i``'s window attention maps
       (after softmax, before attention dropout); only these blocks leave the fused kernel.
     * ``trace.stream``: its values are partitioned into every block's windows (padding carries 0) and
-      ride in the fused kernel; ``stream.resize`` follows patch merging; ``trace.streamed[i]``
-      ``(B, H_s * W_s, D)`` after block ``i``.
+      go with the fused attention (:class:`~mmvitreg.models.trace.Ride`); ``stream.resize`` follows
+      patch merging; ``trace.streamed[i]`` ``(B, H_s * W_s, D)`` after block ``i``.
 
     Args:
         **kwargs: The arguments of mmpretrain's ``SwinTransformer`` (``arch``, ``img_size``,

@@ -24,9 +24,8 @@ class MultiheadSelfAttention(nn.Module):
     :meth:`attention_map` and returns the map too. Subclasses that change the map (re-attention,
     talking heads) override :meth:`attention_map` and set ``fused = False``. A
     :class:`~mmvitreg.models.trace.Ride` (``ride``, values ``(B, N, D)``) gets the head-mean map
-    applied to its values: on the fused path as extra value channels of the same kernel call, with
-    attention dropout active in training (whose kernel would drop them too) or on the explicit path
-    from the map before dropout.
+    applied to its values: on the fused path from the detached ``q, k`` outside autograd, on the
+    explicit path (and with attention dropout active in training) from the map before dropout.
 
     Args:
         embed_dims (int): Token channels ``C``.
@@ -85,9 +84,9 @@ class MultiheadSelfAttention(nn.Module):
             x = attn @ v
         else:
             attn = None
-            x = F.scaled_dot_product_attention(
-                q, k, v if ride is None else ride.extend(v, self.num_heads), dropout_p=dropout, scale=self.scale)
-            x = x if ride is None else ride.split(x, self.head_dims, self.num_heads)
+            x = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=self.scale)
+            if ride is not None:
+                ride.attend(q, k, self.scale, self.num_heads)
         if ride is not None and attn is not None:
             ride.mix_with_map(attn)
         x = self.proj_drop(self.proj(x.transpose(1, 2).reshape(B, N, C)))

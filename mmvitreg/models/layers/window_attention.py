@@ -29,9 +29,9 @@ class WindowAttention(BaseModule):
     Without ``need_attn`` it runs ``F.scaled_dot_product_attention`` with ``B + M`` as the additive
     mask (the map is never returned); with ``need_attn=True`` it computes the map explicitly, as
     mmpretrain does, and returns it too (the softmax, before attention dropout). A
-    :class:`~mmvitreg.models.trace.Ride` (values ``(B * nW, N, D)`` in windows) rides in the fused call
-    as extra value channels, or, on the explicit path and with attention dropout active in training,
-    gets the map before dropout.
+    :class:`~mmvitreg.models.trace.Ride` (values ``(B * nW, N, D)`` in windows) gets the head-mean map
+    from the detached ``q, k`` outside autograd beside the fused call, or, on the explicit path and
+    with attention dropout active in training, the map before dropout.
 
     Args:
         embed_dims (int): Token channels ``C``.
@@ -108,9 +108,9 @@ class WindowAttention(BaseModule):
                 ride.mix_with_map(attn)
         else:  # the (1, ., N, N) bias broadcasts over the batch without a copy
             x = F.scaled_dot_product_attention(
-                q, k, v if ride is None else ride.extend(v, self.num_heads), attn_mask=bias.to(q.dtype),
-                dropout_p=dropout, scale=self.scale)
-            x = x if ride is None else ride.split(x, C // self.num_heads, self.num_heads)
+                q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropout, scale=self.scale)
+            if ride is not None:
+                ride.attend(q, k, self.scale, self.num_heads, bias)
         x = x.reshape(B_, self.num_heads, N, -1)
         x = self.proj_drop(self.proj(x.transpose(1, 2).reshape(B_, N, C)))
         return (x, attn) if need_attn else x

@@ -46,19 +46,18 @@ class TLAlign(BaseModule):
       tokens (real ones only) and normalises (Table 10);
     * stop-gradient (Eq. 12): labels ride on detached values and never enter autograd.
 
-    **How the labels travel.** ``A Y`` is attention with ``Y`` as the value, so TLAlign is a
-    :class:`~mmvitreg.models.trace.TokenStream`: the backbone appends the labels to the value channels
-    of each block's fused attention kernel (see :class:`~mmvitreg.models.trace.Ride`) and no
-    ``(B, heads, N, N)`` map is materialised; blocks whose map is explicit anyway (re-attention)
-    multiply the labels by it. The official code materialises every map and multiplies
-    ``(B, N, C)`` labels. Propagation runs in float32, except inside a fused kernel under AMP
-    (the kernel's half precision).
+    **How the labels travel.** TLAlign is a :class:`~mmvitreg.models.trace.TokenStream`: the backbone
+    carries the labels block by block (see :class:`~mmvitreg.models.trace.Ride`). Blocks keep their
+    fused attention kernel and the head-mean map is formed from the detached ``q, k`` outside
+    autograd, so no ``(B, heads, N, N)`` map is kept for the backward; blocks whose map is explicit
+    anyway (re-attention) multiply the labels by it. The official code records every map in the
+    autograd graph and multiplies ``(B, N, C)`` labels. Propagation runs in float32 (also under AMP).
 
     **Representation.** Two-image mixing starts every token at ``w y_own + (1 - w) y_partner`` and
     each step above is a convex combination, so labels keep that form. ``representation='weights'``
     (default) carries the 2-dimensional label ``(w, 1 - w)`` over (own, partner) per token;
     ``'labels'`` carries the official ``(B, N, C)`` labels (same target, ``tests/test_tl_align.py``
-    checks it to 1e-6; ``C`` channels ride in every attention call). Initial labels: the plan's
+    checks it to 1e-6). Initial labels: the plan's
     token mask (1 own, 0 partner, in between for split patches) and, for extra tokens (cls), the
     plan's area ``lam`` (official ``tla.py``). Target: the label of the cls token (ViT/DeiT/DeepViT)
     or the mean label of the last block's tokens (backbones without a cls token: Swin), as each
