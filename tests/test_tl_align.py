@@ -410,3 +410,22 @@ def test_block_mix_fills_beit_blocks_from_the_partner(monkeypatch):
     assert torch.equal(w[:, 1:, 0], plan.mask.flatten(1))
     with pytest.raises(ValueError, match='aspect'):
         BATCH_AUGMENTS.build(dict(type='mmvitreg.BlockMix', aspect=2.))
+
+
+def test_labels_propagate_in_float32_under_autocast():
+    """Under bfloat16 autocast the block runs in bfloat16 but the ride forms its map and mixes the labels in
+    float32: the aligned weights equal those of a float32 map built from the same (bfloat16) q and k."""
+    from mmvitreg.models.layers import MultiheadSelfAttention
+    torch.manual_seed(0)
+    msa = MultiheadSelfAttention(32, 2).train()
+    x = torch.randn(2, 9, 32)
+    values = torch.rand(2, 9, 2)
+    seen = {}
+    msa.register_forward_hook(lambda m, a, out: seen.setdefault('qkv', m.qkv(a[0])))
+    ride = Ride(values)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        out = msa(x, ride=ride)
+    assert out.dtype == torch.bfloat16 and ride.mixed.dtype == torch.float32
+    q, k, _ = seen['qkv'].float().reshape(2, 9, 3, 2, 16).permute(2, 0, 3, 1, 4)
+    expected = (((q * msa.scale) @ k.transpose(-2, -1)).softmax(-1).mean(1)) @ values
+    assert (ride.mixed - expected).abs().max() <= 1e-6

@@ -265,15 +265,17 @@ class Ride:
     def attend(self, q: Tensor, k: Tensor, scale: float, heads: int, bias: Optional[Tensor] = None) -> None:
         """Set :attr:`mixed` from ``Softmax(q k^T * scale + bias)`` with ``q, k`` ``(B0, G * heads, n, d)``
         (``G`` windows folded into the head axis, 1 without) and ``bias`` broadcastable to the logits."""
-        logits = (q.float() * scale) @ k.float().transpose(-2, -1)
-        if bias is not None:
-            logits += bias.float()
-        n = logits.shape[-1]
-        self.mix_with_map(logits.softmax(-1).view(-1, heads, n, n))
+        with torch.autocast(q.device.type, enabled=False):
+            logits = (q.float() * scale) @ k.float().transpose(-2, -1)
+            if bias is not None:
+                logits += bias.float()
+            n = logits.shape[-1]
+            self.mix_with_map(logits.softmax(-1).view(-1, heads, n, n))
 
     def mix_with_map(self, attn: Tensor) -> None:
         """Set :attr:`mixed` from an explicit map ``(B', heads, n, n)`` (taken before attention dropout)."""
-        self.mixed = attn.detach().float().mean(1).clamp_(min=0) @ self.values
+        with torch.autocast(attn.device.type, enabled=False):
+            self.mixed = attn.detach().float().mean(1).clamp_(min=0) @ self.values
 
 
 class TokenStream(Protocol):
