@@ -6,8 +6,19 @@
 One *section* per technique (one module per section in this package, found automatically: adding a
 section is adding a file). A section is a function ``run(ctx) -> str`` registered with
 :func:`register_section`; it trains what it needs through :meth:`Context.train_and_test` (the real
-``tools/train.py`` and ``tools/test.py``, in subprocesses, on the bundled digits), measures, saves its
-plots with :meth:`Context.save_figure` and returns its markdown body. The writer stores that body as
+``tools/train.py`` and ``tools/test.py``, in subprocesses, on the bundled digits), measures (in
+process: :meth:`Context.load_model`, :meth:`Context.val_batches`; logged training scalars:
+:meth:`Run.scalars`), saves its plots with :meth:`Context.save_figure` (make them with
+:func:`figure`), tabulates with :func:`accuracy_table` and returns its markdown body. Example::
+
+    @register_section('deepvit', 'DeepViT: re-attention against attention collapse', order=10, budget_min=10)
+    def run(ctx):
+        runs = {name: [ctx.train_and_test(CONFIG, seed, options, tag=name, epochs=20)
+                       for seed in ctx.seeds] for name, options in MODELS.items()}
+        fig, ax = figure()
+        ...
+        return accuracy_table(runs, baseline='vit') + '\n\n' + ctx.save_figure(fig, 'similarity')
+ The writer stores that body as
 the fragment ``<out>/claims/<section>.md`` (figures ``<out>/claims/<section>_*.png``) and assembles
 ``<out>/claims.md`` from all fragments in registry order (``order``), so running some sections
 updates only theirs, and sections run on different branches merge without touching each other's
@@ -32,8 +43,10 @@ Sizes (``ctx.size``):
   50     tl_align          10 min  CutMix vs CutMix + TL-Align, 3 seeds
   =====  ================  ======  ==============================================================
 
-  One digits training run of a tiny (~0.3-1 M parameter) model costs roughly 1-2 s per epoch of
-  1500 images at 32x32 on one core; size runs from that (e.g. 2 models x 3 seeds x 30 epochs).
+  Measured cost (one core, the machine shared): an epoch of the 1500 training images with
+  ``configs/deepvit/deepvit-tiny_1xb64_digits.py`` (4 blocks, 96 dims, 65 tokens) takes ~9 s, and
+  every run adds ~20 s of start-up (the train and the test process); cost grows with blocks x
+  tokens x dims^2, so deep models for a 10-minute section are narrow and use few tokens.
 
 Cache: a finished run (train + test) leaves ``run.json`` in its folder under
 ``<work-dir>/<section>/``; asking for the same run again (same config, seed, options, subset,
@@ -45,7 +58,6 @@ smaller than the spread (the larger of the two stds) is called a tie (:func:`ver
 import hashlib
 import json
 import os
-import os.path as osp
 import subprocess
 import sys
 import time
@@ -116,7 +128,10 @@ class Run:
 
     Attributes:
         tag (str): the section's name for the model (e.g. ``'vit-12b'``).
+        config (str): the config, relative to the repository root.
         seed (int): ``randomness.seed`` of the training run.
+        cfg_options (dict): every ``--cfg-options`` both tools were given (data, seed, schedule, the
+            section's own).
         metrics (dict): the final metrics of ``tools/test.py`` (``{'accuracy/top1': 97.6, ...}``).
         checkpoint (str): the last checkpoint of the training run.
         work_dir (str): the run's folder (logs, ``train.log``, ``test.log``, ``run.json``).
@@ -125,7 +140,9 @@ class Run:
     """
 
     tag: str
+    config: str
     seed: int
+    cfg_options: dict
     metrics: dict
     checkpoint: str
     work_dir: str
@@ -159,6 +176,9 @@ class Context:
     out_dir: Path
     work_dir: Path
     log: Callable = field(default=print, repr=False)
+
+    def __post_init__(self):
+        self.out_dir, self.work_dir = Path(self.out_dir), Path(self.work_dir).resolve()
 
     @property
     def data_root(self) -> Path:
@@ -273,7 +293,7 @@ class Context:
         lines = [ln for ln in (run_dir / 'test.log').read_text().splitlines() if ln.startswith('metrics: ')]
         if not lines:
             raise RuntimeError(f'tools/test.py printed no "metrics:" line (log: {run_dir / "test.log"})')
-        run = Run(tag, seed, json.loads(lines[-1][len('metrics: '):]), checkpoint, str(run_dir),
+        run = Run(tag, config, seed, options, json.loads(lines[-1][len('metrics: '):]), checkpoint, str(run_dir),
                   [_shell(['tools/' + str(c[0]), *c[1:]]) for c in (train, test)], time.time() - start)
         record.write_text(json.dumps(asdict(run), indent=1))
         self.log(f'  {tag} seed {seed}: {_metric_line(run.metrics)} ({run.seconds:.0f} s)')
@@ -291,6 +311,38 @@ class Context:
                 end = max(round(min(sched.get('end', last), last) * epochs / last), begin + 1)
                 opts.update({f'param_scheduler.{i}.begin': begin, f'param_scheduler.{i}.end': end})
         return opts
+
+    def load_model(self, run: Run):
+        """``(model, cfg)``: the model of ``run``'s config and options with its last checkpoint, in
+        eval mode on the CPU, and the config (its default scope is made the current one)."""
+        from mmengine.registry import MODELS, init_default_scope
+        from mmengine.runner import load_checkpoint
+
+        from mmvitreg.utils import load_config
+        cfg = load_config(str(REPO / run.config), run.cfg_options)
+        init_default_scope(cfg.default_scope)
+        model = MODELS.build({**cfg.model, 'data_preprocessor': cfg.model.get('data_preprocessor')
+                              or cfg.get('data_preprocessor')})
+        load_checkpoint(model, run.checkpoint, map_location='cpu', logger='silent')
+        return model.eval(), cfg
+
+    @staticmethod
+    def val_batches(model, cfg, num_images: Optional[int] = None, batch_size: int = 64):
+        """Yield ``(inputs, data_samples)`` of the first ``num_images`` (default: all) images of
+        ``cfg``'s validation set, in order, through ``model``'s data preprocessor: ``inputs`` is
+        ``(B, 3, H, W)``, normalised as in testing."""
+        from mmengine.runner import Runner
+        loader = Runner.build_dataloader({**cfg.val_dataloader, 'batch_size': batch_size, 'num_workers': 0,
+                                          'persistent_workers': False,
+                                          'sampler': dict(type='DefaultSampler', shuffle=False)})
+        seen = 0
+        for batch in loader:
+            data = model.data_preprocessor(batch, False)
+            take = batch_size if num_images is None else min(batch_size, num_images - seen)
+            yield data['inputs'][:take], data['data_samples'][:take]
+            seen += take
+            if num_images is not None and seen >= num_images:
+                return
 
     def save_figure(self, fig, name: str) -> str:
         """Save a matplotlib figure as ``<out>/claims/<section>_<name>.png``, close it, and return the
@@ -413,7 +465,6 @@ def run_sections(names: Sequence[str], size: str, out_dir, work_dir, seeds: Opti
     unknown = [n for n in names if n not in known]
     if unknown:
         raise KeyError(f'unknown claims sections {unknown}; registered: {list(known)}')
-    out_dir, work_dir = Path(out_dir), Path(work_dir).resolve()
     seeds = tuple(seeds) if seeds else SEEDS[size]
     minutes = {}
     Context('data', size, seeds, out_dir, work_dir, log).build_data()
@@ -421,14 +472,14 @@ def run_sections(names: Sequence[str], size: str, out_dir, work_dir, seeds: Opti
         ctx = Context(section.name, size, seeds, out_dir, work_dir, log)
         log(f'[claims] {section.name} (size {size}, seeds {list(seeds)}, budget {section.budget_min:g} min)')
         start = time.time()
-        for old in (out_dir / 'claims').glob(f'{section.name}_*.png'):
+        for old in (ctx.out_dir / 'claims').glob(f'{section.name}_*.png'):
             old.unlink()
         body = section.run(ctx)
         minutes[section.name] = (time.time() - start) / 60
-        (out_dir / 'claims').mkdir(parents=True, exist_ok=True)
-        (out_dir / 'claims' / f'{section.name}.md').write_text(
+        (ctx.out_dir / 'claims').mkdir(parents=True, exist_ok=True)
+        (ctx.out_dir / 'claims' / f'{section.name}.md').write_text(
             fragment(section, ctx, body, minutes[section.name]))
         log(f'[claims] {section.name}: done in {minutes[section.name]:.1f} min '
-            f'({osp.join(out_dir, "claims", section.name + ".md")})')
+            f'({ctx.out_dir / "claims" / (section.name + ".md")})')
     assemble(out_dir)
     return minutes
