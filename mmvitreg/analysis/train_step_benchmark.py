@@ -519,7 +519,7 @@ register_case(
     'deit-s-tlalign-weights-vs-labels',
     TrainStepCase(
         description='DeiT-S with CutMix + TL-Align carrying the 2-dimensional (own, partner) label per token vs. '
-        'the same carrying the official C = 1000 dimensional labels (both ride in the fused attention)',
+        'the same carrying the official C = 1000 dimensional labels (both beside the fused attention)',
         model=_deit_cutmix(True),
         baseline=_deit_cutmix(True, 'labels'),
         make_batch=classification_batch,
