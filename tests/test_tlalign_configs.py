@@ -3,9 +3,9 @@ TL-Align over every block of its backbone, and carries the numbers of the run be
 import pytest
 import torch
 import yaml
-from mmengine.registry import DefaultScope
 
 from conftest import CONFIGS
+from test_deepvit_configs import build_model as build
 
 TLALIGN = CONFIGS / 'tlalign'
 # ImageNet config -> (backbone type, arch, blocks, head channels, the paper's Table 1 top-1 with TL-Align)
@@ -42,12 +42,6 @@ def load(name):
     return load_config(str(TLALIGN / f'{name}.py'))
 
 
-def build(cfg, scope):
-    from mmengine.registry import MODELS
-    model_cfg = cfg.model.copy()
-    model_cfg.setdefault('data_preprocessor', cfg.get('data_preprocessor'))
-    with DefaultScope.overwrite_default_scope(scope):
-        return MODELS.build(model_cfg)
 
 
 def device_of(cfg):
