@@ -63,7 +63,7 @@ def _label_maps_figure(ctx, run) -> str:
 
 @register_section('tl_align', 'TL-Align: aligned token labels for CutMix', order=50, budget_min=10)
 def run(ctx) -> str:
-    epochs = ctx.pick(full=6, ci=1)
+    epochs = ctx.pick(full=12, ci=1)
     parts, rmse_rows, figure = [], [], ''
     for backbone, config in CONFIGS.items():
         runs = {f'{backbone} {target}': [ctx.train_and_test(config, seed, options, epochs=epochs,
