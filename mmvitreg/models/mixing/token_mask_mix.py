@@ -4,6 +4,7 @@ import torch
 from torch import Tensor
 
 from ..trace import MixPlan, TraceRequest
+from .plan_utils import partner_index, token_grid
 
 
 class TokenMaskMix:
@@ -44,12 +45,8 @@ class TokenMaskMix:
     def plan(self, inputs: Tensor) -> MixPlan:
         """Draw one plan for images ``(B, 3, H, W)``: partner ``index`` ``(B,)``, token mask
         ``(B, H // patch_size, W // patch_size)`` and pixel mask ``(B, H, W)`` (0 on partner tokens)."""
-        B, _, H, W = inputs.shape
-        p = self.patch_size
-        if H % p or W % p:
-            raise ValueError(f'{type(self).__name__} needs a whole token grid: input {H}x{W} is not a multiple of '
-                             f'patch_size={p}')
-        grid = (H // p, W // p)
+        B, p = len(inputs), self.patch_size
+        grid = token_grid(type(self).__name__, inputs, p)
         masks = []
         for _ in range(B):
             lam = 1.
@@ -57,9 +54,7 @@ class TokenMaskMix:
                 lam = np.random.beta(self.alpha, self.alpha)
             masks.append(~self.draw(grid, int(round((1 - lam) * grid[0] * grid[1]))))
         mask = torch.from_numpy(np.stack(masks)).float().to(inputs.device)
-        index = (torch.arange(B - 1, -1, -1, device=inputs.device) if self.partner == 'flip'
-                 else torch.randperm(B, device=inputs.device))
-        return MixPlan(index=index, mask=mask, pixel_mask=mask.repeat_interleave(p, 1).repeat_interleave(p, 2))
+        return MixPlan(index=partner_index(B, self.partner, inputs.device), mask=mask, pixel_mask=mask.repeat_interleave(p, 1).repeat_interleave(p, 2))
 
     def mix(self, batch_inputs: Tensor, batch_scores: Tensor):
         """Refuse to run as an mmpretrain batch augment (its plan must reach the model)."""
