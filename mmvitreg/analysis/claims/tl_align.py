@@ -45,13 +45,17 @@ def _untrained_rmse(ctx, run) -> float:
 
 
 def _label_maps_figure(ctx, run) -> str:
-    """Fig. 5 for one trained model: 4 mixed validation images, their initial and aligned label maps."""
+    """Fig. 5 for one trained model: 4 mixed validation images, their initial and aligned label maps (the first
+    draw from seed ``MIX_SEED`` on whose box is not empty: on a 4x4 grid CutMix's box often clips to nothing)."""
     model, cfg = ctx.load_model(run)
-    np.random.seed(MIX_SEED)
-    torch.manual_seed(MIX_SEED)
     batch = next(iter(build_dataloader(cfg, 'val', 4, 0)))
     tl = tl_align_of(model)
-    inputs, plan, trace = align_batch(model, batch, tl)
+    for seed in range(MIX_SEED, MIX_SEED + 100):
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+        inputs, plan, trace = align_batch(model, batch, tl)
+        if plan.lam.max() < 1:
+            break
     dp = model.data_preprocessor
     images = (inputs * dp.std + dp.mean) / 255.
     name = f'{ctx.section}_label_maps.png'
