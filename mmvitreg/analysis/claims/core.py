@@ -6,7 +6,7 @@
 One *section* per technique (one module per section in this package, found automatically: adding a
 section is adding a file). A section is a function ``run(ctx) -> str`` registered with
 :func:`register_section`; it trains what it needs through :meth:`Context.train_and_test` (the real
-``tools/train.py`` and ``tools/test.py``, in subprocesses, on the bundled digits), measures (in
+``tools/train.py`` and ``tools/test.py``, run in this process, on the bundled digits), measures (in
 process: :meth:`Context.load_model`, :meth:`Context.val_batches`; logged training scalars:
 :meth:`Run.scalars`), saves its plots with :meth:`Context.save_figure` (make them with
 :func:`figure`), tabulates with :func:`accuracy_table` and returns its markdown body. Example::
@@ -45,7 +45,7 @@ Sizes (``ctx.size``):
 
   Measured cost (one core, the machine shared): an epoch of the 1500 training images with
   ``configs/deepvit/deepvit-tiny_1xb64_digits.py`` (4 blocks, 96 dims, 65 tokens) takes ~9 s, and
-  every run adds ~20 s of start-up (the train and the test process); cost grows with blocks x
+  every run adds a few seconds (building, testing); cost grows with blocks x
   tokens x dims^2, so deep models for a 10-minute section are narrow and use few tokens.
 
 Cache: a finished run (train + test) leaves ``run.json`` in its folder under
@@ -55,10 +55,11 @@ epochs) returns it without training, so an interrupted report resumes where it s
 Accuracy comparisons follow the issue's rule: mean ± sample std over seeds, and a difference
 smaller than the spread (the larger of the two stds) is called a tie (:func:`verdict`).
 """
+import contextlib
 import hashlib
+import importlib.util
+import io
 import json
-import os
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -230,25 +231,29 @@ class Context:
         return opts
 
     def run_tool(self, args: Sequence, log_file: Path) -> None:
-        """Run ``tools/<args[0]>`` with this interpreter, output to ``log_file``; training progress
-        lines (``Epoch(train)``) are echoed. Raises ``RuntimeError`` with the log's tail on failure."""
-        cmd = [sys.executable, str(REPO / 'tools' / str(args[0]))] + [str(a) for a in args[1:]]
+        """Run ``main(argv)`` of ``tools/<args[0]>`` in this process (no start-up cost per run), its
+        output to ``log_file``; training progress lines (``Epoch(train)``) are echoed. Raises
+        ``RuntimeError`` with the log's tail when the tool exits with an error."""
         log_file = Path(log_file)
         log_file.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get('PYTHONPATH')])))
+        # mmengine keys a run's logger, message hub and visualizer by the second it starts in:
+        # every run starts in a second of its own
+        while int(time.time()) == _last_start[0]:
+            time.sleep(0.05)
+        _last_start[0] = int(time.time())
+        code = None
         with open(log_file, 'w') as log:
-            log.write(' '.join(cmd) + '\n')
-            log.flush()
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                    cwd=REPO)
-            for line in proc.stdout:
-                log.write(line)
-                if 'Epoch(train)' in line:
-                    self.log(f'    {line.split(" - ", 2)[-1].strip()[:150]}')
-            proc.wait()
-        if proc.returncode:
+            log.write(_shell(['tools/' + str(args[0]), *args[1:]]) + '\n')
+            out = _Progress(log, self.log)
+            try:
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                    _tool(str(args[0])).main([str(a) for a in args[1:]])
+            except SystemExit as e:
+                code = e.code
+                log.write(f'exit: {code}\n')
+        if code not in (None, 0):
             tail = ''.join(log_file.read_text().splitlines(keepends=True)[-40:])
-            raise RuntimeError(f'{" ".join(cmd)} exited {proc.returncode} (log: {log_file})\n{tail}')
+            raise RuntimeError(f'tools/{args[0]} failed (log: {log_file})\n{tail}')
 
     def train_and_test(self, config: str, seed: int, cfg_options: Optional[dict] = None, *, tag: str = None,
                        per_class: Optional[int] = None, epochs: Optional[int] = None) -> Run:
@@ -285,10 +290,10 @@ class Context:
         self.log(f'  {tag} seed {seed}: training {config} ({run_dir})')
         start = time.time()
         opts = ['--cfg-options', *fmt_options(options)]
-        train = ['train.py', config, '--work-dir', run_dir, '--no-validate', *opts]
+        train = ['train.py', REPO / config, '--work-dir', run_dir, '--no-validate', *opts]
         self.run_tool(train, run_dir / 'train.log')
         checkpoint = (run_dir / 'last_checkpoint').read_text().strip()
-        test = ['test.py', config, checkpoint, '--work-dir', run_dir / 'test', *opts]
+        test = ['test.py', REPO / config, checkpoint, '--work-dir', run_dir / 'test', *opts]
         self.run_tool(test, run_dir / 'test.log')
         lines = [ln for ln in (run_dir / 'test.log').read_text().splitlines() if ln.startswith('metrics: ')]
         if not lines:
@@ -355,6 +360,38 @@ class Context:
         return f'![{self.section} {name}](claims/{file})'
 
 
+_last_start = [0]
+_tools = {}
+
+
+def _tool(name: str):
+    """The module ``tools/<name>`` (loaded once)."""
+    if name not in _tools:
+        spec = importlib.util.spec_from_file_location(f'claims_tool_{Path(name).stem}', REPO / 'tools' / name)
+        _tools[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(_tools[name])
+    return _tools[name]
+
+
+class _Progress(io.TextIOBase):
+    """A text stream writing to a log file and echoing its training progress lines with ``echo``
+    (to the ``sys.stdout`` of the moment it was made). mmengine's loggers keep it as their console
+    stream after the run: once the log is closed, it writes there."""
+
+    def __init__(self, log, echo):
+        self.file, self.echo, self.stdout = log, echo, sys.stdout
+
+    def write(self, text):
+        if self.file.closed:
+            return self.stdout.write(text)
+        self.file.write(text)
+        for line in text.splitlines():
+            if 'Epoch(train)' in line:
+                with contextlib.redirect_stdout(self.stdout):
+                    self.echo(f'    {line.split(" - ", 2)[-1].strip()[:150]}')
+        return len(text)
+
+
 def figure(*args, **kwargs):
     """``matplotlib.pyplot.subplots`` with the non-interactive backend (no display here)."""
     import matplotlib
@@ -364,7 +401,9 @@ def figure(*args, **kwargs):
 
 
 def _shell(args) -> str:
-    return 'python ' + ' '.join(f"'{a}'" if any(c in str(a) for c in ' ()[],') else str(a) for a in args)
+    """The command line of a tool run, paths inside the repository relative to it."""
+    args = [str(a).replace(f'{REPO}/', '') for a in args]
+    return 'python ' + ' '.join(f"'{a}'" if any(c in a for c in ' ()[],') else a for a in args)
 
 
 def _metric_line(metrics: dict) -> str:
