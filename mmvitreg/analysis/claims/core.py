@@ -300,7 +300,7 @@ class Context:
             raise RuntimeError(f'tools/test.py printed no "metrics:" line (log: {run_dir / "test.log"})')
         run = Run(tag, config, seed, options, json.loads(lines[-1][len('metrics: '):]), checkpoint, str(run_dir),
                   [_shell(['tools/' + str(c[0]), *c[1:]]) for c in (train, test)], time.time() - start)
-        record.write_text(json.dumps(asdict(run), indent=1))
+        record.write_text(json.dumps(asdict(run), indent=1, default=str))  # paths as text
         self.log(f'  {tag} seed {seed}: {_metric_line(run.metrics)} ({run.seconds:.0f} s)')
         return run
 
