@@ -231,8 +231,8 @@ class Context:
         return opts
 
     def run_tool(self, args: Sequence, log_file: Path) -> None:
-        """Run ``main(argv)`` of ``tools/<args[0]>`` in this process (no start-up cost per run), its
-        output to ``log_file``; training progress lines (``Epoch(train)``) are echoed. Raises
+        """Run ``main(argv)`` of ``tools/<args[0]>`` in this process (no start-up cost per run) from the
+        repository root (paths in ``args`` may be relative to it), its output to ``log_file``; training progress lines (``Epoch(train)``) are echoed. Raises
         ``RuntimeError`` with the log's tail when the tool exits with an error."""
         log_file = Path(log_file)
         log_file.parent.mkdir(parents=True, exist_ok=True)
@@ -246,7 +246,7 @@ class Context:
             log.write(_shell(['tools/' + str(args[0]), *args[1:]]) + '\n')
             out = _Progress(log, self.log)
             try:
-                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), contextlib.chdir(REPO):
                     _tool(str(args[0])).main([str(a) for a in args[1:]])
             except SystemExit as e:
                 code = e.code

@@ -94,7 +94,8 @@ def map_figure(ctx, folder: Path, num: int = 8):
             h, w = top.shape
             for (y, x), c in np.ndenumerate(top):
                 ax.text((x + 0.5) * IMG_SIZE / w - 0.5, (y + 0.5) * IMG_SIZE / h - 0.5, str(c), ha='center',
-                        va='center', fontsize=8, color='tab:green' if c == int(label) else 'tab:red')
+                        va='center', fontsize=8, color='tab:green' if c == int(label) else 'tab:red',
+                        bbox=dict(facecolor='white', alpha=0.7, lw=0, pad=0.6))
             ax.set_title(f'label {label}', fontsize=8)
             ax.axis('off')
     fig.suptitle('teacher map: top class per cell (green = the image label)', fontsize=9)
