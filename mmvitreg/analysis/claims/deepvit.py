@@ -104,10 +104,9 @@ def run(ctx) -> str:
     top1 = {name: [r.metrics['accuracy/top1'] for r in model_runs] for name, model_runs in runs.items()}
     rows = [[name, ' / '.join(map(str, similar[name])), fmt_mean_std(adjacent[name], 3),
              fmt_mean_std(late_sim[name], 3)] for name in MODELS]
-    collapse = (f'The plain ViT has no similar block at this depth and scale, so the count cannot show the '
-                f'claim here (the paper sees collapse from about block 17 of 32 on ImageNet).'
-                if max(similar[vit]) == 0 else
-                f'The plain ViT has similar blocks; re-attention has {fmt_mean_std(similar[deepvit], 1)}.')
+    collapse = (f'the plain ViT has none at this depth and scale, so the count cannot show the claim here '
+                f'(the paper sees collapse from about block 17 of 32 on ImageNet)' if max(similar[vit]) == 0 else
+                f'ViT {fmt_mean_std(similar[vit], 1)}, re-attention {fmt_mean_std(similar[deepvit], 1)} of {DEPTH}')
     return f"""{DEPTH}-block, {DIMS}-dim ViT on {PATCH}x{PATCH}-pixel patches of the 32x32 digits ({(32 // PATCH) ** 2 + 1} tokens),
 self-attention vs re-attention in every block, trained {ctx.pick(full=EPOCHS, ci=1)} epochs each with the recipe of `{CONFIG}` without its Mixup / CutMix;
 statistics over the 297 validation images of each trained model (one value per seed, mean ± std).
@@ -119,10 +118,12 @@ statistics over the 297 validation images of each trained model (one value per s
 
 {plot}
 
-- Similar blocks (Eq. 2 similarity >= 90% with the adjacent blocks): {collapse}
+- Similar blocks (Eq. 2 similarity >= 90% with the adjacent blocks): {collapse}.
 - Adjacent attention similarity, re-attention vs self-attention: **{verdict(adjacent[deepvit], adjacent[vit],
-  higher_is_better=False)}** (lower is better; re-attention's maps are centred by its BatchNorm over heads,
-  which lowers their Eq. 2 similarity by construction).
+  higher_is_better=False)}** (lower is better). Re-attention's maps are not softmax maps: they are mixed over
+  heads by Θ and centred by its BatchNorm over heads, which alone brings their Eq. 2 similarity near 0 (so
+  no similar block) whatever the attention learned. The feature similarity below is the comparison that
+  holds for both.
 - Late-block feature similarity to the last block, re-attention vs self-attention:
   **{verdict(late_sim[deepvit], late_sim[vit], higher_is_better=False)}** (lower: the late blocks still change
   the features; not affected by the norm's centring).
