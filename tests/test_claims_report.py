@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from conftest import run_tool
+from conftest import REPO, run_tool
 from mmvitreg.analysis.claims import assemble, core, register_section, sections, verdict
 
 
@@ -77,3 +77,12 @@ def test_ci_size_report_fills_every_registered_section_with_numbers_and_plots(tm
         assert figures, f'{section.name}: no plot'
         for fig in figures:
             assert (out / fig).stat().st_size > 1000, fig
+
+
+def test_committed_claims_md_is_assembled_from_the_committed_fragments(tmp_path):
+    """docs/claims.md is what ``claims_report.py --assemble`` makes of docs/claims/<section>.md (after
+    merging branches that ran different sections, re-assemble)."""
+    import shutil
+    shutil.copytree(REPO / 'docs' / 'claims', tmp_path / 'claims')
+    assert assemble(tmp_path) == (REPO / 'docs' / 'claims.md').read_text(), \
+        'docs/claims.md is stale: python tools/analysis_tools/claims_report.py --assemble'

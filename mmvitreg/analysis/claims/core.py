@@ -177,6 +177,8 @@ class Context:
     out_dir: Path
     work_dir: Path
     log: Callable = field(default=print, repr=False)
+    #: training and testing time of the runs this section took from the cache
+    cached_seconds: float = 0.
 
     def __post_init__(self):
         self.out_dir, self.work_dir = Path(self.out_dir), Path(self.work_dir).resolve()
@@ -286,6 +288,7 @@ class Context:
         if record.is_file():
             run = Run(**json.loads(record.read_text()))
             self.log(f'  {tag} seed {seed}: cached ({_metric_line(run.metrics)})')
+            self.cached_seconds += run.seconds
             return run
         self.log(f'  {tag} seed {seed}: training {config} ({run_dir})')
         start = time.time()
@@ -472,10 +475,14 @@ def command(names: Sequence[str], size: str) -> str:
 
 
 def fragment(section: Section, ctx: Context, body: str, minutes: float) -> str:
-    """A section's stored text: how it was run, then its body."""
+    """A section's stored text: how it was run (``minutes``: this invocation; the time of the runs it
+    took from the cache is added, so the figure is what a run from scratch takes), then its body."""
+    cached = ctx.cached_seconds / 60
+    took = f'{minutes + cached:.1f} min (' + (f'{cached:.1f} of them in cached runs; ' if cached else '') + \
+        f'budget {section.budget_min:g} min at size full)'
     return (f'<!-- fragment of claims.md, written by tools/analysis_tools/claims_report.py -->\n'
-            f'*Size `{ctx.size}`, seeds {", ".join(map(str, ctx.seeds))}; took {minutes:.1f} min '
-            f'(budget {section.budget_min:g} min at size full). Re-run:* `{command([section.name], ctx.size)}`\n\n'
+            f'*Size `{ctx.size}`, seeds {", ".join(map(str, ctx.seeds))}; took {took}. '
+            f'Re-run:* `{command([section.name], ctx.size)}`\n\n'
             f'{body.strip()}\n')
 
 
@@ -518,7 +525,8 @@ def run_sections(names: Sequence[str], size: str, out_dir, work_dir, seeds: Opti
         (ctx.out_dir / 'claims').mkdir(parents=True, exist_ok=True)
         (ctx.out_dir / 'claims' / f'{section.name}.md').write_text(
             fragment(section, ctx, body, minutes[section.name]))
-        log(f'[claims] {section.name}: done in {minutes[section.name]:.1f} min '
+        log(f'[claims] {section.name}: done in {minutes[section.name]:.1f} min, {ctx.cached_seconds / 60:.1f} '
+            f'min more in cached runs '
             f'({ctx.out_dir / "claims" / (section.name + ".md")})')
     assemble(out_dir)
     return minutes
