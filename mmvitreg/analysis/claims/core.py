@@ -60,6 +60,7 @@ import hashlib
 import importlib.util
 import io
 import json
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -476,10 +477,12 @@ def command(names: Sequence[str], size: str) -> str:
 
 def fragment(section: Section, ctx: Context, body: str, minutes: float) -> str:
     """A section's stored text: how it was run (``minutes``: this invocation; the time of the runs it
-    took from the cache is added, so the figure is what a run from scratch takes), then its body."""
+    took from the cache is added, so the figure is what a run from scratch takes; the machine's
+    15-minute load average says how shared it was), then its body."""
     cached = ctx.cached_seconds / 60
     took = f'{minutes + cached:.1f} min (' + (f'{cached:.1f} of them in cached runs; ' if cached else '') + \
-        f'budget {section.budget_min:g} min at size full)'
+        f'budget {section.budget_min:g} min at size full; machine load {os.getloadavg()[2]:.1f} on ' \
+        f'{os.cpu_count()} cores at the end)'
     return (f'<!-- fragment of claims.md, written by tools/analysis_tools/claims_report.py -->\n'
             f'*Size `{ctx.size}`, seeds {", ".join(map(str, ctx.seeds))}; took {took}. '
             f'Re-run:* `{command([section.name], ctx.size)}`\n\n'

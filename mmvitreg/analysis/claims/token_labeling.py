@@ -31,7 +31,7 @@ from .core import REPO, accuracy_table, figure, fmt_options, markdown_table, reg
 TEACHER = 'configs/lvvit/resnet18-cifar-w16_1xb64_digits-teacher.py'
 STUDENT = 'configs/lvvit/lvvit-tiny_1xb64_tl_digits.py'
 CE = 'configs/lvvit/lvvit-tiny_1xb64_digits.py'
-NUM_CLASSES, IMG_SIZE, PATCH, EPOCHS, TEACHER_EPOCHS = 10, 32, 8, 10, 20
+NUM_CLASSES, IMG_SIZE, PATCH, EPOCHS, TEACHER_EPOCHS = 10, 32, 8, 6, 20
 READINGS = {'topk': 'renormalised top-5', 'official': 'official'}
 
 
