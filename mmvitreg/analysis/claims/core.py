@@ -43,10 +43,14 @@ Sizes (``ctx.size``):
   50     tl_align          10 min  CutMix vs CutMix + TL-Align, 3 seeds
   =====  ================  ======  ==============================================================
 
-  Measured cost (one core, the machine shared): an epoch of the 1500 training images with
-  ``configs/deepvit/deepvit-tiny_1xb64_digits.py`` (4 blocks, 96 dims, 65 tokens) takes ~9 s, and
-  every run adds a few seconds (building, testing); cost grows with blocks x
-  tokens x dims^2, so deep models for a 10-minute section are narrow and use few tokens.
+  Measured cost (one core each, the machine shared by several full runs, load average 7-9 on 2
+  cores): an epoch of the 1500 training images takes ~9 s with
+  ``configs/deepvit/deepvit-tiny_1xb64_digits.py`` (4 blocks, 96 dims, 65 tokens), ~7 s with the
+  12-block, 64-dim ViT on 17 tokens of the deepvit section, ~7 s with its tiny LV-ViT on 17 tokens
+  and ~27 s with the ResNet-18-CIFAR/4 teacher (32x32 feature maps); every run adds a few seconds
+  (building, testing). Cost grows with blocks x tokens x dims^2, so deep models for a 10-minute
+  section are narrow and use few tokens. Measured sections (same load): deepvit 9.4 min,
+  token_labeling 23.7 min (9.1 of them the 20-epoch teacher).
 
 Cache: a finished run (train + test) leaves ``run.json`` in its folder under
 ``<work-dir>/<section>/``; asking for the same run again (same config, seed, options, subset,
