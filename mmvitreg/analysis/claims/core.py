@@ -239,7 +239,8 @@ class Context:
 
     def run_tool(self, args: Sequence, log_file: Path) -> None:
         """Run ``main(argv)`` of ``tools/<args[0]>`` in this process (no start-up cost per run) from the
-        repository root (paths in ``args`` may be relative to it), its output to ``log_file``; training progress lines (``Epoch(train)``) are echoed. Raises
+        repository root (paths in ``args`` may be relative to it), its output to ``log_file``; training
+        progress lines (``Epoch(train)``) are echoed. Raises
         ``RuntimeError`` with the log's tail when the tool exits with an error."""
         log_file = Path(log_file)
         log_file.parent.mkdir(parents=True, exist_ok=True)
@@ -497,6 +498,7 @@ def assemble(out_dir: Path) -> str:
     """``claims.md`` from the header and every registered section's fragment (a placeholder for a
     section never run); returns the text and writes it to ``out_dir / 'claims.md'``."""
     out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     parts = [HEADER]
     for section in sections():
         frag = out_dir / 'claims' / f'{section.name}.md'

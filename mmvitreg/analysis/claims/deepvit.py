@@ -107,9 +107,11 @@ def run(ctx) -> str:
     collapse = (f'the plain ViT has none at this depth and scale, so the count cannot show the claim here '
                 f'(the paper sees collapse from about block 17 of 32 on ImageNet)' if max(similar[vit]) == 0 else
                 f'ViT {fmt_mean_std(similar[vit], 1)}, re-attention {fmt_mean_std(similar[deepvit], 1)} of {DEPTH}')
-    return f"""{DEPTH}-block, {DIMS}-dim ViT on {PATCH}x{PATCH}-pixel patches of the 32x32 digits ({(32 // PATCH) ** 2 + 1} tokens),
-self-attention vs re-attention in every block, trained {ctx.pick(full=EPOCHS, ci=1)} epochs each with the recipe of `{CONFIG}` without its Mixup / CutMix;
-statistics over the 297 validation images of each trained model (one value per seed, mean ± std).
+    tokens = (32 // PATCH) ** 2 + 1
+    return f"""{DEPTH}-block, {DIMS}-dim ViT on {PATCH}x{PATCH}-pixel patches of the 32x32 digits ({tokens} tokens),
+self-attention vs re-attention in every block, trained {ctx.pick(full=EPOCHS, ci=1)} epochs each with the
+recipe of `{CONFIG}` without its Mixup / CutMix; statistics over the 297 validation images of each
+trained model (one value per seed, mean ± std).
 
 {markdown_table(['model', 'similar blocks (per seed)', 'mean adjacent attention similarity (Eq. 2)',
                  f'mean feature similarity to the last block, blocks {DEPTH // 2 + 1}-{DEPTH - 1}'], rows)}

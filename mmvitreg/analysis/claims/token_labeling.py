@@ -135,8 +135,10 @@ def run(ctx) -> str:
         claims.append(f'- {name} reading: token labeling vs CE **{verdict(tl, ce)}**; + MixToken vs token '
                       f'labeling alone **{verdict(mix, tl)}**; token labeling + MixToken vs CE **{verdict(mix, ce)}**.')
     official, topk = READINGS['official'], READINGS['topk']
-    claims.append(f'- official vs renormalised reading: token labeling **{verdict(top1[f"TL, {official}"], top1[f"TL, {topk}"])}**, '
-                  f'with MixToken **{verdict(top1[f"TL + MixToken, {official}"], top1[f"TL + MixToken, {topk}"])}**.')
+    tl_readings = verdict(top1[f'TL, {official}'], top1[f'TL, {topk}'])
+    mix_readings = verdict(top1[f'TL + MixToken, {official}'], top1[f'TL + MixToken, {topk}'])
+    claims.append(f'- official vs renormalised reading: token labeling **{tl_readings}**, with MixToken '
+                  f'**{mix_readings}**.')
     missed = [verdict(top1[f'TL, {name}'], ce) in ('tie', 'worse') or
               verdict(top1[f'TL + MixToken, {name}'], top1[f'TL, {name}']) in ('tie', 'worse')
               for name in READINGS.values()]
