@@ -36,7 +36,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from multiprocessing import get_context
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -451,9 +451,10 @@ register_case(
 
 
 def _cutmix_classifier(backbone: dict, head: dict, num_layers: int, patch_size: int, tl_align: bool,
-                       neck: Optional[dict] = None) -> nn.Module:
+                       neck: Optional[dict] = None, aux_losses: Sequence[dict] = ()) -> nn.Module:
     """A classifier trained with TL-Align's token-aligned CutMix (:class:`~mmvitreg.models.mixing.PatchCutMix`)
-    and label smoothing 0.1, with or without :class:`~mmvitreg.models.target_transforms.TLAlign`."""
+    and label smoothing 0.1, with or without :class:`~mmvitreg.models.target_transforms.TLAlign`, and with
+    ``aux_losses``."""
     return build_in_mmpretrain(
         dict(
             type='mmvitreg.TokenClassifier',
@@ -462,6 +463,7 @@ def _cutmix_classifier(backbone: dict, head: dict, num_layers: int, patch_size: 
             head=dict(head, num_classes=1000, loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1,
                                                         mode='original')),
             target_transform=dict(type='mmvitreg.TLAlign', num_layers=num_layers) if tl_align else None,
+            aux_losses=list(aux_losses),
             train_cfg=dict(token_mix=dict(type='mmvitreg.PatchCutMix', patch_size=patch_size)),
             data_preprocessor=IMAGENET_PREPROCESSOR))
 
@@ -511,3 +513,57 @@ register_case(
         baseline=_swin_cutmix(False),
         make_batch=classification_batch,
         max_time_ratio=1.02))
+
+
+def _diversepatch_losses(dims: int, contrastive: bool) -> list:
+    """DiversePatch's losses (paper forms), the contrastive one only on isotropic backbones."""
+    return ([dict(type='mmvitreg.PatchCosineLoss')] + ([dict(type='mmvitreg.PatchContrastiveLoss')] if contrastive else [])
+            + [dict(type='mmvitreg.PatchMixingLoss', num_classes=1000, in_channels=dims)])
+
+
+def _deit_diversepatch(with_losses: bool) -> ModelBuilder:
+    """DeiT-S (``tiny``: 4 blocks of 48 channels) with token-aligned CutMix, with or without the three losses."""
+
+    def build(img_size: int, tiny: bool) -> nn.Module:
+        arch = dict(embed_dims=48, num_layers=4, num_heads=3, feedforward_channels=192) if tiny else 'deit-small'
+        dims, layers = (48, 4) if tiny else (384, 12)
+        return _cutmix_classifier(
+            dict(type='mmvitreg.VisionTransformer', arch=arch, img_size=img_size, drop_path_rate=0.1),
+            dict(type='VisionTransformerClsHead', in_channels=dims), layers, 16, False,
+            aux_losses=_diversepatch_losses(dims, True) if with_losses else ())
+
+    return build
+
+
+register_case(
+    'deit-s-diversepatch-vs-plain',
+    TrainStepCase(
+        description='DeiT-S with the patch-wise cosine, contrastive and mixing losses (DiversePatch, paper forms) '
+        'vs. the same model with the same token-aligned CutMix and the plain loss',
+        model=_deit_diversepatch(True),
+        baseline=_deit_diversepatch(False),
+        make_batch=classification_batch,
+        max_time_ratio=1.03))
+
+
+def _swin_diversepatch(with_losses: bool) -> ModelBuilder:
+    """Swin-T with CutMix boxes aligned to the last stage (32 px), with or without the cosine and mixing losses."""
+
+    def build(img_size: int, tiny: bool) -> nn.Module:
+        backbone, dims, layers = _swin_t('mmvitreg.SwinTransformer', img_size, tiny)
+        return _cutmix_classifier(backbone, dict(type='LinearClsHead', in_channels=dims), layers, 32 if not tiny else 8,
+                                  False, neck=dict(type='GlobalAveragePooling'),
+                                  aux_losses=_diversepatch_losses(dims, False) if with_losses else ())
+
+    return build
+
+
+register_case(
+    'swin-t-diversepatch-vs-plain',
+    TrainStepCase(
+        description='Swin-T with the patch-wise cosine and mixing losses on the last stage (DiversePatch; no '
+        'contrastive loss across down-sampling) vs. the same model with the same CutMix and the plain loss',
+        model=_swin_diversepatch(True),
+        baseline=_swin_diversepatch(False),
+        make_batch=classification_batch,
+        max_time_ratio=1.03))

@@ -76,7 +76,6 @@ class PatchMixingLoss(BaseModule):
             raise ValueError(f'form must be one of {self.FORMS}, got {form!r}')
         self.trace_request = last_layer_request(tokens, needs={'grid'})
         self.loss_weight, self.form, self.tokens, self.ensemble = loss_weight, form, tokens, ensemble
-        self.num_classes = num_classes
         self.dropout = nn.Dropout(drop_rate)
         self.patch_head = nn.Linear(in_channels, num_classes)
 
@@ -95,29 +94,33 @@ class PatchMixingLoss(BaseModule):
             mask = F.avg_pool2d(mask.unsqueeze(1), (mh // h, mw // w)).squeeze(1)
         return mask.flatten(1)
 
-    def _labels(self, data_samples: List) -> Tensor:
+    @staticmethod
+    def _labels(data_samples: List, device) -> Tensor:
+        """``(B,)`` ground-truth class of every sample."""
         if not data_samples or 'gt_label' not in data_samples[0]:
             raise ValueError('PatchMixingLoss classifies every patch by its image\'s label and needs gt_label in '
                              'the data samples (mmpretrain\'s PackInputs sets it)')
-        labels = torch.cat([s.gt_label for s in data_samples])
-        return F.one_hot(labels, self.num_classes).float()
+        return torch.cat([s.gt_label for s in data_samples]).to(device)
 
     def loss(self, feats: Tuple[Tensor], data_samples: List, trace: TokenTrace) -> Dict[str, Tensor]:
-        """``{'loss_patch_mixing': L}`` from the trace's last-layer tokens and the mixing plan."""
+        """``{'loss_patch_mixing': L}`` from the trace's last-layer tokens and the mixing plan.
+
+        With one-hot ``y`` the token CE is ``-(w_i log p_i[y_b] + (1 - w_i) log p_i[y_index[b]])`` and the
+        region KL is ``-log(p_R[y_R] + 1e-8)`` (``y log y = 0``), so both gather the two labels' scores."""
         h = last_layer_tokens(trace, self.tokens).float()
-        y = self._labels(data_samples).to(h.device)
-        y_partner = y[trace.mix.index] if trace.mix is not None else y
+        own = self._labels(data_samples, h.device)
+        partner = own[trace.mix.index] if trace.mix is not None else own
         w = self.own_share(trace, h)  # (B, n)
         if self.form == 'paper':
             logp = F.log_softmax(self.patch_head(self.dropout(h)).float(), dim=-1)  # (B, n, K)
-            target = w.unsqueeze(-1) * y.unsqueeze(1) + (1 - w).unsqueeze(-1) * y_partner.unsqueeze(1)
-            loss = -(target * logp).sum(-1).mean()
+            pick = lambda y: logp.gather(-1, y.view(-1, 1, 1).expand(-1, logp.shape[1], 1)).squeeze(-1)  # noqa: E731
+            loss = -(w * pick(own) + (1 - w) * pick(partner)).mean()
         else:
             loss = h.new_zeros(())
-            for region, target in ((w, y), (1 - w, y_partner)):
+            for region, label in ((w, own), (1 - w, partner)):
                 pooled = (region.unsqueeze(-1) * h).sum(1) / (region.sum(1, keepdim=True) + 1e-4)
-                prob = self.patch_head(self.dropout(pooled)).float().softmax(-1)
-                kl = (torch.xlogy(target, target) - target * torch.log(prob + 1e-8)).sum(-1)  # (B,)
+                prob = self.patch_head(self.dropout(pooled)).float().softmax(-1)  # (B, K)
+                kl = -torch.log(prob.gather(-1, label.view(-1, 1)).squeeze(-1) + 1e-8)  # (B,)
                 loss = loss + (region.mean(1) * kl).mean()
         return {'loss_patch_mixing': self.loss_weight * loss}
 
