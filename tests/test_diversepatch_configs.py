@@ -1,14 +1,16 @@
 """The DiversePatch configs (configs/diversepatch): every one loads and builds its model in its library's scope
 (shapes on the meta device), carries the paper's numbers (§5.1 ImageNet, Table 2 fine-tuning, §5.2
-segmentation recipe), agrees with metafile.yml, and the digits config trains and tests through the tools."""
+segmentation recipe), agrees with metafile.yml, and the digits config trains through tools/train.py."""
+import json
+
 import pytest
 import torch
 import yaml
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 
-from conftest import CONFIGS, run_tool
-from test_tools import CLS_SMALL, last_checkpoint, metrics_of
+from conftest import CONFIGS
+from guard_helpers import build_workspace, logged_losses, train
 
 DP = CONFIGS / 'diversepatch'
 DIGITS = DP / 'deit-deep-narrow_1xb64_diversepatch_digits.py'
@@ -122,19 +124,17 @@ def test_seg_configs_carry_the_paper_recipe(name):
     assert model.backbone.embed_dims == dims and model.decode_head.conv_seg.out_channels == classes
 
 
-def test_digits_config_trains_and_tests_with_the_three_losses(digits_workspace, tmp_path):
-    """The deep, narrow DeiT (12 blocks x 64 channels) trains an epoch through tools/train.py with all three
-    losses logged and tests through tools/test.py."""
+def test_digits_config_trains_with_the_three_losses_through_train_py(tmp_path):
+    """The deep, narrow DeiT (12 blocks x 64 channels) trains an epoch through tools/train.py (in process) with
+    all three losses logged every step, validates, and saves the patch head with the model."""
+    ws = build_workspace(tmp_path)
     work = tmp_path / 'dp'
-    proc = run_tool(['train.py', DIGITS, '--work-dir', work, '--cfg-options', 'train_cfg.max_epochs=1', *CLS_SMALL],
-                    cwd=digits_workspace)
-    log = proc.stdout + proc.stderr
-    for name in ('loss_patch_cos', 'loss_patch_contrastive', 'loss_patch_mixing'):
-        assert name in log
-    built = Config.fromfile(work / DIGITS.name)
+    train(DIGITS, ws, work, **{'train_cfg.max_epochs': 1, 'train_cfg.val_interval': 1})
+    steps = logged_losses(work)
+    assert steps and all({'loss_patch_cos', 'loss_patch_contrastive', 'loss_patch_mixing'} <= set(s) for s in steps)
+    built = Config.fromfile(str(next(work.glob('*/vis_data/config.py'))))
     assert built.model.backbone.arch.num_layers == 12 and built.model.backbone.arch.embed_dims == 64
-    ckpt = last_checkpoint(work)
-    assert 'aux_losses.2.patch_head.weight' in torch.load(ckpt, map_location='cpu', weights_only=False)['state_dict']
-    metrics = metrics_of(run_tool(['test.py', DIGITS, ckpt, '--work-dir', work, '--cfg-options', *CLS_SMALL[1:]],
-                                  cwd=digits_workspace))
-    assert 0 <= metrics['accuracy/top1'] <= 100
+    assert 'aux_losses.2.patch_head.weight' in torch.load(work / 'epoch_1.pth', map_location='cpu',
+                                                          weights_only=False)['state_dict']
+    logged = [json.loads(ln) for ln in next(work.glob('*/vis_data/scalars.json')).read_text().splitlines()]
+    assert any('accuracy/top1' in entry for entry in logged)

@@ -1,6 +1,7 @@
 """DiversePatch's patch-wise cosine loss."""
 from typing import Dict, List, Optional, Tuple
 
+import torch
 import torch.nn.functional as F
 from mmengine.model import BaseModule
 from torch import Tensor
@@ -17,14 +18,15 @@ def patch_cosine_similarity(h: Tensor, eps: float = 1e-8) -> Tensor:
         \mathcal{P}(\mathbf{h}) = \frac{1}{n(n-1)} \sum_{i \neq j}
             \frac{|h_i^\top h_j|}{\|h_i\|_2 \|h_j\|_2}
 
-    over the ``n`` patch tokens (pass them without the class token). Computed in float32; a zero
-    token has cosine 0 with every other (``eps`` in the norm).
+    over the ``n`` patch tokens (pass them without the class token). Computed in float32, also under
+    autocast; a zero token has cosine 0 with every other (``eps`` in the norm).
     """
     n = h.shape[1]
     if n < 2:
         raise ValueError(f'the patch-wise cosine similarity needs at least 2 patch tokens, got {n}')
-    hn = F.normalize(h.float(), dim=-1, eps=eps)
-    gram = (hn @ hn.transpose(1, 2)).abs()
+    with torch.autocast(h.device.type, enabled=False):
+        hn = F.normalize(h.float(), dim=-1, eps=eps)
+        gram = (hn @ hn.transpose(1, 2)).abs()
     return (gram.sum((1, 2)) - gram.diagonal(dim1=1, dim2=2).sum(1)) / (n * (n - 1))
 
 
