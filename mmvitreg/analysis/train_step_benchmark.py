@@ -521,49 +521,40 @@ def _diversepatch_losses(dims: int, contrastive: bool) -> list:
             + [dict(type='mmvitreg.PatchMixingLoss', num_classes=1000, in_channels=dims)])
 
 
-def _deit_diversepatch(with_losses: bool) -> ModelBuilder:
+def _deit_diversepatch(img_size: int, tiny: bool, with_losses: bool) -> nn.Module:
     """DeiT-S (``tiny``: 4 blocks of 48 channels) with token-aligned CutMix, with or without the three losses."""
-
-    def build(img_size: int, tiny: bool) -> nn.Module:
-        arch = dict(embed_dims=48, num_layers=4, num_heads=3, feedforward_channels=192) if tiny else 'deit-small'
-        dims, layers = (48, 4) if tiny else (384, 12)
-        return _cutmix_classifier(
-            dict(type='mmvitreg.VisionTransformer', arch=arch, img_size=img_size, drop_path_rate=0.1),
-            dict(type='VisionTransformerClsHead', in_channels=dims), layers, 16, False,
-            aux_losses=_diversepatch_losses(dims, True) if with_losses else ())
-
-    return build
+    arch = dict(embed_dims=48, num_layers=4, num_heads=3, feedforward_channels=192) if tiny else 'deit-small'
+    dims, layers = (48, 4) if tiny else (384, 12)
+    return _cutmix_classifier(
+        dict(type='mmvitreg.VisionTransformer', arch=arch, img_size=img_size, drop_path_rate=0.1),
+        dict(type='VisionTransformerClsHead', in_channels=dims), layers, 16, False,
+        aux_losses=_diversepatch_losses(dims, True) if with_losses else ())
 
 
-register_case(
-    'deit-s-diversepatch-vs-plain',
-    TrainStepCase(
-        description='DeiT-S with the patch-wise cosine, contrastive and mixing losses (DiversePatch, paper forms) '
-        'vs. the same model with the same token-aligned CutMix and the plain loss',
-        model=_deit_diversepatch(True),
-        baseline=_deit_diversepatch(False),
-        make_batch=classification_batch,
-        max_time_ratio=1.03))
-
-
-def _swin_diversepatch(with_losses: bool) -> ModelBuilder:
+def _swin_diversepatch(img_size: int, tiny: bool, with_losses: bool) -> nn.Module:
     """Swin-T with CutMix boxes aligned to the last stage (32 px), with or without the cosine and mixing losses."""
-
-    def build(img_size: int, tiny: bool) -> nn.Module:
-        backbone, dims, layers = _swin_t('mmvitreg.SwinTransformer', img_size, tiny)
-        return _cutmix_classifier(backbone, dict(type='LinearClsHead', in_channels=dims), layers, 32 if not tiny else 8,
-                                  False, neck=dict(type='GlobalAveragePooling'),
-                                  aux_losses=_diversepatch_losses(dims, False) if with_losses else ())
-
-    return build
+    backbone, dims, layers = _swin_t('mmvitreg.SwinTransformer', img_size, tiny)
+    return _cutmix_classifier(backbone, dict(type='LinearClsHead', in_channels=dims), layers, 8 if tiny else 32,
+                              False, neck=dict(type='GlobalAveragePooling'),
+                              aux_losses=_diversepatch_losses(dims, False) if with_losses else ())
 
 
-register_case(
-    'swin-t-diversepatch-vs-plain',
-    TrainStepCase(
-        description='Swin-T with the patch-wise cosine and mixing losses on the last stage (DiversePatch; no '
-        'contrastive loss across down-sampling) vs. the same model with the same CutMix and the plain loss',
-        model=_swin_diversepatch(True),
-        baseline=_swin_diversepatch(False),
-        make_batch=classification_batch,
-        max_time_ratio=1.03))
+def _register_diversepatch(name: str, description: str, classifier: Callable[[int, bool, bool], nn.Module]) -> None:
+    """A case: ``classifier(img_size, tiny, with_losses)`` with the DiversePatch losses vs. without (<= 1.03x)."""
+    register_case(
+        name,
+        TrainStepCase(
+            description=description,
+            model=lambda img_size, tiny: classifier(img_size, tiny, True),
+            baseline=lambda img_size, tiny: classifier(img_size, tiny, False),
+            make_batch=classification_batch,
+            max_time_ratio=1.03))
+
+
+_register_diversepatch(
+    'deit-s-diversepatch-vs-plain', 'DeiT-S with the patch-wise cosine, contrastive and mixing losses (DiversePatch, '
+    'paper forms) vs. the same model with the same token-aligned CutMix and the plain loss', _deit_diversepatch)
+_register_diversepatch(
+    'swin-t-diversepatch-vs-plain', 'Swin-T with the patch-wise cosine and mixing losses on the last stage '
+    '(DiversePatch; no contrastive loss across down-sampling) vs. the same model with the same CutMix and the plain '
+    'loss', _swin_diversepatch)
