@@ -9,6 +9,7 @@ import torch
 from mmpretrain.models import ResNet
 
 from conftest import CONFIGS, REPO
+from guard_helpers import build_workspace
 from mmvitreg.analysis import patch_cosine_per_layer
 from mmvitreg.models.backbones import SwinTransformer, VisionTransformer
 from mmvitreg.models.losses import patch_cosine_similarity
@@ -62,16 +63,16 @@ def test_resnet_stages_treat_every_location_as_a_patch():
         patch_cosine_per_layer(torch.nn.Conv2d(3, 3, 1), [X])
 
 
-def test_tool_writes_csv_and_plot_for_several_checkpoints(digits_workspace, tmp_path, monkeypatch):
+def test_tool_writes_csv_and_plot_for_several_checkpoints(tmp_path):
     spec = importlib.util.spec_from_file_location('pcs', REPO / 'tools' / 'analysis_tools' /
                                                   'patch_cosine_similarity.py')
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     config = CONFIGS / 'diversepatch' / 'deit-deep-narrow_1xb64_diversepatch_digits.py'
-    monkeypatch.chdir(digits_workspace)
+    data_root = str(build_workspace(tmp_path) / 'digits')
     from mmengine.registry import init_default_scope
     from mmvitreg.utils import load_config
-    cfg = load_config(str(config))
+    cfg = load_config(str(config), {'val_dataloader.dataset.data_root': data_root})
     init_default_scope(cfg.default_scope)
     ckpts = []
     for seed in (0, 1):
@@ -81,7 +82,8 @@ def test_tool_writes_csv_and_plot_for_several_checkpoints(digits_workspace, tmp_
         torch.save({'state_dict': model.state_dict()}, ckpts[-1])
     out = tmp_path / 'pcs'
     tool.main([str(config), '--checkpoints', *map(str, ckpts), '--labels', 'a', 'b', '--num-images', '8',
-               '--batch-size', '4', '--device', 'cpu', '--out', str(out)])
+               '--batch-size', '4', '--device', 'cpu', '--out', str(out), '--cfg-options',
+               f'val_dataloader.dataset.data_root={data_root}'])
     rows = list(csv.DictReader(open(f'{out}.csv')))
     assert [(r['label'], r['layer']) for r in rows] == [(lab, str(i)) for lab in 'ab' for i in range(1, 13)]
     assert all(0 <= float(r['patch_cosine_similarity']) <= 1 for r in rows)
