@@ -211,3 +211,13 @@ def test_ensemble_prediction_averages_the_cls_head_and_the_patch_head():
         expected = (cls.softmax(-1) + patch.softmax(-1)) / 2
     torch.testing.assert_close(torch.stack([s.pred_score for s in out]), expected)
     assert [int(s.pred_label) for s in out] == expected.argmax(-1).tolist()
+
+
+def test_support_table_shows_the_contrastive_loss_only_on_isotropic_backbones():
+    from mmvitreg.analysis.trace_support import support_table
+    table = support_table()
+    for backbone in ('mmvitreg.VisionTransformer (DeiT)', 'mmvitreg.DeepViT', 'mmvitreg.LVViT'):
+        assert [table[backbone][f'mmvitreg.{n}'] for n in ('PatchCosineLoss', 'PatchContrastiveLoss',
+                                                           'PatchMixingLoss')] == ['yes'] * 3
+    assert 'isotropic' in table['mmvitreg.SwinTransformer']['mmvitreg.PatchContrastiveLoss']
+    assert table['mmvitreg.SwinTransformer']['mmvitreg.PatchMixingLoss'] == 'yes'
