@@ -24,6 +24,7 @@ TECHNIQUES = [
     CONFIGS / 'demo' / 'swin-nano_1xb64_mixtoken_digits.py',
     CONFIGS / 'tlalign' / 'deit-tiny_1xb64_cutmix-tlalign_digits.py',
     CONFIGS / 'tlalign' / 'swin-nano_1xb64_cutmix-tlalign_digits.py',
+    CONFIGS / 'diversepatch' / 'deit-deep-narrow_1xb64_diversepatch_digits.py',
 ]
 NUM_TRAIN, NUM_VAL = 128, 32
 _runs = itertools.count()

@@ -36,7 +36,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from multiprocessing import get_context
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -451,10 +451,11 @@ register_case(
 
 
 def _cutmix_classifier(backbone: dict, head: dict, num_layers: int, patch_size: int, tl_align: bool,
-                       neck: Optional[dict] = None, representation: str = 'weights') -> nn.Module:
+                       neck: Optional[dict] = None, representation: str = 'weights',
+                       aux_losses: Sequence[dict] = ()) -> nn.Module:
     """A classifier trained with TL-Align's token-aligned CutMix (:class:`~mmvitreg.models.mixing.PatchCutMix`)
     and label smoothing 0.1, with or without :class:`~mmvitreg.models.target_transforms.TLAlign` (carrying
-    its labels in ``representation``)."""
+    its labels in ``representation``), and with ``aux_losses``."""
     return build_in_mmpretrain(
         dict(
             type='mmvitreg.TokenClassifier',
@@ -464,6 +465,7 @@ def _cutmix_classifier(backbone: dict, head: dict, num_layers: int, patch_size: 
                                                         mode='original')),
             target_transform=dict(type='mmvitreg.TLAlign', num_layers=num_layers, representation=representation,
                                   num_classes=1000) if tl_align else None,
+            aux_losses=list(aux_losses),
             train_cfg=dict(token_mix=dict(type='mmvitreg.PatchCutMix', patch_size=patch_size)),
             data_preprocessor=IMAGENET_PREPROCESSOR))
 
@@ -524,3 +526,47 @@ register_case(
         baseline=_deit_cutmix(True, 'labels'),
         make_batch=classification_batch,
         max_time_ratio=1.0))
+
+def _diversepatch_losses(dims: int, contrastive: bool) -> list:
+    """DiversePatch's losses (paper forms), the contrastive one only on isotropic backbones."""
+    return ([dict(type='mmvitreg.PatchCosineLoss')] + ([dict(type='mmvitreg.PatchContrastiveLoss')] if contrastive else [])
+            + [dict(type='mmvitreg.PatchMixingLoss', num_classes=1000, in_channels=dims)])
+
+
+def _deit_diversepatch(img_size: int, tiny: bool, with_losses: bool) -> nn.Module:
+    """DeiT-S (``tiny``: 4 blocks of 48 channels) with token-aligned CutMix, with or without the three losses."""
+    arch = dict(embed_dims=48, num_layers=4, num_heads=3, feedforward_channels=192) if tiny else 'deit-small'
+    dims, layers = (48, 4) if tiny else (384, 12)
+    return _cutmix_classifier(
+        dict(type='mmvitreg.VisionTransformer', arch=arch, img_size=img_size, drop_path_rate=0.1),
+        dict(type='VisionTransformerClsHead', in_channels=dims), layers, 16, False,
+        aux_losses=_diversepatch_losses(dims, True) if with_losses else ())
+
+
+def _swin_diversepatch(img_size: int, tiny: bool, with_losses: bool) -> nn.Module:
+    """Swin-T with CutMix boxes aligned to the last stage (32 px), with or without the cosine and mixing losses."""
+    backbone, dims, layers = _swin_t('mmvitreg.SwinTransformer', img_size, tiny)
+    return _cutmix_classifier(backbone, dict(type='LinearClsHead', in_channels=dims), layers, 8 if tiny else 32,
+                              False, neck=dict(type='GlobalAveragePooling'),
+                              aux_losses=_diversepatch_losses(dims, False) if with_losses else ())
+
+
+def _register_diversepatch(name: str, description: str, classifier: Callable[[int, bool, bool], nn.Module]) -> None:
+    """A case: ``classifier(img_size, tiny, with_losses)`` with the DiversePatch losses vs. without (<= 1.03x)."""
+    register_case(
+        name,
+        TrainStepCase(
+            description=description,
+            model=lambda img_size, tiny: classifier(img_size, tiny, True),
+            baseline=lambda img_size, tiny: classifier(img_size, tiny, False),
+            make_batch=classification_batch,
+            max_time_ratio=1.03))
+
+
+_register_diversepatch(
+    'deit-s-diversepatch-vs-plain', 'DeiT-S with the patch-wise cosine, contrastive and mixing losses (DiversePatch, '
+    'paper forms) vs. the same model with the same token-aligned CutMix and the plain loss', _deit_diversepatch)
+_register_diversepatch(
+    'swin-t-diversepatch-vs-plain', 'Swin-T with the patch-wise cosine and mixing losses on the last stage '
+    '(DiversePatch; no contrastive loss across down-sampling) vs. the same model with the same CutMix and the plain '
+    'loss', _swin_diversepatch)

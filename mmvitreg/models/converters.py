@@ -121,3 +121,14 @@ def converter_cli(convert: Callable[[Dict[str, Tensor]], Dict[str, Tensor]], des
     args = parser.parse_args(argv)
     converted = convert_checkpoint_file(args.src, args.dst, convert, ema=args.ema)
     print(f'saved {len(converted)} tensors to {args.dst}')
+
+
+def convert_diversepatch(state_dict: Mapping[str, Tensor], mixing_index: int = 2) -> 'OrderedDict[str, Tensor]':
+    """Official DiversePatch state dict (ChengyueGongR/PatchVisionTransformer ``deit/models.py``) -> the state
+    dict of a :class:`~mmvitreg.models.classifiers.TokenClassifier` with an mmvitreg ``VisionTransformer``
+    (``attn_types='talking_heads'`` for checkpoints trained with ``use_talk=True``, the official default: their
+    ``blocks.{i}.attn.proj_pre`` / ``proj_post`` keep their names), a ``VisionTransformerClsHead`` (``head``) and
+    the :class:`~mmvitreg.models.losses.PatchMixingLoss` at ``aux_losses[mixing_index]`` (``patch_head``; 2 in
+    this package's configs: cosine, contrastive, mixing).
+    """
+    return convert_timm_vit(state_dict, {**CLS_HEAD_RENAMES, 'patch_head.': f'aux_losses.{mixing_index}.patch_head.'})

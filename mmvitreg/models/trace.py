@@ -50,6 +50,10 @@ CAPABILITIES = {
     'cls_token': 'has a class token in front of the patch tokens',
     'windows': 'attends within (shifted) windows, described by a WindowLayout per block',
     'stream': 'carries the values of a TokenStream through the attention of every block (a Ride per block)',
+    'embed': 'records the patch-embedding output (after any token mix, before the position embedding)',
+    'final': 'records the last block\'s tokens after the backbone\'s final norm',
+    'isotropic': 'keeps every block on the patch grid of the embedding (no down-sampling), so patch i '
+                 'is the same patch in every block',
 }
 
 
@@ -418,6 +422,11 @@ class TokenTrace:
             ``(B * nW, heads, w * w, w * w)`` per window in a Swin, before attention dropout (place
             it on the grid with ``windows[i]``).
         streamed (Dict[int, Tensor]): every block -> the stream's values after it ``(B, N, D)``.
+        embed (Tensor, optional): ``(B, H * W, C)`` patch-embedding output, after the token mix and
+            before the position embedding (backbones serving ``'embed'``).
+        final (Tensor, optional): ``(B, N, C)`` the last block's tokens after the backbone's final
+            norm (the raw last-block tokens when it has none), extra tokens first (backbones
+            serving ``'final'``).
     """
 
     mix: Optional[MixPlan] = None
@@ -433,6 +442,8 @@ class TokenTrace:
     stream: Optional[TokenStream] = None
     labels: Optional[Tensor] = None
     streamed: Dict[int, Tensor] = field(default_factory=dict)
+    embed: Optional[Tensor] = None
+    final: Optional[Tensor] = None
 
     @classmethod
     def for_request(cls, request: TraceRequest, mix: Optional[MixPlan] = None) -> 'TokenTrace':
@@ -448,6 +459,10 @@ class TokenTrace:
     def patch_tokens(self, layer: int) -> Tensor:
         """``(B, H * W, C)`` patch tokens recorded after block ``layer`` (extra tokens dropped)."""
         return self.tokens[self.index(layer)][:, self.num_extra_tokens:]
+
+    def final_patch_tokens(self) -> Tensor:
+        """``(B, H * W, C)`` patch tokens of :attr:`final` (after the final norm, extra tokens dropped)."""
+        return self.final[:, self.num_extra_tokens:]
 
     def token_map(self, layer: int) -> Tensor:
         """``(B, C, H, W)`` patch tokens of block ``layer`` on the block's grid."""

@@ -39,6 +39,8 @@ class SwinTransformer(MMPretrainSwinTransformer):
       ``trace.grids[i]`` is block ``i``'s stage grid and ``trace.windows[i]`` its
       :class:`~mmvitreg.models.trace.WindowLayout` (padding, cyclic shift, partition), for every block;
     * ``trace.tokens[i]`` ``(B, H_s * W_s, C_s)``: block ``i``'s output, before any stage norm;
+    * ``trace.final``: the last stage's tokens after its output norm (raw when the last stage is not
+      an output);
     * ``trace.attn[i]`` ``(B * nW, heads, w * w, w * w)``: block ``i``'s window attention maps
       (after softmax, before attention dropout); only these blocks leave the fused kernel.
     * ``trace.stream``: its values are partitioned into every block's windows (padding carries 0) and
@@ -53,7 +55,7 @@ class SwinTransformer(MMPretrainSwinTransformer):
     """
 
     accepts_trace = True
-    trace_serves = frozenset({'grid', 'mix', 'tokens', 'attn', 'windows', 'stream'})
+    trace_serves = frozenset({'grid', 'mix', 'tokens', 'attn', 'windows', 'stream', 'final'})
 
     def __init__(self, stage_cfgs=dict(), **kwargs):
         super().__init__(stage_cfgs=self._with_window_attention(stage_cfgs), **kwargs)
@@ -150,6 +152,8 @@ class SwinTransformer(MMPretrainSwinTransformer):
             if i in self.out_indices:
                 out = getattr(self, f'norm{i}')(x)
                 outs.append(out.view(-1, *hw, self.num_features[i]).permute(0, 3, 1, 2).contiguous())
+            if trace is not None and i == len(self.stages) - 1:
+                trace.final = out if i in self.out_indices else x
             if stage.downsample is not None and not self.out_after_downsample:
                 x, hw, values = self._downsample(stage, x, hw, stream, values)
         return tuple(outs)

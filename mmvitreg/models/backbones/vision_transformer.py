@@ -43,7 +43,9 @@ class VisionTransformer(MMPretrainVisionTransformer):
     ``forward(x, trace=None)``: with a :class:`~mmvitreg.models.trace.TokenTrace` the backbone
     sets ``trace.grid`` / ``trace.num_extra_tokens``, mixes the ``(B, C, Hg, Wg)`` patch-token map
     with ``trace.mix`` right after the patch embedding and **before** the cls token and position
-    embedding (unless the plan mixed the images in pixel space, ``trace.mix.in_pixels``), and records ``trace.tokens[i]`` (``(B, N, C)``, block output before the final norm)
+    embedding (unless the plan mixed the images in pixel space, ``trace.mix.in_pixels``), records
+    ``trace.embed`` (the patch-embedding output) and ``trace.final`` (the last block's tokens after the
+    final norm), and records ``trace.tokens[i]`` (``(B, N, C)``, block output before the final norm)
     and ``trace.attn[i]`` (``(B, heads, N, N)``, the map that multiplies ``V``, taken before attention
     dropout except in re-attention, whose dropout precedes its head transform) for the requested
     blocks only, and ``trace.grids[i]`` (the token grid) for every block; a ``trace.stream`` rides
@@ -182,7 +184,8 @@ class VisionTransformer(MMPretrainVisionTransformer):
     @property
     def trace_serves(self) -> frozenset:
         """What this backbone serves a trace (see :data:`~mmvitreg.models.trace.CAPABILITIES`)."""
-        return frozenset({'grid', 'mix', 'tokens', 'attn', 'stream'} | ({'cls_token'} if self.with_cls_token else set()))
+        return frozenset({'grid', 'mix', 'tokens', 'attn', 'stream', 'embed', 'final', 'isotropic'}
+                         | ({'cls_token'} if self.with_cls_token else set()))
 
     def _resolve_arch(self, arch: Union[str, dict]) -> dict:
         if isinstance(arch, str):
@@ -248,6 +251,8 @@ class VisionTransformer(MMPretrainVisionTransformer):
             if trace.mix is not None and not trace.mix.in_pixels:
                 x = trace.mix.mix(x)
         x = x.flatten(2).transpose(1, 2)
+        if trace is not None:
+            trace.embed = x
         if self.cls_token is not None:
             x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
         x = x + resize_pos_embed(
@@ -272,8 +277,10 @@ class VisionTransformer(MMPretrainVisionTransformer):
                     trace.tokens[i] = x
                 if stream is not None:
                     values = trace.streamed[i] = stream.step(trace, i, values, ride.mixed)
-            if i == self.num_layers - 1 and self.final_norm:
-                x = self.ln1(x)
+            if i == self.num_layers - 1:
+                x = self.ln1(x) if self.final_norm else x
+                if trace is not None:
+                    trace.final = x
             if i in self.out_indices:
                 outs.append(self._format_output(x, hw))
         return tuple(outs)

@@ -31,6 +31,9 @@ class TokenClassifier(ImageClassifier):
       aligned label) after the backbone ran and before the head's loss;
     * a token mix (``train_cfg.token_mix``, e.g. MixToken), drawn by the data preprocessor.
 
+    An auxiliary loss may also join the prediction (``ensemble = True`` and ``ensemble_scores(trace)``,
+    see :meth:`predict`).
+
     The trace is filled once per training forward with the union of all requests; prediction
     builds one only for a head that asks (auxiliary losses and the target transform are training
     only). When the model is built every user is checked against the backbone
@@ -163,7 +166,18 @@ class TokenClassifier(ImageClassifier):
 
     def predict(self, inputs: torch.Tensor, data_samples: Optional[List[DataSample]] = None,
                 **kwargs) -> List[DataSample]:
-        """Predictions of a batch (never mixed); the head gets the trace it asks for."""
-        trace = self.make_trace(self.head_request)
+        """Predictions of a batch (never mixed); the head gets the trace it asks for.
+
+        An auxiliary loss with ``ensemble = True`` (e.g. DiversePatch's :class:`PatchMixingLoss`) joins the
+        prediction: the scores are the mean of the head's and its ``ensemble_scores(trace)`` ``(B, K)``.
+        """
+        ensemble = [aux for aux in self.aux_losses if getattr(aux, 'ensemble', False)]
+        trace = self.make_trace(TraceRequest.union([self.head_request] + [trace_request_of(a) for a in ensemble]))
         feats = self.extract_feat(inputs, trace=trace)
-        return self.head.predict(feats, data_samples, **self._head_kwargs(trace), **kwargs)
+        samples = self.head.predict(feats, data_samples, **self._head_kwargs(trace), **kwargs)
+        if ensemble:
+            scores = torch.stack([s.pred_score for s in samples])
+            scores = (scores + sum(aux.ensemble_scores(trace) for aux in ensemble)) / (1 + len(ensemble))
+            for sample, score in zip(samples, scores):
+                sample.set_pred_score(score).set_pred_label(score.argmax(keepdim=True))
+        return samples

@@ -1,4 +1,8 @@
 """Auxiliary losses of :class:`~mmvitreg.models.classifiers.TokenClassifier` (trace users)."""
 from .attention_cosine_loss import AttentionCosineLoss
+from .patch_contrastive_loss import PatchContrastiveLoss
+from .patch_cosine_loss import PatchCosineLoss, patch_cosine_similarity
+from .patch_mixing_loss import PatchMixingLoss
 
-__all__ = ['AttentionCosineLoss']
+__all__ = ['AttentionCosineLoss', 'PatchContrastiveLoss', 'PatchCosineLoss', 'PatchMixingLoss',
+           'patch_cosine_similarity']

@@ -1,0 +1,32 @@
+"""Which last-layer patch tokens ``h^[L]`` a DiversePatch loss reads (shared by its three losses).
+
+``'block'`` (paper): the output of the backbone's last block, ``h^[L]`` in the paper's notation
+(``trace.tokens[-1]``); ``'final_norm'`` (official code, ``self.norm(x)[:, 1:]``): the same tokens
+after the backbone's final norm (``trace.final``). Either way the class token is dropped.
+"""
+from typing import Iterable
+
+from torch import Tensor
+
+from ..trace import TokenTrace, TraceRequest
+
+LAST_LAYER_TOKENS = ('block', 'final_norm')
+
+
+def last_layer_request(tokens: str, token_layers: Iterable[int] = (), needs: Iterable[str] = ()) -> TraceRequest:
+    """The request of a loss that reads ``tokens`` (one of :data:`LAST_LAYER_TOKENS`) plus the given taps."""
+    if tokens not in LAST_LAYER_TOKENS:
+        raise ValueError(f'tokens must be one of {LAST_LAYER_TOKENS}, got {tokens!r}')
+    if tokens == 'block':
+        return TraceRequest(token_layers=tuple(token_layers) + (-1, ), needs=frozenset(needs))
+    return TraceRequest(token_layers=tuple(token_layers), needs=frozenset(needs) | {'final'})
+
+
+def last_layer_tokens(trace: TokenTrace, tokens: str) -> Tensor:
+    """``(B, n, C)`` last-layer patch tokens of a filled trace, class token dropped."""
+    return trace.patch_tokens(-1) if tokens == 'block' else trace.final_patch_tokens()
+
+
+def last_layer_grid(trace: TokenTrace):
+    """``(H, W)`` token grid of the last block (the tokens of :func:`last_layer_tokens`)."""
+    return trace.grids[trace.index(-1)]

@@ -1,0 +1,86 @@
+"""DiversePatch's patch-wise contrastive loss."""
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from mmengine.model import BaseModule
+from torch import Tensor
+
+from mmvitreg.registry import MODELS
+from ..trace import TokenTrace, TraceRequest
+from .last_layer import last_layer_grid
+
+
+@MODELS.register_module()
+class PatchContrastiveLoss(BaseModule):
+    r"""Patch-wise contrastive loss of `DiversePatch <https://arxiv.org/abs/2104.12753>`_ (§4).
+
+    Each last-layer patch ``h_i^[L]`` should stay like its own first-layer representation
+    ``h_i^[1]`` (the anchor, gradient stopped) and unlike the mean of the other patches:
+
+    .. math::
+        \mathcal{L}_{contrastive} = -\frac{\alpha_2}{n} \sum_i \log
+            \frac{e^{a_i^\top h_i}}{e^{a_i^\top h_i} + e^{a_i^\top g_i} \,[+\, e^{a_i^\top l_i}]},
+        \qquad g_i = \frac{1}{n-1} \sum_{j \neq i} h_j
+
+    with raw dot products (no normalisation, no temperature), averaged over the batch.
+
+    * ``form='paper'`` (default): ``a = h^[1]``, the output of the first block, and ``h = h^[L]``,
+      the output of the last block (``trace.tokens``); computed with ``log_softmax``.
+    * ``form='official'`` (``deit/models.py: similarity``): ``a`` = the patch-embedding output before
+      the position embedding (``trace.embed``), ``h`` = the last block's tokens after the final norm
+      (``trace.final``), and a second negative ``l_i``, the mean of the 7×7 neighbourhood without
+      ``i``, computed as the official code does: ``(49 * avg_pool2d(h, 7, 1, 3) - h_i) / 48`` (zero
+      padding counted, so at the borders the sum of the valid neighbours is divided by 48); the loss
+      is ``-log(softmax(...)[0] + 1e-8)`` exactly as there.
+
+    Shapes: ``a``, ``h`` ``(B, n, C)`` on the ``(H, W)`` patch grid (class token ignored).
+    Computed in float32. Defined for isotropic backbones only (ViT/DeiT, DeepViT, LV-ViT): the paper
+    does not define it across the down-sampling of a Swin (Table 5: "N/A"), and a backbone that does
+    not serve ``'isotropic'`` is refused when the model is built.
+
+    Args:
+        loss_weight (float): ``alpha_2``. Defaults to 1 (paper and official).
+        form (str): ``'paper'`` or ``'official'``. Defaults to ``'paper'``.
+        init_cfg (dict, optional): Unused (no parameters). Defaults to None.
+    """
+
+    FORMS = ('paper', 'official')
+    trace_request = TraceRequest(token_layers=(0, -1), needs={'isotropic'})  # the paper form's; see __init__
+
+    def __init__(self, loss_weight: float = 1., form: str = 'paper', init_cfg: Optional[dict] = None):
+        super().__init__(init_cfg=init_cfg)
+        if form not in self.FORMS:
+            raise ValueError(f'form must be one of {self.FORMS}, got {form!r}')
+        self.loss_weight, self.form = loss_weight, form
+        if form == 'paper':
+            self.trace_request = TraceRequest(token_layers=(0, -1), needs={'isotropic'})
+        else:
+            self.trace_request = TraceRequest(needs={'embed', 'final', 'isotropic'})
+
+    @staticmethod
+    def neighbourhood_mean(h: Tensor, grid) -> Tensor:
+        """The official second negative of ``h`` ``(B, n, C)`` on ``grid``: ``(49 * avgpool7(h) - h) / 48``."""
+        B, n, C = h.shape
+        hmap = h.transpose(1, 2).reshape(B, C, *grid)
+        local = (49 * F.avg_pool2d(hmap, 7, stride=1, padding=3) - hmap) / 48
+        return local.flatten(2).transpose(1, 2)
+
+    def loss(self, feats: Tuple[Tensor], data_samples: List, trace: TokenTrace) -> Dict[str, Tensor]:
+        """``{'loss_patch_contrastive': L}`` from the trace."""
+        if self.form == 'paper':
+            anchor, h = trace.patch_tokens(0), trace.patch_tokens(-1)
+        else:
+            anchor, h = trace.embed, trace.final_patch_tokens()
+        anchor, h = anchor.detach().float(), h.float()
+        n = h.shape[1]
+        if n < 2:
+            raise ValueError(f'the patch-wise contrastive loss needs at least 2 patch tokens, got {n}')
+        others = (h.sum(1, keepdim=True) - h) / (n - 1)
+        negatives = [others] + ([self.neighbourhood_mean(h, last_layer_grid(trace))] if self.form == 'official' else [])
+        logits = torch.stack([(anchor * v).sum(-1) for v in [h] + negatives], dim=-1)  # (B, n, 2 or 3)
+        if self.form == 'paper':
+            nll = -logits.log_softmax(-1)[..., 0]
+        else:
+            nll = -torch.log(logits.softmax(-1)[..., 0] + 1e-8)
+        return {'loss_patch_contrastive': self.loss_weight * nll.mean()}
