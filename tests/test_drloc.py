@@ -168,25 +168,30 @@ def test_bad_configurations_fail_with_the_fix():
         DRLoc(in_channels=4, mode='ce', target='abs', num_bins=5).loss((torch.randn(2, 4, 7, 7), ), [], None)
 
 
-def build_classifier(backbone, in_channels, head_in, drloc):
-    cfg = dict(type='mmvitreg.TokenClassifier', backbone=backbone,
-               neck=dict(type='mmpretrain.GlobalAveragePooling'),
-               head=dict(type='mmpretrain.LinearClsHead', num_classes=10, in_channels=head_in),
+def build_classifier(backbone, in_channels, neck, drloc):
+    cfg = dict(type='mmvitreg.TokenClassifier', backbone=backbone, neck=neck,
+               head=dict(type='mmpretrain.LinearClsHead', num_classes=10, in_channels=in_channels),
                aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=in_channels, **drloc)],
                data_preprocessor=dict(num_classes=10, mean=[127.5] * 3, std=[127.5] * 3))
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         return MMPRETRAIN_MODELS.build(cfg)
 
 
-@pytest.mark.parametrize('name,backbone,in_channels,drloc', [
-    ('swin', dict(type='mmvitreg.SwinTransformer', img_size=32, window_size=4,
-                  arch=dict(embed_dims=16, depths=[1, 1], num_heads=[1, 2]), out_indices=(1, )), 32,
-     dict(layers=(-1, ))),
-    ('resnet', dict(type='mmpretrain.ResNet_CIFAR', depth=18, out_indices=(3, )), 512, dict(loss_weight=0.1)),
-])
-def test_train_step_reaches_the_backbone(name, backbone, in_channels, drloc):
-    """One train step: 'loss_drloc' is logged, and its gradient alone reaches the MLP and the backbone."""
-    model = build_classifier(backbone, in_channels, in_channels, drloc)
+GAP = dict(type='mmpretrain.GlobalAveragePooling')
+
+
+@pytest.mark.parametrize('backbone,in_channels,neck,drloc', [
+    (dict(type='mmvitreg.SwinTransformer', img_size=32, window_size=4, out_indices=(1, ),
+          arch=dict(embed_dims=16, depths=[1, 1], num_heads=[1, 2])), 32, GAP, dict(layers=(-1, ))),
+    (dict(type='mmpretrain.ResNet_CIFAR', depth=18, out_indices=(3, )), 512, GAP, dict(loss_weight=0.1)),
+    (dict(type='mmpretrain.T2T_ViT', img_size=32, embed_dims=32, num_layers=2, out_type='raw',
+          layer_cfgs=dict(num_heads=2, feedforward_channels=96), t2t_cfg=dict(token_dims=16)), 32,
+     dict(type='mmvitreg.ClsTokenNeck'), dict(loss_weight=0.1, num_pairs=8)),  # a 2x2 grid at 32x32
+], ids=['swin-trace', 'resnet-featmap', 't2t-raw-tokens'])
+def test_train_step_reaches_the_backbone(backbone, in_channels, neck, drloc):
+    """One train step: 'loss_drloc' is logged, and its gradient alone reaches the MLP and the backbone
+    (never the classification head)."""
+    model = build_classifier(backbone, in_channels, neck, drloc)
     log = model.train_step(digits_batch(), OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.01)))
     assert set(log) == {'loss', 'loss_drloc'} and log['loss_drloc'] > 0  # 'loss': the total
     data = model.data_preprocessor(digits_batch(), True)
@@ -195,3 +200,12 @@ def test_train_step_reaches_the_backbone(name, backbone, in_channels, drloc):
     assert model.aux_losses[0].heads[0].trunk[0].weight.grad.abs().sum() > 0
     assert next(model.backbone.parameters()).grad.abs().sum() > 0
     assert model.head.fc.weight.grad is None
+
+
+def test_raw_tokens_drop_the_cls_token():
+    """A raw (B, 1 + N, C) output goes on the square grid without its cls token; the neck keeps the cls token."""
+    from mmvitreg.models.necks import ClsTokenNeck
+    raw = torch.randn(2, 1 + 16, 8)
+    torch.testing.assert_close(DRLoc(in_channels=8).feature_maps((raw, ), None)[0],
+                               raw[:, 1:].transpose(1, 2).reshape(2, 8, 4, 4))
+    torch.testing.assert_close(ClsTokenNeck()((raw, ))[0], raw[:, 0])

@@ -94,9 +94,11 @@ class DRLoc(BaseModule):
       tapped through the token trace (mmvitreg ViT/DeiT/DeepViT/LV-ViT: the last block's patch tokens
       before the final norm, 14x14 at 224 for /16; mmvitreg Swin: a stage's last block before its
       norm, the last stage 7x7 at 224). The tap keeps fused attention (no attention map is asked for).
-    * ``layers=None``: the backbone's own outputs ``feats[i]`` for ``i`` in ``feat_indices``, which
-      must be ``(B, C, H, W)`` maps: mmpretrain's ``T2T_ViT(out_type='featmap')`` (14x14 after its
-      final norm, as the official T2T path), ``ResNet`` (layer4, 7x7), :class:`~mmvitreg.CvT`; no trace.
+    * ``layers=None``: the backbone's own outputs ``feats[i]`` for ``i`` in ``feat_indices``, no trace:
+      ``(B, C, H, W)`` maps (mmpretrain's ``ResNet`` layer4, 7x7 at 224) or raw ``(B, E + N, C)``
+      token sequences on a square grid, whose ``num_extra_tokens`` leading tokens are dropped
+      (mmpretrain's ``T2T_ViT(out_type='raw')``: 14x14 after its final norm, as the official T2T path,
+      with :class:`~mmvitreg.models.necks.ClsTokenNeck` giving its head the class token).
 
     The loss is computed in float32; the sampled grid side must be at least 2. Positions are drawn
     from torch's global generator on the features' device (mmengine seeds it per rank), not from an
@@ -106,6 +108,8 @@ class DRLoc(BaseModule):
         in_channels (int | Sequence[int]): Channels ``C`` of each feature map (one per map).
         layers (Sequence[int], optional): Trace blocks whose patch-token maps to use. Defaults to None.
         feat_indices (Sequence[int]): Backbone outputs to use when ``layers`` is None. Defaults to (-1,).
+        num_extra_tokens (int): Leading (cls) tokens dropped from a raw ``(B, E + N, C)`` backbone output.
+            Defaults to 1.
         num_pairs (int): ``m`` pairs per image. Defaults to 64 (paper and official).
         loss_weight (float): ``λ``; paper: 0.1 for T2T / CvT, 0.5 for Swin. Defaults to 0.5.
         mode (str): ``'l1'`` (paper), ``'ce'`` or ``'cbr'`` (official variants). Defaults to 'l1'.
@@ -127,6 +131,7 @@ class DRLoc(BaseModule):
                  in_channels: Union[int, Sequence[int]],
                  layers: Optional[Sequence[int]] = None,
                  feat_indices: Sequence[int] = (-1, ),
+                 num_extra_tokens: int = 1,
                  num_pairs: int = 64,
                  loss_weight: float = 0.5,
                  mode: str = 'l1',
@@ -157,7 +162,7 @@ class DRLoc(BaseModule):
             raise ValueError(f'DRLoc reads {len(sources)} feature map(s) ({"layers" if layers is not None else "feat_indices"}'
                              f'={sources}) but in_channels gives {len(in_channels)}: give one channel count per map')
         self.layers = tuple(layers) if layers is not None else None
-        self.feat_indices = tuple(feat_indices)
+        self.feat_indices, self.num_extra_tokens = tuple(feat_indices), num_extra_tokens
         self.num_pairs, self.loss_weight, self.mode = num_pairs, loss_weight, mode
         self.target, self.reduction, self.replacement = target, reduction, replacement
         self.pool_cfg, self.num_bins, self.loss_name = GRID_POOLS[grid_pool], num_bins, loss_name
@@ -170,15 +175,24 @@ class DRLoc(BaseModule):
         if self.layers is not None:
             maps = [trace.token_map(i) for i in self.layers]
         else:
-            maps = [feats[i] for i in self.feat_indices]
-            bad = [tuple(m.shape) for m in maps if m.dim() != 4]
-            if bad:
-                raise ValueError(f'DRLoc reads (B, C, H, W) backbone outputs, got shapes {bad}: set the backbone to '
-                                 "output feature maps (T2T_ViT / VisionTransformer out_type='featmap') or tap "
-                                 'trace blocks with layers=(-1,)')
+            maps = [self._as_map(feats[i]) for i in self.feat_indices]
         if self.pool_cfg is not None:
             maps = [F.avg_pool2d(m, **self.pool_cfg) for m in maps]
         return maps
+
+    def _as_map(self, feat: Tensor) -> Tensor:
+        """A backbone output as a ``(B, C, H, W)`` map: maps pass; raw ``(B, E + N, C)`` tokens lose their
+        ``num_extra_tokens`` leading tokens and go on a square grid."""
+        if feat.dim() == 3:
+            tokens = feat[:, self.num_extra_tokens:]
+            side = int(round(tokens.shape[1]**0.5))
+            if side * side == tokens.shape[1]:
+                return tokens.transpose(1, 2).reshape(tokens.shape[0], tokens.shape[2], side, side)
+        if feat.dim() != 4:
+            raise ValueError(f'DRLoc reads (B, C, H, W) maps or raw (B, E + N, C) tokens on a square grid, got '
+                             f'shape {tuple(feat.shape)} (num_extra_tokens={self.num_extra_tokens}): set the backbone '
+                             "to out_type='featmap' or 'raw', or tap trace blocks with layers=(-1,)")
+        return feat
 
     def sample_pairs(self, batch: int, grid: Tuple[int, int], device) -> Tuple[Tensor, Tensor]:
         """``m`` pairs per image: two ``(B, m, 2)`` long tensors of (row, col) positions.
