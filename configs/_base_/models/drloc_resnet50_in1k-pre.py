@@ -3,5 +3,5 @@
 _base_ = './drloc_resnet50.py'
 
 model = dict(backbone=dict(init_cfg=dict(
-    type='Pretrained', prefix='backbone',
+    _delete_=True, type='Pretrained', prefix='backbone',
     checkpoint='https://download.openmmlab.com/mmclassification/v0/resnet/resnet50_8xb32_in1k_20210831-ea4938fc.pth')))

@@ -3,5 +3,5 @@
 _base_ = './drloc_swin-t.py'
 
 model = dict(backbone=dict(init_cfg=dict(
-    type='Pretrained', prefix='backbone',
+    _delete_=True, type='Pretrained', prefix='backbone',
     checkpoint='https://download.openmmlab.com/mmclassification/v0/swin-transformer/swin_tiny_224_b16x64_300e_imagenet_20210616_090925-66df6be6.pth')))
