@@ -1,0 +1,61 @@
+"""The digits claims report (issue 16): the tie rule, the fragment-per-section writer, and a run of
+``tools/analysis_tools/claims_report.py --size ci`` over every registered section."""
+import re
+
+import pytest
+
+from mmvitreg.analysis.claims import assemble, core, register_section, sections, verdict
+
+
+@pytest.fixture
+def two_sections(monkeypatch):
+    """A registry holding only two sections, 'b' registered before 'a' but placed after it."""
+    monkeypatch.setattr(core, '_SECTIONS', {})
+    register_section('b', 'Second technique', 20, 5)(lambda ctx: 'BODY OF SECOND')
+    register_section('a', 'First technique', 10, 5)(lambda ctx: 'BODY OF FIRST')
+    return sections()
+
+
+def test_difference_smaller_than_the_spread_is_a_tie():
+    assert verdict([89., 92., 95.], [89., 90., 91.]) == 'tie'  # +2 < std 3
+    assert verdict([90., 92., 94.], [89.5, 90., 90.5]) == 'better'  # +2 = std 2: not smaller
+    assert verdict([95., 96., 97.], [90., 90.5, 91.]) == 'better'
+    assert verdict([90., 90.5, 91.], [95., 96., 97.]) == 'worse'
+    assert verdict([1., 1.1, 1.2], [2., 2.1, 2.2], higher_is_better=False) == 'better'
+    assert verdict([97.], [95.]) == 'n/a (1 seed)'
+
+
+def test_running_one_section_writes_its_fragment_and_claims_md_keeps_registry_order(two_sections, tmp_path):
+    first, second = two_sections
+    assert [first.name, second.name] == ['a', 'b']
+    core.run_sections(['b'], 'ci', tmp_path / 'docs', tmp_path / 'work', log=lambda line: None)
+    assert (tmp_path / 'work' / 'data' / core.DIGITS / 'meta' / 'train.txt').is_file()
+    assert sorted(p.name for p in (tmp_path / 'docs' / 'claims').iterdir()) == ['b.md']
+    text = (tmp_path / 'docs' / 'claims.md').read_text()
+    assert text == assemble(tmp_path / 'docs')
+    assert re.findall(r'^## (.*)$', text, flags=re.M) == ['First technique', 'Second technique']
+    first_part, second_part = text.split('## Second technique')
+    # the section run has its body and the command that re-runs it; the other a placeholder
+    assert 'BODY OF SECOND' in second_part and '--size ci --sections b' in second_part
+    assert 'Not run yet' in first_part and '--sections a' in first_part
+
+
+def test_a_section_name_is_registered_once(two_sections):
+    with pytest.raises(KeyError, match='registered twice'):
+        register_section('a', 'x', 0, 1)(lambda ctx: '')
+
+
+def test_few_shot_subset_takes_the_same_first_images_of_every_class(tmp_path):
+    ctx = core.Context('s', 'full', (0, 1, 2), tmp_path, tmp_path)
+    ctx.build_data()
+    ann = ctx.subset(3)
+    subset = [line.split() for line in (ctx.data_root / ann).read_text().splitlines()]
+    train = [line.split() for line in (ctx.data_root / 'meta' / 'train.txt').read_text().splitlines()]
+    for c in map(str, range(10)):
+        assert [n for n, label in subset if label == c] == [n for n, label in train if label == c][:3]
+    assert len(subset) == 30
+    assert ctx.data_options(3)['train_dataloader.dataset.ann_file'] == ann
+    assert core.Context('s', 'ci', (0, ), tmp_path, tmp_path).data_options(50)[
+        'train_dataloader.dataset.ann_file'] == f'meta/train_{core.CI_PER_CLASS}pc.txt'
+    with pytest.raises(ValueError, match='images per class asked'):
+        ctx.subset(1000)
