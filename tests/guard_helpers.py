@@ -22,7 +22,7 @@ TECHNIQUES = [
     CONFIGS / 'deepvit' / 'deepvit-tiny_1xb64_digits.py',
     CONFIGS / 'lvvit' / 'lvvit-tiny_1xb64_tl_digits.py',
     CONFIGS / 'demo' / 'swin-nano_1xb64_mixtoken_digits.py',
-    CONFIGS / 'drloc' / 'cvt-tiny_1xb64_drloc_digits.py',
+    CONFIGS / 'drloc' / 'deit-tiny_1xb64_drloc_digits.py',
 ]
 NUM_TRAIN, NUM_VAL = 128, 32
 _runs = itertools.count()

@@ -223,7 +223,7 @@ class DRLoc(BaseModule):
         p1, p2 = self.sample_pairs(B, (H, W), fmap.device)
         tokens = fmap.float().flatten(2).transpose(1, 2)  # (B, HW, C)
         gather = lambda p: torch.gather(tokens, 1, (p[..., 0] * W + p[..., 1]).unsqueeze(-1).expand(-1, -1, C))  # noqa: E731
-        pred = head(torch.cat((gather(p1), gather(p2)), dim=-1).flatten(0, 1)).view(B, self.num_pairs, 2, -1)
+        pred = head(torch.cat((gather(p1), gather(p2)), dim=-1).flatten(0, 1)).float().view(B, self.num_pairs, 2, -1)
         delta = (p1 - p2).float()
         if self.target == 'signed':
             target = delta + torch.tensor([H - 1, W - 1], device=delta.device)
