@@ -29,7 +29,8 @@ WITHOUT = {**NO_MIXING, 'model.aux_losses': []}
 @register_section('drloc', 'DRLoc: dense relative localization for small-data VTs', order=40, budget_min=14)
 def run(ctx) -> str:
     tables, rows, fig_data = [], [], {}
-    for per_class in PER_CLASS:
+    sizes = ctx.pick(full=PER_CLASS, ci=PER_CLASS[:1])  # at size ci every subset is the same few images
+    for per_class in sizes:
         for model, config in MODELS.items():
             runs = {}
             for label, options in (('without DRLoc', WITHOUT), ('with DRLoc', NO_MIXING)):
@@ -47,9 +48,9 @@ def run(ctx) -> str:
     fig, axes = figure(1, len(MODELS), figsize=(4.5 * len(MODELS), 3.5), squeeze=False)
     for ax, model in zip(axes[0], MODELS):
         for label, color in (('without DRLoc', 'tab:gray'), ('with DRLoc', 'tab:blue')):
-            m = [fig_data[(model, p)][label][0] for p in PER_CLASS]
-            s = [fig_data[(model, p)][label][1] for p in PER_CLASS]
-            ax.errorbar([10 * p for p in PER_CLASS], m, yerr=s, marker='o', capsize=3, color=color, label=label)
+            m = [fig_data[(model, p)][label][0] for p in sizes]
+            s = [fig_data[(model, p)][label][1] for p in sizes]
+            ax.errorbar([10 * p for p in sizes], m, yerr=s, marker='o', capsize=3, color=color, label=label)
         ax.set(title=model, xlabel='training images', ylabel='top-1 (%)', xscale='log')
         ax.legend()
     plot = ctx.save_figure(fig, 'top1_vs_size')
