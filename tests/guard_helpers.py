@@ -22,6 +22,8 @@ TECHNIQUES = [
     CONFIGS / 'deepvit' / 'deepvit-tiny_1xb64_digits.py',
     CONFIGS / 'lvvit' / 'lvvit-tiny_1xb64_tl_digits.py',
     CONFIGS / 'demo' / 'swin-nano_1xb64_mixtoken_digits.py',
+    CONFIGS / 'tlalign' / 'deit-tiny_1xb64_cutmix-tlalign_digits.py',
+    CONFIGS / 'tlalign' / 'swin-nano_1xb64_cutmix-tlalign_digits.py',
     CONFIGS / 'drloc' / 'deit-tiny_1xb64_drloc_digits.py',
 ]
 NUM_TRAIN, NUM_VAL = 128, 32

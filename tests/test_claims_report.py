@@ -4,6 +4,7 @@ import re
 
 import pytest
 
+from conftest import REPO, run_tool
 from mmvitreg.analysis.claims import assemble, core, register_section, sections, verdict
 
 
@@ -59,3 +60,29 @@ def test_few_shot_subset_takes_the_same_first_images_of_every_class(tmp_path):
         'train_dataloader.dataset.ann_file'] == f'meta/train_{core.CI_PER_CLASS}pc.txt'
     with pytest.raises(ValueError, match='images per class asked'):
         ctx.subset(1000)
+
+
+def test_ci_size_report_fills_every_registered_section_with_numbers_and_plots(tmp_path):
+    """The CI size of the report: every section (the registered ones, whoever added them) runs end to
+    end through the real tools and writes its text with numbers and its plots."""
+    out = tmp_path / 'docs'
+    run_tool(['analysis_tools/claims_report.py', '--size', 'ci', '--out', out, '--work-dir', tmp_path / 'work'],
+             cwd=tmp_path, timeout=900)
+    text = (out / 'claims.md').read_text()
+    for section in sections():
+        part = text.split(f'## {section.title}\n')[1].split('\n## ')[0]
+        assert f'--size ci --sections {section.name}' in part, section.name
+        assert re.search(r'\d+\.\d+ ± \d+\.\d+', part), f'{section.name}: no mean ± std in its text'
+        figures = re.findall(r'\]\((claims/[^)]+\.png)\)', part)
+        assert figures, f'{section.name}: no plot'
+        for fig in figures:
+            assert (out / fig).stat().st_size > 1000, fig
+
+
+def test_committed_claims_md_is_assembled_from_the_committed_fragments(tmp_path):
+    """docs/claims.md is what ``claims_report.py --assemble`` makes of docs/claims/<section>.md (after
+    merging branches that ran different sections, re-assemble)."""
+    import shutil
+    shutil.copytree(REPO / 'docs' / 'claims', tmp_path / 'claims')
+    assert assemble(tmp_path) == (REPO / 'docs' / 'claims.md').read_text(), \
+        'docs/claims.md is stale: python tools/analysis_tools/claims_report.py --assemble'

@@ -12,7 +12,7 @@ from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 from mmpretrain.structures import DataSample
 
 from mmvitreg.models.target_transforms import TLAlign
-from mmvitreg.models.trace import MixPlan, TokenTrace
+from mmvitreg.models.trace import MixPlan, Ride, TokenTrace
 from mmvitreg.registry import BATCH_AUGMENTS, MODELS
 from mmvitreg.utils import check_plugin_types
 
@@ -65,41 +65,52 @@ def reference_targets(trace: TokenTrace, labels: torch.Tensor) -> torch.Tensor:
     return Y[:, 0] if trace.num_extra_tokens else Y.mean(1)
 
 
-def aligned_vs_reference(backbone_cfg, img, num_layers, B=4, seed=0):
-    """Run the backbone with a trace under a fractional random plan; return TLAlign's and the reference targets."""
+def aligned_vs_reference(backbone_cfg, img, num_layers, grid, B=4, seed=0, representation='weights'):
+    """Run the backbone under a fractional random plan twice with the same weights and input: once with
+    TLAlign's stream (the labels ride in the fused kernels), once recording every attention map; return
+    TLAlign's targets, the reference targets built from the maps, and the map trace."""
     torch.manual_seed(seed)
     backbone = MODELS.build(backbone_cfg).train()  # PyTorch's default init: peaked, non-uniform maps
-    tl = TLAlign(num_layers=num_layers)
+    tl = TLAlign(num_layers=num_layers, representation=representation, num_classes=C)
     x = torch.randn(B, 3, img, img)
-    trace = TokenTrace.for_request(tl.trace_request)
-    backbone(x, trace=trace)  # fills the grid, the layouts and the maps of every block
     labels = torch.tensor([3, 999, 3, 512])[:B]
-    mask = torch.rand(B, *trace.grid)
+    mask = torch.rand(B, *grid)
     mask[0, :2] = 0.  # whole rows from the partner, whole tokens of own
     mask[1, -1] = 1.
-    trace.mix = MixPlan(index=torch.arange(B - 1, -1, -1), mask=mask)
+    plan = MixPlan(index=torch.arange(B - 1, -1, -1), mask=mask)
+    trace = TokenTrace.for_request(tl.trace_request, mix=plan)
+    trace.labels = labels
+    maps = TokenTrace(mix=plan, attn_layers=tuple(range(num_layers)))
+    state = {k: v.clone() for k, v in backbone.state_dict().items()}
+    torch.manual_seed(seed + 1)  # the same drop-path draws in both runs
+    backbone(x, trace=trace)  # the labels ride along every block
+    backbone.load_state_dict(state)  # (BatchNorm statistics of re-attention as before the first run)
+    torch.manual_seed(seed + 1)
+    backbone(x, trace=maps)  # fills the grid, the layouts and the maps of every block
     samples = [DataSample().set_gt_label(int(y)).set_gt_score(torch.zeros(C)) for y in labels]
     tl.transform(trace, samples)
     ours = torch.stack([s.gt_score for s in samples])
-    return ours, reference_targets(trace, labels), trace
+    return ours, reference_targets(maps, labels), maps
 
 
 def test_eq9_11_weight_stream_equals_c_dim_labels_on_deit():
     """DeiT: Y <- (A Y + Y) / 2 per block with the head-mean map, cls target; the (B, N) weight stream
     equals the (B, N, C=1000) label stream."""
-    ours, ref, trace = aligned_vs_reference(tiny_deit(), 32, 4)
+    ours, ref, trace = aligned_vs_reference(tiny_deit(), 32, 4, (4, 4))
     assert trace.num_extra_tokens == 1 and set(trace.attn) == {0, 1, 2, 3}
     assert (ours - ref.float()).abs().max() <= 1e-6
+    official, _, _ = aligned_vs_reference(tiny_deit(), 32, 4, (4, 4), representation='labels')
+    assert (official - ref.float()).abs().max() <= 1e-6
     assert torch.allclose(ours.sum(1), torch.ones(4)) and ours.min() >= 0
     # the target moved away from the area mix: alignment is not the identity
     own_share = torch.stack([ours[b, y] for b, y in enumerate([3, 999, 3, 512])])
-    assert (own_share[[1, 3]] - trace.mix.lam[[1, 3]]).abs().min() > 1e-3
+    assert (own_share[[1, 3]] - trace.mix.lam[[1, 3]]).abs().max() > 1e-3
 
 
 def test_swin_labels_follow_shift_padding_and_merging():
     """Swin with shifted windows, window padding and padded 2x2 merging: target = mean token label;
     the weight stream equals the C-dimensional reference built on the dense grid attention."""
-    ours, ref, trace = aligned_vs_reference(tiny_swin(), 44, 4)
+    ours, ref, trace = aligned_vs_reference(tiny_swin(), 44, 4, (11, 11))
     layouts = [trace.windows[i] for i in range(4)]
     assert layouts[0].grid == (11, 11) and layouts[0].padded == (12, 12)
     assert layouts[1].shift > 0 and layouts[2].grid == (6, 6)  # stage 2 after merging 11 -> 6 (padded)
@@ -111,7 +122,7 @@ def test_swin_labels_follow_shift_padding_and_merging():
 def test_deepvit_reattention_norm_equals_reference():
     """DeepViT-S preset (re-attention in the last 5 of 16 blocks, BatchNorm'd maps with negative entries):
     Table 10's Norm(W) gives the same target in both representations and keeps labels on the simplex."""
-    ours, ref, trace = aligned_vs_reference(dict(type='mmvitreg.DeepViT', arch='s', img_size=64), 64, 16)
+    ours, ref, trace = aligned_vs_reference(dict(type='mmvitreg.DeepViT', arch='s', img_size=64), 64, 16, (4, 4))
     assert trace.attn[15].mean(1).min() < 0  # the re-attention map really has negative weights
     assert trace.attn[0].min() >= 0
     assert (ours - ref.float()).abs().max() <= 1e-6
@@ -124,10 +135,12 @@ def test_table10_norm_drops_negative_weights_and_keeps_label_of_rows_without_pos
     attn = torch.tensor([[[0.5, -0.2, 0.7],
                           [-1., -1., -1.],
                           [0.2, 0.3, 0.5]]]).view(1, 1, 3, 3)
-    w = torch.tensor([[1., 0., 0.25]])
-    out = TLAlign.spatial_mix(attn, w)
-    expected = torch.tensor([[(0.5 * 1 + 0.7 * 0.25) / 1.2, 0., 0.2 + 0.5 * 0.25]])
-    assert torch.allclose(out, expected)
+    w = torch.tensor([[1., 0., 0.25]]).unsqueeze(-1)
+    ride = Ride(torch.cat([w, 1 - w], -1))
+    ride.mix_with_map(attn)
+    out = TLAlign.step(TokenTrace(), 0, ride.values, ride.mixed)[..., 0]
+    aligned = torch.tensor([[(0.5 * 1 + 0.7 * 0.25) / 1.2, 0., 0.2 + 0.5 * 0.25]])
+    assert torch.allclose(out, 0.5 * (aligned + w[..., 0]))
 
 
 def build_classifier(backbone=None, num_layers=4, target_transform=True, num_classes=10, patch=8):
@@ -164,7 +177,7 @@ def test_training_uses_the_aligned_target_and_inference_builds_no_trace():
     losses = model(**data, mode='loss')
     assert torch.isfinite(losses['loss'])
     trace = traces[-1]
-    assert trace.mix is plan and set(trace.attn) == set(range(4))
+    assert trace.mix is plan and set(trace.streamed) == set(range(4)) and not trace.attn
     w = model.target_transform.aligned_weights(trace)
     own = F.one_hot(torch.arange(4) % 10, 10).float()
     assert torch.allclose(targets[-1], w[:, None] * own + (1 - w[:, None]) * own.flip(0))
@@ -178,19 +191,25 @@ def test_training_uses_the_aligned_target_and_inference_builds_no_trace():
 
 def test_tl_align_errors_name_the_fix():
     """Misconfigurations fail: too many blocks at build time, no plan / wrong depth at the first step."""
-    with pytest.raises(IndexError, match='TLAlign'):
+    with pytest.raises(ValueError, match='TLAlign carries its stream through num_layers=5'):
         build_classifier(num_layers=5)
     model = build_classifier(num_layers=4)
     trace = TokenTrace.for_request(model.target_transform.trace_request)
     with pytest.raises(ValueError, match='PatchCutMix'):
         model.target_transform.transform(trace, [DataSample().set_gt_label(0)])
-    model.backbone(torch.randn(2, 3, 32, 32), trace=trace)
-    trace.mix = MixPlan(index=torch.tensor([1, 0]), mask=torch.ones(2, 4, 4))
+    with pytest.raises(ValueError, match='PatchCutMix'):
+        model.backbone(torch.randn(2, 3, 32, 32), trace=trace)
+    x = torch.randn(2, 3, 32, 32)
+    trace = TokenTrace.for_request(TLAlign(num_layers=3).trace_request, mix=MixPlan(torch.tensor([1, 0]),
+                                                                                     torch.ones(2, 4, 4)))
     with pytest.raises(ValueError, match='num_layers'):
-        TLAlign(num_layers=3).transform(trace, [DataSample().set_gt_label(0).set_gt_score(torch.zeros(10))] * 2)
-    trace.mix = MixPlan(index=torch.tensor([1, 0]), mask=torch.ones(2, 2, 2))
+        model.backbone(x, trace=trace)
+    trace = TokenTrace.for_request(model.target_transform.trace_request,
+                                   mix=MixPlan(torch.tensor([1, 0]), torch.ones(2, 2, 2), torch.ones(2, 32, 32)))
     with pytest.raises(ValueError, match='patch_size'):
-        model.target_transform.transform(trace, [DataSample().set_gt_label(0)] * 2)
+        model.backbone(x, trace=trace)
+    with pytest.raises(ValueError, match='num_classes'):
+        TLAlign(num_layers=4, representation='labels')
 
 
 def test_patch_cutmix_is_the_official_token_box_mixed_in_pixels(monkeypatch):
@@ -320,3 +339,93 @@ def test_recorded_maps_are_taken_before_attention_dropout():
     _, wattn = win(torch.randn(3, 4, 16), need_attn=True)
     for a in (attn, wattn):
         assert torch.allclose(a.sum(-1), torch.ones(a.shape[:-1])) and (a > 0).all()
+
+
+def test_benchmark_case_weight_stream_vs_c_dim_stream_trains_on_the_same_target():
+    """deit-s-tlalign-weights-vs-labels: the two models differ only in TLAlign's representation, and with the
+    same weights and the same CutMix draw both give the same loss (the same aligned target)."""
+    from mmvitreg.analysis import train_step_benchmark as bench
+    case = bench.get_case('deit-s-tlalign-weights-vs-labels')
+    losses = {}
+    for role, representation in (('model', 'weights'), ('baseline', 'labels')):
+        torch.manual_seed(0)
+        model = case.build(role, 32, True)
+        assert model.target_transform.representation == representation
+        np.random.seed(0)
+        data = model.data_preprocessor(case.make_batch(4, 32), training=True)
+        losses[role] = model(**data, mode='loss')['loss']
+    assert torch.allclose(losses['model'], losses['baseline'], atol=1e-6)
+
+
+def _initial_weights(plan, grid):
+    """TLAlign's initial per-token labels for ``plan`` on a ViT grid with a cls token: (own, partner) shares."""
+    trace = TokenTrace(mix=plan, grid=grid, num_layers=4, num_extra_tokens=1)
+    return TLAlign(num_layers=4).start(trace)
+
+
+def test_random_patch_mix_takes_round_1_minus_lam_random_tokens_and_mixes_pixels(monkeypatch):
+    """Table 7 "Random" (MAE-style): per sample round((1 - lam) N) whole 16x16 patches from the partner, drawn at
+    random; images mixed in pixel space; TLAlign starts each token at 1 (own) / 0 (partner), the cls token at lam."""
+    aug = BATCH_AUGMENTS.build(dict(type='mmvitreg.RandomPatchMix', patch_size=16))
+    draws = iter([1., 0.75, 0.5, 0.3])
+    monkeypatch.setattr(np.random, 'beta', lambda a, b: next(draws))
+    np.random.seed(0)
+    x = torch.rand(3, 3, 64, 64)
+    plan = aug.plan(x)
+    assert [int((plan.mask[b] == 0).sum()) for b in range(3)] == [4, 8, 11]  # 16 tokens; lam == 1 redrawn
+    draws = iter([0.5] * 6)
+    again = aug.plan(x)  # the same lam for every sample: 8 tokens each, at random places
+    assert (again.mask == 0).flatten(1).sum(1).tolist() == [8, 8, 8] and not torch.equal(again.mask[0], again.mask[1])
+    assert torch.equal(plan.pixel_mask, plan.mask.repeat_interleave(16, 1).repeat_interleave(16, 2))
+    assert torch.equal(plan.mix_images(x), x * plan.pixel_mask[:, None] + x.flip(0) * (1 - plan.pixel_mask[:, None]))
+    assert torch.allclose(plan.lam, torch.tensor([12 / 16, 8 / 16, 5 / 16]))
+    w = _initial_weights(plan, (4, 4))
+    assert torch.equal(w[:, 1:, 0], plan.mask.flatten(1)) and torch.allclose(w[:, 0, 0], plan.lam)
+    assert torch.allclose(w.sum(-1), torch.ones(3, 17))
+    with pytest.raises(TypeError, match='token_mix'):
+        aug.mix(x, torch.zeros(3, 10))
+
+
+def test_block_mix_fills_beit_blocks_from_the_partner(monkeypatch):
+    """Table 7 "Block-wise" (BEiT Algorithm 1): rectangles of s tokens with aspect r at a uniform position are
+    added until round((1 - lam) N) tokens come from the partner, without overshooting."""
+    aug = BATCH_AUGMENTS.build(dict(type='mmvitreg.BlockMix', patch_size=8))
+    monkeypatch.setattr(np.random, 'beta', lambda a, b: 0.75)  # 64 tokens -> 16 from the partner
+    monkeypatch.setattr(np.random, 'uniform', lambda lo, hi: 16. if lo > 0 else 0.)  # s = 16, log r = 0
+    corners = iter([2, 3])
+    monkeypatch.setattr(np.random, 'randint', lambda lo, hi: next(corners))
+    x = torch.rand(1, 3, 64, 64)
+    plan = aug.plan(x)
+    expected = torch.ones(8, 8)
+    expected[2:6, 3:7] = 0  # one 4x4 block
+    assert torch.equal(plan.mask[0], expected)
+    assert torch.equal(plan.pixel_mask[0], expected.repeat_interleave(8, 0).repeat_interleave(8, 1))
+    monkeypatch.undo()
+    np.random.seed(0)
+    plan = BATCH_AUGMENTS.build(dict(type='mmvitreg.BlockMix', patch_size=16)).plan(torch.rand(8, 3, 224, 224))
+    taken = (plan.mask == 0).flatten(1).sum(1)
+    assert plan.mask.shape == (8, 14, 14) and bool(((plan.mask == 0) | (plan.mask == 1)).all())
+    assert (taken > 0).all() and torch.allclose(plan.lam, 1 - taken / 196.)
+    w = _initial_weights(plan, (14, 14))
+    assert torch.equal(w[:, 1:, 0], plan.mask.flatten(1))
+    with pytest.raises(ValueError, match='aspect'):
+        BATCH_AUGMENTS.build(dict(type='mmvitreg.BlockMix', aspect=2.))
+
+
+def test_labels_propagate_in_float32_under_autocast():
+    """Under bfloat16 autocast the block runs in bfloat16 but the ride forms its map and mixes the labels in
+    float32: the aligned weights equal those of a float32 map built from the same (bfloat16) q and k."""
+    from mmvitreg.models.layers import MultiheadSelfAttention
+    torch.manual_seed(0)
+    msa = MultiheadSelfAttention(32, 2).train()
+    x = torch.randn(2, 9, 32)
+    values = torch.rand(2, 9, 2)
+    seen = {}
+    msa.register_forward_hook(lambda m, a, out: seen.setdefault('qkv', m.qkv(a[0])))
+    ride = Ride(values)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        out = msa(x, ride=ride)
+    assert out.dtype == torch.bfloat16 and ride.mixed.dtype == torch.float32
+    q, k, _ = seen['qkv'].float().reshape(2, 9, 3, 2, 16).permute(2, 0, 3, 1, 4)
+    expected = (((q * msa.scale) @ k.transpose(-2, -1)).softmax(-1).mean(1)) @ values
+    assert (ride.mixed - expected).abs().max() <= 1e-6

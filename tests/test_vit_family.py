@@ -213,13 +213,13 @@ def test_without_trace_every_block_stays_fused(monkeypatch):
     """No trace -> the explicit attention is never computed; with a trace, only in the asked blocks."""
     model = tiny()
     calls = []
-    original = MultiheadSelfAttention.attention_map
+    original = MultiheadSelfAttention.softmax_map
 
     def spy(self, q, k):
         calls.append(self)
         return original(self, q, k)
 
-    monkeypatch.setattr(MultiheadSelfAttention, 'attention_map', spy)
+    monkeypatch.setattr(MultiheadSelfAttention, 'softmax_map', spy)
     model(torch.randn(1, 3, 32, 32))
     assert calls == []
     model(torch.randn(1, 3, 32, 32), TokenTrace(attn_layers=(2, ), token_layers=(0, 1, 2, 3)))

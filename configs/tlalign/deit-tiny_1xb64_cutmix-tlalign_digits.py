@@ -7,7 +7,7 @@
 # Data: python tools/dataset_converters/digits.py imagenet --out data
 _base_ = '../demo/deit-tiny_1xb64_digits.py'
 
-num_layers = 4  # the backbone's blocks (the demo's arch); TL-Align reads the attention map of each
+num_layers = 4  # the backbone's blocks (the demo's arch); TL-Align carries its labels through each
 model = dict(
     type='mmvitreg.TokenClassifier',
     backbone=dict(type='mmvitreg.VisionTransformer'),

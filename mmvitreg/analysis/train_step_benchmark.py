@@ -451,9 +451,10 @@ register_case(
 
 
 def _cutmix_classifier(backbone: dict, head: dict, num_layers: int, patch_size: int, tl_align: bool,
-                       neck: Optional[dict] = None) -> nn.Module:
+                       neck: Optional[dict] = None, representation: str = 'weights') -> nn.Module:
     """A classifier trained with TL-Align's token-aligned CutMix (:class:`~mmvitreg.models.mixing.PatchCutMix`)
-    and label smoothing 0.1, with or without :class:`~mmvitreg.models.target_transforms.TLAlign`."""
+    and label smoothing 0.1, with or without :class:`~mmvitreg.models.target_transforms.TLAlign` (carrying
+    its labels in ``representation``)."""
     return build_in_mmpretrain(
         dict(
             type='mmvitreg.TokenClassifier',
@@ -461,12 +462,13 @@ def _cutmix_classifier(backbone: dict, head: dict, num_layers: int, patch_size: 
             neck=neck,
             head=dict(head, num_classes=1000, loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1,
                                                         mode='original')),
-            target_transform=dict(type='mmvitreg.TLAlign', num_layers=num_layers) if tl_align else None,
+            target_transform=dict(type='mmvitreg.TLAlign', num_layers=num_layers, representation=representation,
+                                  num_classes=1000) if tl_align else None,
             train_cfg=dict(token_mix=dict(type='mmvitreg.PatchCutMix', patch_size=patch_size)),
             data_preprocessor=IMAGENET_PREPROCESSOR))
 
 
-def _deit_cutmix(tl_align: bool) -> ModelBuilder:
+def _deit_cutmix(tl_align: bool, representation: str = 'weights') -> ModelBuilder:
     """DeiT-S (``tiny``: 4 blocks of 48 channels) with CutMix, with or without TL-Align."""
 
     def build(img_size: int, tiny: bool) -> nn.Module:
@@ -474,7 +476,8 @@ def _deit_cutmix(tl_align: bool) -> ModelBuilder:
         dims, layers = (48, 4) if tiny else (384, 12)
         return _cutmix_classifier(
             dict(type='mmvitreg.VisionTransformer', arch=arch, img_size=img_size, drop_path_rate=0.1),
-            dict(type='VisionTransformerClsHead', in_channels=dims), layers, 16, tl_align)
+            dict(type='VisionTransformerClsHead', in_channels=dims), layers, 16, tl_align,
+            representation=representation)
 
     return build
 
@@ -511,6 +514,17 @@ register_case(
         baseline=_swin_cutmix(False),
         make_batch=classification_batch,
         max_time_ratio=1.02))
+
+
+register_case(
+    'deit-s-tlalign-weights-vs-labels',
+    TrainStepCase(
+        description='DeiT-S with CutMix + TL-Align carrying the 2-dimensional (own, partner) label per token vs. '
+        'the same carrying the official C = 1000 dimensional labels (both beside the fused attention)',
+        model=_deit_cutmix(True),
+        baseline=_deit_cutmix(True, 'labels'),
+        make_batch=classification_batch,
+        max_time_ratio=1.0))
 
 
 def _drloc_classifier(backbone: dict, head: dict, neck: Optional[dict], drloc: Optional[dict]) -> nn.Module:

@@ -22,10 +22,20 @@ it taps and the capabilities it needs. A backbone that takes a trace says what i
 mismatch fails at once with both names; the classifier fills one trace per forward with the union
 of all requests. A user whose request is empty reads only the backbone's outputs and works with any
 backbone, including those with no trace (mmpretrain's ResNet, T2T-ViT, ConvNeXt).
+
+**Streams: values that ride along with the tokens.** A user that propagates per-token values with
+each block's head-averaged attention (TL-Align's labels, paper Eq. 9) need not read the
+``(B, heads, N, N)`` maps: it gives its request a :class:`TokenStream`, and the backbone hands each
+block's attention the stream's values as a :class:`Ride`. A fused attention keeps its
+``F.scaled_dot_product_attention`` and applies ``mean_h Softmax(q_h k_h^T)`` to the values from its
+detached ``q, k`` outside autograd (no map is kept for the backward); an explicit one (re-attention,
+talking heads, a tapped map, attention dropout in training) multiplies them by its map before
+dropout. The stream updates its values between blocks (``stream.step``) and at Swin's patch merging
+(``stream.resize``); ``trace.streamed[i]`` holds them after block ``i``.
 """
 import functools
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Iterable, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, Iterable, Optional, Protocol, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +49,7 @@ CAPABILITIES = {
     'attn': 'records the attention maps of chosen blocks',
     'cls_token': 'has a class token in front of the patch tokens',
     'windows': 'attends within (shifted) windows, described by a WindowLayout per block',
+    'stream': 'carries the values of a TokenStream through the attention of every block (a Ride per block)',
 }
 
 
@@ -224,6 +235,66 @@ class WindowLayout:
         return out.view(B, heads, H * W, H * W)
 
 
+class Ride:
+    """Per-token values that ride along with one attention call, and what the attention made of them.
+
+    Holds ``values`` ``(B', n, D)`` on the attention's token layout (``B' = B`` in a ViT, ``B * nW``
+    windows in a Swin) and receives ``mixed`` ``(B', n, D)``:
+
+    .. math::
+        \\mathrm{mixed} = \\max\\big(0, \\tfrac{1}{H}\\textstyle\\sum_h A_h\\big)\\, \\mathrm{values},
+
+    with ``A_h`` the map that mixes the attention's values, before attention dropout (re-attention:
+    after ``Θ`` and its norm; only such maps have negative entries, a softmax map is unchanged by
+    the ``max``). Everything runs detached, in float32, outside autograd: a ride never changes the
+    model's gradients and keeps no map for the backward.
+
+    A fused attention calls :meth:`attend` with its ``q, k`` (its own kernel call stays as it is:
+    a kernel call that carried the values as extra value channels would leave PyTorch's fused CPU
+    kernel, which needs equal widths, for its math path); an explicit one calls :meth:`mix_with_map`.
+
+    Args:
+        values (Tensor): ``(B', n, D)``.
+    """
+
+    def __init__(self, values: Tensor):
+        self.values = values.detach().float()
+        self.mixed: Optional[Tensor] = None
+
+    @torch.no_grad()
+    def attend(self, q: Tensor, k: Tensor, scale: float, heads: int, bias: Optional[Tensor] = None) -> None:
+        """Set :attr:`mixed` from ``Softmax(q k^T * scale + bias)`` with ``q, k`` ``(B0, G * heads, n, d)``
+        (``G`` windows folded into the head axis, 1 without) and ``bias`` broadcastable to the logits."""
+        with torch.autocast(q.device.type, enabled=False):
+            logits = (q.float() * scale) @ k.float().transpose(-2, -1)
+            if bias is not None:
+                logits += bias.float()
+            n = logits.shape[-1]
+            self.mix_with_map(logits.softmax(-1).view(-1, heads, n, n))
+
+    def mix_with_map(self, attn: Tensor) -> None:
+        """Set :attr:`mixed` from an explicit map ``(B', heads, n, n)`` (taken before attention dropout)."""
+        with torch.autocast(attn.device.type, enabled=False):
+            self.mixed = attn.detach().float().mean(1).clamp_(min=0) @ self.values
+
+
+class TokenStream(Protocol):
+    """A user's per-token values, carried through the blocks by the backbone (see the module docstring).
+
+    Shapes: values ``(B, N, D)`` on a block's token grid, extra tokens first (``N = num_extra_tokens
+    + H * W``); ``mixed`` the same, from the block's :class:`Ride`.
+    """
+
+    def start(self, trace: 'TokenTrace') -> Tensor:
+        """The values of the tokens that enter the first block (``trace.grid``, ``trace.mix`` are set)."""
+
+    def step(self, trace: 'TokenTrace', layer: int, values: Tensor, mixed: Tensor) -> Tensor:
+        """The values after block ``layer``, from those before it and what its attention ``mixed``."""
+
+    def resize(self, values: Tensor, grid: Tuple[int, int], new_grid: Tuple[int, int]) -> Tensor:
+        """The values after a downsampling between blocks (Swin's patch merging) from ``grid`` to ``new_grid``."""
+
+
 @dataclass(frozen=True)
 class TraceRequest:
     """What one trace user asks of the backbone.
@@ -234,12 +305,15 @@ class TraceRequest:
         attn_layers (Tuple[int, ...]): Blocks whose attention maps it reads.
         needs (FrozenSet[str]): Further capabilities it relies on (keys of :data:`CAPABILITIES`,
             e.g. ``{'grid'}`` for a user that reads only the grid, ``{'cls_token'}``). ``'tokens'`` /
-            ``'attn'`` are implied by the layer lists.
+            ``'attn'`` / ``'stream'`` are implied by the layer lists and the stream.
+        stream (TokenStream, optional): Values the backbone carries through every block for the user
+            (at most one stream per model).
     """
 
     token_layers: Tuple[int, ...] = ()
     attn_layers: Tuple[int, ...] = ()
     needs: FrozenSet[str] = frozenset()
+    stream: Optional[TokenStream] = None
 
     def __post_init__(self):
         object.__setattr__(self, 'token_layers', tuple(self.token_layers))
@@ -255,6 +329,7 @@ class TraceRequest:
         implied = {'grid'} if self.needs else set()
         implied |= {'tokens'} if self.token_layers else set()
         implied |= {'attn'} if self.attn_layers else set()
+        implied |= {'grid', 'stream'} if self.stream is not None else set()
         return self.needs | implied
 
     @property
@@ -267,8 +342,13 @@ class TraceRequest:
         """One request serving all ``requests`` (layers in first-seen order)."""
         requests = list(requests)
         merge = lambda attr: tuple(dict.fromkeys(i for r in requests for i in getattr(r, attr)))  # noqa: E731
+        streams = list(dict.fromkeys(id(r.stream) for r in requests if r.stream is not None))
+        if len(streams) > 1:
+            raise ValueError(f'a backbone carries one token stream, but {len(streams)} trace users bring one: '
+                             + ', '.join(type(r.stream).__name__ for r in requests if r.stream is not None))
+        stream = next((r.stream for r in requests if r.stream is not None), None)
         return TraceRequest(merge('token_layers'), merge('attn_layers'),
-                            frozenset().union(*(r.needs for r in requests)))
+                            frozenset().union(*(r.needs for r in requests)), stream)
 
 
 def trace_request_of(user) -> TraceRequest:
@@ -282,6 +362,7 @@ def check_trace_user(backbone, request: TraceRequest, user_name: str) -> None:
     Raises:
         TypeError: the backbone takes no trace, or lacks a capability the user needs.
         IndexError: a tapped block does not exist in the backbone.
+        ValueError: the user's stream is meant for another number of blocks (its ``num_layers``).
     """
     if not request.needs_trace:
         return
@@ -301,6 +382,10 @@ def check_trace_user(backbone, request: TraceRequest, user_name: str) -> None:
         except IndexError as e:
             raise IndexError(f'{user_name} taps the {kind} of a block that {backbone_name} does not have: {e}') \
                 from None
+    stream_layers = getattr(request.stream, 'num_layers', backbone.num_trace_layers)
+    if stream_layers != backbone.num_trace_layers:
+        raise ValueError(f'{user_name} carries its stream through num_layers={stream_layers} blocks but '
+                         f'{backbone_name} has {backbone.num_trace_layers}: set num_layers to the backbone\'s blocks')
 
 
 @dataclass
@@ -314,6 +399,9 @@ class TokenTrace:
             from the last block; a hierarchical backbone numbers its blocks across stages).
         attn_layers (Sequence[int]): blocks whose attention maps to record; only these blocks leave
             the fused attention kernel.
+        stream (TokenStream, optional): values to carry through every block (see the module docstring).
+        labels (Tensor, optional): ``(B,)`` class indices of the batch, set by the classifier in training
+            (for a stream that starts from the labels).
 
     Out (filled by the backbone):
         grid (Tuple[int, int]): the patch-token grid ``(Hg, Wg)`` the plan mixes.
@@ -329,6 +417,7 @@ class TokenTrace:
             re-attention after the head transform and its norm, which follow the dropout);
             ``(B * nW, heads, w * w, w * w)`` per window in a Swin, before attention dropout (place
             it on the grid with ``windows[i]``).
+        streamed (Dict[int, Tensor]): every block -> the stream's values after it ``(B, N, D)``.
     """
 
     mix: Optional[MixPlan] = None
@@ -341,11 +430,15 @@ class TokenTrace:
     windows: Dict[int, WindowLayout] = field(default_factory=dict)
     tokens: Dict[int, Tensor] = field(default_factory=dict)
     attn: Dict[int, Tensor] = field(default_factory=dict)
+    stream: Optional[TokenStream] = None
+    labels: Optional[Tensor] = None
+    streamed: Dict[int, Tensor] = field(default_factory=dict)
 
     @classmethod
     def for_request(cls, request: TraceRequest, mix: Optional[MixPlan] = None) -> 'TokenTrace':
-        """An empty trace that asks for what ``request`` taps."""
-        return cls(mix=mix, token_layers=request.token_layers, attn_layers=request.attn_layers)
+        """An empty trace that asks for what ``request`` taps and carries its stream."""
+        return cls(mix=mix, token_layers=request.token_layers, attn_layers=request.attn_layers,
+                   stream=request.stream)
 
     def index(self, layer: int) -> int:
         """The key of block ``layer`` in ``tokens`` / ``attn`` / ``grids`` / ``windows`` (negative

@@ -27,6 +27,7 @@ from mmengine.config import DictAction
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
 from mmvitreg.analysis import AttentionSimilarity, SimilarityResult
+from mmvitreg.analysis.loading import build_dataloader, build_model
 from mmvitreg.models.trace import TokenTrace
 from mmvitreg.utils import ConfigError, load_config
 
@@ -59,32 +60,13 @@ def parse_args(argv=None):
     return args
 
 
-def build_model(cfg, checkpoint, device):
-    from mmengine.registry import MODELS
-    from mmengine.runner import load_checkpoint
-    model_cfg = cfg.model.copy()
-    model_cfg.setdefault('data_preprocessor', cfg.get('data_preprocessor'))  # as mmengine's Runner
-    model = MODELS.build(model_cfg)
-    if checkpoint:
-        load_checkpoint(model, checkpoint, map_location='cpu')
-    else:
-        model.init_weights()
+def build_traced_model(cfg, checkpoint, device):
+    model = build_model(cfg, checkpoint, device)
     backbone = getattr(model, 'backbone', None)
     if not getattr(backbone, 'accepts_trace', False):
         raise ConfigError(f'the backbone {type(backbone).__name__} does not record attention maps in a token '
                           f'trace; use an mmvitreg ViT-family backbone (mmvitreg.DeepViT, mmvitreg.LVViT)')
-    return model.to(device).eval()
-
-
-def build_dataloader(cfg, split, batch_size, num_workers):
-    from mmengine.runner import Runner
-    key = f'{split}_dataloader'
-    if not cfg.get(key):
-        raise ConfigError(f'the config has no {key}')
-    loader_cfg = cfg[key].copy()
-    loader_cfg.update(batch_size=batch_size, num_workers=num_workers, persistent_workers=False)
-    loader_cfg.sampler = dict(type='DefaultSampler', shuffle=False)
-    return Runner.build_dataloader(loader_cfg)
+    return model
 
 
 @torch.no_grad()
@@ -174,7 +156,7 @@ def main(argv=None):
         cfg = load_config(args.config, args.cfg_options)
         from mmengine.registry import init_default_scope
         init_default_scope(cfg.default_scope)
-        model = build_model(cfg, args.checkpoint, args.device)
+        model = build_traced_model(cfg, args.checkpoint, args.device)
         loader = build_dataloader(cfg, args.split, args.batch_size, args.num_workers)
     except ConfigError as e:
         sys.exit(f'error: {e}')

@@ -6,7 +6,7 @@
 One *section* per technique (one module per section in this package, found automatically: adding a
 section is adding a file). A section is a function ``run(ctx) -> str`` registered with
 :func:`register_section`; it trains what it needs through :meth:`Context.train_and_test` (the real
-``tools/train.py`` and ``tools/test.py``, in subprocesses, on the bundled digits), measures (in
+``tools/train.py`` and ``tools/test.py``, run in this process, on the bundled digits), measures (in
 process: :meth:`Context.load_model`, :meth:`Context.val_batches`; logged training scalars:
 :meth:`Run.scalars`), saves its plots with :meth:`Context.save_figure` (make them with
 :func:`figure`), tabulates with :func:`accuracy_table` and returns its markdown body. Example::
@@ -43,10 +43,14 @@ Sizes (``ctx.size``):
   50     tl_align          10 min  CutMix vs CutMix + TL-Align, 3 seeds
   =====  ================  ======  ==============================================================
 
-  Measured cost (one core, the machine shared): an epoch of the 1500 training images with
-  ``configs/deepvit/deepvit-tiny_1xb64_digits.py`` (4 blocks, 96 dims, 65 tokens) takes ~9 s, and
-  every run adds ~20 s of start-up (the train and the test process); cost grows with blocks x
-  tokens x dims^2, so deep models for a 10-minute section are narrow and use few tokens.
+  Measured cost (one core each, the machine shared by several full runs, load average 7-9 on 2
+  cores): an epoch of the 1500 training images takes ~9 s with
+  ``configs/deepvit/deepvit-tiny_1xb64_digits.py`` (4 blocks, 96 dims, 65 tokens), ~7 s with the
+  12-block, 64-dim ViT on 17 tokens of the deepvit section, ~7 s with its tiny LV-ViT on 17 tokens
+  and ~27 s with the ResNet-18-CIFAR/4 teacher (32x32 feature maps); every run adds a few seconds
+  (building, testing). Cost grows with blocks x tokens x dims^2, so deep models for a 10-minute
+  section are narrow and use few tokens. Measured sections (same load): deepvit 9.4 min,
+  token_labeling 23.7 min (9.1 of them the 20-epoch teacher).
 
 Cache: a finished run (train + test) leaves ``run.json`` in its folder under
 ``<work-dir>/<section>/``; asking for the same run again (same config, seed, options, subset,
@@ -55,10 +59,12 @@ epochs) returns it without training, so an interrupted report resumes where it s
 Accuracy comparisons follow the issue's rule: mean ± sample std over seeds, and a difference
 smaller than the spread (the larger of the two stds) is called a tie (:func:`verdict`).
 """
+import contextlib
 import hashlib
+import importlib.util
+import io
 import json
 import os
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -176,6 +182,8 @@ class Context:
     out_dir: Path
     work_dir: Path
     log: Callable = field(default=print, repr=False)
+    #: training and testing time of the runs this section took from the cache
+    cached_seconds: float = 0.
 
     def __post_init__(self):
         self.out_dir, self.work_dir = Path(self.out_dir), Path(self.work_dir).resolve()
@@ -230,25 +238,30 @@ class Context:
         return opts
 
     def run_tool(self, args: Sequence, log_file: Path) -> None:
-        """Run ``tools/<args[0]>`` with this interpreter, output to ``log_file``; training progress
-        lines (``Epoch(train)``) are echoed. Raises ``RuntimeError`` with the log's tail on failure."""
-        cmd = [sys.executable, str(REPO / 'tools' / str(args[0]))] + [str(a) for a in args[1:]]
+        """Run ``main(argv)`` of ``tools/<args[0]>`` in this process (no start-up cost per run) from the
+        repository root (paths in ``args`` may be relative to it), its output to ``log_file``; training
+        progress lines (``Epoch(train)``) are echoed. Raises
+        ``RuntimeError`` with the log's tail when the tool exits with an error."""
         log_file = Path(log_file)
         log_file.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get('PYTHONPATH')])))
+        # mmengine keys a run's logger, message hub and visualizer by the second it starts in:
+        # every run starts in a second of its own
+        while int(time.time()) == _last_start[0]:
+            time.sleep(0.05)
+        _last_start[0] = int(time.time())
+        code = None
         with open(log_file, 'w') as log:
-            log.write(' '.join(cmd) + '\n')
-            log.flush()
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                    cwd=REPO)
-            for line in proc.stdout:
-                log.write(line)
-                if 'Epoch(train)' in line:
-                    self.log(f'    {line.split(" - ", 2)[-1].strip()[:150]}')
-            proc.wait()
-        if proc.returncode:
+            log.write(_shell(['tools/' + str(args[0]), *args[1:]]) + '\n')
+            out = _Progress(log, self.log)
+            try:
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), contextlib.chdir(REPO):
+                    _tool(str(args[0])).main([str(a) for a in args[1:]])
+            except SystemExit as e:
+                code = e.code
+                log.write(f'exit: {code}\n')
+        if code not in (None, 0):
             tail = ''.join(log_file.read_text().splitlines(keepends=True)[-40:])
-            raise RuntimeError(f'{" ".join(cmd)} exited {proc.returncode} (log: {log_file})\n{tail}')
+            raise RuntimeError(f'tools/{args[0]} failed (log: {log_file})\n{tail}')
 
     def train_and_test(self, config: str, seed: int, cfg_options: Optional[dict] = None, *, tag: str = None,
                        per_class: Optional[int] = None, epochs: Optional[int] = None) -> Run:
@@ -281,21 +294,22 @@ class Context:
         if record.is_file():
             run = Run(**json.loads(record.read_text()))
             self.log(f'  {tag} seed {seed}: cached ({_metric_line(run.metrics)})')
+            self.cached_seconds += run.seconds
             return run
         self.log(f'  {tag} seed {seed}: training {config} ({run_dir})')
         start = time.time()
         opts = ['--cfg-options', *fmt_options(options)]
-        train = ['train.py', config, '--work-dir', run_dir, '--no-validate', *opts]
+        train = ['train.py', REPO / config, '--work-dir', run_dir, '--no-validate', *opts]
         self.run_tool(train, run_dir / 'train.log')
         checkpoint = (run_dir / 'last_checkpoint').read_text().strip()
-        test = ['test.py', config, checkpoint, '--work-dir', run_dir / 'test', *opts]
+        test = ['test.py', REPO / config, checkpoint, '--work-dir', run_dir / 'test', *opts]
         self.run_tool(test, run_dir / 'test.log')
         lines = [ln for ln in (run_dir / 'test.log').read_text().splitlines() if ln.startswith('metrics: ')]
         if not lines:
             raise RuntimeError(f'tools/test.py printed no "metrics:" line (log: {run_dir / "test.log"})')
         run = Run(tag, config, seed, options, json.loads(lines[-1][len('metrics: '):]), checkpoint, str(run_dir),
                   [_shell(['tools/' + str(c[0]), *c[1:]]) for c in (train, test)], time.time() - start)
-        record.write_text(json.dumps(asdict(run), indent=1))
+        record.write_text(json.dumps(asdict(run), indent=1, default=str))  # paths as text
         self.log(f'  {tag} seed {seed}: {_metric_line(run.metrics)} ({run.seconds:.0f} s)')
         return run
 
@@ -355,6 +369,38 @@ class Context:
         return f'![{self.section} {name}](claims/{file})'
 
 
+_last_start = [0]
+_tools = {}
+
+
+def _tool(name: str):
+    """The module ``tools/<name>`` (loaded once)."""
+    if name not in _tools:
+        spec = importlib.util.spec_from_file_location(f'claims_tool_{Path(name).stem}', REPO / 'tools' / name)
+        _tools[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(_tools[name])
+    return _tools[name]
+
+
+class _Progress(io.TextIOBase):
+    """A text stream writing to a log file and echoing its training progress lines with ``echo``
+    (to the ``sys.stdout`` of the moment it was made). mmengine's loggers keep it as their console
+    stream after the run: once the log is closed, it writes there."""
+
+    def __init__(self, log, echo):
+        self.file, self.echo, self.stdout = log, echo, sys.stdout
+
+    def write(self, text):
+        if self.file.closed:
+            return self.stdout.write(text)
+        self.file.write(text)
+        for line in text.splitlines():
+            if 'Epoch(train)' in line:
+                with contextlib.redirect_stdout(self.stdout):
+                    self.echo(f'    {line.split(" - ", 2)[-1].strip()[:150]}')
+        return len(text)
+
+
 def figure(*args, **kwargs):
     """``matplotlib.pyplot.subplots`` with the non-interactive backend (no display here)."""
     import matplotlib
@@ -364,7 +410,9 @@ def figure(*args, **kwargs):
 
 
 def _shell(args) -> str:
-    return 'python ' + ' '.join(f"'{a}'" if any(c in str(a) for c in ' ()[],') else str(a) for a in args)
+    """The command line of a tool run, paths inside the repository relative to it."""
+    args = [str(a).replace(f'{REPO}/', '') for a in args]
+    return 'python ' + ' '.join(f"'{a}'" if any(c in a for c in ' ()[],') else a for a in args)
 
 
 def _metric_line(metrics: dict) -> str:
@@ -433,10 +481,16 @@ def command(names: Sequence[str], size: str) -> str:
 
 
 def fragment(section: Section, ctx: Context, body: str, minutes: float) -> str:
-    """A section's stored text: how it was run, then its body."""
+    """A section's stored text: how it was run (``minutes``: this invocation; the time of the runs it
+    took from the cache is added, so the figure is what a run from scratch takes; the machine's
+    15-minute load average says how shared it was), then its body."""
+    cached = ctx.cached_seconds / 60
+    took = f'{minutes + cached:.1f} min (' + (f'{cached:.1f} of them in cached runs; ' if cached else '') + \
+        f'budget {section.budget_min:g} min at size full; machine load {os.getloadavg()[2]:.1f} on ' \
+        f'{os.cpu_count()} cores at the end)'
     return (f'<!-- fragment of claims.md, written by tools/analysis_tools/claims_report.py -->\n'
-            f'*Size `{ctx.size}`, seeds {", ".join(map(str, ctx.seeds))}; took {minutes:.1f} min '
-            f'(budget {section.budget_min:g} min at size full). Re-run:* `{command([section.name], ctx.size)}`\n\n'
+            f'*Size `{ctx.size}`, seeds {", ".join(map(str, ctx.seeds))}; took {took}. '
+            f'Re-run:* `{command([section.name], ctx.size)}`\n\n'
             f'{body.strip()}\n')
 
 
@@ -444,6 +498,7 @@ def assemble(out_dir: Path) -> str:
     """``claims.md`` from the header and every registered section's fragment (a placeholder for a
     section never run); returns the text and writes it to ``out_dir / 'claims.md'``."""
     out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     parts = [HEADER]
     for section in sections():
         frag = out_dir / 'claims' / f'{section.name}.md'
@@ -479,7 +534,8 @@ def run_sections(names: Sequence[str], size: str, out_dir, work_dir, seeds: Opti
         (ctx.out_dir / 'claims').mkdir(parents=True, exist_ok=True)
         (ctx.out_dir / 'claims' / f'{section.name}.md').write_text(
             fragment(section, ctx, body, minutes[section.name]))
-        log(f'[claims] {section.name}: done in {minutes[section.name]:.1f} min '
+        log(f'[claims] {section.name}: done in {minutes[section.name]:.1f} min, {ctx.cached_seconds / 60:.1f} '
+            f'min more in cached runs '
             f'({ctx.out_dir / "claims" / (section.name + ".md")})')
     assemble(out_dir)
     return minutes

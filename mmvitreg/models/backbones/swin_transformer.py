@@ -12,7 +12,7 @@ from torch import Tensor
 from mmvitreg.registry import MODELS
 from ..converters import rename_keys
 from ..layers import WindowAttention
-from ..trace import TokenTrace, WindowLayout
+from ..trace import Ride, TokenTrace, WindowLayout
 
 
 @MODELS.register_module()
@@ -41,6 +41,9 @@ class SwinTransformer(MMPretrainSwinTransformer):
     * ``trace.tokens[i]`` ``(B, H_s * W_s, C_s)``: block ``i``'s output, before any stage norm;
     * ``trace.attn[i]`` ``(B * nW, heads, w * w, w * w)``: block ``i``'s window attention maps
       (after softmax, before attention dropout); only these blocks leave the fused kernel.
+    * ``trace.stream``: its values are partitioned into every block's windows (padding carries 0) and
+      go with the fused attention (:class:`~mmvitreg.models.trace.Ride`); ``stream.resize`` follows
+      patch merging; ``trace.streamed[i]`` ``(B, H_s * W_s, D)`` after block ``i``.
 
     Args:
         **kwargs: The arguments of mmpretrain's ``SwinTransformer`` (``arch``, ``img_size``,
@@ -50,7 +53,7 @@ class SwinTransformer(MMPretrainSwinTransformer):
     """
 
     accepts_trace = True
-    trace_serves = frozenset({'grid', 'mix', 'tokens', 'attn', 'windows'})
+    trace_serves = frozenset({'grid', 'mix', 'tokens', 'attn', 'windows', 'stream'})
 
     def __init__(self, stage_cfgs=dict(), **kwargs):
         super().__init__(stage_cfgs=self._with_window_attention(stage_cfgs), **kwargs)
@@ -88,13 +91,22 @@ class SwinTransformer(MMPretrainSwinTransformer):
         return WindowLayout(tuple(grid), window, shift)
 
     @staticmethod
-    def _block(block, x: Tensor, layout: WindowLayout, need_attn: bool):
-        """One Swin block (pre-norm W-MSA/SW-MSA and FFN, both residual) on ``x`` ``(B, H * W, C)``."""
+    def _block(block, x: Tensor, layout: WindowLayout, need_attn: bool, ride: Optional[Ride] = None):
+        """One Swin block (pre-norm W-MSA/SW-MSA and FFN, both residual) on ``x`` ``(B, H * W, C)``; a
+        ``ride`` holds values in windows."""
         h = layout.partition(block.norm1(x))
-        h = block.attn.w_msa(h, mask=layout.attn_mask(x.device), need_attn=need_attn)
+        h = block.attn.w_msa(h, mask=layout.attn_mask(x.device), need_attn=need_attn, ride=ride)
         h, attn = h if need_attn else (h, None)
         x = x + block.attn.drop(layout.reverse(h))
         return block.ffn(block.norm2(x), identity=x), attn
+
+    @staticmethod
+    def _downsample(stage, x: Tensor, hw, stream, values: Optional[Tensor]):
+        """Patch merging of the tokens and, when a stream rides along, of its values."""
+        x, new_hw = stage.downsample(x, hw)
+        if stream is not None:
+            values = stream.resize(values, tuple(hw), tuple(new_hw))
+        return x, new_hw, values
 
     def forward(self, x: Tensor, trace: Optional[TokenTrace] = None) -> Tuple[Tensor, ...]:
         """Embed ``x`` ``(B, 3, H, W)`` and run the stages; ``(B, C_i, H_i, W_i)`` per ``out_indices``."""
@@ -111,29 +123,35 @@ class SwinTransformer(MMPretrainSwinTransformer):
                                      self.num_extra_tokens)
         x = self.drop_after_pos(x)
 
+        stream = trace.stream if trace is not None else None
+        values = stream.start(trace) if stream is not None else None
         outs, index = [], 0
         for i, stage in enumerate(self.stages):
             for block in stage.blocks:
                 layout = self.window_layout(block, hw)
                 need_attn = index in attn_layers
+                ride = Ride(layout.partition(values)) if stream is not None else None  # padding: values 0
                 if block.with_cp and x.requires_grad and not need_attn:
-                    x, attn = cp.checkpoint(self._block, block, x, layout, False, use_reentrant=False)
+                    x, attn = cp.checkpoint(self._block, block, x, layout, False, ride, use_reentrant=False)
                 else:
-                    x, attn = self._block(block, x, layout, need_attn)
+                    x, attn = self._block(block, x, layout, need_attn, ride)
                 if trace is not None:
                     trace.grids[index], trace.windows[index] = tuple(hw), layout
                     if index in token_layers:
                         trace.tokens[index] = x
                     if need_attn:
                         trace.attn[index] = attn
+                    if stream is not None:
+                        values = stream.step(trace, index, values, layout.reverse(ride.mixed))
+                        trace.streamed[index] = values
                 index += 1
             if stage.downsample is not None and self.out_after_downsample:
-                x, hw = stage.downsample(x, hw)
+                x, hw, values = self._downsample(stage, x, hw, stream, values)
             if i in self.out_indices:
                 out = getattr(self, f'norm{i}')(x)
                 outs.append(out.view(-1, *hw, self.num_features[i]).permute(0, 3, 1, 2).contiguous())
             if stage.downsample is not None and not self.out_after_downsample:
-                x, hw = stage.downsample(x, hw)
+                x, hw, values = self._downsample(stage, x, hw, stream, values)
         return tuple(outs)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from mmvitreg.registry import MODELS
 from ..layers import ConvStem, PatchEmbed, TransformerBlock, token_grid
-from ..trace import TokenTrace
+from ..trace import Ride, TokenTrace
 
 ESSENTIAL_ARCH_KEYS = ('embed_dims', 'num_layers', 'num_heads', 'feedforward_channels')
 # Optional architecture keys of an arch dict and their defaults (the plain ViT).
@@ -46,7 +46,8 @@ class VisionTransformer(MMPretrainVisionTransformer):
     embedding (unless the plan mixed the images in pixel space, ``trace.mix.in_pixels``), and records ``trace.tokens[i]`` (``(B, N, C)``, block output before the final norm)
     and ``trace.attn[i]`` (``(B, heads, N, N)``, the map that multiplies ``V``, taken before attention
     dropout except in re-attention, whose dropout precedes its head transform) for the requested
-    blocks only, and ``trace.grids[i]`` (the token grid) for every block; the other blocks keep
+    blocks only, and ``trace.grids[i]`` (the token grid) for every block; a ``trace.stream`` rides
+    through every block's attention (``trace.streamed[i]`` after block ``i``); the other blocks keep
     the fused attention kernel. Without a trace it is an
     ordinary backbone.
 
@@ -181,7 +182,7 @@ class VisionTransformer(MMPretrainVisionTransformer):
     @property
     def trace_serves(self) -> frozenset:
         """What this backbone serves a trace (see :data:`~mmvitreg.models.trace.CAPABILITIES`)."""
-        return frozenset({'grid', 'mix', 'tokens', 'attn'} | ({'cls_token'} if self.with_cls_token else set()))
+        return frozenset({'grid', 'mix', 'tokens', 'attn', 'stream'} | ({'cls_token'} if self.with_cls_token else set()))
 
     def _resolve_arch(self, arch: Union[str, dict]) -> dict:
         if isinstance(arch, str):
@@ -254,18 +255,23 @@ class VisionTransformer(MMPretrainVisionTransformer):
             num_extra_tokens=self.num_extra_tokens)
         x = self.drop_after_pos(x)
 
+        stream = trace.stream if trace is not None else None
+        values = stream.start(trace) if stream is not None else None
         outs = []
         for i, layer in enumerate(self.layers):
             if trace is None:
                 x = layer(x)
             else:
+                ride = Ride(values) if stream is not None else None
                 if i in attn_layers:
-                    x, trace.attn[i] = layer(x, need_attn=True)
+                    x, trace.attn[i] = layer(x, need_attn=True, ride=ride)
                 else:
-                    x = layer(x)
+                    x = layer(x, ride=ride)
                 trace.grids[i] = hw
                 if i in token_layers:
                     trace.tokens[i] = x
+                if stream is not None:
+                    values = trace.streamed[i] = stream.step(trace, i, values, ride.mixed)
             if i == self.num_layers - 1 and self.final_norm:
                 x = self.ln1(x)
             if i in self.out_indices:

@@ -146,6 +146,8 @@ class TokenClassifier(ImageClassifier):
         """Losses of a batch: the backbone runs once with the union trace, the target transform
         rewrites the targets, then the head and every auxiliary loss add their named terms."""
         trace = self.make_trace(self.train_request, mix_plan)
+        if trace is not None and all('gt_label' in s for s in data_samples):
+            trace.labels = torch.cat([s.gt_label for s in data_samples]).to(inputs.device)
         backbone_feats = self.backbone(inputs, trace=trace) if trace is not None else self.backbone(inputs)
         feats = self.neck(backbone_feats) if self.with_neck else backbone_feats
         if self.target_transform is not None:

@@ -4,6 +4,8 @@ from typing import Optional, Tuple, Union
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..trace import Ride
+
 
 class MultiheadSelfAttention(nn.Module):
     """Multi-head self-attention (MHSA) of the Vision Transformer.
@@ -20,7 +22,10 @@ class MultiheadSelfAttention(nn.Module):
     Without ``need_attn`` the module runs PyTorch's fused ``F.scaled_dot_product_attention`` (the
     attention map is never materialised). With ``need_attn=True`` it runs the explicit path
     :meth:`attention_map` and returns the map too. Subclasses that change the map (re-attention,
-    talking heads) override :meth:`attention_map` and set ``fused = False``.
+    talking heads) override :meth:`attention_map` and set ``fused = False``. A
+    :class:`~mmvitreg.models.trace.Ride` (``ride``, values ``(B, N, D)``) gets the head-mean map
+    applied to its values: on the fused path from the detached ``q, k`` outside autograd, on the
+    explicit path (and with attention dropout active in training) from the map before dropout.
 
     Args:
         embed_dims (int): Token channels ``C``.
@@ -63,19 +68,26 @@ class MultiheadSelfAttention(nn.Module):
         """``Softmax(Q K^T * scale)`` ``(B, H, N, N)``, before attention dropout."""
         return ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)  # q scaled: (B, H, N, d)
 
-    def forward(self, x: Tensor, need_attn: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    def forward(self, x: Tensor, need_attn: bool = False,
+                ride: Optional[Ride] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
         """Attend ``x`` ``(B, N, C)``; with ``need_attn`` also return the ``(B, H, N, N)`` map (for plain
-        MHSA the softmax before attention dropout; for subclasses the :meth:`attention_map`)."""
+        MHSA the softmax before attention dropout; for subclasses the :meth:`attention_map`); fill
+        ``ride.mixed`` when a ride is given."""
         B, N, C = x.shape
         q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims).permute(2, 0, 3, 1, 4).unbind(0)
-        if need_attn and self.fused and self.training and self.attn_drop.p > 0:  # plain MHSA, dropout on:
-            attn = self.softmax_map(q, k)  # return the map before dropout, apply dropout to V's weights only
+        dropout = self.attn_drop.p if self.training else 0.
+        if self.fused and (need_attn or ride is not None and dropout > 0):  # the softmax before dropout
+            attn = self.softmax_map(q, k)
             x = self.attn_drop(attn) @ v
-        elif need_attn or not self.fused:
+        elif not self.fused:
             attn = self.attention_map(q, k)
             x = attn @ v
         else:
-            x = F.scaled_dot_product_attention(
-                q, k, v, dropout_p=self.attn_drop.p if self.training else 0., scale=self.scale)
+            attn = None
+            x = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=self.scale)
+            if ride is not None:
+                ride.attend(q, k, self.scale, self.num_heads)
+        if ride is not None and attn is not None:
+            ride.mix_with_map(attn)
         x = self.proj_drop(self.proj(x.transpose(1, 2).reshape(B, N, C)))
         return (x, attn) if need_attn else x

@@ -6,6 +6,7 @@ from mmcv.cnn.bricks import DropPath
 from mmcv.cnn.bricks.transformer import FFN
 from torch import Tensor, nn
 
+from ..trace import Ride
 from .attention import MultiheadSelfAttention
 from .re_attention import ReAttention
 from .talking_heads import TalkingHeadsAttention
@@ -83,10 +84,12 @@ class TransformerBlock(nn.Module):
                        ffn_drop=drop_rate, act_cfg=act_cfg, add_identity=False)
         self.drop_path = DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity()
 
-    def forward(self, x: Tensor, need_attn: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
-        """Run the block on ``x`` ``(B, N, C)``; with ``need_attn`` also return the attention map."""
+    def forward(self, x: Tensor, need_attn: bool = False,
+                ride: Optional[Ride] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+        """Run the block on ``x`` ``(B, N, C)``; with ``need_attn`` also return the attention map; a
+        ``ride`` goes to the attention."""
         a, d = self.scale_adjustment, self.branch_divisor
-        h = self.attn(self.ln1(x * a if a != 1 else x), need_attn=need_attn)
+        h = self.attn(self.ln1(x * a if a != 1 else x), need_attn=need_attn, ride=ride)
         if need_attn:
             h, attn = h
         h = self.drop_path(h)

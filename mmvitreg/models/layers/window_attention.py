@@ -7,6 +7,8 @@ from mmengine.model import BaseModule
 from mmengine.model.weight_init import trunc_normal_
 from torch import Tensor, nn
 
+from ..trace import Ride
+
 
 class WindowAttention(BaseModule):
     """Window multi-head self-attention (W-MSA / SW-MSA) with a relative position bias.
@@ -26,7 +28,10 @@ class WindowAttention(BaseModule):
 
     Without ``need_attn`` it runs ``F.scaled_dot_product_attention`` with ``B + M`` as the additive
     mask (the map is never returned); with ``need_attn=True`` it computes the map explicitly, as
-    mmpretrain does, and returns it too (the softmax, before attention dropout).
+    mmpretrain does, and returns it too (the softmax, before attention dropout). A
+    :class:`~mmvitreg.models.trace.Ride` (values ``(B * nW, N, D)`` in windows) gets the head-mean map
+    from the detached ``q, k`` outside autograd beside the fused call, or, on the explicit path and
+    with attention dropout active in training, the map before dropout.
 
     Args:
         embed_dims (int): Token channels ``C``.
@@ -83,9 +88,10 @@ class WindowAttention(BaseModule):
         N = self.relative_position_index.shape[0]
         return self.relative_position_bias_table[self.relative_position_index.view(-1)].view(N, N, -1).permute(2, 0, 1)
 
-    def forward(self, x: Tensor, mask: Optional[Tensor] = None,
-                need_attn: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
-        """Attend inside every window of ``x`` ``(B * nW, N, C)``; ``mask`` ``(nW, N, N)`` or None."""
+    def forward(self, x: Tensor, mask: Optional[Tensor] = None, need_attn: bool = False,
+                ride: Optional[Ride] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+        """Attend inside every window of ``x`` ``(B * nW, N, C)``; ``mask`` ``(nW, N, N)`` or None; fill
+        ``ride.mixed`` when a ride is given."""
         B_, N, C = x.shape
         q, k, v = self.qkv(x).reshape(B_, N, 3, self.num_heads, C // self.num_heads).permute(2, 0, 3, 1, 4).unbind(0)
         bias = self.position_bias().unsqueeze(0)  # (1, heads, N, N)
@@ -93,14 +99,18 @@ class WindowAttention(BaseModule):
             nW = mask.shape[0]
             bias = (bias + mask.unsqueeze(1).to(bias.dtype)).reshape(1, nW * self.num_heads, N, N)
             q, k, v = (t.reshape(B_ // nW, nW * self.num_heads, N, -1) for t in (q, k, v))
-        if need_attn:  # the returned map is the softmax before attention dropout
+        dropout = self.attn_drop.p if self.training else 0.
+        if need_attn or ride is not None and dropout > 0:  # the map is the softmax before attention dropout
             attn = ((q * self.scale) @ k.transpose(-2, -1) + bias).softmax(dim=-1)
             x = self.attn_drop(attn) @ v
             attn = attn.view(B_, self.num_heads, N, N)
+            if ride is not None:
+                ride.mix_with_map(attn)
         else:  # the (1, ., N, N) bias broadcasts over the batch without a copy
             x = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=bias.to(q.dtype), dropout_p=self.attn_drop.p if self.training else 0.,
-                scale=self.scale)
+                q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropout, scale=self.scale)
+            if ride is not None:
+                ride.attend(q, k, self.scale, self.num_heads, bias)
         x = x.reshape(B_, self.num_heads, N, -1)
         x = self.proj_drop(self.proj(x.transpose(1, 2).reshape(B_, N, C)))
         return (x, attn) if need_attn else x

@@ -8,6 +8,7 @@ from torch import Tensor
 
 from mmvitreg.registry import BATCH_AUGMENTS
 from ..trace import MixPlan, TraceRequest
+from .plan_utils import partner_index, token_grid
 
 
 @BATCH_AUGMENTS.register_module()
@@ -75,20 +76,13 @@ class MixToken(CutMix):
             MixPlan: partner ``index`` ``(B,)`` and mask ``(B, H // patch_size, W // patch_size)``
             (0 inside the box), on the device of ``inputs``.
         """
-        B, _, H, W = inputs.shape
-        if H % self.patch_size or W % self.patch_size:
-            raise ValueError(f'MixToken needs a whole token grid: input {H}x{W} is not a multiple of '
-                             f'patch_size={self.patch_size}')
-        grid = (H // self.patch_size, W // self.patch_size)
+        grid = token_grid('MixToken', inputs, self.patch_size)
         lam = np.random.beta(self.alpha, self.alpha)
         (y1, y2, x1, x2), _ = self.cutmix_bbox_and_lam(grid, lam)
         mask = torch.ones(grid, device=inputs.device)
         mask[y1:y2, x1:x2] = 0
-        if self.partner == 'flip':
-            index = torch.arange(B - 1, -1, -1, device=inputs.device)
-        else:
-            index = torch.randperm(B, device=inputs.device)
-        return MixPlan(index=index, mask=mask.expand(B, *grid))
+        return MixPlan(index=partner_index(len(inputs), self.partner, inputs.device),
+                       mask=mask.expand(len(inputs), *grid))
 
     def mix(self, batch_inputs: Tensor, batch_scores: Tensor):
         """Refuse to run as an image-level batch augment (the tokens are mixed in the backbone)."""

@@ -7,6 +7,7 @@ from torch import Tensor
 from mmvitreg.registry import BATCH_AUGMENTS
 from ..trace import MixPlan, TraceRequest
 from .mix_token import MixToken
+from .plan_utils import partner_index, token_grid
 
 
 @BATCH_AUGMENTS.register_module()
@@ -67,10 +68,7 @@ class PatchCutMix(MixToken):
         ``(B, H, W)`` (0 inside the box)."""
         B, _, H, W = inputs.shape
         p = self.patch_size
-        if H % p or W % p:
-            raise ValueError(f'PatchCutMix needs a whole token grid: input {H}x{W} is not a multiple of '
-                             f'patch_size={p}')
-        grid = (H // p, W // p)
+        grid = token_grid('PatchCutMix', inputs, p)
         lam = 1.
         while lam == 1.:
             lam = np.random.beta(self.alpha, self.alpha)
@@ -84,11 +82,8 @@ class PatchCutMix(MixToken):
             pixels = torch.ones(H, W, device=inputs.device)
             pixels[y1:y2, x1:x2] = 0
             mask = F.avg_pool2d(pixels[None, None], p)[0, 0]
-        if self.partner == 'flip':
-            index = torch.arange(B - 1, -1, -1, device=inputs.device)
-        else:
-            index = torch.randperm(B, device=inputs.device)
-        return MixPlan(index=index, mask=mask.expand(B, *grid), pixel_mask=pixels.expand(B, H, W))
+        return MixPlan(index=partner_index(B, self.partner, inputs.device), mask=mask.expand(B, *grid),
+                       pixel_mask=pixels.expand(B, H, W))
 
     def mix(self, batch_inputs: Tensor, batch_scores: Tensor):
         """Refuse to run as an mmpretrain batch augment (its plan must reach the model)."""

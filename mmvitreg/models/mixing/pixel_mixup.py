@@ -6,6 +6,7 @@ from torch import Tensor
 
 from mmvitreg.registry import BATCH_AUGMENTS
 from ..trace import MixPlan, TraceRequest
+from .plan_utils import partner_index, token_grid
 
 
 @BATCH_AUGMENTS.register_module()
@@ -42,16 +43,12 @@ class PixelMixup(Mixup):
     def plan(self, inputs: Tensor) -> MixPlan:
         """One plan for images ``(B, 3, H, W)``: token mask and pixel mask all ``lam``."""
         B, _, H, W = inputs.shape
-        if H % self.patch_size or W % self.patch_size:
-            raise ValueError(f'PixelMixup needs a whole token grid: input {H}x{W} is not a multiple of '
-                             f'patch_size={self.patch_size}')
+        grid = token_grid('PixelMixup', inputs, self.patch_size)
         lam = 1.
         while lam == 1.:
             lam = float(np.random.beta(self.alpha, self.alpha))
-        index = (torch.arange(B - 1, -1, -1, device=inputs.device) if self.partner == 'flip'
-                 else torch.randperm(B, device=inputs.device))
-        mask = torch.full((1, H // self.patch_size, W // self.patch_size), lam, device=inputs.device)
-        return MixPlan(index=index, mask=mask.expand(B, -1, -1),
+        mask = torch.full((1, *grid), lam, device=inputs.device)
+        return MixPlan(index=partner_index(B, self.partner, inputs.device), mask=mask.expand(B, -1, -1),
                        pixel_mask=torch.full((1, H, W), lam, device=inputs.device).expand(B, -1, -1))
 
     def mix(self, batch_inputs: Tensor, batch_scores: Tensor):
