@@ -576,7 +576,8 @@ def _t2t_drloc(with_drloc: bool) -> ModelBuilder:
                         layer_cfgs=dict(num_heads=2 if tiny else 6, feedforward_channels=3 * dims),
                         drop_path_rate=0.1, out_type='raw' if with_drloc else 'cls_token')
         # tiny (the tool's smoke test runs it at 32x32): no pooling on the 2x2 grid
-        drloc = dict(in_channels=dims, loss_weight=0.1, grid_pool=None if tiny else 'avg2x2', num_pairs=4 if tiny else 64)
+        drloc = dict(in_channels=dims, loss_weight=0.1, grid_pool=None if tiny else 'avg2x2',
+                     num_pairs=4 if tiny else 64)
         return _drloc_classifier(backbone, dict(type='VisionTransformerClsHead', in_channels=dims),
                                  dict(type='mmvitreg.ClsTokenNeck') if with_drloc else None,
                                  drloc if with_drloc else None)
