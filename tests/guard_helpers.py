@@ -25,6 +25,7 @@ TECHNIQUES = [
     CONFIGS / 'tlalign' / 'deit-tiny_1xb64_cutmix-tlalign_digits.py',
     CONFIGS / 'tlalign' / 'swin-nano_1xb64_cutmix-tlalign_digits.py',
     CONFIGS / 'diversepatch' / 'deit-deep-narrow_1xb64_diversepatch_digits.py',
+    CONFIGS / 'drloc' / 'deit-tiny_1xb64_drloc_digits.py',
 ]
 NUM_TRAIN, NUM_VAL = 128, 32
 _runs = itertools.count()

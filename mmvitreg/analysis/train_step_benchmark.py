@@ -517,6 +517,7 @@ register_case(
         make_batch=classification_batch,
         max_time_ratio=1.02))
 
+
 register_case(
     'deit-s-tlalign-weights-vs-labels',
     TrainStepCase(
@@ -570,3 +571,72 @@ _register_diversepatch(
     'swin-t-diversepatch-vs-plain', 'Swin-T with the patch-wise cosine and mixing losses on the last stage '
     '(DiversePatch; no contrastive loss across down-sampling) vs. the same model with the same CutMix and the plain '
     'loss', _swin_diversepatch)
+
+
+def _drloc_classifier(backbone: dict, head: dict, neck: Optional[dict], drloc: Optional[dict]) -> nn.Module:
+    """A classifier in mmpretrain's recipe (Mixup/CutMix, label smoothing 0.1) with DRLoc (paper form,
+    ``drloc`` its options) as an auxiliary loss, or without (``drloc=None``)."""
+    return build_in_mmpretrain(
+        dict(
+            type='mmvitreg.TokenClassifier',
+            backbone=backbone,
+            neck=neck,
+            head=dict(head, num_classes=1000, loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1,
+                                                        mode='original')),
+            aux_losses=[dict(type='mmvitreg.DRLoc', **drloc)] if drloc else [],
+            train_cfg=dict(augments=[dict(type='Mixup', alpha=0.8), dict(type='CutMix', alpha=1.0)]),
+            data_preprocessor=IMAGENET_PREPROCESSOR))
+
+
+def _swin_drloc(with_drloc: bool) -> ModelBuilder:
+    """Swin-T with or without DRLoc on its last stage (7x7 at 224), λ = 0.5 (paper)."""
+
+    def build(img_size: int, tiny: bool) -> nn.Module:
+        backbone, dims, _ = _swin_t('mmvitreg.SwinTransformer', img_size, tiny)
+        drloc = dict(in_channels=dims, layers=(-1, ), loss_weight=0.5) if with_drloc else None
+        return _drloc_classifier(backbone, dict(type='LinearClsHead', in_channels=dims),
+                                 dict(type='GlobalAveragePooling'), drloc)
+
+    return build
+
+
+register_case(
+    'swin-t-drloc',
+    TrainStepCase(
+        description='Swin-T with DRLoc (m = 64 pairs per image on the last stage\'s 7x7 grid, read through the '
+        'trace; MLP 2x768 -> 512 -> 512 -> 2) vs. the same model without it',
+        model=_swin_drloc(True),
+        baseline=_swin_drloc(False),
+        make_batch=classification_batch,
+        max_time_ratio=1.02))
+
+
+def _t2t_drloc(with_drloc: bool) -> ModelBuilder:
+    """mmpretrain's T2T-ViT-t-14 (``tiny``: 2 blocks of 64 channels): with DRLoc, raw tokens (no trace) pooled
+    2x2 to 7x7 (paper) and the cls token picked by ClsTokenNeck, λ = 0.1; without, mmpretrain's cls-token
+    output."""
+
+    def build(img_size: int, tiny: bool) -> nn.Module:
+        dims = 64 if tiny else 384
+        backbone = dict(type='T2T_ViT', img_size=img_size, embed_dims=dims, num_layers=2 if tiny else 14,
+                        layer_cfgs=dict(num_heads=2 if tiny else 6, feedforward_channels=3 * dims),
+                        drop_path_rate=0.1, out_type='raw' if with_drloc else 'cls_token')
+        # tiny (the tool's smoke test runs it at 32x32): no pooling on the 2x2 grid
+        drloc = dict(in_channels=dims, loss_weight=0.1, grid_pool=None if tiny else 'avg2x2',
+                     num_pairs=4 if tiny else 64)
+        return _drloc_classifier(backbone, dict(type='VisionTransformerClsHead', in_channels=dims),
+                                 dict(type='mmvitreg.ClsTokenNeck') if with_drloc else None,
+                                 drloc if with_drloc else None)
+
+    return build
+
+
+register_case(
+    't2t-vit-14-drloc',
+    TrainStepCase(
+        description='T2T-ViT-14 with DRLoc (raw tokens of mmpretrain\'s T2T_ViT, 14x14 pooled to 7x7, m = 64; '
+        'no trace) vs. mmpretrain\'s T2T-ViT-14 without it',
+        model=_t2t_drloc(True),
+        baseline=_t2t_drloc(False),
+        make_batch=classification_batch,
+        max_time_ratio=1.02))

@@ -1,8 +1,9 @@
 """Training hooks of mmvitreg."""
 from .bn_recalibration_hook import BNRecalibrationHook
+from .drloc_weight_schedule_hook import DRLocWeightScheduleHook
 from .drop_path_schedule_hook import DropPathScheduleHook, drop_path_modules
 from .loss_guard_hook import LossGuardHook, NonFiniteLossError
 from .rng_state_hook import RNGStateHook, capture_rng_state, restore_rng_state
 
-__all__ = ['BNRecalibrationHook', 'LossGuardHook', 'NonFiniteLossError', 'RNGStateHook', 'capture_rng_state',
-           'restore_rng_state', 'DropPathScheduleHook', 'drop_path_modules']
+__all__ = ['BNRecalibrationHook', 'DRLocWeightScheduleHook', 'DropPathScheduleHook', 'LossGuardHook',
+           'NonFiniteLossError', 'RNGStateHook', 'capture_rng_state', 'drop_path_modules', 'restore_rng_state']

@@ -1,0 +1,263 @@
+"""CvT: the Convolutional vision Transformer (Wu et al. 2021), with the token trace of its last stage."""
+from typing import Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from mmcv.cnn.bricks import DropPath
+from mmengine.model import BaseModule, ModuleList
+from mmengine.model.weight_init import trunc_normal_
+from mmpretrain.models.backbones.base_backbone import BaseBackbone
+from torch import Tensor, nn
+
+from mmvitreg.registry import MODELS
+from ..trace import TokenTrace
+
+
+class QuickGELU(nn.Module):
+    """``x * sigmoid(1.702 x)``, the activation of the official CvT models."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * torch.sigmoid(1.702 * x)
+
+
+class ConvProjection(nn.Sequential):
+    """Depth-wise ``k x k`` conv (no bias) + BatchNorm: the ``dw_bn`` projection of CvT's attention.
+
+    ``(B, C, H, W)`` -> ``(B, H' * W', C)``."""
+
+    def __init__(self, channels: int, kernel_size: int, stride: int):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, kernel_size, stride, kernel_size // 2, groups=channels, bias=False)
+        self.bn = nn.BatchNorm2d(channels)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return super().forward(x).flatten(2).transpose(1, 2)
+
+
+class ConvAttention(BaseModule):
+    """Convolutional projection attention (CvT §3.2): queries from a stride-1, keys and values from a
+    stride-``kv_stride`` depth-wise conv + BN of the token map, then the usual linear projections and
+    multi-head attention (fused ``scaled_dot_product_attention``). The cls token (if any) skips the
+    convolutions. The official code scales the logits by ``dim ** -0.5`` (the whole width, not the
+    head width); so does this one.
+
+    Shapes: ``(B, E + H * W, C)`` in and out, ``E`` extra (cls) tokens.
+    """
+
+    def __init__(self, dims: int, num_heads: int, kernel_size: int = 3, kv_stride: int = 2, qkv_bias: bool = True,
+                 attn_drop: float = 0., proj_drop: float = 0.):
+        super().__init__()
+        self.num_heads, self.scale, self.attn_drop = num_heads, dims**-0.5, attn_drop
+        self.conv_proj_q = ConvProjection(dims, kernel_size, 1)
+        self.conv_proj_k = ConvProjection(dims, kernel_size, kv_stride)
+        self.conv_proj_v = ConvProjection(dims, kernel_size, kv_stride)
+        self.proj_q, self.proj_k, self.proj_v = (nn.Linear(dims, dims, bias=qkv_bias) for _ in range(3))
+        self.proj = nn.Linear(dims, dims)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    def forward(self, x: Tensor, hw: Tuple[int, int], num_extra: int) -> Tensor:
+        extra, tokens = x[:, :num_extra], x[:, num_extra:]
+        fmap = tokens.transpose(1, 2).reshape(x.shape[0], x.shape[2], *hw)
+        heads = lambda t: t.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)  # noqa: E731
+        q, k, v = (heads(lin(torch.cat((extra, conv(fmap)), dim=1)))
+                   for conv, lin in ((self.conv_proj_q, self.proj_q), (self.conv_proj_k, self.proj_k),
+                                     (self.conv_proj_v, self.proj_v)))
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_drop if self.training else 0.,
+                                             scale=self.scale)
+        return self.proj_drop(self.proj(out.transpose(1, 2).flatten(2)))
+
+
+class CvTBlock(BaseModule):
+    """Pre-norm block: ``x + DropPath(ConvAttention(LN(x)))``, then ``x + DropPath(MLP(LN(x)))``."""
+
+    def __init__(self, dims: int, num_heads: int, mlp_ratio: float, drop_path: float, **attn_kwargs):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dims)
+        self.attn = ConvAttention(dims, num_heads, **attn_kwargs)
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.norm2 = nn.LayerNorm(dims)
+        self.mlp = nn.Sequential()
+        self.mlp.add_module('fc1', nn.Linear(dims, int(dims * mlp_ratio)))
+        self.mlp.add_module('act', QuickGELU())
+        self.mlp.add_module('fc2', nn.Linear(int(dims * mlp_ratio), dims))
+
+    def forward(self, x: Tensor, hw: Tuple[int, int], num_extra: int) -> Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x), hw, num_extra))
+        return x + self.drop_path(self.mlp(self.norm2(x)))
+
+
+class ConvEmbed(BaseModule):
+    """Convolutional token embedding (CvT §3.1): a strided conv, then LayerNorm over channels.
+
+    ``(B, C_in, H, W)`` -> ``(B, H' * W', C)`` and ``(H', W')``."""
+
+    def __init__(self, in_channels: int, dims: int, kernel_size: int, stride: int, padding: int):
+        super().__init__()
+        self.proj = nn.Conv2d(in_channels, dims, kernel_size, stride, padding)
+        self.norm = nn.LayerNorm(dims)
+
+    def forward(self, x: Tensor) -> Tuple[Tensor, Tuple[int, int]]:
+        x = self.proj(x)
+        return self.norm(x.flatten(2).transpose(1, 2)), tuple(x.shape[-2:])
+
+
+class CvTStage(BaseModule):
+    """One stage: token embedding (kernel, stride, padding), an optional cls token, one block per drop path."""
+
+    def __init__(self, in_channels: int, dims: int, num_heads: int, embed: Tuple[int, int, int], cls_token: bool,
+                 drop_paths: Sequence[float], **block_kwargs):
+        super().__init__()
+        self.patch_embed = ConvEmbed(in_channels, dims, *embed)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dims)) if cls_token else None
+        self.blocks = ModuleList(CvTBlock(dims, num_heads, drop_path=dp, **block_kwargs) for dp in drop_paths)
+
+    @property
+    def num_extra_tokens(self) -> int:
+        return int(self.cls_token is not None)
+
+
+def cvt_arch(dims, depths, heads) -> dict:
+    return dict(embed_dims=dims, depths=depths, num_heads=heads)
+
+
+@MODELS.register_module()
+class CvT(BaseBackbone):
+    """CvT: Introducing Convolutions to Vision Transformers.
+
+    `Wu et al., ICCV 2021 <https://arxiv.org/abs/2103.15808>`_. Three stages, each a convolutional
+    token embedding (conv + LayerNorm) followed by pre-norm blocks whose attention projects queries,
+    keys and values through depth-wise conv + BN (keys / values at stride 2); no position embedding;
+    a cls token only in the last stage, whose LayerNorm-ed output feeds the classifier. Presets are
+    the paper's Table 2 and the official ``microsoft/CvT`` ``experiments/imagenet/cvt/cvt-*.yaml``
+    (read through the MODEL.SPEC fields: PATCH_SIZE 7/3/3, PATCH_STRIDE 4/2/2, PATCH_PADDING 2/1/1,
+    KERNEL_QKV 3, STRIDE_KV 2, STRIDE_Q 1, QKV_BIAS true, MLP_RATIO 4, CLS_TOKEN false/false/true,
+    DROP_PATH_RATE 0/0/0.1, QuickGELU, LayerNorm eps 1e-5, trunc_normal 0.02 init; the official
+    ``lib/models/cls_cvt.py`` for the layer order):
+
+    ========  ============  =======  =========  =================================
+    arch      dims          depths   heads      params (1000-class head)
+    ========  ============  =======  =========  =================================
+    ``13``    64/192/384    1/2/10   1/3/6      20.00M = 19,997,480 (paper: 20M)
+    ``21``    64/192/384    1/4/16   1/3/6      31.62M = 31,622,696 (paper: 32M)
+    ``w24``   192/768/1024  2/2/20   3/12/16    277.20M = 277,196,392 (paper: 277M)
+    ========  ============  =======  =========  =================================
+
+    Module names inside a stage follow the official model's (``patch_embed.proj``,
+    ``blocks.{j}.attn.conv_proj_q.conv`` / ``.bn``, ``proj_q``, ``mlp.fc1``, ``norm``); the official
+    ``stage{i}.`` prefix is ``stages.{i}.`` here.
+
+    DRLoc (Liu et al. 2021) applies to the last stage's token map (14x14 at 224, 7x7 after pooling):
+    the backbone serves it through the token trace (``trace.tokens`` of the last-stage blocks, the
+    cls token first, ``trace.num_extra_tokens = 1``), so one forward feeds both the cls-token head and
+    the map. Blocks of earlier stages are not traced (their token layout has no cls token).
+
+    Args:
+        arch (str | dict): ``'13'``, ``'21'``, ``'w24'`` or a dict with ``embed_dims``, ``depths``,
+            ``num_heads``. Defaults to '13'.
+        in_channels (int): Input channels. Defaults to 3.
+        embed_kernels / embed_strides / embed_paddings (Sequence[int]): Token-embedding convs per stage.
+            Defaults to (7, 3, 3) / (4, 2, 2) / (2, 1, 1) (official).
+        kv_stride (int): Stride of the key / value projections. Defaults to 2.
+        mlp_ratio (float): Defaults to 4.
+        drop_path_rate (float): Stochastic depth of the last stage, linear from 0 over its blocks (the
+            official DROP_PATH_RATE is per stage: 0, 0, 0.1). Defaults to 0.1.
+        out_type (str): ``'cls_token'`` (the normed cls token, ``(B, C)``, official classifier input),
+            ``'featmap'`` (the last stage's map ``(B, C, H, W)``, raw residual stream) or
+            ``'avg_featmap'``. Defaults to 'cls_token'.
+        frozen_stages (int): Stages to freeze (-1: none). Defaults to -1.
+        init_cfg (dict, optional): Defaults to trunc_normal 0.02 on Linear layers.
+    """
+
+    arch_zoo = {
+        '13': cvt_arch((64, 192, 384), (1, 2, 10), (1, 3, 6)),
+        '21': cvt_arch((64, 192, 384), (1, 4, 16), (1, 3, 6)),
+        'w24': cvt_arch((192, 768, 1024), (2, 2, 20), (3, 12, 16)),
+    }
+    OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap')
+    accepts_trace = True
+    trace_serves = frozenset({'grid', 'tokens', 'cls_token'})
+
+    def __init__(self,
+                 arch: Union[str, dict] = '13',
+                 in_channels: int = 3,
+                 embed_kernels: Sequence[int] = (7, 3, 3),
+                 embed_strides: Sequence[int] = (4, 2, 2),
+                 embed_paddings: Sequence[int] = (2, 1, 1),
+                 kv_stride: int = 2,
+                 mlp_ratio: float = 4.,
+                 drop_path_rate: float = 0.1,
+                 out_type: str = 'cls_token',
+                 frozen_stages: int = -1,
+                 init_cfg: Optional[dict] = dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.)):
+        super().__init__(init_cfg=init_cfg)
+        if isinstance(arch, str):
+            if arch not in self.arch_zoo:
+                raise KeyError(f'unknown CvT arch {arch!r}; known: {sorted(self.arch_zoo)}')
+            arch = self.arch_zoo[arch]
+        missing = {'embed_dims', 'depths', 'num_heads'} - set(arch)
+        if missing:
+            raise KeyError(f'a custom CvT arch needs {sorted(missing)}')
+        if out_type not in self.OUT_TYPES:
+            raise ValueError(f'unsupported CvT out_type {out_type!r}; choose from {self.OUT_TYPES}')
+        dims, depths, heads = arch['embed_dims'], arch['depths'], arch['num_heads']
+        embeds = list(zip(embed_kernels, embed_strides, embed_paddings))
+        if not len(dims) == len(depths) == len(heads) == len(embeds) == len(embed_paddings) == len(embed_kernels):
+            raise ValueError('CvT embed_dims, depths, num_heads and embed_kernels / strides / paddings need one entry '
+                             f'per stage; got {len(dims)}, {len(depths)}, {len(heads)}, {len(embed_kernels)}, '
+                             f'{len(embed_strides)}, {len(embed_paddings)}')
+        self.out_type, self.frozen_stages = out_type, frozen_stages
+        self.embed_dims = dims[-1]
+        last = len(dims) - 1
+        self.stages = ModuleList()
+        for i in range(len(dims)):
+            drop_paths = torch.linspace(0, drop_path_rate, depths[i]).tolist() if i == last else [0.] * depths[i]
+            self.stages.append(
+                CvTStage(in_channels if i == 0 else dims[i - 1], dims[i], heads[i], embeds[i], cls_token=i == last,
+                         drop_paths=drop_paths, mlp_ratio=mlp_ratio, kv_stride=kv_stride))
+        self.norm = nn.LayerNorm(self.embed_dims)
+        self.num_trace_layers = sum(depths)
+        self._freeze_stages()
+
+    def init_weights(self):
+        super().init_weights()
+        if not (isinstance(self.init_cfg, dict) and self.init_cfg.get('type') == 'Pretrained'):
+            trunc_normal_(self.stages[-1].cls_token, std=.02)
+
+    def _freeze_stages(self):
+        for stage in list(self.stages)[:self.frozen_stages + 1]:
+            stage.eval()
+            for p in stage.parameters():
+                p.requires_grad = False
+
+    def train(self, mode: bool = True) -> 'CvT':
+        super().train(mode)
+        self._freeze_stages()
+        return self
+
+    def forward(self, x: Tensor, trace: Optional[TokenTrace] = None) -> Tuple[Tensor]:
+        """``(B, 3, H, W)`` -> a 1-tuple per :attr:`out_type` (``(B, C)`` or ``(B, C, H/16, W/16)``)."""
+        first_traced = self.num_trace_layers - len(self.stages[-1].blocks)
+        if trace is not None:
+            trace.num_layers, trace.num_extra_tokens = self.num_trace_layers, self.stages[-1].num_extra_tokens
+            token_layers = TokenTrace.resolve(trace.token_layers, self.num_trace_layers)
+            early = [i for i in token_layers if i < first_traced]
+            if early:
+                raise ValueError(f'CvT traces the blocks of its last stage ({first_traced}..{self.num_trace_layers - 1}); '
+                                 f'blocks {early} are in an earlier stage')
+        index = 0
+        for stage in self.stages:
+            x, hw = stage.patch_embed(x)
+            if stage.cls_token is not None:
+                x = torch.cat((stage.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
+            for block in stage.blocks:
+                x = block(x, hw, stage.num_extra_tokens)
+                if trace is not None and index >= first_traced:
+                    trace.grids[index] = trace.grid = hw
+                    if index in token_layers:
+                        trace.tokens[index] = x
+                index += 1
+            cls, tokens = x[:, :stage.num_extra_tokens], x[:, stage.num_extra_tokens:]
+            x = tokens.transpose(1, 2).reshape(x.shape[0], -1, *hw)
+        if self.out_type == 'featmap':
+            return (x, )
+        return (self.norm(tokens).mean(1) if self.out_type == 'avg_featmap' else self.norm(cls[:, 0]), )

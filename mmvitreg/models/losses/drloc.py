@@ -1,0 +1,256 @@
+"""DRLoc: the dense relative localization loss of Liu et al. (NeurIPS 2021)."""
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from mmengine.model import BaseModule
+from torch import Tensor, nn
+
+from mmvitreg.registry import MODELS
+from ..trace import TokenTrace, TraceRequest
+
+MODES = ('l1', 'ce', 'cbr')
+TARGETS = ('normalized', 'abs', 'signed')
+REDUCTIONS = ('sum', 'mean')
+GRID_POOLS = {
+    None: None,
+    'avg2x2': dict(kernel_size=2, stride=2),  # paper §3: "2x2 average pooling"
+    'avg3x3': dict(kernel_size=3, stride=2, padding=1, count_include_pad=False),  # official t2t.py / cvt.py
+}
+
+
+def _mlp(widths: Sequence[int]) -> nn.Sequential:
+    """Linear layers of ``widths`` with a ReLU between consecutive ones (none after the last)."""
+    layers = []
+    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+        layers += [nn.ReLU(inplace=True)] if i else []
+        layers.append(nn.Linear(a, b))
+    return nn.Sequential(*layers)
+
+
+class DRLocHead(nn.Module):
+    """The localization MLP ``f`` of one feature map.
+
+    ``l1``: ``Linear(2C, h) - ReLU - Linear(h, h) - ReLU - Linear(h, 2)`` (paper §4: "two hidden layers
+    and two output neurons"; the width ``h = 512`` is the official code's). ``ce`` / ``cbr`` (official
+    only): a trunk ``Linear(2C, h) - ReLU - Linear(h, h) - ReLU - Linear(h, h)`` and two unshared
+    ``Linear(h, num_bins)`` heads, one per axis (official ``aux_modules.py``).
+
+    Shapes: pair embeddings ``(P, 2C)`` -> ``(P, 2)`` (``l1``) or ``(P, 2, num_bins)`` logits.
+    """
+
+    def __init__(self, in_channels: int, hidden: int, mode: str, num_bins: int = 0):
+        super().__init__()
+        self.mode = mode
+        if mode == 'l1':
+            self.trunk, self.bins = _mlp((2 * in_channels, hidden, hidden, 2)), None
+        else:
+            self.trunk = _mlp((2 * in_channels, hidden, hidden, hidden))
+            self.bins = nn.ModuleList(nn.Linear(hidden, num_bins) for _ in range(2))
+
+    def forward(self, pairs: Tensor) -> Tensor:
+        x = self.trunk(pairs)
+        return x if self.bins is None else torch.stack([b(x) for b in self.bins], dim=1)
+
+
+@MODELS.register_module()
+class DRLoc(BaseModule):
+    r"""Dense relative localization loss, an auxiliary loss of any backbone with a final token grid.
+
+    `Efficient Training of Visual Transformers with Small Datasets
+    <https://arxiv.org/abs/2106.03746>`_ (Liu et al., NeurIPS 2021), §4. For each image's final
+    ``k x k`` grid of embeddings ``G_x = {e_ij}``, ``m`` pairs ``(e_ij, e_ph)`` are sampled, each
+    concatenated pair goes through a small MLP ``f`` that predicts ``(d_u, d_v)``, and (Eq. 1-2)
+
+    .. math::
+        t_u = \frac{|i - p|}{k}, \quad t_v = \frac{|j - h|}{k}, \qquad
+        L_{drloc} = \lambda \sum_{x \in B} \mathbb{E}_{(e_{ij}, e_{ph}) \sim G_x}
+            \big\| (t_u, t_v) - (d_u, d_v) \big\|_1
+
+    Defaults follow the **paper**: normalised targets ``|Δ|/k``, the L1 norm over the two axes,
+    the mean over the ``m`` pairs of an image, **summed** over the batch, ``m = 64`` distinct pairs
+    per image drawn uniformly, a fixed ``λ``. The **official code** (yhlleo/VTs-Drloc) differs,
+    each difference an option here:
+
+    * ``target='abs'``: raw ``|Δ|`` in grid cells (the official runs pass ``--use_abs``);
+      ``target='signed'``: ``Δ + (k - 1)`` (the official default without ``--use_abs``);
+    * ``reduction='mean'``: ``F.l1_loss`` mean over ``B·m·2`` (so the paper's loss is ``2·B`` times
+      the official one on the same targets); ``ce`` / ``cbr`` sum the two axes' means, as official;
+    * ``replacement=True``: both endpoints drawn independently, with replacement (``Δ = 0`` occurs);
+    * ``mode='ce'`` (cross-entropy over offset bins per axis) and ``mode='cbr'`` (cycle-back
+      regression: the softmax expectation of the bin index with a variance-aware squared error
+      ``(μ - t)^2 / σ^2 + 0.001 log σ^2``), both with the 3-layer trunk and two bin heads of the
+      official code, on integer targets (``abs`` or ``signed``); the paper's main text uses ``l1``;
+    * ``grid_pool='avg3x3'``: the official ``AvgPool2d(3, 2, 1, count_include_pad=False)`` that takes
+      T2T / CvT from 14x14 to 7x7, where the paper says 2x2 average pooling (``'avg2x2'``);
+    * the λ warm-up/decay schedule of the official ``main.py`` is
+      :class:`~mmvitreg.engine.hooks.DRLocWeightScheduleHook`, which sets :attr:`loss_weight`;
+    * multi-scale (official ``--use_multiscale`` on Swin): several feature maps, one MLP each, their
+      losses summed (each weighted by λ), as in the official ``losses.py``.
+
+    **Where the grid comes from** (one mechanism for every backbone):
+
+    * ``layers`` given: the patch-token maps ``trace.token_map(i)`` ``(B, C, H, W)`` of those blocks,
+      tapped through the token trace (mmvitreg ViT/DeiT/DeepViT/LV-ViT: the last block's patch tokens
+      before the final norm, 14x14 at 224 for /16; mmvitreg Swin: a stage's last block before its
+      norm, the last stage 7x7 at 224). The tap keeps fused attention (no attention map is asked for).
+    * ``layers=None``: the backbone's own outputs ``feats[i]`` for ``i`` in ``feat_indices``, no trace:
+      ``(B, C, H, W)`` maps (mmpretrain's ``ResNet`` layer4, 7x7 at 224) or raw ``(B, E + N, C)``
+      token sequences on a square grid, whose ``num_extra_tokens`` leading tokens are dropped
+      (mmpretrain's ``T2T_ViT(out_type='raw')``: 14x14 after its final norm, as the official T2T path,
+      with :class:`~mmvitreg.models.necks.ClsTokenNeck` giving its head the class token).
+
+    The loss is computed in float32; the sampled grid side must be at least 2. Positions are drawn
+    from torch's global generator on the features' device (mmengine seeds it per rank), not from an
+    import-time seed as the official module does.
+
+    Args:
+        in_channels (int | Sequence[int]): Channels ``C`` of each feature map (one per map).
+        layers (Sequence[int], optional): Trace blocks whose patch-token maps to use. Defaults to None.
+        feat_indices (Sequence[int]): Backbone outputs to use when ``layers`` is None. Defaults to (-1,).
+        num_extra_tokens (int): Leading (cls) tokens dropped from a raw ``(B, E + N, C)`` backbone output.
+            Defaults to 1.
+        num_pairs (int): ``m`` pairs per image. Defaults to 64 (paper and official).
+        loss_weight (float): ``λ``; paper: 0.1 for T2T / CvT, 0.5 for Swin. Defaults to 0.5.
+        mode (str): ``'l1'`` (paper), ``'ce'`` or ``'cbr'`` (official variants). Defaults to 'l1'.
+        target (str): ``'normalized'`` (paper Eq. 1), ``'abs'`` or ``'signed'``. Defaults to 'normalized'.
+        reduction (str): ``'sum'`` over images (paper Eq. 2) or ``'mean'`` (official). Defaults to 'sum'.
+        replacement (bool): Official independent endpoints with replacement. Defaults to False.
+        grid_pool (str, optional): None, ``'avg2x2'`` (paper) or ``'avg3x3'`` (official). Defaults to None.
+        hidden_channels (int): Width of the MLP. Defaults to 512 (official).
+        num_bins (int, optional): ``ce`` / ``cbr`` only: the grid side ``k`` the bin heads are sized for,
+            ``k`` bins per axis for ``abs`` and ``2k - 1`` for ``signed`` targets (official: 7 for Swin,
+            14 for the others). Defaults to None.
+        loss_name (str): Key of the returned loss. Defaults to 'loss_drloc'.
+        init_cfg (dict, optional): Initialisation of the MLPs. Defaults to PyTorch's (official for
+            CvT / ViT / ResNet; Swin / T2T's official models re-initialise it with trunc_normal 0.02,
+            ``dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.)``).
+    """
+
+    def __init__(self,
+                 in_channels: Union[int, Sequence[int]],
+                 layers: Optional[Sequence[int]] = None,
+                 feat_indices: Sequence[int] = (-1, ),
+                 num_extra_tokens: int = 1,
+                 num_pairs: int = 64,
+                 loss_weight: float = 0.5,
+                 mode: str = 'l1',
+                 target: str = 'normalized',
+                 reduction: str = 'sum',
+                 replacement: bool = False,
+                 grid_pool: Optional[str] = None,
+                 hidden_channels: int = 512,
+                 num_bins: Optional[int] = None,
+                 loss_name: str = 'loss_drloc',
+                 init_cfg: Optional[dict] = None):
+        super().__init__(init_cfg=init_cfg)
+        for name, value, allowed in (('mode', mode, MODES), ('target', target, TARGETS),
+                                     ('reduction', reduction, REDUCTIONS), ('grid_pool', grid_pool, tuple(GRID_POOLS))):
+            if value not in allowed:
+                raise ValueError(f'DRLoc {name} must be one of {allowed}, got {value!r}')
+        if mode != 'l1' and target == 'normalized':
+            raise ValueError(f"DRLoc mode={mode!r} classifies integer offsets: set target='abs' or 'signed' "
+                             "(normalised targets go with mode='l1')")
+        if mode != 'l1' and not (isinstance(num_bins, int) and num_bins >= 2):
+            raise ValueError(f'DRLoc mode={mode!r} needs num_bins, the grid side its bin heads are sized for '
+                             f'(official: 7 for Swin, 14 for T2T / CvT / ResNet), got {num_bins!r}')
+        if not isinstance(num_pairs, int) or num_pairs < 1:
+            raise ValueError(f'num_pairs must be a positive int, got {num_pairs!r}')
+        in_channels = (in_channels, ) if isinstance(in_channels, int) else tuple(in_channels)
+        sources = tuple(layers) if layers is not None else tuple(feat_indices)
+        if len(sources) != len(in_channels) or not sources:
+            raise ValueError(f'DRLoc reads {len(sources)} feature map(s) ({"layers" if layers is not None else "feat_indices"}'
+                             f'={sources}) but in_channels gives {len(in_channels)}: give one channel count per map')
+        self.layers = tuple(layers) if layers is not None else None
+        self.feat_indices, self.num_extra_tokens = tuple(feat_indices), num_extra_tokens
+        self.num_pairs, self.loss_weight, self.mode = num_pairs, loss_weight, mode
+        self.target, self.reduction, self.replacement = target, reduction, replacement
+        self.pool_cfg, self.num_bins, self.loss_name = GRID_POOLS[grid_pool], num_bins, loss_name
+        bins = 0 if mode == 'l1' else (num_bins if target == 'abs' else 2 * num_bins - 1)
+        self.heads = nn.ModuleList(DRLocHead(c, hidden_channels, mode, bins) for c in in_channels)
+        self.trace_request = TraceRequest(token_layers=self.layers) if self.layers is not None else TraceRequest()
+
+    def feature_maps(self, feats: Tuple[Tensor, ...], trace: Optional[TokenTrace]) -> List[Tensor]:
+        """The ``(B, C, k, k)`` grids the loss samples from (after ``grid_pool``)."""
+        if self.layers is not None:
+            maps = [trace.token_map(i) for i in self.layers]
+        else:
+            maps = [self._as_map(feats[i]) for i in self.feat_indices]
+        if self.pool_cfg is not None:
+            maps = [F.avg_pool2d(m, **self.pool_cfg) for m in maps]
+        return maps
+
+    def _as_map(self, feat: Tensor) -> Tensor:
+        """A backbone output as a ``(B, C, H, W)`` map: maps pass; raw ``(B, E + N, C)`` tokens lose their
+        ``num_extra_tokens`` leading tokens and go on a square grid."""
+        if feat.dim() == 3:
+            tokens = feat[:, self.num_extra_tokens:]
+            side = int(round(tokens.shape[1]**0.5))
+            if side * side == tokens.shape[1]:
+                return tokens.transpose(1, 2).reshape(tokens.shape[0], tokens.shape[2], side, side)
+        if feat.dim() != 4:
+            raise ValueError(f'DRLoc reads (B, C, H, W) maps or raw (B, E + N, C) tokens on a square grid, got '
+                             f'shape {tuple(feat.shape)} (num_extra_tokens={self.num_extra_tokens}): set the backbone '
+                             "to out_type='featmap' or 'raw', or tap trace blocks with layers=(-1,)")
+        return feat
+
+    def sample_pairs(self, batch: int, grid: Tuple[int, int], device) -> Tuple[Tensor, Tensor]:
+        """``m`` pairs per image: two ``(B, m, 2)`` long tensors of (row, col) positions.
+
+        Paper default: ``m`` distinct ordered pairs of positions, uniform over all ``(HW)^2``; with
+        ``replacement`` both endpoints are drawn independently (official)."""
+        H, W = grid
+        n = H * W
+        if self.replacement:
+            flat = torch.randint(n, (batch, self.num_pairs, 2), device=device)
+        else:
+            if self.num_pairs > n * n:
+                raise ValueError(f'DRLoc draws {self.num_pairs} distinct pairs from a {H}x{W} grid with only '
+                                 f'{n * n}: lower num_pairs or set replacement=True')
+            pair = torch.rand(batch, n * n, device=device).topk(self.num_pairs, dim=1).indices
+            flat = torch.stack((pair // n, pair % n), dim=-1)
+        pos = torch.stack((flat // W, flat % W), dim=-1)  # (B, m, 2 endpoints, 2 coords)
+        return pos[:, :, 0], pos[:, :, 1]
+
+    def pair_loss(self, head: DRLocHead, fmap: Tensor) -> Tensor:
+        """The loss of one ``(B, C, H, W)`` map (before ``λ``)."""
+        B, C, H, W = fmap.shape
+        if min(H, W) < 2:
+            raise ValueError(f'DRLoc needs a grid of at least 2x2, got {H}x{W}: tap an earlier stage or drop grid_pool')
+        if self.mode != 'l1' and max(H, W) > self.num_bins:
+            raise ValueError(f'DRLoc num_bins={self.num_bins} is smaller than the {H}x{W} grid side: '
+                             f'set num_bins >= {max(H, W)}')
+        p1, p2 = self.sample_pairs(B, (H, W), fmap.device)
+        tokens = fmap.float().flatten(2).transpose(1, 2)  # (B, HW, C)
+        gather = lambda p: torch.gather(tokens, 1, (p[..., 0] * W + p[..., 1]).unsqueeze(-1).expand(-1, -1, C))  # noqa: E731
+        pred = head(torch.cat((gather(p1), gather(p2)), dim=-1).flatten(0, 1)).float().view(B, self.num_pairs, 2, -1)
+        delta = (p1 - p2).float()
+        if self.target == 'signed':
+            target = delta + torch.tensor([H - 1, W - 1], device=delta.device)
+        else:
+            target = delta.abs() / (torch.tensor([H, W], device=delta.device) if self.target == 'normalized' else 1)
+        if self.mode == 'l1':
+            per_pair = (pred.squeeze(-1) - target).abs().sum(-1)  # (B, m): the L1 norm over (u, v)
+            if self.reduction == 'mean':
+                return per_pair.mean() / 2  # F.l1_loss: mean over B·m·2
+        elif self.mode == 'ce':
+            logits = pred.permute(0, 3, 1, 2)  # (B, bins, m, 2)
+            per_pair = F.cross_entropy(logits, target.long(), reduction='none').sum(-1)
+        else:
+            prob = pred.softmax(-1)
+            idx = torch.arange(prob.shape[-1], device=prob.device, dtype=prob.dtype)
+            mu = (prob * idx).sum(-1)
+            var = (prob * (idx - mu.unsqueeze(-1))**2).sum(-1) + 1e-8
+            per_pair = ((mu - target)**2 / var + 0.001 * var.log()).sum(-1)
+        return per_pair.mean(1).sum() if self.reduction == 'sum' else per_pair.mean()
+
+    def loss(self, feats: Tuple[Tensor, ...], data_samples: List, trace: Optional[TokenTrace]) -> Dict[str, Tensor]:
+        """``{loss_name: λ Σ_maps L_drloc}`` (summed over the maps, as the official multi-scale loss)."""
+        maps = self.feature_maps(feats, trace)
+        if len(maps) != len(self.heads):
+            raise ValueError(f'DRLoc has {len(self.heads)} MLP(s) but got {len(maps)} feature map(s)')
+        mismatch = [(tuple(m.shape), h.trunk[0].in_features // 2) for m, h in zip(maps, self.heads)
+                    if m.shape[1] != h.trunk[0].in_features // 2]
+        if mismatch:
+            raise ValueError(f'DRLoc in_channels do not match the feature maps (shape, in_channels): {mismatch}')
+        return {self.loss_name: self.loss_weight * sum(self.pair_loss(h, m) for h, m in zip(self.heads, maps))}
