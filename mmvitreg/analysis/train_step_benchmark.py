@@ -26,9 +26,11 @@ libraries' workspaces, so that neither is counted as the model's memory. ``trace
   torch's C++ allocations, and ``torch.profiler(profile_memory=True)`` reports per-operator
   allocations rather than a process peak, so neither measures what a user runs out of.
 
-Add a case with :func:`register_case` at the end of this module (a few lines: two model builders,
+Add a case with :func:`register_case` (or :func:`register_with_without`, for a model with and without a
+technique) at the end of this module (a few lines: two model builders,
 a batch maker, a target); the memory processes find cases by name when they import this module.
 """
+import functools
 import gc
 import statistics
 import time
@@ -267,6 +269,13 @@ def classification_batch(batch_size: int, img_size: int, num_classes: int = 1000
     return dict(inputs=inputs, data_samples=[DataSample().set_gt_label(int(y)) for y in labels])
 
 
+def register_with_without(name: str, description: str, builder: Callable[[bool], ModelBuilder],
+                          max_time_ratio: float, make_batch: BatchMaker = classification_batch) -> None:
+    """Add a case that times ``builder(True)`` (the model with a technique) against ``builder(False)``
+    (the same model without it)."""
+    register_case(name, TrainStepCase(description, builder(True), builder(False), make_batch, max_time_ratio))
+
+
 def build_in_mmpretrain(cfg: dict) -> nn.Module:
     """``cfg`` built by mmpretrain's model registry, under its default scope."""
     from mmengine.registry import DefaultScope
@@ -484,15 +493,11 @@ def _deit_cutmix(tl_align: bool, representation: str = 'weights') -> ModelBuilde
     return build
 
 
-register_case(
+register_with_without(
     'deit-s-tlalign-vs-cutmix',
-    TrainStepCase(
-        description='DeiT-S with CutMix + TL-Align (label weights propagated through all 12 attention maps) '
-        'vs. the same model with the same token-aligned CutMix and the area target',
-        model=_deit_cutmix(True),
-        baseline=_deit_cutmix(False),
-        make_batch=classification_batch,
-        max_time_ratio=1.02))
+    'DeiT-S with CutMix + TL-Align (label weights propagated through all 12 attention maps) '
+    'vs. the same model with the same token-aligned CutMix and the area target',
+    _deit_cutmix, max_time_ratio=1.02)
 
 
 def _swin_cutmix(tl_align: bool) -> ModelBuilder:
@@ -507,15 +512,11 @@ def _swin_cutmix(tl_align: bool) -> ModelBuilder:
     return build
 
 
-register_case(
+register_with_without(
     'swin-t-tlalign-vs-cutmix',
-    TrainStepCase(
-        description='Swin-T with CutMix + TL-Align (label weights through every window attention, shift and '
-        'merging) vs. the same model with the same token-aligned CutMix and the area target',
-        model=_swin_cutmix(True),
-        baseline=_swin_cutmix(False),
-        make_batch=classification_batch,
-        max_time_ratio=1.02))
+    'Swin-T with CutMix + TL-Align (label weights through every window attention, shift and '
+    'merging) vs. the same model with the same token-aligned CutMix and the area target',
+    _swin_cutmix, max_time_ratio=1.02)
 
 
 register_case(
@@ -552,25 +553,19 @@ def _swin_diversepatch(img_size: int, tiny: bool, with_losses: bool) -> nn.Modul
                               aux_losses=_diversepatch_losses(dims, False) if with_losses else ())
 
 
-def _register_diversepatch(name: str, description: str, classifier: Callable[[int, bool, bool], nn.Module]) -> None:
-    """A case: ``classifier(img_size, tiny, with_losses)`` with the DiversePatch losses vs. without (<= 1.03x)."""
-    register_case(
-        name,
-        TrainStepCase(
-            description=description,
-            model=lambda img_size, tiny: classifier(img_size, tiny, True),
-            baseline=lambda img_size, tiny: classifier(img_size, tiny, False),
-            make_batch=classification_batch,
-            max_time_ratio=1.03))
+def _with_losses(classifier: Callable[[int, bool, bool], nn.Module]) -> Callable[[bool], ModelBuilder]:
+    """``classifier(img_size, tiny, with_losses)`` as a builder for :func:`register_with_without`."""
+    return lambda with_losses: functools.partial(classifier, with_losses=with_losses)
 
 
-_register_diversepatch(
+register_with_without(
     'deit-s-diversepatch-vs-plain', 'DeiT-S with the patch-wise cosine, contrastive and mixing losses (DiversePatch, '
-    'paper forms) vs. the same model with the same token-aligned CutMix and the plain loss', _deit_diversepatch)
-_register_diversepatch(
+    'paper forms) vs. the same model with the same token-aligned CutMix and the plain loss',
+    _with_losses(_deit_diversepatch), max_time_ratio=1.03)
+register_with_without(
     'swin-t-diversepatch-vs-plain', 'Swin-T with the patch-wise cosine and mixing losses on the last stage '
     '(DiversePatch; no contrastive loss across down-sampling) vs. the same model with the same CutMix and the plain '
-    'loss', _swin_diversepatch)
+    'loss', _with_losses(_swin_diversepatch), max_time_ratio=1.03)
 
 
 def _drloc_classifier(backbone: dict, head: dict, neck: Optional[dict], drloc: Optional[dict]) -> nn.Module:
@@ -600,15 +595,11 @@ def _swin_drloc(with_drloc: bool) -> ModelBuilder:
     return build
 
 
-register_case(
+register_with_without(
     'swin-t-drloc',
-    TrainStepCase(
-        description='Swin-T with DRLoc (m = 64 pairs per image on the last stage\'s 7x7 grid, read through the '
-        'trace; MLP 2x768 -> 512 -> 512 -> 2) vs. the same model without it',
-        model=_swin_drloc(True),
-        baseline=_swin_drloc(False),
-        make_batch=classification_batch,
-        max_time_ratio=1.02))
+    'Swin-T with DRLoc (m = 64 pairs per image on the last stage\'s 7x7 grid, read through the '
+    'trace; MLP 2x768 -> 512 -> 512 -> 2) vs. the same model without it',
+    _swin_drloc, max_time_ratio=1.02)
 
 
 def _t2t_drloc(with_drloc: bool) -> ModelBuilder:
@@ -631,12 +622,8 @@ def _t2t_drloc(with_drloc: bool) -> ModelBuilder:
     return build
 
 
-register_case(
+register_with_without(
     't2t-vit-14-drloc',
-    TrainStepCase(
-        description='T2T-ViT-14 with DRLoc (raw tokens of mmpretrain\'s T2T_ViT, 14x14 pooled to 7x7, m = 64; '
-        'no trace) vs. mmpretrain\'s T2T-ViT-14 without it',
-        model=_t2t_drloc(True),
-        baseline=_t2t_drloc(False),
-        make_batch=classification_batch,
-        max_time_ratio=1.02))
+    'T2T-ViT-14 with DRLoc (raw tokens of mmpretrain\'s T2T_ViT, 14x14 pooled to 7x7, m = 64; '
+    'no trace) vs. mmpretrain\'s T2T-ViT-14 without it',
+    _t2t_drloc, max_time_ratio=1.02)
