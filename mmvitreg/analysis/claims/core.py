@@ -326,9 +326,9 @@ class Context:
                 opts.update({f'param_scheduler.{i}.begin': begin, f'param_scheduler.{i}.end': end})
         return opts
 
-    def load_model(self, run: Run):
-        """``(model, cfg)``: the model of ``run``'s config and options with its last checkpoint, in
-        eval mode on the CPU, and the config (its default scope is made the current one)."""
+    def load_model(self, run: Run, checkpoint: Optional[str] = None):
+        """``(model, cfg)``: the model of ``run``'s config and options with ``checkpoint`` (default: the
+        run's last one), in eval mode on the CPU, and the config (its default scope is made the current one)."""
         from mmengine.registry import MODELS, init_default_scope
         from mmengine.runner import load_checkpoint
 
@@ -337,7 +337,7 @@ class Context:
         init_default_scope(cfg.default_scope)
         model = MODELS.build({**cfg.model, 'data_preprocessor': cfg.model.get('data_preprocessor')
                               or cfg.get('data_preprocessor')})
-        load_checkpoint(model, run.checkpoint, map_location='cpu', logger='silent')
+        load_checkpoint(model, checkpoint or run.checkpoint, map_location='cpu', logger='silent')
         return model.eval(), cfg
 
     @staticmethod

@@ -6,15 +6,15 @@ the aligned target (TL-Align) and with the area target (``model.target_transform
 token-aligned CutMix, the same images), over the report's seeds; top-1 compared with the tie rule.
 Then, over the validation images mixed by each model's own CutMix (one fixed draw, seed 0), the RMSE
 between the area share ``lam`` and the aligned share ``w`` (:mod:`mmvitreg.analysis.tl_align_diagnostics`)
-of the untrained model and of every trained one, and the label maps of one trained TL-Align DeiT
-(Fig. 5).
+over training: at initialisation and at every ``CHECKPOINT_EVERY`` epochs of every run (its checkpoints),
+drawn as a curve per backbone and target; and the label maps of one trained TL-Align DeiT (Fig. 5).
 """
 import numpy as np
 import torch
 
 from ..loading import build_dataloader, build_model
 from ..tl_align_diagnostics import align_batch, alignment_rmse, draw_label_maps, label_maps, tl_align_of
-from .core import accuracy_table, fmt_mean_std, markdown_table, register_section
+from .core import accuracy_table, figure, fmt_mean_std, mean_std, markdown_table, register_section
 
 CONFIGS = {
     'DeiT-tiny': 'configs/tlalign/deit-tiny_1xb64_cutmix-tlalign_digits.py',
@@ -24,6 +24,7 @@ CONFIGS = {
 TARGETS = {'CutMix': {'model.target_transform': None}, 'CutMix + TL-Align': {}}
 RMSE_IMAGES = 297  # the whole digits validation split
 MIX_SEED = 0
+CHECKPOINT_EVERY = 2  # epochs between the checkpoints the RMSE curve is measured at (size full)
 
 
 def _rmse(model, cfg) -> float:
@@ -65,34 +66,56 @@ def _label_maps_figure(ctx, run) -> str:
     return f'![{ctx.section} label maps](claims/{name})'
 
 
-@register_section('tl_align', 'TL-Align: aligned token labels for CutMix', order=50, budget_min=10)
+def _rmse_curve(ctx, run, every: int) -> dict:
+    """``{epoch: RMSE}`` of ``run``'s model at initialisation (epoch 0) and at each of its checkpoints."""
+    curve = {0: _untrained_rmse(ctx, run)}
+    for epoch in range(every, run.cfg_options['train_cfg.max_epochs'] + 1, every):
+        model, cfg = ctx.load_model(run, f'{run.work_dir}/epoch_{epoch}.pth')
+        curve[epoch] = _rmse(model, cfg)
+    return curve
+
+
+@register_section('tl_align', 'TL-Align: aligned token labels for CutMix', order=50, budget_min=12)
 def run(ctx) -> str:
-    epochs = ctx.pick(full=12, ci=1)
-    parts, rmse_rows, figure = [], [], ''
+    epochs, every = ctx.pick(full=12, ci=1), ctx.pick(full=CHECKPOINT_EVERY, ci=1)
+    keep = {'default_hooks.checkpoint.interval': every, 'default_hooks.checkpoint.max_keep_ckpts': -1}
+    parts, curves, figure_md = [], {}, ''
     for backbone, config in CONFIGS.items():
-        runs = {f'{backbone} {target}': [ctx.train_and_test(config, seed, options, epochs=epochs,
+        runs = {f'{backbone} {target}': [ctx.train_and_test(config, seed, {**options, **keep}, epochs=epochs,
                                                             tag=f'{backbone}-{"tla" if not options else "cutmix"}')
                                          for seed in ctx.seeds]
                 for target, options in TARGETS.items()}
         parts.append(accuracy_table(runs, baseline=f'{backbone} CutMix'))
-        first = next(iter(runs.values()))[0]
-        rmse_rows.append([backbone, 'untrained', f'{_untrained_rmse(ctx, first):.4f}', str(first.seed)])
         for label, model_runs in runs.items():
-            values = []
-            for r in model_runs:
-                model, cfg = ctx.load_model(r)
-                values.append(_rmse(model, cfg))
-            rmse_rows.append([backbone, f'trained with {label[len(backbone) + 1:]}', fmt_mean_std(values, 4),
-                              ' '.join(str(r.seed) for r in model_runs)])
+            per_seed = [_rmse_curve(ctx, r, every) for r in model_runs]
+            curves[(backbone, label[len(backbone) + 1:])] = {e: [c[e] for c in per_seed] for e in per_seed[0]}
         if backbone == 'DeiT-tiny':
-            figure = _label_maps_figure(ctx, runs[f'{backbone} CutMix + TL-Align'][0])
-    rmse = markdown_table(['backbone', 'model', f'RMSE(lam, w) over {RMSE_IMAGES} val images', 'seeds'], rmse_rows)
+            figure_md = _label_maps_figure(ctx, runs[f'{backbone} CutMix + TL-Align'][0])
+    marks = list(next(iter(curves.values())))
+    rmse = markdown_table(['backbone', 'trained with'] + [f'epoch {e}' for e in marks],
+                          [[b, t] + [fmt_mean_std(c[e], 4) for e in marks] for (b, t), c in curves.items()])
     return (f'Claim (paper Tables 1, 7; Fig. 3, 5): replacing CutMix\'s area target by the label propagated '
             f'with the tokens (every block\'s head-mean attention, residual average, Swin merging) improves '
             f'top-1, and the two targets differ (RMSE, larger for DeiT than for Swin).\n\n'
-            f'Each model: {epochs} epoch(s) of the digits config (its 30-epoch schedule scaled), the same token-aligned '
-            f'CutMix; only the target differs (`--cfg-options model.target_transform=None` for CutMix).\n\n'
+            f'Each model: {epochs} epoch(s) of the digits config (its 30-epoch schedule scaled), the same '
+            f'token-aligned CutMix; only the target differs (`--cfg-options model.target_transform=None` for CutMix).\n\n'
             + '\n\n'.join(parts)
-            + f'\n\nRMSE between the area share lam and the aligned share w of each mixed validation image '
-            f'(the same CutMix draw for every model, seed {MIX_SEED}; the two targets differ by +-(w - lam) in '
-            f'the two mixed classes):\n\n{rmse}\n\n{figure}\n')
+            + f'\n\nRMSE between the area share lam and the aligned share w of each mixed validation image over '
+            f'training (mean ± std over the seeds\' checkpoints; epoch 0 is the initialisation; the same CutMix '
+            f'draw, seed {MIX_SEED}, for every model and epoch; the two targets differ by +-(w - lam) in the two '
+            f'mixed classes):\n\n{rmse}\n\n{_curve_figure(ctx, curves)}\n\n{figure_md}\n')
+
+
+def _curve_figure(ctx, curves: dict) -> str:
+    """RMSE(lam, w) against the epoch, one panel per backbone, one line per target the model trained with."""
+    backbones = list(CONFIGS)
+    fig, axes = figure(1, len(backbones), figsize=(4.5 * len(backbones), 3.5), squeeze=False)
+    for ax, backbone in zip(axes[0], backbones):
+        for (b, target), curve in curves.items():
+            if b == backbone:
+                stats = [mean_std(v) for v in curve.values()]
+                ax.errorbar(list(curve), [m for m, _ in stats], yerr=[s for _, s in stats], marker='o', capsize=3,
+                            label=f'trained with {target}')
+        ax.set(title=backbone, xlabel='epoch', ylabel='RMSE(lam, w), val images')
+        ax.legend()
+    return ctx.save_figure(fig, 'rmse_over_training')
