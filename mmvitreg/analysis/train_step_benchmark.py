@@ -522,8 +522,9 @@ register_with_without(
 register_case(
     'deit-s-tlalign-weights-vs-labels',
     TrainStepCase(
-        description='DeiT-S with CutMix + TL-Align carrying the 2-dimensional (own, partner) label per token vs. '
-        'the same carrying the official C = 1000 dimensional labels (both beside the fused attention)',
+        description='DeiT-S with CutMix + TL-Align carrying the 2-dimensional (own, partner) label per token (in '
+        'the fused attention\'s own kernel call) vs. the same carrying the official C = 1000 dimensional labels '
+        '(their map formed beside the fused call)',
         model=_deit_cutmix(True),
         baseline=_deit_cutmix(True, 'labels'),
         make_batch=classification_batch,

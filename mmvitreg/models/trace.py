@@ -251,7 +251,7 @@ def _private_op(name: str):
 #: PyTorch's fused CPU attention, which returns the log-sum-exp its backward needs (PyTorch >= 2.3)
 _FLASH_CPU = _private_op('_scaled_dot_product_flash_attention_for_cpu')
 _FLASH_CPU_BACKWARD = _private_op('_scaled_dot_product_flash_attention_for_cpu_backward')
-#: value channels a ride may add to the fused call (the kernel widens q, k, v by this many zeros)
+#: the most value channels a ride may add to a fused call (each costs the kernel ~1/64 of its time at d = 64)
 RIDE_CHANNELS = 8
 
 
@@ -260,9 +260,9 @@ class _AttentionWithRide(torch.autograd.Function):
     ``values`` ``(B, N, D)``, in one call of PyTorch's fused CPU attention; the backward is PyTorch's own
     for ``q, k, v``.
 
-    The values ride as extra value channels: ``q, k, v`` ``(B, H, N, d)`` are widened to ``d + 8``
+    The values ride as extra value channels: ``q, k, v`` ``(B, H, N, d)`` are widened to ``d + D``
     channels (``q, k`` with zeros, so the logits and the log-sum-exp are those of width ``d``; ``v``
-    with the values, then zeros). The first ``d`` output channels and the log-sum-exp are exactly
+    with the values). The first ``d`` output channels and the log-sum-exp are exactly
     what the unwidened kernel returns, so the backward runs the fused backward at width ``d`` from
     them. The values carry no gradient.
     """
@@ -271,12 +271,16 @@ class _AttentionWithRide(torch.autograd.Function):
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, values: Tensor, scale: float) -> Tuple[Tensor, Tensor]:
         B, H, N, d = q.shape
         D = values.shape[-1]
-        wide = q.new_zeros(B, N, 3, H, d + RIDE_CHANNELS)  # the kernel's preferred (B, N, H, .) memory layout
+        wide = q.new_empty(B, N, 3, H, d + D)  # the kernel's preferred (B, N, H, .) memory layout
         for i, t in enumerate((q, k, v)):
             wide[:, :, i, :, :d] = t.transpose(1, 2)
-        wide[:, :, 2, :, d:d + D] = values.unsqueeze(2)
+        wide[:, :, :2, :, d:] = 0
+        wide[:, :, 2, :, d:] = values.unsqueeze(2)
         out, lse = _FLASH_CPU(*wide.permute(2, 0, 3, 1, 4).unbind(0), scale=scale)
-        x, mixed = out[..., :d], out[..., d:d + D].mean(1)  # mixed: the head mean, (B, N, D)
+        # the output in the unwidened kernel's memory layout (B, N, H, d): what its backward and a
+        # transpose(1, 2).reshape(B, N, H * d) after it read without a copy
+        x = out[..., :d].transpose(1, 2).contiguous().transpose(1, 2)
+        mixed = out[..., d:d + D].mean(1)  # the head mean, (B, N, D)
         ctx.save_for_backward(q, k, v, x, lse)
         ctx.scale = scale
         ctx.mark_non_differentiable(mixed)
