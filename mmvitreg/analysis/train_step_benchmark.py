@@ -530,9 +530,11 @@ register_case(
         make_batch=classification_batch,
         max_time_ratio=1.0))
 
+
 def _diversepatch_losses(dims: int, contrastive: bool) -> list:
     """DiversePatch's losses (paper forms), the contrastive one only on isotropic backbones."""
-    return ([dict(type='mmvitreg.PatchCosineLoss')] + ([dict(type='mmvitreg.PatchContrastiveLoss')] if contrastive else [])
+    contrastive_loss = [dict(type='mmvitreg.PatchContrastiveLoss')] if contrastive else []
+    return ([dict(type='mmvitreg.PatchCosineLoss')] + contrastive_loss
             + [dict(type='mmvitreg.PatchMixingLoss', num_classes=1000, in_channels=dims)])
 
 
