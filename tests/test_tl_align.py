@@ -429,3 +429,33 @@ def test_labels_propagate_in_float32_under_autocast():
     q, k, _ = seen['qkv'].float().reshape(2, 9, 3, 2, 16).permute(2, 0, 3, 1, 4)
     expected = (((q * msa.scale) @ k.transpose(-2, -1)).softmax(-1).mean(1)) @ values
     assert (ride.mixed - expected).abs().max() <= 1e-6
+
+
+@pytest.mark.parametrize('channels', [2, 1000])
+def test_fused_attention_carries_the_ride_in_its_own_kernel_call(monkeypatch, channels):
+    """On the CPU in float32 a ride of at most ``RIDE_CHANNELS`` value channels goes through the attention's
+    own fused kernel call (no second q k^T: ``Ride.attend`` is never called) and changes nothing the model
+    computes: the output and the q, k, v gradients equal plain ``F.scaled_dot_product_attention``'s, and the
+    mixed values equal the head-mean softmax map applied to them. A wider ride (C = 1000 labels) takes the
+    map beside the kernel call instead, with the same results."""
+    from mmvitreg.models import trace as trace_module
+    torch.manual_seed(0)
+    B, H, N, d = 3, 4, 17, 16
+    qkv = torch.randn(B, N, 3, H, d, requires_grad=True)
+    q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # strided views, as the attention makes them
+    grad = torch.randn(B, H, N, d)
+    expected = F.scaled_dot_product_attention(q, k, v, scale=0.3)
+    (expected * grad).sum().backward()
+    expected_grad, qkv.grad = qkv.grad, None
+    values = torch.rand(B, N, channels)
+    attended = []
+    if channels <= trace_module.RIDE_CHANNELS:
+        monkeypatch.setattr(Ride, 'attend', lambda *a, **kw: attended.append(1))
+    ride = Ride(values)
+    out = ride.attention(q, k, v, 0.3)
+    (out * grad).sum().backward()
+    assert not attended
+    assert (out - expected).abs().max() <= 1e-6 and (qkv.grad - expected_grad).abs().max() <= 1e-6
+    maps = ((q * 0.3) @ k.transpose(-2, -1)).softmax(-1).mean(1)
+    assert ride.mixed.shape == (B, N, channels) and not ride.mixed.requires_grad
+    assert (ride.mixed - maps.detach() @ values).abs().max() <= 1e-6

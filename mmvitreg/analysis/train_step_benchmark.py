@@ -522,16 +522,19 @@ register_with_without(
 register_case(
     'deit-s-tlalign-weights-vs-labels',
     TrainStepCase(
-        description='DeiT-S with CutMix + TL-Align carrying the 2-dimensional (own, partner) label per token vs. '
-        'the same carrying the official C = 1000 dimensional labels (both beside the fused attention)',
+        description='DeiT-S with CutMix + TL-Align carrying the 2-dimensional (own, partner) label per token (in '
+        'the fused attention\'s own kernel call) vs. the same carrying the official C = 1000 dimensional labels '
+        '(their map formed beside the fused call)',
         model=_deit_cutmix(True),
         baseline=_deit_cutmix(True, 'labels'),
         make_batch=classification_batch,
         max_time_ratio=1.0))
 
+
 def _diversepatch_losses(dims: int, contrastive: bool) -> list:
     """DiversePatch's losses (paper forms), the contrastive one only on isotropic backbones."""
-    return ([dict(type='mmvitreg.PatchCosineLoss')] + ([dict(type='mmvitreg.PatchContrastiveLoss')] if contrastive else [])
+    contrastive_loss = [dict(type='mmvitreg.PatchContrastiveLoss')] if contrastive else []
+    return ([dict(type='mmvitreg.PatchCosineLoss')] + contrastive_loss
             + [dict(type='mmvitreg.PatchMixingLoss', num_classes=1000, in_channels=dims)])
 
 

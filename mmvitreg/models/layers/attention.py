@@ -24,7 +24,7 @@ class MultiheadSelfAttention(nn.Module):
     :meth:`attention_map` and returns the map too. Subclasses that change the map (re-attention,
     talking heads) override :meth:`attention_map` and set ``fused = False``. A
     :class:`~mmvitreg.models.trace.Ride` (``ride``, values ``(B, N, D)``) gets the head-mean map
-    applied to its values: on the fused path from the detached ``q, k`` outside autograd, on the
+    applied to its values: on the fused path by the same kernel call, on the
     explicit path (and with attention dropout active in training) from the map before dropout.
 
     Args:
@@ -82,11 +82,12 @@ class MultiheadSelfAttention(nn.Module):
         elif not self.fused:
             attn = self.attention_map(q, k)
             x = attn @ v
+        elif ride is not None:  # no dropout here: the map and the values' mix from one fused call
+            attn = None
+            x = ride.attention(q, k, v, self.scale)
         else:
             attn = None
             x = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=self.scale)
-            if ride is not None:
-                ride.attend(q, k, self.scale, self.num_heads)
         if ride is not None and attn is not None:
             ride.mix_with_map(attn)
         x = self.proj_drop(self.proj(x.transpose(1, 2).reshape(B, N, C)))

@@ -48,9 +48,11 @@ class TLAlign(BaseModule):
 
     **How the labels travel.** TLAlign is a :class:`~mmvitreg.models.trace.TokenStream`: the backbone
     carries the labels block by block (see :class:`~mmvitreg.models.trace.Ride`). Blocks keep their
-    fused attention kernel and the head-mean map is formed from the detached ``q, k`` outside
-    autograd, so no ``(B, heads, N, N)`` map is kept for the backward; blocks whose map is explicit
-    anyway (re-attention) multiply the labels by it. The official code records every map in the
+    fused attention kernel and no ``(B, heads, N, N)`` map is kept for the backward: a ViT block's
+    CPU kernel carries the 2 label channels as extra value channels of its own call (the map is
+    computed once; the C-dimensional labels and other devices form the head-mean map from the
+    detached ``q, k`` beside it), a Swin block forms it beside its masked kernel call; blocks whose
+    map is explicit anyway (re-attention) multiply the labels by it. The official code records every map in the
     autograd graph and multiplies ``(B, N, C)`` labels. Propagation runs in float32 (also under AMP).
 
     **Representation.** Two-image mixing starts every token at ``w y_own + (1 - w) y_partner`` and
