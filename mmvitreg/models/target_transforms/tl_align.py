@@ -52,8 +52,9 @@ class TLAlign(BaseModule):
     CPU kernel carries the 2 label channels as extra value channels of its own call (the map is
     computed once; the C-dimensional labels and other devices form the head-mean map from the
     detached ``q, k`` beside it), a Swin block forms it beside its masked kernel call; blocks whose
-    map is explicit anyway (re-attention) multiply the labels by it. The official code records every map in the
-    autograd graph and multiplies ``(B, N, C)`` labels. Propagation runs in float32 (also under AMP).
+    map is explicit anyway (re-attention) multiply the labels by it. The official code records every
+    map in the autograd graph and multiplies ``(B, N, C)`` labels. Propagation runs in float32 (also
+    under AMP).
 
     **Representation.** Two-image mixing starts every token at ``w y_own + (1 - w) y_partner`` and
     each step above is a convex combination, so labels keep that form. ``representation='weights'``
