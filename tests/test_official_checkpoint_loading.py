@@ -1,0 +1,188 @@
+"""Official releases load where users put them (issue 22, item 1): a random state dict under the exact key names
+and shapes of each release (the converter tests' builders) goes through ``load_from`` (GuardedRunner),
+``init_cfg=dict(type='Pretrained')`` (with and without ``prefix='backbone.'``) and ``tools/test.py``, raw or
+wrapped, and the model gives the outputs of the same model loaded strictly from the explicit converter's output.
+A load that would leave the backbone random stops with an error naming the file and the layout."""
+import copy
+import itertools
+import pickle
+
+import pytest
+import torch
+from mmengine.registry import DefaultScope
+from mmpretrain.registry import MODELS
+
+from conftest import CONFIGS
+from guard_helpers import build_workspace, tool
+from mmvitreg.engine import CheckpointError, GuardedRunner
+from mmvitreg.models.backbones import convert_deepvit, convert_lvvit, convert_swin
+from mmvitreg.models.converters import convert_diversepatch, convert_timm_vit
+from test_diversepatch_converter import official_state_dict as diversepatch_state_dict
+from test_model_converters import official_state_dict as timm_state_dict
+from test_swin import NANO, nano, official_swin_state_dict
+
+K = 5  # classes of every tiny release
+_runs = itertools.count()
+
+
+def vit_head(dims):
+    return dict(type='VisionTransformerClsHead', num_classes=K, in_channels=dims)
+
+
+def deit_state_dict():
+    """timm / DeiT (TL-Align's releases): the DiversePatch layout without talking heads and patch_head."""
+    return {k: v for k, v in diversepatch_state_dict().items() if not k.startswith('patch_head') and '.proj_p' not in k}
+
+
+# layout -> (official state dict, its converter, the mmpretrain-scope model the converter's keys are made for)
+LAYOUTS = {
+    'lvvit': (lambda: timm_state_dict(dim=24, depth=2, heads=4, qkv_bias=False, stem=(8, 3), aux_head=True,
+                                      classes=K, img_size=32),
+              convert_lvvit,
+              dict(type='mmvitreg.TokenClassifier',
+                   backbone=dict(type='mmvitreg.LVViT', img_size=32, out_type='raw', arch=dict(
+                       embed_dims=24, num_layers=2, num_heads=4, feedforward_channels=72,
+                       stem=dict(channels=8, num_convs=3), skip_lam=2.)),
+                   head=dict(type='mmvitreg.TokenLabelHead', num_classes=K, in_channels=24))),
+    'deepvit': (lambda: timm_state_dict(dim=36, depth=4, heads=12, reattn=(2, 3), stem=(8, 2), classes=K, img_size=32),
+                convert_deepvit,
+                dict(type='ImageClassifier', head=vit_head(36),
+                     backbone=dict(type='mmvitreg.DeepViT', img_size=32, arch=dict(
+                         embed_dims=36, num_layers=4, num_heads=12, feedforward_channels=108,
+                         attn_types=[False] * 2 + [True] * 2, stem=dict(channels=8, num_convs=2),
+                         scale_adjustment=0.5)))),
+    'diversepatch': (diversepatch_state_dict, convert_diversepatch,
+                     dict(type='mmvitreg.TokenClassifier', head=vit_head(16),
+                          backbone=dict(type='mmvitreg.VisionTransformer', img_size=32, patch_size=8, arch=dict(
+                              embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=64,
+                              attn_types='talking_heads')),
+                          aux_losses=[dict(type='mmvitreg.PatchCosineLoss'), dict(type='mmvitreg.PatchContrastiveLoss'),
+                                      dict(type='mmvitreg.PatchMixingLoss', num_classes=K, in_channels=16)])),
+    'deit': (deit_state_dict, convert_timm_vit,  # mmpretrain's own ViT, as the TL-Align and demo DeiT configs
+             dict(type='ImageClassifier', head=vit_head(16),
+                  backbone=dict(type='VisionTransformer', img_size=32, patch_size=8, arch=dict(
+                      embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=64)))),
+    'swin': (lambda: official_swin_state_dict(nano(), classes=K), convert_swin,
+             dict(type='ImageClassifier', neck=dict(type='GlobalAveragePooling'),
+                  head=dict(type='LinearClsHead', num_classes=K, in_channels=64),
+                  backbone=dict(type='mmvitreg.SwinTransformer', arch=NANO, img_size=64, window_size=4,
+                                out_indices=(2, )))),
+}
+IMG = {'swin': 64}
+
+
+def build(cfg):
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        return MODELS.build(copy.deepcopy(cfg)).eval()
+
+
+def outputs(model, layout):
+    x = torch.randn(2, 3, IMG.get(layout, 32), IMG.get(layout, 32), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out = model(x, mode='tensor')
+    return torch.cat([t.flatten() for t in (out if isinstance(out, (tuple, list)) else [out])])
+
+
+def reference(layout):
+    """The outputs of the model loaded strictly from the explicit converter's state dict."""
+    official, convert, cfg = LAYOUTS[layout]
+    model = build(cfg)
+    model.load_state_dict(convert(official()), strict=True)
+    return outputs(model, layout)
+
+
+def max_diff(model, layout):
+    return (outputs(model.eval(), layout) - reference(layout)).abs().max().item()
+
+
+def save(path, layout, wrap='raw'):
+    sd = LAYOUTS[layout][0]()
+    wrapped = {'raw': lambda: sd, 'model': lambda: {'model': sd, 'epoch': 300},
+               'state_dict': lambda: {'state_dict': sd, 'state_dict_ema': {k: v + 1 for k, v in sd.items()}},
+               'model_ema': lambda: {'model_ema': sd, 'epoch': 300},
+               'module': lambda: {'model': {'module.' + k: v for k, v in sd.items()}}}[wrap]()
+    torch.save(wrapped, path)
+    return path
+
+
+def runner_load(tmp_path, cfg, ckpt, **policy):
+    runner = GuardedRunner(model=copy.deepcopy(cfg), work_dir=str(tmp_path / 'work'), load_from=str(ckpt),
+                           experiment_name=f'official_{next(_runs)}', default_scope='mmpretrain',
+                           cfg=dict(checkpoint_policy=policy or None))
+    runner.load_or_resume()
+    return runner
+
+
+@pytest.mark.parametrize('layout', LAYOUTS)
+def test_load_from_converts_the_official_release(tmp_path, layout):
+    ckpt = save(tmp_path / 'official.pth', layout)
+    runner = runner_load(tmp_path, LAYOUTS[layout][2], ckpt)
+    assert max_diff(runner.model, layout) == 0
+    log = next((tmp_path / 'work').rglob('*.log')).read_text()
+    assert 'release layout, converted on load by' in log and '0 missing' in log, log[-2000:]
+
+
+@pytest.mark.parametrize('wrap', ['model', 'state_dict', 'model_ema', 'module'])
+def test_wrapped_releases_load_their_model_weights(tmp_path, wrap):
+    """``{'model': ...}`` (DeiT-based codes), ``state_dict`` beside ``state_dict_ema`` (timm), ``model_ema`` alone
+    (DiversePatch's EMA), ``module.`` keys: the model weights land (the EMA only where they are all there is)."""
+    ckpt = save(tmp_path / 'official.pth', 'diversepatch', wrap)
+    assert max_diff(runner_load(tmp_path, LAYOUTS['diversepatch'][2], ckpt).model, 'diversepatch') == 0
+
+
+@pytest.mark.parametrize('layout', LAYOUTS)
+def test_init_cfg_pretrained_converts_with_and_without_prefix(tmp_path, layout):
+    ckpt = str(save(tmp_path / 'official.pth', layout, 'model'))
+    whole = dict(LAYOUTS[layout][2], init_cfg=dict(type='Pretrained', checkpoint=ckpt))
+    model = build(whole)
+    model.init_weights()
+    assert max_diff(model, layout) == 0
+    cfg = copy.deepcopy(LAYOUTS[layout][2])
+    cfg['backbone']['init_cfg'] = dict(type='Pretrained', checkpoint=ckpt, prefix='backbone.')
+    model = build(cfg)
+    model.init_weights()
+    ref = build(LAYOUTS[layout][2])
+    ref.load_state_dict(LAYOUTS[layout][1](LAYOUTS[layout][0]()), strict=True)
+    for (name, ours), theirs in zip(model.backbone.state_dict().items(), ref.backbone.state_dict().values()):
+        assert torch.equal(ours, theirs), name
+
+
+def test_load_from_of_another_model_stops_naming_the_file_and_the_layout(tmp_path):
+    ckpt = save(tmp_path / 'lvvit_official.pth', 'lvvit')
+    with pytest.raises(CheckpointError) as e:
+        runner_load(tmp_path, LAYOUTS['swin'][2], ckpt)
+    message = str(e.value)
+    assert str(ckpt) in message and 'official LV-ViT (zihangJiang/TokenLabeling) release layout' in message
+    assert 'fill 0 of the' in message and '--allow-partial' in message
+    # --allow-partial: today's partial load (nothing fits, nothing is loaded, one warning)
+    runner_load(tmp_path, LAYOUTS['swin'][2], ckpt, load_from='partial')
+
+
+def test_load_from_filling_too_little_of_the_backbone_stops(tmp_path):
+    """A DiversePatch release without talking heads into the talking-heads model: 4 of 34 backbone tensors
+    (proj_pre / proj_post) would stay random, below the 90% the load needs."""
+    sd = {k: v for k, v in diversepatch_state_dict().items() if '.proj_p' not in k}
+    torch.save(sd, tmp_path / 'no_talk.pth')
+    with pytest.raises(CheckpointError, match=r'fill 30 of the 34 backbone tensors \(at least 90% needed'):
+        runner_load(tmp_path, LAYOUTS['diversepatch'][2], tmp_path / 'no_talk.pth')
+
+
+def test_tools_test_py_evaluates_the_release_as_the_converted_file(tmp_path):
+    """``tools/test.py CONFIG OFFICIAL.pth`` (strict) predicts what it predicts from the offline converter's file."""
+    ws = build_workspace(tmp_path / 'ws')
+    official = save(tmp_path / 'official.pth', 'lvvit', 'state_dict')
+    converted = tmp_path / 'converted.pth'
+    torch.save({'state_dict': convert_lvvit(LAYOUTS['lvvit'][0]())}, converted)
+    arch = LAYOUTS['lvvit'][2]['backbone']['arch']
+    options = [f'test_dataloader.dataset.data_root={ws / "digits"}', 'test_dataloader.num_workers=0',
+               'test_dataloader.persistent_workers=False', 'test_dataloader.dataset.indices=8',
+               'model.backbone.patch_size=16', 'model.backbone.arch.stem.channels=8', f'model.head.num_classes={K}',
+               'model.head.in_channels=24', 'test_evaluator.topk=(1,)',
+               *(f'model.backbone.arch.{k}={v}' for k, v in arch.items() if k != 'stem')]
+    scores = []
+    for ckpt in (official, converted):
+        out = tmp_path / f'{ckpt.stem}.pkl'
+        tool('test')([str(CONFIGS / 'lvvit' / 'lvvit-tiny_1xb64_digits.py'), str(ckpt),
+                      '--work-dir', str(tmp_path / 'w'), '--out', str(out), '--cfg-options', *options])
+        scores.append(torch.stack([s['pred_score'] for s in pickle.loads(out.read_bytes())]))
+    assert scores[0].shape == (8, K) and torch.equal(scores[0], scores[1])
