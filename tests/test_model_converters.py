@@ -139,6 +139,8 @@ def test_unwrap_checkpoint_prefers_the_requested_weights():
     assert unwrap_checkpoint({'state_dict': a, 'state_dict_ema': b, 'epoch': 3})['w'] == 0
     assert unwrap_checkpoint({'state_dict': a, 'state_dict_ema': b}, ema=True)['w'] == 1
     assert unwrap_checkpoint({'model': b})['w'] == 1
+    assert unwrap_checkpoint({'model': a, 'model_ema': b}, ema=True)['w'] == 1  # DiversePatch / DeiT EMA
+    assert unwrap_checkpoint({'model_ema': b, 'epoch': 3})['w'] == 1
     assert unwrap_checkpoint(a)['w'] == 0
     with pytest.raises(KeyError, match='no state dict'):
         unwrap_checkpoint({'epoch': 3, 'args': 'x'})

@@ -16,7 +16,7 @@ from conftest import CONFIGS
 from guard_helpers import build_workspace, tool
 from mmvitreg.engine import CheckpointError, GuardedRunner
 from mmvitreg.models.backbones import convert_deepvit, convert_lvvit, convert_swin
-from mmvitreg.models.converters import convert_diversepatch, convert_timm_vit
+from mmvitreg.models.converters import convert_diversepatch, convert_official, convert_timm_vit, detect_layout
 from test_diversepatch_converter import official_state_dict as diversepatch_state_dict
 from test_model_converters import official_state_dict as timm_state_dict
 from test_swin import NANO, nano, official_swin_state_dict
@@ -113,6 +113,22 @@ def runner_load(tmp_path, cfg, ckpt, **policy):
     return runner
 
 
+def test_each_release_is_recognised_by_its_keys_and_native_checkpoints_are_left_alone():
+    names = {layout: detect_layout(LAYOUTS[layout][0]()).name for layout in LAYOUTS}
+    assert names == {'lvvit': 'official LV-ViT (zihangJiang/TokenLabeling)',
+                     'deepvit': 'official DeepViT (zhoudaquan/dvit_repo)',
+                     'diversepatch': 'official DiversePatch (ChengyueGongR/PatchVisionTransformer)',
+                     'deit': 'timm / DeiT ViT (facebookresearch/deit, Euphoria16/TL-Align)',
+                     'swin': 'official Swin Transformer (microsoft/Swin-Transformer)'}
+    for layout, (official, convert, cfg) in LAYOUTS.items():
+        converted = convert(official())
+        assert detect_layout(converted) is None, layout  # mmvitreg / mmpretrain classifier keys
+        backbone = {k[len('backbone.'):]: v for k, v in converted.items() if k.startswith('backbone.')}
+        assert detect_layout(backbone) is None, layout  # mmseg / mmdet backbone keys (e.g. swin2mmseg's output)
+        checkpoint = {'state_dict': converted, 'meta': {'epoch': 3}}
+        assert convert_official(checkpoint) == (checkpoint, None)
+
+
 @pytest.mark.parametrize('layout', LAYOUTS)
 def test_load_from_converts_the_official_release(tmp_path, layout):
     ckpt = save(tmp_path / 'official.pth', layout)
@@ -145,6 +161,21 @@ def test_init_cfg_pretrained_converts_with_and_without_prefix(tmp_path, layout):
     ref.load_state_dict(LAYOUTS[layout][1](LAYOUTS[layout][0]()), strict=True)
     for (name, ours), theirs in zip(model.backbone.state_dict().items(), ref.backbone.state_dict().values()):
         assert torch.equal(ours, theirs), name
+
+
+def test_init_cfg_that_would_leave_the_backbone_random_stops(tmp_path):
+    """mmengine's PretrainedInit loads whatever fits with one warning per key; a converted DeiT release given to
+    the backbone without prefix='backbone.' (every key under backbone.) would leave it random: an error."""
+    ckpt = str(save(tmp_path / 'official.pth', 'deit'))
+    cfg = copy.deepcopy(LAYOUTS['deit'][2])
+    cfg['backbone']['init_cfg'] = dict(type='Pretrained', checkpoint=ckpt)
+    with pytest.raises(CheckpointError) as e:
+        build(cfg).init_weights()
+    assert f'checkpoint {ckpt} does not fit the model VisionTransformer: it would fill 0 of the' in str(e.value)
+    assert 'timm / DeiT ViT' in str(e.value) and "prefix='backbone.'" in str(e.value)
+    cfg['backbone']['init_cfg']['prefix'] = 'model.backbone'
+    with pytest.raises(CheckpointError, match="has no key under init_cfg's prefix='model.backbone.'"):
+        build(cfg).init_weights()
 
 
 def test_load_from_of_another_model_stops_naming_the_file_and_the_layout(tmp_path):

@@ -12,6 +12,7 @@ name). This module holds the pieces :class:`~mmvitreg.engine.runner.GuardedRunne
   ``{'state_dict': ...}`` form, an official release converted on the way (one log line), installed as
   mmengine's ``CheckpointLoader.load_checkpoint`` so that ``init_cfg=dict(type='Pretrained')`` has it too;
 * :func:`check_fit` - the error for a load that would leave most of the backbone random;
+* :func:`load_pretrained` - ``init_cfg=dict(type='Pretrained')`` through the two above;
 * :func:`load_state_dict_checked` - loads through every module's own ``_load_from_state_dict``
   (so load-time pre-hooks such as mmpretrain's position-embedding resize still run) and returns a
   :class:`KeyReport` of matched, missing, unexpected and size-mismatched keys;
@@ -19,10 +20,12 @@ name). This module holds the pieces :class:`~mmvitreg.engine.runner.GuardedRunne
   same folder and moving it over the final name with ``os.replace`` (atomic on POSIX and Windows);
 * :func:`resume_candidates` - the checkpoints ``--resume auto`` may take, newest first.
 """
+import logging
 import os
 import os.path as osp
 import re
 import tempfile
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -254,6 +257,36 @@ def check_fit(model: nn.Module, report: KeyReport, filename: str, checkpoint: di
         f'{len(keys)} backbone tensors (at least {MIN_BACKBONE_SHARE:.0%} needed; {report.summary()}); the file looks '
         f'like {_looks_like(checkpoint, state_dict)}. Use a checkpoint of this architecture or a config built for '
         f'this one; {hint}')
+
+
+def load_pretrained(module: nn.Module, filename: str, prefix: Optional[str] = None, map_location=None) -> KeyReport:
+    """``init_cfg=dict(type='Pretrained', checkpoint=filename, prefix=prefix)``: read ``filename``
+    (:func:`load_checkpoint_file`, an official release converted), keep the keys under ``prefix`` (without
+    it), load what fits into ``module`` and check that it fills its backbone (:func:`check_fit`).
+
+    ``import mmvitreg`` makes mmengine's ``PretrainedInit`` call it: mmengine's own loads whatever fits
+    with one warning per key, so a checkpoint of another model, or a missing ``prefix``, leaves the
+    model random and training goes on from scratch.
+
+    Raises:
+        CheckpointError: the file cannot be read, holds no key under ``prefix``, or fills too little.
+    """
+    checkpoint = load_checkpoint_file(filename, map_location)
+    state_dict = OrderedDict((re.sub(r'^module\.', '', k), v) for k, v in checkpoint['state_dict'].items())
+    hint = ("check init_cfg's checkpoint and prefix (prefix='backbone.' loads a classifier checkpoint's backbone "
+            'into a backbone); load_from with --allow-partial loads whatever fits')
+    if prefix:
+        prefix = prefix if prefix.endswith('.') else prefix + '.'
+        selected = OrderedDict((k[len(prefix):], v) for k, v in state_dict.items() if k.startswith(prefix))
+        if not selected:
+            raise CheckpointError(f"checkpoint {filename} has no key under init_cfg's prefix='{prefix}'; the file "
+                                  f'looks like {_looks_like(checkpoint, state_dict)}; {hint}')
+        state_dict = selected
+    report = load_state_dict_checked(module, state_dict)
+    check_fit(module, report, filename, {**checkpoint, 'state_dict': state_dict}, hint)
+    print_log(f'init_cfg Pretrained {filename}' + (f' ({prefix})' if prefix else '') + f': {report.describe()}',
+              logger='current', level=logging.INFO if report.clean else logging.WARNING)
+    return report
 
 
 class AtomicLocalBackend(LocalBackend):
