@@ -9,6 +9,7 @@ import pickle
 
 import pytest
 import torch
+from mmengine.config import ConfigDict
 from mmengine.registry import DefaultScope
 from mmpretrain.registry import MODELS
 
@@ -163,6 +164,22 @@ def test_init_cfg_pretrained_converts_with_and_without_prefix(tmp_path, layout):
         assert torch.equal(ours, theirs), name
 
 
+def test_mmdet_swin_still_converts_official_releases_itself(tmp_path):
+    """mmdet's (and mmseg's) own Swin reads official files through mmengine's CheckpointLoader and converts them
+    itself (``convert_weights=True``): it must get the file as it is, not converted a second time."""
+    from mmdet.models.backbones import SwinTransformer as MMDetSwin
+    ckpt = str(save(tmp_path / 'official.pth', 'swin', 'model'))
+    theirs = MMDetSwin(embed_dims=16, depths=(2, 2, 2), num_heads=(1, 2, 4), strides=(4, 2, 2), window_size=4,
+                       out_indices=(0, 1, 2), convert_weights=True,
+                       init_cfg=ConfigDict(type='Pretrained', checkpoint=ckpt))
+    theirs.init_weights()
+    ours = {k[len('backbone.'):]: v for k, v in convert_swin(LAYOUTS['swin'][0]()).items() if k.startswith('backbone.')}
+    loaded = {k: v for k, v in theirs.state_dict().items() if k.startswith(('patch_embed.', 'stages.'))}
+    assert len(loaded) == 94  # every patch-embedding and stage tensor (mmdet's converter leaves the output norms)
+    for key, value in loaded.items():
+        assert torch.equal(value, ours[key]), key
+
+
 def test_init_cfg_that_would_leave_the_backbone_random_stops(tmp_path):
     """mmengine's PretrainedInit loads whatever fits with one warning per key; a converted DeiT release given to
     the backbone without prefix='backbone.' (every key under backbone.) would leave it random: an error."""
@@ -198,22 +215,30 @@ def test_load_from_filling_too_little_of_the_backbone_stops(tmp_path):
         runner_load(tmp_path, LAYOUTS['diversepatch'][2], tmp_path / 'no_talk.pth')
 
 
-def test_tools_test_py_evaluates_the_release_as_the_converted_file(tmp_path):
-    """``tools/test.py CONFIG OFFICIAL.pth`` (strict) predicts what it predicts from the offline converter's file."""
-    ws = build_workspace(tmp_path / 'ws')
-    official = save(tmp_path / 'official.pth', 'lvvit', 'state_dict')
+@pytest.fixture(scope='module')
+def digits(tmp_path_factory):
+    return build_workspace(tmp_path_factory.mktemp('digits_ws')) / 'digits'
+
+
+@pytest.mark.parametrize('layout', LAYOUTS)
+def test_tools_test_py_evaluates_the_release_as_the_converted_file(tmp_path, digits, layout):
+    """``tools/test.py CONFIG OFFICIAL.pth`` (strict) predicts what it predicts from the offline converter's file:
+    the quick-start digits config with the release's tiny model."""
+    official, convert, model = LAYOUTS[layout]
+    size = IMG.get(layout, 32)
+    config = tmp_path / f'{layout}_digits.py'
+    config.write_text(f"_base_ = '{CONFIGS / 'demo' / 'deit-tiny_1xb64_digits.py'}'\n"
+                      f'model = dict(_delete_=True, **{model!r})\n'
+                      "test_pipeline = [dict(type='LoadImageFromFile'), "
+                      f"dict(type='Resize', scale={size}), dict(type='PackInputs')]\n"
+                      f"test_dataloader = dict(num_workers=0, persistent_workers=False, dataset=dict(\n"
+                      f"    data_root='{digits}', indices=8, pipeline=test_pipeline))\n"
+                      'test_evaluator = dict(topk=(1, ))\n')
     converted = tmp_path / 'converted.pth'
-    torch.save({'state_dict': convert_lvvit(LAYOUTS['lvvit'][0]())}, converted)
-    arch = LAYOUTS['lvvit'][2]['backbone']['arch']
-    options = [f'test_dataloader.dataset.data_root={ws / "digits"}', 'test_dataloader.num_workers=0',
-               'test_dataloader.persistent_workers=False', 'test_dataloader.dataset.indices=8',
-               'model.backbone.patch_size=16', 'model.backbone.arch.stem.channels=8', f'model.head.num_classes={K}',
-               'model.head.in_channels=24', 'test_evaluator.topk=(1,)',
-               *(f'model.backbone.arch.{k}={v}' for k, v in arch.items() if k != 'stem')]
+    torch.save({'state_dict': convert(official())}, converted)
     scores = []
-    for ckpt in (official, converted):
+    for ckpt in (save(tmp_path / 'official.pth', layout, 'model'), converted):
         out = tmp_path / f'{ckpt.stem}.pkl'
-        tool('test')([str(CONFIGS / 'lvvit' / 'lvvit-tiny_1xb64_digits.py'), str(ckpt),
-                      '--work-dir', str(tmp_path / 'w'), '--out', str(out), '--cfg-options', *options])
+        tool('test')([str(config), str(ckpt), '--work-dir', str(tmp_path / 'w'), '--out', str(out)])
         scores.append(torch.stack([s['pred_score'] for s in pickle.loads(out.read_bytes())]))
     assert scores[0].shape == (8, K) and torch.equal(scores[0], scores[1])

@@ -8,9 +8,9 @@ name). This module holds the pieces :class:`~mmvitreg.engine.runner.GuardedRunne
 
 * :func:`read_checkpoint` - one :class:`CheckpointError` line naming the file and what is wrong
   (missing, empty, truncated / not a torch file, not a checkpoint);
-* :func:`load_checkpoint_file` - every checkpoint read, local or remote, in mmengine's
-  ``{'state_dict': ...}`` form, an official release converted on the way (one log line), installed as
-  mmengine's ``CheckpointLoader.load_checkpoint`` so that ``init_cfg=dict(type='Pretrained')`` has it too;
+* :func:`load_checkpoint_file` - a checkpoint read, local or remote, in mmengine's ``{'state_dict': ...}``
+  form, an official release converted on the way (one log line): what ``load_from``, ``tools/test.py``
+  and ``init_cfg=dict(type='Pretrained')`` read;
 * :func:`check_fit` - the error for a load that would leave most of the backbone random;
 * :func:`load_pretrained` - ``init_cfg=dict(type='Pretrained')`` through the two above;
 * :func:`load_state_dict_checked` - loads through every module's own ``_load_from_state_dict``
@@ -95,19 +95,17 @@ def is_local(path) -> bool:
 def load_checkpoint_file(filename: str, map_location=None, logger='current') -> dict:
     """Read a checkpoint and return it in mmengine's form, an official release converted.
 
-    Local files are read by :func:`read_checkpoint`, anything else by mmengine's loader of its scheme
+    Local files are read by :func:`read_checkpoint`, anything else by mmengine's ``CheckpointLoader``
     (``https://``, ``open-mmlab://``, ...). Then
     :func:`~mmvitreg.models.converters.convert_official`: an official release (LV-ViT, DeepViT,
     DiversePatch, timm DeiT / TL-Align, Swin; raw or wrapped) is converted by its converter and one
     log line names the layout and the conversion; a ``{'model': ...}`` wrapper or a bare state dict
     goes under ``state_dict``; an mmengine checkpoint is returned as it is.
 
-    ``import mmvitreg`` installs it as mmengine's ``CheckpointLoader.load_checkpoint``: every mmengine
-    path that reads a checkpoint goes through that one classmethod, whatever the scheme
-    (``load_checkpoint``, ``init_cfg=dict(type='Pretrained')`` with or without ``prefix``, which
-    selects the prefix only after reading, ``Runner.load_checkpoint``, mmpretrain's ``get_model``), and
-    the conversion needs the file alone, not the model; :class:`~mmvitreg.engine.runner.GuardedRunner`
-    calls it directly.
+    Its two callers are where a user puts a checkpoint: :class:`~mmvitreg.engine.runner.GuardedRunner`
+    (``load_from``, ``tools/test.py``) and :func:`load_pretrained` (``init_cfg``). It is deliberately not
+    mmengine's ``CheckpointLoader.load_checkpoint``: mmseg's and mmdet's own Swin read official Swin files
+    through that with ``convert_weights=True`` and convert them themselves.
 
     Raises:
         CheckpointError: the file cannot be read, or looks like an official release that its converter
@@ -116,7 +114,7 @@ def load_checkpoint_file(filename: str, map_location=None, logger='current') -> 
     if is_local(filename):
         checkpoint = read_checkpoint(filename, map_location)
     else:
-        checkpoint = CheckpointLoader._get_checkpoint_loader(filename)(filename, map_location)
+        checkpoint = CheckpointLoader.load_checkpoint(filename, map_location=map_location, logger=logger)
     try:
         converted, layout = convert_official(checkpoint)
     except ValueError as e:
@@ -264,9 +262,11 @@ def load_pretrained(module: nn.Module, filename: str, prefix: Optional[str] = No
     (:func:`load_checkpoint_file`, an official release converted), keep the keys under ``prefix`` (without
     it), load what fits into ``module`` and check that it fills its backbone (:func:`check_fit`).
 
-    ``import mmvitreg`` makes mmengine's ``PretrainedInit`` call it: mmengine's own loads whatever fits
-    with one warning per key, so a checkpoint of another model, or a missing ``prefix``, leaves the
-    model random and training goes on from scratch.
+    ``import mmvitreg`` makes mmengine's ``PretrainedInit`` call it: every ``init_cfg=dict(type='Pretrained')``
+    goes through that one class with the module and the prefix, so the hook can both convert (before the
+    prefix is selected) and check the fit. mmengine's own loads whatever fits with one warning per key,
+    so a checkpoint of another model, or a missing ``prefix``, left the model random and training went on
+    from scratch.
 
     Raises:
         CheckpointError: the file cannot be read, holds no key under ``prefix``, or fills too little.
