@@ -35,7 +35,7 @@ from mmengine.logging import print_log
 from mmengine.runner.checkpoint import CheckpointLoader
 from torch import nn
 
-from mmvitreg.models.converters import OfficialLayout, convert_official, detect_layout, unwrap_checkpoint
+from mmvitreg.models.converters import convert_official, detect_layout, unwrap_checkpoint
 
 #: name of the atomic local backend in mmengine's file-backend registry
 ATOMIC_BACKEND = 'mmvitreg_atomic_local'
@@ -89,6 +89,7 @@ def read_checkpoint(filename: str, map_location='cpu') -> dict:
 
 
 def is_local(path) -> bool:
+    """A file path, not a URL (``https://``, ``open-mmlab://``, ...)."""
     return '://' not in str(path)
 
 
@@ -117,6 +118,8 @@ def load_checkpoint_file(filename: str, map_location=None, logger='current') -> 
         checkpoint = CheckpointLoader.load_checkpoint(filename, map_location=map_location, logger=logger)
     try:
         converted, layout = convert_official(checkpoint)
+    except KeyError as e:  # a remote file that is not a checkpoint (local ones are checked when read)
+        raise CheckpointError(f'checkpoint {filename}: {e.args[0]}') from None
     except ValueError as e:
         layout = detect_layout(unwrap_checkpoint(checkpoint))
         raise CheckpointError(f'checkpoint {filename} looks like the {layout.name} release layout but does not '
@@ -127,7 +130,6 @@ def load_checkpoint_file(filename: str, map_location=None, logger='current') -> 
                   f'{layout.convert.__module__}.{layout.convert.__name__} (as `python {layout.tool} SRC DST` '
                   'does offline)', logger=logger)
     return converted
-
 
 
 def _shown(keys: List[str]) -> str:
