@@ -31,7 +31,8 @@ def vit_head(dims):
 
 
 def deit_state_dict():
-    """timm / DeiT (TL-Align's releases): the DiversePatch layout without talking heads and patch_head."""
+    """timm / DeiT (facebookresearch/deit; TL-Align's code keeps it): DiversePatch's without talking heads and
+    patch_head."""
     return {k: v for k, v in diversepatch_state_dict().items() if not k.startswith('patch_head') and '.proj_p' not in k}
 
 

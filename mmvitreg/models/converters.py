@@ -16,6 +16,7 @@ import argparse
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
 
 import torch
@@ -171,6 +172,7 @@ class OfficialLayout:
         return all(any(re.search(p, k) for k in keys) for p in self.needs)
 
 
+@lru_cache(maxsize=None)
 def _official_layouts() -> Tuple[OfficialLayout, ...]:
     """The layouts, most specific first (DeepViT, LV-ViT and DiversePatch are timm ViTs with extra keys)."""
     from .backbones.deepvit import convert_deepvit
