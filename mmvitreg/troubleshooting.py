@@ -117,10 +117,23 @@ CASES: List[Case] = [
          'Use the checkpoint of this config; `--allow-partial` evaluates the keys that fit (the message counts them).'),
     Case('resume-other-model', 'checkpoint', '`--resume` from a checkpoint of another config',
          'resume needs a checkpoint of this very config',
-         'Resume the run the checkpoint belongs to; to start from its weights use `load_from` (partial).'),
+         'Resume the run the checkpoint belongs to; to start from its weights use `load_from` (with '
+         '`--allow-partial` if it is another architecture).'),
     Case('resume-unreadable-newest', 'checkpoint', '`--resume` when the newest checkpoint is unreadable',
          '--resume auto: skipping',
          'Nothing: the run resumes from the previous checkpoint (the warning names the skipped file).'),
+    Case('load-from-other-model', 'checkpoint',
+         '`load_from` a checkpoint that would leave the backbone random (another architecture, an official release '
+         'of another model, no key matching)',
+         'backbone tensors (at least 90% needed',
+         'The message names the layout the file looks like: use a config of that architecture (official LV-ViT, '
+         'DeepViT, DiversePatch, DeiT and Swin releases load directly) or `--allow-partial` to load the keys that '
+         'fit.'),
+    Case('official-checkpoint-unconvertible', 'checkpoint',
+         'an official release with keys its converter does not know (a distilled DeiT: `dist_token`, `head_dist`)',
+         'release layout but does not convert',
+         'The message lists the keys with no mmvitreg counterpart: use the release the config is made for, or '
+         'drop those keys and load the rest (`tools/model_converters/*_to_mmvitreg.py` shows the renaming).'),
     Case('converter-other-model', 'tools', 'a converter given the state dict of another model',
          'keys with no mmvitreg counterpart',
          'Use the converter of the checkpoint\'s model (`tools/model_converters/*_to_mmvitreg.py`).'),

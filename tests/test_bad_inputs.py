@@ -316,6 +316,31 @@ def _(ctx):
     return run
 
 
+def tiny_lvvit_release(path):
+    """An official LV-ViT release (TokenLabeling key names and shapes) much narrower than the digits models."""
+    from test_model_converters import official_state_dict
+    torch.save({'state_dict': official_state_dict(dim=24, depth=1, heads=4, qkv_bias=False, stem=(8, 3),
+                                                  aux_head=True, classes=10, img_size=32)}, path)
+    return path
+
+
+@scenario('load-from-other-model')
+def _(ctx):
+    release = tiny_lvvit_release(ctx.ws / 'lvvit_release.pth')
+    return stops(run_train(ctx, DEEPVIT, load_from=release),
+                 check=lambda message: _names(message, release) or _names(message, 'official LV-ViT'))
+
+
+@scenario('official-checkpoint-unconvertible')
+def _(ctx):
+    from test_diversepatch_converter import official_state_dict
+    deit = {k: v for k, v in official_state_dict().items() if '.proj_p' not in k and not k.startswith('patch_head')}
+    torch.save({'model': {**deit, 'dist_token': torch.zeros(1, 1, 16), 'head_dist.weight': torch.zeros(5, 16)}},
+               ctx.ws / 'deit_distilled.pth')
+    return stops(run_test(ctx, DEEPVIT, ctx.ws / 'deit_distilled.pth'),
+                 check=lambda message: _names(message, 'dist_token'))
+
+
 @scenario('converter-other-model')
 def _(ctx):
     from mmpretrain.models import SwinTransformer

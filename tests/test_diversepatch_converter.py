@@ -50,14 +50,29 @@ def official_eval_forward(sd, x):
     return logits, lin(t[:, 1:].mean(1), 'patch_head').softmax(-1) + logits.softmax(-1)
 
 
-def test_converted_official_checkpoint_gives_the_official_logits_and_t_acc(tmp_path):
-    src, dst = tmp_path / 'official.pth', tmp_path / 'mmvitreg.pth'
-    torch.save({'model': official_state_dict(), 'epoch': 399}, src)
+def converter_tool():
     spec = importlib.util.spec_from_file_location('conv', REPO / 'tools' / 'model_converters' /
                                                   'diversepatch_to_mmvitreg.py')
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
-    tool.main([str(src), str(dst)])
+    return tool
+
+
+def test_ema_converts_the_official_model_ema(tmp_path):
+    """The official DeiT main.py saves the EMA as ``model_ema`` beside ``model``: ``--ema`` converts it."""
+    src, dst = tmp_path / 'official.pth', tmp_path / 'mmvitreg.pth'
+    ema = official_state_dict()
+    torch.save({'model': {k: torch.zeros_like(v) for k, v in ema.items()}, 'model_ema': ema, 'epoch': 399}, src)
+    converter_tool().main([str(src), str(dst), '--ema'])
+    state = torch.load(dst, map_location='cpu')['state_dict']
+    assert torch.equal(state['aux_losses.2.patch_head.weight'], ema['patch_head.weight'])
+    assert torch.equal(state['backbone.layers.1.attn.proj_pre.weight'], ema['blocks.1.attn.proj_pre.weight'])
+
+
+def test_converted_official_checkpoint_gives_the_official_logits_and_t_acc(tmp_path):
+    src, dst = tmp_path / 'official.pth', tmp_path / 'mmvitreg.pth'
+    torch.save({'model': official_state_dict(), 'epoch': 399}, src)
+    converter_tool().main([str(src), str(dst)])
     cfg = dict(type='mmvitreg.TokenClassifier',
                backbone=dict(type='mmvitreg.VisionTransformer', img_size=IMG, patch_size=P,
                              arch=dict(embed_dims=D, num_layers=DEPTH, num_heads=HEADS, feedforward_channels=4 * D,

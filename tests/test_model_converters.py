@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
+from modelindex import load as load_model_index
 from mmpretrain.models.heads import VisionTransformerClsHead
 
 from mmvitreg.models.backbones import DeepViT, LVViT, convert_deepvit, convert_lvvit
@@ -139,6 +141,8 @@ def test_unwrap_checkpoint_prefers_the_requested_weights():
     assert unwrap_checkpoint({'state_dict': a, 'state_dict_ema': b, 'epoch': 3})['w'] == 0
     assert unwrap_checkpoint({'state_dict': a, 'state_dict_ema': b}, ema=True)['w'] == 1
     assert unwrap_checkpoint({'model': b})['w'] == 1
+    assert unwrap_checkpoint({'model': a, 'model_ema': b}, ema=True)['w'] == 1  # DiversePatch / DeiT EMA
+    assert unwrap_checkpoint({'model_ema': b, 'epoch': 3})['w'] == 1
     assert unwrap_checkpoint(a)['w'] == 0
     with pytest.raises(KeyError, match='no state dict'):
         unwrap_checkpoint({'epoch': 3, 'args': 'x'})
@@ -156,3 +160,26 @@ def test_cli_converts_a_saved_official_checkpoint(tmp_path, monkeypatch):
     saved = torch.load(tmp_path / 'dst.pth', weights_only=True)['state_dict']
     assert saved.keys() == convert_lvvit(official).keys()
     assert torch.equal(saved['head.aux_head.weight'], official['aux_head.weight'])
+
+
+def test_every_released_checkpoint_is_in_the_model_index_with_its_config_and_converter():
+    """Issue 22 item 2: the metafiles parse (as ``mim`` reads them, through model-index.yml); each ``Converted From``
+    names the official weights, the official code, an existing config and the command of an existing converter;
+    the papers that released weights (DeepViT, DiversePatch, LV-ViT) list them; TL-Align and DRLoc released none
+    in a layout a converter takes."""
+    index = load_model_index(str(REPO / 'model-index.yml'))
+    assert len(index.models) == sum(len(yaml.safe_load(p.read_text())['Models'])
+                                    for p in (REPO / 'configs').glob('*/metafile.yml'))
+    released = {}
+    for model in index.models:
+        source = model.data.get('Converted From')
+        if source is None:
+            continue
+        assert set(source) == {'Weights', 'Code', 'Converter'}, model.name
+        assert source['Weights'].startswith('https://') and source['Code'].startswith('https://github.com/')
+        assert (REPO / model.data['Config']).is_file(), model.name
+        python, tool, *args = source['Converter'].split()
+        assert python == 'python' and args == ['SRC', 'DST'] and (REPO / tool).is_file(), source['Converter']
+        assert tool.startswith('tools/model_converters/'), tool
+        released.setdefault(model.data['Config'].split('/')[1], []).append(model.name)
+    assert {k: len(v) for k, v in released.items()} == {'deepvit': 4, 'diversepatch': 4, 'lvvit': 6}

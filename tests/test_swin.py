@@ -98,14 +98,10 @@ def test_downstream_swins_of_mmseg_and_mmdet_load_and_agree(size):
                 assert (a - b).abs().max() <= 1e-5
 
 
-def test_official_release_converts_like_mmseg_swin2mmseg():
-    """convert_swin on an official-layout state dict agrees with mmseg's own converter (an independent
-    implementation of the same renaming and merge-order fix), and the result loads strictly."""
-    spec = importlib.util.spec_from_file_location(
-        'swin2mmseg', Path(mmseg.__file__).parent / '.mim/tools/model_converters/swin2mmseg.py')
-    swin2mmseg = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(swin2mmseg)
-    model = nano()
+def official_swin_state_dict(model, classes=10):
+    """Random tensors under the names and shapes of an official Swin release (microsoft/Swin-Transformer
+    ``SwinTransformer.state_dict()``) of ``model``'s nano arch: ``layers.{s}.blocks.{b}``, its buffers
+    ``relative_position_index`` / ``attn_mask``, ``layers.{s}.downsample``, a final ``norm`` and ``head``."""
     g = torch.Generator().manual_seed(0)
     official = {}
     dims = [16, 32, 64]
@@ -130,7 +126,19 @@ def test_official_release_converts_like_mmseg_swin2mmseg():
             official[f'layers.{s}.downsample.norm.bias'] = torch.randn(4 * d, generator=g)
             official[f'layers.{s}.downsample.reduction.weight'] = torch.randn(2 * d, 4 * d, generator=g)
     official.update({'norm.weight': torch.randn(64, generator=g), 'norm.bias': torch.randn(64, generator=g),
-                     'head.weight': torch.randn(10, 64, generator=g), 'head.bias': torch.randn(10, generator=g)})
+                     'head.weight': torch.randn(classes, 64, generator=g),
+                     'head.bias': torch.randn(classes, generator=g)})
+    return official
+
+
+def test_official_release_converts_like_mmseg_swin2mmseg():
+    """convert_swin on an official-layout state dict agrees with mmseg's own converter (an independent
+    implementation of the same renaming and merge-order fix), and the result loads strictly."""
+    spec = importlib.util.spec_from_file_location(
+        'swin2mmseg', Path(mmseg.__file__).parent / '.mim/tools/model_converters/swin2mmseg.py')
+    swin2mmseg = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(swin2mmseg)
+    official = official_swin_state_dict(nano())
     ours = convert_swin(official)
     theirs = {k: v for k, v in swin2mmseg.convert_swin(official).items()
               if 'attn_mask' not in k and not k.startswith('norm.')}  # mmseg keeps both, unused

@@ -4,7 +4,9 @@
                                            [--tta] [--allow-partial] [--cfg-options k=v ...] [--launcher pytorch]
 
 The checkpoint is loaded strictly: a missing, unexpected or size-mismatched key stops the run with
-the file's name and the first keys of each kind (``--allow-partial`` evaluates the keys that fit).
+the file's name and the first keys of each kind (``--allow-partial`` evaluates the keys that fit). An
+official release (LV-ViT, DeepViT, DiversePatch, timm DeiT / TL-Align, Swin; raw or wrapped) is
+converted on load, with one log line naming its layout.
 
 ``--tta`` runs the config's ``tta_model`` over its ``tta_pipeline`` (mmseg: multi-scale + flip from
 the dataset config); an mmpretrain config without them gets mmpretrain's flip-averaging TTA.

@@ -6,7 +6,9 @@
 The library is picked from the config's ``default_scope``; the stack workarounds of
 ``mmvitreg.compat`` are applied first. Distributed: ``bash tools/dist_train.sh CONFIG N``.
 Runs are built with :class:`mmvitreg.engine.GuardedRunner`: ``--resume`` loads strictly (unless
-``--allow-partial``), ``load_from`` partially with a one-line key summary, checkpoints are written
+``--allow-partial``), ``load_from`` partially with a one-line key summary (an official release is
+converted on load; a file that fills less than 90% of the backbone stops the run unless ``--allow-partial``),
+checkpoints are written
 atomically, the random generators are part of them (exact resume), and a non-finite loss stops the run.
 """
 import argparse
@@ -30,7 +32,8 @@ def parse_args(argv=None):
     parser.add_argument('--resume', nargs='?', type=str, const='auto',
                         help='resume from this checkpoint, or from the latest one in the work dir if none is given')
     parser.add_argument('--allow-partial', action='store_true',
-                        help='--resume even from a checkpoint whose keys do not all fit the model')
+                        help='--resume from a checkpoint whose keys do not all fit the model, or load_from one that '
+                        'fills less than 90%% of the backbone')
     parser.add_argument('--amp', action='store_true',
                         help='automatic mixed precision: float16 on CUDA, bfloat16 on CPU')
     parser.add_argument('--amp-dtype', choices=['float16', 'bfloat16'],
@@ -45,7 +48,7 @@ def build_train_config(args):
     set_run_args(cfg, args)
     cfg.setdefault('runner_type', 'mmvitreg.GuardedRunner')
     if args.allow_partial:
-        cfg.checkpoint_policy = dict(resume='partial')
+        cfg.checkpoint_policy = dict(load_from='partial', resume='partial')
     if args.amp_dtype and not args.amp:
         raise ConfigError('--amp-dtype goes with --amp')
     if args.amp:

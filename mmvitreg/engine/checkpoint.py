@@ -8,6 +8,11 @@ name). This module holds the pieces :class:`~mmvitreg.engine.runner.GuardedRunne
 
 * :func:`read_checkpoint` - one :class:`CheckpointError` line naming the file and what is wrong
   (missing, empty, truncated / not a torch file, not a checkpoint);
+* :func:`load_checkpoint_file` - a checkpoint read, local or remote, in mmengine's ``{'state_dict': ...}``
+  form, an official release converted on the way (one log line): what ``load_from``, ``tools/test.py``
+  and ``init_cfg=dict(type='Pretrained')`` read;
+* :func:`check_fit` - the error for a load that would leave most of the backbone random;
+* :func:`load_pretrained` - ``init_cfg=dict(type='Pretrained')`` through the two above;
 * :func:`load_state_dict_checked` - loads through every module's own ``_load_from_state_dict``
   (so load-time pre-hooks such as mmpretrain's position-embedding resize still run) and returns a
   :class:`KeyReport` of matched, missing, unexpected and size-mismatched keys;
@@ -15,21 +20,29 @@ name). This module holds the pieces :class:`~mmvitreg.engine.runner.GuardedRunne
   same folder and moving it over the final name with ``os.replace`` (atomic on POSIX and Windows);
 * :func:`resume_candidates` - the checkpoints ``--resume auto`` may take, newest first.
 """
+import logging
 import os
 import os.path as osp
 import re
 import tempfile
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 import torch
 from mmengine.fileio import LocalBackend, register_backend
+from mmengine.logging import print_log
+from mmengine.runner.checkpoint import CheckpointLoader
 from torch import nn
+
+from mmvitreg.models.converters import convert_official, detect_layout, unwrap_checkpoint
 
 #: name of the atomic local backend in mmengine's file-backend registry
 ATOMIC_BACKEND = 'mmvitreg_atomic_local'
 #: how many keys of each kind an error message lists
 SHOWN_KEYS = 5
+#: the least share of the backbone's tensors a ``load_from`` / ``init_cfg`` load must fill (else an error)
+MIN_BACKBONE_SHARE = 0.9
 
 
 class CheckpointError(RuntimeError):
@@ -65,11 +78,58 @@ def read_checkpoint(filename: str, map_location='cpu') -> dict:
     if not isinstance(checkpoint, dict):
         raise CheckpointError(f'checkpoint {filename}: holds a {type(checkpoint).__name__}, not a checkpoint '
                               '(a dict with a state_dict, or a state dict)')
-    state_dict = checkpoint.get('state_dict', checkpoint)
-    if not isinstance(state_dict, dict) or not any(isinstance(v, torch.Tensor) for v in state_dict.values()):
+    try:
+        state_dict = unwrap_checkpoint(checkpoint)
+    except KeyError:
+        state_dict = {}
+    if not any(isinstance(v, torch.Tensor) for v in state_dict.values()):
         raise CheckpointError(f'checkpoint {filename}: holds no tensors (keys: {sorted(checkpoint)[:SHOWN_KEYS]}); '
                               'not a model checkpoint')
     return checkpoint
+
+
+def is_local(path) -> bool:
+    """A file path, not a URL (``https://``, ``open-mmlab://``, ...)."""
+    return '://' not in str(path)
+
+
+def load_checkpoint_file(filename: str, map_location=None, logger='current') -> dict:
+    """Read a checkpoint and return it in mmengine's form, an official release converted.
+
+    Local files are read by :func:`read_checkpoint`, anything else by mmengine's ``CheckpointLoader``
+    (``https://``, ``open-mmlab://``, ...). Then
+    :func:`~mmvitreg.models.converters.convert_official`: an official release (LV-ViT, DeepViT,
+    DiversePatch, timm DeiT / TL-Align, Swin; raw or wrapped) is converted by its converter and one
+    log line names the layout and the conversion; a ``{'model': ...}`` wrapper or a bare state dict
+    goes under ``state_dict``; an mmengine checkpoint is returned as it is.
+
+    Its two callers are where a user puts a checkpoint: :class:`~mmvitreg.engine.runner.GuardedRunner`
+    (``load_from``, ``tools/test.py``) and :func:`load_pretrained` (``init_cfg``). It is deliberately not
+    mmengine's ``CheckpointLoader.load_checkpoint``: mmseg's and mmdet's own Swin read official Swin files
+    through that with ``convert_weights=True`` and convert them themselves.
+
+    Raises:
+        CheckpointError: the file cannot be read, or looks like an official release that its converter
+            cannot convert (the message names the keys).
+    """
+    if is_local(filename):
+        checkpoint = read_checkpoint(filename, map_location)
+    else:
+        checkpoint = CheckpointLoader.load_checkpoint(filename, map_location=map_location, logger=logger)
+    try:
+        converted, layout = convert_official(checkpoint)
+    except KeyError as e:  # a remote file that is not a checkpoint (local ones are checked when read)
+        raise CheckpointError(f'checkpoint {filename}: {e.args[0]}') from None
+    except ValueError as e:
+        layout = detect_layout(unwrap_checkpoint(checkpoint))
+        raise CheckpointError(f'checkpoint {filename} looks like the {layout.name} release layout but does not '
+                              f'convert: {e}') from None
+    if layout is not None:
+        converted['meta'] = dict(official_layout=layout.name, official_model=layout.model)
+        print_log(f'checkpoint {filename}: {layout.name} release layout, converted on load by '
+                  f'{layout.convert.__module__}.{layout.convert.__name__} (as `python {layout.tool} SRC DST` '
+                  'does offline)', logger=logger)
+    return converted
 
 
 def _shown(keys: List[str]) -> str:
@@ -161,6 +221,73 @@ def load_state_dict_checked(model: nn.Module, state_dict: Dict[str, torch.Tensor
             report.errors.append(msg.strip().splitlines()[0])
     skipped = set(report.unexpected) | set(report.resized)
     report.matched = [k for k in state_dict if k not in skipped]
+    return report
+
+
+def _looks_like(checkpoint: dict, state_dict: Dict[str, torch.Tensor]) -> str:
+    meta = checkpoint.get('meta') or {}
+    if 'official_layout' in meta:
+        return f'the {meta["official_layout"]} release layout, converted on load for {meta["official_model"]}'
+    prefixes = sorted({k.split('.', 1)[0] for k in state_dict})
+    if 'backbone' in prefixes:
+        return f'a checkpoint of another model (top-level modules: {", ".join(prefixes[:SHOWN_KEYS])})'
+    return f'a state dict of no known layout (first keys: {_shown(list(state_dict))})'
+
+
+def check_fit(model: nn.Module, report: KeyReport, filename: str, checkpoint: dict, hint: str) -> None:
+    """Raise unless the load filled at least :data:`MIN_BACKBONE_SHARE` of the backbone's tensors.
+
+    The backbone is ``model.backbone``'s keys when the model has one, else all of the model's keys
+    (a backbone loaded through ``init_cfg``); its tensors that the report lists as missing or resized
+    count as not filled. The head may differ (fine-tuning on other classes).
+
+    Raises:
+        CheckpointError: naming the file, how much would load, the layout the file looks like and ``hint``.
+    """
+    keys = [k for k in model.state_dict() if 'num_batches_tracked' not in k]
+    if hasattr(model, 'backbone'):
+        keys = [k for k in keys if k.startswith('backbone.')]
+    empty = set(report.missing) | set(report.resized)
+    filled = sum(k not in empty for k in keys)
+    if keys and filled >= MIN_BACKBONE_SHARE * len(keys):
+        return
+    state_dict = checkpoint.get('state_dict', checkpoint)
+    raise CheckpointError(
+        f'checkpoint {filename} does not fit the model {type(model).__name__}: it would fill {filled} of the '
+        f'{len(keys)} backbone tensors (at least {MIN_BACKBONE_SHARE:.0%} needed; {report.summary()}); the file looks '
+        f'like {_looks_like(checkpoint, state_dict)}. Use a checkpoint of this architecture or a config built for '
+        f'this one; {hint}')
+
+
+def load_pretrained(module: nn.Module, filename: str, prefix: Optional[str] = None, map_location=None) -> KeyReport:
+    """``init_cfg=dict(type='Pretrained', checkpoint=filename, prefix=prefix)``: read ``filename``
+    (:func:`load_checkpoint_file`, an official release converted), keep the keys under ``prefix`` (without
+    it), load what fits into ``module`` and check that it fills its backbone (:func:`check_fit`).
+
+    ``import mmvitreg`` makes mmengine's ``PretrainedInit`` call it: every ``init_cfg=dict(type='Pretrained')``
+    goes through that one class with the module and the prefix, so the hook can both convert (before the
+    prefix is selected) and check the fit. mmengine's own loads whatever fits with one warning per key,
+    so a checkpoint of another model, or a missing ``prefix``, left the model random and training went on
+    from scratch.
+
+    Raises:
+        CheckpointError: the file cannot be read, holds no key under ``prefix``, or fills too little.
+    """
+    checkpoint = load_checkpoint_file(filename, map_location)
+    state_dict = OrderedDict((re.sub(r'^module\.', '', k), v) for k, v in checkpoint['state_dict'].items())
+    hint = ("check init_cfg's checkpoint and prefix (prefix='backbone.' loads a classifier checkpoint's backbone "
+            'into a backbone); load_from with --allow-partial loads whatever fits')
+    if prefix:
+        prefix = prefix if prefix.endswith('.') else prefix + '.'
+        selected = OrderedDict((k[len(prefix):], v) for k, v in state_dict.items() if k.startswith(prefix))
+        if not selected:
+            raise CheckpointError(f"checkpoint {filename} has no key under init_cfg's prefix='{prefix}'; the file "
+                                  f'looks like {_looks_like(checkpoint, state_dict)}; {hint}')
+        state_dict = selected
+    report = load_state_dict_checked(module, state_dict)
+    check_fit(module, report, filename, {**checkpoint, 'state_dict': state_dict}, hint)
+    print_log(f'init_cfg Pretrained {filename}' + (f' ({prefix})' if prefix else '') + f': {report.describe()}',
+              logger='current', level=logging.INFO if report.clean else logging.WARNING)
     return report
 
 

@@ -7,22 +7,17 @@ from mmengine.dist import master_only
 from mmengine.hooks import CheckpointHook
 from mmengine.model import BaseTTAModel, is_model_wrapper
 from mmengine.runner import Runner
-from mmengine.runner.checkpoint import _load_checkpoint
 
 from mmvitreg.registry import RUNNERS
-from .checkpoint import (ATOMIC_BACKEND, CheckpointError, first_readable, load_state_dict_checked, read_checkpoint,
-                         resume_candidates)
+from .checkpoint import (ATOMIC_BACKEND, CheckpointError, check_fit, first_readable, is_local, load_checkpoint_file,
+                         load_state_dict_checked, resume_candidates)
 from .hooks import LossGuardHook, RNGStateHook
 
-POLICIES = ('strict', 'partial')
+POLICIES = ('strict', 'backbone', 'partial')
 _HINTS = {
     'load_from': 'pass --allow-partial to load the keys that fit anyway',
     'resume': 'resume needs a checkpoint of this very config; pass --allow-partial to resume anyway',
 }
-
-
-def _is_local(path) -> bool:
-    return '://' not in str(path)
 
 
 @RUNNERS.register_module()
@@ -34,12 +29,19 @@ class GuardedRunner(Runner):
     * **Reading** a checkpoint: a missing, empty, truncated or non-checkpoint file stops the run
       with one :class:`~mmvitreg.engine.checkpoint.CheckpointError` line naming the file and the
       problem (mmengine: a bare ``UnpicklingError``).
+    * **Converting** an official release (LV-ViT, DeepViT, DiversePatch, timm DeiT / TL-Align, Swin;
+      raw or wrapped) on load, with one log line naming its layout
+      (:func:`~mmvitreg.engine.checkpoint.load_checkpoint_file`).
     * **Loading** it into the model, by the config's ``checkpoint_policy``:
-      ``dict(load_from='partial', resume='strict')`` by default. *strict*: any missing, unexpected
+      ``dict(load_from='backbone', resume='strict')`` by default. *strict*: any missing, unexpected
       or size-mismatched key (after the modules' load-time hooks, e.g. position-embedding resize)
-      stops the run, naming the file and the first keys of each kind; *partial*: the keys that fit
-      are loaded and one line gives the counts of matched, missing, unexpected and resized keys.
-      ``tools/test.py`` loads strictly, ``--allow-partial`` makes the load partial.
+      stops the run, naming the file and the first keys of each kind; *backbone*: the keys that fit
+      are loaded, but a load that fills less than
+      :data:`~mmvitreg.engine.checkpoint.MIN_BACKBONE_SHARE` of the backbone's tensors (a checkpoint
+      of another model, no key matched) stops the run, naming the file and the layout it looks like;
+      *partial*: the keys that fit are loaded, whatever their share. *backbone* and *partial* log one
+      line with the counts of matched, missing, unexpected and resized keys. ``tools/test.py`` loads
+      strictly; ``--allow-partial`` (``tools/test.py``, ``tools/train.py``) makes the load partial.
     * **Saving**: checkpoints and ``last_checkpoint`` are written to a temporary file and moved
       over the final name (:class:`~mmvitreg.engine.checkpoint.AtomicLocalBackend`), so a killed
       process never leaves a truncated file under a checkpoint's name.
@@ -54,7 +56,7 @@ class GuardedRunner(Runner):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        policy = dict(load_from='partial', resume='strict')
+        policy = dict(load_from='backbone', resume='strict')
         policy.update(self.cfg.get('checkpoint_policy') or {})
         for key, value in policy.items():
             if key not in _HINTS or value not in POLICIES:
@@ -68,24 +70,23 @@ class GuardedRunner(Runner):
                 self.register_hook(hook())
         for hook in self.hooks:
             if (isinstance(hook, CheckpointHook) and hook.backend_args is None and hook.file_client_args is None
-                    and _is_local(hook.out_dir or self.work_dir)):
+                    and is_local(hook.out_dir or self.work_dir)):
                 hook.backend_args = dict(backend=ATOMIC_BACKEND)
 
     def load_checkpoint(self, filename: str, map_location='cpu', strict: bool = False,
                         revise_keys: list = [(r'^module.', '')]) -> dict:
-        """Read ``filename`` (:func:`read_checkpoint`), run the ``after_load_checkpoint`` hooks and
-        load the state dict by the checkpoint policy (``resume`` while resuming, else ``load_from``;
-        ``strict=True`` always loads strictly).
+        """Read ``filename`` (:func:`load_checkpoint_file`: an official release is converted), run the
+        ``after_load_checkpoint`` hooks and load the state dict by the checkpoint policy (``resume``
+        while resuming, else ``load_from``; ``strict=True`` always loads strictly).
 
         Raises:
-            CheckpointError: the file cannot be read, or a strict load finds keys that do not fit.
+            CheckpointError: the file cannot be read, a strict load finds keys that do not fit, or a
+                *backbone* load fills too little of the backbone.
         """
         if self._preloaded is not None and self._preloaded[0] == filename:
             checkpoint, self._preloaded = self._preloaded[1], None
-        elif _is_local(filename):
-            checkpoint = read_checkpoint(filename, map_location)
         else:
-            checkpoint = _load_checkpoint(filename, map_location=map_location)
+            checkpoint = load_checkpoint_file(filename, map_location, logger=self.logger)
         self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
         model = self.model
         while is_model_wrapper(model) or isinstance(model, BaseTTAModel):  # as mmengine's loader
@@ -98,10 +99,13 @@ class GuardedRunner(Runner):
         state_dict._metadata = metadata
 
         purpose = 'resume' if self._resuming else 'load_from'
+        policy = 'strict' if strict else self.checkpoint_policy[purpose]
         report = load_state_dict_checked(model, state_dict)
-        if not report.clean and (strict or self.checkpoint_policy[purpose] == 'strict'):
+        if not report.clean and policy == 'strict':
             raise CheckpointError(f'checkpoint {filename} does not fit the model {type(model).__name__} '
                                   f'({report.describe()}); {_HINTS[purpose]}')
+        if policy == 'backbone':
+            check_fit(model, report, filename, checkpoint, _HINTS[purpose])
         self.logger.log(logging.INFO if report.clean else logging.WARNING,
                         f'{purpose} {filename}: {report.describe()}')
         self._has_loaded = True
@@ -134,7 +138,7 @@ class GuardedRunner(Runner):
                         save_param_scheduler: bool = True, meta=None, by_epoch: bool = True,
                         backend_args=None) -> None:
         """As :meth:`Runner.save_checkpoint`; a local file is written atomically."""
-        if file_client_args is None and backend_args is None and _is_local(out_dir):
+        if file_client_args is None and backend_args is None and is_local(out_dir):
             backend_args = dict(backend=ATOMIC_BACKEND)
         super().save_checkpoint(out_dir, filename, file_client_args=file_client_args, save_optimizer=save_optimizer,
                                 save_param_scheduler=save_param_scheduler, meta=meta, by_epoch=by_epoch,
