@@ -1,6 +1,8 @@
 """What the official training scripts do, in our recipes (issue 26): every trace user's own
 initialisation, the official LR / λ curves, the best and a bounded number of checkpoints in every long
 recipe."""
+import math
+
 import pytest
 import torch
 from mmengine.config import Config
@@ -66,3 +68,94 @@ def test_recipe_aux_losses_get_their_trunc_normal_init(config, user):
           f'after init_weights {(round(std, 4), round(peak, 4), round(bias, 4))}')
     assert bias == 0
     assert abs(std - 0.02) < 0.001
+
+
+# ---- the official LR and λ curves
+
+def lr_curve(cfg, epoch_length: int) -> list:
+    """The LR at the first iteration of every epoch of ``cfg``'s run, stepped as mmengine's runner does
+    (schedulers built like ``Runner.build_param_scheduler``: ``end`` defaults to ``max_epochs``;
+    by-iteration ones step after each iteration, by-epoch ones after each epoch)."""
+    from mmengine.registry import PARAM_SCHEDULERS, DefaultScope
+    import mmvitreg.engine  # noqa: F401  (registers mmvitreg.TimmCosineLR)
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=cfg.optim_wrapper.optimizer.lr)
+    schedulers = []
+    with DefaultScope.overwrite_default_scope(cfg.get('default_scope', 'mmpretrain')):
+        for scheduler in cfg.param_scheduler if isinstance(cfg.param_scheduler, list) else [cfg.param_scheduler]:
+            scheduler = dict(scheduler)
+            scheduler.setdefault('end', cfg.train_cfg.max_epochs)
+            schedulers.append(PARAM_SCHEDULERS.build(scheduler, default_args=dict(optimizer=optimizer,
+                                                                                   epoch_length=epoch_length)))
+    curve = []
+    for _ in range(cfg.train_cfg.max_epochs):
+        curve.append(optimizer.param_groups[0]['lr'])
+        for _ in range(epoch_length):
+            optimizer.step()
+            [s.step() for s in schedulers if not s.by_epoch]
+        [s.step() for s in schedulers if s.by_epoch]
+    return curve
+
+
+def timm_cosine(t, total, warmup, lr, warmup_lr, min_lr):
+    """timm's CosineLRScheduler._get_lr (warmup_prefix=False, one cycle; the official scripts' scheduler):
+    linear warm-up from warmup_lr for ``warmup`` steps, else the cosine laid over ``[0, total)``."""
+    if t < warmup:
+        return warmup_lr + t * (lr - warmup_lr) / warmup
+    return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * t / total))
+
+
+def drloc_weight(init_weight, epoch, warmup_epochs=20, total_epoch=300):
+    """Official VTs-Drloc main.py _weight_decay (λ of epoch ``epoch``)."""
+    if epoch <= warmup_epochs:
+        return min(init_weight / warmup_epochs * epoch, init_weight)
+    return init_weight * (1.0 - (epoch - warmup_epochs) / (total_epoch - warmup_epochs))
+
+
+#: every DRLoc model kind (from scratch and ImageNet-pre-trained) at both lengths (one data set each:
+#: the schedule does not depend on it)
+DRLOC_RECIPES = sorted(c for c in (CONFIGS / 'drloc').glob('*_8xb128-*.py')
+                       if c.stem.endswith(('cifar10', '300e_imagenet100')))
+
+
+@pytest.mark.parametrize('epochs', [100, 300], ids=['100e', '300e'])
+def test_drloc_lr_and_lambda_equal_the_official_curves(epochs):
+    """Every DRLoc recipe's per-epoch LR equals the official one (timm's CosineLRScheduler per iteration,
+    t_initial = 300 epochs, 20 warm-up epochs from 1e-6, min 1e-5; VTs-Drloc lr_scheduler.py) over its
+    whole run (101 epochs: official main.py's range(101); 300 for the Table 3 right column), and its λ
+    the official _weight_decay. The official scheduler is set after each step, so its iteration k runs
+    with the LR of k - 1: one iteration late, not compared."""
+    from mmvitreg.engine.hooks import DRLocWeightScheduleHook
+    configs = [c for c in DRLOC_RECIPES if f'-{epochs}e_' in c.name]
+    assert configs
+    signatures = {}
+    for config in configs:  # every recipe of this length shares one schedule
+        cfg = Config.fromfile(str(config))
+        signatures[repr((cfg.param_scheduler, cfg.train_cfg.max_epochs, cfg.custom_hooks,
+                         cfg.optim_wrapper.optimizer.lr))] = cfg
+    assert len(signatures) == 1, [c.name for c in configs]
+    n = 48  # CIFAR at 8 x 128 with drop_last (official); the curve per epoch does not depend on it
+    lr = lr_curve(cfg, n)
+    official = [timm_cosine(e * n, 300 * n, 20 * n, 1e-3, 1e-6, 1e-5) for e in range(len(lr))]
+    assert len(lr) == (101 if epochs == 100 else 300)
+    print('epoch  LR/peak here  official')
+    for e in (0, 1, 10, 20, 21, 50, 80, 100, len(lr) - 1):
+        print(f'{e:5d}  {lr[e] / 1e-3:12.4f}  {official[e] / 1e-3:8.4f}')
+    assert max(abs(a - b) / b for a, b in zip(lr, official)) < 1e-9
+    hook_cfg = next(h for h in cfg.custom_hooks if h['type'] == 'mmvitreg.DRLocWeightScheduleHook')
+    hook = DRLocWeightScheduleHook(**{k: v for k, v in hook_cfg.items() if k != 'type'})
+    assert [hook.factor(e) for e in range(len(lr))] == pytest.approx([drloc_weight(1., e) for e in range(len(lr))],
+                                                                     abs=1e-12)
+
+
+def test_tlalign_deit_lr_equals_the_official_per_epoch_curve():
+    """TL-Align DeiT (train_deit_small_tla.sh): timm's scheduler stepped after each epoch with t_in_epochs, so
+    epoch e trains with the value of e - 1: epochs 0-1 at 1e-6, epoch 5 at 8.0e-4; 5 warm-up epochs, the
+    cosine laid over the 300 epochs, min 1e-5."""
+    cfg = Config.fromfile(str(CONFIGS / 'tlalign' / 'deit-small_8xb128_cutmix-tlalign_in1k.py'))
+    lr = lr_curve(cfg, epoch_length=3)
+    official = [1e-6] + [timm_cosine(e, 300, 5, 1e-3, 1e-6, 1e-5) for e in range(299)]
+    print('epoch  LR here     official')
+    for e in (0, 1, 2, 5, 6, 100, 299):
+        print(f'{e:5d}  {lr[e]:.4e}  {official[e]:.4e}')
+    assert len(lr) == 300 and max(abs(a - b) / b for a, b in zip(lr, official)) < 1e-9
+    assert lr[0] == lr[1] == pytest.approx(1e-6) and lr[5] == pytest.approx(8.0e-4, rel=1e-3)
