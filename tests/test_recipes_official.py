@@ -1,6 +1,7 @@
 """What the official training scripts do, in our recipes (issue 26): every trace user's own
 initialisation, the official LR / λ curves, the best and a bounded number of checkpoints in every long
 recipe."""
+import functools
 import math
 
 import pytest
@@ -147,15 +148,41 @@ def test_drloc_lr_and_lambda_equal_the_official_curves(epochs):
                                                                      abs=1e-12)
 
 
-def test_tlalign_deit_lr_equals_the_official_per_epoch_curve():
-    """TL-Align DeiT (train_deit_small_tla.sh): timm's scheduler stepped after each epoch with t_in_epochs, so
-    epoch e trains with the value of e - 1: epochs 0-1 at 1e-6, epoch 5 at 8.0e-4; 5 warm-up epochs, the
-    cosine laid over the 300 epochs, min 1e-5."""
-    cfg = Config.fromfile(str(CONFIGS / 'tlalign' / 'deit-small_8xb128_cutmix-tlalign_in1k.py'))
+@pytest.mark.parametrize('config, epochs, min_lr', [
+    ('tlalign/deit-small_8xb128_cutmix-tlalign_in1k.py', 300, 1e-5),
+    ('diversepatch/deit-small12_4xb256-400e_diversepatch_in1k.py', 400, 1e-7),
+], ids=['TL-Align', 'DiversePatch'])
+def test_deit_codebase_lr_equals_the_official_per_epoch_curve(config, epochs, min_lr):
+    """TL-Align (train_deit_small_tla.sh) and DiversePatch (deit/main.py) run DeiT's loop: timm's scheduler
+    stepped after each epoch with t_in_epochs, so epoch e trains with the value of e - 1 (epochs 0-1 at 1e-6,
+    epoch 5 at 8.0e-4); 5 warm-up epochs from 1e-6, the cosine laid over all epochs, lr 5e-4 x 1024 / 512."""
+    cfg = Config.fromfile(str(CONFIGS / config))
     lr = lr_curve(cfg, epoch_length=3)
-    official = [1e-6] + [timm_cosine(e, 300, 5, 1e-3, 1e-6, 1e-5) for e in range(299)]
+    official = [1e-6] + [timm_cosine(e, epochs, 5, 1e-3, 1e-6, min_lr) for e in range(epochs - 1)]
     print('epoch  LR here     official')
-    for e in (0, 1, 2, 5, 6, 100, 299):
+    for e in (0, 1, 2, 5, 6, 100, epochs - 1):
         print(f'{e:5d}  {lr[e]:.4e}  {official[e]:.4e}')
-    assert len(lr) == 300 and max(abs(a - b) / b for a, b in zip(lr, official)) < 1e-9
+    assert len(lr) == epochs and max(abs(a - b) / b for a, b in zip(lr, official)) < 1e-9
     assert lr[0] == lr[1] == pytest.approx(1e-6) and lr[5] == pytest.approx(8.0e-4, rel=1e-3)
+
+
+# ---- checkpoints of long runs
+
+def test_every_long_recipe_bounds_its_checkpoints_and_saves_the_best(monkeypatch):
+    """Every config of >= 100 epochs (read from the configs themselves, all of them) keeps a bounded number of
+    checkpoints and saves the best one (mmpretrain's runtime keeps one per epoch: ~80 GB for 300 epochs of
+    DeiT-S with the optimizer, and no best)."""
+    import mmengine.config.utils as config_utils
+    # mmengine re-reads all of mmpretrain's metafiles for each `mmpretrain::` path it resolves: once is enough
+    monkeypatch.setattr(config_utils, 'load', functools.lru_cache(maxsize=None)(config_utils.load))
+    long_runs, unbounded = [], []
+    for path in sorted(p for p in CONFIGS.rglob('*.py') if '_base_' not in p.parts):
+        cfg = Config.fromfile(str(path))
+        if (cfg.get('train_cfg') or {}).get('max_epochs', 0) < 100:
+            continue
+        long_runs.append(path.name)
+        hook = cfg.default_hooks.checkpoint
+        if not (0 < hook.get('max_keep_ckpts', -1) <= 5 and hook.get('save_best')):
+            unbounded.append(path.name)
+    print(f'{len(long_runs)} configs of >= 100 epochs')
+    assert len(long_runs) >= 100 and not unbounded
