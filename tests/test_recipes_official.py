@@ -166,6 +166,13 @@ def test_deit_codebase_lr_equals_the_official_per_epoch_curve(config, epochs, mi
     assert lr[0] == lr[1] == pytest.approx(1e-6) and lr[5] == pytest.approx(8.0e-4, rel=1e-3)
 
 
+def test_timm_cosine_rejects_a_warmup_as_long_as_the_cosine():
+    from mmvitreg.engine import TimmCosineLR
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.)
+    with pytest.raises(ValueError, match='0 <= warmup < T_max'):
+        TimmCosineLR(optimizer, T_max=5, warmup=5)
+
+
 # ---- checkpoints of long runs
 
 def test_every_long_recipe_bounds_its_checkpoints_and_saves_the_best(monkeypatch):
