@@ -12,6 +12,7 @@ from mmengine.registry import DATASETS as MMENGINE_DATASETS
 from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.registry import MODELS as MMENGINE_MODELS
 from mmengine.registry import OPTIM_WRAPPERS as MMENGINE_OPTIM_WRAPPERS
+from mmengine.registry import PARAM_SCHEDULERS as MMENGINE_PARAM_SCHEDULERS
 from mmengine.registry import RUNNERS as MMENGINE_RUNNERS
 from mmengine.registry import TRANSFORMS as MMENGINE_TRANSFORMS
 from mmengine.registry import Registry
@@ -26,4 +27,6 @@ TRANSFORMS = Registry(
 HOOKS = Registry('hook', parent=MMENGINE_HOOKS, scope='mmvitreg', locations=['mmvitreg.engine'])
 OPTIM_WRAPPERS = Registry(
     'optim_wrapper', parent=MMENGINE_OPTIM_WRAPPERS, scope='mmvitreg', locations=['mmvitreg.engine'])
+PARAM_SCHEDULERS = Registry(
+    'parameter scheduler', parent=MMENGINE_PARAM_SCHEDULERS, scope='mmvitreg', locations=['mmvitreg.engine'])
 RUNNERS = Registry('runner', parent=MMENGINE_RUNNERS, scope='mmvitreg', locations=['mmvitreg.engine'])

@@ -17,7 +17,7 @@ class ConfigError(ValueError):
 def _plugin_registries():
     from mmvitreg import registry
     return (registry.MODELS, registry.BATCH_AUGMENTS, registry.DATASETS, registry.TRANSFORMS, registry.HOOKS,
-            registry.OPTIM_WRAPPERS, registry.RUNNERS)
+            registry.OPTIM_WRAPPERS, registry.PARAM_SCHEDULERS, registry.RUNNERS)
 
 
 def check_plugin_types(cfg) -> None:

@@ -151,6 +151,70 @@ def test_multiscale_sums_one_head_per_map():
     torch.testing.assert_close(both, sum(s.loss(maps, [], None)['loss_drloc'] for s in single))
 
 
+@pytest.fixture(scope='module')
+def swin_t_224_trace():
+    """Swin-T at 224 (one image) run with a trace that records every stage's output and each stage's last block."""
+    from mmvitreg.models.backbones import SwinTransformer
+    torch.manual_seed(0)
+    swin = SwinTransformer(arch='tiny').eval()
+    trace = TokenTrace.for_request(TraceRequest(token_layers=(1, 3, 9, 11), needs={'stages'}))
+    with torch.no_grad():
+        swin(torch.randn(1, 3, 224, 224), trace=trace)
+    return swin, trace
+
+
+def test_multiscale_stage_maps_are_the_official_swin_stage_outputs(swin_t_224_trace):
+    """Official --use_multiscale reads each Swin BasicLayer's output, whose patch merging runs inside the
+    layer: 2C@28, 4C@14, 8C@7, 8C@7 for Swin-T at 224 (C = 96), i.e. each stage's last block merged."""
+    swin, trace = swin_t_224_trace
+    loss = DRLoc(in_channels=(192, 384, 768, 768), stages=(0, 1, 2, 3), target='abs', reduction='mean',
+                 replacement=True)
+    maps = loss.feature_maps((), trace)
+    assert [tuple(m.shape) for m in maps] == [(1, 192, 28, 28), (1, 384, 14, 14), (1, 768, 7, 7), (1, 768, 7, 7)]
+    for stage, (block, grid) in enumerate(zip((1, 3, 9), ((56, 56), (28, 28), (14, 14)))):
+        merged, hw = swin.stages[stage].downsample(trace.tokens[block], grid)
+        torch.testing.assert_close(maps[stage], merged.transpose(1, 2).reshape(1, -1, *hw))
+    torch.testing.assert_close(maps[3], trace.token_map(11))  # the last stage has no merging
+
+
+def official_multiscale_loss(heads, maps, pairs, lam, mode):
+    """Official VTs-Drloc losses.py cal_selfsupervised_loss with --use_multiscale --use_abs, transcribed: per map,
+    the pairs' embeddings (aux_modules.py: index p[..., 0] * H + p[..., 1]) concatenated through its MLP,
+    l1: F.l1_loss(|Δ|, pred); ce: CE_x + CE_y on |Δ| as the class; λ times each, summed over the maps."""
+    total = 0.
+    for head, fmap, (p1, p2) in zip(heads, maps, pairs):
+        B, C, H, W = fmap.shape
+        x = fmap.reshape(B, C, H * W)
+        embed = lambda p: torch.gather(x, 2, (p[..., 0] * H + p[..., 1]).unsqueeze(1).expand(-1, C, -1))  # noqa: E731
+        pred = head(torch.cat((embed(p1), embed(p2)), dim=1).transpose(1, 2).reshape(-1, 2 * C))
+        delta = (p1 - p2).abs().reshape(-1, 2)
+        if mode == 'l1':
+            loss = F.l1_loss(delta.float(), pred)
+        else:
+            loss = F.cross_entropy(pred[:, 0], delta[:, 0]) + F.cross_entropy(pred[:, 1], delta[:, 1])
+        total = total + lam * loss
+    return total
+
+
+@pytest.mark.parametrize('mode, num_bins', [('l1', None), ('ce', (56, 28, 14, 7))])
+def test_multiscale_loss_equals_the_official_one(swin_t_224_trace, mode, num_bins):
+    """The multi-scale loss on the Swin-T stage maps equals the transcribed official one on the same pairs; ce
+    with the official per-scale bin counts (out_dim max(224 // (4 * 2^i), 7) = 56, 28, 14, 7)."""
+    _, trace = swin_t_224_trace
+    torch.manual_seed(1)
+    loss = DRLoc(in_channels=(192, 384, 768, 768), stages=(0, 1, 2, 3), loss_weight=0.5, mode=mode, target='abs',
+                 reduction='mean', replacement=True, num_bins=num_bins)
+    if num_bins:
+        assert [h.bins[0].out_features for h in loss.heads] == list(num_bins)
+    maps = loss.feature_maps((), trace)
+    pairs = [tuple(torch.randint(m.shape[-1], (1, 64, 2)) for _ in range(2)) for m in maps]
+    drawn = iter(pairs)
+    loss.sample_pairs = lambda batch, grid, device: next(drawn)
+    with torch.no_grad():
+        ours = loss.loss((), [], trace)['loss_drloc']
+        torch.testing.assert_close(ours, official_multiscale_loss(loss.heads, maps, pairs, 0.5, mode))
+
+
 def test_bad_configurations_fail_with_the_fix():
     with pytest.raises(ValueError, match="target='abs'"):
         DRLoc(in_channels=4, mode='ce', num_bins=7)
@@ -158,6 +222,10 @@ def test_bad_configurations_fail_with_the_fix():
         DRLoc(in_channels=4, mode='cbr', target='abs')
     with pytest.raises(ValueError, match='one channel count per map'):
         DRLoc(in_channels=(4, 8), layers=(-1, ))
+    with pytest.raises(ValueError, match='not both'):
+        DRLoc(in_channels=4, layers=(-1, ), stages=(-1, ))
+    with pytest.raises(ValueError, match='one per map'):
+        DRLoc(in_channels=(4, 8), feat_indices=(0, 1), mode='ce', target='abs', num_bins=(7, 7, 7))
     with pytest.raises(ValueError, match="mode must be one of"):
         DRLoc(in_channels=4, mode='l2')
     with pytest.raises(ValueError, match="out_type='featmap'"):

@@ -48,3 +48,19 @@ def test_schedule_hook_sets_lambda_per_epoch_in_a_runner(ws, tmp_path):
     by_epoch = {e: [s['loss_drloc'] for s in steps if s['epoch'] == e] for e in (1, 2)}
     assert by_epoch[1] and all(v == 0 for v in by_epoch[1])
     assert by_epoch[2] and all(v > 0 for v in by_epoch[2])
+
+
+def test_baseline_override_runs_with_the_schedule_hook(ws, tmp_path):
+    """The documented baseline of every DRLoc recipe, --cfg-options model.aux_losses=[], trains with the recipe's
+    λ schedule hook and LR scheduler (official timm curve) in place: the hook says once that there is no DRLoc
+    and stays idle, no DRLoc term is logged."""
+    config = tmp_path / 'swin_drloc_recipe_hooks.py'
+    config.write_text(f"_base_ = '{CONFIGS / 'drloc' / 'swin-nano_1xb64_drloc_digits.py'}'\n"
+                      "custom_hooks = [dict(type='mmvitreg.DRLocWeightScheduleHook', warmup_epochs=2, total_epochs=4)]\n"
+                      "param_scheduler = [dict(type='mmvitreg.TimmCosineLR', T_max=4, warmup=1, eta_min=1e-5,\n"
+                      "                        by_epoch=True, convert_to_iter_based=True)]\n")
+    train(config, ws, tmp_path, **{'model.aux_losses': '[]', 'train_cfg.max_epochs': 1, 'train_cfg.val_interval': 1})
+    steps = logged_losses(tmp_path)
+    assert steps and all('loss_drloc' not in s and 0 < s['loss'] < 100 for s in steps)
+    log = next(tmp_path.glob('*/*.log')).read_text()
+    assert log.count('DRLocWeightScheduleHook: the model has no mmvitreg.DRLoc') == 1

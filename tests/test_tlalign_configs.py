@@ -73,15 +73,18 @@ def test_imagenet_config_builds_a_tl_align_classifier_over_every_block(name):
 
 
 def test_deit_recipe_is_the_official_script():
-    """train_deit_small_tla.sh + main_tla.py: 8 x 128 with repeated augmentation x3, lr 1e-3 (5e-4 x 1024/512),
-    5 warm-up epochs, cosine to 1e-5, 300 epochs, drop path 0.1, CutMix only on the token grid, no clipping, AMP."""
+    """train_deit_small_tla.sh + main_tla.py: 8 x 128 with repeated augmentation x3 and drop_last, lr 1e-3
+    (5e-4 x 1024/512), timm's per-epoch LR (5 warm-up epochs, cosine to 1e-5; the curve itself:
+    test_recipes_official.py), 300 epochs, drop path 0.1, CutMix only on the token grid, no clipping, AMP, the
+    head trunc-normal 0.02."""
     cfg = load('deit-small_8xb128_cutmix-tlalign_in1k')
     assert cfg.train_dataloader.batch_size == 128 and cfg.train_dataloader.sampler.type == 'RepeatAugSampler'
-    assert cfg.train_dataloader.sampler.num_repeats == 3
+    assert cfg.train_dataloader.sampler.num_repeats == 3 and cfg.train_dataloader.drop_last
     assert cfg.optim_wrapper.optimizer.lr == 1e-3 and cfg.optim_wrapper.optimizer.weight_decay == 0.05
     assert cfg.optim_wrapper.type == 'AmpOptimWrapper' and cfg.optim_wrapper.clip_grad is None
-    assert [s.type for s in cfg.param_scheduler] == ['LinearLR', 'CosineAnnealingLR']
-    assert cfg.param_scheduler[0].end == 5 and cfg.param_scheduler[1].eta_min == 1e-5
+    assert [(s.type, s.warmup, s.eta_min, s.by_epoch) for s in cfg.param_scheduler] == [
+        ('mmvitreg.TimmCosineLR', 5, 1e-5, True)]
+    assert dict(cfg.model.head.init_cfg) == dict(type='TruncNormal', layer='Linear', std=.02, bias=0.)
     assert cfg.train_cfg.max_epochs == 300 and cfg.model.backbone.drop_path_rate == 0.1
     assert dict(cfg.model.train_cfg.token_mix) == dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=16)
     assert cfg.model.head.loss.label_smooth_val == 0.1 and not cfg.get('custom_hooks')  # no EMA

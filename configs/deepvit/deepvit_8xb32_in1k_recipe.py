@@ -110,3 +110,5 @@ custom_hooks = [
 
 # the lr above is for the paper's batch of 256: `--auto-scale-lr` rescales it for other batches
 auto_scale_lr = dict(base_batch_size=256)
+# a long run: the last 3 checkpoints (to resume) and the best top-1, not one per epoch (~265 MB each)
+default_hooks = dict(checkpoint=dict(interval=1, max_keep_ckpts=3, save_best='auto'))

@@ -25,12 +25,12 @@ model = dict(
 
 max_epochs = 400  # paper: "we train all DeiT baselines and our models for 400 epochs"
 train_cfg = dict(max_epochs=max_epochs)
-warmup_epochs = 5  # official --warmup-epochs 5 (DeiT)
-param_scheduler = [
-    dict(type='LinearLR', start_factor=1e-6 / 1e-3, by_epoch=True, end=warmup_epochs, convert_to_iter_based=True),
-    # official --min-lr 1e-7 (DeiT: 1e-5)
-    dict(type='CosineAnnealingLR', eta_min=1e-7, by_epoch=True, begin=warmup_epochs, end=max_epochs,
-         convert_to_iter_based=True),
-]
+# official LR (DeiT main.py: timm's CosineLRScheduler stepped after each epoch): --warmup-epochs 5 from
+# --warmup-lr 1e-6, the cosine to --min-lr 1e-7 (DeiT: 1e-5) laid over all epochs from epoch 0, epoch e at the
+# value of e - 1 (mmvitreg.TimmCosineLR)
+param_scheduler = [dict(type='mmvitreg.TimmCosineLR', T_max=max_epochs, warmup=5, warmup_start_factor=1e-6 / 1e-3,
+                        delay=1, eta_min=1e-7, by_epoch=True)]
 optim_wrapper = dict(clip_grad=None)  # official: --clip-grad None (the NativeScaler path clips nothing)
-custom_hooks = [dict(type='EMAHook', momentum=4e-5, priority='ABOVE_NORMAL')]  # official --model-ema-decay 0.99996
+# official: the raw model is evaluated (the EMA it keeps, --model-ema-decay 0.99996, is never evaluated): no EMA
+# a long run: the last 3 checkpoints (to resume) and the best top-1, not one per epoch (~265 MB each)
+default_hooks = dict(checkpoint=dict(interval=1, max_keep_ckpts=3, save_best='auto'))

@@ -14,3 +14,5 @@ _base_ = 'mmpretrain::efficientnet_v2/efficientnetv2-l_8xb32_in1k-480px.py'
 # the ImageNet training set to annotate (mmpretrain layout under data/imagenet); the tool replaces
 # the pipeline by its own resize
 train_dataloader = dict(dataset=dict(type='ImageNet', data_root='data/imagenet', split='train'))
+# mmpretrain's 100-epoch schedule, if it is trained: the last 3 checkpoints and the best top-1
+default_hooks = dict(checkpoint=dict(interval=1, max_keep_ckpts=3, save_best='auto'))

@@ -104,3 +104,5 @@ auto_scale_lr = dict(base_batch_size=1024)
 # official --model-ema, decay 0.99992 per step: mmengine momentum = 1 - decay; timm's ModelEmaV2
 # averages the whole state dict, buffers included
 custom_hooks = [dict(type='EMAHook', momentum=8e-5, update_buffers=True, priority='ABOVE_NORMAL')]
+# a long run: the last 3 checkpoints (to resume) and the best top-1, not one per epoch (~265 MB each)
+default_hooks = dict(checkpoint=dict(interval=1, max_keep_ckpts=3, save_best='auto'))

@@ -17,3 +17,5 @@ model = dict(
                                                  box_on='pixels')),
     target_transform=dict(type='mmvitreg.TLAlign', num_layers=num_layers),
 )
+# a long run: the last 3 checkpoints (to resume) and the best top-1, not one per epoch (~265 MB each)
+default_hooks = dict(checkpoint=dict(interval=1, max_keep_ckpts=3, save_best='auto'))

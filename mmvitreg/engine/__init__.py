@@ -4,3 +4,4 @@ from .checkpoint import (AtomicLocalBackend, CheckpointError, KeyReport, load_st
 from .hooks import *  # noqa
 from .optim_wrapper import AutocastOptimWrapper, Float32Ops  # noqa: F401
 from .runner import GuardedRunner  # noqa: F401
+from .timm_cosine_lr import TimmCosineLR  # noqa: F401

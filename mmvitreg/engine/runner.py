@@ -2,6 +2,7 @@
 import logging
 import re
 from collections import OrderedDict
+from typing import Optional
 
 from mmengine.dist import master_only
 from mmengine.hooks import CheckpointHook
@@ -50,12 +51,20 @@ class GuardedRunner(Runner):
     * **Hooks**: :class:`~mmvitreg.engine.hooks.RNGStateHook` (exact resume) and
       :class:`~mmvitreg.engine.hooks.LossGuardHook` (stop at a non-finite loss) are added unless
       the config already has them.
+    * **Randomness**: ``randomness.diff_rank_seed`` defaults to True, so every rank seeds its
+      generators with ``seed + rank`` and draws its own mixing boxes, drop-path masks and
+      augmentations, as the official codes do (``seed + rank``); mmengine's default draws the same
+      box on every GPU. The data sampler's seed is still shared by all ranks (mmengine broadcasts
+      it), so the shards stay disjoint. ``randomness.diff_rank_seed=False`` restores mmengine's.
 
-    Args: as :class:`~mmengine.runner.Runner`; the policy is the config's ``checkpoint_policy``.
+    Args: as :class:`~mmengine.runner.Runner` (``randomness`` by keyword); the policy is the config's
+    ``checkpoint_policy``.
     """
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, *args, randomness: Optional[dict] = None, **kwargs):
+        randomness = dict(randomness or dict(seed=None))
+        randomness.setdefault('diff_rank_seed', True)
+        super().__init__(*args, randomness=randomness, **kwargs)
         policy = dict(load_from='backbone', resume='strict')
         policy.update(self.cfg.get('checkpoint_policy') or {})
         for key, value in policy.items():

@@ -53,6 +53,7 @@ CAPABILITIES = {
     'stream': 'carries the values of a TokenStream through the attention of every block (a Ride per block)',
     'embed': 'records the patch-embedding output (after any token mix, before the position embedding)',
     'final': 'records the last block\'s tokens after the backbone\'s final norm',
+    'stages': 'records every stage\'s output tokens after its down-sampling (hierarchical backbones)',
     'isotropic': 'keeps every block on the patch grid of the embedding (no down-sampling), so patch i '
                  'is the same patch in every block',
 }
@@ -494,6 +495,10 @@ class TokenTrace:
         final (Tensor, optional): ``(B, N, C)`` the last block's tokens after the backbone's final
             norm (the raw last-block tokens when it has none), extra tokens first (backbones
             serving ``'final'``).
+        stages (Dict[int, Tensor]): every stage -> ``(B, H_s * W_s, C_s)`` its output after its
+            down-sampling (Swin: after the stage's patch merging, before any norm; the last stage,
+            which has none, gives its last block's tokens); ``stage_grids`` their grids (backbones
+            serving ``'stages'``).
     """
 
     mix: Optional[MixPlan] = None
@@ -511,6 +516,8 @@ class TokenTrace:
     streamed: Dict[int, Tensor] = field(default_factory=dict)
     embed: Optional[Tensor] = None
     final: Optional[Tensor] = None
+    stages: Dict[int, Tensor] = field(default_factory=dict)
+    stage_grids: Dict[int, Tuple[int, int]] = field(default_factory=dict)
 
     @classmethod
     def for_request(cls, request: TraceRequest, mix: Optional[MixPlan] = None) -> 'TokenTrace':
@@ -535,6 +542,12 @@ class TokenTrace:
         """``(B, C, H, W)`` patch tokens of block ``layer`` on the block's grid."""
         x = self.patch_tokens(layer)
         return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], *self.grids[self.index(layer)])
+
+    def stage_map(self, stage: int) -> Tensor:
+        """``(B, C, H, W)`` output of stage ``stage`` (negative from the last) after its down-sampling."""
+        stage = stage + len(self.stages) if stage < 0 else stage
+        x = self.stages[stage]
+        return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], *self.stage_grids[stage])
 
     @staticmethod
     def resolve(layers: Sequence[int], num_layers: int) -> Tuple[int, ...]:

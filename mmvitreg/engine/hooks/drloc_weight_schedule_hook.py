@@ -1,7 +1,9 @@
 """The official DRLoc λ schedule: a linear warm-up, then a linear decay, set per epoch."""
+import logging
 from typing import Dict
 
 from mmengine.hooks import Hook
+from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
 from mmengine.runner import EpochBasedTrainLoop
 
@@ -22,7 +24,9 @@ class DRLocWeightScheduleHook(Hook):
     ``--total_epochs`` 300, also the LR schedule's length, while the official loop stops after epoch
     100, so λ ends at 0.714 λ). Epoch 0 trains with λ = 0. λ is constant within an epoch. The
     configured weights are read once, before training, and each epoch's value is computed from them
-    (so a resumed run continues the same schedule).
+    (so a resumed run continues the same schedule). A model without DRLoc (the baseline of a DRLoc
+    recipe, ``--cfg-options model.aux_losses=[]``) trains unchanged: the hook logs one line and does
+    nothing.
 
     Args:
         warmup_epochs (int): ``W``. Defaults to 20.
@@ -51,8 +55,8 @@ class DRLocWeightScheduleHook(Hook):
                             "(train_cfg=dict(by_epoch=True, ...))")
         self._base = {m: m.loss_weight for m in model.modules() if isinstance(m, DRLoc)}
         if not self._base:
-            raise ValueError('DRLocWeightScheduleHook found no mmvitreg.DRLoc in the model: add one to '
-                             'model.aux_losses or remove the hook')
+            print_log('DRLocWeightScheduleHook: the model has no mmvitreg.DRLoc (a baseline run, e.g. '
+                      'model.aux_losses=[]): no λ to schedule', logger='current', level=logging.WARNING)
 
     def before_train_epoch(self, runner) -> None:
         for loss, weight in self._base.items():

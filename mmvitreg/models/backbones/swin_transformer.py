@@ -41,6 +41,9 @@ class SwinTransformer(MMPretrainSwinTransformer):
     * ``trace.tokens[i]`` ``(B, H_s * W_s, C_s)``: block ``i``'s output, before any stage norm;
     * ``trace.final``: the last stage's tokens after its output norm (raw when the last stage is not
       an output);
+    * ``trace.stages[s]`` ``(B, H_s * W_s, C_s)``: stage ``s``'s output after its patch merging (before
+      any norm; the official DRLoc ``--use_multiscale`` maps: ``2C@28, 4C@14, 8C@7, 8C@7`` for Swin-T
+      at 224, whatever ``out_after_downsample``), ``trace.stage_grids[s]`` its grid;
     * ``trace.attn[i]`` ``(B * nW, heads, w * w, w * w)``: block ``i``'s window attention maps
       (after softmax, before attention dropout); only these blocks leave the fused kernel.
     * ``trace.stream``: its values are partitioned into every block's windows (padding carries 0) and
@@ -55,7 +58,7 @@ class SwinTransformer(MMPretrainSwinTransformer):
     """
 
     accepts_trace = True
-    trace_serves = frozenset({'grid', 'mix', 'tokens', 'attn', 'windows', 'stream', 'final'})
+    trace_serves = frozenset({'grid', 'mix', 'tokens', 'attn', 'windows', 'stream', 'final', 'stages'})
 
     def __init__(self, stage_cfgs=dict(), **kwargs):
         super().__init__(stage_cfgs=self._with_window_attention(stage_cfgs), **kwargs)
@@ -156,6 +159,8 @@ class SwinTransformer(MMPretrainSwinTransformer):
                 trace.final = out if i in self.out_indices else x
             if stage.downsample is not None and not self.out_after_downsample:
                 x, hw, values = self._downsample(stage, x, hw, stream, values)
+            if trace is not None:
+                trace.stages[i], trace.stage_grids[i] = x, tuple(hw)
         return tuple(outs)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):

@@ -2,6 +2,7 @@
 from typing import Dict, List, Optional, Sequence, Union
 
 import torch
+from mmengine.model import ModuleList
 from mmpretrain.models import ImageClassifier
 from mmpretrain.structures import DataSample
 from torch import nn
@@ -81,7 +82,8 @@ class TokenClassifier(ImageClassifier):
                 raise ValueError(f'a model takes at most one target transform (each replaces the training target); '
                                  f'got {len(target_transform)}: {[t.get("type", t) for t in target_transform]}')
             target_transform = target_transform[0] if target_transform else None
-        self.aux_losses = nn.ModuleList(self._build(cfg) for cfg in aux_losses or ())
+        # mmengine's ModuleList: ``init_weights`` reaches each auxiliary loss (its own ``init_cfg``)
+        self.aux_losses = ModuleList(self._build(cfg) for cfg in aux_losses or ())
         self.target_transform = self._build(target_transform) if target_transform is not None else None
 
         token_mix = getattr(self.data_preprocessor, 'token_mix', None)

@@ -86,7 +86,8 @@ class DRLoc(BaseModule):
     * the λ warm-up/decay schedule of the official ``main.py`` is
       :class:`~mmvitreg.engine.hooks.DRLocWeightScheduleHook`, which sets :attr:`loss_weight`;
     * multi-scale (official ``--use_multiscale`` on Swin): several feature maps, one MLP each, their
-      losses summed (each weighted by λ), as in the official ``losses.py``.
+      losses summed (each weighted by λ), as in the official ``losses.py``; the official maps are the
+      Swin stages' outputs after patch merging, ``stages=(0, 1, 2, 3)``.
 
     **Where the grid comes from** (one mechanism for every backbone):
 
@@ -99,6 +100,9 @@ class DRLoc(BaseModule):
       token sequences on a square grid, whose ``num_extra_tokens`` leading tokens are dropped
       (mmpretrain's ``T2T_ViT(out_type='raw')``: 14x14 after its final norm, as the official T2T path,
       with :class:`~mmvitreg.models.necks.ClsTokenNeck` giving its head the class token).
+    * ``stages`` given (in place of ``layers``): the stages' outputs after their down-sampling,
+      ``trace.stage_map(s)`` (mmvitreg Swin, before any norm: the official ``--use_multiscale``
+      maps, Swin-T at 224 ``192@28, 384@14, 768@7, 768@7`` for ``stages=(0, 1, 2, 3)``).
 
     The loss is computed in float32; the sampled grid side must be at least 2. Positions are drawn
     from torch's global generator on the features' device (mmengine seeds it per rank), not from an
@@ -107,7 +111,10 @@ class DRLoc(BaseModule):
     Args:
         in_channels (int | Sequence[int]): Channels ``C`` of each feature map (one per map).
         layers (Sequence[int], optional): Trace blocks whose patch-token maps to use. Defaults to None.
-        feat_indices (Sequence[int]): Backbone outputs to use when ``layers`` is None. Defaults to (-1,).
+        stages (Sequence[int], optional): Trace stages whose outputs (after down-sampling) to use
+            (not with ``layers``). Defaults to None.
+        feat_indices (Sequence[int]): Backbone outputs to use when ``layers`` and ``stages`` are None.
+            Defaults to (-1,).
         num_extra_tokens (int): Leading (cls) tokens dropped from a raw ``(B, E + N, C)`` backbone output.
             Defaults to 1.
         num_pairs (int): ``m`` pairs per image. Defaults to 64 (paper and official).
@@ -118,9 +125,10 @@ class DRLoc(BaseModule):
         replacement (bool): Official independent endpoints with replacement. Defaults to False.
         grid_pool (str, optional): None, ``'avg2x2'`` (paper) or ``'avg3x3'`` (official). Defaults to None.
         hidden_channels (int): Width of the MLP. Defaults to 512 (official).
-        num_bins (int, optional): ``ce`` / ``cbr`` only: the grid side ``k`` the bin heads are sized for,
-            ``k`` bins per axis for ``abs`` and ``2k - 1`` for ``signed`` targets (official: 7 for Swin,
-            14 for the others). Defaults to None.
+        num_bins (int | Sequence[int], optional): ``ce`` / ``cbr`` only: the grid side ``k`` the bin
+            heads are sized for, ``k`` bins per axis for ``abs`` and ``2k - 1`` for ``signed`` targets
+            (official: 7 for Swin, 14 for the others; multi-scale Swin ``(56, 28, 14, 7)``, twice the
+            grid side for the first three maps); one per map, or one for all. Defaults to None.
         loss_name (str): Key of the returned loss. Defaults to 'loss_drloc'.
         init_cfg (dict, optional): Initialisation of the MLPs. Defaults to PyTorch's (official for
             CvT / ViT / ResNet; Swin / T2T's official models re-initialise it with trunc_normal 0.02,
@@ -130,6 +138,7 @@ class DRLoc(BaseModule):
     def __init__(self,
                  in_channels: Union[int, Sequence[int]],
                  layers: Optional[Sequence[int]] = None,
+                 stages: Optional[Sequence[int]] = None,
                  feat_indices: Sequence[int] = (-1, ),
                  num_extra_tokens: int = 1,
                  num_pairs: int = 64,
@@ -140,7 +149,7 @@ class DRLoc(BaseModule):
                  replacement: bool = False,
                  grid_pool: Optional[str] = None,
                  hidden_channels: int = 512,
-                 num_bins: Optional[int] = None,
+                 num_bins: Optional[Union[int, Sequence[int]]] = None,
                  loss_name: str = 'loss_drloc',
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
@@ -151,29 +160,42 @@ class DRLoc(BaseModule):
         if mode != 'l1' and target == 'normalized':
             raise ValueError(f"DRLoc mode={mode!r} classifies integer offsets: set target='abs' or 'signed' "
                              "(normalised targets go with mode='l1')")
-        if mode != 'l1' and not (isinstance(num_bins, int) and num_bins >= 2):
-            raise ValueError(f'DRLoc mode={mode!r} needs num_bins, the grid side its bin heads are sized for '
-                             f'(official: 7 for Swin, 14 for T2T / CvT / ResNet), got {num_bins!r}')
+        if layers is not None and stages is not None:
+            raise ValueError(f'DRLoc reads block maps (layers={tuple(layers)}) or stage outputs '
+                             f'(stages={tuple(stages)}), not both: give one of them')
         if not isinstance(num_pairs, int) or num_pairs < 1:
             raise ValueError(f'num_pairs must be a positive int, got {num_pairs!r}')
         in_channels = (in_channels, ) if isinstance(in_channels, int) else tuple(in_channels)
-        sources = tuple(layers) if layers is not None else tuple(feat_indices)
+        kind, sources = next((k, tuple(v)) for k, v in (('layers', layers), ('stages', stages),
+                                                        ('feat_indices', feat_indices)) if v is not None)
         if len(sources) != len(in_channels) or not sources:
-            raise ValueError(f'DRLoc reads {len(sources)} feature map(s) ({"layers" if layers is not None else "feat_indices"}'
-                             f'={sources}) but in_channels gives {len(in_channels)}: give one channel count per map')
+            raise ValueError(f'DRLoc reads {len(sources)} feature map(s) ({kind}={sources}) but in_channels gives '
+                             f'{len(in_channels)}: give one channel count per map')
+        num_bins = (num_bins, ) * len(sources) if num_bins is None or isinstance(num_bins, int) else tuple(num_bins)
+        if mode != 'l1' and (len(num_bins) != len(sources)
+                             or not all(isinstance(k, int) and k >= 2 for k in num_bins)):
+            raise ValueError(f'DRLoc mode={mode!r} needs num_bins, the grid side its bin heads are sized for '
+                             f'(official: 7 for Swin, 14 for T2T / CvT / ResNet), one int >= 2 or one per map '
+                             f'({len(sources)}), got {num_bins!r}')
         self.layers = tuple(layers) if layers is not None else None
+        self.stages = tuple(stages) if stages is not None else None
         self.feat_indices, self.num_extra_tokens = tuple(feat_indices), num_extra_tokens
         self.num_pairs, self.loss_weight, self.mode = num_pairs, loss_weight, mode
         self.target, self.reduction, self.replacement = target, reduction, replacement
         self.pool_cfg, self.num_bins, self.loss_name = GRID_POOLS[grid_pool], num_bins, loss_name
-        bins = 0 if mode == 'l1' else (num_bins if target == 'abs' else 2 * num_bins - 1)
-        self.heads = nn.ModuleList(DRLocHead(c, hidden_channels, mode, bins) for c in in_channels)
-        self.trace_request = TraceRequest(token_layers=self.layers) if self.layers is not None else TraceRequest()
+        bins = [0 if mode == 'l1' else (k if target == 'abs' else 2 * k - 1) for k in num_bins]
+        self.heads = nn.ModuleList(DRLocHead(c, hidden_channels, mode, b) for c, b in zip(in_channels, bins))
+        if self.layers is not None:
+            self.trace_request = TraceRequest(token_layers=self.layers)
+        else:
+            self.trace_request = TraceRequest(needs={'stages'} if self.stages is not None else ())
 
     def feature_maps(self, feats: Tuple[Tensor, ...], trace: Optional[TokenTrace]) -> List[Tensor]:
         """The ``(B, C, k, k)`` grids the loss samples from (after ``grid_pool``)."""
         if self.layers is not None:
             maps = [trace.token_map(i) for i in self.layers]
+        elif self.stages is not None:
+            maps = [trace.stage_map(i) for i in self.stages]
         else:
             maps = [self._as_map(feats[i]) for i in self.feat_indices]
         if self.pool_cfg is not None:
@@ -212,13 +234,13 @@ class DRLoc(BaseModule):
         pos = torch.stack((flat // W, flat % W), dim=-1)  # (B, m, 2 endpoints, 2 coords)
         return pos[:, :, 0], pos[:, :, 1]
 
-    def pair_loss(self, head: DRLocHead, fmap: Tensor) -> Tensor:
-        """The loss of one ``(B, C, H, W)`` map (before ``λ``)."""
+    def pair_loss(self, head: DRLocHead, fmap: Tensor, num_bins: Optional[int] = None) -> Tensor:
+        """The loss of one ``(B, C, H, W)`` map (before ``λ``); ``num_bins`` its heads' grid side."""
         B, C, H, W = fmap.shape
         if min(H, W) < 2:
             raise ValueError(f'DRLoc needs a grid of at least 2x2, got {H}x{W}: tap an earlier stage or drop grid_pool')
-        if self.mode != 'l1' and max(H, W) > self.num_bins:
-            raise ValueError(f'DRLoc num_bins={self.num_bins} is smaller than the {H}x{W} grid side: '
+        if self.mode != 'l1' and max(H, W) > num_bins:
+            raise ValueError(f'DRLoc num_bins={num_bins} is smaller than the {H}x{W} grid side: '
                              f'set num_bins >= {max(H, W)}')
         p1, p2 = self.sample_pairs(B, (H, W), fmap.device)
         tokens = fmap.float().flatten(2).transpose(1, 2)  # (B, HW, C)
@@ -253,4 +275,5 @@ class DRLoc(BaseModule):
                     if m.shape[1] != h.trunk[0].in_features // 2]
         if mismatch:
             raise ValueError(f'DRLoc in_channels do not match the feature maps (shape, in_channels): {mismatch}')
-        return {self.loss_name: self.loss_weight * sum(self.pair_loss(h, m) for h, m in zip(self.heads, maps))}
+        return {self.loss_name: self.loss_weight * sum(self.pair_loss(h, m, k)
+                                                        for h, m, k in zip(self.heads, maps, self.num_bins))}

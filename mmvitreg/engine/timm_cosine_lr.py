@@ -1,0 +1,63 @@
+"""timm's ``CosineLRScheduler`` (the official DRLoc / TL-Align / DeiT codes' LR) as an mmengine scheduler."""
+import math
+
+from mmengine.optim.scheduler import CosineAnnealingLR
+
+from mmvitreg.registry import PARAM_SCHEDULERS
+
+
+@PARAM_SCHEDULERS.register_module()
+class TimmCosineLR(CosineAnnealingLR):
+    r"""The LR of timm's ``CosineLRScheduler`` (``warmup_prefix=False``, one cycle), in closed form.
+
+    timm lays the cosine over ``[0, T_max)`` from step 0 and lets a linear warm-up take its first
+    ``W`` steps, so from step ``W`` on the LR is the cosine's value there, below the peak (mmengine's
+    ``LinearLR`` + ``CosineAnnealingLR(begin=W)`` restarts the cosine at its peak at ``W``). With the
+    base LR ``b`` of each parameter group, ``s = warmup_start_factor`` and ``t = max(step - delay, 0)``:
+
+    .. math::
+        lr_t = b \Big(s + (1 - s) \frac{t}{W}\Big) \ (t < W), \qquad
+        lr_t = \eta_{min} + \frac{b - \eta_{min}}{2} \Big(1 + \cos\frac{\pi t}{T_{max}}\Big) \ (t \ge W)
+
+    ``delay`` is the official loops' lateness: DeiT / TL-Align step timm's scheduler after each epoch
+    (``t_in_epochs``), so epoch ``e`` trains with the LR of epoch ``e - 1`` (``delay=1``; epochs 0 and 1
+    both at the warm-up start). Examples: DRLoc (``W = 20``, ``T_max = 300`` epochs, per iteration)
+    LR/peak 0.988 at epoch 21 and 0.753 at epoch 100, where ``CosineAnnealingLR(begin=20, T_max=280)``
+    gives 1.000 and 0.814; TL-Align DeiT (``W = 5``, ``T_max = 300``, per epoch, ``delay=1``) 1e-6 at
+    epochs 0-1 and 8.0e-4 at epoch 5. Closed form: it is meant to be the only scheduler of its
+    parameter.
+
+    Args:
+        T_max (int): The cosine's period, from step 0 (timm's ``t_initial``).
+        warmup (int): ``W`` warm-up steps (timm's ``warmup_t``). Defaults to 0.
+        warmup_start_factor (float): The warm-up's first LR over the base LR (timm's
+            ``warmup_lr_init / lr``). Defaults to 1e-3.
+        delay (int): Steps by which the official loop applies the schedule late. Defaults to 0.
+        **kwargs: As :class:`~mmengine.optim.CosineAnnealingLR` (``eta_min``, ``begin``, ``end``,
+            ``by_epoch``, ``convert_to_iter_based``, which also converts ``warmup`` and ``delay``).
+    """
+
+    def __init__(self, optimizer, T_max: int, warmup: int = 0, warmup_start_factor: float = 1e-3, delay: int = 0,
+                 **kwargs):
+        if not 0 <= warmup < T_max or delay < 0:
+            raise ValueError(f'TimmCosineLR needs 0 <= warmup < T_max and delay >= 0, got warmup={warmup}, '
+                             f'T_max={T_max}, delay={delay}')
+        self.warmup, self.warmup_start_factor, self.delay = warmup, warmup_start_factor, delay
+        super().__init__(optimizer, T_max=T_max, **kwargs)
+
+    @classmethod
+    def build_iter_from_epoch(cls, *args, warmup: int = 0, delay: int = 0, epoch_length=None, **kwargs):
+        """As mmengine's, converting ``warmup`` and ``delay`` from epochs to iterations as well."""
+        return super().build_iter_from_epoch(*args, warmup=warmup * epoch_length, delay=delay * epoch_length,
+                                             epoch_length=epoch_length, **kwargs)
+
+    def value_at(self, base: float, step: int) -> float:
+        """The LR at global ``step`` for a group of base LR ``base``."""
+        t = max(step - self.delay, 0)
+        if t < self.warmup:
+            return base * (self.warmup_start_factor + (1 - self.warmup_start_factor) * t / self.warmup)
+        eta = self.eta_min if self.eta_min_ratio is None else base * self.eta_min_ratio
+        return eta + (base - eta) * (1 + math.cos(math.pi * t / self.T_max)) / 2
+
+    def _get_value(self) -> list:
+        return [self.value_at(base, self.begin + self.last_step) for base in self.base_values]
