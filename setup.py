@@ -20,6 +20,7 @@ by its path until the next ``pip install -e .``. That folder has no ``__init__.p
 install is made in setuptools' ``compat`` mode (the checkout on ``sys.path`` through a ``.pth``),
 in which the checkout's package wins over it on import (in the default finder mode it would not).
 """
+import json
 import shutil
 import warnings
 from pathlib import Path
@@ -81,7 +82,7 @@ class BuildPyWithMim(build_py):
 def editable_mim_files():
     """``{path under .mim: text}`` of the editable install's ``mmvitreg/.mim``, each pointing into ROOT."""
     head = f'# mmvitreg installed in editable mode from {ROOT}: this file stands for its twin there.\n'
-    files = {'model-index.yml': f'{head}Import:\n  - {ROOT / "model-index.yml"}\n'}
+    files = {'model-index.yml': f'{head}Import:\n  - {json.dumps(str(ROOT / "model-index.yml"))}\n'}
     for config in sorted(ROOT.glob('configs/**/*.py')):
         files[config.relative_to(ROOT).as_posix()] = f'{head}_base_ = {str(config)!r}\n'
     for tool in sorted(ROOT.glob('tools/**/*.py')):
