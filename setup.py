@@ -7,10 +7,22 @@ quick start is a constraints file that ``tools/setup_env.sh`` installs with
 Like mmpretrain, mmseg and mmdet, the package carries its configs, tools and model index under
 ``mmvitreg/.mim/``, which is what ``_base_ = 'mmvitreg::<folder>/<file>.py'``, ``mim train mmvitreg``
 and ``mim search mmvitreg`` read. In the repository ``mmvitreg/.mim/{configs,tools,model-index.yml}``
-are symbolic links to the top-level folders (so an editable install sees the working tree); the
-wheel gets real copies, made by :class:`BuildPyWithMim`.
+are symbolic links to the top-level folders (so ``mmvitreg::`` reads the working tree); the wheel gets
+real copies, made by :class:`BuildPyWithMim`.
+
+An editable install (``pip install -e .``, the quick start's) needs one more thing for ``mim``: mim
+looks for ``<site-packages>/mmvitreg/.mim`` (the folder of the distribution's metadata, not of the
+imported package), which a PEP 660 editable install does not have. :class:`BuildPyWithMim` therefore
+puts into the editable wheel a ``mmvitreg/.mim`` whose every file points into this checkout: the model
+index imports the checkout's, each config inherits its checkout twin, each tool runs its checkout
+twin. Edits in the checkout are seen at once; a config or tool *added* later is found by mim only
+by its path until the next ``pip install -e .``. That folder has no ``__init__.py``, so the editable
+install is made in setuptools' ``compat`` mode (the checkout on ``sys.path`` through a ``.pth``),
+in which the checkout's package wins over it on import (in the default finder mode it would not).
 """
+import json
 import shutil
+import warnings
 from pathlib import Path
 
 from setuptools import find_packages, setup
@@ -32,7 +44,8 @@ class BuildPyWithMim(build_py):
     def run(self):
         super().run()
         if getattr(self, 'editable_mode', False):
-            return  # an editable install reads the checkout, whose .mim links to the real folders
+            self.write_editable_mim()
+            return
         mim = Path(self.build_lib, 'mmvitreg', '.mim')
         if mim.is_symlink() or mim.is_file():
             mim.unlink()
@@ -48,6 +61,36 @@ class BuildPyWithMim(build_py):
             else:
                 shutil.copyfile(src, mim / item)
 
+    def write_editable_mim(self):
+        """Write ``mmvitreg/.mim`` of pointers into this checkout where the editable wheel is assembled
+        (setuptools points the ``install`` command's ``install_lib`` there while it builds one)."""
+        wheel_root = self.distribution.get_command_obj('install').install_lib
+        mode = self.distribution.get_command_obj('editable_wheel').mode
+        if not wheel_root or str(mode).lower() == 'lenient':
+            # (lenient: a mmvitreg/ folder in site-packages would hide the checkout's package from import)
+            warnings.warn(f'editable install without mmvitreg/.mim (setuptools: wheel folder {wheel_root!r}, mode '
+                          f'{mode!r}): `mim train/test/search mmvitreg` will not find it; install in compat mode '
+                          '(the default here) or not editable for mim')
+            return
+        mim = Path(wheel_root, 'mmvitreg', '.mim')
+        for name, text in editable_mim_files().items():
+            path = mim / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+
+
+def editable_mim_files():
+    """``{path under .mim: text}`` of the editable install's ``mmvitreg/.mim``, each pointing into ROOT."""
+    head = f'# mmvitreg installed in editable mode from {ROOT}: this file stands for its twin there.\n'
+    files = {'model-index.yml': f'{head}Import:\n  - {json.dumps(str(ROOT / "model-index.yml"))}\n'}
+    for config in sorted(ROOT.glob('configs/**/*.py')):
+        files[config.relative_to(ROOT).as_posix()] = f'{head}_base_ = {str(config)!r}\n'
+    for tool in sorted(ROOT.glob('tools/**/*.py')):
+        files[tool.relative_to(ROOT).as_posix()] = (
+            f'{head}import runpy\nimport sys\n\nsys.path[0] = {str(tool.parent)!r}\n'
+            f'runpy.run_path({str(tool)!r}, run_name=\'__main__\')\n')
+    return files
+
 
 setup(
     name='mmvitreg',
@@ -60,6 +103,7 @@ setup(
     install_requires=requirements('runtime.txt'),
     extras_require={'tests': requirements('tests.txt')},
     cmdclass={'build_py': BuildPyWithMim},
+    options={'editable_wheel': {'mode': 'compat'}},  # see the module's docstring
     license='Apache-2.0',
     classifiers=[
         'Programming Language :: Python :: 3.10',

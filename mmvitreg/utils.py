@@ -68,10 +68,17 @@ def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
 
 def set_run_args(cfg: Config, args: argparse.Namespace) -> None:
     """Set the launcher and the work dir (``--work-dir``, else the config's, else
-    ``./work_dirs/<config name>``), as every OpenMMLab train/test tool does."""
+    ``./work_dirs/<config name>``), as every OpenMMLab train/test tool does, and apply the dataloader
+    flags a tool has: ``--no-pin-memory`` / ``--no-persistent-workers`` switch the option off in every
+    dataloader of the config (as mmpretrain's tools do; without them the config decides)."""
     cfg.launcher = args.launcher
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
         './work_dirs', osp.splitext(osp.basename(args.config))[0])
+    off = [opt for opt in ('pin_memory', 'persistent_workers') if getattr(args, f'no_{opt}', False)]
+    for split in ('train', 'val', 'test'):
+        loader = cfg.get(f'{split}_dataloader')
+        if loader:
+            loader.update({opt: False for opt in off})
 
 
 def build_runner(cfg):

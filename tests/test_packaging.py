@@ -1,14 +1,15 @@
 """The package as a researcher gets it: the wheel built from this checkout, installed (not editable)
 into a scratch folder next to the stack, and used from a folder outside the repository - configs of
 one's own that inherit ``mmvitreg::<folder>/<file>.py``, ``mim train/test mmvitreg`` running the
-packaged tools, and the model index that ``mim search`` reads, all from ``mmvitreg/.mim/``."""
+packaged tools, and the model index that ``mim search`` reads, all from ``mmvitreg/.mim/``. And the
+quick start's editable install of this checkout, where ``mim`` finds the same through the pointers
+``setup.py`` puts in ``<site-packages>/mmvitreg/.mim``."""
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import textwrap
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -109,16 +110,13 @@ def test_model_index_and_metafiles_are_found_in_the_installed_package(installed)
             models[model['Name']] = model['Config']
     assert 'lvvit-s_8xb128_tl_in1k' in models and 'deepvit-s_8xb32_in1k' in models
 
-    code = textwrap.dedent('''
-        import json
-        from mim.commands.search import load_metadata
-        from mim.utils import get_installed_path
-        index = load_metadata('mmvitreg')
-        print(json.dumps({'path': get_installed_path('mmvitreg'), 'models': sorted(m.name for m in index.models)}))
-        ''')
-    found = json.loads(run_outside(['-c', code], installed, installed.user).stdout.splitlines()[-1])
-    assert Path(found['path']) == installed.site / 'mmvitreg'
-    assert found['models'] == sorted(models)
+    found = run_outside(['-m', 'mim', 'search', 'mmvitreg'], installed, installed.user).stdout
+    assert mim_search_ids(found) == sorted(models)
+
+
+def mim_search_ids(stdout):
+    """The model names ``mim search`` printed (one ``config id: NAME`` line per model)."""
+    return sorted(re.findall(r'^config id: (\S+)$', stdout, re.M))
 
 
 BUILD_OUTSIDE = '''
@@ -223,3 +221,53 @@ def test_checkout_resolves_mmvitreg_configs_through_its_mim_links(tmp_path):
     assert Path(mmvitreg.__file__).parent == REPO / 'mmvitreg'
     cfg = Config.fromfile(own)
     assert cfg.model.backbone.arch == 't' and cfg.default_scope == 'mmpretrain'
+
+
+@pytest.fixture(scope='module')
+def editable(tmp_path_factory):
+    """``pip install -e`` of this checkout (as the quick start makes it) into a scratch venv that reaches
+    the stack through a ``.pth`` (and so does not touch the stack's own mmvitreg)."""
+    venv = tmp_path_factory.mktemp('editable') / 'venv'
+    subprocess.run([sys.executable, '-m', 'venv', '--without-pip', venv], check=True, timeout=120)
+    site, = venv.glob('lib/python*/site-packages')
+    stack = [p for p in sys.path if p.endswith('site-packages') and Path(p).is_dir()]
+    (site / 'the_stack.pth').write_text('\n'.join(stack) + '\n')
+    python = venv / 'bin' / 'python'
+    pip('--python', python, 'install', '--no-deps', '--no-build-isolation', '--ignore-installed', '-e', REPO)
+    keep = [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p and Path(p).resolve() != REPO]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(keep), OMP_NUM_THREADS='1', MKL_NUM_THREADS='1')
+    return SimpleNamespace(python=python, site=site, env=env)
+
+
+def run_editable(args, editable, cwd, timeout=600):
+    proc = subprocess.run([str(editable.python), *map(str, args)], cwd=cwd, env=editable.env, capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0, f'{args} exited {proc.returncode}\n{proc.stdout[-5000:]}\n{proc.stderr[-5000:]}'
+    return proc
+
+
+def test_mim_search_train_and_test_in_an_editable_install(editable, digits_workspace, tmp_path):
+    """In the editable install the package is imported from the checkout, and ``mim search / train /
+    test mmvitreg`` find the model index, the config by its name and the tools through the pointers in
+    ``<site-packages>/mmvitreg/.mim``, each of which leads into the checkout."""
+    where = run_editable(['-c', 'import mmvitreg; print(mmvitreg.__file__)'], editable, tmp_path)
+    assert Path(where.stdout.strip()) == REPO / 'mmvitreg' / '__init__.py'
+    mim = editable.site / 'mmvitreg' / '.mim'
+    assert not (editable.site / 'mmvitreg' / '__init__.py').exists()
+    assert str(REPO / 'configs' / 'demo' / DEMO) in (mim / 'configs' / 'demo' / DEMO).read_text()
+
+    found = run_editable(['-m', 'mim', 'search', 'mmvitreg'], editable, tmp_path).stdout
+    index = yaml.safe_load((REPO / 'model-index.yml').read_text())
+    names = [m['Name'] for metafile in index['Import'] for m in yaml.safe_load((REPO / metafile).read_text())['Models']]
+    assert mim_search_ids(found) == sorted(names)
+
+    work = tmp_path / 'work'
+    train = run_editable(['-m', 'mim', 'train', 'mmvitreg', DEMO, '--gpus', '0', '--work-dir', work, '--cfg-options',
+                          *SMALL], editable, digits_workspace)
+    assert f'{mim}/configs/demo/{DEMO}' in train.stdout and f'{mim}/tools/train.py' in train.stdout
+    ckpt = (work / 'last_checkpoint').read_text().strip()
+    test = run_editable(['-m', 'mim', 'test', 'mmvitreg', DEMO, '--checkpoint', ckpt, '--gpus', '0', '--work-dir',
+                         tmp_path / 'test', '--cfg-options', *SMALL[1:]], editable, digits_workspace)
+    assert f'{mim}/tools/test.py' in test.stdout
+    metrics = json.loads([ln for ln in test.stdout.splitlines() if ln.startswith('metrics: ')][-1][9:])
+    assert 0.0 <= metrics['accuracy/top1'] <= 100.0

@@ -2,11 +2,15 @@
 bundled digits sets, resumes, runs two CPU processes, and fails clearly on bad input."""
 import json
 import re
+import runpy
+from types import SimpleNamespace
 
+import mmengine
+import pytest
 import torch
 from mmengine.config import Config
 
-from conftest import CONFIGS, free_port, run_tool
+from conftest import CONFIGS, TOOLS, free_port, run_tool
 
 CLS = CONFIGS / 'demo' / 'deit-tiny_1xb64_digits.py'
 SEG = CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-2k_digits-ade20k-128x128.py'
@@ -109,3 +113,82 @@ def test_unknown_plugin_type_is_a_clear_error(tmp_path):
     assert "unknown component type 'mmvitreg.DeepVit' at cfg.model.backbone" in proc.stderr
     assert 'Did you mean mmvitreg.DeepViT' in proc.stderr
     assert 'Traceback' not in proc.stderr
+
+
+# the digits DeepViT config asks for persistent workers; with num_workers=0 torch refuses them, so a
+# run with all loaders at 0 workers trains only if --no-persistent-workers takes effect
+DEEPVIT = CONFIGS / 'deepvit' / 'deepvit-tiny_1xb64_digits.py'
+NO_WORKERS = [f'{split}_dataloader.num_workers=0' for split in ('train', 'val', 'test')]
+
+
+@pytest.fixture(scope='module')
+def deepvit_checkpoint(digits_workspace, tmp_path_factory):
+    """One epoch of DeepViT-tiny on 64 digits, trained with --no-persistent-workers --no-pin-memory."""
+    work = tmp_path_factory.mktemp('deepvit')
+    run_tool(['train.py', DEEPVIT, '--work-dir', work, '--no-validate', '--no-persistent-workers', '--no-pin-memory',
+              '--cfg-options', 'train_cfg.max_epochs=1', 'train_dataloader.dataset.indices=64', *NO_WORKERS],
+             cwd=digits_workspace)
+    return SimpleNamespace(work=work, ckpt=last_checkpoint(work))
+
+
+def test_train_no_persistent_workers_and_no_pin_memory_reach_every_dataloader(deepvit_checkpoint):
+    """The run above trained (torch rejects persistent workers without workers), and the config it
+    dumped has both options off in each loader; without the flags the config's own values stay."""
+    built = Config.fromfile(deepvit_checkpoint.work / DEEPVIT.name)
+    for split in ('train', 'test'):
+        loader = built[f'{split}_dataloader']
+        assert (loader.persistent_workers, loader.pin_memory) == (False, False), split
+    assert Config.fromfile(DEEPVIT).train_dataloader.persistent_workers is True
+
+
+def test_show_dir_paints_every_test_image_and_out_item_chooses_what_out_holds(deepvit_checkpoint,
+                                                                           digits_workspace, tmp_path):
+    """--show-dir paints all 24 test images by default (mmpretrain's hook alone paints 1 in 5000) and
+    every 4th with --interval 4; --out-item metrics writes the metrics only, --out alone the 24
+    predictions; --amp on a CPU tests under bfloat16 autocast and says so."""
+    small = ['--cfg-options', 'test_dataloader.dataset.indices=24', 'test_dataloader.num_workers=0',
+             'test_dataloader.persistent_workers=False']
+    every = run_tool(['test.py', DEEPVIT, deepvit_checkpoint.ckpt, '--work-dir', tmp_path / 'w1', '--show-dir',
+                      tmp_path / 'all', '--out', tmp_path / 'metrics.json', '--out-item', 'metrics', *small],
+                     cwd=digits_workspace)
+    fourth = run_tool(['test.py', DEEPVIT, deepvit_checkpoint.ckpt, '--work-dir', tmp_path / 'w2', '--show-dir',
+                       tmp_path / 'fourth', '--interval', 4, '--out', tmp_path / 'preds.pkl', '--amp', *small],
+                      cwd=digits_workspace)
+    assert len(list((tmp_path / 'all').glob('*.png'))) == 24
+    assert len(list((tmp_path / 'fourth').glob('*.png'))) == 6
+    assert json.loads((tmp_path / 'metrics.json').read_text()) == metrics_of(every)
+    preds = mmengine.load(tmp_path / 'preds.pkl')
+    assert len(preds) == 24 and {'pred_label', 'gt_label'} <= set(preds[0])
+    assert '--amp without a GPU: testing under bfloat16 autocast' in fourth.stdout
+    assert Config.fromfile(tmp_path / 'w2' / DEEPVIT.name).test_cfg.fp16 is True
+
+
+def load_tool(name):
+    return runpy.run_path(str(TOOLS / name), run_name=f'mmvitreg_{name[:-3]}')
+
+
+def test_show_interval_wait_time_and_no_pin_memory_set_each_librarys_hook(digits_workspace, monkeypatch):
+    """--show / --show-dir / --interval / --wait-time reach the visualisation hook under each library's
+    own names; --no-pin-memory the test loader; --out-item without --out is refused up front."""
+    monkeypatch.chdir(digits_workspace)
+    test = load_tool('test.py')
+    ckpt = digits_workspace / 'fake.pth'
+    ckpt.write_bytes(b'')  # only its existence is checked while the config is built
+
+    def built(config, *flags):
+        return test['build_test_config'](test['parse_args']([str(config), str(ckpt), *map(str, flags)]))
+
+    cls = built(DEEPVIT, '--show', '--interval', 3, '--wait-time', 0.5, '--no-pin-memory')
+    assert {k: cls.default_hooks.visualization[k] for k in ('enable', 'show', 'interval', 'wait_time', 'out_dir')} \
+        == dict(enable=True, show=True, interval=3, wait_time=0.5, out_dir=None)
+    assert cls.test_dataloader.pin_memory is False
+    seg = built(SEG, '--show-dir', 'painted')
+    assert (seg.default_hooks.visualization.draw, seg.default_hooks.visualization.interval) == (True, 1)
+    assert seg.visualizer.save_dir == 'painted'
+    det = built(DET, '--show-dir', 'painted', '--wait-time', 1)
+    assert (det.default_hooks.visualization.draw, det.default_hooks.visualization.test_out_dir) == (True, 'painted')
+    assert det.default_hooks.visualization.wait_time == 1
+    with pytest.raises(test['ConfigError'], match='give --out FILE too'):
+        built(DEEPVIT, '--out-item', 'metrics')
+    with pytest.raises(test['ConfigError'], match='metrics is written as .json'):
+        built(DEEPVIT, '--out', 'm.txt', '--out-item', 'metrics')

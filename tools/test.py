@@ -1,7 +1,16 @@
 """Evaluate a checkpoint with an mmpretrain, mmseg or mmdet config.
 
-    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out results.pkl] [--show-dir DIR]
-                                           [--tta] [--allow-partial] [--cfg-options k=v ...] [--launcher pytorch]
+    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out FILE [--out-item {pred,metrics}]] [--amp]
+                                           [--show-dir DIR] [--show] [--interval N] [--wait-time S]
+                                           [--tta] [--allow-partial] [--no-pin-memory]
+                                           [--cfg-options k=v ...] [--launcher pytorch]
+
+The flags mean what they mean in mmpretrain 1.2.0's ``tools/test.py``, for mmseg and mmdet configs too:
+``--out`` dumps the predictions (``--out-item pred``, the default) or the metrics (``--out-item
+metrics``; the format follows the extension: .pkl, .json, .yaml); ``--amp`` tests under autocast
+(float16 on CUDA, bfloat16 on a CPU); ``--show-dir`` saves and ``--show`` displays the painted
+predictions of every ``--interval``-th test image (default 1: every image), each shown for
+``--wait-time`` seconds.
 
 The checkpoint is loaded strictly: a missing, unexpected or size-mismatched key stops the run with
 the file's name and the first keys of each kind (``--allow-partial`` evaluates the keys that fit). An
@@ -14,21 +23,39 @@ The final metrics are printed as one JSON line prefixed with ``metrics:``.
 """
 import argparse
 import json
+import logging
 import os.path as osp
 import sys
+
+import torch
+from mmengine.logging import print_log
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
 from mmvitreg.datasets.data_checks import check_data
 from mmvitreg.engine import CheckpointError
 from mmvitreg.utils import ConfigError, build_runner, load_config, parse_tool_args, set_run_args
 
-# how each library's visualisation hook is switched on for --show-dir
-_SHOW = {
-    'mmpretrain': lambda cfg, d: cfg.default_hooks.visualization.update(enable=True, out_dir=d),
-    'mmseg': lambda cfg, d: (cfg.default_hooks.visualization.update(draw=True, interval=1),
-                             cfg.visualizer.update(save_dir=d)),
-    'mmdet': lambda cfg, d: cfg.default_hooks.visualization.update(draw=True, test_out_dir=d),
-}
+
+# the file types --out can write: mmengine's DumpResults pickles predictions, mmengine.dump the metrics
+_OUT_FORMATS = {'pred': ('.pkl', '.pickle'), 'metrics': ('.json', '.yaml', '.yml', '.pkl', '.pickle')}
+
+
+def set_visualization(cfg, args):
+    """Switch the library's visualisation hook on for ``--show-dir`` / ``--show``: each library names the
+    switch and the output folder its own way (mmpretrain ``enable`` / ``out_dir``, mmseg ``draw`` / the
+    visualizer's ``save_dir``, mmdet ``draw`` / ``test_out_dir``)."""
+    hook = cfg.default_hooks.get('visualization')
+    if hook is None:
+        raise ConfigError(f'{args.config} has no default_hooks.visualization, which --show / --show-dir need')
+    hook.update(interval=args.interval, show=args.show, wait_time=args.wait_time)
+    if cfg.default_scope == 'mmpretrain':
+        hook.update(enable=True, out_dir=args.show_dir)
+        return
+    hook.draw = True
+    if args.show_dir and cfg.default_scope == 'mmseg':
+        cfg.visualizer.save_dir = args.show_dir
+    elif args.show_dir:
+        hook.test_out_dir = args.show_dir
 
 
 def parse_args(argv=None):
@@ -36,8 +63,17 @@ def parse_args(argv=None):
     parser.add_argument('config', help='test config file path')
     parser.add_argument('checkpoint', help='checkpoint file')
     parser.add_argument('--work-dir', help='the dir to save logs')
-    parser.add_argument('--out', help='dump the predictions to this pickle file')
+    parser.add_argument('--out', help='dump the predictions (or with --out-item metrics, the metrics) to this file')
+    parser.add_argument('--out-item', choices=['pred', 'metrics'],
+                        help='what --out holds: the predictions (default) or the metrics')
+    parser.add_argument('--amp', action='store_true',
+                        help='test under autocast: float16 on CUDA, bfloat16 on a CPU')
     parser.add_argument('--show-dir', help='save painted predictions to this directory')
+    parser.add_argument('--show', action='store_true', help='display painted predictions in a window')
+    parser.add_argument('--interval', type=int, default=1,
+                        help='paint every N-th test image for --show / --show-dir (default 1: every image)')
+    parser.add_argument('--wait-time', type=float, default=2, help='seconds each --show window stays (default 2)')
+    parser.add_argument('--no-pin-memory', action='store_true', help='switch pin_memory off in the dataloader')
     parser.add_argument('--tta', action='store_true', help='test-time augmentation')
     parser.add_argument('--allow-partial', action='store_true',
                         help='evaluate even if the checkpoint\'s keys do not all fit the model')
@@ -57,14 +93,26 @@ def build_test_config(args):
     cfg = load_config(args.config, args.cfg_options)
     if not osp.isfile(args.checkpoint):
         raise ConfigError(f'checkpoint not found: {args.checkpoint}')
+    if args.out_item and not args.out:
+        raise ConfigError('--out-item says what --out holds: give --out FILE too')
+    if args.out:
+        formats = _OUT_FORMATS[args.out_item or 'pred']
+        if not args.out.endswith(formats):
+            raise ConfigError(f'--out {args.out}: {args.out_item or "pred"} is written as {" / ".join(formats)}')
+    if args.interval < 1:
+        raise ConfigError(f'--interval must be at least 1, not {args.interval}')
     scope = cfg.default_scope
     set_run_args(cfg, args)
     check_data(cfg, ('test', ))
     cfg.load_from = args.checkpoint
     cfg.setdefault('runner_type', 'mmvitreg.GuardedRunner')
     cfg.checkpoint_policy = dict(load_from='partial' if args.allow_partial else 'strict')
-    if args.show_dir:
-        _SHOW[scope](cfg, args.show_dir)
+    if args.show_dir or args.show:
+        set_visualization(cfg, args)
+    if args.amp:
+        cfg.test_cfg.fp16 = True
+        if not torch.cuda.is_available():
+            print_log('--amp without a GPU: testing under bfloat16 autocast', logger='current', level=logging.WARNING)
     if args.tta:
         if scope == 'mmpretrain':
             _mmpretrain_default_tta(cfg)
@@ -83,7 +131,7 @@ def main(argv=None):
     except ConfigError as e:
         sys.exit(f'error: {e}')
     runner = build_runner(cfg)
-    if args.out:
+    if args.out and args.out_item != 'metrics':
         from mmengine.evaluator import DumpResults
         runner.test_evaluator.metrics.append(DumpResults(out_file_path=args.out))
     try:
@@ -91,6 +139,9 @@ def main(argv=None):
     except CheckpointError as e:
         sys.exit(f'error: {e}')
     if runner.rank == 0:
+        if args.out_item == 'metrics':
+            import mmengine
+            mmengine.dump(metrics, args.out)
         print('metrics: ' + json.dumps({k: v if isinstance(v, str) else float(v) for k, v in metrics.items()}))
 
 

@@ -1,7 +1,8 @@
 """Train an mmpretrain, mmseg or mmdet config (mmvitreg components or not).
 
     python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--allow-partial] [--amp [--amp-dtype D]]
-                                 [--auto-scale-lr] [--no-validate] [--cfg-options k=v ...] [--launcher pytorch]
+                                 [--auto-scale-lr] [--no-validate] [--no-pin-memory] [--no-persistent-workers]
+                                 [--cfg-options k=v ...] [--launcher pytorch]
 
 The library is picked from the config's ``default_scope``; the stack workarounds of
 ``mmvitreg.compat`` are applied first. Distributed: ``bash tools/dist_train.sh CONFIG N``.
@@ -40,6 +41,9 @@ def parse_args(argv=None):
                         help='the --amp dtype (default: float16 on CUDA, bfloat16 on CPU)')
     parser.add_argument('--auto-scale-lr', action='store_true', help='scale the lr by the real batch size')
     parser.add_argument('--no-validate', action='store_true', help='do not evaluate during training')
+    parser.add_argument('--no-pin-memory', action='store_true', help='switch pin_memory off in every dataloader')
+    parser.add_argument('--no-persistent-workers', action='store_true',
+                        help='switch persistent_workers off in every dataloader')
     return parse_tool_args(parser, argv)
 
 
