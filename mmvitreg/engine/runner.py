@@ -5,14 +5,13 @@ from collections import OrderedDict
 
 from mmengine.dist import master_only
 from mmengine.hooks import CheckpointHook
-from mmengine.model import BaseTTAModel, is_model_wrapper
 from mmengine.runner import Runner
 from mmengine.runner.checkpoint import _load_checkpoint
 
 from mmvitreg.registry import RUNNERS
 from .checkpoint import (ATOMIC_BACKEND, CheckpointError, first_readable, load_state_dict_checked, read_checkpoint,
                          resume_candidates)
-from .hooks import LossGuardHook, RNGStateHook
+from .hooks import LossGuardHook, RNGStateHook, unwrap_model
 
 POLICIES = ('strict', 'partial')
 _HINTS = {
@@ -87,9 +86,7 @@ class GuardedRunner(Runner):
         else:
             checkpoint = _load_checkpoint(filename, map_location=map_location)
         self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
-        model = self.model
-        while is_model_wrapper(model) or isinstance(model, BaseTTAModel):  # as mmengine's loader
-            model = model.module
+        model = unwrap_model(self.model)  # as mmengine's loader
 
         state_dict = checkpoint.get('state_dict', checkpoint)
         metadata = getattr(state_dict, '_metadata', OrderedDict())
