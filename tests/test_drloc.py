@@ -193,7 +193,7 @@ def test_train_step_reaches_the_backbone(backbone, in_channels, neck, drloc):
     (never the classification head)."""
     model = build_classifier(backbone, in_channels, neck, drloc)
     log = model.train_step(digits_batch(), OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.01)))
-    assert set(log) == {'loss', 'loss_drloc'} and log['loss_drloc'] > 0  # 'loss': the total
+    assert set(log) == {'loss', 'loss_cls', 'loss_drloc'} and log['loss_drloc'] > 0  # 'loss': the total
     data = model.data_preprocessor(digits_batch(), True)
     model.zero_grad()
     model.loss(data['inputs'], data['data_samples'])['loss_drloc'].backward()

@@ -427,36 +427,70 @@ def trace_request_of(user) -> TraceRequest:
     return getattr(user, 'trace_request', None) or TraceRequest()
 
 
+class TraceUserError(Exception):
+    """A trace user the backbone cannot serve (:func:`check_trace_user`); raised as one of the
+    subclasses below, which are also a ``TypeError``, ``IndexError`` or ``ValueError``.
+
+    Args:
+        message (str): The error, naming the user, the backbone and the fix.
+        reason (str): The same in a few words, for a table cell (``'no cls_token'``).
+    """
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+class TraceCapabilityError(TraceUserError, TypeError):
+    """The backbone takes no trace or lacks a capability the user needs."""
+
+
+class TraceTapError(TraceUserError, IndexError):
+    """The user taps a block the backbone does not have."""
+
+
+class TraceStreamError(TraceUserError, ValueError):
+    """The user's stream is meant for another number of blocks."""
+
+
 def check_trace_user(backbone, request: TraceRequest, user_name: str) -> None:
     """Fail, naming the user and the backbone, when ``backbone`` cannot serve ``request``.
 
+    Every error is a :class:`TraceUserError` with ``reason``, a few words for a table cell
+    (``'no trace'``, ``'no cls_token'``, ``'only 12 blocks'``).
+
     Raises:
-        TypeError: the backbone takes no trace, or lacks a capability the user needs.
-        IndexError: a tapped block does not exist in the backbone.
-        ValueError: the user's stream is meant for another number of blocks (its ``num_layers``).
+        TraceCapabilityError (TypeError): the backbone takes no trace, or lacks a capability the user needs.
+        TraceTapError (IndexError): a tapped block does not exist in the backbone.
+        TraceStreamError (ValueError): the user's stream is meant for another number of blocks (its
+            ``num_layers``).
     """
     if not request.needs_trace:
         return
     backbone_name = type(backbone).__name__
     if not getattr(backbone, 'accepts_trace', False):
-        raise TypeError(f'{user_name} needs a backbone that takes a token trace ({sorted(request.capabilities)}); '
-                        f'{backbone_name} does not: use an mmvitreg backbone (mmvitreg.VisionTransformer, '
-                        'DeepViT, LVViT, SwinTransformer) or a user that reads only the backbone outputs')
+        raise TraceCapabilityError(f'{user_name} needs a backbone that takes a token trace '
+                                   f'({sorted(request.capabilities)}); {backbone_name} does not: use an mmvitreg '
+                                   'backbone (mmvitreg.VisionTransformer, DeepViT, LVViT, SwinTransformer, CvT) or a '
+                                   'user that reads only the backbone outputs', 'no trace')
     missing = request.capabilities - set(backbone.trace_serves)
     if missing:
-        raise TypeError(f'{user_name} needs {sorted(missing)} ('
-                        + '; '.join(CAPABILITIES[m] for m in sorted(missing))
-                        + f') but {backbone_name} serves only {sorted(backbone.trace_serves)}')
+        raise TraceCapabilityError(f'{user_name} needs {sorted(missing)} ('
+                                   + '; '.join(CAPABILITIES[m] for m in sorted(missing))
+                                   + f') but {backbone_name} serves only {sorted(backbone.trace_serves)}',
+                                   'no ' + ', '.join(sorted(missing)))
+    num_layers = backbone.num_trace_layers
     for kind, layers in (('tokens', request.token_layers), ('attention maps', request.attn_layers)):
         try:
-            TokenTrace.resolve(layers, backbone.num_trace_layers)
+            TokenTrace.resolve(layers, num_layers)
         except IndexError as e:
-            raise IndexError(f'{user_name} taps the {kind} of a block that {backbone_name} does not have: {e}') \
-                from None
-    stream_layers = getattr(request.stream, 'num_layers', backbone.num_trace_layers)
-    if stream_layers != backbone.num_trace_layers:
-        raise ValueError(f'{user_name} carries its stream through num_layers={stream_layers} blocks but '
-                         f'{backbone_name} has {backbone.num_trace_layers}: set num_layers to the backbone\'s blocks')
+            raise TraceTapError(f'{user_name} taps the {kind} of a block that {backbone_name} does not have: {e}',
+                                f'only {num_layers} blocks') from None
+    stream_layers = getattr(request.stream, 'num_layers', num_layers)
+    if stream_layers != num_layers:
+        raise TraceStreamError(f'{user_name} carries its stream through num_layers={stream_layers} blocks but '
+                               f'{backbone_name} has {num_layers}: set num_layers to the backbone\'s blocks',
+                               f'{num_layers} blocks, not {stream_layers}')
 
 
 @dataclass

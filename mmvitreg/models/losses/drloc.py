@@ -127,6 +127,8 @@ class DRLoc(BaseModule):
             ``dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.)``).
     """
 
+    trace_request = TraceRequest()  # the default's (layers=None: the backbone outputs); an instance's follows layers
+
     def __init__(self,
                  in_channels: Union[int, Sequence[int]],
                  layers: Optional[Sequence[int]] = None,
