@@ -1,6 +1,6 @@
 """tools/train.py logs the truth: `loss` is the total the backward uses (the sum of the named terms; the head's
 term is `loss_cls`), and TL-Align adds one scalar per iteration (`tla_shift`), on DeepViT + TL-Align + DRLoc +
-the attention-cosine regulariser composed as a user would."""
+the attention-cosine regulariser composed as a user would; a CPU run logs the gloo backend it uses."""
 import json
 
 import pytest
@@ -41,3 +41,5 @@ def test_the_logged_loss_of_a_composed_run_is_the_sum_of_its_parts(ws, tmp_path)
     printed = {k[:-1]: float(v) for k, v in zip(words, words[1:]) if k[:-1] in parts + ('loss', )}
     assert printed['loss'] == pytest.approx(sum(printed[p] for p in parts), abs=3e-4)
     assert 'tla_shift:' in line
+    # a CPU run initialises (and logs) gloo, not the configs' NCCL
+    assert "dist_cfg: {'backend': 'gloo'}" in log and 'nccl' not in log
