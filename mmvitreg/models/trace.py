@@ -379,17 +379,24 @@ class TraceRequest:
             ``'attn'`` / ``'stream'`` are implied by the layer lists and the stream.
         stream (TokenStream, optional): Values the backbone carries through every block for the user
             (at most one stream per model).
+        token_channels (Tuple[int, ...]): The channels the user expects of each ``token_layers`` tap
+            (one per tap; empty: not checked), compared with the backbone's ``trace_channels`` when the
+            model is built. Only checked, not merged by :meth:`union`.
     """
 
     token_layers: Tuple[int, ...] = ()
     attn_layers: Tuple[int, ...] = ()
     needs: FrozenSet[str] = frozenset()
     stream: Optional[TokenStream] = None
+    token_channels: Tuple[int, ...] = ()
 
     def __post_init__(self):
         object.__setattr__(self, 'token_layers', tuple(self.token_layers))
         object.__setattr__(self, 'attn_layers', tuple(self.attn_layers))
         object.__setattr__(self, 'needs', frozenset(self.needs))
+        object.__setattr__(self, 'token_channels', tuple(self.token_channels))
+        if self.token_channels and len(self.token_channels) != len(self.token_layers):
+            raise ValueError(f'token_channels {self.token_channels} need one entry per token layer {self.token_layers}')
         unknown = self.needs - set(CAPABILITIES)
         if unknown:
             raise ValueError(f'unknown trace capabilities {sorted(unknown)}; known: {sorted(CAPABILITIES)}')
@@ -453,6 +460,10 @@ class TraceStreamError(TraceUserError, ValueError):
     """The user's stream is meant for another number of blocks."""
 
 
+class TraceChannelError(TraceUserError, ValueError):
+    """A tapped block's tokens have another width than the user expects."""
+
+
 def check_trace_user(backbone, request: TraceRequest, user_name: str) -> None:
     """Fail, naming the user and the backbone, when ``backbone`` cannot serve ``request``.
 
@@ -464,6 +475,8 @@ def check_trace_user(backbone, request: TraceRequest, user_name: str) -> None:
         TraceTapError (IndexError): a tapped block does not exist in the backbone.
         TraceStreamError (ValueError): the user's stream is meant for another number of blocks (its
             ``num_layers``).
+        TraceChannelError (ValueError): a tapped block's tokens are not as wide as the user's
+            ``token_channels`` (backbones that give their ``trace_channels``).
     """
     if not request.needs_trace:
         return
@@ -486,6 +499,13 @@ def check_trace_user(backbone, request: TraceRequest, user_name: str) -> None:
         except IndexError as e:
             raise TraceTapError(f'{user_name} taps the {kind} of a block that {backbone_name} does not have: {e}',
                                 f'only {num_layers} blocks') from None
+    channels = getattr(backbone, 'trace_channels', None)
+    if request.token_channels and channels is not None:
+        actual = [channels[i] for i in TokenTrace.resolve(request.token_layers, num_layers)]
+        if list(request.token_channels) != actual:
+            raise TraceChannelError(f'{user_name} expects {list(request.token_channels)} channels in the tokens of '
+                                    f'blocks {list(request.token_layers)} but {backbone_name} has {actual}: set its '
+                                    f'in_channels to {actual}', f'{", ".join(map(str, actual))} channels')
     stream_layers = getattr(request.stream, 'num_layers', num_layers)
     if stream_layers != num_layers:
         raise TraceStreamError(f'{user_name} carries its stream through num_layers={stream_layers} blocks but '

@@ -105,7 +105,8 @@ class DRLoc(BaseModule):
     import-time seed as the official module does.
 
     Args:
-        in_channels (int | Sequence[int]): Channels ``C`` of each feature map (one per map).
+        in_channels (int | Sequence[int]): Channels ``C`` of each feature map (one per map); with
+            ``layers`` checked against the tapped blocks when the model is built, else at the first step.
         layers (Sequence[int], optional): Trace blocks whose patch-token maps to use. Defaults to None.
         feat_indices (Sequence[int]): Backbone outputs to use when ``layers`` is None. Defaults to (-1,).
         num_extra_tokens (int): Leading (cls) tokens dropped from a raw ``(B, E + N, C)`` backbone output.
@@ -170,7 +171,9 @@ class DRLoc(BaseModule):
         self.pool_cfg, self.num_bins, self.loss_name = GRID_POOLS[grid_pool], num_bins, loss_name
         bins = 0 if mode == 'l1' else (num_bins if target == 'abs' else 2 * num_bins - 1)
         self.heads = nn.ModuleList(DRLocHead(c, hidden_channels, mode, bins) for c in in_channels)
-        self.trace_request = TraceRequest(token_layers=self.layers) if self.layers is not None else TraceRequest()
+        # a tap's width is checked against the backbone's when the model is built
+        self.trace_request = (TraceRequest(token_layers=self.layers, token_channels=in_channels)
+                              if self.layers is not None else TraceRequest())
 
     def feature_maps(self, feats: Tuple[Tensor, ...], trace: Optional[TokenTrace]) -> List[Tensor]:
         """The ``(B, C, k, k)`` grids the loss samples from (after ``grid_pool``)."""
