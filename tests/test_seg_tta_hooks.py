@@ -9,7 +9,9 @@ import torch
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 
-from conftest import CONFIGS, run_tool
+from conftest import CONFIGS
+from guard_helpers import tool
+from mmvitreg.engine import GuardedRunner
 from seg_helpers import shrunk_config
 
 
@@ -45,7 +47,7 @@ def test_the_list_holds_the_diversepatch_segmentation_configs():
 
 
 @pytest.mark.parametrize('config', CASES, ids=[p.stem for p in CASES])
-def test_tta_runs_with_the_configs_custom_hooks(config, digits_workspace, tmp_path):
+def test_tta_runs_with_the_configs_custom_hooks(config, digits_workspace, tmp_path, capsys, monkeypatch):
     cfg_path = shrunk_config(config, tmp_path / f'{config.stem}_tiny.py')
     cfg = Config.fromfile(str(cfg_path))
     assert cfg.custom_hooks  # kept by the shrinking
@@ -56,7 +58,14 @@ def test_tta_runs_with_the_configs_custom_hooks(config, digits_workspace, tmp_pa
         model = MODELS.build(cfg.model)
     ckpt = tmp_path / 'untrained.pth'
     torch.save({'state_dict': model.state_dict()}, ckpt)
-    proc = run_tool(['test.py', cfg_path, ckpt, '--tta', '--work-dir', tmp_path / 'work'], cwd=digits_workspace)
-    metrics = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith('metrics: ')][-1][9:])
+    monkeypatch.chdir(digits_workspace)
+    tested, test = [], GuardedRunner.test
+
+    def recording_test(runner):
+        tested.append(type(runner.model).__name__)
+        return test(runner)
+    monkeypatch.setattr(GuardedRunner, 'test', recording_test)
+    tool('test')([str(cfg_path), str(ckpt), '--tta', '--work-dir', str(tmp_path / 'work')])
+    assert tested == ['SegTTAModel']  # the run was the TTA model's, with the config's hooks
+    metrics = json.loads([ln for ln in capsys.readouterr().out.splitlines() if ln.startswith('metrics: ')][-1][9:])
     assert {'mIoU', 'aAcc'} <= set(metrics)
-    assert 'SegTTAModel' in (proc.stdout + proc.stderr)  # the run was the TTA model's
