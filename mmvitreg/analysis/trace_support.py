@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from mmvitreg.models.trace import CAPABILITIES, TraceRequest, check_trace_user
+from mmvitreg.models.trace import CAPABILITIES, TraceRequest, TraceUserError, check_trace_user
 
 #: the settings each trace backbone is checked with (its default architecture: the block count
 #: decides whether a default tap exists); a registered trace backbone missing here is an error
@@ -54,11 +54,12 @@ def trace_backbones() -> List[str]:
 
 
 def mmpretrain_backbones() -> List[str]:
-    """Names of mmpretrain's registered backbones (for the note under the table)."""
+    """Names of mmpretrain's registered backbones, none of which takes a trace (the note under the table)."""
     import mmpretrain.models  # noqa: F401  (registers them)
     from mmpretrain.registry import MODELS
     return sorted(name for name, cls in MODELS.module_dict.items()
-                  if cls.__module__.startswith('mmpretrain.models.backbones'))
+                  if cls.__module__.startswith('mmpretrain.models.backbones')
+                  and not getattr(cls, 'accepts_trace', False))
 
 
 @functools.lru_cache(maxsize=None)
@@ -104,8 +105,8 @@ def support_table(users: Optional[List[str]] = None, backbones: Optional[List[st
                 try:
                     check_trace_user(backbone, request, user)
                     row[user] = OK
-                except (TypeError, IndexError, ValueError) as e:
-                    row[user] = getattr(e, 'reason', str(e))
+                except TraceUserError as e:
+                    row[user] = e.reason
     return table
 
 
