@@ -92,10 +92,15 @@ CASES: List[Case] = [
     Case('trace-user-backbone', 'model',
          'a trace user needing a capability the backbone lacks (TokenLabelHead on Swin)',
          "TokenLabelHead needs ['cls_token']",
-         'Pick a backbone that serves it (`python tools/analysis_tools/trace_support.py` prints the table).'),
+         'Pick a backbone that serves it: `python tools/analysis_tools/trace_support.py --user NAME` shows which do '
+         '(`tools/train.py` and `tools/test.py` stop with this one line before the run starts).'),
     Case('tap-missing-block', 'model', 'a trace user tapping a block the backbone does not have',
          'taps the tokens of a block that',
          'Tap an existing block (negative indices count from the last).'),
+    Case('drloc-in-channels', 'model', 'a DRLoc `in_channels` that is not the width of the block it taps',
+         'channels in the tokens of blocks',
+         'Set `in_channels` to the widths the message names (a Swin stage doubles its width; a ViT keeps '
+         '`embed_dims`).'),
     Case('two-target-transforms', 'model', 'two target transforms in one model',
          'a model takes at most one target transform',
          'Keep one: each replaces the training target.'),

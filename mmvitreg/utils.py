@@ -5,6 +5,7 @@ import os
 import os.path as osp
 from typing import Optional
 
+import torch
 from mmengine.config import Config, DictAction
 
 SCOPES = ('mmpretrain', 'mmseg', 'mmdet')
@@ -70,7 +71,8 @@ def set_run_args(cfg: Config, args: argparse.Namespace) -> None:
     """Set the launcher and the work dir (``--work-dir``, else the config's, else
     ``./work_dirs/<config name>``), as every OpenMMLab train/test tool does, and apply the dataloader
     flags a tool has: ``--no-pin-memory`` / ``--no-persistent-workers`` switch the option off in every
-    dataloader of the config (as mmpretrain's tools do; without them the config decides)."""
+    dataloader of the config (as mmpretrain's tools do; without them the config decides). Without CUDA
+    the process group's backend is gloo (the configs' default NCCL needs GPUs)."""
     cfg.launcher = args.launcher
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
         './work_dirs', osp.splitext(osp.basename(args.config))[0])
@@ -79,12 +81,49 @@ def set_run_args(cfg: Config, args: argparse.Namespace) -> None:
         loader = cfg.get(f'{split}_dataloader')
         if loader:
             loader.update({opt: False for opt in off})
+    if not torch.cuda.is_available():
+        dist_cfg = cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})
+        if dist_cfg.get('backend', 'nccl') == 'nccl':
+            dist_cfg['backend'] = 'gloo'
+
+
+def check_trace_users(cfg: Config) -> None:
+    """Run the build-time checks of a ``mmvitreg.TokenClassifier``'s trace users before the runner
+    starts (and logs the config): the model is built once and dropped, on the meta device (no
+    weights), or on the CPU when a constructor reads tensor values, without drawing from the global
+    random generator.
+
+    Raises:
+        ConfigError: a trace user the backbone cannot serve (the message names both and the fix).
+    """
+    from mmvitreg.models.trace import TraceUserError
+    model = cfg.get('model')
+    if not isinstance(model, dict) or model.get('type') != 'mmvitreg.TokenClassifier':
+        return
+    from mmengine.registry import MODELS, DefaultScope
+    model = model.copy()
+    model.setdefault('data_preprocessor', cfg.get('data_preprocessor'))
+    with DefaultScope.overwrite_default_scope(cfg.default_scope), torch.random.fork_rng(devices=[]):
+        for device in ('meta', 'cpu'):
+            try:
+                with torch.device(device):
+                    MODELS.build(model)
+                return
+            except TraceUserError as e:
+                raise ConfigError(f'model: {e}') from None
+            except Exception:  # noqa: BLE001  (on meta: a constructor that computes; on cpu: the runner reports it)
+                continue
 
 
 def build_runner(cfg):
-    """The runner a config asks for (``runner_type``), else mmengine's ``Runner``."""
+    """The runner a config asks for (``runner_type``), else mmengine's ``Runner``.
+
+    Raises:
+        ConfigError: a trace user the backbone cannot serve (:func:`check_trace_users`).
+    """
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
+    check_trace_users(cfg)
     return RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
 
 

@@ -28,6 +28,8 @@ def test_amp_on_cpu_trains_20_iterations_in_bfloat16_with_finite_losses(ws, conf
         'train_dataloader.batch_size': 4, 'train_dataloader.dataset.indices': 4 * ITERS, 'train_cfg.max_epochs': 1})
     built = Config.fromfile(str(next(work.glob(f'*/vis_data/config.py'))))
     assert built.optim_wrapper.type == 'mmvitreg.AutocastOptimWrapper'
+    log = next(work.glob('*/*.log')).read_text()
+    assert log.count('mixed precision on a CPU: the model trains under torch.autocast in bfloat16') == 1
     steps = logged_losses(work)
     assert len(steps) == ITERS
     assert all(math.isfinite(v) for s in steps for k, v in s.items() if k.startswith('loss'))

@@ -29,7 +29,7 @@ def test_equals_the_official_loss_on_random_maps():
     g = torch.Generator().manual_seed(0)
     maps = [torch.randn(3, 4, 9, 9, generator=g) for _ in range(16)]  # re-attention maps may be negative
     loss = AttentionCosineLoss()
-    assert loss.trace_request == TraceRequest(attn_layers=tuple(range(13)))
+    assert loss.trace_request == TraceRequest(attn_layers=tuple(range(13)), needs={'isotropic'})
     trace = TokenTrace(attn=dict(enumerate(maps)))
     out = loss.loss((), [], trace)
     assert set(out) == {'loss_attn_cos'}
@@ -72,7 +72,7 @@ def test_trains_a_deepvit_on_digits_through_the_attention_trace():
                                          with_kwargs=True)
     optim = OptimWrapper(torch.optim.AdamW(model.parameters(), lr=1e-3))
     log = model.train_step(digits_batch(), optim)
-    assert set(log) == {'loss', 'loss_attn_cos'} and len(seen) == 1  # 'loss': the total (head + regulariser)
+    assert set(log) == {'loss', 'loss_cls', 'loss_attn_cos'} and len(seen) == 1  # 'loss': the total
     trace = seen[0]
     assert set(trace.attn) == {0, 1, 2} and trace.attn[0].shape == (8, 3, 17, 17)
     torch.testing.assert_close(log['loss_attn_cos'], official_cos_reg([trace.attn[i].detach() for i in range(3)], 2))
@@ -98,4 +98,4 @@ def test_32b_config_is_the_official_32b_script():
         assert model.train_request.attn_layers == tuple(range(13))
         samples = [DataSample().set_gt_score(torch.full((1000, ), 1e-3)) for _ in range(2)]
         losses = model.loss(torch.empty(2, 3, 224, 224), samples)
-    assert set(losses) == {'loss', 'loss_attn_cos'}  # the head's CE and the regulariser
+    assert set(losses) == {'loss_cls', 'loss_attn_cos'}  # the head's CE and the regulariser

@@ -257,6 +257,11 @@ def _(ctx):
     return stops(lambda: build_classifier(aux_losses=[TapUser()]))
 
 
+@scenario('drloc-in-channels')
+def _(ctx):
+    return stops(lambda: build_classifier(aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=64, layers=(-1, ))]))
+
+
 @scenario('two-target-transforms')
 def _(ctx):
     return stops(lambda: build_classifier(target_transform=[dict(type='mmvitreg.A'), dict(type='mmvitreg.B')]))

@@ -171,10 +171,27 @@ def test_swin_with_mix_token_and_a_token_loss():
     optim = OptimWrapper(torch.optim.AdamW(model.parameters(), lr=1e-3))
     np.random.seed(1)
     log = model.train_step(make_data(token_label=False), optim)
-    assert set(log) == {'loss', 'loss_token_norm'}
+    assert set(log) == {'loss', 'loss_cls', 'loss_token_norm'}
     trace = model.aux_losses[0].seen[-1]
     assert trace.grid == (G, G) and trace.mix.mask.shape == (4, G, G)
     assert set(trace.tokens) == {3} and trace.grids[3] == (G // 2, G // 2)
+
+
+def test_the_logged_loss_is_the_total_the_backward_uses():
+    """The head's term is logged as loss_cls, so mmengine's `loss` is the sum of every named term (a head
+    returning `loss` used to overwrite the total in the log); a user returning a bare `loss` is refused."""
+    model = build(tiny_swin(), linear_head(32), neck=dict(type='mmpretrain.GlobalAveragePooling'),
+                  aux_losses=[dict(type='mmvitreg.ToyTokenNormLoss', layer=-1)])
+    np.random.seed(1)
+    losses = model(**model.data_preprocessor(make_data(token_label=False), training=True), mode='loss')
+    assert set(losses) == {'loss_cls', 'loss_token_norm'}
+    total, log = model.parse_losses(losses)
+    torch.testing.assert_close(total, losses['loss_cls'] + losses['loss_token_norm'])
+    assert float(log['loss']) == pytest.approx(float(total)) and float(log['loss']) > float(log['loss_cls'])
+    bare = build(tiny_swin(), linear_head(32), neck=dict(type='mmpretrain.GlobalAveragePooling'),
+                 aux_losses=[dict(type='mmvitreg.ToyTokenNormLoss', layer=-1, name='loss')])
+    with pytest.raises(KeyError, match="TokenNormLoss returns a term named 'loss', the name of the logged total"):
+        bare(**bare.data_preprocessor(make_data(token_label=False), training=True), mode='loss')
 
 
 @pytest.mark.parametrize('backbone,in_channels', [
@@ -193,7 +210,7 @@ def test_feature_map_users_work_on_backbones_without_a_trace(backbone, in_channe
     model = build(backbone, head, aux_losses=[dict(type='mmvitreg.ToyFeatureMapLoss')], token_mix=False, neck=neck)
     optim = OptimWrapper(torch.optim.AdamW(model.parameters(), lr=1e-3))
     log = model.train_step(make_data(token_label=False, img=32), optim)
-    assert set(log) == {'loss', 'loss_featmap'}
+    assert set(log) == {'loss', 'loss_cls', 'loss_featmap'}
     trace, shape = model.aux_losses[0].seen[-1]
     assert trace is None and shape[0] == 4
 
@@ -220,10 +237,9 @@ def test_two_users_returning_the_same_loss_name_is_an_error():
 
 
 def test_support_table_lists_what_each_backbone_serves():
-    table = support_table()
-    assert table['mmvitreg.SwinTransformer']['mmvitreg.MixToken'] == 'yes'
-    assert 'cls_token' in table['mmvitreg.SwinTransformer']['mmvitreg.TokenLabelHead']
-    assert table['mmvitreg.LVViT']['mmvitreg.TokenLabelHead'] == 'yes'
-    for name in ('mmpretrain.ResNet', 'mmpretrain.T2T_ViT', 'mmpretrain.ConvNeXt', 'mmpretrain.SwinTransformer'):
-        assert table[name]['(feature-map-only aux loss)'] == 'yes'
-        assert 'does not' in table[name]['mmvitreg.MixToken']
+    table = support_table(backbones=['SwinTransformer', 'LVViT', 'mmpretrain'])
+    assert table['SwinTransformer']['MixToken'] == '✓'
+    assert table['SwinTransformer']['TokenLabelHead'] == 'no cls_token'
+    assert table['LVViT']['TokenLabelHead'] == '✓'
+    assert table['mmpretrain.*']['DRLoc'] == '✓'  # the default DRLoc reads the backbone's output
+    assert table['mmpretrain.*']['MixToken'] == 'no trace'

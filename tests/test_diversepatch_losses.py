@@ -165,7 +165,7 @@ def test_all_three_train_a_tiny_vit_with_patch_cutmix(backbone_type):
     seen = []
     model.backbone.register_forward_hook(lambda m, a, kw, out: seen.append(kw.get('trace')), with_kwargs=True)
     log = model.train_step(digits_batch(), OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.)))
-    assert set(log) == {'loss', 'loss_patch_cos', 'loss_patch_contrastive', 'loss_patch_mixing'}
+    assert set(log) == {'loss', 'loss_cls', 'loss_patch_cos', 'loss_patch_contrastive', 'loss_patch_mixing'}
     trace = seen[0]
     assert trace.mix is not None and trace.mix.in_pixels and set(trace.tokens) == {0, 2}
     data = model.data_preprocessor(digits_batch(), True)
@@ -188,7 +188,7 @@ def test_swin_takes_cosine_and_mixing_on_the_last_stage_and_refuses_contrastive(
     seen = []
     model.backbone.register_forward_hook(lambda m, a, kw, out: seen.append(kw.get('trace')), with_kwargs=True)
     log = model.train_step(digits_batch(), OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.)))
-    assert set(log) == {'loss', 'loss_patch_cos', 'loss_patch_mixing'}
+    assert set(log) == {'loss', 'loss_cls', 'loss_patch_cos', 'loss_patch_mixing'}
     trace = seen[0]
     assert trace.patch_tokens(-1).shape == (8, 4, 64) and trace.mix.mask.shape[-2:] == (2, 2)
     with pytest.raises(TypeError, match="PatchContrastiveLoss needs \\['isotropic'\\]"):
@@ -215,9 +215,8 @@ def test_ensemble_prediction_averages_the_cls_head_and_the_patch_head():
 
 def test_support_table_shows_the_contrastive_loss_only_on_isotropic_backbones():
     from mmvitreg.analysis.trace_support import support_table
-    table = support_table()
-    for backbone in ('mmvitreg.VisionTransformer (DeiT)', 'mmvitreg.DeepViT', 'mmvitreg.LVViT'):
-        assert [table[backbone][f'mmvitreg.{n}'] for n in ('PatchCosineLoss', 'PatchContrastiveLoss',
-                                                           'PatchMixingLoss')] == ['yes'] * 3
-    assert 'isotropic' in table['mmvitreg.SwinTransformer']['mmvitreg.PatchContrastiveLoss']
-    assert table['mmvitreg.SwinTransformer']['mmvitreg.PatchMixingLoss'] == 'yes'
+    table = support_table(users=['PatchCosineLoss', 'PatchContrastiveLoss', 'PatchMixingLoss'])
+    for backbone in ('VisionTransformer', 'DeepViT', 'LVViT'):
+        assert list(table[backbone].values()) == ['✓'] * 3
+    assert table['SwinTransformer']['PatchContrastiveLoss'] == 'no isotropic'
+    assert table['SwinTransformer']['PatchMixingLoss'] == '✓'

@@ -9,7 +9,7 @@ from mmengine.registry import DefaultScope
 from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 
 from mmvitreg.models.losses import DRLoc
-from mmvitreg.models.trace import TokenTrace, TraceRequest
+from mmvitreg.models.trace import TokenTrace, TraceChannelError, TraceRequest
 from test_attention_cosine_loss import digits_batch
 
 
@@ -123,7 +123,7 @@ def test_grid_sources_and_pooling():
     tokens = torch.randn(2, 1 + 196, 8)
     trace = TokenTrace(num_layers=4, num_extra_tokens=1, grids={3: (14, 14)}, tokens={3: tokens})
     tapped = DRLoc(in_channels=8, layers=(-1, ))
-    assert tapped.trace_request == TraceRequest(token_layers=(-1, ))
+    assert tapped.trace_request == TraceRequest(token_layers=(-1, ), token_channels=(8, ))
     torch.testing.assert_close(tapped.feature_maps((), trace)[0],
                                tokens[:, 1:].transpose(1, 2).reshape(2, 8, 14, 14))
     fmap = torch.randn(2, 8, 14, 14)
@@ -248,6 +248,23 @@ def build_classifier(backbone, in_channels, neck, drloc):
 GAP = dict(type='mmpretrain.GlobalAveragePooling')
 
 
+@pytest.mark.parametrize('backbone,channels', [
+    (dict(type='mmvitreg.VisionTransformer', arch='deit-tiny', img_size=32, patch_size=8), [192]),
+    (dict(type='mmvitreg.SwinTransformer', img_size=32, window_size=4, out_indices=(1, ),
+          arch=dict(embed_dims=16, depths=[1, 2], num_heads=[1, 2])), [32]),
+    (dict(type='mmvitreg.CvT', arch=dict(embed_dims=(8, 16), depths=(1, 2), num_heads=(1, 2)), embed_kernels=(3, 3),
+          embed_strides=(2, 2), embed_paddings=(1, 1)), [16]),
+], ids=['vit', 'swin', 'cvt'])
+def test_an_in_channels_mismatch_on_a_trace_tap_fails_when_the_model_is_built(backbone, channels):
+    """The tapped block's width is checked with the build-time trace check (it used to fail at the first step)."""
+    with pytest.raises(TraceChannelError, match=rf'DRLoc expects \[24\] channels .* set its in_channels to '
+                                                rf'\[{channels[0]}\]') as error:
+        build_classifier(backbone, 24, GAP, dict(layers=(-1, )))
+    assert error.value.reason == f'{channels[0]} channels'
+    model = build_classifier(backbone, channels[0], GAP, dict(layers=(-1, )))  # the right width builds
+    assert model.aux_losses[0].trace_request.token_channels == tuple(channels)
+
+
 @pytest.mark.parametrize('backbone,in_channels,neck,drloc', [
     (dict(type='mmvitreg.SwinTransformer', img_size=32, window_size=4, out_indices=(1, ),
           arch=dict(embed_dims=16, depths=[1, 1], num_heads=[1, 2])), 32, GAP, dict(layers=(-1, ))),
@@ -261,7 +278,7 @@ def test_train_step_reaches_the_backbone(backbone, in_channels, neck, drloc):
     (never the classification head)."""
     model = build_classifier(backbone, in_channels, neck, drloc)
     log = model.train_step(digits_batch(), OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.01)))
-    assert set(log) == {'loss', 'loss_drloc'} and log['loss_drloc'] > 0  # 'loss': the total
+    assert set(log) == {'loss', 'loss_cls', 'loss_drloc'} and log['loss_drloc'] > 0  # 'loss': the total
     data = model.data_preprocessor(digits_batch(), True)
     model.zero_grad()
     model.loss(data['inputs'], data['data_samples'])['loss_drloc'].backward()

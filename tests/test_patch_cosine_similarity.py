@@ -63,7 +63,7 @@ def test_resnet_stages_treat_every_location_as_a_patch():
         patch_cosine_per_layer(torch.nn.Conv2d(3, 3, 1), [X])
 
 
-def test_tool_writes_csv_and_plot_for_several_checkpoints(tmp_path):
+def test_tool_writes_csv_and_plot_for_several_checkpoints(tmp_path, capfd):
     spec = importlib.util.spec_from_file_location('pcs', REPO / 'tools' / 'analysis_tools' /
                                                   'patch_cosine_similarity.py')
     tool = importlib.util.module_from_spec(spec)
@@ -89,3 +89,10 @@ def test_tool_writes_csv_and_plot_for_several_checkpoints(tmp_path):
     assert all(0 <= float(r['patch_cosine_similarity']) <= 1 for r in rows)
     assert rows[0]['patch_cosine_similarity'] != rows[12]['patch_cosine_similarity']  # two different models
     assert (tmp_path / 'pcs.png').stat().st_size > 1000
+    printed = capfd.readouterr().out
+    assert printed.count('8/8') == 2 and 'note:' not in printed  # a progress bar per checkpoint
+    tool.main([str(config), '--num-images', '40', '--batch-size', '16', '--device', 'cpu', '--out', str(out),
+               '--cfg-options', f'val_dataloader.dataset.data_root={data_root}'])
+    printed = capfd.readouterr().out
+    assert 'note: the val split holds only 32 images, fewer than the 40 asked' in printed
+    assert 'Initialized by' not in printed  # the untrained model's init log stays out of the output

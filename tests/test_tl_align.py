@@ -175,13 +175,16 @@ def test_training_uses_the_aligned_target_and_inference_builds_no_trace():
     plan = data['mix_plan']
     assert plan.in_pixels and 0 < float(plan.lam[0]) < 1
     losses = model(**data, mode='loss')
-    assert torch.isfinite(losses['loss'])
+    assert torch.isfinite(losses['loss_cls']) and 'loss' not in losses
     trace = traces[-1]
     assert trace.mix is plan and set(trace.streamed) == set(range(4)) and not trace.attn
     w = model.target_transform.aligned_weights(trace)
     own = F.one_hot(torch.arange(4) % 10, 10).float()
     assert torch.allclose(targets[-1], w[:, None] * own + (1 - w[:, None]) * own.flip(0))
     assert not torch.allclose(w, plan.lam)
+    # the logged scalar: how far alignment moved the targets (every pair here has two classes: |w - lam|)
+    assert not losses['tla_shift'].requires_grad
+    torch.testing.assert_close(losses['tla_shift'], (w - plan.lam).abs().mean())
     log = model.train_step(make_data(), optim)
     assert np.isfinite(log['loss'].item())
     model.eval()
@@ -353,8 +356,9 @@ def test_benchmark_case_weight_stream_vs_c_dim_stream_trains_on_the_same_target(
         assert model.target_transform.representation == representation
         np.random.seed(0)
         data = model.data_preprocessor(case.make_batch(4, 32), training=True)
-        losses[role] = model(**data, mode='loss')['loss']
-    assert torch.allclose(losses['model'], losses['baseline'], atol=1e-6)
+        losses[role] = model(**data, mode='loss')
+    for name in ('loss_cls', 'tla_shift'):  # the same target, and the same distance from the area target
+        assert torch.allclose(losses['model'][name], losses['baseline'][name], atol=1e-6)
 
 
 def _initial_weights(plan, grid):

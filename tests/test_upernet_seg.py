@@ -4,11 +4,10 @@ import json
 
 import pytest
 import torch
-from mmengine.config import Config
 
 from conftest import CONFIGS, run_tool
+from seg_helpers import shrunk_config
 
-DIGITS = CONFIGS / '_base_' / 'datasets' / 'digits_ade20k.py'
 # DeepViT-S in miniature: CNN stem, residual scale 0.5, re-attention (with transform_scale) in the last blocks
 TINY_DEEPVIT = dict(embed_dims=32, num_layers=4, num_heads=2, feedforward_channels=96,
                     attn_types=[False, False, True, True], attn_cfgs=dict(reattn=dict(transform_scale=True)),
@@ -32,35 +31,10 @@ CASES = {
 }
 
 
-def shrunk_config(seg_config, arch, path):
-    """The DeepViT UperNet config with a tiny backbone and heads, reading the digits set, as one file."""
-    import mmvitreg  # noqa: F401  (mmseg:: bases need mmvitreg.compat)
-    cfg = Config.fromfile(str(seg_config))
-    digits = Config.fromfile(str(DIGITS))
-    for key in ('train_dataloader', 'val_dataloader', 'test_dataloader', 'val_evaluator', 'test_evaluator',
-                'tta_pipeline'):
-        cfg[key] = digits[key]
-    cfg.train_dataloader.batch_size = 2
-    cfg.model.data_preprocessor.size = digits.crop_size
-    cfg.model.backbone.update(arch=arch, img_size=digits.crop_size, out_indices=(0, 1, 2, 3), init_cfg=None)
-    if cfg.model.neck.type == 'MultiLevelNeck':
-        cfg.model.neck.update(in_channels=[32] * 4, out_channels=32)
-        cfg.model.decode_head.update(in_channels=[32] * 4)
-    else:  # the side layers: one token width in, a wider fourth level out
-        cfg.model.neck.update(in_channels=32, out_channels=64)
-        cfg.model.decode_head.update(in_channels=[32, 32, 32, 64])
-    cfg.model.decode_head.update(channels=32, num_classes=11)
-    cfg.model.auxiliary_head.update(in_channels=32, channels=16, num_classes=11)
-    cfg.train_cfg.update(max_iters=2, val_interval=2)
-    cfg.default_hooks.checkpoint.interval = 2
-    cfg.dump(str(path))
-    return path
-
-
 @pytest.mark.parametrize('family', sorted(CASES))
 def test_upernet_trains_and_tests_on_digits(family, digits_workspace, tmp_path):
     seg_config, arch, present, absent = CASES[family]
-    cfg = shrunk_config(seg_config, arch, tmp_path / f'upernet_tiny-{family}_digits.py')
+    cfg = shrunk_config(seg_config, tmp_path / f'upernet_tiny-{family}_digits.py', arch)
     work = tmp_path / 'work'
     run_tool(['train.py', cfg, '--work-dir', work], cwd=digits_workspace)
     ckpt = (work / 'last_checkpoint').read_text().strip()

@@ -128,9 +128,9 @@ def main(argv=None):
     args = parse_args(argv)
     try:
         cfg = build_test_config(args)
+        runner = build_runner(cfg)
     except ConfigError as e:
         sys.exit(f'error: {e}')
-    runner = build_runner(cfg)
     if args.out and args.out_item != 'metrics':
         from mmengine.evaluator import DumpResults
         runner.test_evaluator.metrics.append(DumpResults(out_file_path=args.out))

@@ -86,10 +86,11 @@ def main(argv=None):
     args = parse_args(argv)
     try:
         cfg = build_train_config(args)
+        runner = build_runner(cfg)
     except ConfigError as e:
         sys.exit(f'error: {e}')
     try:
-        build_runner(cfg).train()
+        runner.train()
     except (CheckpointError, NonFiniteLossError) as e:
         print_log(f'error: {e}', logger='current', level=logging.ERROR)
         sys.exit(f'error: {e}')

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from ..models.target_transforms import TLAlign
 from ..models.trace import MixPlan, TokenTrace
+from .loading import first_images
 
 
 def tl_align_of(model: nn.Module) -> TLAlign:
@@ -64,20 +65,16 @@ class AlignmentRMSE:
     num_images: int
 
 
-def alignment_rmse(model: nn.Module, batches: Iterable[dict], num_images: int) -> AlignmentRMSE:
+def alignment_rmse(model: nn.Module, batches: Iterable[dict], num_images: int, split: str = 'data') -> AlignmentRMSE:
     """:class:`AlignmentRMSE` of ``model`` over the first ``num_images`` images of ``batches`` (data
-    loader batches), each batch mixed by the model's plan."""
+    loader batches of the ``split``), each batch mixed by the model's plan, with a progress bar."""
     tl = tl_align_of(model)
     w_all, lam_all = [], []
-    seen = 0
-    for batch in batches:
+    for batch, take in first_images(batches, num_images, split):
         _, plan, trace = align_batch(model, batch, tl)
-        take = min(num_images - seen, plan.index.shape[0])
         w_all.append(tl.aligned_weights(trace)[:take].double().cpu())
         lam_all.append(plan.lam[:take].double().cpu())
-        seen += take
-        if seen >= num_images:
-            break
+    seen = sum(len(w) for w in w_all)
     if not seen:
         raise ValueError('no images to measure')
     w, lam = torch.cat(w_all), torch.cat(lam_all)

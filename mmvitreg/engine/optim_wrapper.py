@@ -4,6 +4,7 @@ from typing import Optional, Union
 
 import torch
 import torch.nn.functional as F
+from mmengine.logging import print_log
 from mmengine.optim import OptimWrapper
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
@@ -85,6 +86,9 @@ class AutocastOptimWrapper(OptimWrapper):
             raise ValueError(f'mixed precision on a CPU runs in bfloat16 only (got {name}): '
                              "use --amp-dtype bfloat16 or train on a GPU")
         self.cast_dtype = getattr(torch, name)
+        if self.device_type == 'cpu':
+            print_log('mixed precision on a CPU: the model trains under torch.autocast in bfloat16 '
+                      '(float16 needs a GPU); the weights and the optimizer stay float32', logger='current')
         self.loss_scaler = None
         if self.cast_dtype == torch.float16:
             if isinstance(loss_scale, str) and loss_scale != 'dynamic':

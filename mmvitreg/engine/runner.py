@@ -6,13 +6,12 @@ from typing import Optional
 
 from mmengine.dist import master_only
 from mmengine.hooks import CheckpointHook
-from mmengine.model import BaseTTAModel, is_model_wrapper
 from mmengine.runner import Runner
 
 from mmvitreg.registry import RUNNERS
 from .checkpoint import (ATOMIC_BACKEND, CheckpointError, check_fit, first_readable, is_local, load_checkpoint_file,
                          load_state_dict_checked, resume_candidates)
-from .hooks import LossGuardHook, RNGStateHook
+from .hooks import LossGuardHook, RNGStateHook, unwrap_model
 
 POLICIES = ('strict', 'backbone', 'partial')
 _HINTS = {
@@ -97,9 +96,7 @@ class GuardedRunner(Runner):
         else:
             checkpoint = load_checkpoint_file(filename, map_location, logger=self.logger)
         self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
-        model = self.model
-        while is_model_wrapper(model) or isinstance(model, BaseTTAModel):  # as mmengine's loader
-            model = model.module
+        model = unwrap_model(self.model)  # as mmengine's loader
 
         state_dict = checkpoint.get('state_dict', checkpoint)
         metadata = getattr(state_dict, '_metadata', OrderedDict())

@@ -380,17 +380,24 @@ class TraceRequest:
             ``'attn'`` / ``'stream'`` are implied by the layer lists and the stream.
         stream (TokenStream, optional): Values the backbone carries through every block for the user
             (at most one stream per model).
+        token_channels (Tuple[int, ...]): The channels the user expects of each ``token_layers`` tap
+            (one per tap; empty: not checked), compared with the backbone's ``trace_channels`` when the
+            model is built. Only checked, not merged by :meth:`union`.
     """
 
     token_layers: Tuple[int, ...] = ()
     attn_layers: Tuple[int, ...] = ()
     needs: FrozenSet[str] = frozenset()
     stream: Optional[TokenStream] = None
+    token_channels: Tuple[int, ...] = ()
 
     def __post_init__(self):
         object.__setattr__(self, 'token_layers', tuple(self.token_layers))
         object.__setattr__(self, 'attn_layers', tuple(self.attn_layers))
         object.__setattr__(self, 'needs', frozenset(self.needs))
+        object.__setattr__(self, 'token_channels', tuple(self.token_channels))
+        if self.token_channels and len(self.token_channels) != len(self.token_layers):
+            raise ValueError(f'token_channels {self.token_channels} need one entry per token layer {self.token_layers}')
         unknown = self.needs - set(CAPABILITIES)
         if unknown:
             raise ValueError(f'unknown trace capabilities {sorted(unknown)}; known: {sorted(CAPABILITIES)}')
@@ -428,36 +435,83 @@ def trace_request_of(user) -> TraceRequest:
     return getattr(user, 'trace_request', None) or TraceRequest()
 
 
+class TraceUserError(Exception):
+    """A trace user the backbone cannot serve (:func:`check_trace_user`); raised as one of the
+    subclasses below, which are also a ``TypeError``, ``IndexError`` or ``ValueError``.
+
+    Args:
+        message (str): The error, naming the user, the backbone and the fix.
+        reason (str): The same in a few words, for a table cell (``'no cls_token'``).
+    """
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+class TraceCapabilityError(TraceUserError, TypeError):
+    """The backbone takes no trace or lacks a capability the user needs."""
+
+
+class TraceTapError(TraceUserError, IndexError):
+    """The user taps a block the backbone does not have."""
+
+
+class TraceStreamError(TraceUserError, ValueError):
+    """The user's stream is meant for another number of blocks."""
+
+
+class TraceChannelError(TraceUserError, ValueError):
+    """A tapped block's tokens have another width than the user expects."""
+
+
 def check_trace_user(backbone, request: TraceRequest, user_name: str) -> None:
     """Fail, naming the user and the backbone, when ``backbone`` cannot serve ``request``.
 
+    Every error is a :class:`TraceUserError` with ``reason``, a few words for a table cell
+    (``'no trace'``, ``'no cls_token'``, ``'only 12 blocks'``).
+
     Raises:
-        TypeError: the backbone takes no trace, or lacks a capability the user needs.
-        IndexError: a tapped block does not exist in the backbone.
-        ValueError: the user's stream is meant for another number of blocks (its ``num_layers``).
+        TraceCapabilityError (TypeError): the backbone takes no trace, or lacks a capability the user needs.
+        TraceTapError (IndexError): a tapped block does not exist in the backbone.
+        TraceStreamError (ValueError): the user's stream is meant for another number of blocks (its
+            ``num_layers``).
+        TraceChannelError (ValueError): a tapped block's tokens are not as wide as the user's
+            ``token_channels`` (backbones that give their ``trace_channels``).
     """
     if not request.needs_trace:
         return
     backbone_name = type(backbone).__name__
     if not getattr(backbone, 'accepts_trace', False):
-        raise TypeError(f'{user_name} needs a backbone that takes a token trace ({sorted(request.capabilities)}); '
-                        f'{backbone_name} does not: use an mmvitreg backbone (mmvitreg.VisionTransformer, '
-                        'DeepViT, LVViT, SwinTransformer) or a user that reads only the backbone outputs')
+        raise TraceCapabilityError(f'{user_name} needs a backbone that takes a token trace '
+                                   f'({sorted(request.capabilities)}); {backbone_name} does not: use an mmvitreg '
+                                   'backbone (mmvitreg.VisionTransformer, DeepViT, LVViT, SwinTransformer, CvT) or a '
+                                   'user that reads only the backbone outputs', 'no trace')
     missing = request.capabilities - set(backbone.trace_serves)
     if missing:
-        raise TypeError(f'{user_name} needs {sorted(missing)} ('
-                        + '; '.join(CAPABILITIES[m] for m in sorted(missing))
-                        + f') but {backbone_name} serves only {sorted(backbone.trace_serves)}')
+        raise TraceCapabilityError(f'{user_name} needs {sorted(missing)} ('
+                                   + '; '.join(CAPABILITIES[m] for m in sorted(missing))
+                                   + f') but {backbone_name} serves only {sorted(backbone.trace_serves)}',
+                                   'no ' + ', '.join(sorted(missing)))
+    num_layers = backbone.num_trace_layers
     for kind, layers in (('tokens', request.token_layers), ('attention maps', request.attn_layers)):
         try:
-            TokenTrace.resolve(layers, backbone.num_trace_layers)
+            TokenTrace.resolve(layers, num_layers)
         except IndexError as e:
-            raise IndexError(f'{user_name} taps the {kind} of a block that {backbone_name} does not have: {e}') \
-                from None
-    stream_layers = getattr(request.stream, 'num_layers', backbone.num_trace_layers)
-    if stream_layers != backbone.num_trace_layers:
-        raise ValueError(f'{user_name} carries its stream through num_layers={stream_layers} blocks but '
-                         f'{backbone_name} has {backbone.num_trace_layers}: set num_layers to the backbone\'s blocks')
+            raise TraceTapError(f'{user_name} taps the {kind} of a block that {backbone_name} does not have: {e}',
+                                f'only {num_layers} blocks') from None
+    channels = getattr(backbone, 'trace_channels', None)
+    if request.token_channels and channels is not None:
+        actual = [channels[i] for i in TokenTrace.resolve(request.token_layers, num_layers)]
+        if list(request.token_channels) != actual:
+            raise TraceChannelError(f'{user_name} expects {list(request.token_channels)} channels in the tokens of '
+                                    f'blocks {list(request.token_layers)} but {backbone_name} has {actual}: set its '
+                                    f'in_channels to {actual}', f'{", ".join(map(str, actual))} channels')
+    stream_layers = getattr(request.stream, 'num_layers', num_layers)
+    if stream_layers != num_layers:
+        raise TraceStreamError(f'{user_name} carries its stream through num_layers={stream_layers} blocks but '
+                               f'{backbone_name} has {num_layers}: set num_layers to the backbone\'s blocks',
+                               f'{num_layers} blocks, not {stream_layers}')
 
 
 @dataclass

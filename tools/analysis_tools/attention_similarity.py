@@ -27,7 +27,7 @@ from mmengine.config import DictAction
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
 from mmvitreg.analysis import AttentionSimilarity, SimilarityResult
-from mmvitreg.analysis.loading import build_dataloader, build_model
+from mmvitreg.analysis.loading import build_dataloader, build_model, first_images
 from mmvitreg.models.trace import TokenTrace
 from mmvitreg.utils import ConfigError, load_config
 
@@ -70,24 +70,13 @@ def build_traced_model(cfg, checkpoint, device):
 
 
 @torch.no_grad()
-def measure(model, loader, num_images, acc: AttentionSimilarity) -> SimilarityResult:
-    from mmengine.utils import ProgressBar
+def measure(model, loader, num_images, acc: AttentionSimilarity, split: str = 'val') -> SimilarityResult:
     blocks = tuple(range(acc.num_blocks))
-    progress = ProgressBar(num_images)
-    seen = 0
-    for batch in loader:
-        inputs = model.data_preprocessor(batch, False)['inputs'][:num_images - seen]
+    for batch, take in first_images(loader, num_images, split):
+        inputs = model.data_preprocessor(batch, False)['inputs'][:take]
         trace = TokenTrace(attn_layers=blocks)
         model.backbone(inputs, trace=trace)
         acc.update([trace.attn[i] for i in blocks])
-        for _ in range(inputs.shape[0]):
-            progress.update()
-        seen += inputs.shape[0]
-        if seen >= num_images:
-            break
-    sys.stdout.write('\n')
-    if seen < num_images:
-        print(f'note: the {loader.dataset.__class__.__name__} split holds only {seen} images')
     return acc.compute()
 
 
@@ -162,7 +151,7 @@ def main(argv=None):
         sys.exit(f'error: {e}')
     acc = AttentionSimilarity(len(model.backbone.layers), neighbours=args.neighbours,
                               vector_threshold=args.vector_threshold, ratio_threshold=args.ratio_threshold)
-    res = measure(model, loader, args.num_images, acc)
+    res = measure(model, loader, args.num_images, acc, args.split)
 
     name = osp.splitext(osp.basename(args.config))[0]
     prefix = args.out or osp.join('work_dirs', 'attention_similarity', name)

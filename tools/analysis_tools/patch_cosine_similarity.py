@@ -7,8 +7,9 @@ Builds the model of an mmpretrain config once per checkpoint (no checkpoint: the
 initialisation), runs ``--num-images`` images of the config's ``<split>_dataloader`` (its pipeline as
 configured: the test pipeline for val/test, no augmentation) through the backbone and averages the
 patch-wise absolute cosine similarity ``P(h)`` of every layer (:mod:`mmvitreg.analysis.patch_similarity`:
-ViT blocks, Swin stage inputs, ResNet stages). Writes ``PREFIX.csv`` (label, layer, name, similarity) and
-``PREFIX.png`` (one line per checkpoint over the layers, as the paper's Figures 1b and 3).
+ViT blocks, Swin stage inputs, ResNet stages), with a progress bar per checkpoint. Writes ``PREFIX.csv``
+(label, layer, name, similarity) and ``PREFIX.png`` (one line per checkpoint over the layers, as the paper's
+Figures 1b and 3).
 """
 import argparse
 import csv
@@ -21,6 +22,7 @@ from mmengine.config import DictAction
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
 from mmvitreg.analysis import patch_cosine_per_layer
+from mmvitreg.analysis.loading import build_dataloader, build_model, first_images
 from mmvitreg.utils import ConfigError, load_config
 
 
@@ -44,33 +46,11 @@ def parse_args(argv=None):
     return args
 
 
-def build_model(cfg, checkpoint, device):
-    from mmengine.registry import MODELS
-    from mmengine.runner import load_checkpoint
-    model = MODELS.build({**cfg.model, 'data_preprocessor': cfg.model.get('data_preprocessor')
-                          or cfg.get('data_preprocessor')})
-    if checkpoint:
-        load_checkpoint(model, checkpoint, map_location='cpu', logger='silent')
-    else:
-        model.init_weights()
-    return model.to(device).eval()
-
-
-def batches(model, cfg, split, num_images, batch_size):
-    """Preprocessed inputs of the first ``num_images`` images of the split, in order."""
-    from mmengine.runner import Runner
-    if not cfg.get(f'{split}_dataloader'):
-        raise ConfigError(f'the config has no {split}_dataloader')
-    loader = Runner.build_dataloader({**cfg[f'{split}_dataloader'], 'batch_size': batch_size, 'num_workers': 0,
-                                      'persistent_workers': False,
-                                      'sampler': dict(type='DefaultSampler', shuffle=False)})
-    seen = 0
-    for batch in loader:
-        inputs = model.data_preprocessor(batch, False)['inputs'][:num_images - seen]
-        yield inputs
-        seen += inputs.shape[0]
-        if seen >= num_images:
-            return
+def inputs_of(model, loader, num_images, split, device):
+    """Preprocessed inputs ``(B, 3, H, W)`` of the first ``num_images`` images of the split, in order, with a
+    progress bar."""
+    for batch, take in first_images(loader, num_images, split):
+        yield model.data_preprocessor(batch, False)['inputs'][:take].to(device)
 
 
 def plot(path, results, title):
@@ -92,16 +72,20 @@ def plot(path, results, title):
 
 def main(argv=None):
     args = parse_args(argv)
-    cfg = load_config(args.config, args.cfg_options)
-    from mmengine.registry import init_default_scope
-    init_default_scope(cfg.default_scope)
+    try:
+        cfg = load_config(args.config, args.cfg_options)
+        from mmengine.registry import init_default_scope
+        init_default_scope(cfg.default_scope)
+        loader = build_dataloader(cfg, args.split, args.batch_size, num_workers=0)
+    except ConfigError as e:
+        sys.exit(f'error: {e}')
     labels = args.labels or [osp.basename(c) if c else 'untrained' for c in args.checkpoints]
     results = []
     for label, ckpt in zip(labels, args.checkpoints):
+        print(f'{label}: {args.num_images} {args.split} images')
         model = build_model(cfg, ckpt, args.device)
         names, values = patch_cosine_per_layer(
-            model.backbone, (x.to(args.device) for x in batches(model, cfg, args.split, args.num_images,
-                                                                 args.batch_size)))
+            model.backbone, inputs_of(model, loader, args.num_images, args.split, args.device))
         results.append((label, names, values))
         print(f'{label}: ' + ', '.join(f'{n} {v:.3f}' for n, v in zip(names, values)))
     out = args.out or osp.join('work_dirs', 'patch_cosine_similarity', osp.splitext(osp.basename(args.config))[0])

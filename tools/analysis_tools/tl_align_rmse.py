@@ -10,8 +10,9 @@ images are mixed by the model's own plan (the same draws for every model: numpy 
 with ``--seed`` before each model) and TL-Align's labels are carried through its backbone (eval mode,
 no drop path). ``lam`` is the own share of the area target, ``w`` that of the aligned target (the
 model's own ``TLAlign``, else one over all its blocks); the two targets differ by ``+-(w - lam)`` in the
-two mixed classes. Prints a table and writes a CSV (one row per model: images, RMSE, mean |w - lam|,
-mean lam, mean w). ``--cfg-options`` apply to every config.
+two mixed classes. Shows a progress bar per model, prints a table and writes a CSV (one row per model:
+images, RMSE, mean |w - lam|, mean lam, mean w) and a PNG beside it (the RMSE and mean |w - lam| of every
+model, as the paper's Fig. 3). ``--cfg-options`` apply to every config.
 """
 import argparse
 import csv
@@ -42,7 +43,8 @@ def parse_args(argv=None):
     parser.add_argument('--num-workers', type=int, default=2)
     parser.add_argument('--seed', type=int, default=0, help='seed of the mixing draws (the same for every model)')
     parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
-    parser.add_argument('--out', default=osp.join('work_dirs', 'tl_align_rmse.csv'), help='CSV to write')
+    parser.add_argument('--out', default=osp.join('work_dirs', 'tl_align_rmse.csv'),
+                        help='CSV to write (the plot goes beside it, .png)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override settings of every config')
     args = parser.parse_args(argv)
     for spec in args.model:
@@ -62,9 +64,30 @@ def measure(spec, args) -> dict:
         loader = build_dataloader(cfg, args.split, args.batch_size, args.num_workers)
         np.random.seed(args.seed)
         torch.manual_seed(args.seed)
-        res = alignment_rmse(model, loader, args.num_images)
+        print(f'{name}: {args.num_images} {args.split} images')
+        res = alignment_rmse(model, loader, args.num_images, args.split)
     return dict(model=name, config=config, checkpoint=checkpoint or 'untrained', images=res.num_images,
                 rmse=res.rmse, mean_abs_diff=res.mean_abs, mean_lam=res.mean_lam, mean_aligned=res.mean_aligned)
+
+
+def plot(path, rows, split):
+    """Bars of the RMSE and the mean |w - lam| of every model."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    x = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(max(4, 1.4 * len(rows) + 2), 3.6))
+    for shift, key, label in ((-0.2, 'rmse', 'RMSE'), (0.2, 'mean_abs_diff', 'mean |w - lam|')):
+        bars = ax.bar(x + shift, [r[key] for r in rows], width=0.4, label=label)
+        ax.bar_label(bars, fmt='%.3g', fontsize=8)
+    ax.set_xticks(x, [r['model'] for r in rows])
+    ax.set_ylabel('aligned vs CutMix target (own share)')
+    ax.set_title(f'TL-Align: the area (CutMix) vs the aligned target\n{rows[0]["images"]} {split} images per model',
+                 fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main(argv=None):
@@ -85,7 +108,9 @@ def main(argv=None):
     for r in rows:
         print(f'{r["model"]:<{width}}  {r["images"]:6d}  {r["rmse"]:.4f}  {r["mean_abs_diff"]:11.4f}  '
               f'{r["mean_lam"]:8.4f}  {r["mean_aligned"]:.4f}')
-    print(f'wrote {args.out}')
+    png = osp.splitext(args.out)[0] + '.png'
+    plot(png, rows, args.split)
+    print(f'wrote {args.out} and {png}')
 
 
 if __name__ == '__main__':

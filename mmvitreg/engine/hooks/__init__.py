@@ -4,6 +4,8 @@ from .drloc_weight_schedule_hook import DRLocWeightScheduleHook
 from .drop_path_schedule_hook import DropPathScheduleHook, drop_path_modules
 from .loss_guard_hook import LossGuardHook, NonFiniteLossError
 from .rng_state_hook import RNGStateHook, capture_rng_state, restore_rng_state
+from .unwrap import unwrap_model
 
 __all__ = ['BNRecalibrationHook', 'DRLocWeightScheduleHook', 'DropPathScheduleHook', 'LossGuardHook',
-           'NonFiniteLossError', 'RNGStateHook', 'capture_rng_state', 'drop_path_modules', 'restore_rng_state']
+           'NonFiniteLossError', 'RNGStateHook', 'capture_rng_state', 'drop_path_modules', 'restore_rng_state',
+           'unwrap_model']

@@ -4,10 +4,10 @@ from typing import Iterable, List, Optional, Union
 
 import torch
 from mmengine.hooks import Hook
-from mmengine.model import is_model_wrapper
 from torch import nn
 
 from mmvitreg.registry import HOOKS
+from .unwrap import unwrap_model
 
 
 @HOOKS.register_module()
@@ -59,7 +59,7 @@ class BNRecalibrationHook(Hook):
     def before_val_epoch(self, runner) -> None:
         if self._loader is None:
             self._loader = self._build_loader(runner)
-        model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+        model = unwrap_model(runner.model)
         self.recalibrate(model, self._loader)
 
     def _build_loader(self, runner):

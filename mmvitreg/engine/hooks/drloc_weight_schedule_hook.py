@@ -4,10 +4,10 @@ from typing import Dict
 
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
-from mmengine.model import is_model_wrapper
 from mmengine.runner import EpochBasedTrainLoop
 
 from mmvitreg.registry import HOOKS
+from .unwrap import unwrap_model
 
 
 @HOOKS.register_module()
@@ -49,7 +49,7 @@ class DRLocWeightScheduleHook(Hook):
 
     def before_train(self, runner) -> None:
         from mmvitreg.models.losses import DRLoc
-        model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+        model = unwrap_model(runner.model)
         if not isinstance(runner.train_loop, EpochBasedTrainLoop):
             raise TypeError('DRLocWeightScheduleHook sets λ per epoch: use an epoch-based train loop '
                             "(train_cfg=dict(by_epoch=True, ...))")

@@ -2,10 +2,10 @@
 from typing import List, Optional, Sequence, Tuple
 
 from mmengine.hooks import Hook
-from mmengine.model import is_model_wrapper
 from torch import nn
 
 from mmvitreg.registry import HOOKS
+from .unwrap import unwrap_model
 
 
 def drop_path_modules(root: nn.Module) -> List[nn.Module]:
@@ -62,7 +62,7 @@ class DropPathScheduleHook(Hook):
         return [r for f, r in self.schedule if f <= progress][-1]
 
     def before_run(self, runner) -> None:
-        model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+        model = unwrap_model(runner.model)
         root = model.get_submodule(self.module) if self.module else model
         modules = drop_path_modules(root)
         top = max((m.drop_prob for m in modules), default=0.)

@@ -216,6 +216,7 @@ class CvT(BaseBackbone):
                          drop_paths=drop_paths, mlp_ratio=mlp_ratio, kv_stride=kv_stride))
         self.norm = nn.LayerNorm(self.embed_dims)
         self.num_trace_layers = sum(depths)
+        self.trace_channels = tuple(d for d, n in zip(dims, depths) for _ in range(n))  # every block's token width
         self._freeze_stages()
 
     def init_weights(self):

@@ -64,6 +64,7 @@ class SwinTransformer(MMPretrainSwinTransformer):
         super().__init__(stage_cfgs=self._with_window_attention(stage_cfgs), **kwargs)
         self.blocks = [block for stage in self.stages for block in stage.blocks]  # plain list: no new keys
         self.num_trace_layers = len(self.blocks)
+        self.trace_channels = tuple(stage.embed_dims for stage in self.stages for _ in stage.blocks)
 
     @staticmethod
     def _with_window_attention(stage_cfgs):

@@ -182,6 +182,11 @@ class VisionTransformer(MMPretrainVisionTransformer):
         return self.num_layers
 
     @property
+    def trace_channels(self) -> Tuple[int, ...]:
+        """Channels of every block's output tokens (checked against a user's ``TraceRequest.token_channels``)."""
+        return (self.embed_dims, ) * self.num_layers
+
+    @property
     def trace_serves(self) -> frozenset:
         """What this backbone serves a trace (see :data:`~mmvitreg.models.trace.CAPABILITIES`)."""
         return frozenset({'grid', 'mix', 'tokens', 'attn', 'stream', 'embed', 'final', 'isotropic'}

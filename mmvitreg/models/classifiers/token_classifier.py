@@ -23,13 +23,14 @@ class TokenClassifier(ImageClassifier):
       ``loss/predict/forward(feats, ..., trace=...)``);
     * a list of ``aux_losses``: each a module with ``trace_request`` (a
       :class:`~mmvitreg.models.trace.TraceRequest`, the taps it reads) and
-      ``loss(feats, data_samples, trace) -> dict`` of named losses (``loss_drloc``, ``loss_cos``, ...),
+      ``loss(feats, data_samples, trace) -> dict`` of named losses (``loss_drloc``, ``loss_patch_cos``, ...),
       where ``feats`` is the backbone's output tuple (before the neck) and ``trace`` the filled
       trace (None when no user needs one). A loss with an empty request reads only ``feats`` and
       works on any backbone, also on those without a trace (mmpretrain's ResNet, T2T-ViT, ConvNeXt);
     * at most one ``target_transform``: a module with ``trace_request`` and
       ``transform(trace, data_samples)``, which replaces each sample's ``gt_score`` (e.g. TL-Align's
-      aligned label) after the backbone ran and before the head's loss;
+      aligned label) after the backbone ran and before the head's loss, and may return a dict of
+      scalars to log (names without ``loss``: logged, not trained on);
     * a token mix (``train_cfg.token_mix``, e.g. MixToken), drawn by the data preprocessor.
 
     An auxiliary loss may also join the prediction (``ensemble = True`` and ``ensemble_scores(trace)``,
@@ -39,7 +40,8 @@ class TokenClassifier(ImageClassifier):
     builds one only for a head that asks (auxiliary losses and the target transform are training
     only). When the model is built every user is checked against the backbone
     (:func:`~mmvitreg.models.trace.check_trace_user`): a missing capability or a tap of a block that
-    does not exist fails at once with both names. Loss names must be unique across users.
+    does not exist fails at once with both names. Loss names must be unique across users and never the
+    bare ``loss`` (the logged total; the head's term is logged as ``loss_cls``).
 
     Args:
         backbone (dict): The backbone; a trace user needs one with ``accepts_trace = True``.
@@ -149,19 +151,29 @@ class TokenClassifier(ImageClassifier):
     def loss(self, inputs: torch.Tensor, data_samples: List[DataSample],
              mix_plan: Optional[MixPlan] = None) -> Dict[str, torch.Tensor]:
         """Losses of a batch: the backbone runs once with the union trace, the target transform
-        rewrites the targets, then the head and every auxiliary loss add their named terms."""
+        rewrites the targets, then the head and every auxiliary loss add their named terms.
+
+        The head's ``loss`` is returned as ``loss_cls``: mmengine's ``parse_losses`` logs the sum of
+        all ``loss*`` terms as ``loss``, which a term of that name would overwrite in the log. A
+        target transform's scalars (keys without ``loss``) are returned alongside: logged, not summed."""
         trace = self.make_trace(self.train_request, mix_plan)
         if trace is not None and all('gt_label' in s for s in data_samples):
             trace.labels = torch.cat([s.gt_label for s in data_samples]).to(inputs.device)
         backbone_feats = self.backbone(inputs, trace=trace) if trace is not None else self.backbone(inputs)
         feats = self.neck(backbone_feats) if self.with_neck else backbone_feats
+        terms = []  # (user, its named terms)
         if self.target_transform is not None:
-            self.target_transform.transform(trace, data_samples)
-        losses = dict(self.head.loss(feats, data_samples, **self._head_kwargs(trace)))
-        for aux in self.aux_losses:
-            for name, value in aux.loss(backbone_feats, data_samples, trace).items():
+            terms.append((self.target_transform, self.target_transform.transform(trace, data_samples) or {}))
+        losses = {('loss_cls' if name == 'loss' else name): value
+                  for name, value in self.head.loss(feats, data_samples, **self._head_kwargs(trace)).items()}
+        terms += [(aux, aux.loss(backbone_feats, data_samples, trace)) for aux in self.aux_losses]
+        for user, named in terms:
+            for name, value in named.items():
+                if name == 'loss':
+                    raise KeyError(f'{type(user).__name__} returns a term named {name!r}, the name of the logged '
+                                   "total: give it its own name (e.g. 'loss_<what>')")
                 if name in losses:
-                    raise KeyError(f'{type(aux).__name__} returns the loss {name!r}, which another user of this '
+                    raise KeyError(f'{type(user).__name__} returns the loss {name!r}, which another user of this '
                                    f'model already returns: give it another name')
                 losses[name] = value
         return losses

@@ -109,7 +109,8 @@ class DRLoc(BaseModule):
     import-time seed as the official module does.
 
     Args:
-        in_channels (int | Sequence[int]): Channels ``C`` of each feature map (one per map).
+        in_channels (int | Sequence[int]): Channels ``C`` of each feature map (one per map); with
+            ``layers`` checked against the tapped blocks when the model is built, else at the first step.
         layers (Sequence[int], optional): Trace blocks whose patch-token maps to use. Defaults to None.
         stages (Sequence[int], optional): Trace stages whose outputs (after down-sampling) to use
             (not with ``layers``). Defaults to None.
@@ -134,6 +135,8 @@ class DRLoc(BaseModule):
             CvT / ViT / ResNet; Swin / T2T's official models re-initialise it with trunc_normal 0.02,
             ``dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.)``).
     """
+
+    trace_request = TraceRequest()  # the default's (layers=None: the backbone outputs); an instance's follows layers
 
     def __init__(self,
                  in_channels: Union[int, Sequence[int]],
@@ -185,8 +188,9 @@ class DRLoc(BaseModule):
         self.pool_cfg, self.num_bins, self.loss_name = GRID_POOLS[grid_pool], num_bins, loss_name
         bins = [0 if mode == 'l1' else (k if target == 'abs' else 2 * k - 1) for k in num_bins]
         self.heads = nn.ModuleList(DRLocHead(c, hidden_channels, mode, b) for c, b in zip(in_channels, bins))
+        # a tap's width is checked against the backbone's when the model is built
         if self.layers is not None:
-            self.trace_request = TraceRequest(token_layers=self.layers)
+            self.trace_request = TraceRequest(token_layers=self.layers, token_channels=in_channels)
         else:
             self.trace_request = TraceRequest(needs={'stages'} if self.stages is not None else ())
 

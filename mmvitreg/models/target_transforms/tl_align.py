@@ -1,5 +1,5 @@
 """TL-Align: token-label alignment, the training target of a mixed image carried along with the tokens."""
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -68,7 +68,8 @@ class TLAlign(BaseModule):
     smoothing belongs to the head's loss (``LabelSmoothLoss(mode='original')``: smoothing commutes
     with the mix, so this equals the official smoothing of each one-hot).
 
-    Training only: inference builds no trace and costs nothing.
+    Training only: inference builds no trace and costs nothing. Every training iteration logs
+    ``tla_shift``, the mean distance between the aligned and the area target (:meth:`transform`).
 
     Args:
         num_layers (int): Blocks of the backbone (``sum(depths)`` for Swin); labels go through all.
@@ -82,6 +83,8 @@ class TLAlign(BaseModule):
     """
 
     REPRESENTATIONS = ('weights', 'labels')
+    # what any instance asks (an instance's request carries itself as the stream, for its num_layers)
+    trace_request = TraceRequest(needs={'grid', 'stream'})
 
     def __init__(self, num_layers: int, representation: str = 'weights', num_classes: Optional[int] = None):
         super().__init__()
@@ -144,20 +147,30 @@ class TLAlign(BaseModule):
         return x / x.sum(-1, keepdim=True)
 
     # ------------------------------------------------------------------ the target (called by the classifier)
-    def transform(self, trace: Optional[TokenTrace], data_samples: List[DataSample]) -> None:
-        """Replace every sample's ``gt_score`` ``(C,)`` by its aligned target."""
+    def transform(self, trace: Optional[TokenTrace], data_samples: List[DataSample]) -> Dict[str, Tensor]:
+        """Replace every sample's ``gt_score`` ``(C,)`` by its aligned target; return what the log shows.
+
+        Returns:
+            dict: ``{'tla_shift': s}``, how far alignment moved the targets: the batch mean of
+            ``0.5 * |aligned target - area target|_1`` (the total-variation distance; ``|w - lam|``
+            for a pair of two classes, 0 for a pair of one class). 0 means alignment changed nothing
+            (e.g. no attention between the mixed regions); a detached scalar, logged, not trained on.
+        """
         if trace is None or trace.mix is None:
             raise ValueError(NO_PLAN)
         if any('gt_label' not in s for s in data_samples):
             raise ValueError('TLAlign builds the targets from gt_label, which the data samples lack')
         labels = self.aligned_labels(trace)
+        num_classes = data_samples[0].gt_score.shape[-1]
+        own = F.one_hot(torch.cat([s.gt_label for s in data_samples]).to(labels.device), num_classes).float()
         if self.representation == 'weights':
             w = labels[:, :1]
-            num_classes = data_samples[0].gt_score.shape[-1]
-            own = F.one_hot(torch.cat([s.gt_label for s in data_samples]).to(w.device), num_classes).float()
             labels = w * own + (1 - w) * own[trace.mix.index]
+        lam = trace.mix.lam.float().unsqueeze(1)
+        area = lam * own + (1 - lam) * own[trace.mix.index]
         for sample, target in zip(data_samples, labels):
             sample.set_gt_score(target)
+        return {'tla_shift': 0.5 * (labels - area).abs().sum(1).mean().detach()}
 
     def aligned_labels(self, trace: TokenTrace) -> Tensor:
         """``(B, D)``: the cls token's label after the last block, or the mean over tokens without a cls
