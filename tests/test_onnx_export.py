@@ -4,9 +4,9 @@ import importlib.util
 
 import pytest
 import torch
-from mmengine.registry import DefaultScope
 
 from conftest import CONFIGS, TOOLS, run_tool
+from model_helpers import random_checkpoint
 
 pytest.importorskip('onnxruntime', reason='the export tests need onnx and onnxruntime (requirements/tests.txt)')
 
@@ -28,23 +28,6 @@ CASES = {
     # the pyramid pooling's adaptive pools export for a 6 x 6 last map: 192 / 32
     'upernet-swin': (CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-2k_digits-ade20k-128x128.py', {}, (192, 192)),
 }
-
-
-def random_checkpoint(cfg, path):
-    """A checkpoint of ``cfg``'s model with every float tensor randomised around its initialisation
-    (BatchNorm variances kept positive), so no zero-initialised part hides a wrong export."""
-    with DefaultScope.overwrite_default_scope(cfg.default_scope):
-        model = pytorch2onnx.build_model(cfg, None, 'cpu')
-    g = torch.Generator().manual_seed(0)
-    state = {}
-    for key, value in model.state_dict().items():
-        if value.is_floating_point():
-            value = value + 0.1 * torch.randn(value.shape, generator=g)
-            if key.endswith('running_var'):
-                value = value.abs() + 0.5
-        state[key] = value
-    torch.save(dict(state_dict=state), path)
-    return model
 
 
 @pytest.mark.parametrize('name', sorted(CASES))
