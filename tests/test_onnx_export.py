@@ -61,3 +61,14 @@ def test_tool_refuses_a_checkpoint_that_does_not_fit(tmp_path):
     proc = run_tool(['deployment/pytorch2onnx.py', config, tmp_path / 'partial.pth'], cwd=tmp_path, check=False)
     assert proc.returncode != 0 and 'missing keys' in proc.stderr
     assert not (tmp_path / 'partial.onnx').exists()
+
+
+def test_export_refuses_a_prediction_ensemble_it_would_drop(tmp_path):
+    """DiversePatch's ``t_acc`` ensemble joins ``predict`` but not the exported head scores: an error, not
+    a file that predicts differently."""
+    config = CONFIGS / 'diversepatch' / 'deit-deep-narrow_1xb64_diversepatch_digits.py'
+    cfg = pytorch2onnx.load_config(str(config), {'model.aux_losses.2.ensemble': True})
+    random_checkpoint(cfg, tmp_path / 'random.pth')
+    with pytest.raises(pytorch2onnx.ConfigError, match='PatchMixingLoss joins the prediction'):
+        pytorch2onnx.export(cfg, str(tmp_path / 'random.pth'), str(tmp_path / 'model.onnx'), (32, 32))
+    assert not (tmp_path / 'model.onnx').exists()

@@ -630,3 +630,26 @@ register_with_without(
     'T2T-ViT-14 with DRLoc (raw tokens of mmpretrain\'s T2T_ViT, 14x14 pooled to 7x7, m = 64; '
     'no trace) vs. mmpretrain\'s T2T-ViT-14 without it',
     _t2t_drloc, max_time_ratio=1.02)
+
+
+def _compiled(builder: ModelBuilder) -> ModelBuilder:
+    """``builder``'s model with its loss compiled as ``compile=True`` does in tools/train.py
+    (:func:`mmvitreg.compat.compile_loss`, inductor; the optimizer step stays eager)."""
+
+    def build(img_size: int, tiny: bool) -> nn.Module:
+        from mmvitreg.compat import compile_loss
+        return compile_loss(builder(img_size, tiny))
+
+    return build
+
+
+register_case(
+    'deit-s-tlalign-compiled-vs-eager',
+    TrainStepCase(
+        description='DeiT-S with CutMix + TL-Align, its loss compiled by torch.compile (inductor, as '
+        '`compile=True` in tools/train.py; compiled in the first two warm-up steps: mmpretrain\'s '
+        'LabelSmoothLoss sets its num_classes on the first call, one recompile) vs. the same model eager',
+        model=_compiled(_deit_cutmix(True)),
+        baseline=_deit_cutmix(True),
+        make_batch=classification_batch,
+        max_time_ratio=1.0))

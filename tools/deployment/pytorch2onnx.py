@@ -11,18 +11,18 @@ lacks or has too many of stops the export, naming them.
 What is exported is ``model(inputs, mode='tensor')``, the network after the data preprocessor:
 
 * input ``inputs`` ``(B, 3, H, W)`` float32, images already normalised by the config's
-  ``data_preprocessor`` (its mean / std and channel order are printed); the batch axis is dynamic,
+  ``data_preprocessor`` (its mean / std are printed); the batch axis is dynamic,
   ``H, W`` are fixed to ``--shape`` (default: the backbone's ``img_size``, else the config's
   ``crop_size``, else 224);
 * output ``scores``: for a classifier the head's class scores ``(B, K)`` before the softmax (for
-  :class:`~mmvitreg.models.heads.TokenLabelHead` the official rule ``X^cls + 0.5 max_i X^i``); for a
+  :class:`~mmvitreg.models.heads.TokenLabelHead` the official rule ``X^cls + aux_pred_weight * max_i X^i``); for a
   segmentor the decode head's logits ``(B, K, H / 4, W / 4)`` (resize to ``H, W`` and take the argmax
   outside). No token trace is built unless the head asks for one (the token-labeling head reads the
   token grid from it; its shapes become constants of the graph).
 
 Exporter: the TorchScript one (``torch.onnx.export(..., dynamo=False)``). The dynamo exporter
-(``torch.export`` + onnxscript) fails on Swin while decomposing the exported program (issue 22) and needs
-onnxscript besides; the TorchScript exporter needs only torch (``onnx`` / ``onnxruntime`` only for
+(``torch.export`` + onnxscript) fails on Swin while decomposing the exported program (reported in issue 22 on
+this stack) and needs onnxscript besides; the TorchScript exporter needs only torch (``onnx`` / ``onnxruntime`` only for
 ``--verify``). Opset 17 by default (LayerNormalization is native from 17).
 
 ``--verify`` runs the file in onnxruntime on a random batch of 2 and prints the largest absolute
