@@ -644,9 +644,8 @@ def _compiled(builder: ModelBuilder) -> ModelBuilder:
 
 
 # measured on a CPU (1 thread, batch 8, 224x224, CPU clock, 2026-11-25): 1.034 (1937 vs 1874 ms), a miss;
-# plain DeiT-S with CutMix compiled vs eager, timed the same way: 0.984. With TL-Align the attention runs
-# through the ride's autograd Function (the fused CPU kernel's private backward), which is where compile
-# does not gain.
+# plain DeiT-S with CutMix compiled vs eager, timed the same way: 0.984. Not analysed yet; with TL-Align
+# the attention runs through the ride's own autograd Function (one graph, no break), a likely place.
 register_case(
     'deit-s-tlalign-compiled-vs-eager',
     TrainStepCase(
