@@ -33,7 +33,9 @@ def composed_config(folder: Path) -> Path:
 
 def random_checkpoint(cfg, path: Path, meta: dict = None):
     """Save a checkpoint of ``cfg``'s model with every float tensor randomised around its initialisation
-    (BatchNorm variances kept positive), so no zero-initialised part hides a mistake; returns the path."""
+    (BatchNorm variances kept >= 1), so no zero-initialised part hides a mistake; the same for the same
+    ``cfg``. Returns the path."""
+    torch.manual_seed(0)
     with DefaultScope.overwrite_default_scope(cfg.default_scope):
         model = build_model(cfg, None, 'cpu')
     g = torch.Generator().manual_seed(0)
@@ -42,7 +44,7 @@ def random_checkpoint(cfg, path: Path, meta: dict = None):
         if value.is_floating_point():
             value = value + 0.1 * torch.randn(value.shape, generator=g)
             if key.endswith('running_var'):
-                value = value.abs() + 0.5
+                value = value.abs() + 1
         state[key] = value
     torch.save(dict(state_dict=state, meta=meta or {}), path)
     return path
