@@ -51,7 +51,8 @@ def test_image_classification_inferencer_and_get_model(name, digits_workspace, t
     inferencer = ImageClassificationInferencer(str(config), pretrained=str(ckpt), device='cpu')
     results = inferencer(images, batch_size=2)
     model = get_model(str(config), pretrained=str(ckpt), device='cpu')
-    assert type(model).__name__ == type(inferencer.model).__name__ == cfg.model.get('type', 'ImageClassifier').split('.')[-1]
+    built = cfg.model.get('type', 'ImageClassifier').split('.')[-1]
+    assert type(model).__name__ == type(inferencer.model).__name__ == built
     state = torch.load(ckpt, weights_only=False)['state_dict']
     assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
     expected = scores_of_test_step(model.eval(), cfg, images)
