@@ -8,9 +8,14 @@ them, without inductor's C++ code generation, which takes minutes for 7 configs 
 model compiles with ``compile=True``, the default inductor path users get (with ``fallback_random``, so
 that its random numbers are eager PyTorch's).
 """
+import subprocess
+import sys
+
 import pytest
 import torch
 from mmengine.registry import DefaultScope
+
+from conftest import CONFIGS, REPO, tool_env
 
 from model_helpers import composed_config
 from guard_helpers import TECHNIQUES, build_workspace, logged_losses, train
@@ -65,6 +70,31 @@ def test_the_patch_compiles_the_loss_not_the_optimizer_step():
     assert model(torch.zeros(2, 3, 16, 16)).shape == (2, 3)
     runner = SimpleNamespace(model=model, cfg=dict(compile=False), logger=logging.getLogger())
     Runner._maybe_compile(runner, 'train_step')  # compile=False leaves the model alone
+
+
+def test_without_the_patch_dynamo_fails_in_the_optimizer_step(tmp_path):
+    """The breakage the patch answers, in a fresh interpreter with mmengine's own ``_maybe_compile``: the
+    plain DeiT demo with ``compile=True`` stops inside ``Adam.step`` (fails once mmengine or torch fix it,
+    and then the gate is revisited)."""
+    code = f"""
+import sys
+sys.path.insert(0, {str(REPO / 'tests')!r})
+from pathlib import Path
+from mmengine.runner import Runner
+mmengine_compile = Runner._maybe_compile
+import mmvitreg
+Runner._maybe_compile = mmengine_compile
+from guard_helpers import build_workspace, train
+ws = build_workspace(Path({str(tmp_path)!r}))
+train(Path({str(CONFIGS / 'demo' / 'deit-tiny_1xb64_digits.py')!r}), ws, ws / 'work', '--no-validate',
+      **{{'train_dataloader.batch_size': 4, 'train_dataloader.dataset.indices': 8, 'train_cfg.max_epochs': 1,
+         'compile': True}})
+"""
+    proc = subprocess.run([sys.executable, '-c', code], cwd=REPO, env=tool_env(), capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode != 0
+    assert "'UserDefinedDictVariable' object has no attribute 'items'" in proc.stderr
+    assert 'torch/optim/adam.py' in proc.stderr and 'in step' in proc.stderr
 
 
 @pytest.mark.parametrize('config', TECHNIQUES, ids=lambda p: p.stem)
