@@ -36,6 +36,14 @@ bound says so and the patch is removed once the oldest supported mmengine has it
    e.g. its data set or optimizer to a scope that does not have them. ``mmvitreg::`` bases are
    therefore read like local ``_base_`` files (no stamp); the dicts they inherit from
    ``mmpretrain::``/``mmseg::``/``mmdet::`` keep those stamps.
+5. ``compile_model_loss`` (mmengine >= 0.7, < 0.11: every release with ``cfg.compile``) - with
+   ``compile=True`` (or a dict of ``torch.compile`` options) ``Runner.train`` compiles the whole
+   ``model.train_step``, the optimizer step included, and dynamo fails inside ``Adam.step`` on torch 2.x
+   ("'UserDefinedDictVariable' object has no attribute 'items'"), for every config. Not fixed upstream
+   (mmengine 0.10.7 is the latest release). We compile the model's training forward, ``model.loss``
+   (:func:`compile_loss`: the backbone, the trace users and the losses; mmpretrain, mmseg and mmdet
+   models all route ``mode='loss'`` there), and leave data preprocessing, the backward and the optimizer
+   step eager. The options of ``cfg.compile`` go to ``torch.compile`` as before.
 """
 import importlib.metadata
 import importlib.util
@@ -160,6 +168,33 @@ def _mmengine_lacks_mmvitreg() -> bool:
     return 'mmvitreg' not in MODULE2PACKAGE
 
 
+def compile_loss(model: torch.nn.Module, **options) -> torch.nn.Module:
+    """Compile ``model.loss`` (the training forward) with ``torch.compile(**options)``, in place (patch 5).
+
+    A wrapped model (DDP) has its inner module's ``loss`` compiled. Returns ``model``.
+    """
+    from mmengine.model import is_model_wrapper
+    inner = model.module if is_model_wrapper(model) else model
+    inner.loss = torch.compile(inner.loss, **options)
+    return model
+
+
+def _patch_compile_model_loss():
+    from mmengine.runner import Runner
+
+    maybe_compile = Runner._maybe_compile
+
+    def maybe_compile_loss(self, target: str) -> None:
+        options = self.cfg.get('compile', None)
+        if target != 'train_step' or options is None or options is False:
+            return maybe_compile(self, target)
+        compile_loss(self.model, **({} if options is True else dict(options)))
+        self.logger.info('model.loss has been compiled (the optimizer step stays eager: mmvitreg.compat '
+                         'compile_model_loss); the first iterations will be slow.')
+
+    Runner._maybe_compile = maybe_compile_loss
+
+
 @dataclass(frozen=True)
 class Patch:
     """One workaround: its name, the upstream reference, the gate and the patch itself.
@@ -186,6 +221,8 @@ PATCHES = (
           lambda: _below('mmengine', '0.11'), _patch_package_lookup),
     Patch('mmvitreg_config_scope', 'mmengine MODULE2PACKAGE has a fixed list of packages',
           _mmengine_lacks_mmvitreg, _register_mmvitreg_config_scope),
+    Patch('compile_model_loss', 'not fixed upstream (mmengine 0.10.7 compiles the whole train_step)',
+          lambda: _below('mmengine', '0.11'), _patch_compile_model_loss),
 )
 
 

@@ -11,7 +11,8 @@ from conftest import CONFIGS, tool_env
 from mmvitreg import compat
 
 SEG = CONFIGS / 'deepvit' / 'upernet_deepvit-s_mln_8xb2-160k_ade20k-512x512.py'  # inherits mmseg::
-ALL = ['checkpoint_weights_only', 'cpu_distributed', 'package_lookup', 'mmvitreg_config_scope']
+ALL = ['checkpoint_weights_only', 'cpu_distributed', 'package_lookup', 'mmvitreg_config_scope',
+       'compile_model_loss']
 
 
 def run_py(code):

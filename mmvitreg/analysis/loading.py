@@ -7,10 +7,11 @@ from mmengine.config import Config
 from torch import nn
 
 
-def build_model(cfg: Config, checkpoint, device: str) -> nn.Module:
+def build_model(cfg: Config, checkpoint, device: str, strict: bool = False) -> nn.Module:
     """The model of ``cfg`` (its ``data_preprocessor`` filled in as mmengine's Runner does), with
-    ``checkpoint`` loaded when given (else the config's initialisation, without mmengine's
-    parameter-by-parameter init log), on ``device``, in eval mode. Call it inside ``cfg.default_scope``."""
+    ``checkpoint`` loaded when given (``strict``: every key must fit; else the config's initialisation,
+    without mmengine's parameter-by-parameter init log), on ``device``, in eval mode. Call it inside
+    ``cfg.default_scope``."""
     from mmengine.logging import MMLogger
     from mmengine.registry import MODELS
     from mmengine.runner import load_checkpoint
@@ -18,7 +19,7 @@ def build_model(cfg: Config, checkpoint, device: str) -> nn.Module:
     model_cfg.setdefault('data_preprocessor', cfg.get('data_preprocessor'))
     model = MODELS.build(model_cfg)
     if checkpoint:
-        load_checkpoint(model, checkpoint, map_location='cpu')
+        load_checkpoint(model, checkpoint, map_location='cpu', strict=strict)
     else:
         logger = MMLogger.get_current_instance()
         level = logger.level

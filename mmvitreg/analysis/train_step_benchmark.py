@@ -630,3 +630,29 @@ register_with_without(
     'T2T-ViT-14 with DRLoc (raw tokens of mmpretrain\'s T2T_ViT, 14x14 pooled to 7x7, m = 64; '
     'no trace) vs. mmpretrain\'s T2T-ViT-14 without it',
     _t2t_drloc, max_time_ratio=1.02)
+
+
+def _compiled(builder: ModelBuilder) -> ModelBuilder:
+    """``builder``'s model with its loss compiled as ``compile=True`` does in tools/train.py
+    (:func:`mmvitreg.compat.compile_loss`, inductor; the optimizer step stays eager)."""
+
+    def build(img_size: int, tiny: bool) -> nn.Module:
+        from mmvitreg.compat import compile_loss
+        return compile_loss(builder(img_size, tiny))
+
+    return build
+
+
+# measured on a CPU (1 thread, batch 8, 224x224, CPU clock, 2026-11-25): 1.034 (1937 vs 1874 ms), a miss;
+# plain DeiT-S with CutMix compiled vs eager, timed the same way: 0.984. Not analysed yet; with TL-Align
+# the attention runs through the ride's own autograd Function (one graph, no break), a likely place.
+register_case(
+    'deit-s-tlalign-compiled-vs-eager',
+    TrainStepCase(
+        description='DeiT-S with CutMix + TL-Align, its loss compiled by torch.compile (inductor, as '
+        '`compile=True` in tools/train.py; compiled in the first two warm-up steps: mmpretrain\'s '
+        'LabelSmoothLoss sets its num_classes on the first call, one recompile) vs. the same model eager',
+        model=_compiled(_deit_cutmix(True)),
+        baseline=_deit_cutmix(True),
+        make_batch=classification_batch,
+        max_time_ratio=1.0))

@@ -131,10 +131,11 @@ class MixPlan:
 @functools.lru_cache(maxsize=64)
 def _shift_mask(padded: Tuple[int, int], window: int, shift: int, device: torch.device) -> Tensor:
     """``(nW, w*w, w*w)`` additive mask (0 / -100) that keeps a shifted window's regions apart."""
-    region = torch.zeros(1, *padded, 1, device=device)
-    cuts = (slice(0, -window), slice(-window, -shift), slice(-shift, None))
-    for n, (h, w) in enumerate((h, w) for h in cuts for w in cuts):
-        region[:, h, w, :] = n
+    # region of each row / column: 0 before the last window, 1 in it before the shift, 2 after; no
+    # indexed assignment, so that the ONNX exporter's tracing can fold it into a constant
+    rows, cols = ((torch.arange(n, device=device) >= n - window).float() +
+                  (torch.arange(n, device=device) >= n - shift).float() for n in padded)
+    region = (rows[:, None] * 3 + cols[None, :]).view(1, *padded, 1)
     ids = WindowLayout.cut(region, window).flatten(1)  # (nW, w*w)
     mask = ids.unsqueeze(1) - ids.unsqueeze(2)
     return mask.masked_fill(mask != 0, -100.).masked_fill(mask == 0, 0.)
@@ -169,7 +170,9 @@ class WindowLayout:
     def padded(self) -> Tuple[int, int]:
         """The padded grid ``(Hp, Wp)``."""
         w = self.window
-        return -(-self.grid[0] // w) * w, -(-self.grid[1] // w) * w
+        # ceil as (g + w - 1) // w, not -(-g // w): the ONNX exporter turns // on a traced negative size
+        # into a truncating division
+        return (self.grid[0] + w - 1) // w * w, (self.grid[1] + w - 1) // w * w
 
     @property
     def num_windows(self) -> int:

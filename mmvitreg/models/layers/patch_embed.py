@@ -10,7 +10,7 @@ def token_grid(input_size, stride: int) -> Tuple[int, int]:
     Inputs are padded bottom/right to a multiple of the stride, so ``Hg = ceil(H / stride)``.
     """
     h, w = (input_size, input_size) if not isinstance(input_size, Sequence) else input_size
-    return -(-h // stride), -(-w // stride)
+    return (h + stride - 1) // stride, (w + stride - 1) // stride  # not -(-h // s): ONNX truncates it
 
 
 class PatchEmbed(nn.Module):

@@ -92,8 +92,14 @@ class ReAttention(MultiheadSelfAttention):
 
     def _scaled_norm(self, x: Tensor) -> Tensor:
         """``var_norm(x) * reatten_scale``: the module runs with its affine weight and bias times the scale
-        (its running statistics, momentum and any SyncBN conversion behave as usual)."""
+        (its running statistics, momentum and any SyncBN conversion behave as usual).
+
+        Under ``torch.jit`` tracing (the TorchScript ONNX exporter) ``functional_call`` is refused
+        ("The stateless API can't be used with Jitted modules"), so there the scale multiplies the
+        norm's output: the same values, one more pass over the map."""
         if self.reatten_scale == 1.:
             return self.var_norm(x)
+        if torch.jit.is_tracing():
+            return self.var_norm(x) * self.reatten_scale
         scaled = {name: getattr(self.var_norm, name) * self.reatten_scale for name in ('weight', 'bias')}
         return functional_call(self.var_norm, scaled, (x, ))
