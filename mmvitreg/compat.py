@@ -167,8 +167,8 @@ def load_checkpoint(file, map_location=None, name: Optional[str] = None, unsafe:
         with torch.serialization.safe_globals(checkpoint_safe_globals()):
             return torch.load(file, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
-        if 'Weights only load failed' not in str(e):  # a damaged file, not a refused one
-            raise
+        if 'Weights only load failed' not in str(e) or 'Unsupported operand' in str(e):
+            raise  # a damaged file or not a pickle (text read as one), not a refused one
         refused, other = _REFUSED_GLOBAL.search(str(e)), _WEIGHTS_ONLY_ERROR.search(str(e))
         what = (f'the global {refused.group(1)}' if refused else
                 f'a pickle instruction ({other.group(1).rstrip(".")})' if other else 'a pickle instruction')
