@@ -138,6 +138,11 @@ def checkpoint_safe_globals() -> list:
     ]
 
 
+def _torch_allow_lists_globals() -> bool:
+    """The gate of patch 1: torch >= 2.6 (``weights_only=True`` by default, allow-list entries by name)."""
+    return _at_least('torch', '2.6')
+
+
 def unsafe_load_allowed() -> bool:
     """Whether the user opted into full unpickling (``MMVITREG_UNSAFE_LOAD=1``, set by ``--unsafe-load``)."""
     return os.environ.get(UNSAFE_LOAD_ENV, '') == '1'
@@ -161,7 +166,7 @@ def load_checkpoint(file, map_location=None, name: Optional[str] = None, unsafe:
     """
     if unsafe is None:
         unsafe = unsafe_load_allowed()
-    if unsafe or not _at_least('torch', '2.6'):
+    if unsafe or not _torch_allow_lists_globals():
         return torch.load(file, map_location=map_location, weights_only=False)
     try:
         with torch.serialization.safe_globals(checkpoint_safe_globals()):
@@ -285,7 +290,7 @@ class Patch:
 
 PATCHES = (
     Patch('checkpoint_weights_only', 'mmengine #1655, PR #1670 (mmengine 0.11); our allow-list on any mmengine',
-          lambda: _at_least('torch', '2.6'), _patch_checkpoint_loading),
+          _torch_allow_lists_globals, _patch_checkpoint_loading),
     Patch('cpu_distributed', 'not fixed upstream (mmengine 0.10.7)',
           lambda: _below('mmengine', '0.11'), _patch_cpu_distributed),
     Patch('package_lookup', 'mmengine PR #1676 (mmengine 0.11)',
