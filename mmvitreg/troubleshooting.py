@@ -117,6 +117,12 @@ CASES: List[Case] = [
     Case('checkpoint-not-a-checkpoint', 'checkpoint', 'a file that is not a checkpoint (a list, a log)',
          'not a checkpoint',
          'Point at the `.pth` file the training wrote.'),
+    Case('checkpoint-unsafe-pickle', 'checkpoint',
+         'a checkpoint whose pickle names a global outside the allow-list (an object that would run code on load)',
+         "is not on mmvitreg's allow-list of what checkpoints hold",
+         'Nothing of it ran. The message names the global: checkpoints of mmvitreg / mmengine and the official '
+         'releases never need it, so get the file from its source again; only if you trust it, pass '
+         '`--unsafe-load` (`tools/train.py`, `tools/test.py`, the converters) or set `MMVITREG_UNSAFE_LOAD=1`.'),
     Case('checkpoint-other-model', 'checkpoint', '`tools/test.py` with a checkpoint of another model',
          'does not fit the model',
          'Use the checkpoint of this config; `--allow-partial` evaluates the keys that fit (the message counts them).'),

@@ -292,6 +292,19 @@ def _(ctx):
     return stops(run_test(ctx, DEEPVIT, ctx.ws / 'list.pth'))
 
 
+@scenario('checkpoint-unsafe-pickle')
+def _(ctx):
+    from test_safe_loading import code_running_checkpoint
+    marker = ctx.ws.parent / 'unsafe_pickle_ran'
+    ckpt = code_running_checkpoint(ctx.ws / 'unsafe.pth', ctx.ckpt[DEEPVIT], marker)
+
+    def check(message):
+        _names(message, ckpt)
+        assert 'the global exec' in message and '--unsafe-load' in message, message
+        assert not marker.exists(), 'the pickle ran'
+    return stops(run_test(ctx, DEEPVIT, ckpt), check=check)
+
+
 @scenario('checkpoint-other-model')
 def _(ctx):
     """Every technique's test config given the checkpoint of the next technique."""

@@ -2,7 +2,7 @@
 
     python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out FILE [--out-item {pred,metrics}]] [--amp]
                                            [--show-dir DIR] [--show] [--interval N] [--wait-time S]
-                                           [--tta] [--allow-partial] [--no-pin-memory]
+                                           [--tta] [--allow-partial] [--unsafe-load] [--no-pin-memory]
                                            [--cfg-options k=v ...] [--launcher pytorch]
 
 The flags mean what they mean in mmpretrain 1.2.0's ``tools/test.py``, for mmseg and mmdet configs too:
@@ -15,7 +15,9 @@ predictions of every ``--interval``-th test image (default 1: every image), each
 The checkpoint is loaded strictly: a missing, unexpected or size-mismatched key stops the run with
 the file's name and the first keys of each kind (``--allow-partial`` evaluates the keys that fit). An
 official release (LV-ViT, DeepViT, DiversePatch, timm DeiT / TL-Align, Swin; raw or wrapped) is
-converted on load, with one log line naming its layout.
+converted on load, with one log line naming its layout. It is unpickled with ``weights_only=True`` and
+an allow-list of what checkpoints hold (:func:`mmvitreg.compat.load_checkpoint`); ``--unsafe-load``
+unpickles anything, for trusted files only.
 
 ``--tta`` runs the config's ``tta_model`` over its ``tta_pipeline`` (mmseg: multi-scale + flip from
 the dataset config); an mmpretrain config without them gets mmpretrain's flip-averaging TTA.
@@ -24,6 +26,7 @@ The final metrics are printed as one JSON line prefixed with ``metrics:``.
 import argparse
 import json
 import logging
+import os
 import os.path as osp
 import sys
 
@@ -31,6 +34,7 @@ import torch
 from mmengine.logging import print_log
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
+from mmvitreg.compat import UNSAFE_LOAD_ENV, UNSAFE_LOAD_HELP
 from mmvitreg.datasets.data_checks import check_data
 from mmvitreg.engine import CheckpointError
 from mmvitreg.utils import ConfigError, build_runner, load_config, parse_tool_args, set_run_args
@@ -77,6 +81,7 @@ def parse_args(argv=None):
     parser.add_argument('--tta', action='store_true', help='test-time augmentation')
     parser.add_argument('--allow-partial', action='store_true',
                         help='evaluate even if the checkpoint\'s keys do not all fit the model')
+    parser.add_argument('--unsafe-load', action='store_true', help=UNSAFE_LOAD_HELP)
     return parse_tool_args(parser, argv)
 
 
@@ -107,6 +112,8 @@ def build_test_config(args):
     cfg.load_from = args.checkpoint
     cfg.setdefault('runner_type', 'mmvitreg.GuardedRunner')
     cfg.checkpoint_policy = dict(load_from='partial' if args.allow_partial else 'strict')
+    if args.unsafe_load:
+        os.environ[UNSAFE_LOAD_ENV] = '1'
     if args.show_dir or args.show:
         set_visualization(cfg, args)
     if args.amp:

@@ -1,6 +1,7 @@
 """Train an mmpretrain, mmseg or mmdet config (mmvitreg components or not).
 
-    python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--allow-partial] [--amp [--amp-dtype D]]
+    python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--allow-partial] [--unsafe-load]
+                                 [--amp [--amp-dtype D]]
                                  [--auto-scale-lr] [--no-validate] [--no-pin-memory] [--no-persistent-workers]
                                  [--cfg-options k=v ...] [--launcher pytorch]
 
@@ -11,9 +12,12 @@ Runs are built with :class:`mmvitreg.engine.GuardedRunner`: ``--resume`` loads s
 converted on load; a file that fills less than 90% of the backbone stops the run unless ``--allow-partial``),
 checkpoints are written
 atomically, the random generators are part of them (exact resume), and a non-finite loss stops the run.
+Checkpoints are unpickled with ``weights_only=True`` and an allow-list of what checkpoints hold
+(:func:`mmvitreg.compat.load_checkpoint`); ``--unsafe-load`` unpickles anything, for trusted files only.
 """
 import argparse
 import logging
+import os
 import os.path as osp
 import sys
 
@@ -21,6 +25,7 @@ import torch
 from mmengine.logging import print_log
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
+from mmvitreg.compat import UNSAFE_LOAD_ENV, UNSAFE_LOAD_HELP
 from mmvitreg.datasets.data_checks import check_data
 from mmvitreg.engine import CheckpointError, NonFiniteLossError
 from mmvitreg.utils import ConfigError, build_runner, load_config, parse_tool_args, set_run_args
@@ -35,6 +40,7 @@ def parse_args(argv=None):
     parser.add_argument('--allow-partial', action='store_true',
                         help='--resume from a checkpoint whose keys do not all fit the model, or load_from one that '
                         'fills less than 90%% of the backbone')
+    parser.add_argument('--unsafe-load', action='store_true', help=UNSAFE_LOAD_HELP)
     parser.add_argument('--amp', action='store_true',
                         help='automatic mixed precision: float16 on CUDA, bfloat16 on CPU')
     parser.add_argument('--amp-dtype', choices=['float16', 'bfloat16'],
@@ -53,6 +59,8 @@ def build_train_config(args):
     cfg.setdefault('runner_type', 'mmvitreg.GuardedRunner')
     if args.allow_partial:
         cfg.checkpoint_policy = dict(load_from='partial', resume='partial')
+    if args.unsafe_load:
+        os.environ[UNSAFE_LOAD_ENV] = '1'
     if args.amp_dtype and not args.amp:
         raise ConfigError('--amp-dtype goes with --amp')
     if args.amp:

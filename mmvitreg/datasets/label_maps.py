@@ -54,6 +54,8 @@ import torch
 from mmengine.fileio import get as read_bytes
 from torch import Tensor
 
+from mmvitreg.compat import load_checkpoint
+
 REGIONS = ('full', 'center_square')
 _FP16_MAX_EXACT_INT = 2048
 
@@ -170,8 +172,9 @@ def _stored_zip_entries(data: bytearray) -> dict:
 class _TensorUnpickler(pickle.Unpickler):
     """Reads the one float16/float32 tensor of a ``torch.save`` zip archive as a numpy array.
 
-    Only the globals such a file needs are allowed (like ``torch.load(weights_only=True)``); anything
-    else raises ``pickle.UnpicklingError`` and :func:`load_label_map` falls back to ``torch.load``.
+    Only the globals such a file needs are allowed (fewer than ``torch.load(weights_only=True)``); anything
+    else raises ``pickle.UnpicklingError`` and :func:`load_label_map` falls back to
+    :func:`mmvitreg.compat.load_checkpoint`.
     The array is a view of the archive's bytes (no copy).
     """
 
@@ -196,8 +199,9 @@ class _TensorUnpickler(pickle.Unpickler):
         return np.frombuffer(self.entries[f'{self.prefix}data/{key}'], _STORAGE_DTYPES[storage_type])
 
 
-def _read_tensor(data: bytes):
-    """The content of a ``torch.save`` file: fast path for one float tensor, else ``torch.load``."""
+def _read_tensor(data: bytes, path: str):
+    """The content of a ``torch.save`` file: fast path for one float tensor, else
+    :func:`mmvitreg.compat.load_checkpoint` (``weights_only=True`` and its allow-list, as for checkpoints)."""
     try:
         entries = _stored_zip_entries(bytearray(data))  # writable: the arrays become torch tensors
         prefix = next(n for n in entries if n.endswith('/data.pkl'))[:-len('data.pkl')]
@@ -205,7 +209,7 @@ def _read_tensor(data: bytes):
             raise ValueError('big-endian archive')
         return _TensorUnpickler(entries, prefix).load()
     except Exception:  # not one float tensor in a plain zip archive: let torch decide
-        return torch.load(io.BytesIO(data), map_location='cpu', weights_only=True)
+        return load_checkpoint(io.BytesIO(data), map_location='cpu', name=path)
 
 
 def load_label_map(path: str, num_classes: Optional[int] = None,
@@ -214,7 +218,7 @@ def load_label_map(path: str, num_classes: Optional[int] = None,
 
     A ``torch.save`` file holding one float tensor is parsed directly from its zip archive (the
     central directory and a restricted unpickler, about 10x faster than ``torch.load``); anything
-    else goes through ``torch.load(weights_only=True)``.
+    else goes through :func:`mmvitreg.compat.load_checkpoint` (``weights_only=True`` and its allow-list).
 
     Args:
         path (str): The ``.pt`` file.
@@ -230,7 +234,7 @@ def load_label_map(path: str, num_classes: Optional[int] = None,
         raise FileNotFoundError(f'token label map {path} does not exist; generate the maps with '
                                 'tools/generate_label_maps.py or check label_root') from None
     try:
-        label_map = _read_tensor(data)
+        label_map = _read_tensor(data, path)
     except Exception as e:
         raise ValueError(f'malformed token label map {path}: torch.load failed ({e})') from e
     return check_label_map(label_map, path, num_classes)

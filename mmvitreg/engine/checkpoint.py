@@ -7,7 +7,8 @@ writes checkpoints in place (a process killed while saving leaves a truncated fi
 name). This module holds the pieces :class:`~mmvitreg.engine.runner.GuardedRunner` uses instead:
 
 * :func:`read_checkpoint` - one :class:`CheckpointError` line naming the file and what is wrong
-  (missing, empty, truncated / not a torch file, not a checkpoint);
+  (missing, empty, truncated / not a torch file, not a checkpoint, a pickle global outside the allow-list
+  of :func:`mmvitreg.compat.load_checkpoint`, which reads it);
 * :func:`load_checkpoint_file` - a checkpoint read, local or remote, in mmengine's ``{'state_dict': ...}``
   form, an official release converted on the way (one log line): what ``load_from``, ``tools/test.py``
   and ``init_cfg=dict(type='Pretrained')`` read;
@@ -35,6 +36,7 @@ from mmengine.logging import print_log
 from mmengine.runner.checkpoint import CheckpointLoader
 from torch import nn
 
+from mmvitreg.compat import UnsafeCheckpointError, load_checkpoint
 from mmvitreg.models.converters import convert_official, detect_layout, unwrap_checkpoint
 
 #: name of the atomic local backend in mmengine's file-backend registry
@@ -60,9 +62,12 @@ def read_checkpoint(filename: str, map_location='cpu') -> dict:
     Returns:
         dict: the checkpoint (``{'state_dict': ..., 'meta': ..., ...}`` or a bare state dict).
 
+    The file is unpickled by :func:`mmvitreg.compat.load_checkpoint` (``weights_only=True`` and the
+    allow-list of what checkpoints hold, unless the user opted into ``--unsafe-load``).
+
     Raises:
         CheckpointError: the file does not exist, is empty, is truncated or not a PyTorch file,
-            or holds something other than a checkpoint dict.
+            holds something other than a checkpoint dict, or names a global outside the allow-list.
     """
     if not osp.isfile(filename):
         raise CheckpointError(f'checkpoint {filename}: no such file')
@@ -70,8 +75,9 @@ def read_checkpoint(filename: str, map_location='cpu') -> dict:
     if size == 0:
         raise CheckpointError(f'checkpoint {filename}: empty file (0 bytes), e.g. a save that was interrupted')
     try:
-        # checkpoints are trusted files the user points at (mmengine pickles HistoryBuffer, numpy scalars)
-        checkpoint = torch.load(filename, map_location=map_location, weights_only=False)
+        checkpoint = load_checkpoint(filename, map_location)
+    except UnsafeCheckpointError as e:  # its message names the file, the global and the opt-in
+        raise CheckpointError(str(e)) from None
     except Exception as e:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for damaged files
         raise CheckpointError(f'checkpoint {filename}: not a readable PyTorch checkpoint ({size} bytes; truncated '
                               f'or another format): {_first_line(e)}') from None

@@ -22,6 +22,8 @@ from typing import Callable, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from mmvitreg.compat import UNSAFE_LOAD_HELP, load_checkpoint
+
 # timm key pattern -> mmvitreg backbone key (mmpretrain VisionTransformer layout).
 BACKBONE_RENAMES = (
     (r'^(cls_token|pos_embed)$', r'\1'),
@@ -112,15 +114,19 @@ def convert_timm_vit(state_dict: Mapping[str, Tensor],
 
 
 def convert_checkpoint_file(src: str, dst: str, convert: Callable[[Dict[str, Tensor]], Dict[str, Tensor]],
-                            ema: bool = False) -> Dict[str, Tensor]:
+                            ema: bool = False, unsafe_load: bool = False) -> Dict[str, Tensor]:
     """Load an official checkpoint file, convert its state dict with ``convert`` and save it.
 
     The output file holds ``{'state_dict': converted}``, loadable by mmengine's ``load_checkpoint``
     and by ``init_cfg=dict(type='Pretrained', checkpoint=dst)`` (with ``prefix='backbone.'`` for a
-    backbone alone). Official checkpoints are pickles with non-tensor entries, so they are loaded
-    with ``weights_only=False``: convert only files you trust.
+    backbone alone). ``src`` is read by :func:`mmvitreg.compat.load_checkpoint` (``weights_only=True`` and
+    the allow-list, which covers the official releases' non-tensor entries); ``unsafe_load=True`` (or
+    ``MMVITREG_UNSAFE_LOAD=1``) unpickles anything, for trusted files only.
+
+    Raises:
+        mmvitreg.compat.UnsafeCheckpointError: ``src`` names a global outside the allow-list.
     """
-    checkpoint = torch.load(src, map_location='cpu', weights_only=False)
+    checkpoint = load_checkpoint(src, map_location='cpu', unsafe=unsafe_load or None)
     converted = convert(unwrap_checkpoint(checkpoint, ema=ema))
     torch.save({'state_dict': converted}, dst)
     return converted
@@ -134,8 +140,9 @@ def converter_cli(convert: Callable[[Dict[str, Tensor]], Dict[str, Tensor]], des
     parser.add_argument('dst', help='output checkpoint')
     parser.add_argument('--ema', action='store_true',
                         help='convert the EMA weights (state_dict_ema / model_ema) if present')
+    parser.add_argument('--unsafe-load', action='store_true', help=UNSAFE_LOAD_HELP)
     args = parser.parse_args(argv)
-    converted = convert_checkpoint_file(args.src, args.dst, convert, ema=args.ema)
+    converted = convert_checkpoint_file(args.src, args.dst, convert, ema=args.ema, unsafe_load=args.unsafe_load)
     print(f'saved {len(converted)} tensors to {args.dst}')
 
 

@@ -1,6 +1,6 @@
 """Convert an official DeepViT checkpoint (zhoudaquan/dvit_repo) to an mmvitreg classifier checkpoint.
 
-Usage: python tools/model_converters/deepvit_to_mmvitreg.py SRC DST [--ema]
+Usage: python tools/model_converters/deepvit_to_mmvitreg.py SRC DST [--ema] [--unsafe-load]
 
 The result loads into ``ImageClassifier(backbone=dict(type='mmvitreg.DeepViT', arch=...),
 head=dict(type='VisionTransformerClsHead', ...))``; official DeepViT models expect inputs

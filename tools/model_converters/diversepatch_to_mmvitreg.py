@@ -1,6 +1,6 @@
 """Convert an official DiversePatch checkpoint (ChengyueGongR/PatchVisionTransformer) to an mmvitreg checkpoint.
 
-Usage: python tools/model_converters/diversepatch_to_mmvitreg.py SRC DST [--mixing-index 2] [--ema]
+Usage: python tools/model_converters/diversepatch_to_mmvitreg.py SRC DST [--mixing-index 2] [--ema] [--unsafe-load]
 
 The result loads into the configs of configs/diversepatch (a ``TokenClassifier`` with ``mmvitreg.VisionTransformer``,
 ``VisionTransformerClsHead`` and the three losses, the mixing loss third); the released DeiT checkpoints were trained
@@ -12,6 +12,7 @@ the official code evaluates). ``load_from`` / ``init_cfg`` / ``tools/test.py`` t
 import argparse
 from functools import partial
 
+from mmvitreg.compat import UNSAFE_LOAD_HELP
 from mmvitreg.models.converters import convert_checkpoint_file, convert_diversepatch
 
 
@@ -22,9 +23,10 @@ def main(argv=None):
     parser.add_argument('--mixing-index', type=int, default=2,
                         help='position of the PatchMixingLoss in the model\'s aux_losses (default: 2)')
     parser.add_argument('--ema', action='store_true', help='convert the EMA weights (model_ema) instead of model')
+    parser.add_argument('--unsafe-load', action='store_true', help=UNSAFE_LOAD_HELP)
     args = parser.parse_args(argv)
-    converted = convert_checkpoint_file(args.src, args.dst, partial(convert_diversepatch,
-                                                                    mixing_index=args.mixing_index), ema=args.ema)
+    convert = partial(convert_diversepatch, mixing_index=args.mixing_index)
+    converted = convert_checkpoint_file(args.src, args.dst, convert, ema=args.ema, unsafe_load=args.unsafe_load)
     print(f'saved {len(converted)} tensors to {args.dst}')
 
 

@@ -1,6 +1,6 @@
 """Convert an official LV-ViT checkpoint (zihangJiang/TokenLabeling) to an mmvitreg classifier checkpoint.
 
-Usage: python tools/model_converters/lvvit_to_mmvitreg.py SRC DST [--ema]
+Usage: python tools/model_converters/lvvit_to_mmvitreg.py SRC DST [--ema] [--unsafe-load]
 
 Keys: ``backbone.*`` for ``mmvitreg.LVViT``, ``head.layers.head.*`` for the cls-token head and
 ``head.aux_head.*`` for the token-labeling aux head.

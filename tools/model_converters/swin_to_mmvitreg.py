@@ -1,6 +1,6 @@
 """Convert an official Swin Transformer checkpoint (microsoft/Swin-Transformer) to an mmvitreg classifier checkpoint.
 
-Usage: python tools/model_converters/swin_to_mmvitreg.py SRC DST [--ema]
+Usage: python tools/model_converters/swin_to_mmvitreg.py SRC DST [--ema] [--unsafe-load]
 
 Keys: ``backbone.*`` for ``mmvitreg.SwinTransformer`` (mmpretrain's Swin layout, patch-merging channels
 reordered for mmcv's ``PatchMerging``) and ``head.fc.*`` for mmpretrain's ``LinearClsHead``. mmpretrain,
