@@ -7,7 +7,7 @@ from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 from conftest import REPO, run_tool
 from mmvitreg.analysis.trace_support import MMPRETRAIN, OK, support_table
 from mmvitreg.models.trace import TraceUserError
-from mmvitreg.registry import BATCH_AUGMENTS, MODELS
+from mmvitreg.registry import MODELS
 
 
 @pytest.fixture(scope='module')
@@ -16,7 +16,7 @@ def table():
 
 
 def test_every_registered_trace_user_and_trace_backbone_is_in_the_table(table):
-    users = {n for reg in (MODELS, BATCH_AUGMENTS) for n, cls in reg.module_dict.items()
+    users = {n for n, cls in MODELS.module_dict.items()
              if hasattr(cls, 'trace_request') and not n.startswith('Toy')}
     backbones = {n for n, cls in MODELS.module_dict.items() if getattr(cls, 'accepts_trace', False)
                  and cls.__module__.startswith('mmvitreg')}

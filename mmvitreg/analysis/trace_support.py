@@ -34,14 +34,13 @@ OK = '✓'
 
 def trace_users() -> List[Tuple[str, TraceRequest]]:
     """``(name, class-level request)`` of every registered trace user of mmvitreg, by name."""
-    from mmvitreg.registry import BATCH_AUGMENTS, MODELS
+    from mmvitreg.registry import MODELS
+    MODELS.import_from_location()
     users = []
-    for registry in (MODELS, BATCH_AUGMENTS):
-        registry.import_from_location()
-        for name, cls in registry.module_dict.items():
-            request = getattr(cls, 'trace_request', None)
-            if isinstance(request, TraceRequest):
-                users.append((name, request))
+    for name, cls in MODELS.module_dict.items():
+        request = getattr(cls, 'trace_request', None)
+        if isinstance(request, TraceRequest):
+            users.append((name, request))
     return sorted(users)
 
 

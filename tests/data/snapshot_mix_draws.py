@@ -1,10 +1,12 @@
 """Print the draws of every mixing plan for seeds 0..2 as a Python literal (``MIX_DRAWS`` of
 ``tests/test_mixing_family.py``).
 
-Run once on the code before the mixing family was refactored onto one base (commit c15437c), from the
-repository root: ``python tests/data/snapshot_mix_draws.py``. The test asserts that the refactored plans
+Run on the code before the mixing family was refactored onto one base (commit c15437c), from the
+repository root: ``PYTHONPATH=. python tests/data/snapshot_mix_draws.py``. The test asserts that the refactored plans
 draw exactly these values, and consume the random generators alike (the next draw of numpy and torch).
 """
+from pprint import pformat
+
 import numpy as np
 import torch
 
@@ -28,9 +30,12 @@ SEEDS = (0, 1, 2)
 
 
 def encode(mask):
-    """A binary ``(Hg, Wg)`` mask as rows of digits ('0110/1111/...'), any other as rounded floats."""
+    """A binary ``(Hg, Wg)`` mask as rows of digits ('0110/1111/...'), a uniform one as its value, any other
+    as rounded floats."""
     if ((mask == 0) | (mask == 1)).all():
         return '/'.join(''.join(str(int(v)) for v in row) for row in mask.tolist())
+    if (mask == mask.flatten()[0]).all():
+        return round(float(mask.flatten()[0]), 6)
     return tuple(round(v, 6) for v in mask.flatten().tolist())
 
 
@@ -49,6 +54,6 @@ if __name__ == '__main__':
     for name, cls_name, kwargs in CASES:
         print(f'    {name!r}: [')
         for seed in SEEDS:
-            print(f'        {draws(cls_name, kwargs, seed)!r},')
+            print('        ' + pformat(draws(cls_name, kwargs, seed), width=112).replace('\n', '\n         ') + ',')
         print('    ],')
     print('}')
