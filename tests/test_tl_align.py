@@ -12,7 +12,7 @@ from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 from mmpretrain.structures import DataSample
 
 from mmvitreg.models.target_transforms import TLAlign
-from mmvitreg.models.trace import MixPlan, Ride, TokenTrace
+from mmvitreg.models.trace import MixPlan, Ride, TokenTrace, TraceStreamError
 from mmvitreg.registry import MODELS
 from mmvitreg.utils import check_plugin_types
 
@@ -143,11 +143,13 @@ def test_table10_norm_drops_negative_weights_and_keeps_label_of_rows_without_pos
     assert torch.allclose(out, 0.5 * (aligned + w[..., 0]))
 
 
-def build_classifier(backbone=None, num_layers=4, target_transform=True, num_classes=10, patch=8):
+def build_classifier(backbone=None, num_layers=None, target_transform=True, num_classes=10, patch=8):
+    """A TokenClassifier with PatchCutMix and TLAlign (``num_layers=None``: the depth from the trace)."""
+    tl = dict(type='mmvitreg.TLAlign', **({} if num_layers is None else dict(num_layers=num_layers)))
     cfg = dict(type='mmvitreg.TokenClassifier', backbone=backbone or tiny_deit(),
                head=dict(type='mmpretrain.LinearClsHead', num_classes=num_classes, in_channels=48,
                          loss=dict(type='mmpretrain.LabelSmoothLoss', label_smooth_val=0.1, mode='original')),
-               target_transform=dict(type='mmvitreg.TLAlign', num_layers=num_layers) if target_transform else None,
+               target_transform=tl if target_transform else None,
                train_cfg=dict(token_mix=dict(type='mmvitreg.PatchCutMix', patch_size=patch)),
                data_preprocessor=dict(num_classes=num_classes))
     with DefaultScope.overwrite_default_scope('mmpretrain'):
@@ -192,10 +194,32 @@ def test_training_uses_the_aligned_target_and_inference_builds_no_trace():
     assert traces[-1] is None
 
 
+def test_depth_comes_from_the_trace_and_a_given_depth_is_checked_at_build_time():
+    """TLAlign() carries the labels through every block of the backbone it runs on: the same targets as
+    TLAlign(num_layers=4) on a 4-block DeiT; a num_layers that is not the backbone's depth fails when the model
+    is built, naming the fix."""
+    targets = []
+    for num_layers in (None, 4):
+        torch.manual_seed(0)
+        np.random.seed(1)
+        model = build_classifier(num_layers=num_layers)
+        assert model.target_transform.num_layers == num_layers
+        data = model.data_preprocessor(make_data(), training=True)
+        model(**data, mode='loss')
+        targets.append(torch.stack([s.gt_score for s in data['data_samples']]))
+    torch.testing.assert_close(targets[0], targets[1], rtol=0, atol=0)
+    for num_layers in (3, 5):
+        with pytest.raises(TraceStreamError) as error:
+            build_classifier(num_layers=num_layers)
+        assert str(error.value) == (f'TLAlign carries its stream through num_layers={num_layers} blocks but '
+                                    'VisionTransformer has 4: set num_layers=4 or leave it out (the depth is taken '
+                                    'from the backbone)')
+    with pytest.raises(ValueError, match='positive integer'):
+        TLAlign(num_layers=0)
+
+
 def test_tl_align_errors_name_the_fix():
-    """Misconfigurations fail: too many blocks at build time, no plan / wrong depth at the first step."""
-    with pytest.raises(ValueError, match='TLAlign carries its stream through num_layers=5'):
-        build_classifier(num_layers=5)
+    """Misconfigurations fail: no plan / wrong depth at the first step (a TLAlign run outside a classifier)."""
     model = build_classifier(num_layers=4)
     trace = TokenTrace.for_request(model.target_transform.trace_request)
     with pytest.raises(ValueError, match='PatchCutMix'):
@@ -205,7 +229,8 @@ def test_tl_align_errors_name_the_fix():
     x = torch.randn(2, 3, 32, 32)
     trace = TokenTrace.for_request(TLAlign(num_layers=3).trace_request, mix=MixPlan(torch.tensor([1, 0]),
                                                                                      torch.ones(2, 4, 4)))
-    with pytest.raises(ValueError, match='num_layers'):
+    with pytest.raises(ValueError, match=r'TLAlign\(num_layers=3\) but the backbone has 4 blocks: set num_layers=4 or '
+                                         'leave it out'):
         model.backbone(x, trace=trace)
     trace = TokenTrace.for_request(model.target_transform.trace_request,
                                    mix=MixPlan(torch.tensor([1, 0]), torch.ones(2, 2, 2), torch.ones(2, 32, 32)))
@@ -265,7 +290,7 @@ def test_digits_config_trains_through_the_tools(tmp_path):
     cfg = Config.fromfile(str(CONFIG))
     check_plugin_types(cfg)
     assert cfg.model.type == 'mmvitreg.TokenClassifier' and cfg.model.backbone.type == 'mmvitreg.VisionTransformer'
-    assert cfg.model.target_transform.num_layers == cfg.model.backbone.arch.num_layers == 4
+    assert dict(cfg.model.target_transform) == dict(type='mmvitreg.TLAlign') and cfg.model.backbone.arch.num_layers == 4
     assert dict(cfg.model.train_cfg) == dict(token_mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=8))
     assert cfg.model.backbone.patch_size == 8
     run_tool(['dataset_converters/digits.py', 'imagenet', '--out', tmp_path / 'data'], cwd=tmp_path)
