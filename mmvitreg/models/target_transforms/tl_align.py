@@ -86,8 +86,6 @@ class TLAlign(BaseModule):
     """
 
     REPRESENTATIONS = ('weights', 'labels')
-    # what any instance asks (an instance's request carries itself as the stream, for its num_layers)
-    trace_request = TraceRequest(needs={'grid', 'stream'})
 
     def __init__(self, num_layers: Optional[int] = None, representation: str = 'weights',
                  num_classes: Optional[int] = None):
@@ -101,7 +99,7 @@ class TLAlign(BaseModule):
         self.num_layers = None if num_layers is None else int(num_layers)
         self.representation = representation
         self.num_classes = num_classes
-        self.trace_request = TraceRequest(stream=self)
+        self.trace_request = TraceRequest(stream=self)  # the labels ride as this instance's stream
 
     # ------------------------------------------------------------------ the stream (called by the backbone)
     def start(self, trace: TokenTrace) -> Tensor:
