@@ -179,3 +179,15 @@ def test_an_input_the_backbone_pads_trains_with_every_plan(backbone, patch, mix)
     assert tuple(data['mix_plan'].mask.shape) == (2, *grid)
     loss = model(**data, mode='loss')['loss_cls']
     assert torch.isfinite(loss)
+
+
+@pytest.mark.parametrize('cls_name,redraws', [('MixToken', False), ('PatchCutMix', True), ('PixelMixup', True),
+                                              ('RandomPatchMix', True), ('BlockMix', True)])
+def test_lam_of_1_is_drawn_again_except_by_lvvit_mixtoken(monkeypatch, cls_name, redraws):
+    """TL-Align's ``while lam == 1.`` (its CutMix, and this package's other plans); LV-ViT's MixToken draws once."""
+    mixing.token_mix.np.random.seed(0)  # the box / token draws (BlockMix may stop short of its count)
+    draws = iter([1., 0.5] * 3)
+    monkeypatch.setattr(mixing.token_mix.np.random, 'beta', lambda a, b: next(draws))
+    plan = getattr(mixing, cls_name)(patch_size=8).plan(torch.zeros(1, 3, 32, 32))
+    assert torch.all(plan.lam < 1) if redraws else torch.all(plan.lam == 1)
+    assert next(draws) == (1. if redraws else 0.5)

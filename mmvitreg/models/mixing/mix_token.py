@@ -60,11 +60,11 @@ class MixToken(TokenMix):
                  partner: str = 'flip',
                  cutmix_minmax: Optional[List[float]] = None):
         super().__init__(alpha=alpha, patch_size=patch_size, partner=partner)
-        self.cutmix = CutMix(alpha=self.alpha, cutmix_minmax=cutmix_minmax, correct_lam=True)  # its box code
+        self.cutmix_box = CutMix(alpha=self.alpha, cutmix_minmax=cutmix_minmax, correct_lam=True)  # its box code
 
     def box_mask(self, shape: Tuple[int, int], device) -> Tensor:
         """``(h, w)`` ones with a CutMix box of zeros, for a ``lam`` drawn here."""
-        (y1, y2, x1, x2), _ = self.cutmix.cutmix_bbox_and_lam(shape, self.draw_lam())
+        (y1, y2, x1, x2), _ = self.cutmix_box.cutmix_bbox_and_lam(shape, self.draw_lam())
         mask = torch.ones(shape, device=device)
         mask[y1:y2, x1:x2] = 0
         return mask
