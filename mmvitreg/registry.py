@@ -5,8 +5,9 @@ reaches a component as ``type='mmvitreg.Name'`` under its own ``default_scope`` 
 ``custom_imports``: ``Registry.get('mmvitreg.X')`` imports this module, and the ``locations`` below
 import the modules that register the components.
 
-mmpretrain's ``BATCH_AUGMENTS`` has no mmengine parent, so ours is a child of it: an mmpretrain
-``ClsDataPreprocessor(batch_augments=dict(augments=[dict(type='mmvitreg.X')]))`` finds our augments.
+mmvitreg has no mmpretrain batch augment: its mixing plans (:class:`~mmvitreg.models.mixing.TokenMix`)
+must reach the model, so they live in ``MODELS`` and are given as a ``TokenClassifier``'s
+``train_cfg.token_mix``.
 """
 from mmengine.registry import DATASETS as MMENGINE_DATASETS
 from mmengine.registry import HOOKS as MMENGINE_HOOKS
@@ -16,11 +17,8 @@ from mmengine.registry import PARAM_SCHEDULERS as MMENGINE_PARAM_SCHEDULERS
 from mmengine.registry import RUNNERS as MMENGINE_RUNNERS
 from mmengine.registry import TRANSFORMS as MMENGINE_TRANSFORMS
 from mmengine.registry import Registry
-from mmpretrain.registry import BATCH_AUGMENTS as MMPRETRAIN_BATCH_AUGMENTS
 
 MODELS = Registry('model', parent=MMENGINE_MODELS, scope='mmvitreg', locations=['mmvitreg.models'])
-BATCH_AUGMENTS = Registry(
-    'batch augment', parent=MMPRETRAIN_BATCH_AUGMENTS, scope='mmvitreg', locations=['mmvitreg.models'])
 DATASETS = Registry('dataset', parent=MMENGINE_DATASETS, scope='mmvitreg', locations=['mmvitreg.datasets'])
 TRANSFORMS = Registry(
     'transform', parent=MMENGINE_TRANSFORMS, scope='mmvitreg', locations=['mmvitreg.datasets'])

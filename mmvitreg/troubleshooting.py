@@ -82,9 +82,6 @@ CASES: List[Case] = [
     Case('mixtoken-patch-size', 'train', "MixToken's `patch_size` that is not the backbone's token stride",
          'the mixing mask covers a',
          "Give MixToken the backbone's `patch_size`."),
-    Case('mixtoken-partial-grid', 'train', 'an input size that is not a multiple of MixToken\'s patch size',
-         'MixToken needs a whole token grid',
-         'Crop / resize to a multiple of the patch size (the backbone itself pads, as mmpretrain\'s ViT).'),
     # ---- model composition
     Case('mixtoken-backbone', 'model', 'MixToken on a backbone that takes no token trace (mmpretrain ResNet)',
          'MixToken needs a backbone that takes a token trace',

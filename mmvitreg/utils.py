@@ -17,7 +17,7 @@ class ConfigError(ValueError):
 
 def _plugin_registries():
     from mmvitreg import registry
-    return (registry.MODELS, registry.BATCH_AUGMENTS, registry.DATASETS, registry.TRANSFORMS, registry.HOOKS,
+    return (registry.MODELS, registry.DATASETS, registry.TRANSFORMS, registry.HOOKS,
             registry.OPTIM_WRAPPERS, registry.PARAM_SCHEDULERS, registry.RUNNERS)
 
 

@@ -205,11 +205,6 @@ def _(ctx):
     return stops(run_train(ctx, SWIN_MIX, **{'model.train_cfg.token_mix.patch_size': 8}))
 
 
-@scenario('mixtoken-partial-grid')
-def _(ctx):
-    return stops(run_train(ctx, SWIN_MIX, **{'train_dataloader.dataset.pipeline.1.scale': 30}))
-
-
 # ---------------------------------------------------------------- model composition
 @scenario('mixtoken-backbone')
 def _(ctx):

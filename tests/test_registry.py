@@ -32,10 +32,12 @@ def test_backbone_builds_from_each_library_models_registry(scope):
     assert (module, name) == ('mmvitreg.models.backbones.deepvit', 'DeepViT')
 
 
-def test_batch_augment_builds_from_mmpretrain_batch_augments():
-    """mmpretrain's BATCH_AUGMENTS has no mmengine parent: ours is its child."""
-    module, name = build_in_fresh_interpreter('mmpretrain', 'BATCH_AUGMENTS', "dict(type='mmvitreg.MixToken')")
+def test_token_mix_builds_from_mmpretrain_models_and_is_no_batch_augment():
+    """A mixing plan must reach the model: it is a model component, not one of mmpretrain's batch augments."""
+    module, name = build_in_fresh_interpreter('mmpretrain', 'MODELS', "dict(type='mmvitreg.MixToken')")
     assert name == 'MixToken' and module.startswith('mmvitreg.')
+    with pytest.raises(AssertionError, match='mmvitreg.MixToken is not in the mmpretrain::batch augment registry'):
+        build_in_fresh_interpreter('mmpretrain', 'BATCH_AUGMENTS', "dict(type='mmvitreg.MixToken')")
 
 
 def test_transform_builds_from_mmpretrain_transforms():

@@ -12,8 +12,8 @@ from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 from mmpretrain.structures import DataSample
 
 from mmvitreg.models.target_transforms import TLAlign
-from mmvitreg.models.trace import MixPlan, Ride, TokenTrace
-from mmvitreg.registry import BATCH_AUGMENTS, MODELS
+from mmvitreg.models.trace import MixPlan, Ride, TokenTrace, TraceStreamError
+from mmvitreg.registry import MODELS
 from mmvitreg.utils import check_plugin_types
 
 from conftest import CONFIGS, run_tool
@@ -143,11 +143,13 @@ def test_table10_norm_drops_negative_weights_and_keeps_label_of_rows_without_pos
     assert torch.allclose(out, 0.5 * (aligned + w[..., 0]))
 
 
-def build_classifier(backbone=None, num_layers=4, target_transform=True, num_classes=10, patch=8):
+def build_classifier(backbone=None, num_layers=None, target_transform=True, num_classes=10, patch=8):
+    """A TokenClassifier with PatchCutMix and TLAlign (``num_layers=None``: the depth from the trace)."""
+    tl = dict(type='mmvitreg.TLAlign', **({} if num_layers is None else dict(num_layers=num_layers)))
     cfg = dict(type='mmvitreg.TokenClassifier', backbone=backbone or tiny_deit(),
                head=dict(type='mmpretrain.LinearClsHead', num_classes=num_classes, in_channels=48,
                          loss=dict(type='mmpretrain.LabelSmoothLoss', label_smooth_val=0.1, mode='original')),
-               target_transform=dict(type='mmvitreg.TLAlign', num_layers=num_layers) if target_transform else None,
+               target_transform=tl if target_transform else None,
                train_cfg=dict(token_mix=dict(type='mmvitreg.PatchCutMix', patch_size=patch)),
                data_preprocessor=dict(num_classes=num_classes))
     with DefaultScope.overwrite_default_scope('mmpretrain'):
@@ -192,10 +194,32 @@ def test_training_uses_the_aligned_target_and_inference_builds_no_trace():
     assert traces[-1] is None
 
 
+def test_depth_comes_from_the_trace_and_a_given_depth_is_checked_at_build_time():
+    """TLAlign() carries the labels through every block of the backbone it runs on: the same targets as
+    TLAlign(num_layers=4) on a 4-block DeiT; a num_layers that is not the backbone's depth fails when the model
+    is built, naming the fix."""
+    targets = []
+    for num_layers in (None, 4):
+        torch.manual_seed(0)
+        np.random.seed(1)
+        model = build_classifier(num_layers=num_layers)
+        assert model.target_transform.num_layers == num_layers
+        data = model.data_preprocessor(make_data(), training=True)
+        model(**data, mode='loss')
+        targets.append(torch.stack([s.gt_score for s in data['data_samples']]))
+    torch.testing.assert_close(targets[0], targets[1], rtol=0, atol=0)
+    for num_layers in (3, 5):
+        with pytest.raises(TraceStreamError) as error:
+            build_classifier(num_layers=num_layers)
+        assert str(error.value) == (f'TLAlign carries its stream through num_layers={num_layers} blocks but '
+                                    'VisionTransformer has 4: set num_layers=4 or leave it out (the depth is taken '
+                                    'from the backbone)')
+    with pytest.raises(ValueError, match='positive integer'):
+        TLAlign(num_layers=0)
+
+
 def test_tl_align_errors_name_the_fix():
-    """Misconfigurations fail: too many blocks at build time, no plan / wrong depth at the first step."""
-    with pytest.raises(ValueError, match='TLAlign carries its stream through num_layers=5'):
-        build_classifier(num_layers=5)
+    """Misconfigurations fail: no plan / wrong depth at the first step (a TLAlign run outside a classifier)."""
     model = build_classifier(num_layers=4)
     trace = TokenTrace.for_request(model.target_transform.trace_request)
     with pytest.raises(ValueError, match='PatchCutMix'):
@@ -205,7 +229,8 @@ def test_tl_align_errors_name_the_fix():
     x = torch.randn(2, 3, 32, 32)
     trace = TokenTrace.for_request(TLAlign(num_layers=3).trace_request, mix=MixPlan(torch.tensor([1, 0]),
                                                                                      torch.ones(2, 4, 4)))
-    with pytest.raises(ValueError, match='num_layers'):
+    with pytest.raises(ValueError, match=r'TLAlign\(num_layers=3\) but the backbone has 4 blocks: set num_layers=4 or '
+                                         'leave it out'):
         model.backbone(x, trace=trace)
     trace = TokenTrace.for_request(model.target_transform.trace_request,
                                    mix=MixPlan(torch.tensor([1, 0]), torch.ones(2, 2, 2), torch.ones(2, 32, 32)))
@@ -218,7 +243,7 @@ def test_tl_align_errors_name_the_fix():
 def test_patch_cutmix_is_the_official_token_box_mixed_in_pixels(monkeypatch):
     """tla.py: lam re-drawn while 1, box on the token grid, lam = 1 - box/grid, flip(0) partner, images
     mixed in whole patches; the token mask (1 = own) is the initial label weight."""
-    aug = BATCH_AUGMENTS.build(dict(type='mmvitreg.PatchCutMix', patch_size=8))
+    aug = MODELS.build(dict(type='mmvitreg.PatchCutMix', patch_size=8))
     draws = iter([1., 1., 0.5])
     monkeypatch.setattr(np.random, 'beta', lambda a, b: next(draws))
     np.random.seed(3)
@@ -235,10 +260,10 @@ def test_patch_cutmix_is_the_official_token_box_mixed_in_pixels(monkeypatch):
     mixed = plan.mix_images(x)
     m = plan.pixel_mask[:, None]
     assert torch.equal(mixed, x * m + x.flip(0) * (1 - m))
-    with pytest.raises(ValueError, match='multiple of patch_size'):
-        aug.plan(torch.rand(2, 3, 30, 32))
-    with pytest.raises(TypeError, match='token_mix'):
-        aug.mix(x, torch.zeros(4, 10))
+    monkeypatch.undo()
+    odd = aug.plan(torch.rand(2, 3, 30, 36))  # the backbone's padded grid, the pixel mask cropped to the image
+    assert odd.mask.shape == (2, 4, 5) and odd.pixel_mask.shape == (2, 30, 36)
+    assert torch.equal(odd.pixel_mask[0], odd.mask[0].repeat_interleave(8, 0).repeat_interleave(8, 1)[:30, :36])
 
 
 def test_pixel_mixed_plan_leaves_the_backbone_tokens_alone():
@@ -265,7 +290,7 @@ def test_digits_config_trains_through_the_tools(tmp_path):
     cfg = Config.fromfile(str(CONFIG))
     check_plugin_types(cfg)
     assert cfg.model.type == 'mmvitreg.TokenClassifier' and cfg.model.backbone.type == 'mmvitreg.VisionTransformer'
-    assert cfg.model.target_transform.num_layers == cfg.model.backbone.arch.num_layers == 4
+    assert dict(cfg.model.target_transform) == dict(type='mmvitreg.TLAlign') and cfg.model.backbone.arch.num_layers == 4
     assert dict(cfg.model.train_cfg) == dict(token_mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=8))
     assert cfg.model.backbone.patch_size == 8
     run_tool(['dataset_converters/digits.py', 'imagenet', '--out', tmp_path / 'data'], cwd=tmp_path)
@@ -284,7 +309,7 @@ def test_digits_config_trains_through_the_tools(tmp_path):
 def test_pixel_box_cutmix_starts_each_token_with_its_share_of_own_pixels():
     """Paper Sec. 3.3: a pixel box may split patches; a token's initial weight is its patch's share of own
     pixels, and lam is the pixel area share."""
-    aug = BATCH_AUGMENTS.build(dict(type='mmvitreg.PatchCutMix', patch_size=8, box_on='pixels'))
+    aug = MODELS.build(dict(type='mmvitreg.PatchCutMix', patch_size=8, box_on='pixels'))
     np.random.seed(0)
     x = torch.rand(2, 3, 32, 32)
     plan = aug.plan(x)
@@ -294,13 +319,13 @@ def test_pixel_box_cutmix_starts_each_token_with_its_share_of_own_pixels():
     assert torch.allclose(plan.lam, pm.mean().expand(2))
     assert torch.equal(plan.mix_images(x), x * pm + x.flip(0) * (1 - pm))
     with pytest.raises(ValueError, match='box_on'):
-        BATCH_AUGMENTS.build(dict(type='mmvitreg.PatchCutMix', box_on='grid'))
+        MODELS.build(dict(type='mmvitreg.PatchCutMix', box_on='grid'))
 
 
 def test_mixup_gives_every_token_lam_and_the_switch_picks_per_batch(monkeypatch):
     """MixUp (Table 7): images blended, every token weight lam (re-drawn while 1); MixUp + CutMix: CutMix with
     probability switch_prob per batch (timm/DeiT)."""
-    mixup = BATCH_AUGMENTS.build(dict(type='mmvitreg.PixelMixup', alpha=0.8, patch_size=8))
+    mixup = MODELS.build(dict(type='mmvitreg.PixelMixup', alpha=0.8, patch_size=8))
     draws = iter([1., 0.3])
     monkeypatch.setattr(np.random, 'beta', lambda a, b: next(draws))
     x = torch.rand(4, 3, 16, 24)
@@ -308,15 +333,13 @@ def test_mixup_gives_every_token_lam_and_the_switch_picks_per_batch(monkeypatch)
     assert plan.mask.shape == (4, 2, 3) and torch.allclose(plan.mask, torch.tensor(0.3))
     assert torch.allclose(plan.mix_images(x), 0.3 * x + 0.7 * x.flip(0))
     monkeypatch.undo()
-    switch = BATCH_AUGMENTS.build(dict(type='mmvitreg.MixupCutMixSwitch', switch_prob=0.5, patch_size=8))
+    switch = MODELS.build(dict(type='mmvitreg.MixupCutMixSwitch', switch_prob=0.5, patch_size=8))
     for u, binary in ((0.2, True), (0.7, False)):
         monkeypatch.setattr(np.random, 'rand', lambda: u)
         mask = switch.plan(x).mask
         assert bool(((mask == 0) | (mask == 1)).all()) == binary
-    with pytest.raises(TypeError, match='token_mix'):
-        switch.mix(x, torch.zeros(4, 10))
     with pytest.raises(ValueError, match='switch_prob'):
-        BATCH_AUGMENTS.build(dict(type='mmvitreg.MixupCutMixSwitch', switch_prob=1.5))
+        MODELS.build(dict(type='mmvitreg.MixupCutMixSwitch', switch_prob=1.5))
 
 
 def test_benchmark_case_compares_tl_align_with_the_same_cutmix():
@@ -370,7 +393,7 @@ def _initial_weights(plan, grid):
 def test_random_patch_mix_takes_round_1_minus_lam_random_tokens_and_mixes_pixels(monkeypatch):
     """Table 7 "Random" (MAE-style): per sample round((1 - lam) N) whole 16x16 patches from the partner, drawn at
     random; images mixed in pixel space; TLAlign starts each token at 1 (own) / 0 (partner), the cls token at lam."""
-    aug = BATCH_AUGMENTS.build(dict(type='mmvitreg.RandomPatchMix', patch_size=16))
+    aug = MODELS.build(dict(type='mmvitreg.RandomPatchMix', patch_size=16))
     draws = iter([1., 0.75, 0.5, 0.3])
     monkeypatch.setattr(np.random, 'beta', lambda a, b: next(draws))
     np.random.seed(0)
@@ -386,14 +409,12 @@ def test_random_patch_mix_takes_round_1_minus_lam_random_tokens_and_mixes_pixels
     w = _initial_weights(plan, (4, 4))
     assert torch.equal(w[:, 1:, 0], plan.mask.flatten(1)) and torch.allclose(w[:, 0, 0], plan.lam)
     assert torch.allclose(w.sum(-1), torch.ones(3, 17))
-    with pytest.raises(TypeError, match='token_mix'):
-        aug.mix(x, torch.zeros(3, 10))
 
 
 def test_block_mix_fills_beit_blocks_from_the_partner(monkeypatch):
     """Table 7 "Block-wise" (BEiT Algorithm 1): rectangles of s tokens with aspect r at a uniform position are
     added until round((1 - lam) N) tokens come from the partner, without overshooting."""
-    aug = BATCH_AUGMENTS.build(dict(type='mmvitreg.BlockMix', patch_size=8))
+    aug = MODELS.build(dict(type='mmvitreg.BlockMix', patch_size=8))
     monkeypatch.setattr(np.random, 'beta', lambda a, b: 0.75)  # 64 tokens -> 16 from the partner
     monkeypatch.setattr(np.random, 'uniform', lambda lo, hi: 16. if lo > 0 else 0.)  # s = 16, log r = 0
     corners = iter([2, 3])
@@ -406,14 +427,14 @@ def test_block_mix_fills_beit_blocks_from_the_partner(monkeypatch):
     assert torch.equal(plan.pixel_mask[0], expected.repeat_interleave(8, 0).repeat_interleave(8, 1))
     monkeypatch.undo()
     np.random.seed(0)
-    plan = BATCH_AUGMENTS.build(dict(type='mmvitreg.BlockMix', patch_size=16)).plan(torch.rand(8, 3, 224, 224))
+    plan = MODELS.build(dict(type='mmvitreg.BlockMix', patch_size=16)).plan(torch.rand(8, 3, 224, 224))
     taken = (plan.mask == 0).flatten(1).sum(1)
     assert plan.mask.shape == (8, 14, 14) and bool(((plan.mask == 0) | (plan.mask == 1)).all())
     assert (taken > 0).all() and torch.allclose(plan.lam, 1 - taken / 196.)
     w = _initial_weights(plan, (14, 14))
     assert torch.equal(w[:, 1:, 0], plan.mask.flatten(1))
     with pytest.raises(ValueError, match='aspect'):
-        BATCH_AUGMENTS.build(dict(type='mmvitreg.BlockMix', aspect=2.))
+        MODELS.build(dict(type='mmvitreg.BlockMix', aspect=2.))
 
 
 def test_labels_propagate_in_float32_under_autocast():

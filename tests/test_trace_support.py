@@ -1,13 +1,21 @@
 """tools/analysis_tools/trace_support.py: a trace user x backbone table over every registered user and
-trace backbone, each cell the verdict of the build-time check; --help, --user and --backbone."""
+trace backbone, each cell the verdict of the build-time check on a built instance; --help, --user, --backbone
+and --config."""
+import importlib.util
+
 import pytest
 from mmengine.registry import DefaultScope
 from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 
-from conftest import REPO, run_tool
-from mmvitreg.analysis.trace_support import MMPRETRAIN, OK, support_table
-from mmvitreg.models.trace import TraceUserError
-from mmvitreg.registry import BATCH_AUGMENTS, MODELS
+from conftest import REPO, TOOLS, run_tool
+from mmvitreg.analysis.trace_support import MMPRETRAIN, OK, USER_ARGS, USER_MODULES, support_table
+from mmvitreg.models.trace import TraceRequest, TraceUserError
+from mmvitreg.registry import MODELS
+
+
+_SPEC = importlib.util.spec_from_file_location('trace_support_tool', TOOLS / 'analysis_tools' / 'trace_support.py')
+trace_support_tool = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(trace_support_tool)
 
 
 @pytest.fixture(scope='module')
@@ -16,15 +24,46 @@ def table():
 
 
 def test_every_registered_trace_user_and_trace_backbone_is_in_the_table(table):
-    users = {n for reg in (MODELS, BATCH_AUGMENTS) for n, cls in reg.module_dict.items()
-             if hasattr(cls, 'trace_request') and not n.startswith('Toy')}
+    users = {n for n, cls in MODELS.module_dict.items() if cls.__module__.startswith(USER_MODULES)
+             and isinstance(getattr(cls(**USER_ARGS.get(n, {})), 'trace_request', None), TraceRequest)}
     backbones = {n for n, cls in MODELS.module_dict.items() if getattr(cls, 'accepts_trace', False)
                  and cls.__module__.startswith('mmvitreg')}
-    assert {'TLAlign', 'DRLoc', 'AttentionCosineLoss', 'TokenLabelHead', 'MixToken', 'PatchContrastiveLoss'} <= users
+    assert {'TLAlign', 'DRLoc', 'AttentionCosineLoss', 'TokenLabelHead', 'MixToken', 'PatchContrastiveLoss',
+            'PatchCosineLoss', 'PatchMixingLoss'} <= users
     assert 'CvT' in backbones
     assert set(table) == backbones | {MMPRETRAIN}
     for row in table.values():
         assert users <= set(row)
+
+
+def test_a_row_is_the_request_of_a_built_instance(table):
+    """The DiversePatch losses have no class-level request (it would hide their forms): each row is an instance,
+    and a form that asks for other taps gets its own row with its own verdict."""
+    for name in ('PatchContrastiveLoss', 'PatchCosineLoss', 'PatchMixingLoss'):
+        assert 'trace_request' not in vars(MODELS.get(name))
+    assert table['CvT']['PatchContrastiveLoss'] == 'no isotropic'
+    assert table['CvT']["PatchContrastiveLoss(form='official')"] == 'no embed, final, isotropic'
+    assert table['SwinTransformer']["PatchContrastiveLoss(form='official')"] == 'no embed, isotropic'
+    assert table['CvT']['PatchCosineLoss'] == OK and table['CvT']["PatchCosineLoss(tokens='final_norm')"] == 'no final'
+    assert table['CvT']["PatchMixingLoss(tokens='final_norm')"] == 'no final'
+
+
+def test_the_tool_reports_the_users_of_a_config_as_configured(tmp_path, capsys):
+    """--config: the rows are the config's trace users with their arguments, the verdicts those of the instances."""
+    config = tmp_path / 'official_contrastive.py'
+    config.write_text(f"_base_ = '{REPO}/configs/diversepatch/deit-deep-narrow_1xb64_diversepatch_digits.py'\n"
+                      "model = dict(aux_losses=[dict(type='mmvitreg.PatchContrastiveLoss', form='official')])\n")
+    table = support_table(backbones=['SwinTransformer', 'VisionTransformer'], config=str(config))
+    assert table['SwinTransformer'] == {'token_mix: PatchCutMix(alpha=1.0, patch_size=8)': OK,
+                                        "aux_losses[0]: PatchContrastiveLoss(form='official')": 'no embed, isotropic'}
+    assert set(table['VisionTransformer'].values()) == {OK}
+    trace_support_tool.main(['--config', str(config), '--user', 'PatchContrastiveLoss', '--backbone',
+                             'SwinTransformer'])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ['trace', 'user', 'SwinTransformer']
+    assert lines[2].split() == ['aux_losses[0]:', "PatchContrastiveLoss(form='official')", 'no', 'embed,', 'isotropic']
+    with pytest.raises(SystemExit, match="error: config file not found: 'nowhere.py'"):
+        trace_support_tool.main(['--config', 'nowhere.py'])
 
 
 def test_cells_give_the_short_reason_of_the_check(table):

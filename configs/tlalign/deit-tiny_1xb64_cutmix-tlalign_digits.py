@@ -7,10 +7,9 @@
 # Data: python tools/dataset_converters/digits.py imagenet --out data
 _base_ = '../demo/deit-tiny_1xb64_digits.py'
 
-num_layers = 4  # the backbone's blocks (the demo's arch); TL-Align carries its labels through each
 model = dict(
     type='mmvitreg.TokenClassifier',
     backbone=dict(type='mmvitreg.VisionTransformer'),
-    target_transform=dict(type='mmvitreg.TLAlign', num_layers=num_layers),
+    target_transform=dict(type='mmvitreg.TLAlign'),  # through every block (the depth from the trace)
     train_cfg=dict(_delete_=True, token_mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=8)),
 )

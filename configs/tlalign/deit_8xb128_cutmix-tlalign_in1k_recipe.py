@@ -4,14 +4,13 @@
 # The CutMix baseline of Table 1 is the same config with --cfg-options model.target_transform=None.
 _base_ = 'mmpretrain::deit/deit-small_4xb256_in1k.py'
 
-num_layers = 12  # DeiT-T/S/B blocks: TL-Align carries the labels through all of them
 model = dict(
     type='mmvitreg.TokenClassifier',
     backbone=dict(type='mmvitreg.VisionTransformer', drop_path_rate=0.1),  # official --drop-path 0.1
     # official --mixup 0.0 --cutmix 1.0 (tla.py TL_AlignMix): the box on the 14x14 token grid, lam re-drawn
     # while 1 and corrected to the box area, flip partner, images mixed in pixel space
     train_cfg=dict(_delete_=True, token_mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=16)),
-    target_transform=dict(type='mmvitreg.TLAlign', num_layers=num_layers),
+    target_transform=dict(type='mmvitreg.TLAlign'),  # through every block (the depth from the trace)
     # label smoothing 0.1 (official --smoothing 0.1) stays in the base's LabelSmoothLoss(mode='original');
     # official head init: timm's _init_vit_weights, trunc-normal 0.02 and zero bias (mmpretrain's: zero)
     head=dict(init_cfg=dict(type='TruncNormal', layer='Linear', std=.02, bias=0.)),

@@ -8,8 +8,7 @@
 # Data: python tools/dataset_converters/digits.py imagenet --out data
 _base_ = '../demo/swin-nano_1xb64_mixtoken_digits.py'
 
-num_layers = 4  # sum(depths) of the demo's arch: TL-Align carries its labels through every block
 model = dict(
-    target_transform=dict(type='mmvitreg.TLAlign', num_layers=num_layers),
+    target_transform=dict(type='mmvitreg.TLAlign'),  # through every block (the depth from the trace)
     train_cfg=dict(_delete_=True, token_mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=4)),
 )

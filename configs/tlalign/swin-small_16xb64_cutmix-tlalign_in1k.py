@@ -2,5 +2,4 @@
 # folder with mmpretrain's Swin-S model numbers (swin_transformer/small_224.py: arch 'small', drop path 0.3).
 _base_ = './swin-tiny_16xb64_cutmix-tlalign_in1k.py'
 
-num_layers = 24  # sum of Swin-S's depths (2, 2, 18, 2)
-model = dict(backbone=dict(arch='small', drop_path_rate=0.3), target_transform=dict(num_layers=num_layers))
+model = dict(backbone=dict(arch='small', drop_path_rate=0.3))

@@ -23,7 +23,7 @@ def tl_align_of(model: nn.Module) -> TLAlign:
     if not getattr(backbone, 'accepts_trace', False):
         raise TypeError(f'TL-Align diagnostics need a backbone that takes a token trace; {type(backbone).__name__} '
                         'does not (use mmvitreg.VisionTransformer, DeiT presets, DeepViT or SwinTransformer)')
-    return TLAlign(num_layers=backbone.num_trace_layers)
+    return TLAlign()
 
 
 @torch.no_grad()

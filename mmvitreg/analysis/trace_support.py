@@ -1,9 +1,12 @@
 """Which trace user fits which backbone: the build-time check of every pair, as a table.
 
-A *trace user* is a registered component of mmvitreg with a class-level ``trace_request``
-(:class:`~mmvitreg.models.trace.TraceRequest`, the request of its default settings): heads,
-auxiliary losses, target transforms and token mixes. A *trace backbone* is a registered backbone of
-mmvitreg (``accepts_trace``). For every pair :func:`support_table` runs
+A *trace user* is a component of mmvitreg (a head, an auxiliary loss, a target transform or a token mix)
+whose instance carries a ``trace_request`` (:class:`~mmvitreg.models.trace.TraceRequest`); the request
+follows the instance's arguments (``PatchContrastiveLoss(form='official')`` asks for other taps than the
+paper form). So every row is a built instance: each registered user at its defaults (:data:`USER_ARGS`
+gives the arguments a user cannot do without), the settings of :data:`USER_VARIANTS` that ask for
+something else, or, with ``config``, every trace user of a model config as configured. A *trace backbone*
+is a registered backbone of mmvitreg (``accepts_trace``). For every pair :func:`support_table` runs
 :func:`~mmvitreg.models.trace.check_trace_user`, the check a
 :class:`~mmvitreg.models.classifiers.TokenClassifier` makes when it is built, on the backbone built
 with :data:`BACKBONE_PRESETS` (its default architecture), and keeps the check's short reason.
@@ -32,17 +35,66 @@ MMPRETRAIN_PROBE = dict(type='mmpretrain.ResNet', depth=18)
 OK = '✓'
 
 
-def trace_users() -> List[Tuple[str, TraceRequest]]:
-    """``(name, class-level request)`` of every registered trace user of mmvitreg, by name."""
-    from mmvitreg.registry import BATCH_AUGMENTS, MODELS
+#: the modules whose registered components may be trace users
+USER_MODULES = tuple(f'mmvitreg.models.{m}.' for m in ('heads', 'losses', 'target_transforms', 'mixing'))
+#: the arguments a trace user needs to be built (the widths of DeiT-S at ImageNet's classes)
+USER_ARGS: Dict[str, dict] = {
+    'DRLoc': dict(in_channels=384),
+    'PatchMixingLoss': dict(num_classes=1000, in_channels=384),
+    'TokenLabelHead': dict(num_classes=1000, in_channels=384),
+}
+#: further rows: settings whose request differs from the default's
+USER_VARIANTS: Dict[str, List[dict]] = {
+    'PatchContrastiveLoss': [dict(form='official')],
+    'PatchCosineLoss': [dict(tokens='final_norm')],
+    'PatchMixingLoss': [dict(tokens='final_norm')],
+}
+
+
+def user_label(name: str, args: dict) -> str:
+    """A row's name: ``'PatchContrastiveLoss'`` at the defaults, ``"PatchContrastiveLoss(form='official')"``."""
+    return name + (f'({", ".join(f"{k}={v!r}" for k, v in args.items())})' if args else '')
+
+
+def trace_users(config: Optional[str] = None) -> List[Tuple[str, TraceRequest]]:
+    """``(row, request of a built instance)`` for every trace user: each registered user of mmvitreg at its
+    defaults and :data:`USER_VARIANTS`, by name; with ``config`` (a model config file, ``mmvitreg::`` or a
+    path) instead the trace users of its ``model`` as configured (head, auxiliary losses, target transform,
+    token mix), named after their place in the config."""
+    from mmvitreg.registry import MODELS
+    MODELS.import_from_location()
+    if config is not None:
+        return _config_users(config)
     users = []
-    for registry in (MODELS, BATCH_AUGMENTS):
-        registry.import_from_location()
-        for name, cls in registry.module_dict.items():
-            request = getattr(cls, 'trace_request', None)
+    for name, cls in MODELS.module_dict.items():
+        if not cls.__module__.startswith(USER_MODULES):
+            continue
+        for variant in [{}] + USER_VARIANTS.get(name, []):
+            request = getattr(cls(**USER_ARGS.get(name, {}), **variant), 'trace_request', None)
             if isinstance(request, TraceRequest):
-                users.append((name, request))
+                users.append((user_label(name, variant), request))
     return sorted(users)
+
+
+def _config_users(config: str) -> List[Tuple[str, TraceRequest]]:
+    from mmengine.registry import MODELS, DefaultScope
+
+    from mmvitreg.utils import load_config
+    cfg = load_config(config)
+    model = cfg.model
+    places = [('head', model.get('head')), ('target_transform', model.get('target_transform')),
+              ('token_mix', (model.get('train_cfg') or {}).get('token_mix'))]
+    places += [(f'aux_losses[{i}]', cfg) for i, cfg in enumerate(model.get('aux_losses') or ())]
+    users = []
+    for place, part in places:
+        if not part or not str(part.get('type', '')).startswith('mmvitreg.'):
+            continue  # mmpretrain's heads read no trace
+        args = {k: v for k, v in part.items() if k != 'type'}
+        with DefaultScope.overwrite_default_scope(cfg.default_scope):
+            request = getattr(MODELS.build(dict(part)), 'trace_request', None)
+        if isinstance(request, TraceRequest):
+            users.append((f'{place}: {user_label(part["type"][len("mmvitreg."):], args)}', request))
+    return users
 
 
 def trace_backbones() -> List[str]:
@@ -75,13 +127,15 @@ def backbone_for_check(name: str):
         return MODELS.build(cfg)
 
 
-def support_table(users: Optional[List[str]] = None, backbones: Optional[List[str]] = None
-                  ) -> Dict[str, Dict[str, str]]:
-    """``{backbone: {user: '✓' | the check's short reason}}``.
+def support_table(users: Optional[List[str]] = None, backbones: Optional[List[str]] = None,
+                  config: Optional[str] = None) -> Dict[str, Dict[str, str]]:
+    """``{backbone: {user: '✓' | the check's short reason}}``, a user per row of :func:`trace_users`.
 
     Args:
-        users (List[str], optional): User names (``'TLAlign'`` or ``'mmvitreg.TLAlign'``) to keep.
-            Defaults to all (:func:`trace_users`).
+        users (List[str], optional): User names (``'TLAlign'`` or ``'mmvitreg.TLAlign'``: every row of that
+            component; or a row's full name) to keep. Defaults to all (:func:`trace_users`).
+        config (str, optional): A model config: its trace users as configured instead of the registered
+            ones (see :func:`trace_users`).
         backbones (List[str], optional): Backbone names (``'CvT'``, ``'mmvitreg.CvT'``,
             ``'mmpretrain'``) to keep. Defaults to all (:func:`trace_backbones` and ``mmpretrain.*``).
 
@@ -89,7 +143,7 @@ def support_table(users: Optional[List[str]] = None, backbones: Optional[List[st
         KeyError: an unknown user or backbone name (the message lists the known ones), or a
             registered trace backbone without an entry in :data:`BACKBONE_PRESETS`.
     """
-    all_users = trace_users()
+    all_users = trace_users(config)
     columns = trace_backbones() + [MMPRETRAIN]
     missing = [b for b in columns[:-1] if b not in BACKBONE_PRESETS]
     if missing:
@@ -111,15 +165,19 @@ def support_table(users: Optional[List[str]] = None, backbones: Optional[List[st
 
 
 def _select(wanted: Optional[List[str]], known: List[str], what: str) -> List[str]:
+    """The entries of ``known`` that ``wanted`` names: by full name or, for a row such as
+    ``"aux_losses[0]: PatchContrastiveLoss(form='official')"``, by its component's name."""
     if not wanted:
         return known
-    aliases = {k.lower(): k for k in known} | {'mmpretrain': MMPRETRAIN}
+    component = lambda k: k.split(': ')[-1].split('(')[0]  # noqa: E731
     out = []
     for name in wanted:
         key = name.lower().removeprefix('mmvitreg.')
-        if key not in aliases:
-            raise KeyError(f'unknown {what} {name!r}; known: {", ".join(known)}')
-        out.append(aliases[key])
+        hits = [k for k in known if key in (k.lower(), component(k).lower())] or \
+            ([MMPRETRAIN] if key == 'mmpretrain' and MMPRETRAIN in known else [])
+        if not hits:
+            raise KeyError(f'unknown {what} {name!r}; known: {", ".join(dict.fromkeys(map(component, known)))}')
+        out += [k for k in hits if k not in out]
     return out
 
 
@@ -142,8 +200,8 @@ def format_table(table: Dict[str, Dict[str, str]]) -> str:
         else:
             lines.append(f'{b}: checked as arch={BACKBONE_PRESETS[b]["arch"]!r}, '
                          f'{backbone_for_check(b).num_trace_layers} blocks')
-    lines += ['users are checked at their default settings (the taps of an instance follow its arguments, '
-              'e.g. AttentionCosineLoss(num_pairs), DRLoc(layers))',
+    lines += ['each row is a built instance, at its defaults unless its arguments are shown (the taps of an '
+              'instance follow its arguments, e.g. AttentionCosineLoss(num_pairs), DRLoc(layers))',
               "'no X': the backbone does not serve X; 'only N blocks': a default tap past the backbone's last block; "
               "'no trace': the backbone takes no token trace"]
     used = sorted({c for row in table.values() for r in row.values() if r.startswith('no ')

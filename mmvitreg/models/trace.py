@@ -478,7 +478,7 @@ def check_trace_user(backbone, request: TraceRequest, user_name: str) -> None:
         TraceCapabilityError (TypeError): the backbone takes no trace, or lacks a capability the user needs.
         TraceTapError (IndexError): a tapped block does not exist in the backbone.
         TraceStreamError (ValueError): the user's stream is meant for another number of blocks (its
-            ``num_layers``).
+            ``num_layers``, when it gives one).
         TraceChannelError (ValueError): a tapped block's tokens are not as wide as the user's
             ``token_channels`` (backbones that give their ``trace_channels``).
     """
@@ -510,11 +510,11 @@ def check_trace_user(backbone, request: TraceRequest, user_name: str) -> None:
             raise TraceChannelError(f'{user_name} expects {list(request.token_channels)} channels in the tokens of '
                                     f'blocks {list(request.token_layers)} but {backbone_name} has {actual}: set its '
                                     f'in_channels to {actual}', f'{", ".join(map(str, actual))} channels')
-    stream_layers = getattr(request.stream, 'num_layers', num_layers)
-    if stream_layers != num_layers:
+    stream_layers = getattr(request.stream, 'num_layers', None)  # None: the stream takes the trace's depth
+    if stream_layers is not None and stream_layers != num_layers:
         raise TraceStreamError(f'{user_name} carries its stream through num_layers={stream_layers} blocks but '
-                               f'{backbone_name} has {num_layers}: set num_layers to the backbone\'s blocks',
-                               f'{num_layers} blocks, not {stream_layers}')
+                               f'{backbone_name} has {num_layers}: set num_layers={num_layers} or leave it out '
+                               '(the depth is taken from the backbone)', f'{num_layers} blocks, not {stream_layers}')
 
 
 @dataclass

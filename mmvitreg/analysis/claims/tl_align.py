@@ -61,7 +61,7 @@ def _label_maps_figure(ctx, run) -> str:
     images = (inputs * dp.std + dp.mean) / 255.
     name = f'{ctx.section}_label_maps.png'
     (ctx.out_dir / 'claims').mkdir(parents=True, exist_ok=True)
-    draw_label_maps(str(ctx.out_dir / 'claims' / name), images, plan.mask, label_maps(trace, range(tl.num_layers)),
+    draw_label_maps(str(ctx.out_dir / 'claims' / name), images, plan.mask, label_maps(trace, range(trace.num_layers)),
                     plan.lam, tl.aligned_weights(trace), f'{run.tag}, seed {run.seed}: labels after every block')
     return f'![{ctx.section} label maps](claims/{name})'
 

@@ -5,7 +5,8 @@ import torch
 from mmpretrain.models.utils import ClsDataPreprocessor
 
 from mmvitreg.datasets.token_label_target import relabel_targets, token_label_targets
-from mmvitreg.registry import BATCH_AUGMENTS, MODELS
+from mmvitreg.registry import MODELS
+from ..mixing import TokenMix
 
 
 @MODELS.register_module()
@@ -37,11 +38,16 @@ class TokenClsDataPreprocessor(ClsDataPreprocessor):
        fails loudly instead of training silently unmixed).
 
     Args:
-        token_mix (dict, optional): Config of the token-mixing augment, built from mmvitreg's
-            ``BATCH_AUGMENTS`` (e.g. ``dict(type='mmvitreg.MixToken')``). It replaces image-level
-            Mixup/CutMix, so it cannot be combined with ``batch_augments``. Defaults to None.
+        token_mix (dict | TokenMix, optional): A mixing plan (:class:`~mmvitreg.models.mixing.TokenMix`)
+            or its config, built from mmvitreg's ``MODELS`` (e.g. ``dict(type='mmvitreg.MixToken')``). It
+            replaces image-level Mixup/CutMix, so it cannot be combined with ``batch_augments``.
+            Defaults to None.
         **kwargs: The arguments of :class:`ClsDataPreprocessor` (``mean``, ``std``, ``to_rgb``,
             ``num_classes``, ...). ``num_classes`` is needed with ``token_mix``.
+
+    Raises:
+        TypeError: ``token_mix`` is not a mixing plan (e.g. mmpretrain's ``CutMix``, which belongs in
+            ``batch_augments``).
     """
 
     def __init__(self, token_mix: Optional[dict] = None, **kwargs):
@@ -51,7 +57,11 @@ class TokenClsDataPreprocessor(ClsDataPreprocessor):
         super().__init__(**kwargs)
         self.token_mix = None
         if token_mix is not None:
-            self.token_mix = token_mix if hasattr(token_mix, 'plan') else BATCH_AUGMENTS.build(token_mix)
+            self.token_mix = MODELS.build(token_mix) if isinstance(token_mix, dict) else token_mix
+            if not isinstance(self.token_mix, TokenMix):
+                raise TypeError(f'token_mix must be a mixing plan of mmvitreg (a TokenMix: MixToken, PatchCutMix, '
+                                f'PixelMixup, ...), got {type(self.token_mix).__name__}; image-level augments such as '
+                                "mmpretrain's Mixup/CutMix go in train_cfg.augments")
             self.to_onehot = True
 
     def forward(self, data: dict, training: bool = False) -> dict:

@@ -46,7 +46,6 @@ class PatchContrastiveLoss(BaseModule):
     """
 
     FORMS = ('paper', 'official')
-    trace_request = TraceRequest(token_layers=(0, -1), needs={'isotropic'})  # the paper form's; see __init__
 
     def __init__(self, loss_weight: float = 1., form: str = 'paper', init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)

@@ -54,8 +54,6 @@ class PatchCosineLoss(BaseModule):
         init_cfg (dict, optional): Unused (no parameters). Defaults to None.
     """
 
-    trace_request = last_layer_request('block')  # the default's; an instance's follows ``tokens``
-
     def __init__(self, loss_weight: float = 1., tokens: str = 'block', init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
         self.trace_request = last_layer_request(tokens)

@@ -61,7 +61,6 @@ class PatchMixingLoss(BaseModule):
     """
 
     FORMS = ('paper', 'official')
-    trace_request = last_layer_request('block', needs={'grid'})  # the default's; an instance's follows ``tokens``
 
     def __init__(self,
                  num_classes: int,

@@ -4,5 +4,8 @@ from .mixup_cutmix_switch import MixupCutMixSwitch
 from .patch_cutmix import PatchCutMix
 from .pixel_mixup import PixelMixup
 from .random_patch_mix import RandomPatchMix
+from .token_mask_mix import TokenMaskMix
+from .token_mix import TokenMix
 
-__all__ = ['MixToken', 'PatchCutMix', 'PixelMixup', 'MixupCutMixSwitch', 'RandomPatchMix', 'BlockMix']
+__all__ = ['TokenMix', 'TokenMaskMix', 'MixToken', 'PatchCutMix', 'PixelMixup', 'MixupCutMixSwitch',
+           'RandomPatchMix', 'BlockMix']

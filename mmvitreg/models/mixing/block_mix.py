@@ -1,13 +1,14 @@
 """Block-wise mixing (TL-Align Table 7, "Block-wise"): BEiT's blockwise masking, filled from the partner."""
 import math
+from typing import Tuple
 
 import numpy as np
 
-from mmvitreg.registry import BATCH_AUGMENTS
+from mmvitreg.registry import MODELS
 from .token_mask_mix import TokenMaskMix
 
 
-@BATCH_AUGMENTS.register_module()
+@MODELS.register_module()
 class BlockMix(TokenMaskMix):
     """Block-wise mixing from `Token-Label Alignment for Vision Transformers
     <https://arxiv.org/abs/2210.06455>`_ (Table 7, appendix B, Fig. 7): `BEiT
@@ -44,7 +45,7 @@ class BlockMix(TokenMaskMix):
         self.min_block, self.max_attempts = int(min_block), int(max_attempts)
         self.log_aspect = (math.log(aspect), -math.log(aspect))
 
-    def draw(self, grid, count: int) -> np.ndarray:
+    def draw(self, grid: Tuple[int, int], count: int) -> np.ndarray:
         """BEiT's blockwise fill of the ``(Hg, Wg)`` grid up to ``count`` tokens."""
         Hg, Wg = grid
         taken = np.zeros(grid, dtype=bool)

@@ -1,18 +1,20 @@
 """MixUp or CutMix per batch, chosen with a switch probability (timm / DeiT style)."""
+from typing import Optional, Tuple
+
 import numpy as np
 from torch import Tensor
 
-from mmvitreg.registry import BATCH_AUGMENTS
-from ..trace import MixPlan, TraceRequest
+from mmvitreg.registry import MODELS
 from .patch_cutmix import PatchCutMix
 from .pixel_mixup import PixelMixup
+from .token_mix import TokenMix
 
 
-@BATCH_AUGMENTS.register_module()
-class MixupCutMixSwitch:
+@MODELS.register_module()
+class MixupCutMixSwitch(TokenMix):
     """Per batch CutMix with probability ``switch_prob``, else MixUp, as timm's ``Mixup`` with
     ``mixup_alpha > 0``, ``cutmix_alpha > 0`` and ``prob = 1`` (DeiT's recipe; TL-Align paper Table 7,
-    "MixUp + CutMix"). The chosen augment draws the plan: :class:`PixelMixup` or :class:`PatchCutMix`
+    "MixUp + CutMix"). The chosen augment draws the masks: :class:`PixelMixup` or :class:`PatchCutMix`
     (both mix the images in pixel space and give every token its initial label weight).
 
     Args:
@@ -25,22 +27,15 @@ class MixupCutMixSwitch:
             Defaults to ``'tokens'``.
     """
 
-    trace_request = TraceRequest(needs={'grid'})
-
     def __init__(self, mixup_alpha: float = 0.8, cutmix_alpha: float = 1.0, switch_prob: float = 0.5,
                  patch_size: int = 16, partner: str = 'flip', box_on: str = 'tokens'):
         if not 0 <= switch_prob <= 1:
             raise ValueError(f'switch_prob must be in [0, 1], got {switch_prob}')
+        super().__init__(patch_size=patch_size, partner=partner)
         self.switch_prob = float(switch_prob)
-        self.mixup = PixelMixup(mixup_alpha, patch_size, partner)
-        self.cutmix = PatchCutMix(cutmix_alpha, patch_size, partner, box_on)
+        self.mixup = PixelMixup(alpha=mixup_alpha, patch_size=patch_size, partner=partner)
+        self.cutmix = PatchCutMix(alpha=cutmix_alpha, patch_size=patch_size, partner=partner, box_on=box_on)
 
-    def plan(self, inputs: Tensor) -> MixPlan:
-        """The plan of CutMix (probability ``switch_prob``) or MixUp for images ``(B, 3, H, W)``."""
-        return (self.cutmix if np.random.rand() < self.switch_prob else self.mixup).plan(inputs)
-
-    def mix(self, batch_inputs: Tensor, batch_scores: Tensor):
-        """Refuse to run as an mmpretrain batch augment (its plan must reach the model)."""
-        raise TypeError('MixupCutMixSwitch hands its plan to the model and cannot run among the image batch '
-                        "augments (train_cfg.augments); use train_cfg=dict(token_mix=dict("
-                        "type='mmvitreg.MixupCutMixSwitch', ...)) in a TokenClassifier")
+    def masks(self, inputs: Tensor, grid: Tuple[int, int]) -> Tuple[Tensor, Optional[Tensor]]:
+        """The masks of CutMix (probability ``switch_prob``) or MixUp."""
+        return (self.cutmix if np.random.rand() < self.switch_prob else self.mixup).masks(inputs, grid)

@@ -1,16 +1,15 @@
 """MixUp that hands its plan to the model: every token of a blended image starts with weight lam."""
-import numpy as np
+from typing import Tuple
+
 import torch
-from mmpretrain.models.utils.batch_augments import Mixup
 from torch import Tensor
 
-from mmvitreg.registry import BATCH_AUGMENTS
-from ..trace import MixPlan, TraceRequest
-from .plan_utils import partner_index, token_grid
+from mmvitreg.registry import MODELS
+from .token_mix import TokenMix
 
 
-@BATCH_AUGMENTS.register_module()
-class PixelMixup(Mixup):
+@MODELS.register_module()
+class PixelMixup(TokenMix):
     r"""MixUp (`Zhang et al. 2018 <https://arxiv.org/abs/1710.09412>`_) as a mixing plan for
     :class:`~mmvitreg.models.target_transforms.TLAlign` (paper Table 7, "MixUp").
 
@@ -23,36 +22,16 @@ class PixelMixup(Mixup):
 
     Args:
         alpha (float): Beta parameter; positive. Defaults to 0.8 (DeiT's MixUp).
-        patch_size (int): Token stride of the backbone in pixels; the input must be a multiple. Defaults to 16.
+        patch_size (int): Token stride of the backbone in pixels. Defaults to 16.
         partner (str): ``'flip'`` or ``'permute'``. Defaults to ``'flip'``.
     """
 
-    PARTNERS = ('flip', 'permute')
-    trace_request = TraceRequest(needs={'grid'})  # the classifier hands the plan to the backbone in a trace
-
     def __init__(self, alpha: float = 0.8, patch_size: int = 16, partner: str = 'flip'):
-        if not alpha > 0:
-            raise ValueError(f'alpha must be positive, got {alpha}')
-        super().__init__(alpha=float(alpha))
-        if partner not in self.PARTNERS:
-            raise ValueError(f'partner must be one of {self.PARTNERS}, got {partner!r}')
-        if int(patch_size) != patch_size or patch_size < 1:
-            raise ValueError(f'patch_size must be a positive integer, got {patch_size!r}')
-        self.patch_size, self.partner = int(patch_size), partner
+        super().__init__(alpha=alpha, patch_size=patch_size, partner=partner)
 
-    def plan(self, inputs: Tensor) -> MixPlan:
-        """One plan for images ``(B, 3, H, W)``: token mask and pixel mask all ``lam``."""
+    def masks(self, inputs: Tensor, grid: Tuple[int, int]) -> Tuple[Tensor, Tensor]:
+        """Token mask ``(B, Hg, Wg)`` and pixel mask ``(B, H, W)``, all ``lam``."""
+        lam = self.draw_lam()
         B, _, H, W = inputs.shape
-        grid = token_grid('PixelMixup', inputs, self.patch_size)
-        lam = 1.
-        while lam == 1.:
-            lam = float(np.random.beta(self.alpha, self.alpha))
-        mask = torch.full((1, *grid), lam, device=inputs.device)
-        return MixPlan(index=partner_index(B, self.partner, inputs.device), mask=mask.expand(B, -1, -1),
-                       pixel_mask=torch.full((1, H, W), lam, device=inputs.device).expand(B, -1, -1))
-
-    def mix(self, batch_inputs: Tensor, batch_scores: Tensor):
-        """Refuse to run as an mmpretrain batch augment (its plan must reach the model)."""
-        raise TypeError('PixelMixup hands its plan to the model and cannot run among the image batch augments '
-                        "(train_cfg.augments); use train_cfg=dict(token_mix=dict(type='mmvitreg.PixelMixup', ...)) "
-                        'in a TokenClassifier')
+        return (torch.full((1, *grid), lam, device=inputs.device).expand(B, -1, -1),
+                torch.full((1, H, W), lam, device=inputs.device).expand(B, -1, -1))

@@ -1,11 +1,13 @@
 """Random patch mixing (TL-Align Table 7, "Random"): tokens taken from the partner at random."""
+from typing import Tuple
+
 import numpy as np
 
-from mmvitreg.registry import BATCH_AUGMENTS
+from mmvitreg.registry import MODELS
 from .token_mask_mix import TokenMaskMix
 
 
-@BATCH_AUGMENTS.register_module()
+@MODELS.register_module()
 class RandomPatchMix(TokenMaskMix):
     """Random patch mixing from `Token-Label Alignment for Vision Transformers
     <https://arxiv.org/abs/2210.06455>`_ (Table 7, appendix B, Fig. 7): MAE's random masking with the
@@ -17,7 +19,7 @@ class RandomPatchMix(TokenMaskMix):
     :class:`~mmvitreg.models.mixing.token_mask_mix.TokenMaskMix` for the arguments. No official code.
     """
 
-    def draw(self, grid, count: int) -> np.ndarray:
+    def draw(self, grid: Tuple[int, int], count: int) -> np.ndarray:
         """``count`` tokens of the ``(Hg, Wg)`` grid, uniformly without replacement."""
         taken = np.zeros(grid[0] * grid[1], dtype=bool)
         taken[np.random.permutation(taken.size)[:count]] = True

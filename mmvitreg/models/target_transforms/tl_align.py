@@ -72,32 +72,34 @@ class TLAlign(BaseModule):
     ``tla_shift``, the mean distance between the aligned and the area target (:meth:`transform`).
 
     Args:
-        num_layers (int): Blocks of the backbone (``sum(depths)`` for Swin); labels go through all.
+        num_layers (int, optional): Blocks of the backbone (``sum(depths)`` for Swin); labels go through
+            all. None (default): the backbone's depth, from the trace. When given, the
+            :class:`~mmvitreg.models.classifiers.TokenClassifier` checks it against the backbone at build
+            time (:func:`~mmvitreg.models.trace.check_trace_user`).
         representation (str): ``'weights'`` (default) or ``'labels'`` (the official C-dimensional
             stream, for comparisons).
         num_classes (int, optional): ``C``, needed by ``representation='labels'``.
 
     Raises:
-        ValueError: (at the first step) no mixing plan, a plan on another grid, a backbone with a
-            different number of blocks, or samples without ``gt_label``.
+        ValueError: (at the first step) no mixing plan, a plan on another grid, a backbone with another
+            number of blocks than a given ``num_layers``, or samples without ``gt_label``.
     """
 
     REPRESENTATIONS = ('weights', 'labels')
-    # what any instance asks (an instance's request carries itself as the stream, for its num_layers)
-    trace_request = TraceRequest(needs={'grid', 'stream'})
 
-    def __init__(self, num_layers: int, representation: str = 'weights', num_classes: Optional[int] = None):
+    def __init__(self, num_layers: Optional[int] = None, representation: str = 'weights',
+                 num_classes: Optional[int] = None):
         super().__init__()
-        if int(num_layers) != num_layers or num_layers < 1:
+        if num_layers is not None and (int(num_layers) != num_layers or num_layers < 1):
             raise ValueError(f'num_layers must be a positive integer (the backbone\'s blocks), got {num_layers!r}')
         if representation not in self.REPRESENTATIONS:
             raise ValueError(f'representation must be one of {self.REPRESENTATIONS}, got {representation!r}')
         if representation == 'labels' and not num_classes:
             raise ValueError("representation='labels' carries (B, N, num_classes) labels: set num_classes")
-        self.num_layers = int(num_layers)
+        self.num_layers = None if num_layers is None else int(num_layers)
         self.representation = representation
         self.num_classes = num_classes
-        self.trace_request = TraceRequest(stream=self)
+        self.trace_request = TraceRequest(stream=self)  # the labels ride as this instance's stream
 
     # ------------------------------------------------------------------ the stream (called by the backbone)
     def start(self, trace: TokenTrace) -> Tensor:
@@ -108,9 +110,9 @@ class TLAlign(BaseModule):
         if tuple(plan.mask.shape[-2:]) != tuple(trace.grid):
             raise ValueError(f'the mixing plan covers a {tuple(plan.mask.shape[-2:])} token grid but the backbone '
                              f'has {tuple(trace.grid)}: set the plan\'s patch_size to the backbone\'s token stride')
-        if trace.num_layers != self.num_layers:
+        if self.num_layers is not None and trace.num_layers != self.num_layers:
             raise ValueError(f'TLAlign(num_layers={self.num_layers}) but the backbone has {trace.num_layers} blocks: '
-                             'set num_layers to the backbone\'s number of blocks')
+                             f'set num_layers={trace.num_layers} or leave it out (the depth is taken from the trace)')
         w = plan.mask.flatten(1).float()  # (B, Hg * Wg)
         extra = trace.num_extra_tokens
         if extra:
@@ -175,10 +177,10 @@ class TLAlign(BaseModule):
     def aligned_labels(self, trace: TokenTrace) -> Tensor:
         """``(B, D)``: the cls token's label after the last block, or the mean over tokens without a cls
         token (``D = 2``: each sample's own and partner share)."""
-        if self.num_layers - 1 not in trace.streamed:
+        if trace.num_layers - 1 not in trace.streamed:
             raise ValueError('the trace carries no TLAlign labels: run the backbone with '
                              'TokenTrace.for_request(tl_align.trace_request, mix=plan)')
-        labels = trace.streamed[self.num_layers - 1]
+        labels = trace.streamed[trace.num_layers - 1]
         return labels[:, 0] if trace.num_extra_tokens else labels.mean(1)
 
     def aligned_weights(self, trace: TokenTrace) -> Tensor:

@@ -1,0 +1,83 @@
+"""The base of every mixing plan: the token grid, the partner of each image and the draw of ``lam``."""
+from typing import Optional, Tuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..layers import token_grid
+from ..trace import MixPlan, TraceRequest
+
+
+class TokenMix:
+    """A two-image mixing plan drawer: what :class:`~mmvitreg.models.classifiers.TokenClassifier` takes as
+    ``train_cfg.token_mix`` (its data preprocessor calls :meth:`plan` once per training batch).
+
+    The plans are not mmpretrain batch augments (those map ``(inputs, scores)`` and cannot say which token
+    came from which image), so they are registered in mmvitreg's ``MODELS`` only. This base holds what
+    every plan shares:
+
+    * the token grid of a batch ``(B, C, H, W)``: ``(ceil(H / patch_size), ceil(W / patch_size))``, the
+      backbones' own rule (:func:`~mmvitreg.models.layers.token_grid`: inputs padded bottom/right);
+    * ``lam ~ Beta(alpha, alpha)``, drawn again while ``lam == 1`` (TL-Align's official ``while lam == 1.``)
+      unless the subclass sets :attr:`REDRAW_FULL` False (LV-ViT's MixToken draws once);
+    * the partner: ``'flip'``, sample ``i`` mixes with ``B - 1 - i`` (the official codes' ``flip(0)``), or
+      ``'permute'``, a random permutation (``torch.randperm``, as mmpretrain's CutMix), drawn after the masks.
+
+    A subclass draws the masks (:meth:`masks`). The trace it asks for (:attr:`trace_request`): the token grid,
+    because the classifier hands the plan to the backbone in a trace.
+
+    Args:
+        alpha (float, optional): Beta parameter of ``lam``; positive. None for a plan that draws no ``lam``
+            of its own (:class:`~mmvitreg.models.mixing.MixupCutMixSwitch`).
+        patch_size (int): Token stride of the backbone in input pixels. Defaults to 16.
+        partner (str): ``'flip'`` or ``'permute'``. Defaults to ``'flip'``.
+    """
+
+    PARTNERS = ('flip', 'permute')
+    #: draw ``lam`` again while it is exactly 1 (an unmixed batch)
+    REDRAW_FULL = True
+    trace_request = TraceRequest(needs={'grid'})
+
+    def __init__(self, alpha: Optional[float] = None, patch_size: int = 16, partner: str = 'flip'):
+        if alpha is not None and not alpha > 0:
+            raise ValueError(f'{type(self).__name__}: alpha must be positive (lam ~ Beta(alpha, alpha)), got {alpha}')
+        if int(patch_size) != patch_size or patch_size < 1:
+            raise ValueError(f'{type(self).__name__}: patch_size must be a positive integer, got {patch_size!r}')
+        if partner not in self.PARTNERS:
+            raise ValueError(f'{type(self).__name__}: partner must be one of {self.PARTNERS}, got {partner!r}')
+        self.alpha = None if alpha is None else float(alpha)
+        self.patch_size, self.partner = int(patch_size), partner
+
+    def token_grid(self, inputs: Tensor) -> Tuple[int, int]:
+        """``(Hg, Wg)`` of images ``(B, C, H, W)``, as the backbone embeds them."""
+        return token_grid(tuple(inputs.shape[-2:]), self.patch_size)
+
+    def draw_lam(self) -> float:
+        """One ``lam ~ Beta(alpha, alpha)`` (again while it is 1 when :attr:`REDRAW_FULL`)."""
+        lam = np.random.beta(self.alpha, self.alpha)
+        while self.REDRAW_FULL and lam == 1.:
+            lam = np.random.beta(self.alpha, self.alpha)
+        return float(lam)
+
+    def partner_index(self, batch: int, device=None) -> Tensor:
+        """``(B,)`` long: the partner of every image."""
+        if self.partner == 'flip':
+            return torch.arange(batch - 1, -1, -1, device=device)
+        return torch.randperm(batch, device=device)
+
+    def to_pixels(self, mask: Tensor, size: Tuple[int, int]) -> Tensor:
+        """A token mask ``(..., Hg, Wg)`` in whole patches on the image ``(..., H, W)`` (padding cropped)."""
+        p = self.patch_size
+        return mask.repeat_interleave(p, -2).repeat_interleave(p, -1)[..., :size[0], :size[1]]
+
+    def masks(self, inputs: Tensor, grid: Tuple[int, int]) -> Tuple[Tensor, Optional[Tensor]]:
+        """The subclass's draw for images ``(B, C, H, W)``: the token mask ``(B, Hg, Wg)`` (1 own, 0 partner)
+        and the pixel mask ``(B, H, W)`` when the images are mixed in pixel space (else None)."""
+        raise NotImplementedError
+
+    def plan(self, inputs: Tensor) -> MixPlan:
+        """One :class:`~mmvitreg.models.trace.MixPlan` for images ``(B, C, H, W)``, on their device."""
+        mask, pixel_mask = self.masks(inputs, self.token_grid(inputs))
+        return MixPlan(index=self.partner_index(len(inputs), inputs.device), mask=mask, pixel_mask=pixel_mask)
+

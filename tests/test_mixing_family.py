@@ -1,0 +1,193 @@
+"""The mixing family: one base draws partner and lam, the token grid has one rule, the plans are not
+mmpretrain batch augments, and a token mix is recognised by type.
+
+``MIX_DRAWS`` is a snapshot, not a re-derivation: ``tests/data/snapshot_mix_draws.py`` printed it on the
+code before the plans were refactored onto :class:`~mmvitreg.models.mixing.TokenMix` (commit c15437c),
+for seeds 0..2 (the script, run on that commit's ``mmvitreg`` and on the refactored one, prints the same
+text). Every plan must still draw exactly these partners and masks, and leave numpy's and torch's generators
+where it left them (the next draw of each is recorded too), so a seeded run trains the same.
+"""
+import importlib.util
+
+import mmpretrain.models  # noqa: F401  (registers mmpretrain's batch augments)
+import pytest
+import torch
+from mmengine.registry import DefaultScope
+from mmpretrain.models.utils.batch_augments import CutMix
+from mmpretrain.registry import BATCH_AUGMENTS as MMPRETRAIN_BATCH_AUGMENTS
+from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
+from mmpretrain.structures import DataSample
+
+from conftest import REPO
+from mmvitreg.models import mixing
+from mmvitreg.models.backbones import VisionTransformer
+from mmvitreg.models.data_preprocessors import TokenClsDataPreprocessor
+from mmvitreg.registry import MODELS
+
+_SPEC = importlib.util.spec_from_file_location('snapshot_mix_draws', REPO / 'tests/data/snapshot_mix_draws.py')
+snapshot = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(snapshot)
+
+MIX_DRAWS = {
+    'MixToken': [
+        ((2, 1, 0), ('1100/1111/1111', '1100/1111/1111', '1100/1111/1111'), None, 0.957155, 0.496257),
+        ((2, 1, 0), ('0111/1111/1111', '0111/1111/1111', '0111/1111/1111'), None, 0.396581, 0.757632),
+        ((2, 1, 0), ('1111/1111/1111', '1111/1111/1111', '1111/1111/1111'), None, 0.435322, 0.614695),
+    ],
+    'MixToken-permute': [
+        ((2, 0, 1), ('1100/1111/1111', '1100/1111/1111', '1100/1111/1111'), None, 0.957155, 0.088477),
+        ((1, 2, 0), ('0111/1111/1111', '0111/1111/1111', '0111/1111/1111'), None, 0.396581, 0.403069),
+        ((0, 2, 1), ('1111/1111/1111', '1111/1111/1111', '1111/1111/1111'), None, 0.435322, 0.637114),
+    ],
+    'MixToken-minmax': [
+        ((2, 1, 0), ('1111/1011/1111', '1111/1011/1111', '1111/1011/1111'), None, 0.778157, 0.496257),
+        ((2, 1, 0), ('1011/1111/1111', '1011/1111/1111', '1011/1111/1111'), None, 0.18626, 0.757632),
+        ((2, 1, 0), ('1111/1111/1111', '1111/1111/1111', '1111/1111/1111'), None, 0.420368, 0.614695),
+    ],
+    'PatchCutMix': [
+        ((2, 1, 0), ('1100/1111/1111', '1100/1111/1111', '1100/1111/1111'), (640.0, 640.0, 640.0), 0.957155, 0.496257),
+        ((2, 1, 0), ('0111/1111/1111', '0111/1111/1111', '0111/1111/1111'), (704.0, 704.0, 704.0), 0.396581, 0.757632),
+        ((2, 1, 0), ('1111/1111/1111', '1111/1111/1111', '1111/1111/1111'), (768.0, 768.0, 768.0), 0.435322, 0.614695),
+    ],
+    'PatchCutMix-pixels': [
+        ((2, 1, 0),
+          ((1.0, 1.0, 1.0, 1.0, 0.765625, 0.375, 0.375, 0.765625, 0.625, 0.0, 0.0, 0.625),
+           (1.0, 1.0, 1.0, 1.0, 0.765625, 0.375, 0.375, 0.765625, 0.625, 0.0, 0.0, 0.625),
+           (1.0, 1.0, 1.0, 1.0, 0.765625, 0.375, 0.375, 0.765625, 0.625, 0.0, 0.0, 0.625)),
+          (482.0, 482.0, 482.0),
+          0.83262,
+          0.496257),
+        ((2, 1, 0),
+          ((0.5, 0.5625, 1.0, 1.0, 0.0, 0.125, 1.0, 1.0, 0.0, 0.125, 1.0, 1.0),
+           (0.5, 0.5625, 1.0, 1.0, 0.0, 0.125, 1.0, 1.0, 0.0, 0.125, 1.0, 1.0),
+           (0.5, 0.5625, 1.0, 1.0, 0.0, 0.125, 1.0, 1.0, 0.0, 0.125, 1.0, 1.0)),
+          (468.0, 468.0, 468.0),
+          0.092339,
+          0.757632),
+        ((2, 1, 0),
+          ((1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.625, 1.0, 1.0),
+           (1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.625, 1.0, 1.0),
+           (1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.625, 1.0, 1.0)),
+          (744.0, 744.0, 744.0),
+          0.435322,
+          0.614695),
+    ],
+    'PatchCutMix-permute': [
+        ((2, 0, 1), ('1100/1100/1111', '1100/1100/1111', '1100/1100/1111'), (512.0, 512.0, 512.0), 0.645894, 0.088477),
+        ((1, 2, 0), ('1100/1100/1111', '1100/1100/1111', '1100/1100/1111'), (512.0, 512.0, 512.0), 0.999041, 0.403069),
+        ((0, 2, 1), ('1111/1111/1111', '1111/1111/1111', '1111/1111/1111'), (768.0, 768.0, 768.0), 0.435322, 0.637114),
+    ],
+    'PixelMixup': [
+        ((2, 1, 0), (0.531506, 0.531506, 0.531506), (408.1967, 408.1967, 408.1967), 0.423655, 0.496257),
+        ((2, 1, 0), (0.335547, 0.335547, 0.335547), (257.6998, 257.6998, 257.6998), 0.000114, 0.757632),
+        ((2, 1, 0), (0.971473, 0.971473, 0.971473), (746.0913, 746.0913, 746.0913), 0.549662, 0.614695),
+    ],
+    'MixupCutMixSwitch': [
+        ((2, 1, 0), (0.577999, 0.577999, 0.577999), (443.9034, 443.9034, 443.9034), 0.645894, 0.496257),
+        ((2, 1, 0), ('1111/1111/1111', '1111/1111/1111', '1111/1111/1111'), (768.0, 768.0, 768.0), 0.236089, 0.757632),
+        ((2, 1, 0), ('1111/1100/1100', '1111/1100/1100', '1111/1100/1100'), (512.0, 512.0, 512.0), 0.420368, 0.614695),
+    ],
+    'RandomPatchMix': [
+        ((2, 1, 0), ('1001/0110/0001', '0010/0000/0001', '1111/1101/0111'), (320.0, 128.0, 640.0), 0.102045, 0.496257),
+        ((2, 1, 0), ('0000/0000/0000', '1110/1011/1011', '1111/1110/1111'), (0.0, 576.0, 704.0), 0.315516, 0.757632),
+        ((2, 1, 0), ('1111/1111/1110', '1111/1111/1010', '1111/1111/1110'), (704.0, 640.0, 704.0), 0.220306, 0.614695),
+    ],
+    'BlockMix': [
+        ((2, 1, 0), ('0110/0100/1100', '0010/0000/0000', '0111/0001/1111'), (320.0, 64.0, 512.0), 0.622846, 0.496257),
+        ((2, 1, 0), ('0000/0000/0000', '1100/1110/1110', '1111/1111/1111'), (0.0, 512.0, 768.0), 0.750144, 0.757632),
+        ((2, 1, 0), ('1110/1111/1111', '0011/0011/0111', '0001/0100/0011'), (704.0, 448.0, 256.0), 0.201743, 0.614695),
+    ],
+    'BlockMix-permute': [
+        ((2, 0, 1), ('1001/1001/0001', '0011/1111/1101', '0001/0001/0001'), (320.0, 576.0, 192.0), 0.634274, 0.088477),
+        ((1, 2, 0), ('0000/0000/0000', '0011/0001/0011', '1011/1011/1111'), (0.0, 320.0, 640.0), 0.411788, 0.403069),
+        ((0, 2, 1), ('1110/1111/1111', '1111/0100/1100', '1111/1111/1110'), (704.0, 448.0, 704.0), 0.220306, 0.637114),
+    ],
+}
+
+
+@pytest.mark.parametrize('name,cls_name,kwargs', snapshot.CASES, ids=[c[0] for c in snapshot.CASES])
+def test_every_plan_draws_what_it_drew_before_the_refactor(name, cls_name, kwargs):
+    assert [snapshot.draws(cls_name, kwargs, seed) for seed in snapshot.SEEDS] == MIX_DRAWS[name]
+
+
+def test_the_plans_are_models_not_mmpretrain_batch_augments():
+    names = {c[1] for c in snapshot.CASES}
+    plans = {n for n, cls in MODELS.module_dict.items() if isinstance(cls, type) and issubclass(cls, mixing.TokenMix)}
+    assert plans == names  # every registered plan is pinned by the snapshot above
+    for registry in [MMPRETRAIN_BATCH_AUGMENTS, *MMPRETRAIN_BATCH_AUGMENTS.children.values()]:
+        assert not names & set(registry.module_dict), registry.scope
+    for name in names:
+        assert not hasattr(MODELS.get(f'mmvitreg.{name}'), 'mix')  # nothing that pretends to be a batch augment
+
+
+def test_a_token_mix_is_recognised_by_type():
+    """The data preprocessor takes a TokenMix, built or as a config; anything else is refused by type, also an
+    object that has a ``plan`` method."""
+    assert type(TokenClsDataPreprocessor(num_classes=3, token_mix=dict(type='mmvitreg.PatchCutMix')).token_mix) \
+        is mixing.PatchCutMix
+    mix = mixing.MixToken(patch_size=8)
+    assert TokenClsDataPreprocessor(num_classes=3, token_mix=mix).token_mix is mix
+
+    class LooksLikeAPlan:
+        def plan(self, inputs):
+            return None
+
+    for token_mix, name in ((LooksLikeAPlan(), 'LooksLikeAPlan'), (CutMix(alpha=1.), 'CutMix'),
+                            (dict(type='mmvitreg.PatchCosineLoss'), 'PatchCosineLoss')):
+        with pytest.raises(TypeError) as error:
+            TokenClsDataPreprocessor(num_classes=3, token_mix=token_mix)
+        assert str(error.value) == (f'token_mix must be a mixing plan of mmvitreg (a TokenMix: MixToken, PatchCutMix, '
+                                    f'PixelMixup, ...), got {name}; image-level augments such as mmpretrain\'s '
+                                    'Mixup/CutMix go in train_cfg.augments')
+
+
+@pytest.mark.parametrize('name,cls_name,kwargs', snapshot.CASES, ids=[c[0] for c in snapshot.CASES])
+def test_one_token_grid_rule_as_the_backbones(name, cls_name, kwargs):
+    """An input that is not a multiple of the patch size: every plan covers the grid the backbone pads it to
+    (``ceil(H / p)``), and a pixel mask is the token mask in whole patches, cropped to the image."""
+    vit = VisionTransformer(arch=dict(embed_dims=8, num_layers=1, num_heads=1, feedforward_channels=8),
+                            patch_size=8, img_size=32)
+    x = torch.zeros(2, 3, 30, 41)
+    plan = getattr(mixing, cls_name)(patch_size=8, **kwargs).plan(x)
+    assert tuple(plan.mask.shape[1:]) == vit.token_grid((30, 41)) == (4, 6)
+    if plan.pixel_mask is not None and name != 'PatchCutMix-pixels':
+        assert torch.equal(plan.pixel_mask, plan.mask.repeat_interleave(8, 1).repeat_interleave(8, 2)[:, :30, :41])
+
+
+@pytest.mark.parametrize('backbone,patch', [
+    (dict(type='mmvitreg.VisionTransformer', arch=dict(embed_dims=16, num_layers=2, num_heads=2,
+                                                       feedforward_channels=16), img_size=32, patch_size=8), 8),
+    (dict(type='mmvitreg.SwinTransformer', arch=dict(embed_dims=16, depths=[2, 2], num_heads=[2, 2]), img_size=32,
+          window_size=3, out_indices=(1, )), 4)], ids=['vit', 'swin'])
+@pytest.mark.parametrize('mix', ['MixToken', 'PatchCutMix'])
+def test_an_input_the_backbone_pads_trains_with_every_plan(backbone, patch, mix):
+    """30x41 images (not a multiple of the patch): the backbone embeds them on its padded grid, which is the
+    plan's grid, so the token mix (in the backbone) and the pixel mix (in the preprocessor) both train."""
+    cfg = dict(type='mmvitreg.TokenClassifier', backbone=backbone,
+               head=dict(type='mmpretrain.LinearClsHead', num_classes=3, in_channels=backbone['arch']['embed_dims']
+                         * (2 if 'Swin' in backbone['type'] else 1)),
+               train_cfg=dict(token_mix=dict(type=f'mmvitreg.{mix}', patch_size=patch)),
+               data_preprocessor=dict(num_classes=3))
+    if 'Swin' in backbone['type']:
+        cfg['neck'] = dict(type='mmpretrain.GlobalAveragePooling')
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        model = MMPRETRAIN_MODELS.build(cfg)
+    torch.manual_seed(0)
+    data = model.data_preprocessor(dict(inputs=torch.randint(0, 255, (2, 3, 30, 41), dtype=torch.uint8),
+                                        data_samples=[DataSample().set_gt_label(i) for i in range(2)]), training=True)
+    grid = (-(-30 // patch), -(-41 // patch))
+    assert tuple(data['mix_plan'].mask.shape) == (2, *grid)
+    loss = model(**data, mode='loss')['loss_cls']
+    assert torch.isfinite(loss)
+
+
+@pytest.mark.parametrize('cls_name,redraws', [('MixToken', False), ('PatchCutMix', True), ('PixelMixup', True),
+                                              ('RandomPatchMix', True), ('BlockMix', True)])
+def test_lam_of_1_is_drawn_again_except_by_lvvit_mixtoken(monkeypatch, cls_name, redraws):
+    """TL-Align's ``while lam == 1.`` (its CutMix, and this package's other plans); LV-ViT's MixToken draws once."""
+    mixing.token_mix.np.random.seed(0)  # the box / token draws (BlockMix may stop short of its count)
+    draws = iter([1., 0.5] * 3)
+    monkeypatch.setattr(mixing.token_mix.np.random, 'beta', lambda a, b: next(draws))
+    plan = getattr(mixing, cls_name)(patch_size=8).plan(torch.zeros(1, 3, 32, 32))
+    assert torch.all(plan.lam < 1) if redraws else torch.all(plan.lam == 1)
+    assert next(draws) == (1. if redraws else 0.5)
