@@ -16,6 +16,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = REPO / 'tools'
 CONFIGS = REPO / 'configs'
+# the studies behind the analysis tools (``tools/analysis_tools/studies``), imported as the tools do
+sys.path.insert(0, str(TOOLS / 'analysis_tools'))
 
 
 def tool_env():

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from conftest import run_tool
-from mmvitreg.analysis import train_step_benchmark as bench
+from studies import train_step_benchmark as bench
 
 
 def test_tool_runs_every_case_with_tiny_models(tmp_path):

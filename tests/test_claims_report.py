@@ -5,7 +5,7 @@ import re
 import pytest
 
 from conftest import REPO, run_tool
-from mmvitreg.analysis.claims import assemble, core, register_section, sections, verdict
+from studies.claims import assemble, core, register_section, sections, verdict
 
 
 @pytest.fixture

@@ -208,6 +208,50 @@ def test_mim_train_and_test_run_the_packaged_tools(installed, digits_workspace, 
     assert 0.0 <= metrics['accuracy/top1'] <= 100.0
 
 
+STUDIES_OUTSIDE = '''
+import json, sys
+from studies.claims import core, sections
+from studies.train_step_benchmark import CASES
+print(json.dumps(dict(root=str(core.ROOT), train=core._tool('train.py').__file__,
+                      digits=core._tool('dataset_converters/digits.py').__file__,
+                      sections=[s.name for s in sections()], cases=sorted(CASES))))
+'''
+
+
+def test_studies_reach_their_tools_from_the_wheel(installed, tmp_path):
+    """The claims report's sections and the step benchmark's cases are not in the installed library but
+    next to their tools in ``mmvitreg/.mim/tools/analysis_tools/studies``: from there the claims study
+    finds the configs and imports the packaged ``train.py`` (not the checkout's), and both tools run."""
+    with zipfile.ZipFile(installed.wheel) as whl:
+        library = [n for n in whl.namelist() if n.startswith('mmvitreg/') and not n.startswith('mmvitreg/.mim/')]
+    assert library and not [n for n in library if 'claims' in n or 'train_step_benchmark' in n]
+    tools = installed.mim / 'tools' / 'analysis_tools'
+    env = dict(outside_env(installed.site))
+    env['PYTHONPATH'] = os.pathsep.join([str(tools), env['PYTHONPATH']])
+    proc = subprocess.run([sys.executable, '-c', STUDIES_OUTSIDE], cwd=installed.user, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert Path(out['root']) == installed.mim and (installed.mim / 'configs' / 'demo' / DEMO).is_file()
+    assert Path(out['train']) == installed.mim / 'tools' / 'train.py'
+    assert Path(out['digits']) == installed.mim / 'tools' / 'dataset_converters' / 'digits.py'
+    assert out['sections'] == ['deepvit', 'token_labeling', 'diversepatch', 'drloc', 'tl_align']
+
+    listed = run_outside([tools / 'benchmark_train_step.py', '--list'], installed, installed.user).stdout
+    assert [ln.split(':')[0] for ln in listed.splitlines()] == out['cases']
+    run_outside([tools / 'claims_report.py', '--assemble', '--out', tmp_path / 'docs'], installed, installed.user)
+    text = (tmp_path / 'docs' / 'claims.md').read_text()
+    assert len(re.findall(r'^## ', text, flags=re.M)) == 5 and text.count('*Not run yet:*') == 5
+
+
+def test_library_loads_no_script_by_path():
+    """Nothing in the installed ``mmvitreg`` package runs or imports a file by its path (the tools import
+    the library, never the other way round)."""
+    found = [f'{p.relative_to(REPO)}: {word}' for p in (REPO / 'mmvitreg').rglob('*.py')
+             for word in ('run_path', 'spec_from_file_location', 'SourceFileLoader') if word in p.read_text()]
+    assert not found, found
+
+
 def test_checkout_resolves_mmvitreg_configs_through_its_mim_links(tmp_path):
     """An editable install (or this checkout on PYTHONPATH) reads ``mmvitreg::`` from the working
     tree: ``mmvitreg/.mim/{configs,tools,model-index.yml}`` link to the top-level ones."""

@@ -344,7 +344,7 @@ def test_mixup_gives_every_token_lam_and_the_switch_picks_per_batch(monkeypatch)
 
 def test_benchmark_case_compares_tl_align_with_the_same_cutmix():
     """deit-s-tlalign-vs-cutmix: the only difference between the two models is the TLAlign target transform."""
-    from mmvitreg.analysis import train_step_benchmark as bench
+    from studies import train_step_benchmark as bench
     case = bench.get_case('deit-s-tlalign-vs-cutmix')
     model, baseline = case.build('model', 32, True), case.build('baseline', 32, True)
     assert isinstance(model.target_transform, TLAlign) and baseline.target_transform is None
@@ -370,7 +370,7 @@ def test_recorded_maps_are_taken_before_attention_dropout():
 def test_benchmark_case_weight_stream_vs_c_dim_stream_trains_on_the_same_target():
     """deit-s-tlalign-weights-vs-labels: the two models differ only in TLAlign's representation, and with the
     same weights and the same CutMix draw both give the same loss (the same aligned target)."""
-    from mmvitreg.analysis import train_step_benchmark as bench
+    from studies import train_step_benchmark as bench
     case = bench.get_case('deit-s-tlalign-weights-vs-labels')
     losses = {}
     for role, representation in (('model', 'weights'), ('baseline', 'labels')):

@@ -8,7 +8,7 @@ Each case (``--list`` shows them; default: all) compares a model under test with
 forward + loss + backward + AdamW step (``model.train_step``), both models alternating after warm-up,
 median step time, their ratio against the case's target, and each model's peak memory measured
 in a fresh process (``torch.cuda.max_memory_allocated`` on CUDA, the peak resident set size on
-CPU; see :mod:`mmvitreg.analysis.train_step_benchmark`). ``--tiny`` swaps in toy versions of the
+CPU; see :mod:`studies.train_step_benchmark`, next to this script). ``--tiny`` swaps in toy versions of the
 models to check that a case runs (its ratios mean nothing and no target is judged). The exit status
 is 1 when a judged case misses its target. New cases are registered in that module.
 """
@@ -18,7 +18,7 @@ import sys
 import torch
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
-from mmvitreg.analysis.train_step_benchmark import CASES, run_case
+from studies.train_step_benchmark import CASES, run_case
 
 
 def parse_args(argv=None):

@@ -9,12 +9,12 @@ model one epoch on a tiny subset (CI). Each section's text goes to ``<out>/claim
 its plots to ``<out>/claims/<section>_*.png``; ``<out>/claims.md`` is assembled from all fragments.
 Finished runs are cached under ``--work-dir``: a re-run resumes. ``--assemble`` only rebuilds
 ``claims.md`` from the fragments (after merging branches that ran different sections). The sections
-and their time budgets: :mod:`mmvitreg.analysis.claims.core`.
+and their time budgets: :mod:`studies.claims.core` (next to this script).
 """
 import argparse
 import sys
 
-from mmvitreg.analysis.claims import assemble, run_sections, sections
+from studies.claims import assemble, run_sections, sections
 
 
 def parse_args(argv=None):

@@ -54,7 +54,7 @@ ROLES = ('model', 'baseline')
 
 @dataclass(frozen=True)
 class TrainStepCase:
-    """One comparison of :mod:`~mmvitreg.analysis.train_step_benchmark`.
+    """One comparison of :mod:`studies.train_step_benchmark`.
 
     Args:
         description (str): What is compared with what, printed with the results.

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .core import REPO, accuracy_table, figure, fmt_options, markdown_table, register_section, verdict
+from .core import ROOT, accuracy_table, figure, fmt_options, markdown_table, register_section, verdict
 
 TEACHER = 'configs/lvvit/resnet18-cifar-w16_1xb64_digits-teacher.py'
 STUDENT = 'configs/lvvit/lvvit-tiny_1xb64_tl_digits.py'
@@ -45,7 +45,7 @@ def teacher_maps(ctx):
     folder, store = Path(run.work_dir) / 'label_maps', Path(run.work_dir) / 'label_maps_packed'
     log = Path(run.work_dir) / 'label_maps.log'
     if not (store / 'packed.json').is_file():
-        ctx.run_tool(['generate_label_maps.py', REPO / TEACHER, run.checkpoint, folder, '--img-size', IMG_SIZE,
+        ctx.run_tool(['generate_label_maps.py', ROOT / TEACHER, run.checkpoint, folder, '--img-size', IMG_SIZE,
                       '--batch-size', 64, '--num-workers', 0, '--cfg-options', *fmt_options(run.cfg_options)], log)
         ctx.run_tool(['dataset_converters/pack_label_maps.py', folder, store, '--num-classes', NUM_CLASSES],
                      Path(run.work_dir) / 'pack.log')
@@ -56,7 +56,7 @@ def teacher_maps(ctx):
 def students(ctx, store) -> dict:
     """``{label: (tag, config, cfg_options)}`` of the five students."""
     from mmvitreg.utils import load_config
-    pipeline = load_config(str(REPO / STUDENT)).train_dataloader.dataset.pipeline
+    pipeline = load_config(str(ROOT / STUDENT)).train_dataloader.dataset.pipeline
     at = {step['type']: i for i, step in enumerate(pipeline)}
     loader, target = at['mmvitreg.LoadTokenLabelMap'], at['mmvitreg.TokenLabelTarget']
     tokens = {'model.backbone.patch_size': PATCH}

@@ -12,9 +12,9 @@ drawn as a curve per backbone and target; and the label maps of one trained TL-A
 import numpy as np
 import torch
 
-from ..loading import build_dataloader, build_model
-from ..tl_align_diagnostics import align_batch, alignment_rmse, draw_label_maps, label_maps, tl_align_of
-from .core import accuracy_table, figure, fmt_mean_std, mean_std, markdown_table, register_section, verdict
+from mmvitreg.analysis.loading import build_dataloader, build_model
+from mmvitreg.analysis.tl_align_diagnostics import align_batch, alignment_rmse, draw_label_maps, label_maps, tl_align_of
+from .core import ROOT, accuracy_table, figure, fmt_mean_std, mean_std, markdown_table, register_section, verdict
 
 CONFIGS = {
     'DeiT-tiny': 'configs/tlalign/deit-tiny_1xb64_cutmix-tlalign_digits.py',
@@ -38,8 +38,7 @@ def _untrained_rmse(ctx, run) -> float:
     """The RMSE of ``run``'s model at its initialisation (the config's init with the run's seed)."""
     from mmengine.registry import DefaultScope
     from mmvitreg.utils import load_config
-    from .core import REPO
-    cfg = load_config(str(REPO / run.config), run.cfg_options)
+    cfg = load_config(str(ROOT / run.config), run.cfg_options)
     torch.manual_seed(run.seed)
     with DefaultScope.overwrite_default_scope(cfg.default_scope):
         return _rmse(build_model(cfg, None, 'cpu'), cfg)

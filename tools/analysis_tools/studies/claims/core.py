@@ -61,7 +61,7 @@ smaller than the spread (the larger of the two stds) is called a tie (:func:`ver
 """
 import contextlib
 import hashlib
-import importlib.util
+import importlib
 import io
 import json
 import os
@@ -72,7 +72,9 @@ from pathlib import Path
 from statistics import mean, stdev
 from typing import Callable, Dict, List, Optional, Sequence
 
-REPO = Path(__file__).resolve().parents[3]
+#: the folder holding ``configs/`` and ``tools/``: the repository, or ``mmvitreg/.mim`` of an installed
+#: wheel (this package lives in ``tools/analysis_tools/studies/claims/``). Config paths are relative to it.
+ROOT = Path(__file__).resolve().parents[4]
 SIZES = ('ci', 'full')
 #: seeds of each size (``--seeds`` overrides)
 SEEDS = {'ci': (0, ), 'full': (0, 1, 2)}
@@ -238,8 +240,8 @@ class Context:
         return opts
 
     def run_tool(self, args: Sequence, log_file: Path) -> None:
-        """Run ``main(argv)`` of ``tools/<args[0]>`` in this process (no start-up cost per run) from the
-        repository root (paths in ``args`` may be relative to it), its output to ``log_file``; training
+        """Run ``main(argv)`` of ``tools/<args[0]>`` in this process (no start-up cost per run) from
+        :data:`ROOT` (paths in ``args`` may be relative to it), its output to ``log_file``; training
         progress lines (``Epoch(train)``) are echoed. Raises
         ``RuntimeError`` with the log's tail when the tool exits with an error."""
         log_file = Path(log_file)
@@ -254,7 +256,7 @@ class Context:
             log.write(_shell(['tools/' + str(args[0]), *args[1:]]) + '\n')
             out = _Progress(log, self.log)
             try:
-                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), contextlib.chdir(REPO):
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), contextlib.chdir(ROOT):
                     _tool(str(args[0])).main([str(a) for a in args[1:]])
             except SystemExit as e:
                 code = e.code
@@ -268,7 +270,7 @@ class Context:
         """Train ``config`` with ``tools/train.py`` and test its last checkpoint with ``tools/test.py``.
 
         Args:
-            config (str): config path, relative to the repository root (e.g.
+            config (str): config path, relative to :data:`ROOT` (e.g.
                 ``'configs/deepvit/deepvit-tiny_1xb64_digits.py'``).
             seed (int): ``randomness.seed``.
             cfg_options (dict): further ``--cfg-options`` for both tools (``{'model.backbone.arch.num_layers': 12}``).
@@ -299,10 +301,10 @@ class Context:
         self.log(f'  {tag} seed {seed}: training {config} ({run_dir})')
         start = time.time()
         opts = ['--cfg-options', *fmt_options(options)]
-        train = ['train.py', REPO / config, '--work-dir', run_dir, '--no-validate', *opts]
+        train = ['train.py', ROOT / config, '--work-dir', run_dir, '--no-validate', *opts]
         self.run_tool(train, run_dir / 'train.log')
         checkpoint = (run_dir / 'last_checkpoint').read_text().strip()
-        test = ['test.py', REPO / config, checkpoint, '--work-dir', run_dir / 'test', *opts]
+        test = ['test.py', ROOT / config, checkpoint, '--work-dir', run_dir / 'test', *opts]
         self.run_tool(test, run_dir / 'test.log')
         lines = [ln for ln in (run_dir / 'test.log').read_text().splitlines() if ln.startswith('metrics: ')]
         if not lines:
@@ -316,7 +318,7 @@ class Context:
     @staticmethod
     def _schedule_options(config: str, epochs: int, options: dict) -> dict:
         from mmvitreg.utils import load_config
-        cfg = load_config(str(REPO / config), options)
+        cfg = load_config(str(ROOT / config), options)
         last = cfg.train_cfg.max_epochs
         opts = {'train_cfg.max_epochs': epochs}
         for i, sched in enumerate(cfg.get('param_scheduler') or []):
@@ -333,7 +335,7 @@ class Context:
         from mmengine.runner import load_checkpoint
 
         from mmvitreg.utils import load_config
-        cfg = load_config(str(REPO / run.config), run.cfg_options)
+        cfg = load_config(str(ROOT / run.config), run.cfg_options)
         init_default_scope(cfg.default_scope)
         model = MODELS.build({**cfg.model, 'data_preprocessor': cfg.model.get('data_preprocessor')
                               or cfg.get('data_preprocessor')})
@@ -370,16 +372,14 @@ class Context:
 
 
 _last_start = [0]
-_tools = {}
 
 
 def _tool(name: str):
-    """The module ``tools/<name>`` (loaded once)."""
-    if name not in _tools:
-        spec = importlib.util.spec_from_file_location(f'claims_tool_{Path(name).stem}', REPO / 'tools' / name)
-        _tools[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(_tools[name])
-    return _tools[name]
+    """The module of the tool ``tools/<name>`` (``'train.py'``, ``'dataset_converters/digits.py'``), imported
+    as ``tools.<dotted name>`` (``tools/`` is a namespace package of :data:`ROOT`, put on ``sys.path``)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    return importlib.import_module('tools.' + name.removesuffix('.py').replace('/', '.'))
 
 
 class _Progress(io.TextIOBase):
@@ -411,7 +411,7 @@ def figure(*args, **kwargs):
 
 def _shell(args) -> str:
     """The command line of a tool run, paths inside the repository relative to it."""
-    args = [str(a).replace(f'{REPO}/', '') for a in args]
+    args = [str(a).replace(f'{ROOT}/', '') for a in args]
     return 'python ' + ' '.join(f"'{a}'" if any(c in a for c in ' ()[],') else a for a in args)
 
 
@@ -466,7 +466,7 @@ def accuracy_table(runs: Dict[str, List[Run]], baseline: str, metric: str = 'acc
 
 HEADER = """# What each paper claims, measured on the bundled digits
 
-Generated by `tools/analysis_tools/claims_report.py` (sections in `mmvitreg/analysis/claims/`): each
+Generated by `tools/analysis_tools/claims_report.py` (sections in `tools/analysis_tools/studies/claims/`): each
 technique's mechanism-level claim and its top-1 on the bundled digits (scikit-learn's scans, 1500
 training / 297 validation images at 32x32, built by `tools/dataset_converters/digits.py`), with tiny
 models trained by the repository's own `tools/train.py` and tested by `tools/test.py`. Accuracy is
