@@ -1,6 +1,9 @@
 """The digits claims report (issue 16): the tie rule, the fragment-per-section writer, and a run of
 ``tools/analysis_tools/claims_report.py --size ci`` over every registered section."""
+import importlib
 import re
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +89,26 @@ def test_committed_claims_md_is_assembled_from_the_committed_fragments(tmp_path)
     shutil.copytree(REPO / 'docs' / 'claims', tmp_path / 'claims')
     assert assemble(tmp_path) == (REPO / 'docs' / 'claims.md').read_text(), \
         'docs/claims.md is stale: python tools/analysis_tools/claims_report.py --assemble'
+
+
+def test_tools_are_imported_from_the_folder_of_the_configs_or_refused(tmp_path, monkeypatch):
+    """The study runs ``tools/train.py`` as the module ``tools.train`` of :data:`core.ROOT` (the repository
+    here, ``mmvitreg/.mim`` in a wheel); a different ``tools`` first on ``sys.path`` is refused by name."""
+    for name in ('tools', 'tools.train'):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert Path(core._tool('train.py').__file__) == core.ROOT / 'tools' / 'train.py'
+    assert (core.ROOT / 'configs' / 'deepvit').is_dir()
+
+    (tmp_path / 'tools').mkdir()
+    (tmp_path / 'tools' / 'train.py').write_text('def main(argv=None):\n    pass\n')
+    monkeypatch.setattr(sys, 'path', [str(tmp_path), str(core.ROOT), *sys.path])
+    for name in ('tools', 'tools.train'):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    importlib.invalidate_caches()
+    try:
+        with pytest.raises(ImportError, match='another package named "tools" comes first') as refused:
+            core._tool('train.py')
+        assert str(tmp_path / 'tools' / 'train.py') in str(refused.value)
+    finally:
+        for name in ('tools', 'tools.train'):
+            sys.modules.pop(name, None)

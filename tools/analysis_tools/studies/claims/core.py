@@ -379,7 +379,12 @@ def _tool(name: str):
     as ``tools.<dotted name>`` (``tools/`` is a namespace package of :data:`ROOT`, put on ``sys.path``)."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    return importlib.import_module('tools.' + name.removesuffix('.py').replace('/', '.'))
+    module = importlib.import_module('tools.' + name.removesuffix('.py').replace('/', '.'))
+    if Path(module.__file__).resolve() != (ROOT / 'tools' / name).resolve():
+        raise ImportError(f'tools/{name} imported as {module.__name__} from {module.__file__}, not from {ROOT}: '
+                          'another package named "tools" comes first on sys.path; run the report without it '
+                          f'(e.g. from {ROOT})')
+    return module
 
 
 class _Progress(io.TextIOBase):
