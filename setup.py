@@ -15,8 +15,9 @@ looks for ``<site-packages>/mmvitreg/.mim`` (the folder of the distribution's me
 imported package), which a PEP 660 editable install does not have. :class:`BuildPyWithMim` therefore
 puts into the editable wheel a ``mmvitreg/.mim`` whose every file points into this checkout: the model
 index imports the checkout's, each config inherits its checkout twin, each tool runs its checkout
-twin. Edits in the checkout are seen at once; a config or tool *added* later is found by mim only
-by its path until the next ``pip install -e .``. That folder has no ``__init__.py``, so the editable
+twin (the modules of ``tools/analysis_tools/studies/`` get none: the checkout's scripts import them
+from the checkout). Edits in the checkout are seen at once; a config or tool *added* later is found by
+mim only by its path until the next ``pip install -e .``. That folder has no ``__init__.py``, so the editable
 install is made in setuptools' ``compat`` mode (the checkout on ``sys.path`` through a ``.pth``),
 in which the checkout's package wins over it on import (in the default finder mode it would not).
 """
@@ -86,6 +87,8 @@ def editable_mim_files():
     for config in sorted(ROOT.glob('configs/**/*.py')):
         files[config.relative_to(ROOT).as_posix()] = f'{head}_base_ = {str(config)!r}\n'
     for tool in sorted(ROOT.glob('tools/**/*.py')):
+        if any((ROOT / folder / '__init__.py').is_file() for folder in tool.relative_to(ROOT).parents):
+            continue  # a module of a package beside the tools (studies/): the checkout's scripts import it there
         files[tool.relative_to(ROOT).as_posix()] = (
             f'{head}import runpy\nimport sys\n\nsys.path[0] = {str(tool.parent)!r}\n'
             f'runpy.run_path({str(tool)!r}, run_name=\'__main__\')\n')

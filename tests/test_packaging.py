@@ -299,6 +299,10 @@ def test_mim_search_train_and_test_in_an_editable_install(editable, digits_works
     mim = editable.site / 'mmvitreg' / '.mim'
     assert not (editable.site / 'mmvitreg' / '__init__.py').exists()
     assert str(REPO / 'configs' / 'demo' / DEMO) in (mim / 'configs' / 'demo' / DEMO).read_text()
+    # a pointer for each tool, none for the modules the tools import from the checkout
+    assert str(REPO / 'tools' / 'analysis_tools' / 'claims_report.py') in \
+        (mim / 'tools' / 'analysis_tools' / 'claims_report.py').read_text()
+    assert not (mim / 'tools' / 'analysis_tools' / 'studies').exists()
 
     found = run_editable(['-m', 'mim', 'search', 'mmvitreg'], editable, tmp_path).stdout
     index = yaml.safe_load((REPO / 'model-index.yml').read_text())
