@@ -36,11 +36,13 @@ after block ``i``.
 """
 import functools
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Iterable, Optional, Protocol, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, Iterable, Optional, Protocol, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from ..compat import cpu_flash_attention_ops
 
 #: What a trace-taking backbone can serve, and what a user can ask for.
 CAPABILITIES = {
@@ -244,17 +246,6 @@ class WindowLayout:
         return out.view(B, heads, H * W, H * W)
 
 
-def _private_op(name: str):
-    """``torch.ops.aten.<name>``, or None in a PyTorch that has no such operator."""
-    try:
-        return getattr(torch.ops.aten, name)
-    except (AttributeError, RuntimeError):
-        return None
-
-
-#: PyTorch's fused CPU attention, which returns the log-sum-exp its backward needs (PyTorch >= 2.3)
-_FLASH_CPU = _private_op('_scaled_dot_product_flash_attention_for_cpu')
-_FLASH_CPU_BACKWARD = _private_op('_scaled_dot_product_flash_attention_for_cpu_backward')
 #: the most value channels a ride may add to a fused call (2 cost the kernel ~9% at d = 64; wider rides go beside it)
 RIDE_CHANNELS = 8
 
@@ -272,7 +263,8 @@ class _AttentionWithRide(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, values: Tensor, scale: float) -> Tuple[Tensor, Tensor]:
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, values: Tensor, scale: float,
+                ops: Tuple[Callable, Callable]) -> Tuple[Tensor, Tensor]:
         B, H, N, d = q.shape
         D = values.shape[-1]
         wide = q.new_empty(B, N, 3, H, d + D)  # the kernel's preferred (B, N, H, .) memory layout
@@ -280,7 +272,8 @@ class _AttentionWithRide(torch.autograd.Function):
             wide[:, :, i, :, :d] = t.transpose(1, 2)
         wide[:, :, :2, :, d:] = 0
         wide[:, :, 2, :, d:] = values.unsqueeze(2)
-        out, lse = _FLASH_CPU(*wide.permute(2, 0, 3, 1, 4).unbind(0), scale=scale)
+        flash, ctx.flash_backward = ops
+        out, lse = flash(*wide.permute(2, 0, 3, 1, 4).unbind(0), scale=scale)
         # the output in the unwidened kernel's memory layout (B, N, H, d): what its backward and a
         # transpose(1, 2).reshape(B, N, H * d) after it read without a copy
         x = out[..., :d].transpose(1, 2).contiguous().transpose(1, 2)
@@ -293,8 +286,8 @@ class _AttentionWithRide(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_x: Tensor, grad_mixed: Optional[Tensor]):
         q, k, v, x, lse = ctx.saved_tensors
-        grads = _FLASH_CPU_BACKWARD(grad_x, q, k, v, x, lse, 0., False, scale=ctx.scale)
-        return *grads, None, None
+        grads = ctx.flash_backward(grad_x, q, k, v, x, lse, 0., False, scale=ctx.scale)
+        return *grads, None, None, None
 
 
 class Ride:
@@ -313,9 +306,11 @@ class Ride:
 
     A fused attention without mask or dropout calls :meth:`attention` for its output: on the CPU in
     float32 with at most ``RIDE_CHANNELS`` value channels the values ride in the same kernel call
-    (:class:`_AttentionWithRide`: the map is computed once), elsewhere the fused call is followed by
-    :meth:`attend`. A fused attention with a mask (Swin's bias and shift mask) calls :meth:`attend`
-    with its ``q, k`` beside its own kernel call; an explicit one calls :meth:`mix_with_map`.
+    (:class:`_AttentionWithRide`: the map is computed once; PyTorch's private CPU kernel, reached through
+    :func:`mmvitreg.compat.cpu_flash_attention_ops`); elsewhere, or where that kernel is missing or changed,
+    the public fused call is followed by :meth:`attend`. A fused attention with a mask (Swin's bias and
+    shift mask) calls :meth:`attend` with its ``q, k`` beside its own kernel call; an explicit one calls
+    :meth:`mix_with_map`.
 
     Args:
         values (Tensor): ``(B', n, D)``.
@@ -328,9 +323,9 @@ class Ride:
     def attention(self, q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
         """``F.scaled_dot_product_attention(q, k, v, scale=scale)`` ``(B, H, N, d)`` for ``q, k, v``
         ``(B, H, N, d)`` (no mask, no dropout), with :attr:`mixed` set from the same softmax."""
-        if (_FLASH_CPU_BACKWARD is not None and q.device.type == 'cpu' and q.dtype == torch.float32
-                and self.values.shape[-1] <= RIDE_CHANNELS):
-            x, self.mixed = _AttentionWithRide.apply(q, k, v, self.values, scale)
+        if (q.device.type == 'cpu' and q.dtype == torch.float32 and self.values.shape[-1] <= RIDE_CHANNELS
+                and (ops := cpu_flash_attention_ops()) is not None):
+            x, self.mixed = _AttentionWithRide.apply(q, k, v, self.values, scale, ops)
             return x
         x = F.scaled_dot_product_attention(q, k, v, scale=scale)
         self.attend(q, k, scale, q.shape[1])
