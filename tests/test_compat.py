@@ -12,7 +12,7 @@ from packaging.version import Version
 
 from conftest import CONFIGS, tool_env
 from mmvitreg import compat
-from mmvitreg.models.trace import Ride
+from mmvitreg.models.layers import Ride
 
 SEG = CONFIGS / 'deepvit' / 'upernet_deepvit-s_mln_8xb2-160k_ade20k-512x512.py'  # inherits mmseg::
 ALL = ['checkpoint_weights_only', 'cpu_distributed', 'package_lookup', 'mmvitreg_config_scope',
