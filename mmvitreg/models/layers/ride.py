@@ -1,9 +1,10 @@
 """The ride: per-token values carried through one attention call, and the fused CPU kernel call that carries them.
 
 A trace's :class:`~mmvitreg.models.trace.TokenStream` (TL-Align's labels) hands each block's attention
-its values as a :class:`Ride`; the attention layers (:class:`MultiheadSelfAttention`, re-attention,
-talking heads, :class:`WindowAttention`) fill :attr:`Ride.mixed` beside or inside their own kernel call.
-The layers know rides, not traces.
+its values as a :class:`Ride`; the attention layers
+(:class:`~mmvitreg.models.layers.MultiheadSelfAttention`, re-attention, talking heads,
+:class:`~mmvitreg.models.layers.WindowAttention`) fill :attr:`Ride.mixed` beside or inside their own
+kernel call. The layers know rides, not traces.
 """
 from typing import Callable, Optional, Tuple
 
