@@ -50,15 +50,21 @@ bound says so and the patch is removed once the oldest supported mmengine has it
    (:func:`compile_loss`: the backbone, the trace users and the losses; mmpretrain, mmseg and mmdet
    models all route ``mode='loss'`` there), and leave data preprocessing, the backward and the optimizer
    step eager. The options of ``cfg.compile`` go to ``torch.compile`` as before.
+
+Private PyTorch operators are reached here too, never directly: :func:`cpu_flash_attention_ops` hands out
+PyTorch's fused CPU attention and its backward (the TL-Align ride's kernel call) after checking their
+schemas once; on a PyTorch that lacks or changed them it warns once and the ride takes the public path.
 """
+import functools
 import importlib.metadata
 import importlib.util
 import os
 import os.path as osp
 import pickle
 import re
+import warnings
 from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as torch_dist
@@ -304,6 +310,70 @@ def _patch_compile_model_loss():
                          'compile_model_loss); the first iterations will be slow.')
 
     Runner._maybe_compile = maybe_compile_loss
+
+
+#: The private CPU attention operators the ride calls (:class:`mmvitreg.models.layers.Ride`) and what of their
+#: schemas it relies on: (name, the leading arguments it passes by position, the keyword arguments it
+#: passes, how many tensors it unpacks from the result). As of PyTorch 2.3 to 2.14.
+_CPU_FLASH_ATTENTION = (
+    ('_scaled_dot_product_flash_attention_for_cpu', ('query', 'key', 'value'), ('scale',), 2),
+    ('_scaled_dot_product_flash_attention_for_cpu_backward',
+     ('grad_out', 'query', 'key', 'value', 'out', 'logsumexp', 'dropout_p', 'is_causal'), ('scale',), 3),
+)
+
+
+def _schema_mismatch(schema, positional: Sequence[str], keywords: Sequence[str], returns: int) -> Optional[str]:
+    """What in ``schema`` (a ``torch.FunctionSchema``) breaks a call passing ``positional`` by position and
+    ``keywords`` by name and unpacking ``returns`` results; None if nothing does."""
+    leading = [a.name for a in schema.arguments if not a.kwarg_only][:len(positional)]
+    if leading != list(positional):
+        return f'its positional arguments start ({", ".join(leading)}), not ({", ".join(positional)})'
+    rest = schema.arguments[len(positional):]
+    missing = [k for k in keywords if k not in [a.name for a in rest]]
+    if missing:
+        return f'it has no argument {missing[0]!r}'
+    required = [a.name for a in rest if a.name not in keywords and not a.has_default_value()]
+    if required:
+        return f'it requires the argument {required[0]!r}'
+    if len(schema.returns) != returns:
+        return f'it returns {len(schema.returns)} tensors, not {returns}'
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_flash_attention_ops() -> Optional[Tuple[Callable, Callable]]:
+    """PyTorch's private fused CPU attention and its backward, or None where they cannot be used as the ride does.
+
+    The pair is ``(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default)``: the forward takes
+    ``query, key, value`` ``(B, H, N, d)`` and ``scale=`` and returns the output ``(B, H, N, d)`` and the
+    log-sum-exp ``(B, H, N)``; the backward takes ``grad_out, query, key, value, out, logsumexp, dropout_p,
+    is_causal`` and ``scale=`` and returns the gradients of ``query, key, value``. Their schemas
+    (``op._schema``) are checked, once per process, for exactly what those calls rely on: the names and order
+    of the positional arguments, the keyword ``scale``, no other required argument, the number of results.
+    A missing or changed operator gives None and one warning naming it, the PyTorch version and the cost:
+    :class:`~mmvitreg.models.layers.Ride` then takes its public path (``F.scaled_dot_product_attention`` and
+    the map from ``q, k`` beside it), with the same results and a ~6% slower DeiT-S TL-Align training step on
+    the CPU.
+    """
+    ops = []
+    for name, positional, keywords, returns in _CPU_FLASH_ATTENTION:
+        try:
+            op = getattr(torch.ops.aten, name).default
+        except (AttributeError, RuntimeError):
+            problem = 'does not exist'
+        else:
+            problem = _schema_mismatch(op._schema, positional, keywords, returns)
+            problem = problem and f'has a schema the ride cannot call ({problem}): {op._schema}'
+        if problem:
+            warnings.warn(
+                f'torch.ops.aten.{name} {problem} in torch {torch.__version__}; mmvitreg\'s TL-Align ride '
+                '(mmvitreg.compat.cpu_flash_attention_ops) falls back to the public path, '
+                'F.scaled_dot_product_attention plus the attention map from q, k beside it: the same results, '
+                'a ~6% slower DeiT-S TL-Align training step on the CPU', stacklevel=2)
+            return None
+        ops.append(op)
+    return tuple(ops)
 
 
 @dataclass(frozen=True)

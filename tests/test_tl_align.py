@@ -12,7 +12,8 @@ from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 from mmpretrain.structures import DataSample
 
 from mmvitreg.models.target_transforms import TLAlign
-from mmvitreg.models.trace import MixPlan, Ride, TokenTrace, TraceStreamError
+from mmvitreg.models.layers import Ride
+from mmvitreg.models.trace import MixPlan, TokenTrace, TraceStreamError
 from mmvitreg.registry import MODELS
 from mmvitreg.utils import check_plugin_types
 
@@ -463,7 +464,7 @@ def test_fused_attention_carries_the_ride_in_its_own_kernel_call(monkeypatch, ch
     computes: the output and the q, k, v gradients equal plain ``F.scaled_dot_product_attention``'s, and the
     mixed values equal the head-mean softmax map applied to them. A wider ride (C = 1000 labels) takes the
     map beside the kernel call instead, with the same results."""
-    from mmvitreg.models import trace as trace_module
+    from mmvitreg.models.layers import ride as ride_module
     torch.manual_seed(0)
     B, H, N, d = 3, 4, 17, 16
     qkv = torch.randn(B, N, 3, H, d, requires_grad=True)
@@ -474,7 +475,7 @@ def test_fused_attention_carries_the_ride_in_its_own_kernel_call(monkeypatch, ch
     expected_grad, qkv.grad = qkv.grad, None
     values = torch.rand(B, N, channels)
     attended = []
-    if channels <= trace_module.RIDE_CHANNELS:
+    if channels <= ride_module.RIDE_CHANNELS:
         monkeypatch.setattr(Ride, 'attend', lambda *a, **kw: attended.append(1))
     ride = Ride(values)
     out = ride.attention(q, k, v, 0.3)

@@ -26,7 +26,7 @@ backbone, including those with no trace (mmpretrain's ResNet, T2T-ViT, ConvNeXt)
 **Streams: values that ride along with the tokens.** A user that propagates per-token values with
 each block's head-averaged attention (TL-Align's labels, paper Eq. 9) need not read the
 ``(B, heads, N, N)`` maps: it gives its request a :class:`TokenStream`, and the backbone hands each
-block's attention the stream's values as a :class:`Ride`. A fused attention applies
+block's attention the stream's values as a :class:`~mmvitreg.models.layers.Ride`. A fused attention applies
 ``mean_h Softmax(q_h k_h^T)`` to the values without keeping a map for the backward: in the same
 fused kernel call as its tokens (extra value channels, on the CPU) or from its detached ``q, k``
 beside it; an explicit one (re-attention, talking heads, a tapped map, attention dropout in
@@ -244,120 +244,11 @@ class WindowLayout:
         return out.view(B, heads, H * W, H * W)
 
 
-def _private_op(name: str):
-    """``torch.ops.aten.<name>``, or None in a PyTorch that has no such operator."""
-    try:
-        return getattr(torch.ops.aten, name)
-    except (AttributeError, RuntimeError):
-        return None
-
-
-#: PyTorch's fused CPU attention, which returns the log-sum-exp its backward needs (PyTorch >= 2.3)
-_FLASH_CPU = _private_op('_scaled_dot_product_flash_attention_for_cpu')
-_FLASH_CPU_BACKWARD = _private_op('_scaled_dot_product_flash_attention_for_cpu_backward')
-#: the most value channels a ride may add to a fused call (2 cost the kernel ~9% at d = 64; wider rides go beside it)
-RIDE_CHANNELS = 8
-
-
-class _AttentionWithRide(torch.autograd.Function):
-    """``Softmax(q k^T * scale) v`` ``(B, H, N, d)`` and, from the same map, its head mean applied to
-    ``values`` ``(B, N, D)``, in one call of PyTorch's fused CPU attention; the backward is PyTorch's own
-    for ``q, k, v``.
-
-    The values ride as extra value channels: ``q, k, v`` ``(B, H, N, d)`` are widened to ``d + D``
-    channels (``q, k`` with zeros, so the logits and the log-sum-exp are those of width ``d``; ``v``
-    with the values). The first ``d`` output channels and the log-sum-exp are exactly
-    what the unwidened kernel returns, so the backward runs the fused backward at width ``d`` from
-    them. The values carry no gradient.
-    """
-
-    @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, values: Tensor, scale: float) -> Tuple[Tensor, Tensor]:
-        B, H, N, d = q.shape
-        D = values.shape[-1]
-        wide = q.new_empty(B, N, 3, H, d + D)  # the kernel's preferred (B, N, H, .) memory layout
-        for i, t in enumerate((q, k, v)):
-            wide[:, :, i, :, :d] = t.transpose(1, 2)
-        wide[:, :, :2, :, d:] = 0
-        wide[:, :, 2, :, d:] = values.unsqueeze(2)
-        out, lse = _FLASH_CPU(*wide.permute(2, 0, 3, 1, 4).unbind(0), scale=scale)
-        # the output in the unwidened kernel's memory layout (B, N, H, d): what its backward and a
-        # transpose(1, 2).reshape(B, N, H * d) after it read without a copy
-        x = out[..., :d].transpose(1, 2).contiguous().transpose(1, 2)
-        mixed = out[..., d:d + D].mean(1)  # the head mean, (B, N, D)
-        ctx.save_for_backward(q, k, v, x, lse)
-        ctx.scale = scale
-        ctx.mark_non_differentiable(mixed)
-        return x, mixed
-
-    @staticmethod
-    def backward(ctx, grad_x: Tensor, grad_mixed: Optional[Tensor]):
-        q, k, v, x, lse = ctx.saved_tensors
-        grads = _FLASH_CPU_BACKWARD(grad_x, q, k, v, x, lse, 0., False, scale=ctx.scale)
-        return *grads, None, None
-
-
-class Ride:
-    """Per-token values that ride along with one attention call, and what the attention made of them.
-
-    Holds ``values`` ``(B', n, D)`` on the attention's token layout (``B' = B`` in a ViT, ``B * nW``
-    windows in a Swin) and receives ``mixed`` ``(B', n, D)``:
-
-    .. math::
-        \\mathrm{mixed} = \\max\\big(0, \\tfrac{1}{H}\\textstyle\\sum_h A_h\\big)\\, \\mathrm{values},
-
-    with ``A_h`` the map that mixes the attention's values, before attention dropout (re-attention:
-    after ``Θ`` and its norm; only such maps have negative entries, a softmax map is unchanged by
-    the ``max``). Everything runs detached, in float32, outside autograd: a ride never changes the
-    model's gradients and keeps no map for the backward.
-
-    A fused attention without mask or dropout calls :meth:`attention` for its output: on the CPU in
-    float32 with at most ``RIDE_CHANNELS`` value channels the values ride in the same kernel call
-    (:class:`_AttentionWithRide`: the map is computed once), elsewhere the fused call is followed by
-    :meth:`attend`. A fused attention with a mask (Swin's bias and shift mask) calls :meth:`attend`
-    with its ``q, k`` beside its own kernel call; an explicit one calls :meth:`mix_with_map`.
-
-    Args:
-        values (Tensor): ``(B', n, D)``.
-    """
-
-    def __init__(self, values: Tensor):
-        self.values = values.detach().float()
-        self.mixed: Optional[Tensor] = None
-
-    def attention(self, q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
-        """``F.scaled_dot_product_attention(q, k, v, scale=scale)`` ``(B, H, N, d)`` for ``q, k, v``
-        ``(B, H, N, d)`` (no mask, no dropout), with :attr:`mixed` set from the same softmax."""
-        if (_FLASH_CPU_BACKWARD is not None and q.device.type == 'cpu' and q.dtype == torch.float32
-                and self.values.shape[-1] <= RIDE_CHANNELS):
-            x, self.mixed = _AttentionWithRide.apply(q, k, v, self.values, scale)
-            return x
-        x = F.scaled_dot_product_attention(q, k, v, scale=scale)
-        self.attend(q, k, scale, q.shape[1])
-        return x
-
-    @torch.no_grad()
-    def attend(self, q: Tensor, k: Tensor, scale: float, heads: int, bias: Optional[Tensor] = None) -> None:
-        """Set :attr:`mixed` from ``Softmax(q k^T * scale + bias)`` with ``q, k`` ``(B0, G * heads, n, d)``
-        (``G`` windows folded into the head axis, 1 without) and ``bias`` broadcastable to the logits."""
-        with torch.autocast(q.device.type, enabled=False):
-            logits = (q.float() * scale) @ k.float().transpose(-2, -1)
-            if bias is not None:
-                logits += bias.float()
-            n = logits.shape[-1]
-            self.mix_with_map(logits.softmax(-1).view(-1, heads, n, n))
-
-    def mix_with_map(self, attn: Tensor) -> None:
-        """Set :attr:`mixed` from an explicit map ``(B', heads, n, n)`` (taken before attention dropout)."""
-        with torch.autocast(attn.device.type, enabled=False):
-            self.mixed = attn.detach().float().mean(1).clamp_(min=0) @ self.values
-
-
 class TokenStream(Protocol):
     """A user's per-token values, carried through the blocks by the backbone (see the module docstring).
 
     Shapes: values ``(B, N, D)`` on a block's token grid, extra tokens first (``N = num_extra_tokens
-    + H * W``); ``mixed`` the same, from the block's :class:`Ride`.
+    + H * W``); ``mixed`` the same, from the block's :class:`~mmvitreg.models.layers.Ride`.
     """
 
     def start(self, trace: 'TokenTrace') -> Tensor:

@@ -11,8 +11,8 @@ from torch import Tensor
 
 from mmvitreg.registry import MODELS
 from ..converters import rename_keys
-from ..layers import WindowAttention
-from ..trace import Ride, TokenTrace, WindowLayout
+from ..layers import Ride, WindowAttention
+from ..trace import TokenTrace, WindowLayout
 
 
 @MODELS.register_module()
@@ -47,7 +47,7 @@ class SwinTransformer(MMPretrainSwinTransformer):
     * ``trace.attn[i]`` ``(B * nW, heads, w * w, w * w)``: block ``i``'s window attention maps
       (after softmax, before attention dropout); only these blocks leave the fused kernel.
     * ``trace.stream``: its values are partitioned into every block's windows (padding carries 0) and
-      go with the fused attention (:class:`~mmvitreg.models.trace.Ride`); ``stream.resize`` follows
+      go with the fused attention (:class:`~mmvitreg.models.layers.Ride`); ``stream.resize`` follows
       patch merging; ``trace.streamed[i]`` ``(B, H_s * W_s, D)`` after block ``i``.
 
     Args:

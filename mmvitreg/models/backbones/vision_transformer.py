@@ -13,8 +13,8 @@ from mmpretrain.models.utils import resize_pos_embed, to_2tuple
 from torch import Tensor, nn
 
 from mmvitreg.registry import MODELS
-from ..layers import ConvStem, PatchEmbed, TransformerBlock, token_grid
-from ..trace import Ride, TokenTrace
+from ..layers import ConvStem, PatchEmbed, Ride, TransformerBlock, token_grid
+from ..trace import TokenTrace
 
 ESSENTIAL_ARCH_KEYS = ('embed_dims', 'num_layers', 'num_heads', 'feedforward_channels')
 # Optional architecture keys of an arch dict and their defaults (the plain ViT).

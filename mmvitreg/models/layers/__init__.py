@@ -3,11 +3,12 @@ from .attention import MultiheadSelfAttention
 from .conv_stem import ConvStem
 from .patch_embed import PatchEmbed, token_grid
 from .re_attention import ReAttention
+from .ride import Ride
 from .talking_heads import TalkingHeadsAttention
 from .transformer_block import ATTENTION_TYPES, TransformerBlock
 from .window_attention import WindowAttention
 
 __all__ = [
     'MultiheadSelfAttention', 'ReAttention', 'TalkingHeadsAttention', 'ATTENTION_TYPES', 'PatchEmbed', 'ConvStem',
-    'token_grid', 'TransformerBlock', 'WindowAttention'
+    'token_grid', 'TransformerBlock', 'WindowAttention', 'Ride'
 ]

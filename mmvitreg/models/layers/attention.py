@@ -4,7 +4,7 @@ from typing import Optional, Tuple, Union
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..trace import Ride
+from .ride import Ride
 
 
 class MultiheadSelfAttention(nn.Module):
@@ -23,7 +23,7 @@ class MultiheadSelfAttention(nn.Module):
     attention map is never materialised). With ``need_attn=True`` it runs the explicit path
     :meth:`attention_map` and returns the map too. Subclasses that change the map (re-attention,
     talking heads) override :meth:`attention_map` and set ``fused = False``. A
-    :class:`~mmvitreg.models.trace.Ride` (``ride``, values ``(B, N, D)``) gets the head-mean map
+    :class:`~mmvitreg.models.layers.Ride` (``ride``, values ``(B, N, D)``) gets the head-mean map
     applied to its values: on the fused path by the same kernel call, on the
     explicit path (and with attention dropout active in training) from the map before dropout.
 

@@ -6,7 +6,7 @@ from mmcv.cnn.bricks import DropPath
 from mmcv.cnn.bricks.transformer import FFN
 from torch import Tensor, nn
 
-from ..trace import Ride
+from .ride import Ride
 from .attention import MultiheadSelfAttention
 from .re_attention import ReAttention
 from .talking_heads import TalkingHeadsAttention

@@ -7,7 +7,7 @@ from mmengine.model import BaseModule
 from mmengine.model.weight_init import trunc_normal_
 from torch import Tensor, nn
 
-from ..trace import Ride
+from .ride import Ride
 
 
 class WindowAttention(BaseModule):
@@ -29,7 +29,7 @@ class WindowAttention(BaseModule):
     Without ``need_attn`` it runs ``F.scaled_dot_product_attention`` with ``B + M`` as the additive
     mask (the map is never returned); with ``need_attn=True`` it computes the map explicitly, as
     mmpretrain does, and returns it too (the softmax, before attention dropout). A
-    :class:`~mmvitreg.models.trace.Ride` (values ``(B * nW, N, D)`` in windows) gets the head-mean map
+    :class:`~mmvitreg.models.layers.Ride` (values ``(B * nW, N, D)`` in windows) gets the head-mean map
     from the detached ``q, k`` outside autograd beside the fused call, or, on the explicit path and
     with attention dropout active in training, the map before dropout.
 

@@ -47,7 +47,7 @@ class TLAlign(BaseModule):
     * stop-gradient (Eq. 12): labels ride on detached values and never enter autograd.
 
     **How the labels travel.** TLAlign is a :class:`~mmvitreg.models.trace.TokenStream`: the backbone
-    carries the labels block by block (see :class:`~mmvitreg.models.trace.Ride`). Blocks keep their
+    carries the labels block by block (see :class:`~mmvitreg.models.layers.Ride`). Blocks keep their
     fused attention kernel and no ``(B, heads, N, N)`` map is kept for the backward: a ViT block's
     CPU kernel carries the 2 label channels as extra value channels of its own call (the map is
     computed once; the C-dimensional labels and other devices form the head-mean map from the
