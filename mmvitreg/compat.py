@@ -55,7 +55,6 @@ Private PyTorch operators are reached here too, never directly: :func:`cpu_flash
 PyTorch's fused CPU attention and its backward (the TL-Align ride's kernel call) after checking their
 schemas once; on a PyTorch that lacks or changed them it warns once and the ride takes the public path.
 """
-import functools
 import importlib.metadata
 import importlib.util
 import os
@@ -340,7 +339,13 @@ def _schema_mismatch(schema, positional: Sequence[str], keywords: Sequence[str],
     return None
 
 
-@functools.lru_cache(maxsize=None)
+#: what :func:`cpu_flash_attention_ops` found, once checked (a plain global, not ``functools.lru_cache``:
+#: ``torch.compile`` reads a global as a constant but traces through an ``lru_cache`` into the schema check,
+#: which it cannot trace, and breaks the graph there)
+_UNCHECKED = object()
+_cpu_flash_ops = _UNCHECKED
+
+
 def cpu_flash_attention_ops() -> Optional[Tuple[Callable, Callable]]:
     """PyTorch's private fused CPU attention and its backward, or None where they cannot be used as the ride does.
 
@@ -356,6 +361,14 @@ def cpu_flash_attention_ops() -> Optional[Tuple[Callable, Callable]]:
     the map from ``q, k`` beside it), with the same results and a ~6% slower DeiT-S TL-Align training step on
     the CPU.
     """
+    global _cpu_flash_ops
+    if _cpu_flash_ops is _UNCHECKED:
+        _cpu_flash_ops = _check_cpu_flash_attention_ops()
+    return _cpu_flash_ops
+
+
+def _check_cpu_flash_attention_ops() -> Optional[Tuple[Callable, Callable]]:
+    """:func:`cpu_flash_attention_ops` without its cache: the schema check and its warning."""
     ops = []
     for name, positional, keywords, returns in _CPU_FLASH_ATTENTION:
         try:
@@ -370,7 +383,7 @@ def cpu_flash_attention_ops() -> Optional[Tuple[Callable, Callable]]:
                 f'torch.ops.aten.{name} {problem} in torch {torch.__version__}; mmvitreg\'s TL-Align ride '
                 '(mmvitreg.compat.cpu_flash_attention_ops) falls back to the public path, '
                 'F.scaled_dot_product_attention plus the attention map from q, k beside it: the same results, '
-                'a ~6% slower DeiT-S TL-Align training step on the CPU', stacklevel=2)
+                'a ~6% slower DeiT-S TL-Align training step on the CPU', stacklevel=3)
             return None
         ops.append(op)
     return tuple(ops)

@@ -203,10 +203,8 @@ def ride_results():
 
 
 @pytest.fixture
-def fresh_op_check():
-    compat.cpu_flash_attention_ops.cache_clear()
-    yield
-    compat.cpu_flash_attention_ops.cache_clear()  # the next caller checks the real operators again
+def fresh_op_check(monkeypatch):
+    monkeypatch.setattr(compat, '_cpu_flash_ops', compat._UNCHECKED)  # restored afterwards: the real operators
 
 
 @pytest.mark.parametrize('name, replacement, problem', [
@@ -239,7 +237,7 @@ def test_a_missing_or_changed_flash_op_falls_back_with_one_warning_and_equal_res
         fused = ride_results()
     assert not attended
 
-    compat.cpu_flash_attention_ops.cache_clear()
+    monkeypatch.setattr(compat, '_cpu_flash_ops', compat._UNCHECKED)
     monkeypatch.setattr(torch.ops, 'aten', AtenWith(torch.ops.aten, {name: replacement}))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')

@@ -14,6 +14,8 @@ from torch import Tensor
 
 from ...compat import cpu_flash_attention_ops
 
+cpu_flash_attention_ops()  # checked once here, so that torch.compile reads the result and never traces the check
+
 #: the most value channels a ride may add to a fused call (2 cost the kernel ~9% at d = 64; wider rides go beside it)
 RIDE_CHANNELS = 8
 
