@@ -289,8 +289,8 @@ def compile_loss(model: torch.nn.Module, **options) -> torch.nn.Module:
 
     A wrapped model (DDP) has its inner module's ``loss`` compiled. Returns ``model``.
     """
-    from mmengine.model import is_model_wrapper
-    inner = model.module if is_model_wrapper(model) else model
+    from mmvitreg.engine.hooks.unwrap import unwrap_model  # on use: the engine imports the models
+    inner = unwrap_model(model)
     inner.loss = torch.compile(inner.loss, **options)
     return model
 
