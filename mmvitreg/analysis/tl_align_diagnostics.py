@@ -20,7 +20,7 @@ def tl_align_of(model: nn.Module) -> TLAlign:
     if isinstance(transform, TLAlign):
         return transform
     backbone = getattr(model, 'backbone', None)
-    if not getattr(backbone, 'accepts_trace', False):
+    if getattr(backbone, 'trace_spec', None) is None:
         raise TypeError(f'TL-Align diagnostics need a backbone that takes a token trace; {type(backbone).__name__} '
                         'does not (use mmvitreg.VisionTransformer, DeiT presets, DeepViT or SwinTransformer)')
     return TLAlign()

@@ -6,7 +6,7 @@ follows the instance's arguments (``PatchContrastiveLoss(form='official')`` asks
 paper form). So every row is a built instance: each registered user at its defaults (:data:`USER_ARGS`
 gives the arguments a user cannot do without), the settings of :data:`USER_VARIANTS` that ask for
 something else, or, with ``config``, every trace user of a model config as configured. A *trace backbone*
-is a registered backbone of mmvitreg (``accepts_trace``). For every pair :func:`support_table` runs
+is a registered backbone of mmvitreg whose ``forward`` takes a ``trace``. For every pair :func:`support_table` runs
 :func:`~mmvitreg.models.trace.check_trace_user`, the check a
 :class:`~mmvitreg.models.classifiers.TokenClassifier` makes when it is built, on the backbone built
 with :data:`BACKBONE_PRESETS` (its default architecture), and keeps the check's short reason.
@@ -18,7 +18,9 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from mmvitreg.models.trace import CAPABILITIES, TraceRequest, TraceUserError, check_trace_user
+import inspect
+
+from mmvitreg.models.trace import FACTS, POINTS, SERVICES, TraceFormatError, TraceRequest, TraceUserError, check_trace_user
 
 #: the settings each trace backbone is checked with (its default architecture: the block count
 #: decides whether a default tap exists); a registered trace backbone missing here is an error
@@ -101,8 +103,8 @@ def trace_backbones() -> List[str]:
     """Names of the registered mmvitreg backbones that take a token trace."""
     from mmvitreg.registry import MODELS
     MODELS.import_from_location()
-    return sorted(name for name, cls in MODELS.module_dict.items() if getattr(cls, 'accepts_trace', False)
-                  and cls.__module__.startswith('mmvitreg.models.backbones'))
+    return sorted(name for name, cls in MODELS.module_dict.items() if cls.__module__.startswith('mmvitreg.models.backbones')
+                  and 'trace' in inspect.signature(cls.forward).parameters)
 
 
 def mmpretrain_backbones() -> List[str]:
@@ -110,8 +112,7 @@ def mmpretrain_backbones() -> List[str]:
     import mmpretrain.models  # noqa: F401  (registers them)
     from mmpretrain.registry import MODELS
     return sorted(name for name, cls in MODELS.module_dict.items()
-                  if cls.__module__.startswith('mmpretrain.models.backbones')
-                  and not getattr(cls, 'accepts_trace', False))
+                  if cls.__module__.startswith('mmpretrain.models.backbones'))
 
 
 @functools.lru_cache(maxsize=None)
@@ -159,6 +160,8 @@ def support_table(users: Optional[List[str]] = None, backbones: Optional[List[st
                 try:
                     check_trace_user(backbone, request, user)
                     row[user] = OK
+                except TraceFormatError as e:  # the preset's output format, not the backbone's ability
+                    row[user] = f'{OK} {e.reason[len("needs "):]}' if e.settable else e.reason
                 except TraceUserError as e:
                     row[user] = e.reason
     return table
@@ -199,12 +202,14 @@ def format_table(table: Dict[str, Dict[str, str]]) -> str:
                          f'trace; a {OK} user reads only the backbone outputs')
         else:
             lines.append(f'{b}: checked as arch={BACKBONE_PRESETS[b]["arch"]!r}, '
-                         f'{backbone_for_check(b).num_trace_layers} blocks')
+                         f'{backbone_for_check(b).trace_spec.num_blocks} blocks')
     lines += ['each row is a built instance, at its defaults unless its arguments are shown (the taps of an '
               'instance follow its arguments, e.g. AttentionCosineLoss(num_pairs), DRLoc(layers))',
-              "'no X': the backbone does not serve X; 'only N blocks': a default tap past the backbone's last block; "
-              "'no trace': the backbone takes no token trace"]
+              "'no X': the backbone does not offer X; 'only N blocks': a default tap past the backbone's last block; "
+              f"'taps A..B only': a tap outside the blocks it traces; '{OK} out_type=X': fits once the backbone is "
+              "built with that output format; 'no trace': the backbone takes no token trace"]
+    known = {**SERVICES, **POINTS, **FACTS}
     used = sorted({c for row in table.values() for r in row.values() if r.startswith('no ')
-                   for c in r[3:].split(', ') if c in CAPABILITIES})
-    lines += [f'  {c}: {CAPABILITIES[c]}' for c in used]
+                   for c in r[3:].split(', ') if c in known})
+    lines += [f'  {c}: {known[c]}' for c in used]
     return '\n'.join(lines)

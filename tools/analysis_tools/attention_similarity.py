@@ -63,7 +63,7 @@ def parse_args(argv=None):
 def build_traced_model(cfg, checkpoint, device):
     model = build_model(cfg, checkpoint, device)
     backbone = getattr(model, 'backbone', None)
-    if not getattr(backbone, 'accepts_trace', False):
+    if getattr(backbone, 'trace_spec', None) is None:
         raise ConfigError(f'the backbone {type(backbone).__name__} does not record attention maps in a token '
                           f'trace; use an mmvitreg ViT-family backbone (mmvitreg.DeepViT, mmvitreg.LVViT)')
     return model

@@ -10,7 +10,7 @@ from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from torch import Tensor, nn
 
 from mmvitreg.registry import MODELS
-from ..trace import TokenTrace
+from ..trace import TokenTrace, TraceSpec
 
 
 class QuickGELU(nn.Module):
@@ -174,8 +174,6 @@ class CvT(BaseBackbone):
         'w24': cvt_arch((192, 768, 1024), (2, 2, 20), (3, 12, 16)),
     }
     OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap')
-    accepts_trace = True
-    trace_serves = frozenset({'grid', 'tokens', 'cls_token'})
 
     def __init__(self,
                  arch: Union[str, dict] = '13',
@@ -215,8 +213,12 @@ class CvT(BaseBackbone):
                 CvTStage(in_channels if i == 0 else dims[i - 1], dims[i], heads[i], embeds[i], cls_token=i == last,
                          drop_paths=drop_paths, mlp_ratio=mlp_ratio, kv_stride=kv_stride))
         self.norm = nn.LayerNorm(self.embed_dims)
-        self.num_trace_layers = sum(depths)
-        self.trace_channels = tuple(d for d, n in zip(dims, depths) for _ in range(n))  # every block's token width
+        # what a trace gets: the tokens of the last stage's blocks (earlier stages have no cls token)
+        num_blocks = sum(depths)
+        self.trace_spec = TraceSpec(
+            num_blocks=num_blocks, channels=tuple(d for d, n in zip(dims, depths) for _ in range(n)),
+            tappable=tuple(range(num_blocks - depths[-1], num_blocks)), num_extra_tokens=1, facts={'cls_token'},
+            out_types=self.OUT_TYPES, out_type=out_type)
         self._freeze_stages()
 
     def init_weights(self):
@@ -237,25 +239,18 @@ class CvT(BaseBackbone):
 
     def forward(self, x: Tensor, trace: Optional[TokenTrace] = None) -> Tuple[Tensor]:
         """``(B, 3, H, W)`` -> a 1-tuple per :attr:`out_type` (``(B, C)`` or ``(B, C, H/16, W/16)``)."""
-        first_traced = self.num_trace_layers - len(self.stages[-1].blocks)
-        if trace is not None:
-            trace.num_layers, trace.num_extra_tokens = self.num_trace_layers, self.stages[-1].num_extra_tokens
-            token_layers = TokenTrace.resolve(trace.token_layers, self.num_trace_layers)
-            early = [i for i in token_layers if i < first_traced]
-            if early:
-                raise ValueError(f'CvT traces the blocks of its last stage ({first_traced}..{self.num_trace_layers - 1}); '
-                                 f'blocks {early} are in an earlier stage')
         index = 0
-        for stage in self.stages:
+        for i, stage in enumerate(self.stages):
             x, hw = stage.patch_embed(x)
+            if trace is not None and i == 0:
+                x = trace.start(self.trace_spec, x, hw, type(self).__name__)
             if stage.cls_token is not None:
                 x = torch.cat((stage.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
             for block in stage.blocks:
-                x = block(x, hw, stage.num_extra_tokens)
-                if trace is not None and index >= first_traced:
-                    trace.grids[index] = trace.grid = hw
-                    if index in token_layers:
-                        trace.tokens[index] = x
+                if trace is None:
+                    x = block(x, hw, stage.num_extra_tokens)
+                else:
+                    x = trace.block(index, lambda x, need_attn, ride: block(x, hw, stage.num_extra_tokens), x, hw)
                 index += 1
             cls, tokens = x[:, :stage.num_extra_tokens], x[:, stage.num_extra_tokens:]
             x = tokens.transpose(1, 2).reshape(x.shape[0], -1, *hw)

@@ -3,7 +3,6 @@ import copy
 from collections import OrderedDict
 from typing import Mapping, Optional, Sequence, Tuple
 
-import torch
 import torch.utils.checkpoint as cp
 from mmpretrain.models.backbones import SwinTransformer as MMPretrainSwinTransformer
 from mmpretrain.models.utils import resize_pos_embed
@@ -12,7 +11,7 @@ from torch import Tensor
 from mmvitreg.registry import MODELS
 from ..converters import rename_keys
 from ..layers import Ride, WindowAttention
-from ..trace import TokenTrace, WindowLayout
+from ..trace import TokenTrace, TraceSpec, WindowLayout
 
 
 @MODELS.register_module()
@@ -30,25 +29,21 @@ class SwinTransformer(MMPretrainSwinTransformer):
     :func:`convert_swin` (``tools/model_converters/swin_to_mmvitreg.py``).
 
     ``forward(x, trace=None)``: without a trace the outputs are mmpretrain's (fused
-    ``scaled_dot_product_attention`` in every block). With a :class:`~mmvitreg.models.trace.TokenTrace`:
+    ``scaled_dot_product_attention`` in every block). With a :class:`~mmvitreg.models.trace.TokenTrace`
+    it calls the trace's recording API (what it offers: :attr:`trace_spec`):
 
-    * ``trace.mix`` mixes the ``(B, H/4 * W/4, C)`` patch tokens after the patch embedding (and its
-      norm), before the absolute position embedding (56×56 tokens at 224), unless the plan already
-      mixed the images in pixel space (``trace.mix.in_pixels``);
-    * blocks are numbered across stages (``0 .. sum(depths) - 1``, negative from the last);
-      ``trace.grids[i]`` is block ``i``'s stage grid and ``trace.windows[i]`` its
-      :class:`~mmvitreg.models.trace.WindowLayout` (padding, cyclic shift, partition), for every block;
-    * ``trace.tokens[i]`` ``(B, H_s * W_s, C_s)``: block ``i``'s output, before any stage norm;
-    * ``trace.final``: the last stage's tokens after its output norm (raw when the last stage is not
-      an output);
-    * ``trace.stages[s]`` ``(B, H_s * W_s, C_s)``: stage ``s``'s output after its patch merging (before
-      any norm; the official DRLoc ``--use_multiscale`` maps: ``2C@28, 4C@14, 8C@7, 8C@7`` for Swin-T
-      at 224, whatever ``out_after_downsample``), ``trace.stage_grids[s]`` its grid;
-    * ``trace.attn[i]`` ``(B * nW, heads, w * w, w * w)``: block ``i``'s window attention maps
-      (after softmax, before attention dropout); only these blocks leave the fused kernel.
-    * ``trace.stream``: its values are partitioned into every block's windows (padding carries 0) and
-      go with the fused attention (:class:`~mmvitreg.models.layers.Ride`); ``stream.resize`` follows
-      patch merging; ``trace.streamed[i]`` ``(B, H_s * W_s, D)`` after block ``i``.
+    * ``start`` with the ``(B, H/4 * W/4, C)`` patch tokens after the patch embedding (and its norm),
+      before the absolute position embedding (56×56 tokens at 224), where a plan mixes them;
+    * ``block`` for every block, numbered across stages (``0 .. sum(depths) - 1``, negative from the
+      last), with its stage grid and :class:`~mmvitreg.models.layers.WindowLayout` (a stream's values ride
+      in the block's windows, padding 0): tapped tokens ``(B, H_s * W_s, C_s)`` before any stage norm,
+      tapped window attention maps ``(B * nW, heads, w * w, w * w)`` (after softmax, before attention
+      dropout; only these blocks leave the fused kernel);
+    * ``downsample`` at every patch merging (the stream's values follow it);
+    * ``stage`` with every stage's output after its patch merging (before any norm; the official DRLoc
+      ``--use_multiscale`` maps: ``2C@28, 4C@14, 8C@7, 8C@7`` for Swin-T at 224, whatever
+      ``out_after_downsample``);
+    * ``end`` with the last stage's tokens after its output norm (raw when the last stage is not an output).
 
     Args:
         **kwargs: The arguments of mmpretrain's ``SwinTransformer`` (``arch``, ``img_size``,
@@ -57,14 +52,14 @@ class SwinTransformer(MMPretrainSwinTransformer):
             ...). ``stage_cfgs.block_cfgs.attn_cfgs.window_msa`` is always ``WindowAttention``.
     """
 
-    accepts_trace = True
-    trace_serves = frozenset({'grid', 'mix', 'tokens', 'attn', 'windows', 'stream', 'final', 'stages'})
-
     def __init__(self, stage_cfgs=dict(), **kwargs):
         super().__init__(stage_cfgs=self._with_window_attention(stage_cfgs), **kwargs)
         self.blocks = [block for stage in self.stages for block in stage.blocks]  # plain list: no new keys
-        self.num_trace_layers = len(self.blocks)
-        self.trace_channels = tuple(stage.embed_dims for stage in self.stages for _ in stage.blocks)
+        # what a trace gets: every block (numbered across stages), all services, 'final' and 'stages'
+        self.trace_spec = TraceSpec(
+            num_blocks=len(self.blocks), channels=tuple(stage.embed_dims for stage in self.stages for _ in stage.blocks),
+            services={'mix', 'attn', 'stream'}, points={'final', 'stages'}, out_types=('featmap', ),
+            out_type='featmap')
 
     @staticmethod
     def _with_window_attention(stage_cfgs):
@@ -97,72 +92,62 @@ class SwinTransformer(MMPretrainSwinTransformer):
         return WindowLayout(tuple(grid), window, shift)
 
     @staticmethod
-    def _block(block, x: Tensor, layout: WindowLayout, need_attn: bool, ride: Optional[Ride] = None):
-        """One Swin block (pre-norm W-MSA/SW-MSA and FFN, both residual) on ``x`` ``(B, H * W, C)``; a
-        ``ride`` holds values in windows."""
+    def _block(block, layout: WindowLayout, x: Tensor, need_attn: bool = False, ride: Optional[Ride] = None):
+        """One Swin block (pre-norm W-MSA/SW-MSA and FFN, both residual) on ``x`` ``(B, H * W, C)``; with
+        ``need_attn`` also its window attention maps; a ``ride`` holds values in windows."""
         h = layout.partition(block.norm1(x))
         h = block.attn.w_msa(h, mask=layout.attn_mask(x.device), need_attn=need_attn, ride=ride)
         h, attn = h if need_attn else (h, None)
         x = x + block.attn.drop(layout.reverse(h))
-        return block.ffn(block.norm2(x), identity=x), attn
+        x = block.ffn(block.norm2(x), identity=x)
+        return (x, attn) if need_attn else x
 
-    @staticmethod
-    def _downsample(stage, x: Tensor, hw, stream, values: Optional[Tensor]):
-        """Patch merging of the tokens and, when a stream rides along, of its values."""
-        x, new_hw = stage.downsample(x, hw)
-        if stream is not None:
-            values = stream.resize(values, tuple(hw), tuple(new_hw))
-        return x, new_hw, values
+    def _run(self, block, layout: WindowLayout):
+        """``run(x, need_attn, ride)`` of ``block`` on ``layout``, through activation checkpointing when the
+        block asks for it (``with_cp``) and no map is returned."""
+        def run(x: Tensor, need_attn: bool = False, ride: Optional[Ride] = None):
+            if block.with_cp and x.requires_grad and not need_attn:
+                return cp.checkpoint(self._block, block, layout, x, False, ride, use_reentrant=False)
+            return self._block(block, layout, x, need_attn, ride)
+        return run
 
     def forward(self, x: Tensor, trace: Optional[TokenTrace] = None) -> Tuple[Tensor, ...]:
         """Embed ``x`` ``(B, 3, H, W)`` and run the stages; ``(B, C_i, H_i, W_i)`` per ``out_indices``."""
         x, hw = self.patch_embed(x)
-        token_layers = attn_layers = ()
         if trace is not None:
-            trace.grid, trace.num_extra_tokens, trace.num_layers = tuple(hw), 0, self.num_trace_layers
-            token_layers = TokenTrace.resolve(trace.token_layers, self.num_trace_layers)
-            attn_layers = TokenTrace.resolve(trace.attn_layers, self.num_trace_layers)
-            if trace.mix is not None and not trace.mix.in_pixels:
-                x = trace.mix.mix_tokens(x, hw)
+            x = trace.start(self.trace_spec, x, hw, type(self).__name__)
         if self.use_abs_pos_embed:
             x = x + resize_pos_embed(self.absolute_pos_embed, self.patch_resolution, hw, self.interpolate_mode,
                                      self.num_extra_tokens)
         x = self.drop_after_pos(x)
 
-        stream = trace.stream if trace is not None else None
-        values = stream.start(trace) if stream is not None else None
         outs, index = [], 0
         for i, stage in enumerate(self.stages):
             for block in stage.blocks:
                 layout = self.window_layout(block, hw)
-                need_attn = index in attn_layers
-                ride = Ride(layout.partition(values)) if stream is not None else None  # padding: values 0
-                if block.with_cp and x.requires_grad and not need_attn:
-                    x, attn = cp.checkpoint(self._block, block, x, layout, False, ride, use_reentrant=False)
-                else:
-                    x, attn = self._block(block, x, layout, need_attn, ride)
-                if trace is not None:
-                    trace.grids[index], trace.windows[index] = tuple(hw), layout
-                    if index in token_layers:
-                        trace.tokens[index] = x
-                    if need_attn:
-                        trace.attn[index] = attn
-                    if stream is not None:
-                        values = stream.step(trace, index, values, layout.reverse(ride.mixed))
-                        trace.streamed[index] = values
+                run = self._run(block, layout)
+                x = run(x) if trace is None else trace.block(index, run, x, hw, layout)
                 index += 1
             if stage.downsample is not None and self.out_after_downsample:
-                x, hw, values = self._downsample(stage, x, hw, stream, values)
+                x, hw = self._downsample(stage, x, hw, trace)
             if i in self.out_indices:
                 out = getattr(self, f'norm{i}')(x)
                 outs.append(out.view(-1, *hw, self.num_features[i]).permute(0, 3, 1, 2).contiguous())
             if trace is not None and i == len(self.stages) - 1:
-                trace.final = out if i in self.out_indices else x
+                trace.end(out if i in self.out_indices else x)
             if stage.downsample is not None and not self.out_after_downsample:
-                x, hw, values = self._downsample(stage, x, hw, stream, values)
+                x, hw = self._downsample(stage, x, hw, trace)
             if trace is not None:
-                trace.stages[i], trace.stage_grids[i] = x, tuple(hw)
+                trace.stage(i, x, hw)
         return tuple(outs)
+
+    @staticmethod
+    def _downsample(stage, x: Tensor, hw, trace: Optional[TokenTrace]):
+        """Patch merging of the tokens (and of a trace's stream)."""
+        x, new_hw = stage.downsample(x, hw)
+        if trace is not None:
+            trace.downsample(hw, new_hw)
+        return x, new_hw
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
         """mmpretrain's upgrade of version-1/2 Swin checkpoints (``norm.`` -> ``norm{last}.``, no

@@ -13,8 +13,8 @@ from mmpretrain.models.utils import resize_pos_embed, to_2tuple
 from torch import Tensor, nn
 
 from mmvitreg.registry import MODELS
-from ..layers import ConvStem, PatchEmbed, Ride, TransformerBlock, token_grid
-from ..trace import TokenTrace
+from ..layers import ConvStem, PatchEmbed, TransformerBlock, token_grid
+from ..trace import TokenTrace, TraceSpec, resolve_blocks
 
 ESSENTIAL_ARCH_KEYS = ('embed_dims', 'num_layers', 'num_heads', 'feedforward_channels')
 # Optional architecture keys of an arch dict and their defaults (the plain ViT).
@@ -40,18 +40,15 @@ class VisionTransformer(MMPretrainVisionTransformer):
     checkpoints load unchanged, and it serves mmpretrain heads, mmseg's ``MultiLevelNeck`` +
     UPerHead and mmdet FPNs (``out_type='featmap'``).
 
-    ``forward(x, trace=None)``: with a :class:`~mmvitreg.models.trace.TokenTrace` the backbone
-    sets ``trace.grid`` / ``trace.num_extra_tokens``, mixes the ``(B, C, Hg, Wg)`` patch-token map
-    with ``trace.mix`` right after the patch embedding and **before** the cls token and position
-    embedding (unless the plan mixed the images in pixel space, ``trace.mix.in_pixels``), records
-    ``trace.embed`` (the patch-embedding output) and ``trace.final`` (the last block's tokens after the
-    final norm), and records ``trace.tokens[i]`` (``(B, N, C)``, block output before the final norm)
-    and ``trace.attn[i]`` (``(B, heads, N, N)``, the map that multiplies ``V``, taken before attention
-    dropout except in re-attention, whose dropout precedes its head transform) for the requested
-    blocks only, and ``trace.grids[i]`` (the token grid) for every block; a ``trace.stream`` rides
-    through every block's attention (``trace.streamed[i]`` after block ``i``); the other blocks keep
-    the fused attention kernel. Without a trace it is an
-    ordinary backbone.
+    ``forward(x, trace=None)``: with a :class:`~mmvitreg.models.trace.TokenTrace` the backbone fills it
+    through the trace's recording API: :meth:`~mmvitreg.models.trace.TokenTrace.start` with the
+    ``(B, Hg * Wg, C)`` patch tokens right after the patch embedding and **before** the cls token and the
+    position embedding (where a plan mixes them), :meth:`~mmvitreg.models.trace.TokenTrace.block` for
+    every block (tokens before the final norm; attention maps ``(B, heads, N, N)``, the map that
+    multiplies ``V``, taken before attention dropout except in re-attention, whose dropout precedes its
+    head transform) and :meth:`~mmvitreg.models.trace.TokenTrace.end` after the final norm. What it
+    offers is :attr:`trace_spec`; untapped blocks keep the fused attention kernel. Without a trace it is
+    an ordinary backbone.
 
     Args:
         arch (str | dict): A key of :attr:`arch_zoo` (mmpretrain's ViT/DeiT names here) or a dict with
@@ -90,8 +87,6 @@ class VisionTransformer(MMPretrainVisionTransformer):
             Linear weights, zero biases, LayerNorm 1/0; ``cls_token`` and ``pos_embed`` truncated
             normal 0.02); convolutions and BatchNorms keep PyTorch's init, as in the official codes.
     """
-
-    accepts_trace = True
 
     def __init__(self,
                  arch: Union[str, dict] = 'base',
@@ -145,7 +140,7 @@ class VisionTransformer(MMPretrainVisionTransformer):
         self.drop_after_pos = nn.Dropout(p=drop_rate)
         self.pre_norm = nn.Identity()  # mmpretrain's ``_freeze_stages`` expects it
 
-        self.out_indices = TokenTrace.resolve([out_indices] if isinstance(out_indices, int) else out_indices,
+        self.out_indices = resolve_blocks([out_indices] if isinstance(out_indices, int) else out_indices,
                                               self.num_layers)
 
         attn_types = self._attn_types(settings['attn_types'])
@@ -176,21 +171,12 @@ class VisionTransformer(MMPretrainVisionTransformer):
         if frozen_stages > 0:
             self._freeze_stages()
 
-    @property
-    def num_trace_layers(self) -> int:
-        """Blocks a trace can tap."""
-        return self.num_layers
-
-    @property
-    def trace_channels(self) -> Tuple[int, ...]:
-        """Channels of every block's output tokens (checked against a user's ``TraceRequest.token_channels``)."""
-        return (self.embed_dims, ) * self.num_layers
-
-    @property
-    def trace_serves(self) -> frozenset:
-        """What this backbone serves a trace (see :data:`~mmvitreg.models.trace.CAPABILITIES`)."""
-        return frozenset({'grid', 'mix', 'tokens', 'attn', 'stream', 'embed', 'final', 'isotropic'}
-                         | ({'cls_token'} if self.with_cls_token else set()))
+        # what a trace gets: every block, all services, 'embed' and 'final'
+        self.trace_spec = TraceSpec(
+            num_blocks=self.num_layers, channels=(self.embed_dims, ) * self.num_layers,
+            num_extra_tokens=self.num_extra_tokens, services={'mix', 'attn', 'stream'}, points={'embed', 'final'},
+            facts={'isotropic'} | ({'cls_token'} if with_cls_token else set()),
+            out_types=tuple(sorted(self.OUT_TYPES)), out_type=out_type)
 
     def _resolve_arch(self, arch: Union[str, dict]) -> dict:
         if isinstance(arch, str):
@@ -249,15 +235,9 @@ class VisionTransformer(MMPretrainVisionTransformer):
             x = F.pad(x, (0, pad_w, 0, pad_h))
         x = self.patch_embed(x)
         hw = tuple(x.shape[-2:])
-        if trace is not None:
-            trace.grid, trace.num_layers, trace.num_extra_tokens = hw, self.num_layers, self.num_extra_tokens
-            token_layers = set(TokenTrace.resolve(trace.token_layers, self.num_layers))
-            attn_layers = set(TokenTrace.resolve(trace.attn_layers, self.num_layers))
-            if trace.mix is not None and not trace.mix.in_pixels:
-                x = trace.mix.mix(x)
         x = x.flatten(2).transpose(1, 2)
         if trace is not None:
-            trace.embed = x
+            x = trace.start(self.trace_spec, x, hw, type(self).__name__)
         if self.cls_token is not None:
             x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
         x = x + resize_pos_embed(
@@ -265,27 +245,13 @@ class VisionTransformer(MMPretrainVisionTransformer):
             num_extra_tokens=self.num_extra_tokens)
         x = self.drop_after_pos(x)
 
-        stream = trace.stream if trace is not None else None
-        values = stream.start(trace) if stream is not None else None
         outs = []
         for i, layer in enumerate(self.layers):
-            if trace is None:
-                x = layer(x)
-            else:
-                ride = Ride(values) if stream is not None else None
-                if i in attn_layers:
-                    x, trace.attn[i] = layer(x, need_attn=True, ride=ride)
-                else:
-                    x = layer(x, ride=ride)
-                trace.grids[i] = hw
-                if i in token_layers:
-                    trace.tokens[i] = x
-                if stream is not None:
-                    values = trace.streamed[i] = stream.step(trace, i, values, ride.mixed)
+            x = layer(x) if trace is None else trace.block(i, layer, x, hw)
             if i == self.num_layers - 1:
                 x = self.ln1(x) if self.final_norm else x
                 if trace is not None:
-                    trace.final = x
+                    trace.end(x)
             if i in self.out_indices:
                 outs.append(self._format_output(x, hw))
         return tuple(outs)

@@ -2,31 +2,27 @@
 from typing import Dict, List, Optional, Sequence, Union
 
 import torch
-from mmengine.model import ModuleList
 from mmpretrain.models import ImageClassifier
 from mmpretrain.structures import DataSample
-from torch import nn
 
 from mmvitreg.registry import MODELS
-from ..trace import MixPlan, TokenTrace, TraceRequest, check_trace_user, trace_request_of
+from ..trace import MixPlan, TokenTrace, TraceRequest, trace_request_of
+from ..trace_users import TraceUsers
 
 
 @MODELS.register_module()
-class TokenClassifier(ImageClassifier):
+class TokenClassifier(ImageClassifier, TraceUsers):
     """mmpretrain's :class:`ImageClassifier` with a token trace and several trace users.
 
-    The one wiring all token-level techniques share (MixToken, token labeling, DiversePatch,
-    DRLoc, TL-Align, the DeepViT attention regulariser); the classifier knows none of them.
-    **Composition rule** — a model holds:
+    The token-level techniques (MixToken, token labeling, DiversePatch, DRLoc, TL-Align, the DeepViT
+    attention regulariser) meet here; the classifier knows none of them. The composition rule is
+    :class:`~mmvitreg.models.trace_users.TraceUsers` (shared with the segmentor and detector kinds). In
+    classification a model holds:
 
     * one ``head`` (any mmpretrain head; a head with a ``trace_request`` gets the filled trace as
       ``loss/predict/forward(feats, ..., trace=...)``);
-    * a list of ``aux_losses``: each a module with ``trace_request`` (a
-      :class:`~mmvitreg.models.trace.TraceRequest`, the taps it reads) and
-      ``loss(feats, data_samples, trace) -> dict`` of named losses (``loss_drloc``, ``loss_patch_cos``, ...),
-      where ``feats`` is the backbone's output tuple (before the neck) and ``trace`` the filled
-      trace (None when no user needs one). A loss with an empty request reads only ``feats`` and
-      works on any backbone, also on those without a trace (mmpretrain's ResNet, T2T-ViT, ConvNeXt);
+    * a list of ``aux_losses`` (``loss(feats, data_samples, trace) -> dict`` of named losses, ``feats``
+      the backbone's outputs before the neck);
     * at most one ``target_transform``: a module with ``trace_request`` and
       ``transform(trace, data_samples)``, which replaces each sample's ``gt_score`` (e.g. TL-Align's
       aligned label) after the backbone ran and before the head's loss, and may return a dict of
@@ -38,13 +34,11 @@ class TokenClassifier(ImageClassifier):
 
     The trace is filled once per training forward with the union of all requests; prediction
     builds one only for a head that asks (auxiliary losses and the target transform are training
-    only). When the model is built every user is checked against the backbone
-    (:func:`~mmvitreg.models.trace.check_trace_user`): a missing capability or a tap of a block that
-    does not exist fails at once with both names. Loss names must be unique across users and never the
-    bare ``loss`` (the logged total; the head's term is logged as ``loss_cls``).
+    only). Every user is checked against the backbone when the model is built. The head's term is
+    logged as ``loss_cls``.
 
     Args:
-        backbone (dict): The backbone; a trace user needs one with ``accepts_trace = True``.
+        backbone (dict): The backbone; a trace user needs one with a ``trace_spec`` (an mmvitreg backbone).
         aux_losses (Sequence[dict], optional): Auxiliary token losses. Defaults to None.
         target_transform (dict, optional): The target transform. Defaults to None.
         train_cfg (dict, optional): As :class:`ImageClassifier` (``augments``, ``probs``) plus
@@ -79,41 +73,14 @@ class TokenClassifier(ImageClassifier):
                              f'got a built {type(data_preprocessor).__name__}')
         super().__init__(backbone=backbone, train_cfg=train_cfg or None,
                          data_preprocessor=data_preprocessor, **kwargs)
-        if isinstance(target_transform, Sequence):
-            if len(target_transform) > 1:
-                raise ValueError(f'a model takes at most one target transform (each replaces the training target); '
-                                 f'got {len(target_transform)}: {[t.get("type", t) for t in target_transform]}')
-            target_transform = target_transform[0] if target_transform else None
-        # mmengine's ModuleList: ``init_weights`` reaches each auxiliary loss (its own ``init_cfg``)
-        self.aux_losses = ModuleList(self._build(cfg) for cfg in aux_losses or ())
-        self.target_transform = self._build(target_transform) if target_transform is not None else None
-
-        token_mix = getattr(self.data_preprocessor, 'token_mix', None)
-        for user in self.train_users + ([token_mix] if token_mix is not None else []):
-            check_trace_user(self.backbone, trace_request_of(user), type(user).__name__)
-        self.train_request = TraceRequest.union(trace_request_of(u) for u in self.train_users)
-
-    @staticmethod
-    def _build(cfg):
-        return cfg if isinstance(cfg, nn.Module) else MODELS.build(cfg)
-
-    @property
-    def train_users(self) -> List[nn.Module]:
-        """Every trace user of a training forward: the head, the auxiliary losses, the target transform."""
-        users = [self.head] if self.with_head else []
-        users += list(self.aux_losses)
-        return users + ([self.target_transform] if self.target_transform is not None else [])
+        self.init_trace_users(aux_losses, target_transform,
+                              fixed_users=[self.head if self.with_head else None,
+                                           getattr(self.data_preprocessor, 'token_mix', None)])
 
     @property
     def head_request(self) -> TraceRequest:
         """What the head asks of the trace (empty for a plain mmpretrain head)."""
         return trace_request_of(self.head) if self.with_head else TraceRequest()
-
-    def make_trace(self, request: TraceRequest, mix_plan: Optional[MixPlan] = None) -> Optional[TokenTrace]:
-        """The trace for one forward (None when neither a plan nor a user needs one)."""
-        if mix_plan is None and not request.needs_trace:
-            return None
-        return TokenTrace.for_request(request, mix=mix_plan)
 
     def extract_feat(self, inputs: torch.Tensor, stage: str = 'neck', trace: Optional[TokenTrace] = None):
         """As :meth:`ImageClassifier.extract_feat`, running the backbone with ``trace`` when given."""
@@ -156,27 +123,15 @@ class TokenClassifier(ImageClassifier):
         The head's ``loss`` is returned as ``loss_cls``: mmengine's ``parse_losses`` logs the sum of
         all ``loss*`` terms as ``loss``, which a term of that name would overwrite in the log. A
         target transform's scalars (keys without ``loss``) are returned alongside: logged, not summed."""
-        trace = self.make_trace(self.train_request, mix_plan)
-        if trace is not None and all('gt_label' in s for s in data_samples):
-            trace.labels = torch.cat([s.gt_label for s in data_samples]).to(inputs.device)
-        backbone_feats = self.backbone(inputs, trace=trace) if trace is not None else self.backbone(inputs)
+        backbone_feats, trace = self.run_backbone(inputs, data_samples, mix_plan)
         feats = self.neck(backbone_feats) if self.with_neck else backbone_feats
-        terms = []  # (user, its named terms)
-        if self.target_transform is not None:
-            terms.append((self.target_transform, self.target_transform.transform(trace, data_samples) or {}))
-        losses = {('loss_cls' if name == 'loss' else name): value
-                  for name, value in self.head.loss(feats, data_samples, **self._head_kwargs(trace)).items()}
-        terms += [(aux, aux.loss(backbone_feats, data_samples, trace)) for aux in self.aux_losses]
-        for user, named in terms:
-            for name, value in named.items():
-                if name == 'loss':
-                    raise KeyError(f'{type(user).__name__} returns a term named {name!r}, the name of the logged '
-                                   "total: give it its own name (e.g. 'loss_<what>')")
-                if name in losses:
-                    raise KeyError(f'{type(user).__name__} returns the loss {name!r}, which another user of this '
-                                   f'model already returns: give it another name')
-                losses[name] = value
-        return losses
+        losses = {}
+        logged = self.target_transform.transform(trace, data_samples) if self.target_transform is not None else None
+        self.add_terms(losses, self.head, {('loss_cls' if name == 'loss' else name): value for name, value
+                                           in self.head.loss(feats, data_samples, **self._head_kwargs(trace)).items()})
+        if logged:
+            self.add_terms(losses, self.target_transform, logged)
+        return self.add_user_losses(losses, backbone_feats, data_samples, trace)
 
     def predict(self, inputs: torch.Tensor, data_samples: Optional[List[DataSample]] = None,
                 **kwargs) -> List[DataSample]:

@@ -64,7 +64,7 @@ class TokenLabelHead(VisionTransformerClsHead):
 
     Inputs: ``feats[-1]`` is the backbone's ``out_type='raw'`` output ``(B, N, C)`` after the final
     norm, extra (class) tokens first, and ``trace`` the filled :class:`TokenTrace` (for
-    ``num_extra_tokens``, ``grid`` and the plan), both given by :class:`TokenClassifier`. Each
+    ``num_extra_tokens``, the tokens' grid ``last_grid`` and the plan), both given by :class:`TokenClassifier`. Each
     data sample carries ``token_label`` (read per batch by ``TokenClsDataPreprocessor``):
     ``(2, K, S, S)`` float, ``[0]`` token-label probabilities and ``[1]`` their class indices
     (``-1``: the tail slots of the official reading), ``(S, S)`` the token grid; with the official
@@ -94,7 +94,9 @@ class TokenLabelHead(VisionTransformerClsHead):
 
     CLS_TARGETS = ('gt', 'relabel', 'relabel_gt')
     SMOOTH_FORMS = ('standard', 'official')
-    trace_request = TraceRequest(needs={'grid', 'cls_token'})  # the grid of the patch tokens; no taps
+    # every token of the backbone's output, a cls token first; the trace gives their grid and the plan
+    trace_request = TraceRequest(facts={'cls_token'}, out_type='raw')
+    image_target = True  # the class token's loss
 
     def __init__(self,
                  num_classes: int,
@@ -141,9 +143,9 @@ class TokenLabelHead(VisionTransformerClsHead):
             raise ValueError('TokenLabelHead needs the token trace (patch-token count and grid): build it '
                              "inside type='mmvitreg.TokenClassifier'")
         x = self._tokens(feats)
-        patches = x[:, trace.num_extra_tokens:]
-        if patches.shape[1] != trace.grid[0] * trace.grid[1]:
-            raise ValueError(f'{patches.shape[1]} patch tokens do not fill the {trace.grid} token grid')
+        patches, grid = x[:, trace.num_extra_tokens:], trace.last_grid
+        if patches.shape[1] != grid[0] * grid[1]:
+            raise ValueError(f'{patches.shape[1]} patch tokens do not fill the {grid} token grid')
         return self.layers.head(self.pre_logits(feats)), self.aux_head(patches)
 
     def forward(self, feats: Tuple[Tensor], trace: Optional[TokenTrace] = None) -> Tensor:
@@ -164,7 +166,7 @@ class TokenLabelHead(VisionTransformerClsHead):
         plan = trace.mix
         token_label = None
         if self.beta > 0 or self.cls_target != 'gt':
-            token_label = self._token_labels(data_samples, trace.grid, cls_score.device)
+            token_label = self._token_labels(data_samples, trace.last_grid, cls_score.device)
         losses = dict()
         if self.cls_target != 'gt':
             target = self._relabel_target(data_samples, token_label)

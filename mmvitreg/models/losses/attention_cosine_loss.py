@@ -38,17 +38,15 @@ class AttentionCosineLoss(BaseModule):
         init_cfg (dict, optional): Unused (no parameters). Defaults to None.
     """
 
-    # the default's (blocks 0 .. 12); an instance's follows ``num_pairs``. 'isotropic': consecutive maps line
-    # up token for token only when every block keeps the embedding's grid (not windowed, not down-sampling)
-    trace_request = TraceRequest(attn_layers=tuple(range(13)), needs={'isotropic'})
-
     def __init__(self, num_pairs: int = 12, loss_weight: float = 0.1, init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
         if not isinstance(num_pairs, int) or num_pairs < 1:
             raise ValueError(f'num_pairs must be a positive int, got {num_pairs!r}')
         self.num_pairs = num_pairs
         self.loss_weight = loss_weight
-        self.trace_request = TraceRequest(attn_layers=tuple(range(num_pairs + 1)), needs={'isotropic'})
+        # 'isotropic': consecutive maps line up token for token only when every block keeps the embedding's
+        # grid (not windowed, not down-sampling)
+        self.trace_request = TraceRequest(attn_layers=tuple(range(num_pairs + 1)), facts={'isotropic'})
 
     def loss(self, feats: Tuple[Tensor], data_samples: List, trace: TokenTrace) -> Dict[str, Tensor]:
         """``{'loss_attn_cos': L_cos}`` from the trace's attention maps of blocks ``0 .. num_pairs``."""

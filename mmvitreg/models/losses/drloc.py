@@ -136,7 +136,6 @@ class DRLoc(BaseModule):
             ``dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.)``).
     """
 
-    trace_request = TraceRequest()  # the default's (layers=None: the backbone outputs); an instance's follows layers
 
     def __init__(self,
                  in_channels: Union[int, Sequence[int]],
@@ -192,7 +191,7 @@ class DRLoc(BaseModule):
         if self.layers is not None:
             self.trace_request = TraceRequest(token_layers=self.layers, token_channels=in_channels)
         else:
-            self.trace_request = TraceRequest(needs={'stages'} if self.stages is not None else ())
+            self.trace_request = TraceRequest(points={'stages'} if self.stages is not None else ())
 
     def feature_maps(self, feats: Tuple[Tensor, ...], trace: Optional[TokenTrace]) -> List[Tensor]:
         """The ``(B, C, k, k)`` grids the loss samples from (after ``grid_pool``)."""

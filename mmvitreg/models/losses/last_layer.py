@@ -13,13 +13,14 @@ from ..trace import TokenTrace, TraceRequest
 LAST_LAYER_TOKENS = ('block', 'final_norm')
 
 
-def last_layer_request(tokens: str, token_layers: Iterable[int] = (), needs: Iterable[str] = ()) -> TraceRequest:
-    """The request of a loss that reads ``tokens`` (one of :data:`LAST_LAYER_TOKENS`) plus the given taps."""
+def last_layer_request(tokens: str, token_layers: Iterable[int] = ()) -> TraceRequest:
+    """The request of a loss that reads ``tokens`` (one of :data:`LAST_LAYER_TOKENS`) plus the given taps:
+    a tap of the last block, or the point ``'final'``."""
     if tokens not in LAST_LAYER_TOKENS:
         raise ValueError(f'tokens must be one of {LAST_LAYER_TOKENS}, got {tokens!r}')
     if tokens == 'block':
-        return TraceRequest(token_layers=tuple(token_layers) + (-1, ), needs=frozenset(needs))
-    return TraceRequest(token_layers=tuple(token_layers), needs=frozenset(needs) | {'final'})
+        return TraceRequest(token_layers=tuple(token_layers) + (-1, ))
+    return TraceRequest(token_layers=tuple(token_layers), points={'final'})
 
 
 def last_layer_tokens(trace: TokenTrace, tokens: str) -> Tensor:
@@ -29,4 +30,4 @@ def last_layer_tokens(trace: TokenTrace, tokens: str) -> Tensor:
 
 def last_layer_grid(trace: TokenTrace):
     """``(H, W)`` token grid of the last block (the tokens of :func:`last_layer_tokens`)."""
-    return trace.grids[trace.index(-1)]
+    return trace.last_grid

@@ -53,9 +53,9 @@ class PatchContrastiveLoss(BaseModule):
             raise ValueError(f'form must be one of {self.FORMS}, got {form!r}')
         self.loss_weight, self.form = loss_weight, form
         if form == 'paper':
-            self.trace_request = TraceRequest(token_layers=(0, -1), needs={'isotropic'})
+            self.trace_request = TraceRequest(token_layers=(0, -1), facts={'isotropic'})
         else:
-            self.trace_request = TraceRequest(needs={'embed', 'final', 'isotropic'})
+            self.trace_request = TraceRequest(points={'embed', 'final'}, facts={'isotropic'})
 
     @staticmethod
     def neighbourhood_mean(h: Tensor, grid) -> Tensor:

@@ -52,7 +52,7 @@ class MixToken(TokenMix):
     """
 
     REDRAW_FULL = False  # the official code draws lam once
-    trace_request = TraceRequest(needs={'mix'})
+    trace_request = TraceRequest(services={'mix'})  # the backbone mixes the tokens
 
     def __init__(self,
                  alpha: float = 1.0,

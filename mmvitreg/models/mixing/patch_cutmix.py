@@ -5,7 +5,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from mmvitreg.registry import MODELS
-from ..trace import TraceRequest
 from .mix_token import MixToken
 
 
@@ -51,7 +50,6 @@ class PatchCutMix(MixToken):
 
     BOXES = ('tokens', 'pixels')
     REDRAW_FULL = True  # official ``while lam == 1.``
-    trace_request = TraceRequest(needs={'grid'})
 
     def __init__(self, alpha: float = 1.0, patch_size: int = 16, partner: str = 'flip', box_on: str = 'tokens'):
         if box_on not in self.BOXES:

@@ -24,8 +24,8 @@ class TokenMix:
     * the partner: ``'flip'``, sample ``i`` mixes with ``B - 1 - i`` (the official codes' ``flip(0)``), or
       ``'permute'``, a random permutation (``torch.randperm``, as mmpretrain's CutMix), drawn after the masks.
 
-    A subclass draws the masks (:meth:`masks`). The trace it asks for (:attr:`trace_request`): the token grid,
-    because the classifier hands the plan to the backbone in a trace.
+    A subclass draws the masks (:meth:`masks`). The trace it asks for (:attr:`trace_request`): any, because
+    the classifier hands the plan to the backbone in a trace.
 
     Args:
         alpha (float, optional): Beta parameter of ``lam``; positive. None for a plan that draws no ``lam``
@@ -37,7 +37,8 @@ class TokenMix:
     PARTNERS = ('flip', 'permute')
     #: draw ``lam`` again while it is exactly 1 (an unmixed batch)
     REDRAW_FULL = True
-    trace_request = TraceRequest(needs={'grid'})
+    trace_request = TraceRequest(trace=True)  # the plan travels in a trace
+    image_target = True  # mixes the images' labels
 
     def __init__(self, alpha: Optional[float] = None, patch_size: int = 16, partner: str = 'flip'):
         if alpha is not None and not alpha > 0:

@@ -86,6 +86,7 @@ class TLAlign(BaseModule):
     """
 
     REPRESENTATIONS = ('weights', 'labels')
+    image_target = True  # rewrites each image's label
 
     def __init__(self, num_layers: Optional[int] = None, representation: str = 'weights',
                  num_classes: Optional[int] = None):
@@ -120,10 +121,11 @@ class TLAlign(BaseModule):
         w = w.unsqueeze(-1)
         if self.representation == 'weights':
             return torch.cat([w, 1 - w], -1)
-        if trace.labels is None:
-            raise ValueError("TLAlign(representation='labels') starts from the labels, but the trace has none "
-                             '(trace.labels is set by the TokenClassifier from gt_label)')
-        own = F.one_hot(trace.labels.to(w.device), self.num_classes).float().unsqueeze(1)
+        if not trace.samples or any('gt_label' not in s for s in trace.samples):
+            raise ValueError("TLAlign(representation='labels') starts from the labels, but the trace carries no "
+                             'data samples with gt_label (the TokenClassifier hands it the batch\'s samples)')
+        labels = torch.cat([s.gt_label for s in trace.samples]).to(w.device)
+        own = F.one_hot(labels, self.num_classes).float().unsqueeze(1)
         return w * own + (1 - w) * own[plan.index]
 
     @staticmethod
