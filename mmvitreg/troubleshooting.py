@@ -88,12 +88,20 @@ CASES: List[Case] = [
          'Use an mmvitreg backbone (VisionTransformer, DeepViT, LVViT, SwinTransformer) or image-level CutMix.'),
     Case('trace-user-backbone', 'model',
          'a trace user needing a capability the backbone lacks (TokenLabelHead on Swin)',
-         "TokenLabelHead needs ['cls_token']",
+         "TokenLabelHead needs the fact ['cls_token']",
          'Pick a backbone that serves it: `python tools/analysis_tools/trace_support.py --user NAME` shows which do '
          '(`tools/train.py` and `tools/test.py` stop with this one line before the run starts).'),
     Case('tap-missing-block', 'model', 'a trace user tapping a block the backbone does not have',
          'taps the tokens of a block that',
          'Tap an existing block (negative indices count from the last).'),
+    Case('tap-untraced-block', 'model', 'a trace user tapping a block the backbone does not trace (CvT block 0)',
+         'but CvT traces only blocks',
+         'Tap one of the blocks the message names (CvT traces its last stage, whose tokens have a cls token).'),
+    Case('head-out-type', 'model', "a head reading every token on a backbone built with another `out_type` "
+         '(TokenLabelHead on a ViT with its default `cls_token` output)',
+         "set the backbone's out_type='raw'",
+         "Set `backbone.out_type='raw'` (LV-ViT configs do); a backbone that cannot give every token (CvT, Swin) "
+         'is refused with the formats it has.'),
     Case('drloc-in-channels', 'model', 'a DRLoc `in_channels` that is not the width of the block it taps',
          'channels in the tokens of blocks',
          'Set `in_channels` to the widths the message names (a Swin stage doubles its width; a ViT keeps '

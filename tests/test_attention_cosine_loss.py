@@ -29,7 +29,7 @@ def test_equals_the_official_loss_on_random_maps():
     g = torch.Generator().manual_seed(0)
     maps = [torch.randn(3, 4, 9, 9, generator=g) for _ in range(16)]  # re-attention maps may be negative
     loss = AttentionCosineLoss()
-    assert loss.trace_request == TraceRequest(attn_layers=tuple(range(13)), needs={'isotropic'})
+    assert loss.trace_request == TraceRequest(attn_layers=tuple(range(13)), facts={'isotropic'})
     trace = TokenTrace(attn=dict(enumerate(maps)))
     out = loss.loss((), [], trace)
     assert set(out) == {'loss_attn_cos'}

@@ -230,7 +230,7 @@ class TapUser(nn.Module):
     def __init__(self):
         super().__init__()
         from mmvitreg.models.trace import TraceRequest
-        self.trace_request = TraceRequest(needs={'tokens'}, token_layers=(12, ))
+        self.trace_request = TraceRequest(token_layers=(12, ))
 
     def loss(self, feats, data_samples, trace):
         return {}
@@ -238,18 +238,30 @@ class TapUser(nn.Module):
 
 def build_classifier(**kwargs):
     from mmpretrain.registry import MODELS
+    kwargs.setdefault('backbone', dict(type='mmvitreg.DeepViT', arch=dict(embed_dims=96, num_layers=4, num_heads=3,
+                                                                         feedforward_channels=288, attn_types='reattn'),
+                                       img_size=32, patch_size=4))
+    kwargs.setdefault('head', dict(type='VisionTransformerClsHead', num_classes=10, in_channels=96))
     with DefaultScope.overwrite_default_scope('mmpretrain'):
-        return MODELS.build(dict(
-            type='mmvitreg.TokenClassifier',
-            backbone=dict(type='mmvitreg.DeepViT', arch=dict(embed_dims=96, num_layers=4, num_heads=3,
-                                                             feedforward_channels=288, attn_types='reattn'),
-                          img_size=32, patch_size=4),
-            head=dict(type='VisionTransformerClsHead', num_classes=10, in_channels=96), **kwargs))
+        return MODELS.build(dict(type='mmvitreg.TokenClassifier', **kwargs))
 
 
 @scenario('tap-missing-block')
 def _(ctx):
     return stops(lambda: build_classifier(aux_losses=[TapUser()]))
+
+
+@scenario('tap-untraced-block')
+def _(ctx):
+    cvt = dict(type='mmvitreg.CvT', arch=dict(embed_dims=(8, 16), depths=(1, 2), num_heads=(1, 2)))
+    return stops(lambda: build_classifier(backbone=cvt, aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=8,
+                                                                         layers=(0, ))],
+                                          head=dict(type='LinearClsHead', num_classes=10, in_channels=16)))
+
+
+@scenario('head-out-type')
+def _(ctx):
+    return stops(lambda: build_classifier(head=dict(type='mmvitreg.TokenLabelHead', num_classes=10, in_channels=96)))
 
 
 @scenario('drloc-in-channels')

@@ -63,7 +63,7 @@ class FeatureMapLoss(BaseModule):
 @MODELS.register_module(name='ToySmoothTarget', force=True)
 class SmoothTarget(BaseModule):
     """A target transform (as TL-Align): rewrites gt_score after the backbone ran."""
-    trace_request = TraceRequest(needs={'grid'})
+    trace_request = TraceRequest(trace=True)
 
     def __init__(self, eps=0.2):
         super().__init__()
@@ -122,8 +122,8 @@ def test_head_two_aux_losses_and_a_target_transform_train_on_one_trace():
     model = build(tiny_lvvit(), token_label_head(),
                   aux_losses=[dict(type='mmvitreg.ToyTokenNormLoss', layer=0), dict(type='mmvitreg.ToyAttentionLoss')],
                   target_transform=dict(type='mmvitreg.ToySmoothTarget'))
-    assert model.train_request == TraceRequest(token_layers=(0, ), attn_layers=(-1, ),
-                                               needs={'grid', 'cls_token'})
+    assert model.train_request == TraceRequest(token_layers=(0, ), attn_layers=(-1, ), facts={'cls_token'},
+                                               trace=True)
     calls, seen_targets = [], []
     model.backbone.register_forward_hook(lambda m, args, kwargs, out: calls.append(kwargs.get('trace')),
                                          with_kwargs=True)
@@ -221,7 +221,7 @@ def test_users_the_backbone_cannot_serve_fail_at_build_time_naming_both():
         build(resnet, linear_head(128), aux_losses=[dict(type='mmvitreg.ToyTokenNormLoss')], token_mix=False)
     with pytest.raises(TypeError, match='MixToken.*ResNet'):
         build(resnet, linear_head(128))
-    with pytest.raises(TypeError, match=r"TokenLabelHead needs \['cls_token'\].*SwinTransformer"):
+    with pytest.raises(TypeError, match=r"TokenLabelHead needs the fact \['cls_token'\].*SwinTransformer"):
         build(tiny_swin(), token_label_head())
     with pytest.raises(IndexError, match='TokenNormLoss taps the tokens of a block that LVViT does not have'):
         build(tiny_lvvit(), token_label_head(), aux_losses=[dict(type='mmvitreg.ToyTokenNormLoss', layer=7)])

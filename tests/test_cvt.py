@@ -45,5 +45,5 @@ def test_trace_serves_the_last_stage_map_with_the_cls_head():
     model.out_type = 'featmap'
     torch.testing.assert_close(trace.token_map(-1), model(x)[0])
     assert drloc.loss((), [], trace)['loss_drloc'] > 0
-    with pytest.raises(ValueError, match='earlier stage'):
+    with pytest.raises(IndexError, match=r'CvT traces only blocks 1\.\.2 \(of 0\.\.2\)'):
         model(x, trace=TokenTrace(token_layers=(0, )))

@@ -191,7 +191,7 @@ def test_swin_takes_cosine_and_mixing_on_the_last_stage_and_refuses_contrastive(
     assert set(log) == {'loss', 'loss_cls', 'loss_patch_cos', 'loss_patch_mixing'}
     trace = seen[0]
     assert trace.patch_tokens(-1).shape == (8, 4, 64) and trace.mix.mask.shape[-2:] == (2, 2)
-    with pytest.raises(TypeError, match="PatchContrastiveLoss needs \\['isotropic'\\]"):
+    with pytest.raises(TypeError, match="PatchContrastiveLoss needs the fact \\['isotropic'\\]"):
         tiny_classifier(swin, 64, [dict(type='mmvitreg.PatchContrastiveLoss')], None)
 
 
@@ -204,7 +204,7 @@ def test_ensemble_prediction_averages_the_cls_head_and_the_patch_head():
     data = model.data_preprocessor(digits_batch(4), False)
     with torch.no_grad():
         out = model.predict(data['inputs'], data['data_samples'])
-        trace = TokenTrace()
+        trace = TokenTrace(points={'final'})
         model.backbone(data['inputs'], trace=trace)
         cls = model.head.layers.head(trace.final[:, 0])
         patch = model.aux_losses[0].patch_head(trace.final[:, 1:].mean(1))

@@ -157,7 +157,7 @@ def swin_t_224_trace():
     from mmvitreg.models.backbones import SwinTransformer
     torch.manual_seed(0)
     swin = SwinTransformer(arch='tiny').eval()
-    trace = TokenTrace.for_request(TraceRequest(token_layers=(1, 3, 9, 11), needs={'stages'}))
+    trace = TokenTrace.for_request(TraceRequest(token_layers=(1, 3, 9, 11), points={'stages'}))
     with torch.no_grad():
         swin(torch.randn(1, 3, 224, 224), trace=trace)
     return swin, trace

@@ -61,7 +61,7 @@ def test_token_label_mixing_equals_c_dim_mixing_token_by_token():
     plan.mask = plan.mask.clone()
     plan.mask[0, 0, 0] = 0.25  # a soft mask value: Eq. 9 holds for any M
     head = TokenLabelHead(num_classes=C, in_channels=D, beta=1.0, token_label_smooth_val=0.1)
-    loss = head.loss(feats, samples, TokenTrace(mix=plan, grid=(G, G), num_extra_tokens=1))['loss_token']
+    loss = head.loss(feats, samples, TokenTrace(mix=plan, grid=(G, G), num_layers=1, grids={0: (G, G)}, num_extra_tokens=1))['loss_token']
 
     aux = head.aux_head(feats[0][:, 1:])
     ref = []

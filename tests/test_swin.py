@@ -46,7 +46,7 @@ def test_mmpretrain_checkpoints_load_with_every_key_and_give_the_same_features(a
         assert (ours(x)[0] - theirs(x)[0]).abs().max() <= 1e-5
         assert (ours.double()(x.double())[0] - theirs.double()(x.double())[0]).abs().max() <= 1e-6
         if arch == 'tiny':  # the fp32 difference is the fused kernel's rounding: the explicit path is exact
-            explicit = TokenTrace(attn_layers=tuple(range(ours.num_trace_layers)))
+            explicit = TokenTrace(attn_layers=tuple(range(ours.trace_spec.num_blocks)))
             assert torch.equal(ours.float()(x, trace=explicit)[0], theirs.float()(x)[0])
 
 
@@ -202,7 +202,7 @@ def test_window_attention_placed_on_the_grid():
 def test_trace_taps_grids_windows_and_attention():
     model = nano()
     x = torch.randn(2, 3, 64, 64)
-    trace = TokenTrace(token_layers=(1, -1), attn_layers=(3, ))
+    trace = TokenTrace(token_layers=(1, -1), attn_layers=(1, 3, 4, 5))
     with torch.no_grad():
         outs = model(x, trace=trace)
         plain = model(x)
@@ -212,11 +212,12 @@ def test_trace_taps_grids_windows_and_attention():
     assert trace.grids == {0: (16, 16), 1: (16, 16), 2: (8, 8), 3: (8, 8), 4: (4, 4), 5: (4, 4)}
     assert trace.windows[1] == WindowLayout((16, 16), 4, 2) and trace.windows[4].shift == 0
     assert trace.windows[5].shift == 0  # one window covers the 4x4 map: no shift (mmpretrain rule)
+    assert set(trace.windows) == {1, 3, 4, 5}  # the layouts of the tapped maps
     assert set(trace.tokens) == {1, 5} and trace.tokens[5].shape == (2, 16, 64)
     assert trace.token_map(1).shape == (2, 16, 16, 16)
     # the last stage's output norm applied to the tapped tokens gives the last output
     torch.testing.assert_close(model.norm2(trace.tokens[5]).transpose(1, 2).reshape(2, 64, 4, 4), outs[2])
-    assert set(trace.attn) == {3} and trace.attn[3].shape == (2 * 4, 2, 16, 16)
+    assert set(trace.attn) == {1, 3, 4, 5} and trace.attn[3].shape == (2 * 4, 2, 16, 16)
     torch.testing.assert_close(trace.attn[3].sum(-1), torch.ones(8, 2, 16))
 
 
@@ -270,4 +271,4 @@ def test_small_maps_need_pad_small_map():
     model = SwinTransformer(arch=NANO, window_size=8, drop_path_rate=0., out_indices=(2, ))
     with pytest.raises(ValueError, match='pad_small_map=True'):
         model(torch.randn(1, 3, 32, 32))
-    np.testing.assert_equal(model.num_trace_layers, 6)
+    np.testing.assert_equal(model.trace_spec.num_blocks, 6)

@@ -79,8 +79,8 @@ def aligned_vs_reference(backbone_cfg, img, num_layers, grid, B=4, seed=0, repre
     mask[0, :2] = 0.  # whole rows from the partner, whole tokens of own
     mask[1, -1] = 1.
     plan = MixPlan(index=torch.arange(B - 1, -1, -1), mask=mask)
-    trace = TokenTrace.for_request(tl.trace_request, mix=plan)
-    trace.labels = labels
+    samples = [DataSample().set_gt_label(int(y)).set_gt_score(torch.zeros(C)) for y in labels]
+    trace = TokenTrace.for_request(tl.trace_request, mix=plan, samples=samples)
     maps = TokenTrace(mix=plan, attn_layers=tuple(range(num_layers)))
     state = {k: v.clone() for k, v in backbone.state_dict().items()}
     torch.manual_seed(seed + 1)  # the same drop-path draws in both runs
@@ -88,7 +88,6 @@ def aligned_vs_reference(backbone_cfg, img, num_layers, grid, B=4, seed=0, repre
     backbone.load_state_dict(state)  # (BatchNorm statistics of re-attention as before the first run)
     torch.manual_seed(seed + 1)
     backbone(x, trace=maps)  # fills the grid, the layouts and the maps of every block
-    samples = [DataSample().set_gt_label(int(y)).set_gt_score(torch.zeros(C)) for y in labels]
     tl.transform(trace, samples)
     ours = torch.stack([s.gt_score for s in samples])
     return ours, reference_targets(maps, labels), maps

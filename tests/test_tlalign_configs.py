@@ -68,7 +68,7 @@ def test_imagenet_config_builds_a_tl_align_classifier_over_every_block(name):
         model = build(cfg, 'mmpretrain').eval()  # the classifier checks TLAlign's blocks against the backbone
         logits = model(torch.zeros(2, 3, 224, 224), mode='tensor')
     assert type(model.backbone).__name__ == backbone_type and type(model.backbone).__module__.startswith('mmvitreg')
-    assert model.backbone.num_trace_layers == blocks and logits.shape == (2, 1000)
+    assert model.backbone.trace_spec.num_blocks == blocks and logits.shape == (2, 1000)
     assert model.head.fc.in_features == dims if hasattr(model.head, 'fc') else model.head.in_channels == dims
     assert METAFILE[name]['Results'][0]['Metrics']['Top 1 Accuracy'] == top1
 

@@ -8,17 +8,14 @@ from mmpretrain.models.heads import ClsHead
 from mmpretrain.structures import DataSample
 
 from mmvitreg.models.classifiers import TokenClassifier
-from mmvitreg.models.trace import TokenTrace, TraceRequest
+from mmvitreg.models.trace import TokenTrace, TraceRequest, TraceSpec
 
 C, D, P, IMG = 5, 8, 4, 16  # classes, token dim, patch size, image size
 G = IMG // P
 
 
 class TraceBackbone(BaseModule):
-    """A two-block toy ViT honouring the trace contract (mix before pos-embed, taps, grid)."""
-    accepts_trace = True
-    trace_serves = frozenset({'grid', 'mix', 'tokens', 'cls_token'})
-    num_trace_layers = 2
+    """A two-block toy ViT filling the trace through its recording API (mix before pos-embed, taps, grid)."""
 
     def __init__(self, cls_only=False):
         super().__init__()
@@ -29,25 +26,31 @@ class TraceBackbone(BaseModule):
         self.blocks = nn.ModuleList([nn.Linear(D, D), nn.Linear(D, D)])
         self.ln = nn.LayerNorm(D)
         self.traces = []
+        self.trace_spec = TraceSpec(num_blocks=2, channels=(D, D), num_extra_tokens=1, services={'mix'},
+                                    facts={'cls_token'}, out_types=('cls_token', 'raw'),
+                                    out_type='cls_token' if cls_only else 'raw')
 
     def forward(self, x, trace=None):
         self.traces.append(trace)
         t = self.proj(x)
+        grid = tuple(t.shape[-2:])
+        t = t.flatten(2).transpose(1, 2)
         if trace is not None:
-            if trace.mix is not None:
-                t = trace.mix.mix(t)
-            trace.grid, trace.num_extra_tokens = tuple(t.shape[-2:]), 1
-        x = torch.cat([self.cls_token.expand(len(t), -1, -1), t.flatten(2).transpose(1, 2)], 1) + self.pos_embed
+            t = trace.start(self.trace_spec, t, grid)
+        x = torch.cat([self.cls_token.expand(len(t), -1, -1), t], 1) + self.pos_embed
         for i, blk in enumerate(self.blocks):
-            x = x + blk(x)
-            if trace is not None and i in TokenTrace.resolve(trace.token_layers, len(self.blocks)):
-                trace.tokens[i] = x
+            run = lambda x, need_attn, ride: x + blk(x)  # noqa: E731
+            x = run(x, False, None) if trace is None else trace.block(i, run, x, grid)
         x = self.ln(x)
         return (x[:, 0] if self.cls_only else x, )
 
 
 class PlainBackbone(TraceBackbone):
-    accepts_trace = False
+    """The same model with no trace."""
+
+    def __init__(self, cls_only=False):
+        super().__init__(cls_only)
+        self.trace_spec = None
 
 
 class TapHead(ClsHead):

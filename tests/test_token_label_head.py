@@ -22,7 +22,7 @@ def make_inputs(seed=0, with_token_label=True):
             idx = torch.stack([torch.randperm(C, generator=g)[:K] for _ in range(N)], 1).view(K, G, G)
             s.set_field(torch.stack([p / p.sum(0), idx.float()]), 'token_label')
         samples.append(s)
-    trace = TokenTrace(grid=(G, G), num_extra_tokens=1)
+    trace = TokenTrace(grid=(G, G), num_layers=1, grids={0: (G, G)}, num_extra_tokens=1)
     return feats, samples, trace
 
 
@@ -211,6 +211,6 @@ def test_errors():
     with pytest.raises(ValueError, match='TokenClassifier'):
         head(feats)
     with pytest.raises(ValueError, match='token grid'):
-        head.loss(feats, samples, TokenTrace(grid=(3, 3), num_extra_tokens=1))
+        head.loss(feats, samples, TokenTrace(grid=(3, 3), num_layers=1, grids={0: (3, 3)}, num_extra_tokens=1))
     with pytest.raises(ValueError, match='token_label_size'):
-        head.loss((torch.randn(B, 1 + 9, D), ), samples, TokenTrace(grid=(3, 3), num_extra_tokens=1))
+        head.loss((torch.randn(B, 1 + 9, D), ), samples, TokenTrace(grid=(3, 3), num_layers=1, grids={0: (3, 3)}, num_extra_tokens=1))

@@ -2,6 +2,7 @@
 trace backbone, each cell the verdict of the build-time check on a built instance; --help, --user, --backbone
 and --config."""
 import importlib.util
+import inspect
 
 import pytest
 from mmengine.registry import DefaultScope
@@ -26,8 +27,8 @@ def table():
 def test_every_registered_trace_user_and_trace_backbone_is_in_the_table(table):
     users = {n for n, cls in MODELS.module_dict.items() if cls.__module__.startswith(USER_MODULES)
              and isinstance(getattr(cls(**USER_ARGS.get(n, {})), 'trace_request', None), TraceRequest)}
-    backbones = {n for n, cls in MODELS.module_dict.items() if getattr(cls, 'accepts_trace', False)
-                 and cls.__module__.startswith('mmvitreg')}
+    backbones = {n for n, cls in MODELS.module_dict.items() if cls.__module__.startswith('mmvitreg.models.backbones')
+                 and 'trace' in inspect.signature(cls.forward).parameters}
     assert {'TLAlign', 'DRLoc', 'AttentionCosineLoss', 'TokenLabelHead', 'MixToken', 'PatchContrastiveLoss',
             'PatchCosineLoss', 'PatchMixingLoss'} <= users
     assert 'CvT' in backbones
@@ -85,7 +86,7 @@ def test_a_cell_is_what_building_the_model_raises():
                target_transform=dict(type='mmvitreg.TLAlign', num_layers=3))
     with DefaultScope.overwrite_default_scope('mmpretrain'), pytest.raises(TraceUserError) as error:
         MMPRETRAIN_MODELS.build(cfg)
-    assert "TLAlign needs ['stream']" in str(error.value) and 'CvT' in str(error.value)
+    assert "TLAlign needs the service ['stream']" in str(error.value) and 'CvT' in str(error.value)
     assert error.value.reason == support_table(['TLAlign'], ['CvT'])['CvT']['TLAlign']
 
 

@@ -61,7 +61,7 @@ def test_presets_build_from_the_registry():
         # a bare name in mmvitreg's own registry, whatever default scope an earlier test set
         with DefaultScope.overwrite_default_scope('mmvitreg'):
             assert isinstance(MODELS.build(dict(type='LVViT', arch='t')), LVViT)
-    assert DeepViT.accepts_trace and LVViT.accepts_trace
+    assert DeepViT(arch='s').trace_spec.num_blocks == 16 and LVViT(arch='t').trace_spec.facts == {'cls_token', 'isotropic'}
 
 
 def test_unknown_arch_and_bad_options_fail_clearly():
@@ -227,21 +227,21 @@ def test_without_trace_every_block_stays_fused(monkeypatch):
 
 
 def test_mix_is_applied_to_the_patch_embedding_before_pos_embed(monkeypatch):
-    """The mix plan sees exactly the (B, C, Hg, Wg) patch-embedding output (no cls token, no pos embed)."""
+    """The mix plan sees exactly the (B, Hg * Wg, C) patch-embedding output (no cls token, no pos embed)."""
     model = tiny()
     x = torch.randn(3, 3, 32, 32)
     plan = MixPlan(index=torch.tensor([2, 0, 1]), mask=(torch.rand(3, 4, 4) > 0.5).float())
     seen = []
-    original = MixPlan.mix
+    original = MixPlan.mix_tokens
 
-    def spy(self, t):
-        seen.append(t.clone())
-        return original(self, t)
+    def spy(self, t, grid):
+        seen.append((t.clone(), grid))
+        return original(self, t, grid)
 
-    monkeypatch.setattr(MixPlan, 'mix', spy)
+    monkeypatch.setattr(MixPlan, 'mix_tokens', spy)
     mixed = model(x, TokenTrace(mix=plan))[0]
-    assert len(seen) == 1
-    torch.testing.assert_close(seen[0], model.patch_embed(x))
+    assert len(seen) == 1 and seen[0][1] == (4, 4)
+    torch.testing.assert_close(seen[0][0], model.patch_embed(x).flatten(2).transpose(1, 2))
     # the mixed tokens are what the blocks see: own tokens where mask=1, the partner's elsewhere
     m = plan.mask.unsqueeze(1)
     emb = model.patch_embed(x)

@@ -27,7 +27,7 @@ from mmvitreg.models.trace import FACTS, POINTS, SERVICES, TraceFormatError, Tra
 BACKBONE_PRESETS: Dict[str, dict] = {
     'VisionTransformer': dict(arch='deit-small', img_size=224),
     'DeepViT': dict(arch='s', img_size=224),
-    'LVViT': dict(arch='s', img_size=224),
+    'LVViT': dict(arch='s', img_size=224, out_type='raw'),  # as its configs (TokenLabelHead reads every token)
     'SwinTransformer': dict(arch='tiny', img_size=224),
     'CvT': dict(arch='13'),
 }

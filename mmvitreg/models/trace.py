@@ -470,15 +470,15 @@ def check_request(spec: Optional[TraceSpec], request: TraceRequest, user_name: s
         raise TraceCapabilityError(f'{user_name} needs a backbone that takes a token trace; {backbone_name} does '
                                    'not: use an mmvitreg backbone (mmvitreg.VisionTransformer, DeepViT, LVViT, '
                                    'SwinTransformer, CvT) or a user that reads only the backbone outputs', 'no trace')
-    for kind, wanted, offered, known in (('service', request.all_services, spec.services, SERVICES),
-                                         ('point', request.points, spec.points, POINTS),
-                                         ('fact', request.facts, spec.facts, FACTS)):
-        missing = sorted(wanted - offered)
-        if missing:
-            raise TraceCapabilityError(f'{user_name} needs the {kind} {missing} ('
-                                       + '; '.join(known[m] for m in missing)
-                                       + f') but {backbone_name} offers only {sorted(offered)}',
-                                       'no ' + ', '.join(missing))
+    kinds = (('service', request.all_services, spec.services, SERVICES),
+             ('point', request.points, spec.points, POINTS), ('fact', request.facts, spec.facts, FACTS))
+    missing = [(kind, sorted(wanted - offered), known) for kind, wanted, offered, known in kinds if wanted - offered]
+    if missing:
+        needs = ' and '.join(f'the {kind} {names} (' + '; '.join(known[n] for n in names) + ')'
+                             for kind, names, known in missing)
+        offers = ', '.join(f'{kind}s {sorted(offered)}' for kind, _, offered, _ in kinds)
+        raise TraceCapabilityError(f'{user_name} needs {needs} but {backbone_name} offers {offers}',
+                                   'no ' + ', '.join(n for _, names, _ in missing for n in names))
     for kind, layers in (('tokens', request.token_layers), ('attention maps', request.attn_layers)):
         try:
             blocks = resolve_blocks(layers, spec.num_blocks)

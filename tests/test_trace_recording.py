@@ -1,0 +1,129 @@
+"""The one way to fill the trace: backbones declare a TraceSpec and record only through TokenTrace's
+recording API; the build-time check catches what used to fail at the first step."""
+import ast
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from mmvitreg.models.backbones import CvT, SwinTransformer, VisionTransformer
+from mmvitreg.models.classifiers import TokenClassifier
+from mmvitreg.models.trace import (TokenTrace, TraceCapabilityError, TraceFormatError, TraceRequest, TraceTapError,
+                                   check_trace_user)
+
+BACKBONES = Path(__file__).resolve().parents[1] / 'mmvitreg' / 'models' / 'backbones'
+RECORDING_API = {'start', 'block', 'downsample', 'stage', 'end'}
+
+
+def tiny_cvt(**kw):
+    return dict(type='mmvitreg.CvT', arch=dict(embed_dims=(8, 16), depths=(1, 2), num_heads=(1, 2)),
+                embed_kernels=(3, 3), embed_strides=(2, 2), embed_paddings=(1, 1), **kw)
+
+
+def tiny_vit(**kw):
+    return dict(type='mmvitreg.VisionTransformer', img_size=32, patch_size=8,
+                arch=dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32), **kw)
+
+
+def classifier(backbone, **kw):
+    kw.setdefault('head', dict(type='mmpretrain.LinearClsHead', num_classes=3, in_channels=16))
+    return TokenClassifier(backbone=backbone, data_preprocessor=dict(num_classes=3), **kw)
+
+
+def test_backbones_touch_the_trace_only_through_its_recording_api():
+    """Every use of a ``trace`` in the backbones' code is a call of start/block/downsample/stage/end (or
+    a None check): the recording code exists once, in TokenTrace."""
+    uses = {}
+    for path in BACKBONES.glob('*.py'):
+        tree = ast.parse(path.read_text())
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == 'trace':
+                called = isinstance(parents.get(node), ast.Call) and parents[node].func is node
+                uses.setdefault(path.name, set()).add(node.attr if called else f'{node.attr} (not a call)')
+    assert set(uses) == {'vision_transformer.py', 'swin_transformer.py', 'cvt.py'}
+    for name, attrs in uses.items():
+        assert attrs <= RECORDING_API, f'{name} uses trace.{sorted(attrs - RECORDING_API)}'
+
+
+def test_cvt_tap_of_an_early_block_fails_at_build_time():
+    """Before: DRLoc(layers=(0,)) on CvT built, then the first forward raised 'CvT traces the blocks of its
+    last stage'. Now the classifier refuses it when built, naming user, backbone and the tappable blocks."""
+    drloc = dict(type='mmvitreg.DRLoc', in_channels=8, layers=(0, ))
+    with pytest.raises(TraceTapError, match=r'DRLoc taps the tokens of blocks \[0\], but CvT traces only blocks '
+                                            r'1\.\.2 \(of 0\.\.2\): tap one of those'):
+        classifier(tiny_cvt(), aux_losses=[drloc])
+    classifier(tiny_cvt(), aux_losses=[dict(drloc, in_channels=16, layers=(-1, ))])  # the last stage: fine
+
+
+def test_a_head_needing_an_output_format_the_backbone_lacks_fails_at_build_time():
+    """Before: TokenLabelHead on CvT built, then the first loss said to set out_type='raw', which CvT does not
+    offer. Now: refused when built; on a ViT built with another out_type the message names the setting."""
+    head = dict(type='mmvitreg.TokenLabelHead', num_classes=3, in_channels=16)
+    with pytest.raises(TraceFormatError, match=r"TokenLabelHead reads the backbone's out_type='raw' output, which "
+                                               r"CvT does not produce \(it offers \['cls_token', 'featmap', "
+                                               r"'avg_featmap'\]\)") as err:
+        classifier(tiny_cvt(), head=head)
+    assert not err.value.settable
+    with pytest.raises(TraceFormatError, match=r"VisionTransformer is built with out_type='cls_token': set the "
+                                               r"backbone's out_type='raw'") as err:
+        classifier(tiny_vit(), head=head)
+    assert err.value.settable
+    classifier(tiny_vit(out_type='raw'), head=head)
+
+
+def test_points_facts_and_services_are_checked_apart():
+    """Points ('final', 'embed', 'stages'), facts ('cls_token', 'isotropic') and services ('mix', 'attn',
+    'stream') each name what is missing."""
+    from mmengine.registry import MODELS
+    cvt, vit = MODELS.build(tiny_cvt()), MODELS.build(tiny_vit())
+    swin = SwinTransformer(arch=dict(embed_dims=8, depths=(1, 1), num_heads=(1, 1)), img_size=32, window_size=2,
+                           out_indices=(1, ))
+    cases = [(cvt, TraceRequest(points={'final'}), "the point ['final']", 'no final'),
+             (swin, TraceRequest(facts={'isotropic'}), "the fact ['isotropic']", 'no isotropic'),
+             (cvt, TraceRequest(services={'mix'}), "the service ['mix']", 'no mix'),
+             (vit, TraceRequest(points={'stages'}), "the point ['stages']", 'no stages')]
+    for backbone, request, words, reason in cases:
+        with pytest.raises(TraceCapabilityError, match=re.escape(words)) as err:
+            check_trace_user(backbone, request, 'User')
+        assert err.value.reason == reason
+    check_trace_user(vit, TraceRequest(points={'embed', 'final'}, facts={'isotropic', 'cls_token'},
+                                       services={'mix'}, attn_layers=(-1, )), 'User')
+
+
+def test_a_hand_made_trace_is_checked_by_the_same_check():
+    """A trace built by hand (analysis tools) meets the build-time check's message at its first forward."""
+    model = CvT(arch=dict(embed_dims=(8, 16), depths=(1, 2), num_heads=(1, 2)), embed_kernels=(3, 3),
+                embed_strides=(2, 2), embed_paddings=(1, 1))
+    with pytest.raises(TraceTapError, match=r'this trace taps the tokens of blocks \[0\], but CvT traces only'):
+        model(torch.randn(1, 3, 16, 16), trace=TokenTrace(token_layers=(0, )))
+    with pytest.raises(TraceCapabilityError, match=r"the point \['embed'\]"):
+        model(torch.randn(1, 3, 16, 16), trace=TokenTrace(points={'embed'}))
+
+
+def test_grid_means_the_embedding_grid_in_every_backbone():
+    """``trace.grid`` is the patch grid of the embedding (where a plan mixes) in ViT, Swin and CvT alike; the
+    grid of the last block is ``last_grid`` (CvT: its last stage)."""
+    from mmengine.registry import MODELS
+    x = torch.randn(1, 3, 32, 32)
+    cvt, vit = MODELS.build(tiny_cvt()), MODELS.build(tiny_vit())
+    swin = SwinTransformer(arch=dict(embed_dims=8, depths=(1, 1), num_heads=(1, 1)), img_size=32, window_size=2,
+                           out_indices=(1, ))
+    expected = {cvt: ((16, 16), (8, 8)), vit: ((4, 4), (4, 4)), swin: ((8, 8), (4, 4))}
+    for backbone, (grid, last) in expected.items():
+        trace = TokenTrace()
+        backbone.eval()(x, trace=trace)
+        assert (trace.grid, trace.last_grid) == (grid, last), type(backbone).__name__
+
+
+def test_points_are_recorded_only_when_asked():
+    """'embed', 'final' and 'stages' are filled for a user who asks, not for every trace."""
+    vit = VisionTransformer(**{k: v for k, v in tiny_vit().items() if k != 'type'})
+    x = torch.randn(2, 3, 32, 32)
+    plain = TokenTrace(token_layers=(-1, ))
+    vit(x, trace=plain)
+    assert plain.embed is None and plain.final is None and set(plain.tokens) == {1}
+    asked = TokenTrace(points={'embed', 'final'})
+    vit(x, trace=asked)
+    assert asked.embed.shape == (2, 16, 16) and asked.final.shape == (2, 17, 16) and not asked.tokens
