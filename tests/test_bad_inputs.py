@@ -253,7 +253,8 @@ def _(ctx):
 
 @scenario('tap-untraced-block')
 def _(ctx):
-    cvt = dict(type='mmvitreg.CvT', arch=dict(embed_dims=(8, 16), depths=(1, 2), num_heads=(1, 2)))
+    cvt = dict(type='mmvitreg.CvT', arch=dict(embed_dims=(8, 16), depths=(1, 2), num_heads=(1, 2)),
+               embed_kernels=(3, 3), embed_strides=(2, 2), embed_paddings=(1, 1))
     return stops(lambda: build_classifier(backbone=cvt, aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=8,
                                                                          layers=(0, ))],
                                           head=dict(type='LinearClsHead', num_classes=10, in_channels=16)))

@@ -21,6 +21,6 @@ def test_a_trace_user_the_backbone_cannot_serve_is_one_error_line(tool, digits_w
     proc = run_tool(args, cwd=digits_workspace, check=False)
     assert proc.returncode != 0
     assert proc.stderr.strip() == proc.stderr.strip().splitlines()[-1]  # one line, no traceback
-    assert proc.stderr.startswith("error: model: TokenLabelHead needs ['cls_token']")
+    assert proc.stderr.startswith("error: model: TokenLabelHead needs the fact ['cls_token']")
     assert 'SwinTransformer' in proc.stderr
     assert 'Config:' not in proc.stdout + proc.stderr  # stopped before the runner dumps the config
