@@ -64,14 +64,18 @@ class TraceUsers:
     Users that need an image-level target (``image_target = True``: TL-Align's transform, MixToken and the
     other token mixes, :class:`~mmvitreg.models.heads.TokenLabelHead`,
     :class:`~mmvitreg.models.losses.PatchMixingLoss`) serve only an image classifier; a model kind
-    without one (``image_targets=False``) refuses them when it is built.
+    without one (:attr:`image_targets` False) refuses them when it is built.
     """
 
+    #: whether the model kind has one target per image (a classifier: True); a segmentor or a detector has none
+    image_targets = True
+
     def init_trace_users(self, aux_losses: Optional[Sequence] = None, target_transform=None,
-                         fixed_users: Iterable = (), image_targets: bool = True) -> None:
+                         fixed_users: Iterable = (), image_targets: Optional[bool] = None) -> None:
         """Build ``aux_losses`` (into an mmengine ``ModuleList``, so ``init_weights`` reaches each one's
         ``init_cfg``) and ``target_transform``, and check them and ``fixed_users`` (the head, the token
-        mix: built by the library's own code) against ``self.backbone``.
+        mix: built by the library's own code) against ``self.backbone``. ``image_targets`` defaults to the
+        model kind's :attr:`image_targets`.
 
         Raises:
             TraceUserError: a user the backbone cannot serve.
@@ -87,6 +91,7 @@ class TraceUsers:
         self.target_transform = build_user(target_transform) if target_transform is not None else None
         checked = [u for u in fixed_users if u is not None] + list(self.aux_losses)
         checked += [self.target_transform] if self.target_transform is not None else []
+        image_targets = self.image_targets if image_targets is None else image_targets
         for user in checked:
             check_image_target(user, type(self).__name__, image_targets)
             check_trace_user(self.backbone, trace_request_of(user), type(user).__name__)
@@ -172,7 +177,6 @@ class LibraryTraceUsers(TraceUsers):
             image-level target.
     """
 
-    #: whether the model kind has one target per image (a classifier); a segmentor or a detector has none
     image_targets = False
 
     def __init__(self, *args, aux_losses: Optional[Sequence] = None, target_transform=None, **kwargs):
@@ -183,7 +187,7 @@ class LibraryTraceUsers(TraceUsers):
             token_mix = build_user(train_cfg.pop('token_mix'))
         super().__init__(*args, **kwargs)
         self._backbone_outputs = None
-        self.init_trace_users(aux_losses, target_transform, fixed_users=[token_mix], image_targets=self.image_targets)
+        self.init_trace_users(aux_losses, target_transform, fixed_users=[token_mix])
 
     def extract_feat(self, inputs: Tensor, *args, **kwargs):
         """The library's ``extract_feat``; inside :meth:`loss` the outputs of the backbone run there, through the
