@@ -116,12 +116,14 @@ def test_a_model_kind_without_image_targets_refuses_those_users_in_every_column(
     seg = support_table(['TLAlign', 'MixToken', 'TokenLabelHead', 'PatchMixingLoss', 'DRLoc', 'PatchContrastiveLoss'],
                         ['SwinTransformer', 'VisionTransformer', 'mmpretrain'], model_kind='seg')
     for column in seg.values():
-        for user in ('TLAlign', 'MixToken', 'TokenLabelHead', 'PatchMixingLoss', "PatchMixingLoss(tokens='final_norm')"):
+        for user in ('TLAlign', 'MixToken', 'TokenLabelHead', 'PatchMixingLoss',
+                     "PatchMixingLoss(tokens='final_norm')"):
             assert column[user] == 'image target'
         assert column['DRLoc'] == OK
     assert seg['SwinTransformer']['PatchContrastiveLoss'] == 'no isotropic'  # still the backbone's verdict
     assert seg['VisionTransformer']['PatchContrastiveLoss'] == OK
-    assert support_table(['TLAlign'], ['SwinTransformer'], model_kind='det') == {'SwinTransformer': {'TLAlign': 'image target'}}
+    det = support_table(['TLAlign'], ['SwinTransformer'], model_kind='det')
+    assert det == {'SwinTransformer': {'TLAlign': 'image target'}}
     assert support_table(['TLAlign'], ['SwinTransformer'])['SwinTransformer']['TLAlign'] == OK  # cls: the default
     with pytest.raises(KeyError, match="unknown model kind 'panoptic'; known: cls, seg, det"):
         support_table(model_kind='panoptic')
@@ -143,7 +145,8 @@ def test_the_tool_prints_what_each_model_kind_serves(capsys):
 
     trace_support_tool.main(['--user', 'TLAlign', '--backbone', 'SwinTransformer'])  # cls by default
     out = capsys.readouterr().out
-    assert out.splitlines()[2].split() == ['TLAlign', OK] and 'model kind cls (mmpretrain: mmvitreg.TokenClassifier)' in out
+    assert out.splitlines()[2].split() == ['TLAlign', OK]
+    assert 'model kind cls (mmpretrain: mmvitreg.TokenClassifier)' in out
 
 
 def test_the_kind_of_a_config_is_its_models():
