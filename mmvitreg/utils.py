@@ -88,17 +88,19 @@ def set_run_args(cfg: Config, args: argparse.Namespace) -> None:
 
 
 def check_trace_users(cfg: Config) -> None:
-    """Run the build-time checks of a ``mmvitreg.TokenClassifier``'s trace users before the runner
-    starts (and logs the config): the model is built once and dropped, on the meta device (no
-    weights), or on the CPU when a constructor reads tensor values, without drawing from the global
+    """Run the build-time checks of the trace users of a model with trace users (``mmvitreg.TokenClassifier``,
+    ``mmvitreg.TokenSegmentor``, the ``mmvitreg.Token*`` detectors: a :class:`~mmvitreg.models.trace_users.TraceUsers`)
+    before the runner starts (and logs the config): the model is built once and dropped, on the meta device
+    (no weights), or on the CPU when a constructor reads tensor values, without drawing from the global
     random generator.
 
     Raises:
-        ConfigError: a trace user the backbone cannot serve (the message names both and the fix).
+        ConfigError: a trace user the backbone cannot serve (the message names both and the fix), or one
+            the model kind refuses (an image-level target in a segmentor or detector).
     """
     from mmvitreg.models.trace import TraceUserError
     model = cfg.get('model')
-    if not isinstance(model, dict) or model.get('type') != 'mmvitreg.TokenClassifier':
+    if not isinstance(model, dict) or not _has_trace_users(model.get('type')):
         return
     from mmengine.registry import MODELS, DefaultScope
     model = model.copy()
@@ -113,6 +115,16 @@ def check_trace_users(cfg: Config) -> None:
                 raise ConfigError(f'model: {e}') from None
             except Exception:  # noqa: BLE001  (on meta: a constructor that computes; on cpu: the runner reports it)
                 continue
+
+
+def _has_trace_users(model_type) -> bool:
+    """Whether ``model_type`` (a config's ``model.type``) names an mmvitreg model with trace users."""
+    if not isinstance(model_type, str) or not model_type.startswith('mmvitreg.'):
+        return False
+    from mmvitreg.models.trace_users import TraceUsers
+    from mmvitreg.registry import MODELS
+    cls = MODELS.get(model_type.split('.', 1)[1])
+    return isinstance(cls, type) and issubclass(cls, TraceUsers)
 
 
 def build_runner(cfg):

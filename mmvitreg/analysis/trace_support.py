@@ -11,7 +11,12 @@ is a registered backbone of mmvitreg whose ``forward`` takes a ``trace``. For ev
 :class:`~mmvitreg.models.classifiers.TokenClassifier` makes when it is built, on the backbone built
 with :data:`BACKBONE_PRESETS` (its default architecture), and keeps the check's short reason.
 mmpretrain's backbones take no trace: they share one column, checked on a ResNet-18.
-``tools/analysis_tools/trace_support.py`` prints it.
+
+A *model kind* (:data:`MODEL_KINDS`: ``cls`` the image classifier, ``seg`` the segmentor, ``det`` the
+detectors) adds its own check, the one its models make first: a kind without an image-level target (``seg``,
+``det``) refuses the users that need one (:func:`~mmvitreg.models.trace_users.check_image_target`, reason
+``'image target'``). ``tools/analysis_tools/trace_support.py`` prints the table and, per model kind, the users
+it serves.
 """
 import functools
 from typing import Dict, List, Optional, Tuple
@@ -20,7 +25,9 @@ import torch
 
 import inspect
 
-from mmvitreg.models.trace import FACTS, POINTS, SERVICES, TraceFormatError, TraceRequest, TraceUserError, check_trace_user
+from mmvitreg.models.trace import (FACTS, POINTS, SERVICES, TraceFormatError, TraceRequest, TraceUserError,
+                                   check_trace_user, trace_request_of)
+from mmvitreg.models.trace_users import check_image_target
 
 #: the settings each trace backbone is checked with (its default architecture: the block count
 #: decides whether a default tap exists); a registered trace backbone missing here is an error
@@ -35,6 +42,28 @@ BACKBONE_PRESETS: Dict[str, dict] = {
 MMPRETRAIN = 'mmpretrain.*'
 MMPRETRAIN_PROBE = dict(type='mmpretrain.ResNet', depth=18)
 OK = '✓'
+
+
+#: the model kinds with trace users: the registered models of each (mmvitreg's ``MODELS``; the first names the
+#: kind) and their library
+MODEL_KINDS: Dict[str, Tuple[Tuple[str, ...], str]] = {
+    'cls': (('TokenClassifier', ), 'mmpretrain'),
+    'seg': (('TokenSegmentor', ), 'mmseg'),
+    'det': (('TokenCascadeRCNN', 'TokenMaskRCNN', 'TokenFasterRCNN', 'TokenTwoStageDetector'), 'mmdet'),
+}
+IMAGE_TARGET = 'image target'
+
+
+def kind_image_targets(kind: str) -> bool:
+    """Whether the models of ``kind`` (a key of :data:`MODEL_KINDS`) have an image-level target."""
+    from mmvitreg.registry import MODELS
+    return getattr(MODELS.get(MODEL_KINDS[kind][0][0]), 'image_targets', True)
+
+
+def model_kind_of(model_type: Optional[str]) -> Optional[str]:
+    """The kind of a config's ``model.type`` (``'mmvitreg.TokenSegmentor'`` -> ``'seg'``), None for another model."""
+    name = str(model_type or '').removeprefix('mmvitreg.')
+    return next((kind for kind, (models, _) in MODEL_KINDS.items() if name in models), None)
 
 
 #: the modules whose registered components may be trace users
@@ -58,8 +87,8 @@ def user_label(name: str, args: dict) -> str:
     return name + (f'({", ".join(f"{k}={v!r}" for k, v in args.items())})' if args else '')
 
 
-def trace_users(config: Optional[str] = None) -> List[Tuple[str, TraceRequest]]:
-    """``(row, request of a built instance)`` for every trace user: each registered user of mmvitreg at its
+def trace_users(config: Optional[str] = None) -> List[Tuple[str, object]]:
+    """``(row, built instance)`` for every trace user: each registered user of mmvitreg at its
     defaults and :data:`USER_VARIANTS`, by name; with ``config`` (a model config file, ``mmvitreg::`` or a
     path) instead the trace users of its ``model`` as configured (head, auxiliary losses, target transform,
     token mix), named after their place in the config."""
@@ -72,10 +101,10 @@ def trace_users(config: Optional[str] = None) -> List[Tuple[str, TraceRequest]]:
         if not cls.__module__.startswith(USER_MODULES):
             continue
         for variant in [{}] + USER_VARIANTS.get(name, []):
-            request = getattr(cls(**USER_ARGS.get(name, {}), **variant), 'trace_request', None)
-            if isinstance(request, TraceRequest):
-                users.append((user_label(name, variant), request))
-    return sorted(users)
+            user = cls(**USER_ARGS.get(name, {}), **variant)
+            if isinstance(getattr(user, 'trace_request', None), TraceRequest):
+                users.append((user_label(name, variant), user))
+    return sorted(users, key=lambda row: row[0])
 
 
 def _config_users(config: str) -> List[Tuple[str, TraceRequest]]:
@@ -93,10 +122,16 @@ def _config_users(config: str) -> List[Tuple[str, TraceRequest]]:
             continue  # mmpretrain's heads read no trace
         args = {k: v for k, v in part.items() if k != 'type'}
         with DefaultScope.overwrite_default_scope(cfg.default_scope):
-            request = getattr(MODELS.build(dict(part)), 'trace_request', None)
-        if isinstance(request, TraceRequest):
-            users.append((f'{place}: {user_label(part["type"][len("mmvitreg."):], args)}', request))
+            user = MODELS.build(dict(part))
+        if isinstance(getattr(user, 'trace_request', None), TraceRequest):
+            users.append((f'{place}: {user_label(part["type"][len("mmvitreg."):], args)}', user))
     return users
+
+
+def config_model_kind(config: str) -> Optional[str]:
+    """The model kind of a config's model (:func:`model_kind_of`)."""
+    from mmvitreg.utils import load_config
+    return model_kind_of(load_config(config).model.get('type'))
 
 
 def trace_backbones() -> List[str]:
@@ -129,7 +164,7 @@ def backbone_for_check(name: str):
 
 
 def support_table(users: Optional[List[str]] = None, backbones: Optional[List[str]] = None,
-                  config: Optional[str] = None) -> Dict[str, Dict[str, str]]:
+                  config: Optional[str] = None, model_kind: str = 'cls') -> Dict[str, Dict[str, str]]:
     """``{backbone: {user: '✓' | the check's short reason}}``, a user per row of :func:`trace_users`.
 
     Args:
@@ -139,11 +174,17 @@ def support_table(users: Optional[List[str]] = None, backbones: Optional[List[st
             ones (see :func:`trace_users`).
         backbones (List[str], optional): Backbone names (``'CvT'``, ``'mmvitreg.CvT'``,
             ``'mmpretrain'``) to keep. Defaults to all (:func:`trace_backbones` and ``mmpretrain.*``).
+        model_kind (str): A key of :data:`MODEL_KINDS`: the cells are the verdicts of building a model of that
+            kind (``'seg'``, ``'det'``: ``'image target'`` for a user that needs an image-level target).
+            Defaults to ``'cls'``.
 
     Raises:
         KeyError: an unknown user or backbone name (the message lists the known ones), or a
             registered trace backbone without an entry in :data:`BACKBONE_PRESETS`.
     """
+    if model_kind not in MODEL_KINDS:
+        raise KeyError(f'unknown model kind {model_kind!r}; known: {", ".join(MODEL_KINDS)}')
+    model_name, image_targets = MODEL_KINDS[model_kind][0][0], kind_image_targets(model_kind)
     all_users = trace_users(config)
     columns = trace_backbones() + [MMPRETRAIN]
     missing = [b for b in columns[:-1] if b not in BACKBONE_PRESETS]
@@ -155,10 +196,11 @@ def support_table(users: Optional[List[str]] = None, backbones: Optional[List[st
     for name in chosen_backbones:
         backbone = backbone_for_check(name)
         row = table[name] = {}
-        for user, request in all_users:
+        for user, instance in all_users:
             if user in chosen_users:
                 try:
-                    check_trace_user(backbone, request, user)
+                    check_image_target(instance, model_name, image_targets)
+                    check_trace_user(backbone, trace_request_of(instance), user)
                     row[user] = OK
                 except TraceFormatError as e:  # the preset's output format, not the backbone's ability
                     row[user] = f'{OK} {e.reason[len("needs "):]}' if e.settable else e.reason
@@ -184,9 +226,30 @@ def _select(wanted: Optional[List[str]], known: List[str], what: str) -> List[st
     return out
 
 
-def format_table(table: Dict[str, Dict[str, str]]) -> str:
+def kind_summary(table: Dict[str, Dict[str, str]], model_kind: str) -> List[str]:
+    """What the models of ``model_kind`` serve in ``table`` (a :func:`support_table` of that kind), in words:
+    the models, the users they serve on at least one backbone, and those they refuse on every one."""
+    models, library = MODEL_KINDS[model_kind]
+    users = list(next(iter(table.values()))) if table else []
+    cells = lambda u: [row[u] for row in table.values()]  # noqa: E731
+    served = [u for u in users if any(c.startswith(OK) for c in cells(u))]
+    target = [u for u in users if all(c == IMAGE_TARGET for c in cells(u))]
+    other = [u for u in users if u not in served and u not in target]
+    lines = [f'model kind {model_kind} ({library}: ' + ', '.join(f'mmvitreg.{m}' for m in models) + ')',
+             '  serves: ' + (', '.join(served) or 'none') + ' (where a column shows ' + OK + ')']
+    if target:
+        lines.append('  refuses (image-level target): ' + ', '.join(target))
+    if other:
+        lines.append('  on none of these backbones: ' + ', '.join(other))
+    if library != 'mmpretrain':
+        lines.append(f"  {library}'s own backbones take no trace either: they serve what the {MMPRETRAIN} column shows")
+    return lines
+
+
+def format_table(table: Dict[str, Dict[str, str]], model_kind: str = 'cls') -> str:
     """The table as text: a row per trace user, a column per backbone (``✓`` or why not), then the
-    block counts the taps were checked against and what the short reasons mean."""
+    block counts the taps were checked against, what the short reasons mean and what the model kind serves
+    (:func:`kind_summary`)."""
     backbones = list(table)
     users = list(next(iter(table.values()))) if table else []
     first = max([len('trace user')] + [len(u) for u in users])
@@ -212,4 +275,8 @@ def format_table(table: Dict[str, Dict[str, str]]) -> str:
     used = sorted({c for row in table.values() for r in row.values() if r.startswith('no ')
                    for c in r[3:].split(', ') if c in known})
     lines += [f'  {c}: {known[c]}' for c in used]
+    if any(r == IMAGE_TARGET for row in table.values() for r in row.values()):
+        lines.append(f"'{IMAGE_TARGET}': the user trains with one label per image, which a model of this kind "
+                     'does not have (its targets are per pixel or per box): refused when the model is built')
+    lines += [''] + kind_summary(table, model_kind)
     return '\n'.join(lines)

@@ -15,19 +15,44 @@ holds its library's usual parts plus
 model is built (:func:`~mmvitreg.models.trace.check_trace_user`: a missing capability or a tap the
 backbone cannot serve fails at once, naming user, backbone and fix), takes the union of their requests,
 makes one trace per forward and gathers the named losses (unique names, never the bare ``loss``).
+
+:class:`LibraryTraceUsers` puts that rule on a library's own model class (an mmseg segmentor, an mmdet
+detector): the library's ``loss`` runs unchanged on the outputs of the one traced backbone run.
 """
+import copy
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from mmengine.model import ModuleList
 from torch import Tensor, nn
 
 from mmvitreg.registry import MODELS
-from .trace import MixPlan, TokenTrace, TraceRequest, check_trace_user, trace_request_of
+from .trace import MixPlan, TokenTrace, TraceRequest, TraceUserError, check_trace_user, trace_request_of
+
+#: the trace users that need no image-level target, named in the refusal of one that does
+NO_TARGET_USERS = 'DRLoc, PatchCosineLoss, PatchContrastiveLoss, AttentionCosineLoss'
 
 
 def build_user(cfg):
     """A trace user from its config (mmvitreg's ``MODELS``), or the module itself."""
     return cfg if isinstance(cfg, nn.Module) else MODELS.build(cfg)
+
+
+class ImageTargetError(TraceUserError, ValueError):
+    """A user that trains with an image-level target in a model kind that has none (a segmentor, a detector)."""
+
+
+def check_image_target(user, model_name: str, image_targets: bool) -> None:
+    """Refuse ``user`` when it needs an image-level target (``image_target = True``) and the model kind
+    ``model_name`` has none (``image_targets=False``).
+
+    Raises:
+        ImageTargetError: the refusal, saying why and what to use instead; ``reason`` is ``'image target'``.
+    """
+    if not image_targets and getattr(user, 'image_target', False):
+        raise ImageTargetError(f'{type(user).__name__} trains with an image-level target (one label per image), '
+                               f'which {model_name} does not have (its targets are per pixel or per box): use it '
+                               'in an image classifier (mmvitreg.TokenClassifier), or a token loss that needs no '
+                               f'label here ({NO_TARGET_USERS})', 'image target')
 
 
 class TraceUsers:
@@ -39,19 +64,23 @@ class TraceUsers:
     Users that need an image-level target (``image_target = True``: TL-Align's transform, MixToken and the
     other token mixes, :class:`~mmvitreg.models.heads.TokenLabelHead`,
     :class:`~mmvitreg.models.losses.PatchMixingLoss`) serve only an image classifier; a model kind
-    without one (``image_targets=False``) refuses them when it is built.
+    without one (:attr:`image_targets` False) refuses them when it is built.
     """
 
+    #: whether the model kind has one target per image (a classifier: True); a segmentor or a detector has none
+    image_targets = True
+
     def init_trace_users(self, aux_losses: Optional[Sequence] = None, target_transform=None,
-                         fixed_users: Iterable = (), image_targets: bool = True) -> None:
+                         fixed_users: Iterable = (), image_targets: Optional[bool] = None) -> None:
         """Build ``aux_losses`` (into an mmengine ``ModuleList``, so ``init_weights`` reaches each one's
         ``init_cfg``) and ``target_transform``, and check them and ``fixed_users`` (the head, the token
-        mix: built by the library's own code) against ``self.backbone``.
+        mix: built by the library's own code) against ``self.backbone``. ``image_targets`` defaults to the
+        model kind's :attr:`image_targets`.
 
         Raises:
             TraceUserError: a user the backbone cannot serve.
-            ValueError: more than one target transform, or (``image_targets=False``) a user that needs an
-                image-level target.
+            ValueError: more than one target transform.
+            ImageTargetError (ValueError): ``image_targets=False`` and a user that needs an image-level target.
         """
         if isinstance(target_transform, Sequence):
             if len(target_transform) > 1:
@@ -62,13 +91,9 @@ class TraceUsers:
         self.target_transform = build_user(target_transform) if target_transform is not None else None
         checked = [u for u in fixed_users if u is not None] + list(self.aux_losses)
         checked += [self.target_transform] if self.target_transform is not None else []
-        model = type(self).__name__
+        image_targets = self.image_targets if image_targets is None else image_targets
         for user in checked:
-            if not image_targets and getattr(user, 'image_target', False):
-                raise ValueError(f'{type(user).__name__} trains with an image-level target (one label per image), '
-                                 f'which {model} does not have (its targets are per pixel or per box): use it in '
-                                 'an image classifier (mmvitreg.TokenClassifier), or a token loss that needs no '
-                                 'label here (DRLoc, PatchCosineLoss, PatchContrastiveLoss, AttentionCosineLoss)')
+            check_image_target(user, type(self).__name__, image_targets)
             check_trace_user(self.backbone, trace_request_of(user), type(user).__name__)
         self.train_request = TraceRequest.union(trace_request_of(u) for u in self.train_users)
 
@@ -120,3 +145,73 @@ class TraceUsers:
                                f'model already returns: give it another name')
             losses[name] = value
 
+
+
+#: the mark of backbone outputs the library's loss has read (:class:`LibraryTraceUsers`)
+_READ = object()
+
+
+class LibraryTraceUsers(TraceUsers):
+    """:class:`TraceUsers` on a library's own model class, whose ``loss`` runs unchanged.
+
+    Mixed in before the library class (``class TokenSegmentor(LibraryTraceUsers, EncoderDecoder)``); the model
+    takes the library class's arguments plus
+
+    * ``aux_losses`` (Sequence[dict], optional): the trace users, each ``loss(feats, data_samples, trace)`` with
+      ``feats`` the backbone's outputs before the neck.
+
+    In a training step (``loss``) the backbone runs once, through :meth:`run_backbone` with the union trace;
+    the library's ``loss`` then gets its outputs from its one call of ``extract_feat`` (through the neck) and
+    computes its terms as always (an mmseg decode and auxiliary head, an mmdet RPN and RoI head); last the
+    users add theirs (:meth:`add_user_losses`: a name already returned, e.g. mmdet's ``loss_rpn_cls`` or
+    ``s0.loss_cls``, is an error). Prediction, ``tensor`` mode and test-time augmentation call
+    ``extract_feat`` as the library does: the backbone runs without a trace.
+
+    These model kinds have no image-level target (:attr:`image_targets` False): a user that needs one (TL-Align,
+    MixToken and the other token mixes, TokenLabelHead, PatchMixingLoss) is refused when the model is built,
+    also when it is given as ``target_transform`` or ``train_cfg.token_mix`` (which the library would
+    otherwise ignore).
+
+    Raises:
+        TraceUserError: a user the backbone cannot serve, or (:class:`ImageTargetError`) one that needs an
+            image-level target.
+    """
+
+    image_targets = False
+
+    def __init__(self, *args, aux_losses: Optional[Sequence] = None, target_transform=None, **kwargs):
+        train_cfg = kwargs.get('train_cfg')
+        token_mix = None
+        if train_cfg is not None and 'token_mix' in train_cfg:
+            kwargs['train_cfg'] = train_cfg = copy.deepcopy(train_cfg)
+            token_mix = build_user(train_cfg.pop('token_mix'))
+        super().__init__(*args, **kwargs)
+        self._backbone_outputs = None
+        self.init_trace_users(aux_losses, target_transform, fixed_users=[token_mix])
+
+    def extract_feat(self, inputs: Tensor, *args, **kwargs):
+        """The library's ``extract_feat``; inside :meth:`loss` the outputs of the backbone run there, through the
+        neck (the library's loss reads them once)."""
+        feats = self._backbone_outputs
+        if feats is None:
+            return super().extract_feat(inputs, *args, **kwargs)
+        if feats is _READ:
+            raise RuntimeError(f"{type(self).__name__}: the library's loss extracts features twice in one step, "
+                               'which would run the backbone again without its trace; give this model kind a '
+                               'loss that extracts them once')
+        self._backbone_outputs = _READ
+        return self.neck(feats) if self.with_neck else feats
+
+    def loss(self, inputs: Tensor, data_samples: list) -> Dict[str, Tensor]:
+        """The library's losses on one traced backbone run, then every user's named terms."""
+        feats, trace = self.run_backbone(inputs, data_samples)
+        self._backbone_outputs = feats
+        try:
+            losses = super().loss(inputs, data_samples)
+            read = self._backbone_outputs is _READ
+        finally:
+            self._backbone_outputs = None
+        if not read:
+            raise RuntimeError(f"{type(self).__name__}: the library's loss did not extract features, so the traced "
+                               'backbone run went unused')
+        return self.add_user_losses(losses, feats, data_samples, trace)

@@ -1,17 +1,22 @@
 """Can I put this trace user (TL-Align, DRLoc, token labeling, a DiversePatch loss, MixToken ...) on that backbone?
 
     python tools/analysis_tools/trace_support.py [--user NAME ...] [--backbone NAME ...] [--config CONFIG]
+                                                 [--model-kind {cls,seg,det}]
 
 Prints a table with a row per trace user and a column per backbone: ``✓``, or in a few words why the model
-would not build. Every cell is the verdict of the check a ``mmvitreg.TokenClassifier`` makes when it is built
+would not build. Every cell is the verdict of the checks a model of the kind (``--model-kind``: ``cls``
+``mmvitreg.TokenClassifier``, the default; ``seg`` ``mmvitreg.TokenSegmentor``; ``det`` ``mmvitreg.TokenCascadeRCNN``
+and the other ``mmvitreg.Token*`` detectors; with ``--config`` the kind of its model) makes when it is built
 (:mod:`mmvitreg.analysis.trace_support`), with the user built (at its defaults, at the settings that ask for
 other taps, or, with ``--config``, as the config's model sets it) and the backbone at its default architecture.
+Under the table: the users the model kind serves and those it refuses (``seg`` and ``det`` have no image-level
+target).
 """
 import argparse
 import sys
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
-from mmvitreg.analysis.trace_support import format_table, support_table
+from mmvitreg.analysis.trace_support import MODEL_KINDS, config_model_kind, format_table, support_table
 from mmvitreg.utils import ConfigError
 
 
@@ -23,16 +28,21 @@ def parse_args(argv=None):
                         help='only these backbones (e.g. CvT SwinTransformer mmpretrain)')
     parser.add_argument('--config', metavar='CONFIG',
                         help="the trace users of this config's model, as configured, instead of every registered one")
+    parser.add_argument('--model-kind', choices=list(MODEL_KINDS),
+                        help='the model the users are checked in: cls (mmvitreg.TokenClassifier), seg '
+                        '(mmvitreg.TokenSegmentor), det (mmvitreg.TokenCascadeRCNN and the other Token* detectors); '
+                        "default: the kind of the --config's model, else cls")
     return parser.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
     try:
-        table = support_table(args.user, args.backbone, args.config)
+        kind = args.model_kind or (args.config and config_model_kind(args.config)) or 'cls'
+        table = support_table(args.user, args.backbone, args.config, kind)
     except (KeyError, ConfigError) as e:
         sys.exit(f'error: {e.args[0]}')
-    print(format_table(table))
+    print(format_table(table, kind))
 
 
 if __name__ == '__main__':

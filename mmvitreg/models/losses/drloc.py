@@ -12,6 +12,8 @@ from ..trace import TokenTrace, TraceRequest
 MODES = ('l1', 'ce', 'cbr')
 TARGETS = ('normalized', 'abs', 'signed')
 REDUCTIONS = ('sum', 'mean')
+#: grids of up to SMALL_GRID tokens draw distinct pairs as the top m of (HW)^2 numbers (see DRLoc._distinct)
+SMALL_GRID = 1024
 GRID_POOLS = {
     None: None,
     'avg2x2': dict(kernel_size=2, stride=2),  # paper §3: "2x2 average pooling"
@@ -75,7 +77,9 @@ class DRLoc(BaseModule):
     * ``target='abs'``: raw ``|Δ|`` in grid cells (the official runs pass ``--use_abs``);
       ``target='signed'``: ``Δ + (k - 1)`` (the official default without ``--use_abs``);
     * ``reduction='mean'``: ``F.l1_loss`` mean over ``B·m·2`` (so the paper's loss is ``2·B`` times
-      the official one on the same targets); ``ce`` / ``cbr`` sum the two axes' means, as official;
+      the official one on the same targets); ``ce`` / ``cbr`` sum the two axes' means, as official.
+      The paper's sum over the images scales with the per-GPU batch ``B``: the dense configs
+      (segmentation, 2 images per GPU; detection) use the official ``reduction='mean'``;
     * ``replacement=True``: both endpoints drawn independently, with replacement (``Δ = 0`` occurs);
     * ``mode='ce'`` (cross-entropy over offset bins per axis) and ``mode='cbr'`` (cycle-back
       regression: the softmax expectation of the bin index with a variance-aware squared error
@@ -104,9 +108,18 @@ class DRLoc(BaseModule):
       ``trace.stage_map(s)`` (mmvitreg Swin, before any norm: the official ``--use_multiscale``
       maps, Swin-T at 224 ``192@28, 384@14, 768@7, 768@7`` for ``stages=(0, 1, 2, 3)``).
 
+    **Dense crops** (a segmentor's or detector's backbone, :class:`~mmvitreg.models.segmentors.TokenSegmentor`,
+    :class:`~mmvitreg.models.detectors.TokenDetector`): the grid is whatever the crop gives, ``H x W``, square
+    or not, and changes from batch to batch. Pairs are drawn on ``H x W``; the normalised target divides each
+    axis by its own side (``|Δi| / H``, ``|Δj| / W``: Eq. 1's ``k`` per axis); ``ce`` / ``cbr`` need
+    ``num_bins`` at least the longest side the crops give.
+
     The loss is computed in float32; the sampled grid side must be at least 2. Positions are drawn
     from torch's global generator on the features' device (mmengine seeds it per rank), not from an
-    import-time seed as the official module does.
+    import-time seed as the official module does. Distinct pairs (``replacement=False``) on a grid of at
+    most 1024 tokens are the ``m`` largest of ``(HW)^2`` uniform numbers; on a larger grid (a dense crop's
+    early stage), where that would take ``(HW)^2`` memory, the first ``m`` distinct of independent uniform
+    draws (the same distribution, memory ``O(m)``).
 
     Args:
         in_channels (int | Sequence[int]): Channels ``C`` of each feature map (one per map); with
@@ -122,7 +135,8 @@ class DRLoc(BaseModule):
         loss_weight (float): ``λ``; paper: 0.1 for T2T / CvT, 0.5 for Swin. Defaults to 0.5.
         mode (str): ``'l1'`` (paper), ``'ce'`` or ``'cbr'`` (official variants). Defaults to 'l1'.
         target (str): ``'normalized'`` (paper Eq. 1), ``'abs'`` or ``'signed'``. Defaults to 'normalized'.
-        reduction (str): ``'sum'`` over images (paper Eq. 2) or ``'mean'`` (official). Defaults to 'sum'.
+        reduction (str): ``'sum'`` over images (paper Eq. 2; grows with the per-GPU batch) or ``'mean'``
+            (official; the dense configs' choice). Defaults to 'sum'.
         replacement (bool): Official independent endpoints with replacement. Defaults to False.
         grid_pool (str, optional): None, ``'avg2x2'`` (paper) or ``'avg3x3'`` (official). Defaults to None.
         hidden_channels (int): Width of the MLP. Defaults to 512 (official).
@@ -232,10 +246,28 @@ class DRLoc(BaseModule):
             if self.num_pairs > n * n:
                 raise ValueError(f'DRLoc draws {self.num_pairs} distinct pairs from a {H}x{W} grid with only '
                                  f'{n * n}: lower num_pairs or set replacement=True')
-            pair = torch.rand(batch, n * n, device=device).topk(self.num_pairs, dim=1).indices
+            pair = self._distinct(batch, n * n, device)
             flat = torch.stack((pair // n, pair % n), dim=-1)
         pos = torch.stack((flat // W, flat % W), dim=-1)  # (B, m, 2 endpoints, 2 coords)
         return pos[:, :, 0], pos[:, :, 1]
+
+    def _distinct(self, batch: int, count: int, device) -> Tensor:
+        """``(B, m)`` distinct numbers of ``0 .. count - 1`` per row, uniformly: the ``m`` largest of ``count``
+        uniform numbers (``count <= SMALL_GRID**2``, or ``m`` near ``count``), else the first ``m`` distinct of
+        ``2m`` independent draws, drawn again in the (rare) case that a row has fewer."""
+        m = self.num_pairs
+        if count <= SMALL_GRID**2 or 4 * m > count:
+            return torch.rand(batch, count, device=device).topk(m, dim=1).indices
+        while True:
+            drawn = torch.randint(count, (batch, 2 * m), device=device)
+            values, order = drawn.sort(dim=1, stable=True)
+            again = torch.zeros_like(drawn, dtype=torch.bool)
+            again[:, 1:] = values[:, 1:] == values[:, :-1]  # a value's later draws
+            again = torch.zeros_like(again).scatter_(1, order, again)
+            if int((~again).sum(1).min()) >= m:
+                break
+        first = torch.arange(2 * m, device=device) + 2 * m * again  # first draws first, in draw order
+        return drawn.gather(1, first.topk(m, dim=1, largest=False).indices)
 
     def pair_loss(self, head: DRLocHead, fmap: Tensor, num_bins: Optional[int] = None) -> Tensor:
         """The loss of one ``(B, C, H, W)`` map (before ``λ``); ``num_bins`` its heads' grid side."""
