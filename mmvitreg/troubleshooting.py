@@ -106,6 +106,10 @@ CASES: List[Case] = [
          'channels in the tokens of blocks',
          'Set `in_channels` to the widths the message names (a Swin stage doubles its width; a ViT keeps '
          '`embed_dims`).'),
+    Case('image-target-dense', 'model', 'a user that needs an image-level target (TL-Align, MixToken, TokenLabelHead, '
+         'PatchMixingLoss) in a segmentor or detector', 'trains with an image-level target',
+         'Keep it for classification; in dense training use DRLoc, PatchCosineLoss, PatchContrastiveLoss or '
+         'AttentionCosineLoss.'),
     Case('two-target-transforms', 'model', 'two target transforms in one model',
          'a model takes at most one target transform',
          'Keep one: each replaces the training target.'),

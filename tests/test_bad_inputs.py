@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from mmengine.config import Config
 from mmengine.registry import DefaultScope
 from torch import nn
 
@@ -263,6 +264,18 @@ def _(ctx):
 @scenario('head-out-type')
 def _(ctx):
     return stops(lambda: build_classifier(head=dict(type='mmvitreg.TokenLabelHead', num_classes=10, in_channels=96)))
+
+
+@scenario('image-target-dense')
+def _(ctx):
+    from mmseg.registry import MODELS as SEG_MODELS
+    cfg = Config.fromfile(str(REPO / 'configs' / 'demo' / 'upernet_swin-nano_1xb8-2k_digits-ade20k-128x128.py'))
+    model = dict(cfg.model, type='mmvitreg.TokenSegmentor', aux_losses=[dict(type='mmvitreg.TLAlign')])
+
+    def build():
+        with DefaultScope.overwrite_default_scope('mmseg'):
+            SEG_MODELS.build(model)
+    return stops(build)
 
 
 @scenario('drloc-in-channels')
