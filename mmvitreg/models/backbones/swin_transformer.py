@@ -11,8 +11,8 @@ from torch import Tensor
 
 from mmvitreg.registry import MODELS
 from ..converters import rename_keys
-from ..layers import Ride, WindowAttention
-from ..trace import TokenTrace, WindowLayout
+from ..layers import Ride, WindowAttention, WindowLayout
+from ..trace import TokenTrace
 
 
 @MODELS.register_module()
@@ -37,7 +37,7 @@ class SwinTransformer(MMPretrainSwinTransformer):
       mixed the images in pixel space (``trace.mix.in_pixels``);
     * blocks are numbered across stages (``0 .. sum(depths) - 1``, negative from the last);
       ``trace.grids[i]`` is block ``i``'s stage grid and ``trace.windows[i]`` its
-      :class:`~mmvitreg.models.trace.WindowLayout` (padding, cyclic shift, partition), for every block;
+      :class:`~mmvitreg.models.layers.WindowLayout` (padding, cyclic shift, partition), for every block;
     * ``trace.tokens[i]`` ``(B, H_s * W_s, C_s)``: block ``i``'s output, before any stage norm;
     * ``trace.final``: the last stage's tokens after its output norm (raw when the last stage is not
       an output);
