@@ -11,7 +11,8 @@ from mmpretrain.models import SwinTransformer as MMPretrainSwin
 from mmpretrain.models.utils import ShiftWindowMSA
 
 from mmvitreg.models.backbones import SwinTransformer, convert_swin
-from mmvitreg.models.trace import MixPlan, TokenTrace, WindowLayout
+from mmvitreg.models.layers import WindowLayout
+from mmvitreg.models.trace import MixPlan, TokenTrace
 
 NANO = dict(embed_dims=16, depths=[2, 2, 2], num_heads=[1, 2, 4])
 

@@ -10,8 +10,8 @@ from torch import Tensor
 
 from mmvitreg.registry import MODELS
 from ..converters import rename_keys
-from ..layers import Ride, WindowAttention
-from ..trace import TokenTrace, TraceSpec, WindowLayout
+from ..layers import Ride, WindowAttention, WindowLayout
+from ..trace import TokenTrace, TraceSpec
 
 
 @MODELS.register_module()

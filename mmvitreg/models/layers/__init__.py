@@ -7,8 +7,9 @@ from .ride import Ride
 from .talking_heads import TalkingHeadsAttention
 from .transformer_block import ATTENTION_TYPES, TransformerBlock
 from .window_attention import WindowAttention
+from .window_layout import WindowLayout
 
 __all__ = [
     'MultiheadSelfAttention', 'ReAttention', 'TalkingHeadsAttention', 'ATTENTION_TYPES', 'PatchEmbed', 'ConvStem',
-    'token_grid', 'TransformerBlock', 'WindowAttention', 'Ride'
+    'token_grid', 'TransformerBlock', 'WindowAttention', 'WindowLayout', 'Ride'
 ]

@@ -21,7 +21,7 @@ class WindowAttention(BaseModule):
 
     with ``B`` gathered from a learnable ``(2Wh - 1)(2Ww - 1) x heads`` table by the relative
     offset of the two tokens, and ``M`` the shifted-window mask (0 / -100, see
-    :meth:`~mmvitreg.models.trace.WindowLayout.attn_mask`). Keys and initialisation are those of
+    :meth:`~mmvitreg.models.layers.WindowLayout.attn_mask`). Keys and initialisation are those of
     mmpretrain's ``WindowMSA`` (``relative_position_bias_table``, ``relative_position_index``,
     ``qkv``, ``proj``): it is built by mmpretrain's ``ShiftWindowMSA`` as its ``window_msa``, so
     mmpretrain / mmseg / mmdet Swin weights load unchanged.

@@ -41,7 +41,7 @@ class TLAlign(BaseModule):
     * residual connections average (``Norm`` = simple average, Eq. 11); the MLP, LayerNorms and drop
       path leave labels unchanged (as the official code, also when drop path drops the branch);
     * Swin: labels follow the tokens' padding, cyclic shift and window partition (the block's
-      :class:`~mmvitreg.models.trace.WindowLayout`); padding tokens carry no label, so a row is
+      :class:`~mmvitreg.models.layers.WindowLayout`); padding tokens carry no label, so a row is
       normalised over the real tokens it attends; patch merging sums the labels of the 2x2 merged
       tokens (real ones only) and normalises (Table 10);
     * stop-gradient (Eq. 12): labels ride on detached values and never enter autograd.
