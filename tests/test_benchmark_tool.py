@@ -10,7 +10,8 @@ from studies import train_step_benchmark as bench
 # the keys a tiny variant may change: sizes (widths, depths, heads, windows, grids, image size, pairs drawn),
 # and the per-block attention kinds of a shortened arch
 SIZE_KEYS = {'embed_dims', 'num_layers', 'num_heads', 'feedforward_channels', 'depths', 'channels', 'in_channels',
-             'window_size', 'out_indices', 'img_size', 'patch_size', 'grid_pool', 'num_pairs', 'attn_types'}
+             'window_size', 'out_indices', 'img_size', 'patch_size', 'grid_pool', 'num_pairs', 'attn_types',
+             'size'}  # a segmentor's data_preprocessor.size: the crop its batches are padded to
 
 
 def test_tool_runs_every_case_with_tiny_models(tmp_path):
@@ -68,7 +69,9 @@ def test_tiny_variant_is_the_case_with_smaller_sizes(name):
         changed = [p for p in big.keys() | small.keys() if big.get(p, KeyError) != small.get(p, KeyError)]
         assert changed and all(p[-1] in SIZE_KEYS for p in changed), (role, changed)
         model = case.build(role, 32, True)
-        built = dict(model=model, backbone=model.backbone, neck=getattr(model, 'neck', None), head=model.head,
+        built = dict(model=model, backbone=model.backbone, neck=getattr(model, 'neck', None),
+                     head=getattr(model, 'head', None), decode_head=getattr(model, 'decode_head', None),
+                     auxiliary_head=getattr(model, 'auxiliary_head', None),
                      target_transform=getattr(model, 'target_transform', None),
                      token_mix=getattr(model.data_preprocessor, 'token_mix', None))
         with MODELS.switch_scope_and_registry(full.default_scope) as registry:

@@ -83,6 +83,21 @@ def token_label_batch(batch_size: int, img_size: int, num_classes: int, topk: in
     return data
 
 
+def segmentation_batch(batch_size: int, img_size: int, num_classes: int) -> dict:
+    """Random images (pixel values 0..255) and per-pixel labels, as mmseg's ``SegDataPreProcessor`` takes them."""
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+    g = torch.Generator().manual_seed(0)
+    shape = (img_size, img_size)
+    inputs, samples = [], []
+    for _ in range(batch_size):
+        inputs.append(torch.randint(0, 256, (3, *shape), generator=g, dtype=torch.uint8))
+        sample = SegDataSample(metainfo=dict(img_shape=shape, pad_shape=shape, ori_shape=shape))
+        sample.gt_sem_seg = PixelData(data=torch.randint(0, num_classes, (1, *shape), generator=g))
+        samples.append(sample)
+    return dict(inputs=inputs, data_samples=samples)
+
+
 # batch maker(batch_size, img_size, num_classes) -> the `data` dict a model's train_step takes
 BatchMaker = Callable[[int, int, int], dict]
 
@@ -133,22 +148,25 @@ class TrainStepCase:
 
     def build(self, role: str, img_size: int, tiny: bool) -> nn.Module:
         """One side's model as ``tools/train.py`` builds it: the config's ``data_preprocessor`` filled in as
-        mmengine's Runner does, under the config's default scope, ``model.loss`` compiled if the config says
-        ``compile`` (as :mod:`mmvitreg.compat` does in the runner); weights as constructed."""
+        mmengine's Runner does, under the config's default scope, SyncBN layers reverted to BatchNorm (as the
+        Runner does in a run of one process), ``model.loss`` compiled if the config says ``compile`` (as
+        :mod:`mmvitreg.compat` does in the runner); weights as constructed."""
+        from mmengine.model import revert_sync_batchnorm
         from mmengine.registry import MODELS, DefaultScope
         cfg = self.load(role, img_size, tiny)
         model_cfg = cfg.model.copy()
         model_cfg.setdefault('data_preprocessor', cfg.get('data_preprocessor'))
         with DefaultScope.overwrite_default_scope(cfg.default_scope):
-            model = MODELS.build(model_cfg)
+            model = revert_sync_batchnorm(MODELS.build(model_cfg))
         if cfg.get('compile'):
             from mmvitreg.compat import compile_loss
             model = compile_loss(model, **({} if cfg.compile is True else dict(cfg.compile)))
         return model
 
     def make_batch(self, batch_size: int, img_size: int) -> dict:
-        """A batch for both sides, with the classes of the model's head."""
-        return self.batch(batch_size, img_size, self.load('model', img_size, False).model.head.num_classes)
+        """A batch for both sides, with the classes of the model's head (a segmentor's decode head)."""
+        model = self.load('model', img_size, False).model
+        return self.batch(batch_size, img_size, (model.get('head') or model.decode_head).num_classes)
 
     def recipe(self) -> str:
         """The config and the overrides of each side, in one line."""
@@ -455,3 +473,25 @@ register_case(
         'tools/train.py; compiled in the first two warm-up steps: mmpretrain\'s LabelSmoothLoss sets its '
         'num_classes on the first call, one recompile) vs. the same model eager',
         TLALIGN_DEIT_S, {'compile': True}, {}, 1.0, TINY_DEIT))
+
+# the token losses in segmentation training (issue 24): mmseg's UperNet Swin-T recipe as mmvitreg.TokenSegmentor,
+# with the loss vs. the same model without it (TokenSegmentor without users runs mmseg's EncoderDecoder step);
+# measure at --img-size 512 --batch-size 2 (the recipe's crop and images per GPU). Tiny variant: four one-block
+# stages with 2-pixel patches, so that a 32x32 image still leaves the last stage a 2x2 grid
+TINY_UPERNET_SWIN = {
+    'model.backbone': dict(arch=dict(embed_dims=16, depths=[1, 1, 1, 1], num_heads=[1, 1, 2, 2]), patch_size=2,
+                           window_size=4),
+    'model.data_preprocessor.size': (32, 32),
+    'model.decode_head': dict(in_channels=[16, 32, 64, 128], channels=32),
+    'model.auxiliary_head': dict(in_channels=64, channels=16),
+}
+register_with_without(
+    'upernet-swin-t-drloc', 'UperNet Swin-T (mmseg\'s ADE20K recipe) with DRLoc (m = 64 pairs per image on the last '
+    'stage\'s grid, 16x16 at 512x512, read through the trace; MLP 2x768 -> 512 -> 512 -> 2) vs. the same segmentor '
+    'without it', 'drloc/upernet_swin-t_drloc_8xb2-160k_ade20k-512x512.py', {'model.aux_losses': []}, 1.03,
+    {**TINY_UPERNET_SWIN, 'model.aux_losses.0.in_channels': 128}, batch=segmentation_batch)
+register_with_without(
+    'upernet-swin-t-patch-cos', 'UperNet Swin-T (mmseg\'s ADE20K recipe) with DiversePatch\'s patch-wise cosine loss '
+    '(the last stage\'s 16x16 tokens at 512x512, read through the trace) vs. the same segmentor without it',
+    'diversepatch/upernet_swin-t_patch-cos_8xb2-160k_ade20k-512x512.py', {'model.aux_losses': []}, 1.03,
+    TINY_UPERNET_SWIN, batch=segmentation_batch)
