@@ -207,3 +207,50 @@ def test_segmentation_training_step_returns_the_library_and_token_losses(name):
     expected |= {'loss_patch_contrastive'} if 'contrastive' in name else set()
     assert {'decode.loss_ce', 'aux.loss_ce'} | expected <= set(losses)
     assert all(torch.isfinite(v).all() for k, v in losses.items() if 'loss' in k)
+
+
+@pytest.mark.parametrize('name', ['drloc/upernet_swin-t_drloc_8xb2-160k_ade20k-512x512',
+                                  'diversepatch/upernet_deit-s_mln_patch-contrastive-cos_8xb2-160k_ade20k-512x512'])
+def test_inference_is_mmsegs_and_makes_no_trace(name, monkeypatch):
+    """Prediction (the config's whole-image test and a sliding window) of the TokenSegmentor with its token losses
+    equals that of mmseg's EncoderDecoder with the same weights, and no trace is made: the losses cost nothing at
+    inference."""
+    from mmengine.model import revert_sync_batchnorm
+    from mmengine.registry import MODELS
+
+    from mmvitreg.models.trace import TokenTrace
+    cfg = load(name)
+    crop = (64, 96)
+    model_cfg = copy.deepcopy(cfg.model)
+    model_cfg.data_preprocessor.size = crop
+    model_cfg.backbone.init_cfg = None
+    if model_cfg.backbone.type == 'mmvitreg.SwinTransformer':
+        from mmpretrain.models import SwinTransformer
+        model_cfg.backbone.arch = dict(SwinTransformer.arch_zoo[model_cfg.backbone.arch], depths=[1, 1, 1, 1])
+    else:
+        model_cfg.backbone.img_size = crop
+    plain_cfg = copy.deepcopy(model_cfg)
+    plain_cfg.type = 'EncoderDecoder'
+    del plain_cfg.aux_losses
+    with DefaultScope.overwrite_default_scope('mmseg'):
+        ours = revert_sync_batchnorm(MODELS.build(model_cfg)).eval()
+        plain = revert_sync_batchnorm(MODELS.build(plain_cfg)).eval()
+    state = {k: v for k, v in ours.state_dict().items() if not k.startswith('aux_losses.')}
+    plain.load_state_dict(state)
+    made = []
+    for_request = TokenTrace.for_request.__func__
+    monkeypatch.setattr(TokenTrace, 'for_request',
+                        classmethod(lambda cls, *a, **k: made.append(for_request(cls, *a, **k)) or made[-1]))
+    data = seg_batch(crop, cfg.model.decode_head.num_classes)
+    for test_cfg in (dict(mode='whole'), dict(mode='slide', crop_size=(64, 64), stride=(32, 32))):
+        ours.test_cfg = plain.test_cfg = Config(test_cfg)
+        with torch.no_grad():
+            got = ours.test_step(copy.deepcopy(data))
+            expected = plain.test_step(copy.deepcopy(data))
+        for a, b in zip(got, expected):
+            torch.testing.assert_close(a.seg_logits.data, b.seg_logits.data)
+            assert torch.equal(a.pred_sem_seg.data, b.pred_sem_seg.data)
+    assert made == []
+    ours.train()
+    ours(**ours.data_preprocessor(seg_batch(crop, cfg.model.decode_head.num_classes), True), mode='loss')
+    assert len(made) == 1  # the spy sees the training step's one trace
