@@ -108,3 +108,53 @@ def test_the_tool_prints_help_filters_and_rejects_unknown_names():
     assert bad.returncode != 0
     assert bad.stderr.strip().splitlines() == [bad.stderr.strip()]  # one line
     assert bad.stderr.startswith("error: unknown trace user 'TLAlgn'") and 'TLAlign' in bad.stderr
+
+
+def test_a_model_kind_without_image_targets_refuses_those_users_in_every_column():
+    """--model-kind seg / det: the verdicts of building a TokenSegmentor / TokenCascadeRCNN, which refuse the users
+    that train with an image-level target (the same check, ImageTargetError, with its reason)."""
+    seg = support_table(['TLAlign', 'MixToken', 'TokenLabelHead', 'PatchMixingLoss', 'DRLoc', 'PatchContrastiveLoss'],
+                        ['SwinTransformer', 'VisionTransformer', 'mmpretrain'], model_kind='seg')
+    for column in seg.values():
+        for user in ('TLAlign', 'MixToken', 'TokenLabelHead', 'PatchMixingLoss',
+                     "PatchMixingLoss(tokens='final_norm')"):
+            assert column[user] == 'image target'
+        assert column['DRLoc'] == OK
+    assert seg['SwinTransformer']['PatchContrastiveLoss'] == 'no isotropic'  # still the backbone's verdict
+    assert seg['VisionTransformer']['PatchContrastiveLoss'] == OK
+    det = support_table(['TLAlign'], ['SwinTransformer'], model_kind='det')
+    assert det == {'SwinTransformer': {'TLAlign': 'image target'}}
+    assert support_table(['TLAlign'], ['SwinTransformer'])['SwinTransformer']['TLAlign'] == OK  # cls: the default
+    with pytest.raises(KeyError, match="unknown model kind 'panoptic'; known: cls, seg, det"):
+        support_table(model_kind='panoptic')
+
+
+def test_the_tool_prints_what_each_model_kind_serves(capsys):
+    trace_support_tool.main(['--model-kind', 'det', '--user', 'TLAlign', 'DRLoc', 'PatchContrastiveLoss',
+                             '--backbone', 'SwinTransformer', 'VisionTransformer'])
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[2].split() == ['DRLoc', OK, OK]
+    assert lines[5].split() == ['TLAlign', 'image', 'target', 'image', 'target']
+    kind = out[out.index('model kind det'):].splitlines()
+    assert kind[0] == ('model kind det (mmdet: mmvitreg.TokenCascadeRCNN, mmvitreg.TokenMaskRCNN, '
+                       'mmvitreg.TokenFasterRCNN, mmvitreg.TokenTwoStageDetector)')
+    assert kind[1].startswith("  serves: DRLoc, PatchContrastiveLoss, PatchContrastiveLoss(form='official') (where")
+    assert kind[2] == '  refuses (image-level target): TLAlign'
+    assert "'image target': the user trains with one label per image" in out
+
+    trace_support_tool.main(['--user', 'TLAlign', '--backbone', 'SwinTransformer'])  # cls by default
+    out = capsys.readouterr().out
+    assert out.splitlines()[2].split() == ['TLAlign', OK]
+    assert 'model kind cls (mmpretrain: mmvitreg.TokenClassifier)' in out
+
+
+def test_the_kind_of_a_config_is_its_models():
+    """--config of a TokenSegmentor config: its aux_losses as configured, checked as a segmentor's (on the columns'
+    presets: the digits DRLoc's 256 channels are not Swin-T's 768)."""
+    config = REPO / 'configs' / 'demo' / 'upernet_swin-nano_1xb8-2k_drloc_digits-ade20k-128x128.py'
+    run = run_tool(['analysis_tools/trace_support.py', '--config', config, '--backbone', 'SwinTransformer'], cwd=REPO)
+    lines = run.stdout.splitlines()
+    assert lines[2].split() == ['aux_losses[0]:', 'DRLoc(in_channels=256,', 'layers=(-1,),', 'loss_weight=0.5,',
+                                "reduction='mean')", '768', 'channels']
+    assert 'model kind seg (mmseg: mmvitreg.TokenSegmentor)' in lines

@@ -28,8 +28,10 @@ class AttentionCosineLoss(BaseModule):
     cosine runs over the head axis (``nn.CosineSimilarity(dim=1)``, eps 1e-8), ``n = num_pairs``
     pairs of the first ``n + 1`` blocks, ``w = loss_weight``.
 
-    A trace user of :class:`~mmvitreg.models.classifiers.TokenClassifier` (``aux_losses``): it taps
-    the attention maps of blocks ``0 .. n`` through the token trace, so the backbone runs once.
+    A trace user (``aux_losses``) of :class:`~mmvitreg.models.classifiers.TokenClassifier`,
+    :class:`~mmvitreg.models.segmentors.TokenSegmentor` and the ``Token*`` detectors: it taps the attention
+    maps of blocks ``0 .. n`` through the token trace, so the backbone runs once; ``N`` is the crop's
+    tokens, square grid or not.
     Computed in float32 (the maps may be half precision under AMP).
 
     Args:

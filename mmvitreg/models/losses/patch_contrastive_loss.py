@@ -34,7 +34,9 @@ class PatchContrastiveLoss(BaseModule):
       padding counted, so at the borders the sum of the valid neighbours is divided by 48); the loss
       is ``-log(softmax(...)[0] + 1e-8)`` exactly as there.
 
-    Shapes: ``a``, ``h`` ``(B, n, C)`` on the ``(H, W)`` patch grid (class token ignored).
+    Shapes: ``a``, ``h`` ``(B, n, C)`` on the ``(H, W)`` patch grid (class token ignored); any grid, square
+    or not (a segmentor's or detector's crop): the official neighbourhood is the 7×7 window clipped by the
+    zero padding at every border.
     Computed in float32. Defined for isotropic backbones only (ViT/DeiT, DeepViT, LV-ViT): the paper
     does not define it across the down-sampling of a Swin (Table 5: "N/A"), and a backbone that does
     not serve ``'isotropic'`` is refused when the model is built.

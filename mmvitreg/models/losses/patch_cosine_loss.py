@@ -45,8 +45,10 @@ class PatchCosineLoss(BaseModule):
     (``'final_norm'``, the tokens the official code's other two losses read). On a Swin the last
     stage's tokens (7×7 at 224).
 
-    An auxiliary loss of :class:`~mmvitreg.models.classifiers.TokenClassifier` (``aux_losses``); it
-    reads the tokens through the token trace, computed on the (possibly mixed) training batch.
+    An auxiliary loss (``aux_losses``) of :class:`~mmvitreg.models.classifiers.TokenClassifier`,
+    :class:`~mmvitreg.models.segmentors.TokenSegmentor` and the ``Token*`` detectors; it reads the tokens
+    through the token trace, computed on the (possibly mixed) training batch, on whatever grid the crop gives
+    (``n = H * W``, square or not).
 
     Args:
         loss_weight (float): ``alpha_1``. Defaults to 1 (paper).
