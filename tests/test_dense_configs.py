@@ -116,8 +116,9 @@ def test_one_eighth_split_is_every_8th_training_image_of_the_full_config():
 
 
 def test_cascade_1x_is_the_3x_config_on_mmdets_swin_1x_schedule_and_data():
-    one = unscoped(load('drloc/cascade-mask-rcnn_swin-t-p4-w7_fpn_4conv1fc-giou_amp_drloc_8xb2-1x_coco').to_dict())
-    three = unscoped(load('drloc/cascade-mask-rcnn_swin-t-p4-w7_fpn_4conv1fc-giou_amp-ms-crop_drloc_8xb2-3x_coco').to_dict())
+    cascade = 'drloc/cascade-mask-rcnn_swin-t-p4-w7_fpn_4conv1fc-giou_amp{}_drloc_8xb2-{}_coco'
+    one = unscoped(load(cascade.format('', '1x')).to_dict())
+    three = unscoped(load(cascade.format('-ms-crop', '3x')).to_dict())
     swin_1x = library('mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py')
     assert one['param_scheduler'] == swin_1x['param_scheduler'] and one['train_cfg'] == swin_1x['train_cfg']
     assert one['train_dataloader']['dataset']['pipeline'] == swin_1x['train_dataloader']['dataset']['pipeline']
