@@ -96,3 +96,37 @@ def test_tool_writes_csv_and_plot_for_several_checkpoints(tmp_path, capfd):
     printed = capfd.readouterr().out
     assert 'note: the val split holds only 32 images, fewer than the 40 asked' in printed
     assert 'Initialized by' not in printed  # the untrained model's init log stays out of the output
+
+
+def test_tool_reads_the_backbone_of_a_segmentor(tmp_path):
+    """The digits UperNet Swin-nano (a TokenSegmentor with the cosine loss): its Swin's four stages, on the images
+    of mmseg's test pipeline through the segmentor's data preprocessor; the last stage's value is the mean P(h) of
+    the backbone's last-stage tokens before its norm (what the cosine loss reads in training)."""
+    from mmengine.registry import init_default_scope
+
+    from mmvitreg.datasets.digits import BUILDERS
+    from mmvitreg.utils import load_config
+    spec = importlib.util.spec_from_file_location('pcs', REPO / 'tools' / 'analysis_tools' /
+                                                  'patch_cosine_similarity.py')
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    config = CONFIGS / 'diversepatch' / 'upernet_swin-nano_patch-cos_1xb8-2k_digits-ade20k-128x128.py'
+    data_root = str(tmp_path / 'digits_ade20k')
+    BUILDERS['ade20k'](data_root, num_train=1, num_val=3)
+    options = {'val_dataloader.dataset.data_root': data_root}
+    out = tmp_path / 'seg'
+    tool.main([str(config), '--num-images', '3', '--batch-size', '2', '--device', 'cpu', '--out', str(out),
+               '--cfg-options', *[f'{k}={v}' for k, v in options.items()]])
+    rows = list(csv.DictReader(open(f'{out}.csv')))
+    assert [r['name'] for r in rows] == [f'stage {i}' for i in range(1, 5)]
+    cfg = load_config(str(config), options)
+    init_default_scope(cfg.default_scope)
+    torch.manual_seed(0)
+    model = tool.build_model(cfg, None, 'cpu')
+    loader = tool.build_dataloader(cfg, 'val', 3, num_workers=0)
+    inputs = next(tool.inputs_of(model, loader, 3, 'val', 'cpu'))
+    trace = TokenTrace.for_request(model.aux_losses[0].trace_request)
+    with torch.no_grad():
+        model.backbone(inputs, trace=trace)
+    names, values = patch_cosine_per_layer(model.backbone, [inputs])
+    assert values[-1] == pytest.approx(patch_cosine_similarity(trace.patch_tokens(-1)).mean().item(), rel=1e-5)

@@ -4,7 +4,8 @@
         [--batch-size 8] [--img-size 224] [--repeats 10] [--warmup 2] [--threads N] [--clock wall|cpu]
     [--tiny] [--list]
 
-Each case (``--list`` shows them; default: all) compares a model under test with a baseline:
+Each case (``--list`` shows them; default: all) compares a model under test with a baseline, both
+built from a config of the repository with ``--cfg-options``-style overrides:
 forward + loss + backward + AdamW step (``model.train_step``), both models alternating after warm-up,
 median step time, their ratio against the case's target, and each model's peak memory measured
 in a fresh process (``torch.cuda.max_memory_allocated`` on CUDA, the peak resident set size on
@@ -51,7 +52,9 @@ def main(argv=None):
     args = parse_args(argv)
     if args.list:
         for name in sorted(CASES):
-            print(f'{name}: {CASES[name].description} (target: time ratio <= {CASES[name].max_time_ratio:.3f})')
+            case = CASES[name]
+            print(f'{name}: {case.description} (config {case.recipe()}; target: time ratio <= '
+                  f'{case.max_time_ratio:.3f})')
         return
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -65,6 +68,7 @@ def main(argv=None):
                        warmup=args.warmup, device=args.device, tiny=args.tiny, threads=args.threads,
                        clock=args.clock)
         print(f'\n== {name}: {res.case.description}')
+        print(f'config {res.case.recipe()}')
         print(res.report(judge=not args.tiny))
         if not res.passed and not args.tiny:
             missed.append(name)

@@ -3,7 +3,8 @@
     python tools/analysis_tools/patch_cosine_similarity.py CONFIG [--checkpoints CKPT ...] [--labels NAME ...]
         [--split val] [--num-images 256] [--batch-size 32] [--device cpu] [--out PREFIX] [--cfg-options k=v ...]
 
-Builds the model of an mmpretrain config once per checkpoint (no checkpoint: the config's untrained
+Builds the model of an mmpretrain config (or of an mmseg / mmdet one: the backbone of a segmentor or a detector,
+on its test pipeline's images) once per checkpoint (no checkpoint: the config's untrained
 initialisation), runs ``--num-images`` images of the config's ``<split>_dataloader`` (its pipeline as
 configured: the test pipeline for val/test, no augmentation) through the backbone and averages the
 patch-wise absolute cosine similarity ``P(h)`` of every layer (:mod:`mmvitreg.analysis.patch_similarity`:
@@ -28,7 +29,8 @@ from mmvitreg.utils import ConfigError, load_config
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='DiversePatch §3: patch-wise absolute cosine similarity per layer')
-    parser.add_argument('config', help='config of a ViT-family, Swin or ResNet classifier')
+    parser.add_argument('config', help='config of a classifier, segmentor or detector with a ViT-family, Swin '
+                        'or ResNet backbone')
     parser.add_argument('--checkpoints', nargs='+', default=[None], help='checkpoints (default: untrained weights)')
     parser.add_argument('--labels', nargs='+', help='a name per checkpoint for the plot (default: file names)')
     parser.add_argument('--split', choices=['train', 'val', 'test'], default='val', help='dataloader of the config')

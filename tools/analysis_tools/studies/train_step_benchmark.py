@@ -1,9 +1,10 @@
 """Side-by-side training-step benchmark: a model under test against its baseline, in one run.
 
-A *case* pairs the model under test with a baseline and a batch maker; :data:`CASES` holds them by
-name and ``tools/analysis_tools/benchmark_train_step.py --case NAME`` runs them. A training step is
-mmengine's ``model.train_step(data, optim_wrapper)``: data preprocessing, forward, loss, backward and
-an AdamW step.
+A *case* is a config of the repository (``configs/``, or a config of mmpretrain that they inherit) with
+``--cfg-options``-style overrides for each side: the model under test and its baseline, each built as
+``tools/train.py`` builds a config's model. :data:`CASES` holds them by name and
+``tools/analysis_tools/benchmark_train_step.py --case NAME`` runs them. A training step is mmengine's
+``model.train_step(data, optim_wrapper)``: data preprocessing, forward, loss, backward and an AdamW step.
 
 Time: both models live in one process; after warm-up steps their steps alternate (the order flips
 every repetition, so slow drifts of the machine hit both alike), each step timed with
@@ -26,54 +27,161 @@ libraries' workspaces, so that neither is counted as the model's memory. ``trace
   torch's C++ allocations, and ``torch.profiler(profile_memory=True)`` reports per-operator
   allocations rather than a process peak, so neither measures what a user runs out of.
 
-Add a case with :func:`register_case` (or :func:`register_with_without`, for a model with and without a
-technique) at the end of this module (a few lines: two model builders,
-a batch maker, a target); the memory processes find cases by name when they import this module.
+Add a case with :func:`register_case` (or :func:`register_with_without`, for a config with and without
+its technique) at the end of this module: a config, the overrides of each side, the overrides of its tiny
+variant and a target; the memory processes find cases by name when they import this module.
 """
-import functools
+import copy
 import gc
 import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing import get_context
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
 
 import torch
 from torch import nn
 
-# builder(img_size, tiny) -> an mmengine model with a data_preprocessor and train_step;
-# tiny=True gives a toy version of the same comparison (for smoke tests, not for measuring)
-ModelBuilder = Callable[[int, bool], nn.Module]
-# batch maker(batch_size, img_size) -> the `data` dict a model's train_step takes
-BatchMaker = Callable[[int, int], dict]
-
+#: the folder that holds ``configs/``: the checkout, or ``mmvitreg/.mim`` of an installed wheel
+ROOT = Path(__file__).resolve().parents[3]
 ROLES = ('model', 'baseline')
+
+
+def classification_batch(batch_size: int, img_size: int, num_classes: int) -> dict:
+    """Random images (pixel values 0..255) and labels, as mmpretrain's ``ClsDataPreprocessor`` takes them."""
+    from mmpretrain.structures import DataSample
+    g = torch.Generator().manual_seed(0)
+    inputs = torch.randint(0, 256, (batch_size, 3, img_size, img_size), generator=g, dtype=torch.uint8)
+    labels = torch.randint(0, num_classes, (batch_size, ), generator=g)
+    return dict(inputs=inputs, data_samples=[DataSample().set_gt_label(int(y)) for y in labels])
+
+
+def token_label_batch(batch_size: int, img_size: int, num_classes: int, topk: int = 5, patch_size: int = 16,
+                      map_size: int = 18) -> dict:
+    """:func:`classification_batch` plus each sample's packed label map, as the data pipeline leaves it.
+
+    Each sample carries a random official-format ``(2, topk, map_size, map_size)`` fp16 map
+    (``map_size=18``: NFNet-F6 at 576) packed by :class:`~mmvitreg.datasets.TokenLabelTarget`, so
+    the timed step includes the per-batch reading of the token targets in the data preprocessor.
+    """
+    import numpy as np
+
+    from mmvitreg.datasets.label_maps import TokenLabelMap
+    from mmvitreg.datasets.token_label_target import TokenLabelTarget
+    data = classification_batch(batch_size, img_size, num_classes)
+    rng = np.random.default_rng(1)
+    packer = TokenLabelTarget(token_label_size=img_size // patch_size, topk=topk)
+    for sample in data['data_samples']:
+        logits = np.sort(rng.normal(size=(topk, map_size, map_size)), axis=0)[::-1]
+        index = np.argsort(rng.random((num_classes, map_size, map_size)), axis=0)[:topk]
+        label_map = np.stack([logits, index]).astype(np.float16)
+        sample.set_field(packer.pack(TokenLabelMap(label_map, (img_size, img_size)), (img_size, img_size)),
+                         'token_label_map')
+    return data
+
+
+def segmentation_batch(batch_size: int, img_size: int, num_classes: int) -> dict:
+    """Random images (pixel values 0..255) and per-pixel labels, as mmseg's ``SegDataPreProcessor`` takes them."""
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+    g = torch.Generator().manual_seed(0)
+    shape = (img_size, img_size)
+    inputs, samples = [], []
+    for _ in range(batch_size):
+        inputs.append(torch.randint(0, 256, (3, *shape), generator=g, dtype=torch.uint8))
+        sample = SegDataSample(metainfo=dict(img_shape=shape, pad_shape=shape, ori_shape=shape))
+        sample.gt_sem_seg = PixelData(data=torch.randint(0, num_classes, (1, *shape), generator=g))
+        samples.append(sample)
+    return dict(inputs=inputs, data_samples=samples)
+
+
+# batch maker(batch_size, img_size, num_classes) -> the `data` dict a model's train_step takes
+BatchMaker = Callable[[int, int, int], dict]
 
 
 @dataclass(frozen=True)
 class TrainStepCase:
-    """One comparison of :mod:`studies.train_step_benchmark`.
+    """One comparison of :mod:`studies.train_step_benchmark`: one config, two sides.
+
+    Each side's config is ``config``, then ``both``, then the backbone's ``arch`` preset name replaced by the
+    dict it names (the same model; overrides can then reach its numbers), then ``tiny`` (the tiny variant
+    only), then the side's own overrides, then the backbone's ``img_size``. Overrides are ``{dotted key:
+    value}``, merged as ``--cfg-options`` are (``_delete_=True`` replaces a dict).
 
     Args:
         description (str): What is compared with what, printed with the results.
-        model (ModelBuilder): Builds the model under test, ``(img_size, tiny) -> model``.
-        baseline (ModelBuilder): Builds the baseline, ``(img_size, tiny) -> model``.
-        make_batch (BatchMaker): ``(batch_size, img_size) -> data`` for ``model.train_step``.
+        config (str): A config of the repository, relative to its ``configs/``
+            (``'tlalign/deit-small_8xb128_cutmix-tlalign_in1k.py'``), or a config of a library that they
+            inherit (``'mmpretrain::swin_transformer/swin-tiny_16xb64_in1k.py'``).
+        model (dict): The overrides that make the model under test (often none: the config itself).
+        baseline (dict): The overrides that make the baseline (e.g. ``{'model.target_transform': None}``).
         max_time_ratio (float): The target: median step time of the model over the baseline's.
+        tiny (dict): The overrides of a toy version of both sides, for smoke tests (sizes only).
+        both (dict): Overrides of both sides: what the config becomes in this case.
+        batch (BatchMaker): ``(batch_size, img_size, num_classes) -> data`` for ``model.train_step``.
     """
 
     description: str
-    model: ModelBuilder
-    baseline: ModelBuilder
-    make_batch: BatchMaker
+    config: str
+    model: dict
+    baseline: dict
     max_time_ratio: float
+    tiny: dict
+    both: dict = field(default_factory=dict)
+    batch: BatchMaker = classification_batch
 
-    def build(self, role: str, img_size: int, tiny: bool) -> nn.Module:
+    def load(self, role: str, img_size: int, tiny: bool):
+        """The mmengine ``Config`` of one side (see the class)."""
+        from mmengine.config import Config
+        from mmengine.hub import get_config
         if role not in ROLES:
             raise ValueError(f'unknown role {role!r}; choose from {ROLES}')
-        return getattr(self, role)(img_size, tiny)
+        cfg = get_config(self.config) if '::' in self.config else Config.fromfile(ROOT / 'configs' / self.config)
+        cfg.merge_from_dict(copy.deepcopy(self.both))  # a deep copy: merging pops _delete_ from the values
+        _arch_preset_as_dict(cfg)
+        for overrides in ((self.tiny if tiny else {}), getattr(self, role), {'model.backbone.img_size': img_size}):
+            cfg.merge_from_dict(copy.deepcopy(overrides))
+        return cfg
+
+    def build(self, role: str, img_size: int, tiny: bool) -> nn.Module:
+        """One side's model as ``tools/train.py`` builds it: the config's ``data_preprocessor`` filled in as
+        mmengine's Runner does, under the config's default scope, SyncBN layers reverted to BatchNorm (as the
+        Runner does in a run of one process), ``model.loss`` compiled if the config says ``compile`` (as
+        :mod:`mmvitreg.compat` does in the runner); weights as constructed."""
+        from mmengine.model import revert_sync_batchnorm
+        from mmengine.registry import MODELS, DefaultScope
+        cfg = self.load(role, img_size, tiny)
+        model_cfg = cfg.model.copy()
+        model_cfg.setdefault('data_preprocessor', cfg.get('data_preprocessor'))
+        with DefaultScope.overwrite_default_scope(cfg.default_scope):
+            model = revert_sync_batchnorm(MODELS.build(model_cfg))
+        if cfg.get('compile'):
+            from mmvitreg.compat import compile_loss
+            model = compile_loss(model, **({} if cfg.compile is True else dict(cfg.compile)))
+        return model
+
+    def make_batch(self, batch_size: int, img_size: int) -> dict:
+        """A batch for both sides, with the classes of the model's head (a segmentor's decode head)."""
+        model = self.load('model', img_size, False).model
+        return self.batch(batch_size, img_size, (model.get('head') or model.decode_head).num_classes)
+
+    def recipe(self) -> str:
+        """The config and the overrides of each side, in one line."""
+        sides = '; '.join(f'{role}: {getattr(self, role) or "the config"}' for role in ROLES)
+        return f'{self.config}{f" with {self.both}" if self.both else ""}; {sides}'
+
+
+def _arch_preset_as_dict(cfg) -> None:
+    """Replace the name of the backbone's ``arch`` preset by the dict it names (the same model)."""
+    from mmengine.registry import MODELS
+    backbone = cfg.model.backbone
+    if isinstance(backbone.get('arch'), str):
+        with MODELS.switch_scope_and_registry(cfg.default_scope) as registry:
+            zoo = registry.get(backbone.type).arch_zoo
+        backbone.arch = copy.deepcopy(dict(zoo[backbone.arch.lower()]))
 
 
 CASES: Dict[str, TrainStepCase] = {}
@@ -255,393 +363,105 @@ def run_case(name: str, *, batch_size: int, img_size: int, repeats: int, warmup:
                          steps=max(warmup, 1) + 1, tiny=tiny, threads=threads)
     return CaseResult(name, case, {role: statistics.median(t) for role, t in times.items()}, memory)
 
-
 # ---------------------------------------------------------------------------------------------
 # cases
 
 
-def classification_batch(batch_size: int, img_size: int, num_classes: int = 1000) -> dict:
-    """Random images (pixel values 0..255) and labels, as mmpretrain's ``ClsDataPreprocessor`` takes them."""
-    from mmpretrain.structures import DataSample
-    g = torch.Generator().manual_seed(0)
-    inputs = torch.randint(0, 256, (batch_size, 3, img_size, img_size), generator=g, dtype=torch.uint8)
-    labels = torch.randint(0, num_classes, (batch_size, ), generator=g)
-    return dict(inputs=inputs, data_samples=[DataSample().set_gt_label(int(y)) for y in labels])
+def register_with_without(name: str, description: str, config: str, without: dict, max_time_ratio: float,
+                          tiny: dict, **options) -> None:
+    """Add a case that times ``config`` (the model with its technique) against the same config with the
+    ``without`` overrides (``options``: the other fields of :class:`TrainStepCase`)."""
+    register_case(name, TrainStepCase(description, config, {}, without, max_time_ratio, tiny, **options))
 
 
-def register_with_without(name: str, description: str, builder: Callable[[bool], ModelBuilder],
-                          max_time_ratio: float, make_batch: BatchMaker = classification_batch) -> None:
-    """Add a case that times ``builder(True)`` (the model with a technique) against ``builder(False)``
-    (the same model without it)."""
-    register_case(name, TrainStepCase(description, builder(True), builder(False), make_batch, max_time_ratio))
-
-
-def build_in_mmpretrain(cfg: dict) -> nn.Module:
-    """``cfg`` built by mmpretrain's model registry, under its default scope."""
-    from mmengine.registry import DefaultScope
-    from mmpretrain.registry import MODELS
-    with DefaultScope.overwrite_default_scope('mmpretrain'):
-        return MODELS.build(cfg)
-
-
-# the ImageNet mean / std of mmpretrain's recipes, for the token-technique classifiers
-IMAGENET_PREPROCESSOR = dict(num_classes=1000, mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],
-                             to_rgb=True)
-
-
-def vit_classifier(backbone: dict, embed_dims: int, num_classes: int = 1000) -> nn.Module:
-    """mmpretrain's ``ImageClassifier`` with a ViT cls-token head over ``backbone``."""
-    return build_in_mmpretrain(
-        dict(
-            type='ImageClassifier',
-            backbone=backbone,
-            head=dict(type='VisionTransformerClsHead', num_classes=num_classes, in_channels=embed_dims),
-            data_preprocessor=dict(
-                type='ClsDataPreprocessor', num_classes=num_classes, mean=[127.5] * 3, std=[127.5] * 3,
-                to_rgb=True)))
-
-
-def _deepvit_arch(name: str, tiny: bool, **overrides) -> dict:
-    """A DeepViT preset as an arch dict; ``tiny`` keeps its layout but shrinks it to 4 blocks of 48 channels."""
-    from mmvitreg.models.backbones import DeepViT
-    arch = dict(DeepViT.arch_zoo[name])
-    if tiny:
-        attn = arch['attn_types']
-        attn = attn if isinstance(attn, str) else list(attn)[-4:]  # keep the last blocks' kinds
-        arch.update(embed_dims=48, num_layers=4, num_heads=4, feedforward_channels=144, attn_types=attn)
-        if arch.get('stem') is not None:
-            arch['stem'] = dict(arch['stem'], channels=16)
-    arch.update(overrides)
-    return arch
-
-
-def _deepvit(name: str, **overrides) -> ModelBuilder:
-    def build(img_size: int, tiny: bool) -> nn.Module:
-        arch = _deepvit_arch(name, tiny, **overrides)
-        return vit_classifier(dict(type='mmvitreg.DeepViT', arch=arch, img_size=img_size), arch['embed_dims'])
-
-    return build
-
-
-def _mmpretrain_vit_like(name: str) -> ModelBuilder:
-    """mmpretrain's own ``VisionTransformer`` with the numbers of a plain DeepViT preset."""
-
-    def build(img_size: int, tiny: bool) -> nn.Module:
-        arch = _deepvit_arch(name, tiny)
-        numbers = {k: arch[k] for k in ('embed_dims', 'num_layers', 'num_heads', 'feedforward_channels')}
-        return vit_classifier(
-            dict(type='VisionTransformer', arch=numbers, img_size=img_size, patch_size=16,
-                 norm_cfg=dict(type='LN', eps=1e-6)), arch['embed_dims'])
-
-    return build
-
+# tiny variants (the tool's smoke test runs them at 32x32): 2-4 blocks of 32-64 channels, each model's
+# layout kept; the heads and losses that read the backbone's width follow it
+TINY_DEIT = {'model.backbone.arch': dict(embed_dims=48, num_layers=4, num_heads=3, feedforward_channels=192),
+             'model.head.in_channels': 48}
+TINY_SWIN = {'model.backbone': dict(arch=dict(embed_dims=32, depths=[2, 2], num_heads=[1, 2]), window_size=4,
+                                    out_indices=(1, )),
+             'model.head.in_channels': 64}
+TINY_DEEPVIT = {'model.backbone.arch': dict(embed_dims=48, num_layers=4, num_heads=4, feedforward_channels=144),
+                'model.head.in_channels': 48}
 
 register_case(
     'deepvit-s-vs-msa',
     TrainStepCase(
-        description='DeepViT-S (re-attention in its last 5 blocks) vs. the same model with standard '
-        'multi-head self-attention in every block',
-        model=_deepvit('s'),
-        baseline=_deepvit('s', attn_types='msa'),
-        make_batch=classification_batch,
-        max_time_ratio=1.10))
-
+        'DeepViT-S (re-attention in its last 5 blocks) vs. the same model with standard multi-head '
+        'self-attention in every block',
+        'deepvit/deepvit-s_8xb32_in1k.py', {}, {'model.backbone.arch.attn_types': 'msa'}, 1.10,
+        {**TINY_DEEPVIT, 'model.backbone.arch': dict(TINY_DEEPVIT['model.backbone.arch'], stem=dict(channels=16),
+                                                     attn_types=['msa', 'msa', 'reattn', 'reattn'])}))
 register_case(
     'plain-vs-mmpretrain',
     TrainStepCase(
-        description='the plain ViT-16B preset of mmvitreg.DeepViT vs. mmpretrain\'s VisionTransformer '
-        'with the same numbers (the plain preset must keep >= 98% of its speed)',
-        model=_deepvit('vit-16b'),
-        baseline=_mmpretrain_vit_like('vit-16b'),
-        make_batch=classification_batch,
-        max_time_ratio=1 / 0.98))
-
-
-def token_label_batch(batch_size: int, img_size: int, num_classes: int = 1000, topk: int = 5,
-                      patch_size: int = 16, map_size: int = 18) -> dict:
-    """:func:`classification_batch` plus each sample's packed label map, as the data pipeline leaves it.
-
-    Each sample carries a random official-format ``(2, topk, map_size, map_size)`` fp16 map
-    (``map_size=18``: NFNet-F6 at 576) packed by :class:`~mmvitreg.datasets.TokenLabelTarget`, so
-    the timed step includes the per-batch reading of the token targets in the data preprocessor.
-    """
-    import numpy as np
-
-    from mmvitreg.datasets.label_maps import TokenLabelMap
-    from mmvitreg.datasets.token_label_target import TokenLabelTarget
-    data = classification_batch(batch_size, img_size, num_classes)
-    rng = np.random.default_rng(1)
-    packer = TokenLabelTarget(token_label_size=img_size // patch_size, topk=topk)
-    for sample in data['data_samples']:
-        logits = np.sort(rng.normal(size=(topk, map_size, map_size)), axis=0)[::-1]
-        index = np.argsort(rng.random((num_classes, map_size, map_size)), axis=0)[:topk]
-        label_map = np.stack([logits, index]).astype(np.float16)
-        sample.set_field(packer.pack(TokenLabelMap(label_map, (img_size, img_size)), (img_size, img_size)),
-                         'token_label_map')
-    return data
-
-
-def _lvvit_arch(tiny: bool) -> dict:
-    """LV-ViT-S as an arch dict; ``tiny`` shrinks it to 4 blocks of 48 channels."""
-    from mmvitreg.models.backbones import LVViT
-    arch = dict(LVViT.arch_zoo['s'])
-    if tiny:
-        arch.update(embed_dims=48, num_layers=4, num_heads=4, feedforward_channels=144,
-                    stem=dict(arch['stem'], channels=16))
-    return arch
-
-
-def _lvvit_token_labeling(img_size: int, tiny: bool) -> nn.Module:
-    """LV-ViT-S trained with token labeling (beta 0.5) and MixToken, as configs/lvvit."""
-    arch = _lvvit_arch(tiny)
-    return build_in_mmpretrain(
-        dict(
-            type='mmvitreg.TokenClassifier',
-            backbone=dict(type='mmvitreg.LVViT', arch=arch, img_size=img_size, out_type='raw'),
-            head=dict(type='mmvitreg.TokenLabelHead', num_classes=1000, in_channels=arch['embed_dims']),
-            train_cfg=dict(token_mix=dict(type='mmvitreg.MixToken', patch_size=16)),
-            data_preprocessor=IMAGENET_PREPROCESSOR))
-
-
-def _lvvit_plain(img_size: int, tiny: bool) -> nn.Module:
-    """The same LV-ViT-S trained with label-smoothed CE on the class token only."""
-    arch = _lvvit_arch(tiny)
-    return vit_classifier(dict(type='mmvitreg.LVViT', arch=arch, img_size=img_size), arch['embed_dims'])
-
+        'the plain ViT-16B preset of mmvitreg.DeepViT vs. mmpretrain\'s VisionTransformer with the same numbers '
+        '(the preset\'s arch dict; the plain preset must keep >= 98% of its speed)',
+        'deepvit/vit-16b_8xb32_in1k.py', {}, {'model.backbone.type': 'VisionTransformer'}, 1 / 0.98,
+        {**TINY_DEEPVIT, 'model.backbone.arch': dict(TINY_DEEPVIT['model.backbone.arch'], attn_types='msa')}))
 
 register_case(
     'lvvit-tl-vs-ce',
     TrainStepCase(
-        description='LV-ViT-S with token labeling (dense aux head, beta 0.5) + MixToken vs. the same backbone '
-        'trained with plain CE on the class token',
-        model=_lvvit_token_labeling,
-        baseline=_lvvit_plain,
-        make_batch=token_label_batch,
-        max_time_ratio=1.03))
-
-
-def _swin_t(backbone_type: str, img_size: int, tiny: bool) -> Tuple[dict, int, int]:
-    """Swin-T (``tiny``: 2 stages of 32 channels, window 4) as ``(backbone config, output channels, blocks)``."""
-    if tiny:
-        arch, window, out_index, dims, depth = dict(embed_dims=32, depths=[2, 2], num_heads=[1, 2]), 4, 1, 64, 4
-    else:
-        arch, window, out_index, dims, depth = 'tiny', 7, 3, 768, 12
-    return dict(type=backbone_type, arch=arch, img_size=img_size, window_size=window, drop_path_rate=0.2,
-                out_indices=(out_index, )), dims, depth
-
-
-def _swin_classifier(backbone_type: str) -> ModelBuilder:
-    """Swin-T in mmpretrain's Swin classifier recipe, with ``backbone_type`` as the backbone
-    (``'mmvitreg.SwinTransformer'`` or mmpretrain's ``'SwinTransformer'``)."""
-
-    def build(img_size: int, tiny: bool) -> nn.Module:
-        backbone, dims, _ = _swin_t(backbone_type, img_size, tiny)
-        return build_in_mmpretrain(
-            dict(
-                type='ImageClassifier',
-                backbone=backbone,
-                neck=dict(type='GlobalAveragePooling'),
-                head=dict(type='LinearClsHead', num_classes=1000, in_channels=dims),
-                data_preprocessor=dict(type='ClsDataPreprocessor', num_classes=1000, mean=[127.5] * 3,
-                                       std=[127.5] * 3, to_rgb=True)))
-
-    return build
-
+        'LV-ViT-S with token labeling (dense aux head, official weights) + MixToken vs. the same backbone trained '
+        'with plain label-smoothed CE on the class token (mmpretrain\'s ImageClassifier and ViT head)',
+        'lvvit/lvvit-s_8xb128_tl_in1k.py', {},
+        {'model.type': 'ImageClassifier', 'model.backbone.out_type': 'cls_token', 'model.train_cfg': None,
+         'model.head': dict(_delete_=True, type='VisionTransformerClsHead', num_classes=1000, in_channels=384,
+                            loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original'))},
+        1.03, {'model.backbone.arch.num_layers': 2}, batch=token_label_batch))  # tiny: LV-ViT-S's width
 
 register_case(
     'swin-vs-mmpretrain',
     TrainStepCase(
-        description='mmvitreg.SwinTransformer without a trace (fused window attention) vs. mmpretrain\'s '
-        'SwinTransformer, Swin-T, same weights layout (must keep >= 98% of its speed)',
-        model=_swin_classifier('mmvitreg.SwinTransformer'),
-        baseline=_swin_classifier('SwinTransformer'),
-        make_batch=classification_batch,
-        max_time_ratio=1 / 0.98))
+        'mmvitreg.SwinTransformer without a trace (fused window attention) vs. mmpretrain\'s SwinTransformer, '
+        'Swin-T in mmpretrain\'s own recipe, same weights layout (must keep >= 98% of its speed)',
+        'mmpretrain::swin_transformer/swin-tiny_16xb64_in1k.py', {'model.backbone.type': 'mmvitreg.SwinTransformer'},
+        {}, 1 / 0.98, TINY_SWIN))
 
-
-def _cutmix_classifier(backbone: dict, head: dict, num_layers: int, patch_size: int, tl_align: bool,
-                       neck: Optional[dict] = None, representation: str = 'weights',
-                       aux_losses: Sequence[dict] = ()) -> nn.Module:
-    """A classifier trained with TL-Align's token-aligned CutMix (:class:`~mmvitreg.models.mixing.PatchCutMix`)
-    and label smoothing 0.1, with or without :class:`~mmvitreg.models.target_transforms.TLAlign` (carrying
-    its labels in ``representation``), and with ``aux_losses``."""
-    return build_in_mmpretrain(
-        dict(
-            type='mmvitreg.TokenClassifier',
-            backbone=backbone,
-            neck=neck,
-            head=dict(head, num_classes=1000, loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1,
-                                                        mode='original')),
-            target_transform=dict(type='mmvitreg.TLAlign', num_layers=num_layers, representation=representation,
-                                  num_classes=1000) if tl_align else None,
-            aux_losses=list(aux_losses),
-            train_cfg=dict(token_mix=dict(type='mmvitreg.PatchCutMix', patch_size=patch_size)),
-            data_preprocessor=IMAGENET_PREPROCESSOR))
-
-
-def _deit_cutmix(tl_align: bool, representation: str = 'weights') -> ModelBuilder:
-    """DeiT-S (``tiny``: 4 blocks of 48 channels) with CutMix, with or without TL-Align."""
-
-    def build(img_size: int, tiny: bool) -> nn.Module:
-        arch = dict(embed_dims=48, num_layers=4, num_heads=3, feedforward_channels=192) if tiny else 'deit-small'
-        dims, layers = (48, 4) if tiny else (384, 12)
-        return _cutmix_classifier(
-            dict(type='mmvitreg.VisionTransformer', arch=arch, img_size=img_size, drop_path_rate=0.1),
-            dict(type='VisionTransformerClsHead', in_channels=dims), layers, 16, tl_align,
-            representation=representation)
-
-    return build
-
-
+TLALIGN_DEIT_S = 'tlalign/deit-small_8xb128_cutmix-tlalign_in1k.py'
 register_with_without(
-    'deit-s-tlalign-vs-cutmix',
-    'DeiT-S with CutMix + TL-Align (label weights propagated through all 12 attention maps) '
-    'vs. the same model with the same token-aligned CutMix and the area target',
-    _deit_cutmix, max_time_ratio=1.02)
-
-
-def _swin_cutmix(tl_align: bool) -> ModelBuilder:
-    """Swin-T in mmpretrain's Swin classifier recipe with CutMix on the 4-pixel token grid, with or without
-    TL-Align."""
-
-    def build(img_size: int, tiny: bool) -> nn.Module:
-        backbone, dims, layers = _swin_t('mmvitreg.SwinTransformer', img_size, tiny)
-        return _cutmix_classifier(backbone, dict(type='LinearClsHead', in_channels=dims), layers, 4, tl_align,
-                                  neck=dict(type='GlobalAveragePooling'))
-
-    return build
-
-
+    'deit-s-tlalign-vs-cutmix', 'DeiT-S with CutMix + TL-Align (label weights propagated through all 12 attention '
+    'maps) vs. the same model with the same token-aligned CutMix and the area target',
+    TLALIGN_DEIT_S, {'model.target_transform': None}, 1.02, TINY_DEIT)
 register_with_without(
-    'swin-t-tlalign-vs-cutmix',
-    'Swin-T with CutMix + TL-Align (label weights through every window attention, shift and '
-    'merging) vs. the same model with the same token-aligned CutMix and the area target',
-    _swin_cutmix, max_time_ratio=1.02)
-
-
+    'swin-t-tlalign-vs-cutmix', 'Swin-T with Mixup/CutMix + TL-Align (label weights through every window '
+    'attention, shift and merging) vs. the same model with the same Mixup/CutMix and the area target',
+    'tlalign/swin-tiny_16xb64_cutmix-tlalign_in1k.py', {'model.target_transform': None}, 1.02, TINY_SWIN)
 register_case(
     'deit-s-tlalign-weights-vs-labels',
     TrainStepCase(
-        description='DeiT-S with CutMix + TL-Align carrying the 2-dimensional (own, partner) label per token (in '
-        'the fused attention\'s own kernel call) vs. the same carrying the official C = 1000 dimensional labels '
-        '(their map formed beside the fused call)',
-        model=_deit_cutmix(True),
-        baseline=_deit_cutmix(True, 'labels'),
-        make_batch=classification_batch,
-        max_time_ratio=1.0))
-
-
-def _diversepatch_losses(dims: int, contrastive: bool) -> list:
-    """DiversePatch's losses (paper forms), the contrastive one only on isotropic backbones."""
-    contrastive_loss = [dict(type='mmvitreg.PatchContrastiveLoss')] if contrastive else []
-    return ([dict(type='mmvitreg.PatchCosineLoss')] + contrastive_loss
-            + [dict(type='mmvitreg.PatchMixingLoss', num_classes=1000, in_channels=dims)])
-
-
-def _deit_diversepatch(img_size: int, tiny: bool, with_losses: bool) -> nn.Module:
-    """DeiT-S (``tiny``: 4 blocks of 48 channels) with token-aligned CutMix, with or without the three losses."""
-    arch = dict(embed_dims=48, num_layers=4, num_heads=3, feedforward_channels=192) if tiny else 'deit-small'
-    dims, layers = (48, 4) if tiny else (384, 12)
-    return _cutmix_classifier(
-        dict(type='mmvitreg.VisionTransformer', arch=arch, img_size=img_size, drop_path_rate=0.1),
-        dict(type='VisionTransformerClsHead', in_channels=dims), layers, 16, False,
-        aux_losses=_diversepatch_losses(dims, True) if with_losses else ())
-
-
-def _swin_diversepatch(img_size: int, tiny: bool, with_losses: bool) -> nn.Module:
-    """Swin-T with CutMix boxes aligned to the last stage (32 px), with or without the cosine and mixing losses."""
-    backbone, dims, layers = _swin_t('mmvitreg.SwinTransformer', img_size, tiny)
-    return _cutmix_classifier(backbone, dict(type='LinearClsHead', in_channels=dims), layers, 8 if tiny else 32,
-                              False, neck=dict(type='GlobalAveragePooling'),
-                              aux_losses=_diversepatch_losses(dims, False) if with_losses else ())
-
-
-def _with_losses(classifier: Callable[[int, bool, bool], nn.Module]) -> Callable[[bool], ModelBuilder]:
-    """``classifier(img_size, tiny, with_losses)`` as a builder for :func:`register_with_without`."""
-    return lambda with_losses: functools.partial(classifier, with_losses=with_losses)
-
+        'DeiT-S with CutMix + TL-Align carrying the 2-dimensional (own, partner) label per token (in the fused '
+        'attention\'s own kernel call) vs. the same carrying the official C = 1000 dimensional labels (their map '
+        'formed beside the fused call)',
+        TLALIGN_DEIT_S, {}, {'model.target_transform': dict(representation='labels', num_classes=1000)}, 1.0,
+        TINY_DEIT))
 
 register_with_without(
-    'deit-s-diversepatch-vs-plain', 'DeiT-S with the patch-wise cosine, contrastive and mixing losses (DiversePatch, '
-    'paper forms) vs. the same model with the same token-aligned CutMix and the plain loss',
-    _with_losses(_deit_diversepatch), max_time_ratio=1.03)
+    'deit-s-diversepatch-vs-plain', 'DeiT-S with the patch-wise cosine, contrastive and mixing losses '
+    '(DiversePatch, paper forms) vs. the same model with the same token-aligned CutMix and the plain loss',
+    'diversepatch/deit-small12_4xb256-400e_diversepatch_in1k.py', {'model.aux_losses': []}, 1.03,
+    {**TINY_DEIT, 'model.aux_losses.2.in_channels': 48})
+# no Swin-T DiversePatch config (the paper fine-tunes Swin-B and -L): the Swin-B one with Swin-T's arch
 register_with_without(
-    'swin-t-diversepatch-vs-plain', 'Swin-T with the patch-wise cosine and mixing losses on the last stage '
-    '(DiversePatch; no contrastive loss across down-sampling) vs. the same model with the same CutMix and the plain '
-    'loss', _with_losses(_swin_diversepatch), max_time_ratio=1.03)
-
-
-def _drloc_classifier(backbone: dict, head: dict, neck: Optional[dict], drloc: Optional[dict]) -> nn.Module:
-    """A classifier in mmpretrain's recipe (Mixup/CutMix, label smoothing 0.1) with DRLoc (paper form,
-    ``drloc`` its options) as an auxiliary loss, or without (``drloc=None``)."""
-    return build_in_mmpretrain(
-        dict(
-            type='mmvitreg.TokenClassifier',
-            backbone=backbone,
-            neck=neck,
-            head=dict(head, num_classes=1000, loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1,
-                                                        mode='original')),
-            aux_losses=[dict(type='mmvitreg.DRLoc', **drloc)] if drloc else [],
-            train_cfg=dict(augments=[dict(type='Mixup', alpha=0.8), dict(type='CutMix', alpha=1.0)]),
-            data_preprocessor=IMAGENET_PREPROCESSOR))
-
-
-def _swin_drloc(with_drloc: bool) -> ModelBuilder:
-    """Swin-T with or without DRLoc on its last stage (7x7 at 224), λ = 0.5 (paper)."""
-
-    def build(img_size: int, tiny: bool) -> nn.Module:
-        backbone, dims, _ = _swin_t('mmvitreg.SwinTransformer', img_size, tiny)
-        drloc = dict(in_channels=dims, layers=(-1, ), loss_weight=0.5) if with_drloc else None
-        return _drloc_classifier(backbone, dict(type='LinearClsHead', in_channels=dims),
-                                 dict(type='GlobalAveragePooling'), drloc)
-
-    return build
-
+    'swin-t-diversepatch-vs-plain', 'Swin-T (the Swin-B config with Swin-T\'s arch) with the patch-wise cosine '
+    'and mixing losses on the last stage (DiversePatch; no contrastive loss across down-sampling) vs. the same '
+    'model with the same CutMix and the plain loss',
+    'diversepatch/swin-base_8xb128-30e_diversepatch_in1k.py', {'model.aux_losses': []}, 1.03,
+    {**TINY_SWIN, 'model.aux_losses.1.in_channels': 64, 'model.train_cfg.token_mix.patch_size': 8},
+    both={'model.backbone.arch': 'tiny', 'model.head.in_channels': 768, 'model.aux_losses.1.in_channels': 768})
 
 register_with_without(
-    'swin-t-drloc',
-    'Swin-T with DRLoc (m = 64 pairs per image on the last stage\'s 7x7 grid, read through the '
+    'swin-t-drloc', 'Swin-T with DRLoc (m = 64 pairs per image on the last stage\'s 7x7 grid, read through the '
     'trace; MLP 2x768 -> 512 -> 512 -> 2) vs. the same model without it',
-    _swin_drloc, max_time_ratio=1.02)
-
-
-def _t2t_drloc(with_drloc: bool) -> ModelBuilder:
-    """mmpretrain's T2T-ViT-t-14 (``tiny``: 2 blocks of 64 channels): with DRLoc, raw tokens (no trace) pooled
-    2x2 to 7x7 (paper) and the cls token picked by ClsTokenNeck, λ = 0.1; without, mmpretrain's cls-token
-    output."""
-
-    def build(img_size: int, tiny: bool) -> nn.Module:
-        dims = 64 if tiny else 384
-        backbone = dict(type='T2T_ViT', img_size=img_size, embed_dims=dims, num_layers=2 if tiny else 14,
-                        layer_cfgs=dict(num_heads=2 if tiny else 6, feedforward_channels=3 * dims),
-                        drop_path_rate=0.1, out_type='raw' if with_drloc else 'cls_token')
-        # tiny (the tool's smoke test runs it at 32x32): no pooling on the 2x2 grid
-        drloc = dict(in_channels=dims, loss_weight=0.1, grid_pool=None if tiny else 'avg2x2',
-                     num_pairs=4 if tiny else 64)
-        return _drloc_classifier(backbone, dict(type='VisionTransformerClsHead', in_channels=dims),
-                                 dict(type='mmvitreg.ClsTokenNeck') if with_drloc else None,
-                                 drloc if with_drloc else None)
-
-    return build
-
-
+    'drloc/swin-t_drloc_8xb128-100e_imagenet100.py', {'model.aux_losses': []}, 1.02,
+    {**TINY_SWIN, 'model.aux_losses.0.in_channels': 64})
 register_with_without(
-    't2t-vit-14-drloc',
-    'T2T-ViT-14 with DRLoc (raw tokens of mmpretrain\'s T2T_ViT, 14x14 pooled to 7x7, m = 64; '
-    'no trace) vs. mmpretrain\'s T2T-ViT-14 without it',
-    _t2t_drloc, max_time_ratio=1.02)
-
-
-def _compiled(builder: ModelBuilder) -> ModelBuilder:
-    """``builder``'s model with its loss compiled as ``compile=True`` does in tools/train.py
-    (:func:`mmvitreg.compat.compile_loss`, inductor; the optimizer step stays eager)."""
-
-    def build(img_size: int, tiny: bool) -> nn.Module:
-        from mmvitreg.compat import compile_loss
-        return compile_loss(builder(img_size, tiny))
-
-    return build
-
+    't2t-vit-14-drloc', 'T2T-ViT-14 with DRLoc (raw tokens of mmpretrain\'s T2T_ViT, 14x14 pooled to 7x7, '
+    'm = 64; no trace) vs. the same model without it',
+    'drloc/t2t-vit-14_drloc_8xb128-100e_imagenet100.py', {'model.aux_losses': []}, 1.02,
+    {'model.backbone': dict(embed_dims=64, num_layers=2, layer_cfgs=dict(num_heads=2, feedforward_channels=192)),
+     'model.head.in_channels': 64, 'model.aux_losses.0': dict(in_channels=64, num_pairs=4, grid_pool=None)})
 
 # measured on a CPU (1 thread, batch 8, 224x224, CPU clock, 2026-11-25): 1.034 (1937 vs 1874 ms), a miss;
 # plain DeiT-S with CutMix compiled vs eager, timed the same way: 0.984. Not analysed yet; with TL-Align
@@ -649,10 +469,29 @@ def _compiled(builder: ModelBuilder) -> ModelBuilder:
 register_case(
     'deit-s-tlalign-compiled-vs-eager',
     TrainStepCase(
-        description='DeiT-S with CutMix + TL-Align, its loss compiled by torch.compile (inductor, as '
-        '`compile=True` in tools/train.py; compiled in the first two warm-up steps: mmpretrain\'s '
-        'LabelSmoothLoss sets its num_classes on the first call, one recompile) vs. the same model eager',
-        model=_compiled(_deit_cutmix(True)),
-        baseline=_deit_cutmix(True),
-        make_batch=classification_batch,
-        max_time_ratio=1.0))
+        'DeiT-S with CutMix + TL-Align, its loss compiled by torch.compile (inductor, as `compile=True` in '
+        'tools/train.py; compiled in the first two warm-up steps: mmpretrain\'s LabelSmoothLoss sets its '
+        'num_classes on the first call, one recompile) vs. the same model eager',
+        TLALIGN_DEIT_S, {'compile': True}, {}, 1.0, TINY_DEIT))
+
+# the token losses in segmentation training (issue 24): mmseg's UperNet Swin-T recipe as mmvitreg.TokenSegmentor,
+# with the loss vs. the same model without it (TokenSegmentor without users runs mmseg's EncoderDecoder step);
+# measure at --img-size 512 --batch-size 2 (the recipe's crop and images per GPU). Tiny variant: four one-block
+# stages with 2-pixel patches, so that a 32x32 image still leaves the last stage a 2x2 grid
+TINY_UPERNET_SWIN = {
+    'model.backbone': dict(arch=dict(embed_dims=16, depths=[1, 1, 1, 1], num_heads=[1, 1, 2, 2]), patch_size=2,
+                           window_size=4),
+    'model.data_preprocessor.size': (32, 32),
+    'model.decode_head': dict(in_channels=[16, 32, 64, 128], channels=32),
+    'model.auxiliary_head': dict(in_channels=64, channels=16),
+}
+register_with_without(
+    'upernet-swin-t-drloc', 'UperNet Swin-T (mmseg\'s ADE20K recipe) with DRLoc (m = 64 pairs per image on the last '
+    'stage\'s grid, 16x16 at 512x512, read through the trace; MLP 2x768 -> 512 -> 512 -> 2) vs. the same segmentor '
+    'without it', 'drloc/upernet_swin-t_drloc_8xb2-160k_ade20k-512x512.py', {'model.aux_losses': []}, 1.03,
+    {**TINY_UPERNET_SWIN, 'model.aux_losses.0.in_channels': 128}, batch=segmentation_batch)
+register_with_without(
+    'upernet-swin-t-patch-cos', 'UperNet Swin-T (mmseg\'s ADE20K recipe) with DiversePatch\'s patch-wise cosine loss '
+    '(the last stage\'s 16x16 tokens at 512x512, read through the trace) vs. the same segmentor without it',
+    'diversepatch/upernet_swin-t_patch-cos_8xb2-160k_ade20k-512x512.py', {'model.aux_losses': []}, 1.03,
+    TINY_UPERNET_SWIN, batch=segmentation_batch)

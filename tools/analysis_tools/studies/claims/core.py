@@ -41,6 +41,7 @@ Sizes (``ctx.size``):
   30     diversepatch      10 min  a deep ViT with and without the DiversePatch losses, 3 seeds
   40     drloc             14 min  ViT / Swin / ResNet, with and without DRLoc, 2 few-shot sizes
   50     tl_align          10 min  CutMix vs CutMix + TL-Align, 3 seeds
+  60     dense             30 min  a digits UperNet without / with DRLoc / with the cosine loss, 3 seeds
   =====  ================  ======  ==============================================================
 
   Measured cost (one core each, the machine shared by several full runs, load average 7-9 on 2
@@ -278,7 +279,8 @@ class Context:
                 (default: the config's stem).
             per_class (int): train on the first ``per_class`` images of every class (few-shot).
             epochs (int): train this many epochs instead of the config's (one at size 'ci' whatever
-                is given); the by-epoch schedulers' ``begin`` / ``end`` are scaled by the same factor
+                is given; an iteration-based config keeps its iterations: set ``train_cfg.max_iters``
+                in ``cfg_options``); the by-epoch schedulers' ``begin`` / ``end`` are scaled by the same factor
                 (rounded, each at least one epoch long), e.g. 2 warm-up + 28 cosine epochs of 30 become
                 1 + 14 of 15. The last checkpoint is always saved.
 
@@ -319,6 +321,8 @@ class Context:
     def _schedule_options(config: str, epochs: int, options: dict) -> dict:
         from mmvitreg.utils import load_config
         cfg = load_config(str(ROOT / config), options)
+        if 'max_epochs' not in cfg.train_cfg:  # iteration-based (mmseg): the section sets max_iters itself
+            return {}
         last = cfg.train_cfg.max_epochs
         opts = {'train_cfg.max_epochs': epochs}
         for i, sched in enumerate(cfg.get('param_scheduler') or []):
