@@ -311,7 +311,7 @@ def _patch_compile_model_loss():
     Runner._maybe_compile = maybe_compile_loss
 
 
-#: The private CPU attention operators the ride calls (:class:`mmvitreg.models.layers.Ride`) and what of their
+#: The private CPU attention operators the ride calls (:func:`mmvitreg.models.layers.attend`) and what of their
 #: schemas it relies on: (name, the leading arguments it passes by position, the keyword arguments it
 #: passes, how many tensors it unpacks from the result). As of PyTorch 2.3 to 2.14.
 _CPU_FLASH_ATTENTION = (
@@ -357,7 +357,7 @@ def cpu_flash_attention_ops() -> Optional[Tuple[Callable, Callable]]:
     (``op._schema``) are checked, once per process, for exactly what those calls rely on: the names and order
     of the positional arguments, the keyword ``scale``, no other required argument, the number of results.
     A missing or changed operator gives None and one warning naming it, the PyTorch version and the cost:
-    :class:`~mmvitreg.models.layers.Ride` then takes its public path (``F.scaled_dot_product_attention`` and
+    :func:`~mmvitreg.models.layers.attend` then takes its public path (``F.scaled_dot_product_attention`` and
     the map from ``q, k`` beside it), with the same results and a ~6% slower DeiT-S TL-Align training step on
     the CPU.
     """

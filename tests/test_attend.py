@@ -1,8 +1,16 @@
-"""The attention layers: they know rides and window layouts, not traces."""
+"""The attention layers: one entry point for their core (:func:`mmvitreg.models.layers.attend`); they know rides
+and window layouts, not traces."""
 import ast
 from pathlib import Path
 
+import pytest
+import torch
+import torch.nn.functional as F
+
 import mmvitreg.models.layers as layers
+from mmvitreg import compat
+from mmvitreg.models.layers import (MultiheadSelfAttention, ReAttention, Ride, WindowAttention, WindowLayout, attend,
+                                    ride as ride_module)
 
 
 def imported_modules(path: Path, package):
@@ -25,3 +33,109 @@ def test_no_layer_imports_the_trace():
         package = layers.__name__.split('.') + list(path.relative_to(root).parent.parts)
         bad = [m for m in imported_modules(path, package) if m.split('.')[:3] == ['mmvitreg', 'models', 'trace']]
         assert not bad, f'{path.name} imports {bad}'
+
+
+KINDS = ('msa', 'reattention', 'window', 'shifted-window')
+PATHS = ('explicit', 'fused-ride', 'fused', 'wide-ride', 'fallback', 'dropout')
+#: what attend runs for each path and attention kind: the explicit map, the fused kernel that carries the
+#: ride, the public fused kernel, the ride's map from q, k beside it
+KERNELS = {
+    'msa': dict(explicit=['map'], dropout=['map'], fused=['sdpa'], wide_ride=['sdpa', 'beside'],
+                fallback=['sdpa', 'beside'], fused_ride=['ride kernel']),
+    'window': dict(explicit=['map'], dropout=['map'], fused=['sdpa'], wide_ride=['sdpa', 'beside'],
+                   fallback=['sdpa', 'beside'], fused_ride=['sdpa', 'beside']),  # a bias: no ride kernel
+    'reattention': {path.replace('-', '_'): ['map'] for path in PATHS},
+}
+
+
+def build(kind):
+    """The layer, its input ``(B', n, C)`` and, for a shifted window, its ``(nW, n, n)`` mask."""
+    torch.manual_seed(0)
+    if kind in ('window', 'shifted-window'):
+        layout = WindowLayout((8, 12), 4, 2 if kind == 'shifted-window' else 0)
+        layer = WindowAttention(32, (4, 4), 4, attn_drop=0.5)
+        torch.nn.init.normal_(layer.relative_position_bias_table, std=0.5)
+        return layer, torch.randn(2 * layout.num_windows, 16, 32), layout.attn_mask()
+    if kind == 'msa':
+        return MultiheadSelfAttention(32, 4, attn_drop=0.5), torch.randn(2, 17, 32), None
+    layer = ReAttention(32, 4, transform_scale=True)
+    bn = layer.var_norm
+    for t in (bn.weight, bn.bias, bn.running_mean):
+        torch.nn.init.normal_(t, std=0.3)
+    torch.nn.init.uniform_(bn.running_var, 0.5, 1.5)
+    return layer, torch.randn(2, 17, 32), None
+
+
+def reference(layer, x, mask):
+    """``layer``'s output ``(B', n, C)`` and map ``(B', H, n, n)``, the textbook way: ``A = Softmax(q k^T * scale
+    + B + M)`` (re-attention: ``Norm(Θ^T A) * scale`` with the norm's running statistics), ``proj(A v)``."""
+    Bp, n, C = x.shape
+    H = layer.num_heads
+    q, k, v = layer.qkv(x).reshape(Bp, n, 3, H, C // H).permute(2, 0, 3, 1, 4)
+    logits = q @ k.transpose(-2, -1) * layer.scale
+    if isinstance(layer, WindowAttention):
+        logits = logits + layer.position_bias()
+        if mask is not None:  # window w of every image: batch entry b = image * nW + w
+            logits = logits + mask.repeat(Bp // mask.shape[0], 1, 1).unsqueeze(1)
+    attn = logits.softmax(-1)
+    if isinstance(layer, ReAttention):
+        theta, bn, s = layer.reatten_matrix.weight[:, :, 0, 0], layer.var_norm, (1, H, 1, 1)
+        attn = torch.einsum('bhij,gh->bgij', attn, theta) + layer.reatten_matrix.bias.view(s)
+        attn = (attn - bn.running_mean.view(s)) / torch.sqrt(bn.running_var.view(s) + bn.eps)
+        attn = (attn * bn.weight.view(s) + bn.bias.view(s)) * layer.reatten_scale
+    return layer.proj((attn @ v).transpose(1, 2).reshape(Bp, n, C)), attn
+
+
+@pytest.mark.parametrize('path', PATHS)
+@pytest.mark.parametrize('kind', KINDS)
+def test_attend_gives_the_reference_on_every_path(monkeypatch, kind, path):
+    """Every attention layer's core goes through :func:`attend`; on each path it takes (explicit map, fused kernel
+    carrying a ride, public fused kernel, a ride too wide for the kernel, the private kernel disabled, a ride
+    under attention dropout) the output, the map and ``ride.mixed`` are the textbook ones: ``Softmax(q k^T *
+    scale + bias) v`` (re-attention: its re-mixed map) and the head mean of the map (before dropout, negative
+    weights dropped) applied to the values."""
+    if kind == 'reattention' and path == 'dropout':
+        pytest.skip('re-attention drops out inside its map, before Θ and the norm (train mode: batch statistics)')
+    layer, x, mask = build(kind)
+    layer.train(path == 'dropout')
+    channels = dict(fused=0, wide_ride=ride_module.RIDE_CHANNELS + 1).get(path.replace('-', '_'), 2)
+    ride = Ride(torch.rand(*x.shape[:2], channels)) if channels else None
+    if path == 'fallback':
+        monkeypatch.setattr(compat, '_cpu_flash_ops', None)  # checked and missing: the public path
+    assert (compat.cpu_flash_attention_ops() is None) == (path == 'fallback')
+
+    ran = []
+
+    def spy(name, fn):
+        return lambda *args, **kwargs: ran.append(name) or fn(*args, **kwargs)
+
+    monkeypatch.setattr(ride_module, 'softmax_map', spy('map', ride_module.softmax_map))
+    if kind == 'reattention':
+        monkeypatch.setattr(layer, 'attention_map', spy('map', layer.attention_map))
+    monkeypatch.setattr(ride_module, '_mix_beside', spy('beside', ride_module._mix_beside))
+    monkeypatch.setattr(ride_module.F, 'scaled_dot_product_attention', spy('sdpa', F.scaled_dot_product_attention))
+    monkeypatch.setattr(ride_module._AttentionWithRide, 'apply',
+                        spy('ride kernel', ride_module._AttentionWithRide.apply))
+
+    need_attn = path == 'explicit'
+    kwargs = dict(need_attn=need_attn, ride=ride, **({} if mask is None else dict(mask=mask)))
+    with torch.no_grad():
+        out = layer(x, **kwargs)
+        out, attn = out if need_attn else (out, None)
+        expected, expected_attn = reference(layer, x, mask)
+    assert ran == KERNELS[kind.replace('shifted-', '')][path.replace('-', '_')]
+    if path != 'dropout':
+        assert (out - expected).abs().max() <= 1e-6
+    if need_attn:
+        assert attn.shape == expected_attn.shape and (attn - expected_attn).abs().max() <= 1e-6
+    if ride is not None:
+        mixed = expected_attn.mean(1).clamp(min=0) @ ride.values
+        assert ride.mixed.shape == mixed.shape and (ride.mixed - mixed).abs().max() <= 1e-6
+    if kind == 'reattention':
+        assert expected_attn.mean(1).min() < 0  # the max(0, .) of Ride.mixed is exercised
+
+
+def test_attend_refuses_a_bias_with_an_attention_map():
+    q = torch.zeros(1, 1, 3, 2)
+    with pytest.raises(ValueError, match='bias or an attention_map'):
+        attend(q, q, q, 1., bias=torch.zeros(1, 1, 3, 3), attention_map=lambda q, k: q @ k.transpose(-2, -1))

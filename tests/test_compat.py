@@ -12,7 +12,7 @@ from packaging.version import Version
 
 from conftest import CONFIGS, tool_env
 from mmvitreg import compat
-from mmvitreg.models.layers import Ride
+from mmvitreg.models.layers import Ride, attend, ride as ride_module
 
 SEG = CONFIGS / 'deepvit' / 'upernet_deepvit-s_mln_8xb2-160k_ade20k-512x512.py'  # inherits mmseg::
 ALL = ['checkpoint_weights_only', 'cpu_distributed', 'package_lookup', 'mmvitreg_config_scope',
@@ -197,7 +197,7 @@ def ride_results():
     qkv = torch.randn(B, N, 3, H, d, requires_grad=True)
     q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
     ride = Ride(torch.rand(B, N, 2))
-    out = ride.attention(q, k, v, 0.3)
+    out, _ = attend(q, k, v, 0.3, ride=ride)
     (out * torch.randn(B, H, N, d)).sum().backward()
     return out.detach(), qkv.grad, ride.mixed
 
@@ -229,8 +229,8 @@ def test_a_missing_or_changed_flash_op_falls_back_with_one_warning_and_equal_res
     the torch version and the cost) however often the ride runs, and the public path, whose output, q, k, v
     gradients and mixed values equal the fused kernel's."""
     attended = []
-    attend = Ride.attend
-    monkeypatch.setattr(Ride, 'attend', lambda self, *a, **kw: attended.append(1) or attend(self, *a, **kw))
+    mix_beside = ride_module._mix_beside
+    monkeypatch.setattr(ride_module, '_mix_beside', lambda *a: attended.append(1) or mix_beside(*a))
     with warnings.catch_warnings():
         warnings.simplefilter('error')  # the real operators pass without a warning
         assert compat.cpu_flash_attention_ops() is not None

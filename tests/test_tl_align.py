@@ -12,7 +12,7 @@ from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 from mmpretrain.structures import DataSample
 
 from mmvitreg.models.target_transforms import TLAlign
-from mmvitreg.models.layers import Ride
+from mmvitreg.models.layers import Ride, attend
 from mmvitreg.models.trace import MixPlan, TokenTrace, TraceStreamError
 from mmvitreg.registry import MODELS
 from mmvitreg.utils import check_plugin_types
@@ -137,7 +137,8 @@ def test_table10_norm_drops_negative_weights_and_keeps_label_of_rows_without_pos
                           [0.2, 0.3, 0.5]]]).view(1, 1, 3, 3)
     w = torch.tensor([[1., 0., 0.25]]).unsqueeze(-1)
     ride = Ride(torch.cat([w, 1 - w], -1))
-    ride.mix_with_map(attn)
+    qkv = torch.zeros(1, 1, 3, 1)
+    attend(qkv, qkv, qkv, 1., ride=ride, attention_map=lambda q, k: attn)
     out = TLAlign.step(TokenTrace(), 0, ride.values, ride.mixed)[..., 0]
     aligned = torch.tensor([[(0.5 * 1 + 0.7 * 0.25) / 1.2, 0., 0.2 + 0.5 * 0.25]])
     assert torch.allclose(out, 0.5 * (aligned + w[..., 0]))
@@ -459,7 +460,7 @@ def test_labels_propagate_in_float32_under_autocast():
 @pytest.mark.parametrize('channels', [2, 1000])
 def test_fused_attention_carries_the_ride_in_its_own_kernel_call(monkeypatch, channels):
     """On the CPU in float32 a ride of at most ``RIDE_CHANNELS`` value channels goes through the attention's
-    own fused kernel call (no second q k^T: ``Ride.attend`` is never called) and changes nothing the model
+    own fused kernel call (no second q k^T beside it) and changes nothing the model
     computes: the output and the q, k, v gradients equal plain ``F.scaled_dot_product_attention``'s, and the
     mixed values equal the head-mean softmax map applied to them. A wider ride (C = 1000 labels) takes the
     map beside the kernel call instead, with the same results."""
@@ -475,9 +476,9 @@ def test_fused_attention_carries_the_ride_in_its_own_kernel_call(monkeypatch, ch
     values = torch.rand(B, N, channels)
     attended = []
     if channels <= ride_module.RIDE_CHANNELS:
-        monkeypatch.setattr(Ride, 'attend', lambda *a, **kw: attended.append(1))
+        monkeypatch.setattr(ride_module, '_mix_beside', lambda *a: attended.append(1))
     ride = Ride(values)
-    out = ride.attention(q, k, v, 0.3)
+    out, _ = attend(q, k, v, 0.3, ride=ride)
     (out * grad).sum().backward()
     assert not attended
     assert (out - expected).abs().max() <= 1e-6 and (qkv.grad - expected_grad).abs().max() <= 1e-6

@@ -5,7 +5,7 @@ from mmpretrain.models.backbones import VisionTransformer as MMPretrainViT
 from mmpretrain.models.utils import resize_pos_embed
 
 from mmvitreg.models.backbones import DeepViT, LVViT, VisionTransformer
-from mmvitreg.models.layers import MultiheadSelfAttention, TransformerBlock
+from mmvitreg.models.layers import TransformerBlock, ride as ride_module
 from mmvitreg.models.trace import MixPlan, TokenTrace
 from mmvitreg.registry import MODELS
 
@@ -212,14 +212,16 @@ def test_attention_taps_only_for_requested_blocks():
 def test_without_trace_every_block_stays_fused(monkeypatch):
     """No trace -> the explicit attention is never computed; with a trace, only in the asked blocks."""
     model = tiny()
-    calls = []
-    original = MultiheadSelfAttention.softmax_map
+    running, calls = [], []
+    for layer in model.layers:
+        layer.attn.register_forward_pre_hook(lambda attn, args: running.append(attn))
+    original = ride_module.softmax_map
 
-    def spy(self, q, k):
-        calls.append(self)
-        return original(self, q, k)
+    def spy(*args):
+        calls.append(running[-1])
+        return original(*args)
 
-    monkeypatch.setattr(MultiheadSelfAttention, 'softmax_map', spy)
+    monkeypatch.setattr(ride_module, 'softmax_map', spy)
     model(torch.randn(1, 3, 32, 32))
     assert calls == []
     model(torch.randn(1, 3, 32, 32), TokenTrace(attn_layers=(2, ), token_layers=(0, 1, 2, 3)))

@@ -3,7 +3,7 @@ from .attention import MultiheadSelfAttention
 from .conv_stem import ConvStem
 from .patch_embed import PatchEmbed, token_grid
 from .re_attention import ReAttention
-from .ride import Ride
+from .ride import Ride, attend
 from .talking_heads import TalkingHeadsAttention
 from .transformer_block import ATTENTION_TYPES, TransformerBlock
 from .window_attention import WindowAttention
@@ -11,5 +11,5 @@ from .window_layout import WindowLayout
 
 __all__ = [
     'MultiheadSelfAttention', 'ReAttention', 'TalkingHeadsAttention', 'ATTENTION_TYPES', 'PatchEmbed', 'ConvStem',
-    'token_grid', 'TransformerBlock', 'WindowAttention', 'WindowLayout', 'Ride'
+    'token_grid', 'TransformerBlock', 'WindowAttention', 'WindowLayout', 'Ride', 'attend'
 ]

@@ -1,10 +1,9 @@
-"""Multi-head self-attention with a fused path and an explicit path."""
+"""Multi-head self-attention of the ViT family; its core is :func:`~mmvitreg.models.layers.attend`."""
 from typing import Optional, Tuple, Union
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .ride import Ride
+from .ride import Ride, attend, softmax_map
 
 
 class MultiheadSelfAttention(nn.Module):
@@ -19,13 +18,14 @@ class MultiheadSelfAttention(nn.Module):
     concatenated and projected by ``proj``. State-dict keys are those of mmpretrain's
     ``MultiheadAttention`` (``qkv``, ``proj``), so mmpretrain / timm ViT weights load unchanged.
 
-    Without ``need_attn`` the module runs PyTorch's fused ``F.scaled_dot_product_attention`` (the
-    attention map is never materialised). With ``need_attn=True`` it runs the explicit path
-    :meth:`attention_map` and returns the map too. Subclasses that change the map (re-attention,
-    talking heads) override :meth:`attention_map` and set ``fused = False``. A
-    :class:`~mmvitreg.models.layers.Ride` (``ride``, values ``(B, N, D)``) gets the head-mean map
-    applied to its values: on the fused path by the same kernel call, on the
-    explicit path (and with attention dropout active in training) from the map before dropout.
+    The core runs in :func:`~mmvitreg.models.layers.attend`, which picks the kernel: without
+    ``need_attn`` PyTorch's fused ``F.scaled_dot_product_attention`` (the attention map is never
+    materialised); with ``need_attn=True`` the explicit softmax map, returned too. Subclasses that change
+    the map (re-attention, talking heads) override :meth:`attention_map` and set ``fused = False``: their
+    map is always explicit. A :class:`~mmvitreg.models.layers.Ride` (``ride``, values ``(B, N, D)``) gets
+    the head-mean map applied to its values: on the CPU in float32 by the same fused kernel call, else
+    beside it, or, on the explicit path (and with attention dropout active in training), from the map
+    before dropout.
 
     Args:
         embed_dims (int): Token channels ``C``.
@@ -61,12 +61,9 @@ class MultiheadSelfAttention(nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
 
     def attention_map(self, q: Tensor, k: Tensor) -> Tensor:
-        """The ``(B, H, N, N)`` map that multiplies ``V``: ``Softmax(Q K^T * scale)``, then dropout."""
-        return self.attn_drop(self.softmax_map(q, k))
-
-    def softmax_map(self, q: Tensor, k: Tensor) -> Tensor:
-        """``Softmax(Q K^T * scale)`` ``(B, H, N, N)``, before attention dropout."""
-        return ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)  # q scaled: (B, H, N, d)
+        """The ``(B, H, N, N)`` map that multiplies ``V`` for ``q, k`` ``(B, H, N, d)``: ``Softmax(Q K^T * scale)``,
+        then dropout; the map of the kinds that are not ``fused`` (their subclasses build on or replace it)."""
+        return self.attn_drop(softmax_map(q, k, self.scale))
 
     def forward(self, x: Tensor, need_attn: bool = False,
                 ride: Optional[Ride] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
@@ -75,20 +72,7 @@ class MultiheadSelfAttention(nn.Module):
         ``ride.mixed`` when a ride is given."""
         B, N, C = x.shape
         q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims).permute(2, 0, 3, 1, 4).unbind(0)
-        dropout = self.attn_drop.p if self.training else 0.
-        if self.fused and (need_attn or ride is not None and dropout > 0):  # the softmax before dropout
-            attn = self.softmax_map(q, k)
-            x = self.attn_drop(attn) @ v
-        elif not self.fused:
-            attn = self.attention_map(q, k)
-            x = attn @ v
-        elif ride is not None:  # no dropout here: the map and the values' mix from one fused call
-            attn = None
-            x = ride.attention(q, k, v, self.scale)
-        else:
-            attn = None
-            x = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=self.scale)
-        if ride is not None and attn is not None:
-            ride.mix_with_map(attn)
+        x, attn = attend(q, k, v, self.scale, dropout_p=self.attn_drop.p if self.training else 0.,
+                         need_attn=need_attn, ride=ride, attention_map=None if self.fused else self.attention_map)
         x = self.proj_drop(self.proj(x.transpose(1, 2).reshape(B, N, C)))
         return (x, attn) if need_attn else x

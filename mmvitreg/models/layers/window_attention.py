@@ -1,13 +1,12 @@
-"""Window multi-head self-attention of Swin, with a fused path and an explicit path."""
+"""Window multi-head self-attention of Swin; its core is :func:`~mmvitreg.models.layers.attend`."""
 from typing import Optional, Tuple, Union
 
 import torch
-import torch.nn.functional as F
 from mmengine.model import BaseModule
 from mmengine.model.weight_init import trunc_normal_
 from torch import Tensor, nn
 
-from .ride import Ride
+from .ride import Ride, attend
 
 
 class WindowAttention(BaseModule):
@@ -26,9 +25,10 @@ class WindowAttention(BaseModule):
     ``qkv``, ``proj``): it is built by mmpretrain's ``ShiftWindowMSA`` as its ``window_msa``, so
     mmpretrain / mmseg / mmdet Swin weights load unchanged.
 
-    Without ``need_attn`` it runs ``F.scaled_dot_product_attention`` with ``B + M`` as the additive
-    mask (the map is never returned); with ``need_attn=True`` it computes the map explicitly, as
-    mmpretrain does, and returns it too (the softmax, before attention dropout). A
+    The core runs in :func:`~mmvitreg.models.layers.attend` with ``B + M`` as its bias (the windows
+    of one image folded into the head axis): without ``need_attn`` ``F.scaled_dot_product_attention``
+    with the bias as additive mask (the map is never returned); with ``need_attn=True`` the map
+    explicitly, as mmpretrain computes it, returned too (the softmax, before attention dropout). A
     :class:`~mmvitreg.models.layers.Ride` (values ``(B * nW, N, D)`` in windows) gets the head-mean map
     from the detached ``q, k`` outside autograd beside the fused call, or, on the explicit path and
     with attention dropout active in training, the map before dropout.
@@ -95,22 +95,9 @@ class WindowAttention(BaseModule):
         B_, N, C = x.shape
         q, k, v = self.qkv(x).reshape(B_, N, 3, self.num_heads, C // self.num_heads).permute(2, 0, 3, 1, 4).unbind(0)
         bias = self.position_bias().unsqueeze(0)  # (1, heads, N, N)
-        if mask is not None:  # windows of one image are consecutive: fold them into the head axis
-            nW = mask.shape[0]
-            bias = (bias + mask.unsqueeze(1).to(bias.dtype)).reshape(1, nW * self.num_heads, N, N)
-            q, k, v = (t.reshape(B_ // nW, nW * self.num_heads, N, -1) for t in (q, k, v))
-        dropout = self.attn_drop.p if self.training else 0.
-        if need_attn or ride is not None and dropout > 0:  # the map is the softmax before attention dropout
-            attn = ((q * self.scale) @ k.transpose(-2, -1) + bias).softmax(dim=-1)
-            x = self.attn_drop(attn) @ v
-            attn = attn.view(B_, self.num_heads, N, N)
-            if ride is not None:
-                ride.mix_with_map(attn)
-        else:  # the (1, ., N, N) bias broadcasts over the batch without a copy
-            x = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropout, scale=self.scale)
-            if ride is not None:
-                ride.attend(q, k, self.scale, self.num_heads, bias)
-        x = x.reshape(B_, self.num_heads, N, -1)
+        if mask is not None:
+            bias = bias + mask.unsqueeze(1).to(bias.dtype)  # (nW, heads, N, N)
+        x, attn = attend(q, k, v, self.scale, bias=bias, dropout_p=self.attn_drop.p if self.training else 0.,
+                         need_attn=need_attn, ride=ride)
         x = self.proj_drop(self.proj(x.transpose(1, 2).reshape(B_, N, C)))
         return (x, attn) if need_attn else x
