@@ -235,7 +235,7 @@ def test_studies_reach_their_tools_from_the_wheel(installed, tmp_path):
     assert Path(out['root']) == installed.mim and (installed.mim / 'configs' / 'demo' / DEMO).is_file()
     assert Path(out['train']) == installed.mim / 'tools' / 'train.py'
     assert Path(out['digits']) == installed.mim / 'tools' / 'dataset_converters' / 'digits.py'
-    assert out['sections'] == ['deepvit', 'token_labeling', 'diversepatch', 'drloc', 'tl_align']
+    assert out['sections'] == ['deepvit', 'token_labeling', 'diversepatch', 'drloc', 'tl_align', 'dense']
 
     listed = run_outside([tools / 'benchmark_train_step.py', '--list'], installed, installed.user).stdout
     assert [ln.split(':')[0] for ln in listed.splitlines()] == out['cases']
