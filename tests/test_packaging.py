@@ -241,7 +241,7 @@ def test_studies_reach_their_tools_from_the_wheel(installed, tmp_path):
     assert [ln.split(':')[0] for ln in listed.splitlines()] == out['cases']
     run_outside([tools / 'claims_report.py', '--assemble', '--out', tmp_path / 'docs'], installed, installed.user)
     text = (tmp_path / 'docs' / 'claims.md').read_text()
-    assert len(re.findall(r'^## ', text, flags=re.M)) == 5 and text.count('*Not run yet:*') == 5
+    assert len(re.findall(r'^## ', text, flags=re.M)) == 6 and text.count('*Not run yet:*') == 6
 
 
 def test_library_loads_no_script_by_path():
