@@ -156,5 +156,5 @@ def test_the_kind_of_a_config_is_its_models():
     run = run_tool(['analysis_tools/trace_support.py', '--config', config, '--backbone', 'SwinTransformer'], cwd=REPO)
     lines = run.stdout.splitlines()
     assert lines[2].split() == ['aux_losses[0]:', 'DRLoc(in_channels=256,', 'layers=(-1,),', 'loss_weight=0.5,',
-                                "reduction='mean')", '768', 'channels']
+                                "target='abs',", "reduction='mean',", 'replacement=True)', '768', 'channels']
     assert 'model kind seg (mmseg: mmvitreg.TokenSegmentor)' in lines
