@@ -574,5 +574,3 @@ class TokenTrace:
         stage = stage + len(self.stages) if stage < 0 else stage
         x = self.stages[stage]
         return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], *self.stage_grids[stage])
-
-    resolve = staticmethod(resolve_blocks)
