@@ -10,7 +10,7 @@ import torch.nn.functional as F
 import mmvitreg.models.layers as layers
 from mmvitreg import compat
 from mmvitreg.models.layers import (MultiheadSelfAttention, ReAttention, Ride, WindowAttention, WindowLayout, attend,
-                                    ride as ride_module)
+                                    attention as attention_module, ride as ride_module)
 
 
 def imported_modules(path: Path, package):
@@ -37,13 +37,14 @@ def test_no_layer_imports_the_trace():
 
 KINDS = ('msa', 'reattention', 'window', 'shifted-window')
 PATHS = ('explicit', 'fused-ride', 'fused', 'wide-ride', 'fallback', 'dropout')
-#: what attend runs for each path and attention kind: the explicit map, the fused kernel that carries the
-#: ride, the public fused kernel, the ride's map from q, k beside it
+#: what attend runs for each path and attention kind: the explicit map, the private CPU kernel that carries the
+#: ride, the public fused kernel carrying it on widened q, k, v, the public fused kernel, the ride's map from q, k
+#: beside it
 KERNELS = {
     'msa': dict(explicit=['map'], dropout=['map'], fused=['sdpa'], wide_ride=['sdpa', 'beside'],
-                fallback=['sdpa', 'beside'], fused_ride=['ride kernel']),
+                fallback=['widened', 'sdpa'], fused_ride=['ride kernel']),
     'window': dict(explicit=['map'], dropout=['map'], fused=['sdpa'], wide_ride=['sdpa', 'beside'],
-                   fallback=['sdpa', 'beside'], fused_ride=['sdpa', 'beside']),  # a bias: no ride kernel
+                   fallback=['widened', 'sdpa'], fused_ride=['widened', 'sdpa']),  # a bias: the public kernel
     'reattention': {path.replace('-', '_'): ['map'] for path in PATHS},
 }
 
@@ -109,11 +110,13 @@ def test_attend_gives_the_reference_on_every_path(monkeypatch, kind, path):
     def spy(name, fn):
         return lambda *args, **kwargs: ran.append(name) or fn(*args, **kwargs)
 
-    monkeypatch.setattr(ride_module, 'softmax_map', spy('map', ride_module.softmax_map))
-    if kind == 'reattention':
+    if kind == 'reattention':  # its map (which builds on the softmax map) is the one spied
         monkeypatch.setattr(layer, 'attention_map', spy('map', layer.attention_map))
-    monkeypatch.setattr(ride_module, '_mix_beside', spy('beside', ride_module._mix_beside))
-    monkeypatch.setattr(ride_module.F, 'scaled_dot_product_attention', spy('sdpa', F.scaled_dot_product_attention))
+    else:
+        monkeypatch.setattr(attention_module, 'softmax_map', spy('map', attention_module.softmax_map))
+    monkeypatch.setattr(attention_module, 'mix_beside', spy('beside', attention_module.mix_beside))
+    monkeypatch.setattr(attention_module, 'attend_widened', spy('widened', attention_module.attend_widened))
+    monkeypatch.setattr(F, 'scaled_dot_product_attention', spy('sdpa', F.scaled_dot_product_attention))
     monkeypatch.setattr(ride_module._AttentionWithRide, 'apply',
                         spy('ride kernel', ride_module._AttentionWithRide.apply))
 
@@ -139,3 +142,48 @@ def test_attend_refuses_a_bias_with_an_attention_map():
     q = torch.zeros(1, 1, 3, 2)
     with pytest.raises(ValueError, match='bias or an attention_map'):
         attend(q, q, q, 1., bias=torch.zeros(1, 1, 3, 3), attention_map=lambda q, k: q @ k.transpose(-2, -1))
+
+
+@pytest.mark.parametrize('windows', [1, 3])
+@pytest.mark.parametrize('channels', [1, 2, 8])
+def test_widened_call_gives_the_unwidened_output_gradients_and_mixed_values(channels, windows):
+    """The public fused path of a ride (the GPU's): ``q, k`` zero-padded, ``v`` carrying the values, one
+    ``F.scaled_dot_product_attention`` call. Its output and the ``q, k, v`` gradients equal the plain call's, and
+    ``ride.mixed`` equals the head-mean map applied to the values (with windows folded into the head axis against
+    a bias, and keys of another length than the queries, as CvT's)."""
+    torch.manual_seed(0)
+    heads, n, nk, d = 2, 9, 9 if windows > 1 else 5, 12
+    q = torch.randn(2, windows * heads, n, d, requires_grad=True)
+    k, v = (torch.randn(2, windows * heads, nk, d, requires_grad=True) for _ in range(2))
+    bias = torch.randn(1, windows * heads, n, nk) if windows > 1 else None
+    values = torch.rand(2 * windows, nk, channels)
+    grad = torch.randn(2, windows * heads, n, d)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=0.3)
+    expected_grads = torch.autograd.grad((expected * grad).sum(), (q, k, v))
+    ride = Ride(values)
+    out = ride_module.attend_widened(q, k, v, ride, 0.3, heads, bias)
+    grads = torch.autograd.grad((out * grad).sum(), (q, k, v))
+    assert out.shape == expected.shape and (out - expected).abs().max() <= 1e-6
+    for got, want in zip(grads, expected_grads):
+        assert (got - want).abs().max() <= 1e-5
+    logits = (q * 0.3) @ k.transpose(-2, -1) + (0 if bias is None else bias)
+    maps = logits.softmax(-1).view(2, windows, heads, n, nk).mean(2).flatten(0, 1)
+    assert ride.mixed.dtype == torch.float32 and not ride.mixed.requires_grad
+    assert ride.mixed.shape == (2 * windows, n, channels)
+    assert (ride.mixed - maps.detach() @ values).abs().max() <= 1e-6
+
+
+def test_widened_call_under_bf16_autocast_mixes_with_the_bf16_map():
+    """Under bf16 autocast the ride rides in bf16 (the official AMP code mixes its labels with the low-precision
+    map too): ``ride.mixed`` is float32 and within bf16 rounding of the float32 reference; the output is the
+    plain bf16 call's."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 16, 8) for _ in range(3))
+    values = torch.rand(2, 16, 2)
+    ride = Ride(values)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        out = ride_module.attend_widened(q, k, v, ride, 0.5, 3)
+        plain = F.scaled_dot_product_attention(q, k, v, scale=0.5)
+    assert out.dtype == torch.bfloat16 and (out.float() - plain.float()).abs().max() <= 2e-2
+    reference = ((q * 0.5) @ k.transpose(-2, -1)).softmax(-1).mean(1) @ values
+    assert ride.mixed.dtype == torch.float32 and (ride.mixed - reference).abs().max() <= 2e-2

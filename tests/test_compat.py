@@ -12,7 +12,7 @@ from packaging.version import Version
 
 from conftest import CONFIGS, tool_env
 from mmvitreg import compat
-from mmvitreg.models.layers import Ride, attend, ride as ride_module
+from mmvitreg.models.layers import Ride, attend, attention as attention_module
 
 SEG = CONFIGS / 'deepvit' / 'upernet_deepvit-s_mln_8xb2-160k_ade20k-512x512.py'  # inherits mmseg::
 ALL = ['checkpoint_weights_only', 'cpu_distributed', 'package_lookup', 'mmvitreg_config_scope',
@@ -229,8 +229,8 @@ def test_a_missing_or_changed_flash_op_falls_back_with_one_warning_and_equal_res
     the torch version and the cost) however often the ride runs, and the public path, whose output, q, k, v
     gradients and mixed values equal the fused kernel's."""
     attended = []
-    mix_beside = ride_module._mix_beside
-    monkeypatch.setattr(ride_module, '_mix_beside', lambda *a: attended.append(1) or mix_beside(*a))
+    widened = attention_module.attend_widened
+    monkeypatch.setattr(attention_module, 'attend_widened', lambda *a: attended.append(1) or widened(*a))
     with warnings.catch_warnings():
         warnings.simplefilter('error')  # the real operators pass without a warning
         assert compat.cpu_flash_attention_ops() is not None

@@ -438,9 +438,11 @@ def test_block_mix_fills_beit_blocks_from_the_partner(monkeypatch):
         MODELS.build(dict(type='mmvitreg.BlockMix', aspect=2.))
 
 
-def test_labels_propagate_in_float32_under_autocast():
-    """Under bfloat16 autocast the block runs in bfloat16 but the ride forms its map and mixes the labels in
-    float32: the aligned weights equal those of a float32 map built from the same (bfloat16) q and k."""
+def test_labels_ride_in_the_autocast_dtype_as_the_official_amp_run():
+    """Under bfloat16 autocast the block runs in bfloat16 and the labels ride in its fused call, mixed by the
+    bfloat16 map (the official AMP run multiplies them by its fp16 map): ``ride.mixed`` is float32 and within
+    bfloat16 rounding of the float32 map built from the same (bfloat16) q and k, with rows still summing to
+    the values' (the map's rows sum to one)."""
     from mmvitreg.models.layers import MultiheadSelfAttention
     torch.manual_seed(0)
     msa = MultiheadSelfAttention(32, 2).train()
@@ -454,7 +456,8 @@ def test_labels_propagate_in_float32_under_autocast():
     assert out.dtype == torch.bfloat16 and ride.mixed.dtype == torch.float32
     q, k, _ = seen['qkv'].float().reshape(2, 9, 3, 2, 16).permute(2, 0, 3, 1, 4)
     expected = (((q * msa.scale) @ k.transpose(-2, -1)).softmax(-1).mean(1)) @ values
-    assert (ride.mixed - expected).abs().max() <= 1e-6
+    error = (ride.mixed - expected).abs().max()
+    assert 0 < error <= 8e-3  # bfloat16 rounding (2^-8 relative), not float32 agreement
 
 
 @pytest.mark.parametrize('channels', [2, 1000])
@@ -464,6 +467,7 @@ def test_fused_attention_carries_the_ride_in_its_own_kernel_call(monkeypatch, ch
     computes: the output and the q, k, v gradients equal plain ``F.scaled_dot_product_attention``'s, and the
     mixed values equal the head-mean softmax map applied to them. A wider ride (C = 1000 labels) takes the
     map beside the kernel call instead, with the same results."""
+    from mmvitreg.models.layers import attention as attention_module
     from mmvitreg.models.layers import ride as ride_module
     torch.manual_seed(0)
     B, H, N, d = 3, 4, 17, 16
@@ -476,7 +480,7 @@ def test_fused_attention_carries_the_ride_in_its_own_kernel_call(monkeypatch, ch
     values = torch.rand(B, N, channels)
     attended = []
     if channels <= ride_module.RIDE_CHANNELS:
-        monkeypatch.setattr(ride_module, '_mix_beside', lambda *a: attended.append(1))
+        monkeypatch.setattr(attention_module, 'mix_beside', lambda *a: attended.append(1))
     ride = Ride(values)
     out, _ = attend(q, k, v, 0.3, ride=ride)
     (out * grad).sum().backward()

@@ -5,7 +5,7 @@ from mmpretrain.models.backbones import VisionTransformer as MMPretrainViT
 from mmpretrain.models.utils import resize_pos_embed
 
 from mmvitreg.models.backbones import DeepViT, LVViT, VisionTransformer
-from mmvitreg.models.layers import TransformerBlock, ride as ride_module
+from mmvitreg.models.layers import TransformerBlock, attention as attention_module
 from mmvitreg.models.trace import MixPlan, TokenTrace
 from mmvitreg.registry import MODELS
 
@@ -215,13 +215,13 @@ def test_without_trace_every_block_stays_fused(monkeypatch):
     running, calls = [], []
     for layer in model.layers:
         layer.attn.register_forward_pre_hook(lambda attn, args: running.append(attn))
-    original = ride_module.softmax_map
+    original = attention_module.softmax_map
 
     def spy(*args):
         calls.append(running[-1])
         return original(*args)
 
-    monkeypatch.setattr(ride_module, 'softmax_map', spy)
+    monkeypatch.setattr(attention_module, 'softmax_map', spy)
     model(torch.randn(1, 3, 32, 32))
     assert calls == []
     model(torch.randn(1, 3, 32, 32), TokenTrace(attn_layers=(2, ), token_layers=(0, 1, 2, 3)))

@@ -1,9 +1,9 @@
 """Building blocks of the mmvitreg backbones: attention kinds (global and windowed), patch embeddings, the block."""
-from .attention import MultiheadSelfAttention
+from .attention import MultiheadSelfAttention, attend
 from .conv_stem import ConvStem
 from .patch_embed import PatchEmbed, token_grid
 from .re_attention import ReAttention
-from .ride import Ride, attend
+from .ride import Ride
 from .talking_heads import TalkingHeadsAttention
 from .transformer_block import ATTENTION_TYPES, TransformerBlock
 from .window_attention import WindowAttention

@@ -1,9 +1,106 @@
-"""Multi-head self-attention of the ViT family; its core is :func:`~mmvitreg.models.layers.attend`."""
-from typing import Optional, Tuple, Union
+"""The one entry point of every attention layer's core, :func:`attend`, and multi-head self-attention.
 
+Every attention layer (:class:`MultiheadSelfAttention`, re-attention, talking heads,
+:class:`~mmvitreg.models.layers.WindowAttention`, CvT's convolutional attention) computes its ``q, k, v`` and
+calls :func:`attend` for ``Softmax(q k^T * scale + bias) v``: :func:`attend` decides between an explicit map,
+a fused kernel carrying a :class:`~mmvitreg.models.layers.Ride` and the public fused kernel.
+"""
+from typing import Callable, Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .ride import Ride, attend, softmax_map
+from ...compat import cpu_flash_attention_ops
+from .ride import Ride, attend_cpu_kernel, attend_widened, mix_beside, mix_map
+
+cpu_flash_attention_ops()  # checked once here, so that torch.compile reads the result and never traces the check
+
+
+def softmax_map(q: Tensor, k: Tensor, scale: float, bias: Optional[Tensor] = None) -> Tensor:
+    """``Softmax(q k^T * scale + bias)`` ``(B, H, n, n)`` for ``q, k`` ``(B, H, n, d)``, ``bias`` broadcastable
+    to the logits (in the autograd graph, in the dtype of ``q, k``)."""
+    logits = (q * scale) @ k.transpose(-2, -1)
+    return (logits if bias is None else logits + bias).softmax(dim=-1)
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, scale: float, *, bias: Optional[Tensor] = None, dropout_p: float = 0.,
+           need_attn: bool = False, ride: Optional[Ride] = None,
+           attention_map: Optional[Callable[[Tensor, Tensor], Tensor]] = None) -> Tuple[Tensor, Optional[Tensor]]:
+    """The core of every attention layer: ``A v`` with ``A = Softmax(q k^T * scale + bias)`` after dropout, or
+    ``A = attention_map(q, k)``; fills ``ride.mixed`` from ``A`` before dropout (an ``attention_map``'s ``A``
+    as it comes, with the dropout it applies inside).
+
+    The one place that decides how (first match):
+
+    1. **explicit** when a map is needed: ``attention_map`` is given (a map the fused kernel cannot make:
+       re-attention, talking heads), ``need_attn``, or a ride with active dropout (the ride sees the map
+       before dropout). ``A`` is materialised, ``x = dropout(A) v``, the ride takes the head mean of ``A``
+       (never kept for the backward).
+    2. **fused with the ride** for a ride of at most ``RIDE_CHANNELS`` value channels: the values ride as
+       extra value channels of the fused call, so the map is computed once and never materialised
+       (:mod:`~mmvitreg.models.layers.ride`): PyTorch's private fused CPU kernel for ``q`` on the CPU in
+       float32 without a bias where :func:`mmvitreg.compat.cpu_flash_attention_ops` gives it, else (CUDA, any
+       dtype, a bias) the public ``F.scaled_dot_product_attention`` on widened ``q, k, v``.
+    3. **fused**: ``F.scaled_dot_product_attention`` with ``bias`` as its additive mask; a wider ride takes the
+       map from the detached ``q, k`` (and ``bias``) beside it, in float32 outside autograd.
+
+    Windows: the ``G`` groups of a ``bias`` (Swin's ``nW`` windows of one image, consecutive in the batch)
+    are folded into the head axis, ``q, k, v`` ``(B' / G, G * H, n, d)`` against a ``(1, G * H, n, n)``
+    bias, so that the fused kernel broadcasts it over the images without a copy.
+
+    Args:
+        q, k, v (Tensor): ``(B', H, n, d)``.
+        scale (float): Multiplies ``q k^T``.
+        bias (Tensor, optional): Additive logits ``(G, H, n, n)`` (``G`` divides ``B'``; batch entry
+            ``b`` takes group ``b % G``), e.g. Swin's relative position bias plus shift mask. Not with
+            ``attention_map``.
+        dropout_p (float): Dropout on the softmax map (0 outside training). An ``attention_map`` applies its
+            own. Defaults to 0.
+        need_attn (bool): Return the map. Defaults to False.
+        ride (Ride, optional): Values ``(B', n, D)`` to mix with the head-mean map; ``ride.mixed`` is set.
+        attention_map (Callable, optional): ``(q, k) -> A`` ``(B', H, n, n)``, dropout included; replaces
+            the softmax map and always takes the explicit path.
+
+    Returns:
+        Tuple[Tensor, Optional[Tensor]]: ``x`` ``(B', H, n, d)`` and, with ``need_attn``, the map
+        ``(B', H, n, n)`` (the softmax before dropout, or ``attention_map``'s), else None.
+    """
+    if bias is not None and attention_map is not None:
+        raise ValueError('attend takes a bias or an attention_map, not both')
+    B, H, n = q.shape[:3]
+    if bias is not None:  # a decision on the bias, not on its shape, which jit tracing would freeze
+        G = bias.shape[0]
+        q, k, v = (t.reshape(B // G, G * H, n, -1) for t in (q, k, v))
+        bias = bias.reshape(1, G * H, n, n)
+    attn = None
+    if attention_map is not None or need_attn or ride is not None and dropout_p > 0:
+        if attention_map is None:
+            attn = softmax_map(q, k, scale, bias)
+            x = (F.dropout(attn, dropout_p) if dropout_p > 0 else attn) @ v
+        else:
+            attn = attention_map(q, k)
+            x = attn @ v
+        if bias is not None:
+            attn = attn.view(B, H, n, n)
+        if ride is not None:
+            mix_map(ride, attn)
+    elif ride is not None and ride.fits:
+        ops = cpu_flash_attention_ops() if bias is None and q.device.type == 'cpu' else None
+        if ops is not None and q.dtype == torch.float32:
+            x = attend_cpu_kernel(q, k, v, ride, scale, ops)
+        else:
+            x = attend_widened(q, k, v, ride, scale, H, None if bias is None else bias.to(q.dtype))
+    else:
+        x = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=None if bias is None else bias.to(q.dtype), dropout_p=dropout_p, scale=scale)
+        if ride is not None:
+            mix_beside(ride, q, k, scale, bias, H)
+    if bias is not None:
+        x = x.reshape(B, H, n, -1)
+    return x, attn if need_attn else None
+
+
 
 
 class MultiheadSelfAttention(nn.Module):
@@ -23,9 +120,9 @@ class MultiheadSelfAttention(nn.Module):
     materialised); with ``need_attn=True`` the explicit softmax map, returned too. Subclasses that change
     the map (re-attention, talking heads) override :meth:`attention_map` and set ``fused = False``: their
     map is always explicit. A :class:`~mmvitreg.models.layers.Ride` (``ride``, values ``(B, N, D)``) gets
-    the head-mean map applied to its values: on the CPU in float32 by the same fused kernel call, else
-    beside it, or, on the explicit path (and with attention dropout active in training), from the map
-    before dropout.
+    the head-mean map applied to its values by the same fused kernel call (a ride wider than
+    ``RIDE_CHANNELS``: beside it), or, on the explicit path (and with attention dropout active in
+    training), from the map before dropout.
 
     Args:
         embed_dims (int): Token channels ``C``.

@@ -1,11 +1,21 @@
-"""The one entry point of every attention layer's core, and the ride: per-token values carried through it.
+"""The ride: per-token values carried through an attention call, and the kernels that carry them.
 
-Every attention layer (:class:`~mmvitreg.models.layers.MultiheadSelfAttention`, re-attention, talking
-heads, :class:`~mmvitreg.models.layers.WindowAttention`) computes its ``q, k, v`` and calls :func:`attend`
-for ``Softmax(q k^T * scale + bias) v``: :func:`attend` decides between an explicit map, the fused kernel
-carrying a ride and the public fused kernel. A trace's :class:`~mmvitreg.models.trace.TokenStream`
-(TL-Align's labels) hands each block's attention its values as a :class:`Ride`, which :func:`attend` fills.
-The layers know rides, not traces.
+A trace's :class:`~mmvitreg.models.trace.TokenStream` (TL-Align's labels) hands each block's attention its
+values as a :class:`Ride`; :func:`~mmvitreg.models.layers.attend`, the one entry point of every attention
+layer's core, fills it with one of the kernels below. The layers know rides, not traces.
+
+The values ride *inside* the fused attention call as extra value channels wherever they fit
+(``RIDE_CHANNELS``): ``q, k`` are widened with zeros (so the logits are those of width ``d``) and ``v``
+with the values, and the extra output channels are the map applied to the values, from the same map the
+tokens attend with, computed once and never materialised:
+
+* :func:`attend_widened`: PyTorch's public ``F.scaled_dot_product_attention`` on any device and dtype, with
+  or without a bias (the GPU path: flash / memory-efficient kernels; the backward runs at the widened width);
+* :class:`_AttentionWithRide`: PyTorch's private fused CPU kernel in float32 without a bias, whose backward
+  runs at width ``d`` (a little faster on the CPU; reached only through
+  :func:`mmvitreg.compat.cpu_flash_attention_ops`, which checks it once and falls back to the public path).
+
+Wider rides (a ``C``-dimensional label stream) take the map beside the fused call (:func:`mix_beside`).
 """
 from typing import Callable, Optional, Tuple
 
@@ -13,18 +23,69 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ...compat import cpu_flash_attention_ops
-
-cpu_flash_attention_ops()  # checked once here, so that torch.compile reads the result and never traces the check
-
 #: the most value channels a ride may add to a fused call (2 cost the kernel ~9% at d = 64; wider rides go beside it)
 RIDE_CHANNELS = 8
+
+
+class Ride:
+    """Per-token values that ride along with one attention call, and what the attention made of them.
+
+    Holds ``values`` ``(B', n, D)`` on the attention's token layout (``B' = B`` in a ViT, ``B * nW``
+    windows in a Swin); :func:`~mmvitreg.models.layers.attend` sets ``mixed`` ``(B', n, D)``:
+
+    .. math::
+        \\mathrm{mixed} = \\max\\big(0, \\tfrac{1}{H}\\textstyle\\sum_h A_h\\big)\\, \\mathrm{values},
+
+    with ``A_h`` the map that mixes the attention's values, before attention dropout (re-attention:
+    after ``Θ`` and its norm; only such maps have negative entries, a softmax map is unchanged by
+    the ``max``). A ride never changes the model's gradients and keeps no map for the backward. ``values``
+    are kept in float32 and ``mixed`` is float32; a fused call computes it in the attention's dtype (under
+    bf16 / fp16 autocast the map itself is bf16 / fp16, as in the official TL-Align code's AMP training,
+    which mixes its labels with the fp16 map), the explicit and beside paths in float32.
+
+    Args:
+        values (Tensor): ``(B', n, D)``.
+    """
+
+    def __init__(self, values: Tensor):
+        self.values = values.detach().float()
+        self.mixed: Optional[Tensor] = None
+
+    @property
+    def fits(self) -> bool:
+        """Whether the values fit a fused call as extra value channels (at most ``RIDE_CHANNELS``)."""
+        return self.values.shape[-1] <= RIDE_CHANNELS
+
+
+def attend_widened(q: Tensor, k: Tensor, v: Tensor, ride: Ride, scale: float, heads: int,
+                   bias: Optional[Tensor] = None) -> Tensor:
+    """``Softmax(q k^T * scale + bias) v`` ``(B0, G * heads, n, d)`` by ``F.scaled_dot_product_attention``, with
+    the ride's values as extra value channels of the same call; sets ``ride.mixed`` ``(B', n, D)``.
+
+    ``q, k, v`` are ``(B0, G * heads, n, d)`` (``G`` windows folded into the head axis, ``B' = B0 * G``; ``G = 1``
+    without windows; ``q`` may have another number of tokens than ``k, v``) and ``ride.values`` ``(B', n, D)``
+    on the tokens of ``k, v``. ``q, k`` get ``P`` zero channels and ``v`` the values
+    (repeated per head, zero-padded to ``P``, ``d + P`` a multiple of 8 as the fused kernels prefer): the
+    logits, the map and the first ``d`` output channels are those of the unwidened call, the next ``D`` the
+    per-head maps applied to the values, whose head mean is ``ride.mixed``. The values carry no gradient; the
+    backward is the kernel's own at width ``d + P``.
+    """
+    B0, GH, n, d = k.shape
+    D = ride.values.shape[-1]
+    P = -(d + D) // 8 * -8 - d  # D rounded up so that d + P is a multiple of 8
+    values = ride.values.to(v.dtype).view(B0, GH // heads, 1, n, D).expand(-1, -1, heads, -1, -1)
+    values = F.pad(values.reshape(B0, GH, n, D), (0, P - D))
+    pad = (0, P)
+    out = F.scaled_dot_product_attention(F.pad(q, pad), F.pad(k, pad), torch.cat((v, values), -1),
+                                         attn_mask=bias, scale=scale)
+    ride.mixed = out[..., d:d + D].detach().float().unflatten(1, (GH // heads, heads)).mean(2).flatten(0, 1)
+    return out[..., :d]
 
 
 class _AttentionWithRide(torch.autograd.Function):
     """``Softmax(q k^T * scale) v`` ``(B, H, N, d)`` and, from the same map, its head mean applied to
     ``values`` ``(B, N, D)``, in one call of PyTorch's fused CPU attention; the backward is PyTorch's own
-    for ``q, k, v``.
+    for ``q, k, v`` at width ``d``.
 
     The values ride as extra value channels: ``q, k, v`` ``(B, H, N, d)`` are widened to ``d + D``
     channels (``q, k`` with zeros, so the logits and the log-sum-exp are those of width ``d``; ``v``
@@ -61,111 +122,16 @@ class _AttentionWithRide(torch.autograd.Function):
         return *grads, None, None, None
 
 
-class Ride:
-    """Per-token values that ride along with one attention call, and what the attention made of them.
-
-    Holds ``values`` ``(B', n, D)`` on the attention's token layout (``B' = B`` in a ViT, ``B * nW``
-    windows in a Swin); :func:`attend` sets ``mixed`` ``(B', n, D)``:
-
-    .. math::
-        \\mathrm{mixed} = \\max\\big(0, \\tfrac{1}{H}\\textstyle\\sum_h A_h\\big)\\, \\mathrm{values},
-
-    with ``A_h`` the map that mixes the attention's values, before attention dropout (re-attention:
-    after ``Θ`` and its norm; only such maps have negative entries, a softmax map is unchanged by
-    the ``max``). Everything runs detached, in float32, outside autograd: a ride never changes the
-    model's gradients and keeps no map for the backward.
-
-    Args:
-        values (Tensor): ``(B', n, D)``.
-    """
-
-    def __init__(self, values: Tensor):
-        self.values = values.detach().float()
-        self.mixed: Optional[Tensor] = None
-
-
-def softmax_map(q: Tensor, k: Tensor, scale: float, bias: Optional[Tensor] = None) -> Tensor:
-    """``Softmax(q k^T * scale + bias)`` ``(B, H, n, n)`` for ``q, k`` ``(B, H, n, d)``, ``bias`` broadcastable
-    to the logits (in the autograd graph, in the dtype of ``q, k``)."""
-    logits = (q * scale) @ k.transpose(-2, -1)
-    return (logits if bias is None else logits + bias).softmax(dim=-1)
-
-
-def attend(q: Tensor, k: Tensor, v: Tensor, scale: float, *, bias: Optional[Tensor] = None, dropout_p: float = 0.,
-           need_attn: bool = False, ride: Optional[Ride] = None,
-           attention_map: Optional[Callable[[Tensor, Tensor], Tensor]] = None) -> Tuple[Tensor, Optional[Tensor]]:
-    """The core of every attention layer: ``A v`` with ``A = Softmax(q k^T * scale + bias)`` after dropout, or
-    ``A = attention_map(q, k)``; fills ``ride.mixed`` from ``A`` before dropout (an ``attention_map``'s ``A``
-    as it comes, with the dropout it applies inside).
-
-    The one place that decides how (first match):
-
-    1. **explicit** when a map is needed: ``attention_map`` is given (a map the fused kernel cannot make:
-       re-attention, talking heads), ``need_attn``, or a ride with active dropout (the ride sees the map
-       before dropout). ``A`` is materialised, ``x = dropout(A) v``, the ride takes the head mean of ``A``
-       (never kept for the backward).
-    2. **fused with the ride** for a ride without bias, ``q`` on the CPU in float32 and at most
-       ``RIDE_CHANNELS`` value channels, where :func:`mmvitreg.compat.cpu_flash_attention_ops` gives PyTorch's
-       private fused CPU kernel: the values ride as extra value channels of the same kernel call
-       (:class:`_AttentionWithRide`), so the map is computed once.
-    3. **fused**: ``F.scaled_dot_product_attention`` with ``bias`` as its additive mask; a ride takes the map
-       from the detached ``q, k`` (and ``bias``) beside it, in float32 outside autograd.
-
-    Windows: the ``G`` groups of a ``bias`` (Swin's ``nW`` windows of one image, consecutive in the batch)
-    are folded into the head axis, ``q, k, v`` ``(B' / G, G * H, n, d)`` against a ``(1, G * H, n, n)``
-    bias, so that the fused kernel broadcasts it over the images without a copy.
-
-    Args:
-        q, k, v (Tensor): ``(B', H, n, d)``.
-        scale (float): Multiplies ``q k^T``.
-        bias (Tensor, optional): Additive logits ``(G, H, n, n)`` (``G`` divides ``B'``; batch entry
-            ``b`` takes group ``b % G``), e.g. Swin's relative position bias plus shift mask. Not with
-            ``attention_map``.
-        dropout_p (float): Dropout on the softmax map (0 outside training). An ``attention_map`` applies its
-            own. Defaults to 0.
-        need_attn (bool): Return the map. Defaults to False.
-        ride (Ride, optional): Values ``(B', n, D)`` to mix with the head-mean map; ``ride.mixed`` is set.
-        attention_map (Callable, optional): ``(q, k) -> A`` ``(B', H, n, n)``, dropout included; replaces
-            the softmax map and always takes the explicit path.
-
-    Returns:
-        Tuple[Tensor, Optional[Tensor]]: ``x`` ``(B', H, n, d)`` and, with ``need_attn``, the map
-        ``(B', H, n, n)`` (the softmax before dropout, or ``attention_map``'s), else None.
-    """
-    if bias is not None and attention_map is not None:
-        raise ValueError('attend takes a bias or an attention_map, not both')
-    B, H, n = q.shape[:3]
-    if bias is not None:  # a decision on the bias, not on its shape, which jit tracing would freeze
-        G = bias.shape[0]
-        q, k, v = (t.reshape(B // G, G * H, n, -1) for t in (q, k, v))
-        bias = bias.reshape(1, G * H, n, n)
-    attn = None
-    if attention_map is not None or need_attn or ride is not None and dropout_p > 0:
-        if attention_map is None:
-            attn = softmax_map(q, k, scale, bias)
-            x = (F.dropout(attn, dropout_p) if dropout_p > 0 else attn) @ v
-        else:
-            attn = attention_map(q, k)
-            x = attn @ v
-        if bias is not None:
-            attn = attn.view(B, H, n, n)
-        if ride is not None:
-            _mix_map(ride, attn)
-    elif (ride is not None and bias is None and q.device.type == 'cpu' and q.dtype == torch.float32
-          and ride.values.shape[-1] <= RIDE_CHANNELS and (ops := cpu_flash_attention_ops()) is not None):
-        x, ride.mixed = _AttentionWithRide.apply(q, k, v, ride.values, scale, ops)
-    else:
-        x = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=None if bias is None else bias.to(q.dtype), dropout_p=dropout_p, scale=scale)
-        if ride is not None:
-            _mix_beside(ride, q, k, scale, bias, H)
-    if bias is not None:
-        x = x.reshape(B, H, n, -1)
-    return x, attn if need_attn else None
+def attend_cpu_kernel(q: Tensor, k: Tensor, v: Tensor, ride: Ride, scale: float,
+                      ops: Tuple[Callable, Callable]) -> Tensor:
+    """:func:`attend_widened` without a bias through PyTorch's private fused CPU kernel (float32, ``q, k, v``
+    ``(B, H, n, d)``), whose backward runs at width ``d``; sets ``ride.mixed``."""
+    x, ride.mixed = _AttentionWithRide.apply(q, k, v, ride.values, scale, ops)
+    return x
 
 
 @torch.no_grad()
-def _mix_beside(ride: Ride, q: Tensor, k: Tensor, scale: float, bias: Optional[Tensor], heads: int) -> None:
+def mix_beside(ride: Ride, q: Tensor, k: Tensor, scale: float, bias: Optional[Tensor], heads: int) -> None:
     """Set ``ride.mixed`` from ``Softmax(q k^T * scale + bias)`` recomputed in float32, with ``q, k``
     ``(B0, G * heads, n, d)`` (windows folded into the head axis) and ``bias`` broadcastable to the logits."""
     with torch.autocast(q.device.type, enabled=False):
@@ -173,10 +139,10 @@ def _mix_beside(ride: Ride, q: Tensor, k: Tensor, scale: float, bias: Optional[T
         if bias is not None:
             logits += bias.float()
         n = logits.shape[-1]
-        _mix_map(ride, logits.softmax(-1).view(-1, heads, n, n))
+        mix_map(ride, logits.softmax(-1).view(-1, heads, n, n))
 
 
-def _mix_map(ride: Ride, attn: Tensor) -> None:
+def mix_map(ride: Ride, attn: Tensor) -> None:
     """Set ``ride.mixed`` from a map ``(B', heads, n, n)`` taken before attention dropout."""
     with torch.autocast(attn.device.type, enabled=False):
         ride.mixed = attn.detach().float().mean(1).clamp_(min=0) @ ride.values

@@ -6,7 +6,8 @@ from mmengine.model import BaseModule
 from mmengine.model.weight_init import trunc_normal_
 from torch import Tensor, nn
 
-from .ride import Ride, attend
+from .attention import attend
+from .ride import Ride
 
 
 class WindowAttention(BaseModule):
@@ -29,9 +30,10 @@ class WindowAttention(BaseModule):
     of one image folded into the head axis): without ``need_attn`` ``F.scaled_dot_product_attention``
     with the bias as additive mask (the map is never returned); with ``need_attn=True`` the map
     explicitly, as mmpretrain computes it, returned too (the softmax, before attention dropout). A
-    :class:`~mmvitreg.models.layers.Ride` (values ``(B * nW, N, D)`` in windows) gets the head-mean map
-    from the detached ``q, k`` outside autograd beside the fused call, or, on the explicit path and
-    with attention dropout active in training, the map before dropout.
+    :class:`~mmvitreg.models.layers.Ride` (values ``(B * nW, N, D)`` in windows) rides in the same fused
+    call as extra value channels (a wide one takes the head-mean map from the detached ``q, k`` beside
+    it), or, on the explicit path and with attention dropout active in training, takes the map before
+    dropout.
 
     Args:
         embed_dims (int): Token channels ``C``.

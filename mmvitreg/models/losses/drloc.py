@@ -282,10 +282,13 @@ class DRLoc(BaseModule):
         gather = lambda p: torch.gather(tokens, 1, (p[..., 0] * W + p[..., 1]).unsqueeze(-1).expand(-1, -1, C))  # noqa: E731
         pred = head(torch.cat((gather(p1), gather(p2)), dim=-1).flatten(0, 1)).float().view(B, self.num_pairs, 2, -1)
         delta = (p1 - p2).float()
+        # per-axis offsets and scales from Python numbers: no host-to-device copy inside the step
         if self.target == 'signed':
-            target = delta + torch.tensor([H - 1, W - 1], device=delta.device)
+            target = torch.stack((delta[..., 0] + (H - 1), delta[..., 1] + (W - 1)), -1)
+        elif self.target == 'normalized':
+            target = torch.stack((delta[..., 0].abs() / H, delta[..., 1].abs() / W), -1)
         else:
-            target = delta.abs() / (torch.tensor([H, W], device=delta.device) if self.target == 'normalized' else 1)
+            target = delta.abs()
         if self.mode == 'l1':
             per_pair = (pred.squeeze(-1) - target).abs().sum(-1)  # (B, m): the L1 norm over (u, v)
             if self.reduction == 'mean':

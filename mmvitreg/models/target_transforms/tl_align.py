@@ -48,13 +48,14 @@ class TLAlign(BaseModule):
 
     **How the labels travel.** TLAlign is a :class:`~mmvitreg.models.trace.TokenStream`: the backbone
     carries the labels block by block (see :class:`~mmvitreg.models.layers.Ride`). Blocks keep their
-    fused attention kernel and no ``(B, heads, N, N)`` map is kept for the backward: a ViT block's
-    CPU kernel carries the 2 label channels as extra value channels of its own call (the map is
-    computed once; the C-dimensional labels and other devices form the head-mean map from the
-    detached ``q, k`` beside it), a Swin block forms it beside its masked kernel call; blocks whose
-    map is explicit anyway (re-attention) multiply the labels by it. The official code records every
-    map in the autograd graph and multiplies ``(B, N, C)`` labels. Propagation runs in float32 (also
-    under AMP).
+    fused attention kernel and no ``(B, heads, N, N)`` map is kept for the backward: the 2 label
+    channels ride as extra value channels of the block's own fused call, on every device, windows
+    included (the map is computed once; the C-dimensional labels form the head-mean map from the
+    detached ``q, k`` beside it, in float32); blocks whose map is explicit anyway (re-attention)
+    multiply the labels by it. The official code records every map in the autograd graph and
+    multiplies ``(B, N, C)`` labels. Labels are kept in float32 between blocks; inside a fused call
+    under AMP they are mixed in the autocast dtype, as the official AMP training mixes them with its
+    fp16 maps.
 
     **Representation.** Two-image mixing starts every token at ``w y_own + (1 - w) y_partner`` and
     each step above is a convex combination, so labels keep that form. ``representation='weights'``
@@ -124,8 +125,7 @@ class TLAlign(BaseModule):
         if not trace.samples or any('gt_label' not in s for s in trace.samples):
             raise ValueError("TLAlign(representation='labels') starts from the labels, but the trace carries no "
                              'data samples with gt_label (the TokenClassifier hands it the batch\'s samples)')
-        labels = torch.cat([s.gt_label for s in trace.samples]).to(w.device)
-        own = F.one_hot(labels, self.num_classes).float().unsqueeze(1)
+        own = _one_hot(trace.samples, self.num_classes, w.device).unsqueeze(1)
         return w * own + (1 - w) * own[plan.index]
 
     @staticmethod
@@ -166,7 +166,7 @@ class TLAlign(BaseModule):
             raise ValueError('TLAlign builds the targets from gt_label, which the data samples lack')
         labels = self.aligned_labels(trace)
         num_classes = data_samples[0].gt_score.shape[-1]
-        own = F.one_hot(torch.cat([s.gt_label for s in data_samples]).to(labels.device), num_classes).float()
+        own = _one_hot(data_samples, num_classes, labels.device)
         if self.representation == 'weights':
             w = labels[:, :1]
             labels = w * own + (1 - w) * own[trace.mix.index]
@@ -190,3 +190,10 @@ class TLAlign(BaseModule):
         if self.representation != 'weights':
             raise ValueError("aligned_weights reads the weight stream: build TLAlign(representation='weights')")
         return self.aligned_labels(trace)[:, 0]
+
+
+def _one_hot(data_samples, num_classes: int, device) -> Tensor:
+    """``(B, num_classes)`` float one-hot rows of the samples' ``gt_label`` (a scatter: unlike ``F.one_hot`` on
+    the CPU, no range check that reads the labels on the host)."""
+    labels = torch.cat([s.gt_label for s in data_samples]).to(device)
+    return torch.zeros(len(labels), num_classes, device=device).scatter_(1, labels.view(-1, 1), 1.)
