@@ -358,7 +358,7 @@ def cpu_flash_attention_ops() -> Optional[Tuple[Callable, Callable]]:
     of the positional arguments, the keyword ``scale``, no other required argument, the number of results.
     A missing or changed operator gives None and one warning naming it, the PyTorch version and the cost:
     :func:`~mmvitreg.models.layers.attend` then takes its public path (``F.scaled_dot_product_attention`` and
-    the map from ``q, k`` beside it), with the same results and a ~6% slower DeiT-S TL-Align training step on
+    the map from ``q, k`` beside it), with the same results and a ~3% slower DeiT-S TL-Align training step on
     the CPU.
     """
     global _cpu_flash_ops
@@ -383,7 +383,7 @@ def _check_cpu_flash_attention_ops() -> Optional[Tuple[Callable, Callable]]:
                 f'torch.ops.aten.{name} {problem} in torch {torch.__version__}; mmvitreg\'s TL-Align ride '
                 '(mmvitreg.compat.cpu_flash_attention_ops) falls back to the public path, '
                 'F.scaled_dot_product_attention plus the attention map from q, k beside it: the same results, '
-                'a ~6% slower DeiT-S TL-Align training step on the CPU', stacklevel=3)
+                'a ~3% slower DeiT-S TL-Align training step on the CPU', stacklevel=3)
             return None
         ops.append(op)
     return tuple(ops)

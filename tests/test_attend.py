@@ -37,14 +37,14 @@ def test_no_layer_imports_the_trace():
 
 KINDS = ('msa', 'reattention', 'window', 'shifted-window')
 PATHS = ('explicit', 'fused-ride', 'fused', 'wide-ride', 'fallback', 'dropout')
-#: what attend runs for each path and attention kind: the explicit map, the private CPU kernel that carries the
-#: ride, the public fused kernel carrying it on widened q, k, v, the public fused kernel, the ride's map from q, k
-#: beside it
+#: what attend runs on the CPU for each path and attention kind: the explicit map, the private CPU kernel that
+#: carries the ride, the public fused kernel, the ride's map from q, k beside it (the public fused kernel carrying
+#: the ride on widened q, k, v is the GPU's: test_attend_takes_the_widened_call_off_the_cpu)
 KERNELS = {
     'msa': dict(explicit=['map'], dropout=['map'], fused=['sdpa'], wide_ride=['sdpa', 'beside'],
-                fallback=['widened', 'sdpa'], fused_ride=['ride kernel']),
+                fallback=['sdpa', 'beside'], fused_ride=['ride kernel']),
     'window': dict(explicit=['map'], dropout=['map'], fused=['sdpa'], wide_ride=['sdpa', 'beside'],
-                   fallback=['widened', 'sdpa'], fused_ride=['widened', 'sdpa']),  # a bias: the public kernel
+                   fallback=['sdpa', 'beside'], fused_ride=['sdpa', 'beside']),  # a bias: no CPU ride kernel
     'reattention': {path.replace('-', '_'): ['map'] for path in PATHS},
 }
 
@@ -187,3 +187,24 @@ def test_widened_call_under_bf16_autocast_mixes_with_the_bf16_map():
     assert out.dtype == torch.bfloat16 and (out.float() - plain.float()).abs().max() <= 2e-2
     reference = ((q * 0.5) @ k.transpose(-2, -1)).softmax(-1).mean(1) @ values
     assert ride.mixed.dtype == torch.float32 and (ride.mixed - reference).abs().max() <= 2e-2
+
+
+@pytest.mark.parametrize('kind', ['msa', 'window'])
+def test_attend_takes_the_widened_call_off_the_cpu(monkeypatch, kind):
+    """Off the CPU (here: tensors that say they live on a GPU) a ride of at most ``RIDE_CHANNELS`` channels rides
+    in the public fused call on widened ``q, k, v``, with or without a bias, and no map is formed beside it."""
+    ran = []
+    monkeypatch.setattr(attention_module, 'mix_beside', lambda *a: ran.append('beside'))
+    widened = attention_module.attend_widened
+    monkeypatch.setattr(attention_module, 'attend_widened', lambda *a: ran.append('widened') or widened(*a))
+
+    class OnGPU(torch.Tensor):  # what attend reads of the device; the arithmetic stays on the CPU
+        @property
+        def device(self):
+            return torch.device('cuda', 0)
+
+    q = torch.randn(2, 4, 16, 8).as_subclass(OnGPU)
+    bias = torch.randn(2, 4, 16, 16) if kind == 'window' else None  # two windows of one image
+    ride = Ride(torch.rand(2, 16, 2))
+    attend(q, torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8), 0.5, bias=bias, ride=ride)
+    assert ran == ['widened'] and ride.mixed.shape == (2, 16, 2)

@@ -39,11 +39,14 @@ def attend(q: Tensor, k: Tensor, v: Tensor, scale: float, *, bias: Optional[Tens
        (never kept for the backward).
     2. **fused with the ride** for a ride of at most ``RIDE_CHANNELS`` value channels: the values ride as
        extra value channels of the fused call, so the map is computed once and never materialised
-       (:mod:`~mmvitreg.models.layers.ride`): PyTorch's private fused CPU kernel for ``q`` on the CPU in
-       float32 without a bias where :func:`mmvitreg.compat.cpu_flash_attention_ops` gives it, else (CUDA, any
-       dtype, a bias) the public ``F.scaled_dot_product_attention`` on widened ``q, k, v``.
-    3. **fused**: ``F.scaled_dot_product_attention`` with ``bias`` as its additive mask; a wider ride takes the
-       map from the detached ``q, k`` (and ``bias``) beside it, in float32 outside autograd.
+       (:mod:`~mmvitreg.models.layers.ride`). On a GPU (any device but the CPU; any dtype, with or without a
+       bias) the public ``F.scaled_dot_product_attention`` on widened ``q, k, v``; on the CPU, in float32
+       without a bias, PyTorch's private fused CPU kernel where :func:`mmvitreg.compat.cpu_flash_attention_ops`
+       gives it.
+    3. **fused**: ``F.scaled_dot_product_attention`` with ``bias`` as its additive mask; any other ride takes
+       the map from the detached ``q, k`` (and ``bias``) beside it, in float32 outside autograd. On the CPU
+       this costs no more than the widened call (DeiT-S TL-Align step 1.03x the private kernel's either
+       way; Swin-T's windows ~4% less than widening its 32 channels to 40), so the CPU keeps it.
 
     Windows: the ``G`` groups of a ``bias`` (Swin's ``nW`` windows of one image, consecutive in the batch)
     are folded into the head axis, ``q, k, v`` ``(B' / G, G * H, n, d)`` against a ``(1, G * H, n, n)``
@@ -85,12 +88,11 @@ def attend(q: Tensor, k: Tensor, v: Tensor, scale: float, *, bias: Optional[Tens
             attn = attn.view(B, H, n, n)
         if ride is not None:
             mix_map(ride, attn)
-    elif ride is not None and ride.fits:
-        ops = cpu_flash_attention_ops() if bias is None and q.device.type == 'cpu' else None
-        if ops is not None and q.dtype == torch.float32:
-            x = attend_cpu_kernel(q, k, v, ride, scale, ops)
-        else:
-            x = attend_widened(q, k, v, ride, scale, H, None if bias is None else bias.to(q.dtype))
+    elif ride is not None and ride.fits and q.device.type != 'cpu':
+        x = attend_widened(q, k, v, ride, scale, H, None if bias is None else bias.to(q.dtype))
+    elif (ride is not None and ride.fits and bias is None and q.dtype == torch.float32
+          and (ops := cpu_flash_attention_ops()) is not None):
+        x = attend_cpu_kernel(q, k, v, ride, scale, ops)
     else:
         x = F.scaled_dot_product_attention(
             q, k, v, attn_mask=None if bias is None else bias.to(q.dtype), dropout_p=dropout_p, scale=scale)
