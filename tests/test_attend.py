@@ -208,3 +208,26 @@ def test_attend_takes_the_widened_call_off_the_cpu(monkeypatch, kind):
     ride = Ride(torch.rand(2, 16, 2))
     attend(q, torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8), 0.5, bias=bias, ride=ride)
     assert ran == ['widened'] and ride.mixed.shape == (2, 16, 2)
+
+
+def test_a_trained_window_bias_on_the_cpu_takes_the_explicit_map(monkeypatch):
+    """In training, Swin's bias needs a gradient, which PyTorch's CPU SDPA serves only through its unfused math
+    path: attend forms the map itself (the ride takes it, no second map beside), and the output and the
+    gradients of the input and of the position-bias table equal the textbook ones."""
+    layer, x, mask = build('shifted-window')
+    layer.eval()
+    ran, softmax_map = [], attention_module.softmax_map
+    monkeypatch.setattr(attention_module, 'softmax_map', lambda *a: ran.append('map') or softmax_map(*a))
+    monkeypatch.setattr(attention_module, 'mix_beside', lambda *a: ran.append('beside'))
+    x.requires_grad_(True)
+    ride = Ride(torch.rand(*x.shape[:2], 2))
+    out = layer(x, mask=mask, ride=ride)
+    grads = torch.autograd.grad(out.square().sum(), (x, layer.relative_position_bias_table))
+    expected, expected_attn = reference(layer, x, mask)
+    expected_grads = torch.autograd.grad(expected.square().sum(), (x, layer.relative_position_bias_table))
+    assert ran == ['map']
+    assert (out - expected).abs().max() <= 1e-6
+    for got, want in zip(grads, expected_grads):
+        assert (got - want).abs().max() <= 1e-5
+    mixed = expected_attn.detach().mean(1) @ ride.values
+    assert (ride.mixed - mixed).abs().max() <= 1e-6

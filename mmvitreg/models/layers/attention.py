@@ -35,8 +35,11 @@ def attend(q: Tensor, k: Tensor, v: Tensor, scale: float, *, bias: Optional[Tens
 
     1. **explicit** when a map is needed: ``attention_map`` is given (a map the fused kernel cannot make:
        re-attention, talking heads), ``need_attn``, or a ride with active dropout (the ride sees the map
-       before dropout). ``A`` is materialised, ``x = dropout(A) v``, the ride takes the head mean of ``A``
-       (never kept for the backward).
+       before dropout); and on the CPU for a ``bias`` that needs a gradient (Swin in training), which
+       PyTorch's CPU SDPA runs through its unfused math path, materialising the map too and costing more
+       (Swin-T + DRLoc training step 0.973x with the explicit map, batch 8, one thread). ``A`` is
+       materialised, ``x = dropout(A) v``, the ride takes the head mean of ``A`` (never kept for the
+       backward).
     2. **fused with the ride** for a ride of at most ``RIDE_CHANNELS`` value channels: the values ride as
        extra value channels of the fused call, so the map is computed once and never materialised
        (:mod:`~mmvitreg.models.layers.ride`). On a GPU (any device but the CPU; any dtype, with or without a
@@ -77,7 +80,9 @@ def attend(q: Tensor, k: Tensor, v: Tensor, scale: float, *, bias: Optional[Tens
         q, k, v = (t.reshape(B // G, G * H, n, -1) for t in (q, k, v))
         bias = bias.reshape(1, G * H, n, n)
     attn = None
-    if attention_map is not None or need_attn or ride is not None and dropout_p > 0:
+    # PyTorch's CPU SDPA takes a bias that needs a gradient (Swin's training) through its unfused math path
+    cpu_bias_grad = bias is not None and bias.requires_grad and q.device.type == 'cpu'
+    if attention_map is not None or need_attn or ride is not None and dropout_p > 0 or cpu_bias_grad:
         if attention_map is None:
             attn = softmax_map(q, k, scale, bias)
             x = (F.dropout(attn, dropout_p) if dropout_p > 0 else attn) @ v
