@@ -178,7 +178,7 @@ def test_training_uses_the_aligned_target_and_inference_builds_no_trace():
     plan = data['mix_plan']
     assert plan.in_pixels and 0 < float(plan.lam[0]) < 1
     losses = model(**data, mode='loss')
-    assert torch.isfinite(losses['loss_cls']) and 'loss' not in losses
+    assert torch.isfinite(losses['loss']) and 'loss_cls' not in losses  # the head's term under its own name
     trace = traces[-1]
     assert trace.mix is plan and set(trace.streamed) == set(range(4)) and not trace.attn
     w = model.target_transform.aligned_weights(trace)
@@ -381,7 +381,7 @@ def test_benchmark_case_weight_stream_vs_c_dim_stream_trains_on_the_same_target(
         np.random.seed(0)
         data = model.data_preprocessor(case.make_batch(4, 32), training=True)
         losses[role] = model(**data, mode='loss')
-    for name in ('loss_cls', 'tla_shift'):  # the same target, and the same distance from the area target
+    for name in ('loss', 'tla_shift'):  # the same target, and the same distance from the area target
         assert torch.allclose(losses['model'][name], losses['baseline'][name], atol=1e-6)
 
 
