@@ -230,8 +230,8 @@ def test_tl_align_errors_name_the_fix():
     x = torch.randn(2, 3, 32, 32)
     trace = TokenTrace.for_request(TLAlign(num_layers=3).trace_request, mix=MixPlan(torch.tensor([1, 0]),
                                                                                      torch.ones(2, 4, 4)))
-    with pytest.raises(ValueError, match=r'TLAlign\(num_layers=3\) but the backbone has 4 blocks: set num_layers=4 or '
-                                         'leave it out'):
+    with pytest.raises(TraceStreamError, match=r'this trace carries its stream through num_layers=3 blocks but '
+                                               'VisionTransformer has 4: set num_layers=4 or leave it out'):
         model.backbone(x, trace=trace)
     trace = TokenTrace.for_request(model.target_transform.trace_request,
                                    mix=MixPlan(torch.tensor([1, 0]), torch.ones(2, 2, 2), torch.ones(2, 32, 32)))
