@@ -247,7 +247,8 @@ Misfit = Callable[[str, str], TraceUserError]
 
 def misfit(spec: Optional['TraceSpec'], request: TraceRequest) -> Optional[Misfit]:
     """The cheap form of the one check: None when a backbone of ``spec`` serves ``request``, else the maker of
-    the first error (:func:`check_request` raises it). Builds no message while everything fits."""
+    the first error (:func:`check_request` raises it). Builds no message while everything fits (each maker
+    reads the names of the step that failed, which returns at once)."""
     if spec is None:
         if not request.needs_trace:
             return None
@@ -264,11 +265,11 @@ def misfit(spec: Optional['TraceSpec'], request: TraceRequest) -> Optional[Misfi
     for what, kind, indices, count in taps:
         bad = _first_out_of_range(indices, count)
         if bad is not None:
-            return lambda user, backbone, what=what, kind=kind, bad=bad, count=count: TraceTapError(
+            return lambda user, backbone: TraceTapError(
                 f'{user} taps the {what} of a {kind} that {backbone} does not have: {_range_text(bad, count, kind)}',
                 f'only {count} {kind}s')
         if kind == 'block' and not set(resolve_indices(indices, count)) <= set(spec.tappable):
-            return lambda user, backbone, what=what, indices=indices: _untappable(spec, what, indices, user, backbone)
+            return lambda user, backbone: _untappable(spec, what, indices, user, backbone)
     if request.out_type is not None and request.out_type != spec.out_type:
         return lambda user, backbone: _format(spec, request.out_type, user, backbone)
     outputs = len(spec.out_channels)
@@ -283,10 +284,9 @@ def misfit(spec: Optional['TraceSpec'], request: TraceRequest) -> Optional[Misfi
     for where, indices, expected, offered in widths:
         actual = [offered[i] for i in resolve_indices(indices, len(offered))] if expected and offered else []
         if list(expected) != actual and actual:
-            return lambda user, backbone, where=where, indices=indices, expected=expected, actual=actual: \
-                TraceChannelError(f'{user} expects {list(expected)} channels in {where} {list(indices)} but '
-                                  f'{backbone} has {actual}: set its in_channels to {actual}',
-                                  f'{", ".join(map(str, actual))} channels')
+            return lambda user, backbone: TraceChannelError(
+                f'{user} expects {list(expected)} channels in {where} {list(indices)} but {backbone} has {actual}: '
+                f'set its in_channels to {actual}', f'{", ".join(map(str, actual))} channels')
     stream_blocks = getattr(request.stream, 'num_layers', None)  # None: the stream takes the trace's depth
     if stream_blocks is not None and stream_blocks != spec.num_blocks:
         return lambda user, backbone: TraceStreamError(
