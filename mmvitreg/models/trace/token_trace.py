@@ -10,7 +10,7 @@ from .mix_plan import MixPlan
 
 
 class TokenStream(Protocol):
-    """A user's per-token values, carried through the blocks by the backbone (see the module docstring).
+    """A user's per-token values, carried through the blocks by the backbone (see the package docstring).
 
     Shapes: values ``(B, N, D)`` on a block's token grid, extra tokens first (``N = num_extra_tokens
     + H * W``); ``mixed`` the same, from the block's :class:`~mmvitreg.models.layers.Ride`.
