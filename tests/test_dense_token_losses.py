@@ -23,7 +23,7 @@ from conftest import CONFIGS, REPO, free_port, run_tool, tool_env
 from guard_helpers import tool
 from mmvitreg.models.losses import DRLoc
 from mmvitreg.models.trace import TraceCapabilityError, TraceRequest, TraceTapError
-from mmvitreg.models.trace_users import BackboneOutputs, ImageTargetError
+from mmvitreg.models.trace_users import BackboneOutputs, ImageTargetError, TraceUsers
 from mmvitreg.registry import MODELS as MMVITREG_MODELS
 from mmvitreg.utils import ConfigError, check_trace_users
 
@@ -179,6 +179,23 @@ def test_the_librarys_loss_gets_the_backbone_outputs_explicitly():
     losses = model(*seg_batch(), mode='loss')
     assert seen == [BackboneOutputs] and len(calls) == 1 and calls[0] is not None
     assert 'loss_drloc' in losses and 'decode.loss_ce' in losses
+
+
+def test_one_composition_skeleton_for_every_model_kind():
+    """Classifier, segmentor and detectors train through the same TraceUsers.loss, mixed in before the library's
+    class; only the model kind's own terms (model_losses) differ."""
+    from mmdet.models.detectors import TwoStageDetector
+    from mmpretrain.models import ImageClassifier
+    from mmseg.models.segmentors import EncoderDecoder
+
+    from mmvitreg.models.classifiers import TokenClassifier
+    from mmvitreg.models.detectors import DETECTORS
+    from mmvitreg.models.segmentors import TokenSegmentor
+    kinds = [(TokenClassifier, ImageClassifier), (TokenSegmentor, EncoderDecoder)]
+    kinds += [(MMVITREG_MODELS.get(name), TwoStageDetector) for name in DETECTORS]
+    for model, library in kinds:
+        assert model.loss is TraceUsers.loss and model.extract_feat is not library.extract_feat, model.__name__
+        assert model.__mro__.index(TraceUsers) < model.__mro__.index(library), model.__name__
 
 
 @MMVITREG_MODELS.register_module(name='ToyTokenScale', force=True)
