@@ -178,16 +178,23 @@ def test_swin_with_mix_token_and_a_token_loss():
 
 
 def test_the_logged_loss_is_the_total_the_backward_uses():
-    """The head's term is logged as loss_cls, so mmengine's `loss` is the sum of every named term (a head
-    returning `loss` used to overwrite the total in the log); a user returning a bare `loss` is refused."""
+    """loss() returns the head's term under `loss`, as mmpretrain's ImageClassifier does; the log
+    (parse_losses) shows the sum of every named term under `loss` and the head's term as `loss_cls` (under
+    `loss` it would overwrite the total); a user returning a bare `loss` or a `loss_cls` is refused."""
     model = build(tiny_swin(), linear_head(32), neck=dict(type='mmpretrain.GlobalAveragePooling'),
                   aux_losses=[dict(type='mmvitreg.ToyTokenNormLoss', layer=-1)])
     np.random.seed(1)
     losses = model(**model.data_preprocessor(make_data(token_label=False), training=True), mode='loss')
-    assert set(losses) == {'loss_cls', 'loss_token_norm'}
+    assert set(losses) == {'loss', 'loss_token_norm'}
     total, log = model.parse_losses(losses)
-    torch.testing.assert_close(total, losses['loss_cls'] + losses['loss_token_norm'])
+    torch.testing.assert_close(total, losses['loss'] + losses['loss_token_norm'])
+    assert list(log) == ['loss', 'loss_cls', 'loss_token_norm']
+    torch.testing.assert_close(log['loss_cls'], losses['loss'])
     assert float(log['loss']) == pytest.approx(float(total)) and float(log['loss']) > float(log['loss_cls'])
+    clash = build(tiny_swin(), linear_head(32), neck=dict(type='mmpretrain.GlobalAveragePooling'),
+                  aux_losses=[dict(type='mmvitreg.ToyTokenNormLoss', layer=-1, name='loss_cls')])
+    with pytest.raises(KeyError, match="a part of the model returns 'loss_cls', the name the head's 'loss' is logged"):
+        clash.train_step(make_data(token_label=False), OptimWrapper(torch.optim.SGD(clash.parameters(), lr=0.)))
     bare = build(tiny_swin(), linear_head(32), neck=dict(type='mmpretrain.GlobalAveragePooling'),
                  aux_losses=[dict(type='mmvitreg.ToyTokenNormLoss', layer=-1, name='loss')])
     with pytest.raises(KeyError, match="TokenNormLoss returns a term named 'loss', the name of the logged total"):

@@ -15,14 +15,16 @@ import textwrap
 import pytest
 import torch
 from mmengine.config import Config
+from mmengine.model import BaseModule
 from mmengine.registry import MODELS, DefaultScope
 from mmengine.structures import PixelData
 
 from conftest import CONFIGS, REPO, free_port, run_tool, tool_env
 from guard_helpers import tool
 from mmvitreg.models.losses import DRLoc
-from mmvitreg.models.trace import TraceCapabilityError, TraceTapError
-from mmvitreg.models.trace_users import ImageTargetError
+from mmvitreg.models.trace import TraceCapabilityError, TraceRequest, TraceTapError
+from mmvitreg.models.trace_users import BackboneOutputs, ImageTargetError, TraceUsers
+from mmvitreg.registry import MODELS as MMVITREG_MODELS
 from mmvitreg.utils import ConfigError, check_trace_users
 
 SEG = CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-2k_drloc_digits-ade20k-128x128.py'
@@ -166,15 +168,67 @@ def test_a_user_loss_named_as_mmdets_is_an_error():
         model(**det_batch(model), mode='loss')
 
 
-def test_a_library_loss_that_extracts_features_twice_stops():
+def test_the_librarys_loss_gets_the_backbone_outputs_explicitly():
+    """The library's own loss runs unchanged on the outputs of the one traced backbone run, handed to it in place
+    of the images (BackboneOutputs): its extract_feat takes them through the neck; no state is kept between the
+    calls, so a second extraction cannot run the backbone again."""
     model = seg_model()
-    decode = model._decode_head_forward_train
-    model._decode_head_forward_train = lambda x, samples: model.extract_feat(inputs) and decode(x, samples)
-    inputs, samples = seg_batch()
-    with pytest.raises(RuntimeError, match="the library's loss extracts features twice"):
-        model(inputs, samples, mode='loss')
-    model._decode_head_forward_train = decode
-    assert 'loss_drloc' in model(inputs, samples, mode='loss')  # the state was reset
+    calls, seen = spy_backbone(model), []
+    extract = model.extract_feat
+    model.extract_feat = lambda x: seen.append(type(x)) or extract(x)
+    losses = model(*seg_batch(), mode='loss')
+    assert seen == [BackboneOutputs] and len(calls) == 1 and calls[0] is not None
+    assert 'loss_drloc' in losses and 'decode.loss_ce' in losses
+
+
+def test_one_composition_skeleton_for_every_model_kind():
+    """Classifier, segmentor and detectors train through the same TraceUsers.loss, mixed in before the library's
+    class; only the model kind's own terms (model_losses) differ."""
+    from mmdet.models.detectors import TwoStageDetector
+    from mmpretrain.models import ImageClassifier
+    from mmseg.models.segmentors import EncoderDecoder
+
+    from mmvitreg.models.classifiers import TokenClassifier
+    from mmvitreg.models.detectors import DETECTORS
+    from mmvitreg.models.segmentors import TokenSegmentor
+    kinds = [(TokenClassifier, ImageClassifier), (TokenSegmentor, EncoderDecoder)]
+    kinds += [(MMVITREG_MODELS.get(name), TwoStageDetector) for name in DETECTORS]
+    for model, library in kinds:
+        assert model.loss is TraceUsers.loss and model.extract_feat is not library.extract_feat, model.__name__
+        assert model.__mro__.index(TraceUsers) < model.__mro__.index(library), model.__name__
+
+
+@MMVITREG_MODELS.register_module(name='ToyTokenScale', force=True)
+class TokenScale(BaseModule):
+    """A target transform that needs no image-level target: it reads the last block and logs a scalar."""
+    trace_request = TraceRequest(token_layers=(-1, ))
+
+    def transform(self, trace, data_samples):
+        return {'token_scale': trace.patch_tokens(-1).detach().abs().mean()}
+
+
+def test_a_target_transform_acts_in_every_model_kind():
+    """The composition rule is one skeleton: a target transform a segmentor can serve is applied there too
+    (before the library's loss), and its scalar is returned beside the losses."""
+    model = seg_model(target_transform=dict(type='mmvitreg.ToyTokenScale'))
+    losses = model(*seg_batch(), mode='loss')
+    assert {'token_scale', 'loss_drloc', 'decode.loss_ce'} <= set(losses) and losses['token_scale'] > 0
+
+
+def test_the_users_a_refusal_names_are_those_the_backbone_serves():
+    """The users named in place of one that needs an image-level target are computed from the registered users'
+    requests: on Swin neither AttentionCosineLoss nor PatchContrastiveLoss (both need an isotropic backbone), on
+    a ViT both."""
+    def named(**model):
+        with pytest.raises(ImageTargetError) as err:
+            seg_model([dict(type='mmvitreg.TLAlign')], **model)
+        message = str(err.value)
+        return message[message.rindex('(') + 1:-1].split(', ')
+
+    swin, vit = named(), named(vit=True)
+    assert {'DRLoc', 'PatchCosineLoss'} <= set(swin) and not {'AttentionCosineLoss', 'PatchContrastiveLoss'} & set(swin)
+    assert {'DRLoc', 'PatchCosineLoss', 'AttentionCosineLoss', 'PatchContrastiveLoss'} <= set(vit)
+    assert not {'TLAlign', 'MixToken', 'TokenLabelHead', 'PatchMixingLoss'} & set(vit)  # image targets
 
 
 IMAGE_TARGET = 'trains with an image-level target (one label per image), which {} does not have'

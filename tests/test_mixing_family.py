@@ -177,7 +177,7 @@ def test_an_input_the_backbone_pads_trains_with_every_plan(backbone, patch, mix)
                                         data_samples=[DataSample().set_gt_label(i) for i in range(2)]), training=True)
     grid = (-(-30 // patch), -(-41 // patch))
     assert tuple(data['mix_plan'].mask.shape) == (2, *grid)
-    loss = model(**data, mode='loss')['loss_cls']
+    loss = model(**data, mode='loss')['loss']
     assert torch.isfinite(loss)
 
 

@@ -178,7 +178,7 @@ def test_training_uses_the_aligned_target_and_inference_builds_no_trace():
     plan = data['mix_plan']
     assert plan.in_pixels and 0 < float(plan.lam[0]) < 1
     losses = model(**data, mode='loss')
-    assert torch.isfinite(losses['loss_cls']) and 'loss' not in losses
+    assert torch.isfinite(losses['loss']) and 'loss_cls' not in losses  # the head's term under its own name
     trace = traces[-1]
     assert trace.mix is plan and set(trace.streamed) == set(range(4)) and not trace.attn
     w = model.target_transform.aligned_weights(trace)
@@ -230,8 +230,8 @@ def test_tl_align_errors_name_the_fix():
     x = torch.randn(2, 3, 32, 32)
     trace = TokenTrace.for_request(TLAlign(num_layers=3).trace_request, mix=MixPlan(torch.tensor([1, 0]),
                                                                                      torch.ones(2, 4, 4)))
-    with pytest.raises(ValueError, match=r'TLAlign\(num_layers=3\) but the backbone has 4 blocks: set num_layers=4 or '
-                                         'leave it out'):
+    with pytest.raises(TraceStreamError, match=r'this trace carries its stream through num_layers=3 blocks but '
+                                               'VisionTransformer has 4: set num_layers=4 or leave it out'):
         model.backbone(x, trace=trace)
     trace = TokenTrace.for_request(model.target_transform.trace_request,
                                    mix=MixPlan(torch.tensor([1, 0]), torch.ones(2, 2, 2), torch.ones(2, 32, 32)))
@@ -381,7 +381,7 @@ def test_benchmark_case_weight_stream_vs_c_dim_stream_trains_on_the_same_target(
         np.random.seed(0)
         data = model.data_preprocessor(case.make_batch(4, 32), training=True)
         losses[role] = model(**data, mode='loss')
-    for name in ('loss_cls', 'tla_shift'):  # the same target, and the same distance from the area target
+    for name in ('loss', 'tla_shift'):  # the same target, and the same distance from the area target
         assert torch.allclose(losses['model'][name], losses['baseline'][name], atol=1e-6)
 
 

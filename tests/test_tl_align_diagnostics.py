@@ -119,6 +119,6 @@ def test_label_maps_follow_each_blocks_grid():
     maps = label_maps(trace, [0, -1])
     assert maps[0].shape == (2, 8, 8) and maps[3].shape == (2, 4, 4)
     assert torch.equal(maps[3].flatten(1), trace.streamed[3][..., 0])
-    with pytest.raises(IndexError, match='block 7'):
+    with pytest.raises(IndexError, match='block index 7 is out of range for a backbone with 4 blocks'):
         label_maps(trace, [7])
     np.testing.assert_allclose(trace.streamed[3].sum(-1).numpy(), 1, atol=1e-6)

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from mmpretrain.structures import DataSample
 
 from mmvitreg.models.backbones import CvT, SwinTransformer, VisionTransformer
 from mmvitreg.models.classifiers import TokenClassifier
-from mmvitreg.models.trace import (TokenTrace, TraceCapabilityError, TraceFormatError, TraceRequest, TraceTapError,
-                                   check_trace_user)
+from mmvitreg.models.trace import (TokenTrace, TraceCapabilityError, TraceChannelError, TraceFormatError, TraceRequest,
+                                   TraceTapError, check_request, check_trace_user, misfit, resolve_indices)
 
 BACKBONES = Path(__file__).resolve().parents[1] / 'mmvitreg' / 'models' / 'backbones'
 RECORDING_API = {'start', 'block', 'downsample', 'stage', 'end'}
@@ -127,3 +128,72 @@ def test_points_are_recorded_only_when_asked():
     asked = TokenTrace(points={'embed', 'final'})
     vit(x, trace=asked)
     assert asked.embed.shape == (2, 16, 16) and asked.final.shape == (2, 17, 16) and not asked.tokens
+
+
+def tiny_swin(**kw):
+    return dict(type='mmvitreg.SwinTransformer', arch=dict(embed_dims=8, depths=(1, 1), num_heads=(1, 1)),
+                img_size=32, window_size=2, out_indices=(1, ), **kw)
+
+
+def test_every_width_mismatch_fails_at_build_time():
+    """Before: DRLoc(stages=(0, 1, 2, 3), in_channels=(16,)*4) on Swin built and failed at its first step with a
+    ValueError. Now TraceSpec states the widths of every block, stage output and backbone output, and the model
+    is refused when built, naming the widths and the fix (tiny Swin: blocks 8, 16; stages 16, 16; output 16)."""
+    cases = [
+        (tiny_swin(), dict(type='mmvitreg.DRLoc', stages=(0, 1), in_channels=(8, 8)),
+         'DRLoc expects [8, 8] channels in the outputs of stages [0, 1] but SwinTransformer has [16, 16]: set its '
+         'in_channels to [16, 16]'),
+        (tiny_swin(), dict(type='mmvitreg.DRLoc', layers=(0, ), in_channels=16),
+         'DRLoc expects [16] channels in the tokens of blocks [0] but SwinTransformer has [8]: set its in_channels '
+         'to [8]'),
+        (tiny_swin(), dict(type='mmvitreg.DRLoc', in_channels=8),
+         'DRLoc expects [8] channels in its outputs [-1] but SwinTransformer has [16]: set its in_channels to [16]'),
+        (tiny_cvt(), dict(type='mmvitreg.DRLoc', in_channels=8),
+         'DRLoc expects [8] channels in its outputs [-1] but CvT has [16]: set its in_channels to [16]'),
+        (tiny_vit(), dict(type='mmvitreg.PatchMixingLoss', num_classes=3, in_channels=8),
+         'PatchMixingLoss expects [8] channels in the tokens of blocks [-1] but VisionTransformer has [16]'),
+    ]
+    for backbone, user, words in cases:
+        with pytest.raises(TraceChannelError, match=re.escape(words)):
+            classifier(backbone, aux_losses=[user])
+    users = [dict(type='mmvitreg.DRLoc', stages=(0, 1), in_channels=(16, 16)),
+             dict(type='mmvitreg.DRLoc', in_channels=16, loss_name='loss_out')]
+    fixed = classifier(tiny_swin(), neck=dict(type='mmpretrain.GlobalAveragePooling'), aux_losses=users)
+    losses = fixed.loss(torch.randn(2, 3, 32, 32), [DataSample().set_gt_label(i) for i in range(2)])
+    assert {'loss_drloc', 'loss_out'} <= set(losses)
+    with pytest.raises(TraceTapError, match='DRLoc taps the outputs of a stage that SwinTransformer does not have: '
+                                            'stage index 2 is out of range for a backbone with 2 stages'):
+        classifier(tiny_swin(), aux_losses=[dict(type='mmvitreg.DRLoc', stages=(2, ), in_channels=16)])
+
+
+def test_one_resolver_for_block_stage_and_output_indices():
+    """Negative indices count from the last block, stage or output, resolved in one place for the check, the
+    recording and the reading (``index``, ``stage_map``); out of range is an IndexError naming the kind."""
+    assert resolve_indices((-1, 0, 2), 4) == (3, 0, 2)
+    with pytest.raises(IndexError, match='stage index -3 is out of range for a backbone with 2 stages'):
+        resolve_indices((-3, ), 2, 'stage')
+    from mmengine.registry import MODELS
+    swin = MODELS.build(tiny_swin()).eval()
+    trace = TokenTrace(token_layers=(-1, ), points={'stages'})
+    swin(torch.randn(1, 3, 32, 32), trace=trace)
+    assert (trace.num_layers, trace.num_stages, trace.index(-1)) == (2, 2, 1) and set(trace.tokens) == {1}
+    torch.testing.assert_close(trace.stage_map(-1), trace.stage_map(1))
+    assert trace.stage_map(0).shape == (1, 16, 4, 4)
+    with pytest.raises(IndexError, match='stage index 2 is out of range'):
+        trace.stage_map(2)
+    with pytest.raises(IndexError, match='block index -3 is out of range'):
+        trace.patch_tokens(-3)
+
+
+def test_the_fast_check_is_the_one_check():
+    """``misfit``, the check's cheap form (what a trace's ``start`` runs each forward), builds nothing while the
+    request fits and otherwise the very error ``check_request`` raises."""
+    from mmengine.registry import MODELS
+    spec = MODELS.build(tiny_swin()).trace_spec
+    assert misfit(spec, TraceRequest(token_layers=(-1, ), stages=(0, 1), stage_channels=(16, 16))) is None
+    bad = TraceRequest(stages=(0, ), stage_channels=(4, ))
+    with pytest.raises(TraceChannelError) as err:
+        check_request(spec, bad, 'User', 'Swin')
+    made = misfit(spec, bad)('User', 'Swin')
+    assert type(made) is type(err.value) and str(made) == str(err.value)
+    assert made.reason == err.value.reason == '16 channels'

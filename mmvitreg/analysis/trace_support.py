@@ -25,8 +25,8 @@ import torch
 
 import inspect
 
-from mmvitreg.models.trace import (FACTS, POINTS, SERVICES, TraceFormatError, TraceRequest, TraceUserError,
-                                   check_trace_user, trace_request_of)
+from mmvitreg.models.trace import (FACTS, POINTS, SERVICES, TraceChannelError, TraceFormatError, TraceRequest,
+                                   TraceUserError, check_trace_user, trace_request_of)
 from mmvitreg.models.trace_users import check_image_target
 
 #: the settings each trace backbone is checked with (its default architecture: the block count
@@ -204,6 +204,8 @@ def support_table(users: Optional[List[str]] = None, backbones: Optional[List[st
                     row[user] = OK
                 except TraceFormatError as e:  # the preset's output format, not the backbone's ability
                     row[user] = f'{OK} {e.reason[len("needs "):]}' if e.settable else e.reason
+                except TraceChannelError as e:  # a registered row's widths are USER_ARGS's, set per model
+                    row[user] = e.reason if config is not None else OK
                 except TraceUserError as e:
                     row[user] = e.reason
     return table

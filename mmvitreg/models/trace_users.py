@@ -1,23 +1,27 @@
-"""The composition rule of trace users, shared by every model kind that runs a backbone with a token trace.
+"""The composition rule of trace users: one skeleton shared by the classifier, the segmentor and the detectors.
 
-A model (:class:`~mmvitreg.models.classifiers.TokenClassifier`, and the segmentor and detector kinds)
-holds its library's usual parts plus
+A model (:class:`~mmvitreg.models.classifiers.TokenClassifier`, :class:`~mmvitreg.models.segmentors.TokenSegmentor`,
+the ``mmvitreg.Token*`` detectors) is its library's model class with :class:`TraceUsers` mixed in before it; it
+holds the library's usual parts plus
 
 * a list of ``aux_losses``: each a module with ``trace_request`` (a
   :class:`~mmvitreg.models.trace.TraceRequest`, the taps it reads) and
   ``loss(feats, data_samples, trace) -> dict`` of named losses (``loss_drloc``, ``loss_patch_cos``, ...),
   where ``feats`` is the backbone's output tuple (before any neck) and ``trace`` the filled trace (None
-  when no user needs one). A loss with an empty request reads only ``feats`` and works on any backbone,
+  when no user needs one). A loss that asks for no trace reads only ``feats`` and works on any backbone,
   also on those without a trace (mmpretrain's ResNet, T2T-ViT, ConvNeXt);
-* in classification also a ``target_transform`` and a token mix (image-level targets).
+* at most one ``target_transform`` (``transform(trace, data_samples)`` rewrites the targets before the model's
+  own loss and may return scalars to log) and a token mix (``train_cfg.token_mix``).
 
-:class:`TraceUsers` is the one place that builds the users, checks each against the backbone when the
-model is built (:func:`~mmvitreg.models.trace.check_trace_user`: a missing capability or a tap the
-backbone cannot serve fails at once, naming user, backbone and fix), takes the union of their requests,
-makes one trace per forward and gathers the named losses (unique names, never the bare ``loss``).
+:class:`TraceUsers` builds the users, checks each against the backbone when the model is built
+(:func:`~mmvitreg.models.trace.check_trace_user`: a missing capability, a tap the backbone cannot serve or a
+width it does not have fails at once, naming user, backbone and fix), and runs one training step the same way
+in every model kind (:meth:`TraceUsers.loss`): the backbone once with the union of the requests, the target
+transform, the model kind's own losses on those outputs (:meth:`TraceUsers.model_losses`: the library's
+``loss`` unchanged, handed the outputs as :class:`BackboneOutputs`), then every user's named terms.
 
-:class:`LibraryTraceUsers` puts that rule on a library's own model class (an mmseg segmentor, an mmdet
-detector): the library's ``loss`` runs unchanged on the outputs of the one traced backbone run.
+Users that need an image-level target (``image_target = True``) serve only a model kind that has one
+(:attr:`TraceUsers.image_targets`); the others refuse them when built, naming the users that would serve.
 """
 import copy
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -26,10 +30,17 @@ from mmengine.model import ModuleList
 from torch import Tensor, nn
 
 from mmvitreg.registry import MODELS
-from .trace import MixPlan, TokenTrace, TraceRequest, TraceUserError, check_trace_user, trace_request_of
+from .trace import (MixPlan, TokenTrace, TraceCapabilityError, TraceFormatError, TraceRequest, TraceUserError,
+                    check_trace_user, trace_request_of)
 
-#: the trace users that need no image-level target, named in the refusal of one that does
-NO_TARGET_USERS = 'DRLoc, PatchCosineLoss, PatchContrastiveLoss, AttentionCosineLoss'
+#: the modules whose registered components are trace users (heads, losses, target transforms, token mixes)
+USER_MODULES = tuple(f'mmvitreg.models.{m}.' for m in ('heads', 'losses', 'target_transforms', 'mixing'))
+#: the arguments a registered trace user cannot be built without (any value: its request does not depend on it)
+REQUIRED_ARGS: Dict[str, dict] = {
+    'DRLoc': dict(in_channels=1),
+    'PatchMixingLoss': dict(num_classes=1, in_channels=1),
+    'TokenLabelHead': dict(num_classes=1, in_channels=1),
+}
 
 
 def build_user(cfg):
@@ -37,50 +48,78 @@ def build_user(cfg):
     return cfg if isinstance(cfg, nn.Module) else MODELS.build(cfg)
 
 
+def serves(backbone, request: TraceRequest) -> bool:
+    """Whether ``backbone`` can serve ``request`` at some setting of the user: fits, or fails only on what the
+    user's or the backbone's arguments change (a tap, a width, a depth, the backbone's ``out_type``)."""
+    try:
+        check_trace_user(backbone, request, 'user')
+    except TraceCapabilityError:
+        return False
+    except TraceFormatError as e:
+        return e.settable
+    except TraceUserError:
+        pass
+    return True
+
+
+def users_without_image_target(backbone=None) -> List[str]:
+    """The registered trace users that need no image-level target (at their defaults) and ``backbone`` serves
+    (:func:`serves`; every one when ``backbone`` is None), by name."""
+    MODELS.import_from_location()
+    names = []
+    for name, cls in sorted(MODELS.module_dict.items()):
+        if not cls.__module__.startswith(USER_MODULES) or getattr(cls, 'image_target', False):
+            continue
+        request = getattr(cls(**REQUIRED_ARGS.get(name, {})), 'trace_request', None)
+        if isinstance(request, TraceRequest) and (backbone is None or serves(backbone, request)):
+            names.append(name)
+    return names
+
+
 class ImageTargetError(TraceUserError, ValueError):
     """A user that trains with an image-level target in a model kind that has none (a segmentor, a detector)."""
 
 
-def check_image_target(user, model_name: str, image_targets: bool) -> None:
+def check_image_target(user, model_name: str, image_targets: bool, backbone=None) -> None:
     """Refuse ``user`` when it needs an image-level target (``image_target = True``) and the model kind
-    ``model_name`` has none (``image_targets=False``).
+    ``model_name`` has none (``image_targets=False``); the message names the users ``backbone`` serves instead.
 
     Raises:
         ImageTargetError: the refusal, saying why and what to use instead; ``reason`` is ``'image target'``.
     """
     if not image_targets and getattr(user, 'image_target', False):
+        others = ', '.join(users_without_image_target(backbone))
         raise ImageTargetError(f'{type(user).__name__} trains with an image-level target (one label per image), '
                                f'which {model_name} does not have (its targets are per pixel or per box): use it '
                                'in an image classifier (mmvitreg.TokenClassifier), or a token loss that needs no '
-                               f'label here ({NO_TARGET_USERS})', 'image target')
+                               f'label here ({others})', 'image target')
+
+
+class BackboneOutputs(tuple):
+    """A backbone's outputs handed to a library's ``loss`` in place of its images: :meth:`TraceUsers.extract_feat`
+    takes them through the neck instead of running the backbone again."""
 
 
 class TraceUsers:
-    """Mixin of a model with a ``backbone`` and trace users (see the module docstring).
+    """Mixin of a model with a ``backbone`` and trace users (see the module docstring), put before the library's
+    class: ``class TokenSegmentor(DenseTraceUsers, EncoderDecoder)``.
 
-    A model calls :meth:`init_trace_users` at the end of its ``__init__``, runs its backbone through
-    :meth:`run_backbone` in training and adds its users' terms with :meth:`add_user_losses`.
-
-    Users that need an image-level target (``image_target = True``: TL-Align's transform, MixToken and the
-    other token mixes, :class:`~mmvitreg.models.heads.TokenLabelHead`,
-    :class:`~mmvitreg.models.losses.PatchMixingLoss`) serve only an image classifier; a model kind
-    without one (:attr:`image_targets` False) refuses them when it is built.
+    A model calls :meth:`init_trace_users` at the end of its ``__init__``; its training step is :meth:`loss`.
     """
 
     #: whether the model kind has one target per image (a classifier: True); a segmentor or a detector has none
     image_targets = True
 
     def init_trace_users(self, aux_losses: Optional[Sequence] = None, target_transform=None,
-                         fixed_users: Iterable = (), image_targets: Optional[bool] = None) -> None:
+                         fixed_users: Iterable = ()) -> None:
         """Build ``aux_losses`` (into an mmengine ``ModuleList``, so ``init_weights`` reaches each one's
         ``init_cfg``) and ``target_transform``, and check them and ``fixed_users`` (the head, the token
-        mix: built by the library's own code) against ``self.backbone``. ``image_targets`` defaults to the
-        model kind's :attr:`image_targets`.
+        mix: built by the library's own code) against ``self.backbone``.
 
         Raises:
             TraceUserError: a user the backbone cannot serve.
             ValueError: more than one target transform.
-            ImageTargetError (ValueError): ``image_targets=False`` and a user that needs an image-level target.
+            ImageTargetError (ValueError): a user that needs an image-level target in a kind without one.
         """
         if isinstance(target_transform, Sequence):
             if len(target_transform) > 1:
@@ -91,9 +130,8 @@ class TraceUsers:
         self.target_transform = build_user(target_transform) if target_transform is not None else None
         checked = [u for u in fixed_users if u is not None] + list(self.aux_losses)
         checked += [self.target_transform] if self.target_transform is not None else []
-        image_targets = self.image_targets if image_targets is None else image_targets
         for user in checked:
-            check_image_target(user, type(self).__name__, image_targets)
+            check_image_target(user, type(self).__name__, self.image_targets, self.backbone)
             check_trace_user(self.backbone, trace_request_of(user), type(user).__name__)
         self.train_request = TraceRequest.union(trace_request_of(u) for u in self.train_users)
 
@@ -122,16 +160,35 @@ class TraceUsers:
         feats = self.backbone(inputs, trace=trace) if trace is not None else self.backbone(inputs)
         return feats, trace
 
-    def add_user_losses(self, losses: Dict[str, Tensor], feats: Tuple[Tensor, ...], data_samples: list,
-                        trace: Optional[TokenTrace]) -> Dict[str, Tensor]:
-        """Add every auxiliary loss's named terms to ``losses`` (the model's own terms) and return it.
+    def loss(self, inputs: Tensor, data_samples: list, mix_plan: Optional[MixPlan] = None) -> Dict[str, Tensor]:
+        """The losses of a training batch, the same way in every model kind: the backbone runs once with the
+        union trace, the target transform rewrites the targets, then come the model kind's own terms
+        (:meth:`model_losses`), the transform's logged scalars and every auxiliary loss's named terms.
 
         Raises:
-            KeyError: a term named ``loss`` (the logged total) or one another user already returns.
+            KeyError: a user's term named ``loss`` or as a term already returned (the library's included).
         """
+        feats, trace = self.run_backbone(inputs, data_samples, mix_plan)
+        logged = self.target_transform.transform(trace, data_samples) if self.target_transform is not None else None
+        losses = dict(self.model_losses(feats, data_samples, trace))
+        if logged:
+            self.add_terms(losses, self.target_transform, logged)
         for aux in self.aux_losses:
             self.add_terms(losses, aux, aux.loss(feats, data_samples, trace))
         return losses
+
+    def model_losses(self, feats: Tuple[Tensor, ...], data_samples: list,
+                     trace: Optional[TokenTrace]) -> Dict[str, Tensor]:
+        """The model kind's own terms on the backbone's outputs ``feats``: the library's ``loss`` as it is
+        (mmseg's decode and auxiliary heads, mmdet's RPN and RoI heads), given them as :class:`BackboneOutputs`."""
+        return super().loss(BackboneOutputs(feats), data_samples)
+
+    def extract_feat(self, inputs, *args, **kwargs):
+        """The library's ``extract_feat``; :class:`BackboneOutputs` (in :meth:`model_losses`) go through the neck
+        only."""
+        if isinstance(inputs, BackboneOutputs):
+            return self.neck(inputs) if self.with_neck else inputs
+        return super().extract_feat(inputs, *args, **kwargs)
 
     @staticmethod
     def add_terms(losses: Dict[str, Tensor], user: nn.Module, terms: Dict[str, Tensor]) -> None:
@@ -146,31 +203,18 @@ class TraceUsers:
             losses[name] = value
 
 
-
-#: the mark of backbone outputs the library's loss has read (:class:`LibraryTraceUsers`)
-_READ = object()
-
-
-class LibraryTraceUsers(TraceUsers):
-    """:class:`TraceUsers` on a library's own model class, whose ``loss`` runs unchanged.
-
-    Mixed in before the library class (``class TokenSegmentor(LibraryTraceUsers, EncoderDecoder)``); the model
-    takes the library class's arguments plus
+class DenseTraceUsers(TraceUsers):
+    """:class:`TraceUsers` of the model kinds without an image-level target (an mmseg segmentor, an mmdet
+    detector), which take the library class's arguments plus
 
     * ``aux_losses`` (Sequence[dict], optional): the trace users, each ``loss(feats, data_samples, trace)`` with
-      ``feats`` the backbone's outputs before the neck.
+      ``feats`` the backbone's outputs before the neck;
+    * ``target_transform`` (dict, optional): as in classification.
 
-    In a training step (``loss``) the backbone runs once, through :meth:`run_backbone` with the union trace;
-    the library's ``loss`` then gets its outputs from its one call of ``extract_feat`` (through the neck) and
-    computes its terms as always (an mmseg decode and auxiliary head, an mmdet RPN and RoI head); last the
-    users add theirs (:meth:`add_user_losses`: a name already returned, e.g. mmdet's ``loss_rpn_cls`` or
-    ``s0.loss_cls``, is an error). Prediction, ``tensor`` mode and test-time augmentation call
-    ``extract_feat`` as the library does: the backbone runs without a trace.
-
-    These model kinds have no image-level target (:attr:`image_targets` False): a user that needs one (TL-Align,
-    MixToken and the other token mixes, TokenLabelHead, PatchMixingLoss) is refused when the model is built,
-    also when it is given as ``target_transform`` or ``train_cfg.token_mix`` (which the library would
-    otherwise ignore).
+    A training step is :meth:`TraceUsers.loss`; prediction, ``tensor`` mode and test-time augmentation are the
+    library's, without a trace. A user that needs an image-level target (TL-Align, MixToken and the other token
+    mixes, TokenLabelHead, PatchMixingLoss) is refused when the model is built, also as ``target_transform`` or
+    ``train_cfg.token_mix`` (which the library would otherwise ignore).
 
     Raises:
         TraceUserError: a user the backbone cannot serve, or (:class:`ImageTargetError`) one that needs an
@@ -186,32 +230,4 @@ class LibraryTraceUsers(TraceUsers):
             kwargs['train_cfg'] = train_cfg = copy.deepcopy(train_cfg)
             token_mix = build_user(train_cfg.pop('token_mix'))
         super().__init__(*args, **kwargs)
-        self._backbone_outputs = None
         self.init_trace_users(aux_losses, target_transform, fixed_users=[token_mix])
-
-    def extract_feat(self, inputs: Tensor, *args, **kwargs):
-        """The library's ``extract_feat``; inside :meth:`loss` the outputs of the backbone run there, through the
-        neck (the library's loss reads them once)."""
-        feats = self._backbone_outputs
-        if feats is None:
-            return super().extract_feat(inputs, *args, **kwargs)
-        if feats is _READ:
-            raise RuntimeError(f"{type(self).__name__}: the library's loss extracts features twice in one step, "
-                               'which would run the backbone again without its trace; give this model kind a '
-                               'loss that extracts them once')
-        self._backbone_outputs = _READ
-        return self.neck(feats) if self.with_neck else feats
-
-    def loss(self, inputs: Tensor, data_samples: list) -> Dict[str, Tensor]:
-        """The library's losses on one traced backbone run, then every user's named terms."""
-        feats, trace = self.run_backbone(inputs, data_samples)
-        self._backbone_outputs = feats
-        try:
-            losses = super().loss(inputs, data_samples)
-            read = self._backbone_outputs is _READ
-        finally:
-            self._backbone_outputs = None
-        if not read:
-            raise RuntimeError(f"{type(self).__name__}: the library's loss did not extract features, so the traced "
-                               'backbone run went unused')
-        return self.add_user_losses(losses, feats, data_samples, trace)

@@ -217,7 +217,7 @@ class CvT(BaseBackbone):
         self.trace_spec = TraceSpec(
             num_blocks=num_blocks, channels=tuple(d for d, n in zip(dims, depths) for _ in range(n)),
             tappable=tuple(range(num_blocks - depths[-1], num_blocks)), num_extra_tokens=1, facts={'cls_token'},
-            out_types=self.OUT_TYPES, out_type=out_type)
+            out_types=self.OUT_TYPES, out_type=out_type, out_channels=(self.embed_dims, ))
         self._freeze_stages()
 
     def init_weights(self):

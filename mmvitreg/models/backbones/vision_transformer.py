@@ -176,7 +176,8 @@ class VisionTransformer(MMPretrainVisionTransformer):
             num_blocks=self.num_layers, channels=(self.embed_dims, ) * self.num_layers,
             num_extra_tokens=self.num_extra_tokens, services={'mix', 'attn', 'stream'}, points={'embed', 'final'},
             facts={'isotropic'} | ({'cls_token'} if with_cls_token else set()),
-            out_types=tuple(sorted(self.OUT_TYPES)), out_type=out_type)
+            out_types=tuple(sorted(self.OUT_TYPES)), out_type=out_type,
+            out_channels=tuple(self.embed_dims for i in range(self.num_layers) if i in self.out_indices))
 
     def _resolve_arch(self, arch: Union[str, dict]) -> dict:
         if isinstance(arch, str):

@@ -7,11 +7,11 @@ from mmpretrain.structures import DataSample
 
 from mmvitreg.registry import MODELS
 from ..trace import MixPlan, TokenTrace, TraceRequest, trace_request_of
-from ..trace_users import TraceUsers
+from ..trace_users import BackboneOutputs, TraceUsers
 
 
 @MODELS.register_module()
-class TokenClassifier(ImageClassifier, TraceUsers):
+class TokenClassifier(TraceUsers, ImageClassifier):
     """mmpretrain's :class:`ImageClassifier` with a token trace and several trace users.
 
     The token-level techniques (MixToken, token labeling, DiversePatch, DRLoc, TL-Align, the DeepViT
@@ -34,8 +34,11 @@ class TokenClassifier(ImageClassifier, TraceUsers):
 
     The trace is filled once per training forward with the union of all requests; prediction
     builds one only for a head that asks (auxiliary losses and the target transform are training
-    only). Every user is checked against the backbone when the model is built. The head's term is
-    logged as ``loss_cls``.
+    only). Every user is checked against the backbone when the model is built.
+
+    ``loss`` returns what :class:`ImageClassifier`'s does (the head's terms as the head names them: ``loss``
+    for mmpretrain's heads) plus the users' named terms; the log (:meth:`parse_losses`) shows their total as
+    ``loss`` and the head's ``loss`` as ``loss_cls``.
 
     Args:
         backbone (dict): The backbone; a trace user needs one with a ``trace_spec`` (an mmvitreg backbone).
@@ -115,23 +118,26 @@ class TokenClassifier(ImageClassifier, TraceUsers):
             return self.predict(inputs, data_samples)
         raise RuntimeError(f'Invalid mode "{mode}".')
 
-    def loss(self, inputs: torch.Tensor, data_samples: List[DataSample],
-             mix_plan: Optional[MixPlan] = None) -> Dict[str, torch.Tensor]:
-        """Losses of a batch: the backbone runs once with the union trace, the target transform
-        rewrites the targets, then the head and every auxiliary loss add their named terms.
+    def model_losses(self, feats, data_samples: List[DataSample],
+                     trace: Optional[TokenTrace]) -> Dict[str, torch.Tensor]:
+        """The head's terms on the backbone's outputs ``feats`` through the neck (a head that reads a trace gets
+        it), named as the head names them (mmpretrain's heads: ``loss``)."""
+        return self.head.loss(self.extract_feat(BackboneOutputs(feats)), data_samples, **self._head_kwargs(trace))
 
-        The head's ``loss`` is returned as ``loss_cls``: mmengine's ``parse_losses`` logs the sum of
-        all ``loss*`` terms as ``loss``, which a term of that name would overwrite in the log. A
-        target transform's scalars (keys without ``loss``) are returned alongside: logged, not summed."""
-        backbone_feats, trace = self.run_backbone(inputs, data_samples, mix_plan)
-        feats = self.neck(backbone_feats) if self.with_neck else backbone_feats
-        losses = {}
-        logged = self.target_transform.transform(trace, data_samples) if self.target_transform is not None else None
-        self.add_terms(losses, self.head, {('loss_cls' if name == 'loss' else name): value for name, value
-                                           in self.head.loss(feats, data_samples, **self._head_kwargs(trace)).items()})
-        if logged:
-            self.add_terms(losses, self.target_transform, logged)
-        return self.add_user_losses(losses, backbone_feats, data_samples, trace)
+    def parse_losses(self, losses: Dict[str, torch.Tensor]):
+        """mmengine's ``parse_losses`` (the total of every ``loss*`` term, logged as ``loss``), with the head's
+        ``loss`` logged as ``loss_cls`` (under ``loss`` it would overwrite the total in the log); a term
+        without ``loss`` in its name (TL-Align's ``tla_shift``) is logged, not summed.
+
+        Raises:
+            KeyError: ``loss`` and ``loss_cls`` both returned (one of them would hide the other in the log).
+        """
+        if 'loss' in losses:
+            if 'loss_cls' in losses:
+                raise KeyError("the head returns 'loss' and a part of the model returns 'loss_cls', the name the "
+                               "head's 'loss' is logged under: rename that term")
+            losses = {('loss_cls' if name == 'loss' else name): value for name, value in losses.items()}
+        return super().parse_losses(losses)
 
     def predict(self, inputs: torch.Tensor, data_samples: Optional[List[DataSample]] = None,
                 **kwargs) -> List[DataSample]:

@@ -2,10 +2,10 @@
 from mmdet.models.detectors import CascadeRCNN, FasterRCNN, MaskRCNN, TwoStageDetector
 
 from mmvitreg.registry import MODELS
-from ..trace_users import LibraryTraceUsers
+from ..trace_users import DenseTraceUsers
 
 
-class TokenDetector(LibraryTraceUsers):
+class TokenDetector(DenseTraceUsers):
     """The trace users of an mmdet detector: mixed in before the detector class, e.g. ::
 
         @MODELS.register_module()
@@ -17,11 +17,9 @@ class TokenDetector(LibraryTraceUsers):
     own ``loss`` (for a two-stage detector the RPN's ``loss_rpn_cls`` / ``loss_rpn_bbox`` and the RoI head's
     terms, ``s0.loss_cls`` ... in a cascade) on its outputs through the neck, then the users' terms on the
     backbone's outputs before the neck; their names must differ from mmdet's (an error otherwise). Prediction is
-    mmdet's, without a trace (:class:`~mmvitreg.models.trace_users.LibraryTraceUsers`). Users that need an
-    image-level target (TL-Align, MixToken, TokenLabelHead, PatchMixingLoss) are refused when the model is built.
-
-    A detector whose ``loss`` extracts the features once serves (mmdet's ``TwoStageDetector`` and its
-    subclasses, the single-stage detectors); one that extracts them twice in a step stops with an error.
+    mmdet's, without a trace (the composition rule of every model kind:
+    :meth:`~mmvitreg.models.trace_users.TraceUsers.loss`). Users that need an image-level target (TL-Align,
+    MixToken, TokenLabelHead, PatchMixingLoss) are refused when the model is built.
     """
 
 

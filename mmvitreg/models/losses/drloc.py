@@ -201,11 +201,13 @@ class DRLoc(BaseModule):
         self.pool_cfg, self.num_bins, self.loss_name = GRID_POOLS[grid_pool], num_bins, loss_name
         bins = [0 if mode == 'l1' else (k if target == 'abs' else 2 * k - 1) for k in num_bins]
         self.heads = nn.ModuleList(DRLocHead(c, hidden_channels, mode, b) for c, b in zip(in_channels, bins))
-        # a tap's width is checked against the backbone's when the model is built
+        # every map's width is checked against the backbone's when the model is built
         if self.layers is not None:
             self.trace_request = TraceRequest(token_layers=self.layers, token_channels=in_channels)
+        elif self.stages is not None:
+            self.trace_request = TraceRequest(stages=self.stages, stage_channels=in_channels)
         else:
-            self.trace_request = TraceRequest(points={'stages'} if self.stages is not None else ())
+            self.trace_request = TraceRequest(outputs=self.feat_indices, out_channels=in_channels)
 
     def feature_maps(self, feats: Tuple[Tensor, ...], trace: Optional[TokenTrace]) -> List[Tensor]:
         """The ``(B, C, k, k)`` grids the loss samples from (after ``grid_pool``)."""

@@ -4,7 +4,7 @@
 (``trace.tokens[-1]``); ``'final_norm'`` (official code, ``self.norm(x)[:, 1:]``): the same tokens
 after the backbone's final norm (``trace.final``). Either way the class token is dropped.
 """
-from typing import Iterable
+from typing import Optional
 
 from torch import Tensor
 
@@ -13,14 +13,14 @@ from ..trace import TokenTrace, TraceRequest
 LAST_LAYER_TOKENS = ('block', 'final_norm')
 
 
-def last_layer_request(tokens: str, token_layers: Iterable[int] = ()) -> TraceRequest:
-    """The request of a loss that reads ``tokens`` (one of :data:`LAST_LAYER_TOKENS`) plus the given taps:
-    a tap of the last block, or the point ``'final'``."""
+def last_layer_request(tokens: str, channels: Optional[int] = None) -> TraceRequest:
+    """The request of a loss that reads ``tokens`` (one of :data:`LAST_LAYER_TOKENS`): a tap of the last
+    block (whose width is checked against ``channels`` when given), or the point ``'final'``."""
     if tokens not in LAST_LAYER_TOKENS:
         raise ValueError(f'tokens must be one of {LAST_LAYER_TOKENS}, got {tokens!r}')
     if tokens == 'block':
-        return TraceRequest(token_layers=tuple(token_layers) + (-1, ))
-    return TraceRequest(token_layers=tuple(token_layers), points={'final'})
+        return TraceRequest(token_layers=(-1, ), token_channels=() if channels is None else (channels, ))
+    return TraceRequest(points={'final'})
 
 
 def last_layer_tokens(trace: TokenTrace, tokens: str) -> Tensor:

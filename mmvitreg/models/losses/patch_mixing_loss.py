@@ -75,7 +75,7 @@ class PatchMixingLoss(BaseModule):
         super().__init__(init_cfg=init_cfg)
         if form not in self.FORMS:
             raise ValueError(f'form must be one of {self.FORMS}, got {form!r}')
-        self.trace_request = last_layer_request(tokens)
+        self.trace_request = last_layer_request(tokens, in_channels)
         self.loss_weight, self.form, self.tokens, self.ensemble = loss_weight, form, tokens, ensemble
         self.dropout = nn.Dropout(drop_rate)
         self.patch_head = nn.Linear(in_channels, num_classes)

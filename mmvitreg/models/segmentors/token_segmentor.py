@@ -2,11 +2,11 @@
 from mmseg.models.segmentors import EncoderDecoder
 
 from mmvitreg.registry import MODELS
-from ..trace_users import LibraryTraceUsers
+from ..trace_users import DenseTraceUsers
 
 
 @MODELS.register_module()
-class TokenSegmentor(LibraryTraceUsers, EncoderDecoder):
+class TokenSegmentor(DenseTraceUsers, EncoderDecoder):
     """mmseg's :class:`EncoderDecoder` (decode head, optional neck and auxiliary head) whose backbone's token
     trace feeds auxiliary token losses: ``type='EncoderDecoder'`` -> ``type='mmvitreg.TokenSegmentor'`` plus
     ``aux_losses``, e.g. ::
@@ -15,10 +15,10 @@ class TokenSegmentor(LibraryTraceUsers, EncoderDecoder):
                      aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=768, layers=(-1, ), reduction='mean')],
                      ...)  # the EncoderDecoder's arguments, unchanged
 
-    A training step runs the backbone once with the trace the users ask for, then mmseg's losses
+    A training step runs the backbone once with the trace the users ask for, then mmseg's own ``loss``
     (``decode.loss_ce``, ``aux.loss_ce``, ...) on its outputs through the neck, then the users' terms on the
-    backbone's outputs before the neck (the composition rule:
-    :class:`~mmvitreg.models.trace_users.LibraryTraceUsers`). Inference (``whole`` or ``slide``, ``--tta``)
+    backbone's outputs before the neck (the composition rule of every model kind:
+    :meth:`~mmvitreg.models.trace_users.TraceUsers.loss`). Inference (``whole`` or ``slide``, ``--tta``)
     is mmseg's, without a trace. Users that need an image-level target (TL-Align, MixToken, TokenLabelHead,
     PatchMixingLoss) are refused when the model is built.
 

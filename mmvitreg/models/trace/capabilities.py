@@ -1,0 +1,349 @@
+"""What a backbone offers a trace (:class:`TraceSpec`), what a user asks of it (:class:`TraceRequest`) and the
+one check between them (:func:`check_request`), whose errors name user, backbone and fix."""
+from dataclasses import dataclass
+from typing import Callable, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+
+#: What a trace-taking backbone may do for a user besides recording block tokens (which all do).
+SERVICES = {
+    'mix': 'mixes the patch tokens with a MixPlan right after the patch embedding',
+    'attn': 'records the attention maps of tapped blocks',
+    'stream': 'carries the values of a TokenStream through the attention of every block (a Ride per block)',
+}
+#: Recording points besides the blocks; a user asks for one in ``TraceRequest.points``.
+POINTS = {
+    'embed': 'records the patch-embedding output (after any token mix, before the position embedding)',
+    'final': "records the last block's tokens after the backbone's final norm",
+    'stages': "records every stage's output tokens after its down-sampling (hierarchical backbones)",
+}
+#: Facts about a backbone's tokens a user may rely on.
+FACTS = {
+    'cls_token': 'has a class token in front of the patch tokens of its traced blocks',
+    'isotropic': 'keeps every block on the patch grid of the embedding (no down-sampling), so patch i '
+                 'is the same patch in every block',
+}
+
+
+def resolve_indices(indices: Sequence[int], count: int, kind: str = 'block') -> Tuple[int, ...]:
+    """The one resolver of block, stage and output indices: negative ones count from the last of ``count``.
+
+    Raises:
+        IndexError: an index outside ``-count .. count - 1``, naming the ``kind`` of index.
+    """
+    bad = _first_out_of_range(indices, count)
+    if bad is not None:
+        raise IndexError(_range_text(bad, count, kind))
+    return tuple(i + count if i < 0 else i for i in indices)
+
+
+def _first_out_of_range(indices: Sequence[int], count: int) -> Optional[int]:
+    return next((i for i in indices if not -count <= i < count), None)
+
+
+def _range_text(index: int, count: int, kind: str) -> str:
+    return f'{kind} index {index} is out of range for a backbone with {count} {kind}s'
+
+
+def resolve_blocks(layers: Sequence[int], num_blocks: int) -> Tuple[int, ...]:
+    """:func:`resolve_indices` for block indices."""
+    return resolve_indices(layers, num_blocks, 'block')
+
+
+def _frozen_names(owner, name: str, known: dict) -> None:
+    value = frozenset(getattr(owner, name))
+    object.__setattr__(owner, name, value)
+    if value - set(known):
+        raise ValueError(f'unknown trace {name} {sorted(value - set(known))}; known: {sorted(known)}')
+
+
+@dataclass(frozen=True)
+class TraceSpec:
+    """What a trace-taking backbone offers (``backbone.trace_spec``), checked against every user's request.
+
+    Args:
+        num_blocks (int): Blocks, numbered across stages (negative tap indices count from the last).
+        channels (Tuple[int, ...]): The token width of every block's output.
+        tappable (Tuple[int, ...]): The blocks whose tokens and attention maps can be tapped (a backbone
+            whose earlier stages have another token layout traces only its last stage: CvT). Defaults to
+            every block.
+        num_extra_tokens (int): Tokens before the patch tokens in the traced blocks (1 for a cls token).
+        services (FrozenSet[str]): Keys of :data:`SERVICES` it gives.
+        points (FrozenSet[str]): Keys of :data:`POINTS` it records.
+        facts (FrozenSet[str]): Keys of :data:`FACTS` that hold for it.
+        out_types (Tuple[str, ...]): The output formats (``out_type``) it can be built with.
+        out_type (str): The format it is built with.
+        stage_channels (Tuple[int, ...]): The width of every stage's output after its down-sampling (point
+            ``'stages'``; one per stage). Defaults to none.
+        out_channels (Tuple[int, ...]): The width of each output of its ``forward`` (``C`` of ``(B, C, ...)``
+            maps, of ``(B, N, C)`` tokens), in order. Defaults to none: not stated, not checked.
+    """
+
+    num_blocks: int
+    channels: Tuple[int, ...]
+    tappable: Optional[Tuple[int, ...]] = None
+    num_extra_tokens: int = 0
+    services: FrozenSet[str] = frozenset()
+    points: FrozenSet[str] = frozenset()
+    facts: FrozenSet[str] = frozenset()
+    out_types: Tuple[str, ...] = ()
+    out_type: str = ''
+    stage_channels: Tuple[int, ...] = ()
+    out_channels: Tuple[int, ...] = ()
+
+    def __post_init__(self):
+        tappable = tuple(range(self.num_blocks)) if self.tappable is None else tuple(self.tappable)
+        object.__setattr__(self, 'tappable', tappable)
+        for name in ('channels', 'stage_channels', 'out_channels'):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        for name, known in (('services', SERVICES), ('points', POINTS), ('facts', FACTS)):
+            _frozen_names(self, name, known)
+        if len(self.channels) != self.num_blocks:
+            raise ValueError(f'a trace spec gives {len(self.channels)} channel counts for {self.num_blocks} blocks')
+        if ('stages' in self.points) != bool(self.stage_channels):
+            raise ValueError("a trace spec records the point 'stages' exactly when it gives stage_channels")
+
+    @property
+    def num_stages(self) -> int:
+        """The stages whose outputs the point ``'stages'`` records (0 without it)."""
+        return len(self.stage_channels)
+
+    @property
+    def tappable_text(self) -> str:
+        """The tappable blocks in words: ``'0..11'``."""
+        t = self.tappable
+        return f'{t[0]}..{t[-1]}' if t == tuple(range(t[0], t[-1] + 1)) else ', '.join(map(str, t))
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    """What one trace user asks of the backbone.
+
+    Args:
+        token_layers (Tuple[int, ...]): Blocks whose output tokens it reads (negative indices count
+            from the last block).
+        attn_layers (Tuple[int, ...]): Blocks whose attention maps it reads (service ``'attn'``).
+        points (FrozenSet[str]): Recording points it reads (keys of :data:`POINTS`).
+        facts (FrozenSet[str]): Facts it relies on (keys of :data:`FACTS`).
+        services (FrozenSet[str]): Services it needs beyond those its taps imply (``{'mix'}`` for a
+            plan mixed by the backbone).
+        stream (TokenStream, optional): Values the backbone carries through every block for the user
+            (service ``'stream'``; at most one stream per model).
+        token_channels (Tuple[int, ...]): The channels the user expects of each ``token_layers`` tap
+            (one per tap; empty: not checked). Only checked, not merged by :meth:`union`.
+        out_type (str, optional): The backbone output format the user reads (``'raw'`` for every token).
+        trace (bool): Whether the user reads a trace even when it asks for nothing above (it reads the
+            grid, the number of extra tokens or the plan: a token mix). Implied by everything else.
+        stages (Tuple[int, ...]): Stages whose outputs it reads (point ``'stages'``, implied; negative from
+            the last stage).
+        stage_channels (Tuple[int, ...]): The channels it expects of each of ``stages`` (empty: not checked).
+        outputs (Tuple[int, ...]): The backbone outputs (``forward``'s tuple, negative from the last) it
+            reads; no trace needed.
+        out_channels (Tuple[int, ...]): The channels it expects of each of ``outputs`` (empty: not checked),
+            checked where the backbone states its output widths.
+    """
+
+    token_layers: Tuple[int, ...] = ()
+    attn_layers: Tuple[int, ...] = ()
+    points: FrozenSet[str] = frozenset()
+    facts: FrozenSet[str] = frozenset()
+    services: FrozenSet[str] = frozenset()
+    stream: Optional['TokenStream'] = None  # noqa: F821  (token_trace.TokenStream)
+    token_channels: Tuple[int, ...] = ()
+    out_type: Optional[str] = None
+    trace: bool = False
+    stages: Tuple[int, ...] = ()
+    stage_channels: Tuple[int, ...] = ()
+    outputs: Tuple[int, ...] = ()
+    out_channels: Tuple[int, ...] = ()
+
+    def __post_init__(self):
+        for name in ('token_layers', 'attn_layers', 'token_channels', 'stages', 'stage_channels', 'outputs',
+                     'out_channels'):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        if self.stages:
+            object.__setattr__(self, 'points', frozenset(self.points) | {'stages'})
+        for name, known in (('points', POINTS), ('facts', FACTS), ('services', SERVICES)):
+            _frozen_names(self, name, known)
+        for indices, widths in (('token_layers', 'token_channels'), ('stages', 'stage_channels'),
+                                ('outputs', 'out_channels')):
+            if getattr(self, widths) and len(getattr(self, widths)) != len(getattr(self, indices)):
+                raise ValueError(f'{widths} {getattr(self, widths)} need one entry per entry of {indices} '
+                                 f'{getattr(self, indices)}')
+
+    @property
+    def all_services(self) -> FrozenSet[str]:
+        """:attr:`services` plus what the taps and the stream imply."""
+        return self.services | ({'attn'} if self.attn_layers else set()) | (
+            {'stream'} if self.stream is not None else set())
+
+    @property
+    def needs_trace(self) -> bool:
+        """Whether the user reads a trace at all (a request for backbone outputs only does not)."""
+        return bool(self.trace or self.token_layers or self.attn_layers or self.points or self.facts
+                    or self.services or self.stream is not None)
+
+    @staticmethod
+    def union(requests: Iterable['TraceRequest']) -> 'TraceRequest':
+        """One request serving all ``requests`` (layers and stages in first-seen order; ``out_type``, the
+        widths and the outputs are checked per user, not merged)."""
+        requests = list(requests)
+        merge = lambda attr: tuple(dict.fromkeys(i for r in requests for i in getattr(r, attr)))  # noqa: E731
+        streams = list(dict.fromkeys(id(r.stream) for r in requests if r.stream is not None))
+        if len(streams) > 1:
+            raise ValueError(f'a backbone carries one token stream, but {len(streams)} trace users bring one: '
+                             + ', '.join(type(r.stream).__name__ for r in requests if r.stream is not None))
+        union = lambda attr: frozenset().union(*(getattr(r, attr) for r in requests))  # noqa: E731
+        return TraceRequest(merge('token_layers'), merge('attn_layers'), union('points'), union('facts'),
+                            union('services'), next((r.stream for r in requests if r.stream is not None), None),
+                            trace=any(r.needs_trace for r in requests), stages=merge('stages'))
+
+
+def trace_request_of(user) -> TraceRequest:
+    """The :class:`TraceRequest` of a trace user (an empty one for objects that declare none)."""
+    return getattr(user, 'trace_request', None) or TraceRequest()
+
+
+class TraceUserError(Exception):
+    """A trace user the backbone cannot serve (:func:`check_request`); raised as one of the
+    subclasses below, which are also a ``TypeError``, ``IndexError`` or ``ValueError``.
+
+    Args:
+        message (str): The error, naming the user, the backbone and the fix.
+        reason (str): The same in a few words, for a table cell (``'no cls_token'``).
+    """
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+class TraceCapabilityError(TraceUserError, TypeError):
+    """The backbone takes no trace or lacks a service, point or fact the user needs."""
+
+
+class TraceTapError(TraceUserError, IndexError):
+    """The user taps a block or stage, or reads an output, the backbone does not have or cannot tap."""
+
+
+class TraceStreamError(TraceUserError, ValueError):
+    """The user's stream is meant for another number of blocks."""
+
+
+class TraceChannelError(TraceUserError, ValueError):
+    """A tapped block's tokens, a stage's output or a backbone output have another width than the user expects."""
+
+
+class TraceFormatError(TraceUserError, ValueError):
+    """The user reads a backbone output format (``out_type``) the backbone lacks or is not built with;
+    ``settable`` says whether setting the backbone's ``out_type`` fixes it."""
+
+    def __init__(self, message: str, reason: str, settable: bool):
+        super().__init__(message, reason)
+        self.settable = settable
+
+
+#: builds the error of a misfit from the user's and the backbone's names
+Misfit = Callable[[str, str], TraceUserError]
+
+
+def misfit(spec: Optional['TraceSpec'], request: TraceRequest) -> Optional[Misfit]:
+    """The cheap form of the one check: None when a backbone of ``spec`` serves ``request``, else the maker of
+    the first error (:func:`check_request` raises it). Builds no message while everything fits (each maker
+    reads the names of the step that failed, which returns at once)."""
+    if spec is None:
+        if not request.needs_trace:
+            return None
+        return lambda user, backbone: TraceCapabilityError(
+            f'{user} needs a backbone that takes a token trace; {backbone} does not: use an mmvitreg backbone '
+            '(mmvitreg.VisionTransformer, DeepViT, LVViT, SwinTransformer, CvT) or a user that reads only the '
+            'backbone outputs', 'no trace')
+    kinds = (('service', request.all_services, spec.services, SERVICES),
+             ('point', request.points, spec.points, POINTS), ('fact', request.facts, spec.facts, FACTS))
+    if any(wanted - offered for _, wanted, offered, _ in kinds):
+        return lambda user, backbone: _missing(kinds, user, backbone)
+    taps = (('tokens', 'block', request.token_layers, spec.num_blocks), ('attention maps', 'block',
+            request.attn_layers, spec.num_blocks), ('outputs', 'stage', request.stages, spec.num_stages))
+    for what, kind, indices, count in taps:
+        bad = _first_out_of_range(indices, count)
+        if bad is not None:
+            return lambda user, backbone: TraceTapError(
+                f'{user} taps the {what} of a {kind} that {backbone} does not have: {_range_text(bad, count, kind)}',
+                f'only {count} {kind}s')
+        if kind == 'block' and not set(resolve_indices(indices, count)) <= set(spec.tappable):
+            return lambda user, backbone: _untappable(spec, what, indices, user, backbone)
+    if request.out_type is not None and request.out_type != spec.out_type:
+        return lambda user, backbone: _format(spec, request.out_type, user, backbone)
+    outputs = len(spec.out_channels)
+    bad = _first_out_of_range(request.outputs, outputs) if outputs else None
+    if bad is not None:
+        return lambda user, backbone: TraceTapError(
+            f'{user} reads the backbone outputs {list(request.outputs)}, but {backbone} gives {outputs}: set its '
+            'out_indices or the outputs the user reads', f'only {outputs} outputs')
+    widths = (('the tokens of blocks', request.token_layers, request.token_channels, spec.channels),
+              ('the outputs of stages', request.stages, request.stage_channels, spec.stage_channels),
+              ('its outputs', request.outputs, request.out_channels, spec.out_channels))
+    for where, indices, expected, offered in widths:
+        actual = [offered[i] for i in resolve_indices(indices, len(offered))] if expected and offered else []
+        if list(expected) != actual and actual:
+            return lambda user, backbone: TraceChannelError(
+                f'{user} expects {list(expected)} channels in {where} {list(indices)} but {backbone} has {actual}: '
+                f'set its in_channels to {actual}', f'{", ".join(map(str, actual))} channels')
+    stream_blocks = getattr(request.stream, 'num_layers', None)  # None: the stream takes the trace's depth
+    if stream_blocks is not None and stream_blocks != spec.num_blocks:
+        return lambda user, backbone: TraceStreamError(
+            f'{user} carries its stream through num_layers={stream_blocks} blocks but {backbone} has '
+            f'{spec.num_blocks}: set num_layers={spec.num_blocks} or leave it out (the depth is taken from the '
+            'backbone)', f'{spec.num_blocks} blocks, not {stream_blocks}')
+    return None
+
+
+def check_request(spec: Optional[TraceSpec], request: TraceRequest, user_name: str, backbone_name: str) -> None:
+    """Fail, naming the user and the backbone, when a backbone of ``spec`` cannot serve ``request``.
+
+    The one check behind :func:`check_trace_user` (build time) and
+    :meth:`~mmvitreg.models.trace.TokenTrace.start` (a trace made by hand); :func:`misfit` is its cheap form.
+    Every error is a :class:`TraceUserError` with ``reason``, a few words for a table cell.
+
+    Raises:
+        TraceCapabilityError (TypeError): no trace (``spec`` None), or a missing service, point or fact.
+        TraceTapError (IndexError): a tap of a block or stage the backbone does not have or cannot tap, or an
+            output it does not give.
+        TraceFormatError (ValueError): the user's ``out_type`` is not the backbone's.
+        TraceChannelError (ValueError): a tapped block, a stage output or a backbone output is not as wide as
+            the user expects (``token_channels``, ``stage_channels``, ``out_channels``).
+        TraceStreamError (ValueError): the stream is meant for another number of blocks (its ``num_layers``).
+    """
+    error = misfit(spec, request)
+    if error is not None:
+        raise error(user_name, backbone_name)
+
+
+def check_trace_user(backbone, request: TraceRequest, user_name: str) -> None:
+    """:func:`check_request` for a built backbone (its ``trace_spec``; none: it takes no trace)."""
+    check_request(getattr(backbone, 'trace_spec', None), request, user_name, type(backbone).__name__)
+
+
+def _missing(kinds, user: str, backbone: str) -> TraceCapabilityError:
+    missing = [(kind, sorted(wanted - offered), known) for kind, wanted, offered, known in kinds if wanted - offered]
+    needs = ' and '.join(f'the {kind} {names} (' + '; '.join(known[n] for n in names) + ')'
+                         for kind, names, known in missing)
+    offers = ', '.join(f'{kind}s {sorted(offered)}' for kind, _, offered, _ in kinds)
+    return TraceCapabilityError(f'{user} needs {needs} but {backbone} offers {offers}',
+                                'no ' + ', '.join(n for _, names, _ in missing for n in names))
+
+
+def _untappable(spec: TraceSpec, what: str, indices: Sequence[int], user: str, backbone: str) -> TraceTapError:
+    outside: List[int] = [i for i, j in zip(indices, resolve_indices(indices, spec.num_blocks))
+                          if j not in spec.tappable]
+    return TraceTapError(f'{user} taps the {what} of blocks {outside}, but {backbone} traces only blocks '
+                         f'{spec.tappable_text} (of 0..{spec.num_blocks - 1}): tap one of those (-1 is the last '
+                         'block)', f'taps {spec.tappable_text} only')
+
+
+def _format(spec: TraceSpec, out_type: str, user: str, backbone: str) -> TraceFormatError:
+    if out_type in spec.out_types:
+        return TraceFormatError(f"{user} reads the backbone's out_type={out_type!r} output but {backbone} is built "
+                                f"with out_type={spec.out_type!r}: set the backbone's out_type={out_type!r}",
+                                f'needs out_type={out_type!r}', True)
+    return TraceFormatError(f"{user} reads the backbone's out_type={out_type!r} output, which {backbone} does not "
+                            f'produce (it offers {list(spec.out_types)}): use a backbone with out_type={out_type!r} '
+                            '(mmvitreg.VisionTransformer, DeepViT, LVViT)', f'no {out_type} output', False)

@@ -1,0 +1,74 @@
+"""A two-image mixing plan: what a batch augment draws and a backbone or the data preprocessor applies."""
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+from torch import Tensor
+
+
+@dataclass
+class MixPlan:
+    """A two-image token-mixing plan, drawn once per batch by a batch augment.
+
+    Every mixed token is ``m * own + (1 - m) * partner``, so every token label stays of the form
+    ``w * y_own + (1 - w) * y_partner``.
+
+    Args:
+        index (Tensor): ``(B,)`` long, the partner of each sample in the batch.
+        mask (Tensor): ``(B, Hg, Wg)`` float on the token grid, 1 where the token is the sample's
+            own, 0 where it comes from the partner (values in between are allowed).
+        pixel_mask (Tensor, optional): ``(B, H, W)`` float, set when the data preprocessor mixed the
+            *images* in pixel space with it (CutMix for TL-Align, :meth:`mix_images`); backbones then
+            leave the tokens alone and ``mask`` is each token's share of own pixels. None (default):
+            the backbone mixes the patch tokens (MixToken).
+    """
+
+    index: Tensor
+    mask: Tensor
+    pixel_mask: Optional[Tensor] = None
+
+    @property
+    def in_pixels(self) -> bool:
+        """Whether the images were mixed in pixel space (the backbone must not mix the tokens again)."""
+        return self.pixel_mask is not None
+
+    def mix_images(self, x: Tensor) -> Tensor:
+        """Mix images ``(B, C, H, W)`` with :attr:`pixel_mask`: ``m * x + (1 - m) * x[index]``."""
+        if self.pixel_mask is None:
+            raise ValueError('this plan mixes tokens inside the backbone and has no pixel_mask')
+        if tuple(x.shape[-2:]) != tuple(self.pixel_mask.shape[-2:]):
+            raise ValueError(f'the pixel mask is {tuple(self.pixel_mask.shape[-2:])} but the images are '
+                             f'{tuple(x.shape[-2:])}')
+        m = self.pixel_mask.to(x.dtype).unsqueeze(1)
+        return x * m + x[self.index] * (1 - m)
+
+    @property
+    def lam(self) -> Tensor:
+        """``(B,)`` share of each sample's own tokens: the mean of its mask (MixToken Eq. 10)."""
+        return self.mask.flatten(1).mean(1)
+
+    def _check_grid(self, grid: Tuple[int, int]):
+        if tuple(grid) != tuple(self.mask.shape[-2:]):
+            raise ValueError(f'the mixing mask covers a {tuple(self.mask.shape[-2:])} token grid but the '
+                             f'map to mix is {tuple(grid)}')
+
+    def mix(self, x: Tensor) -> Tensor:
+        """Mix a token map ``(B, C, Hg, Wg)`` or a dense map ``(B, K, Hg, Wg)`` with the plan."""
+        self._check_grid(x.shape[-2:])
+        m = self.mask.to(x.dtype).unsqueeze(1)
+        return x * m + x[self.index] * (1 - m)
+
+    def mix_tokens(self, x: Tensor, grid: Tuple[int, int]) -> Tensor:
+        """Mix a token sequence ``(B, Hg * Wg, C)`` laid out row-major on ``grid``."""
+        self._check_grid(grid)
+        m = self.mask.to(x.dtype).flatten(1).unsqueeze(-1)
+        return x * m + x[self.index] * (1 - m)
+
+    def mix_labels(self, y: Tensor) -> Tensor:
+        """Mix per-image labels ``(B, K)`` by each sample's own share (MixToken Eq. 10).
+
+        ``y_hat = lam * y + (1 - lam) * y[index]`` with ``lam`` the mask mean; integer (one-hot)
+        labels come back as floats.
+        """
+        y = y if y.is_floating_point() else y.float()
+        lam = self.lam.to(y.dtype).unsqueeze(1)
+        return y * lam + y[self.index] * (1 - lam)

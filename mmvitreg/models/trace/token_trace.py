@@ -1,0 +1,201 @@
+"""The token trace itself: filled by a backbone through its recording API, read by the users."""
+from dataclasses import dataclass, field
+from typing import Callable, Dict, FrozenSet, Optional, Protocol, Sequence, Tuple, Union
+
+from torch import Tensor
+
+from ..layers import Ride, WindowLayout
+from .capabilities import TraceRequest, TraceSpec, check_request, resolve_indices
+from .mix_plan import MixPlan
+
+
+class TokenStream(Protocol):
+    """A user's per-token values, carried through the blocks by the backbone (see the package docstring).
+
+    Shapes: values ``(B, N, D)`` on a block's token grid, extra tokens first (``N = num_extra_tokens
+    + H * W``); ``mixed`` the same, from the block's :class:`~mmvitreg.models.layers.Ride`.
+    """
+
+    def start(self, trace: 'TokenTrace') -> Tensor:
+        """The values of the tokens that enter the first block (``trace.grid``, ``trace.mix``,
+        ``trace.num_extra_tokens`` and ``trace.samples`` are set)."""
+
+    def step(self, trace: 'TokenTrace', layer: int, values: Tensor, mixed: Tensor) -> Tensor:
+        """The values after block ``layer``, from those before it and what its attention ``mixed``."""
+
+    def resize(self, values: Tensor, grid: Tuple[int, int], new_grid: Tuple[int, int]) -> Tensor:
+        """The values after a downsampling between blocks (Swin's patch merging) from ``grid`` to ``new_grid``."""
+
+
+#: ``run(x, need_attn, ride)`` of one block: its output tokens, or ``(tokens, attention map)`` with ``need_attn``
+BlockRun = Callable[[Tensor, bool, Optional[Ride]], Union[Tensor, Tuple[Tensor, Tensor]]]
+
+
+@dataclass
+class TokenTrace:
+    """Travels with one batch through a backbone's forward; the backbone fills it through the recording
+    API (:meth:`start`, :meth:`block`, :meth:`downsample`, :meth:`stage`, :meth:`end`).
+
+    In (what users asked for, usually set by :meth:`for_request`):
+        mix (MixPlan, optional): mixing plan applied to the patch tokens after the patch embedding and
+            before the position embedding (unless it mixed the images in pixel space).
+        token_layers (Sequence[int]): blocks whose output tokens to record (negative indices count
+            from the last block; a hierarchical backbone numbers its blocks across stages).
+        attn_layers (Sequence[int]): blocks whose attention maps to record; only these blocks leave
+            the fused attention kernel.
+        points (FrozenSet[str]): recording points to fill (keys of :data:`POINTS`).
+        stream (TokenStream, optional): values to carry through every block.
+        samples (list, optional): the batch's data samples (training), for users that start from the
+            ground truth (a stream of labels).
+
+    Out (each field one meaning, filled by the recording API):
+        grid (Tuple[int, int]): the patch-token grid of the embedding ``(Hg, Wg)``, the grid a plan mixes.
+        num_layers (int): the backbone's number of blocks (for negative indices, see :meth:`index`).
+        num_stages (int): the stages whose outputs the point ``'stages'`` records (see :meth:`stage_map`).
+        num_extra_tokens (int): tokens before the patch tokens in the traced blocks (1 for a cls token).
+        grids (Dict[int, Tuple[int, int]]): every block -> the grid of its output tokens.
+        tokens (Dict[int, Tensor]): tapped block -> ``(B, N, C)`` its output tokens (before any final
+            norm), extra tokens first, ``N = num_extra_tokens + H * W`` on ``grids[i]``.
+        attn (Dict[int, Tensor]): tapped block -> its attention map, the one that multiplies ``V``:
+            ``(B, heads, N, N)`` in a ViT (after softmax, before attention dropout; for re-attention
+            after the head transform and its norm, which follow the dropout); ``(B * nW, heads, w * w,
+            w * w)`` per window in a Swin (before attention dropout).
+        windows (Dict[int, WindowLayout]): tapped windowed block -> the layout that places ``attn[i]``
+            (and window tokens) on the grid.
+        streamed (Dict[int, Tensor]): every block -> the stream's values after it ``(B, N, D)``.
+        embed (Tensor, optional): point ``'embed'``: ``(B, H * W, C)`` the patch tokens after the
+            embedding and any token mix, before the position embedding.
+        final (Tensor, optional): point ``'final'``: ``(B, N, C)`` the last block's tokens after the
+            backbone's final norm (the raw last-block tokens when it has none), extra tokens first.
+        stages (Dict[int, Tensor]): point ``'stages'``: every stage -> ``(B, H_s * W_s, C_s)`` its
+            output after its down-sampling (Swin: after the stage's patch merging, before any norm; the
+            last stage, which has none, gives its last block's tokens); ``stage_grids`` their grids.
+    """
+
+    mix: Optional[MixPlan] = None
+    token_layers: Sequence[int] = ()
+    attn_layers: Sequence[int] = ()
+    points: FrozenSet[str] = frozenset()
+    stream: Optional[TokenStream] = None
+    samples: Optional[list] = None
+    grid: Tuple[int, int] = (0, 0)
+    num_layers: int = 0
+    num_stages: int = 0
+    num_extra_tokens: int = 0
+    grids: Dict[int, Tuple[int, int]] = field(default_factory=dict)
+    tokens: Dict[int, Tensor] = field(default_factory=dict)
+    attn: Dict[int, Tensor] = field(default_factory=dict)
+    windows: Dict[int, WindowLayout] = field(default_factory=dict)
+    streamed: Dict[int, Tensor] = field(default_factory=dict)
+    embed: Optional[Tensor] = None
+    final: Optional[Tensor] = None
+    stages: Dict[int, Tensor] = field(default_factory=dict)
+    stage_grids: Dict[int, Tuple[int, int]] = field(default_factory=dict)
+    # set by start(): the resolved taps and the stream's current values
+    _token_taps: FrozenSet[int] = field(default=frozenset(), repr=False)
+    _attn_taps: FrozenSet[int] = field(default=frozenset(), repr=False)
+    _values: Optional[Tensor] = field(default=None, repr=False)
+
+    def __post_init__(self):
+        self.points = frozenset(self.points)
+
+    @classmethod
+    def for_request(cls, request: TraceRequest, mix: Optional[MixPlan] = None,
+                    samples: Optional[list] = None) -> 'TokenTrace':
+        """An empty trace that asks for what ``request`` taps and carries its stream."""
+        return cls(mix=mix, token_layers=request.token_layers, attn_layers=request.attn_layers,
+                   points=request.points, stream=request.stream, samples=samples)
+
+    # ------------------------------------------------------------------ the recording API (backbones)
+    def start(self, spec: TraceSpec, tokens: Tensor, grid: Tuple[int, int], backbone_name: str = 'the backbone'
+              ) -> Tensor:
+        """After the patch embedding: ``tokens`` ``(B, H * W, C)`` on ``grid``, before any extra token and
+        the position embedding. Checks the trace against ``spec``, mixes the tokens with :attr:`mix`
+        (service ``'mix'``; not when the plan mixed the images in pixel space), records ``'embed'`` and
+        starts the stream; returns the (mixed) tokens. The check is the build-time one
+        (:func:`~mmvitreg.models.trace.check_request`), which builds no message while the trace fits."""
+        mixes = self.mix is not None and not self.mix.in_pixels
+        check_request(spec, TraceRequest(self.token_layers, self.attn_layers, self.points,
+                                         services={'mix'} if mixes else (), stream=self.stream),
+                      'this trace', backbone_name)
+        self.grid, self.num_extra_tokens = tuple(grid), spec.num_extra_tokens
+        self.num_layers, self.num_stages = spec.num_blocks, spec.num_stages
+        self._token_taps = frozenset(resolve_indices(self.token_layers, spec.num_blocks))
+        self._attn_taps = frozenset(resolve_indices(self.attn_layers, spec.num_blocks))
+        if mixes:
+            tokens = self.mix.mix_tokens(tokens, self.grid)
+        if 'embed' in self.points:
+            self.embed = tokens
+        if self.stream is not None:
+            self._values = self.stream.start(self)
+        return tokens
+
+    def block(self, index: int, run: BlockRun, x: Tensor, grid: Tuple[int, int],
+              layout: Optional[WindowLayout] = None) -> Tensor:
+        """Run block ``index`` as ``run(x, need_attn, ride)`` and record it; returns its output tokens.
+
+        ``need_attn`` is True for a tapped attention map; ``ride`` carries the stream's values (in the
+        block's windows with a ``layout``, padding 0). Records ``grids[index] = grid``, the tokens and the
+        map of tapped blocks (and the ``layout`` of a tapped map) and the stream's next values."""
+        need_attn = index in self._attn_taps
+        ride = None
+        if self.stream is not None:
+            ride = Ride(layout.partition(self._values) if layout is not None else self._values)
+        out = run(x, need_attn, ride)
+        x, attn = out if need_attn else (out, None)
+        self.grids[index] = tuple(grid)
+        if index in self._token_taps:
+            self.tokens[index] = x
+        if need_attn:
+            self.attn[index] = attn
+            if layout is not None:
+                self.windows[index] = layout
+        if ride is not None:
+            mixed = layout.reverse(ride.mixed) if layout is not None else ride.mixed
+            self._values = self.streamed[index] = self.stream.step(self, index, self._values, mixed)
+        return x
+
+    def downsample(self, grid: Tuple[int, int], new_grid: Tuple[int, int]) -> None:
+        """The tokens were merged from ``grid`` to ``new_grid`` (Swin's patch merging): resize the stream."""
+        if self.stream is not None:
+            self._values = self.stream.resize(self._values, tuple(grid), tuple(new_grid))
+
+    def stage(self, index: int, x: Tensor, grid: Tuple[int, int]) -> None:
+        """Stage ``index`` ends with tokens ``x`` ``(B, H_s * W_s, C_s)`` on ``grid`` (point ``'stages'``)."""
+        if 'stages' in self.points:
+            self.stages[index], self.stage_grids[index] = x, tuple(grid)
+
+    def end(self, x: Tensor) -> None:
+        """The last block's tokens after the final norm, ``(B, N, C)`` (point ``'final'``)."""
+        if 'final' in self.points:
+            self.final = x
+
+    # ------------------------------------------------------------------ reading (users)
+    def index(self, layer: int) -> int:
+        """The key of block ``layer`` in ``tokens`` / ``attn`` / ``grids`` / ``windows`` (negative
+        indices count from the backbone's last block)."""
+        return resolve_indices((layer, ), self.num_layers)[0]
+
+    @property
+    def last_grid(self) -> Tuple[int, int]:
+        """The token grid of the last block (of :attr:`final` and a ``'raw'`` output)."""
+        return self.grids[self.num_layers - 1]
+
+    def patch_tokens(self, layer: int) -> Tensor:
+        """``(B, H * W, C)`` patch tokens recorded after block ``layer`` (extra tokens dropped)."""
+        return self.tokens[self.index(layer)][:, self.num_extra_tokens:]
+
+    def final_patch_tokens(self) -> Tensor:
+        """``(B, H * W, C)`` patch tokens of :attr:`final` (after the final norm, extra tokens dropped)."""
+        return self.final[:, self.num_extra_tokens:]
+
+    def token_map(self, layer: int) -> Tensor:
+        """``(B, C, H, W)`` patch tokens of block ``layer`` on the block's grid."""
+        x = self.patch_tokens(layer)
+        return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], *self.grids[self.index(layer)])
+
+    def stage_map(self, stage: int) -> Tensor:
+        """``(B, C, H, W)`` output of stage ``stage`` (negative from the last) after its down-sampling."""
+        stage = resolve_indices((stage, ), self.num_stages, 'stage')[0]
+        x = self.stages[stage]
+        return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], *self.stage_grids[stage])
