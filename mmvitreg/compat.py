@@ -287,10 +287,13 @@ def _mmengine_lacks_mmvitreg() -> bool:
 def compile_loss(model: torch.nn.Module, **options) -> torch.nn.Module:
     """Compile ``model.loss`` (the training forward) with ``torch.compile(**options)``, in place (patch 5).
 
-    A wrapped model (DDP) has its inner module's ``loss`` compiled. Returns ``model``.
+    A wrapped model (DDP, mmengine's wrappers: a model that trains has no other wrapper) has its inner
+    module's ``loss`` compiled. Returns ``model``.
     """
-    from mmvitreg.engine.hooks.unwrap import unwrap_model  # on use: the engine imports the models
-    inner = unwrap_model(model)
+    from mmengine.model import is_model_wrapper
+    inner = model
+    while is_model_wrapper(inner):
+        inner = inner.module
     inner.loss = torch.compile(inner.loss, **options)
     return model
 
