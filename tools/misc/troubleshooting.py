@@ -1,0 +1,185 @@
+"""The catalogue of what can go wrong in a run, the message each case stops with, and what to do.
+
+Every case is a test (``tests/test_bad_inputs.py`` runs it and checks that the message appears and
+that nothing was written or lost) and a section of ``docs/troubleshooting.md``, which
+``python tools/misc/gen_troubleshooting.py`` generates from :data:`CASES` (a test keeps the committed
+file up to date). Add a case here, then its scenario to the test; the two lists must match.
+"""
+from dataclasses import dataclass
+from typing import List
+
+
+@dataclass(frozen=True)
+class Case:
+    """One way a run can go wrong.
+
+    Attributes:
+        id (str): Short name; the scenario of the same name in ``tests/test_bad_inputs.py``.
+        stage (str): Where it is caught: ``config``, ``model``, ``data``, ``checkpoint``, ``train``
+            or ``tools``.
+        what (str): What the user did.
+        message (str): The fixed part of what the run prints (the test looks for it verbatim).
+        fix (str): What to do.
+    """
+
+    id: str
+    stage: str
+    what: str
+    message: str
+    fix: str
+
+
+CASES: List[Case] = [
+    # ---- config
+    Case('config-missing', 'config', 'a config path that does not exist (typo, wrong working directory)',
+         'config file not found',
+         'Check the path; relative paths are read from the working directory the message names.'),
+    Case('config-scope', 'config', 'a config that inherits no mmpretrain / mmseg / mmdet runtime',
+         'mmvitreg tools serve configs of mmpretrain, mmseg, mmdet',
+         "Inherit one of their `default_runtime.py` (e.g. `_base_ = 'mmpretrain::_base_/default_runtime.py'`)."),
+    Case('component-misspelled', 'config', "a misspelled mmvitreg component (`type='mmvitreg.DeepVit'`)",
+         "unknown component type 'mmvitreg.DeepVit' at cfg.model.backbone. Did you mean mmvitreg.DeepViT?",
+         'Use the suggested name; the message lists every component mmvitreg provides.'),
+    Case('arch-unknown', 'model', "an arch preset that does not exist (`arch='xs'`)",
+         "unknown arch 'xs' for DeepViT; known archs:",
+         'Pick one of the listed presets, or give `arch` as a dict of `embed_dims`, `num_layers`, `num_heads`, '
+         '`feedforward_channels`.'),
+    Case('option-invalid', 'model', "an option outside its allowed set (`out_type='patch'`)",
+         "unsupported out_type 'patch'; choose from",
+         'Use one of the listed values.'),
+    Case('amp-float16-cpu', 'tools', '`--amp --amp-dtype float16` on a machine without a GPU',
+         '--amp-dtype float16 needs a GPU; on a CPU --amp trains in bfloat16',
+         'Drop `--amp-dtype` (CPU autocast uses bfloat16) or train on a GPU.'),
+    # ---- data
+    Case('data-root-missing', 'data', 'a data root that does not exist',
+         'does not exist',
+         'Build the data set (`python tools/dataset_converters/digits.py imagenet --out data`) or point '
+         '`--cfg-options train_dataloader.dataset.data_root=...` at it.'),
+    Case('data-root-empty', 'data', 'a data root whose annotation file lists no images',
+         'holds no images',
+         'Fill the annotation file (one `<image> <label>` line per image) or rebuild the data set.'),
+    Case('image-corrupt', 'data', 'a training image that is not a readable image file',
+         'failed to load image',
+         'The message names the file: replace or delete it (and its annotation line).'),
+    Case('label-maps-not-configured', 'data', 'token labeling (`beta > 0`) on data without label maps',
+         "TokenLabelHead needs 'token_label' in the data samples",
+         'Add `mmvitreg.LoadTokenLabelMap` ... `mmvitreg.TokenLabelTarget` to the training pipeline, or set '
+         '`beta=0` for plain data.'),
+    Case('label-map-missing', 'data', 'an image with no label map under `label_root`',
+         'does not exist; generate the maps with tools/generate_label_maps.py',
+         'Generate the maps for every training image (`tools/generate_label_maps.py`) and check `label_root` / '
+         '`img_prefix`: the map of `<img_prefix>/<class>/<image>.JPEG` is `<label_root>/<class>/<image>.pt`.'),
+    Case('label-map-shape', 'data', 'a label map that is not a `(2, k, H, W)` tensor',
+         'malformed token label map',
+         'The message names the file and the expected format; regenerate it with `tools/generate_label_maps.py`.'),
+    Case('label-map-classes', 'data', 'label maps of a teacher with more classes than the model',
+         'class index 12',
+         'Use maps made for this data set (the teacher must predict the same classes); '
+         '`LoadTokenLabelMap(num_classes=...)` checks every map.'),
+    Case('label-map-grid', 'data', '`TokenLabelTarget.token_label_size` that is not the backbone\'s token grid',
+         'token_label must be (2, k, S, S) per sample with (S, S) the token grid',
+         'Set `token_label_size = img_size // patch_size`.'),
+    Case('mixtoken-patch-size', 'train', "MixToken's `patch_size` that is not the backbone's token stride",
+         'the mixing mask covers a',
+         "Give MixToken the backbone's `patch_size`."),
+    # ---- model composition
+    Case('mixtoken-backbone', 'model', 'MixToken on a backbone that takes no token trace (mmpretrain ResNet)',
+         'MixToken needs a backbone that takes a token trace',
+         'Use an mmvitreg backbone (VisionTransformer, DeepViT, LVViT, SwinTransformer) or image-level CutMix.'),
+    Case('trace-user-backbone', 'model',
+         'a trace user needing a capability the backbone lacks (TokenLabelHead on Swin)',
+         "TokenLabelHead needs the fact ['cls_token']",
+         'Pick a backbone that serves it: `python tools/analysis_tools/trace_support.py --user NAME` shows which do '
+         '(`tools/train.py` and `tools/test.py` stop with this one line before the run starts).'),
+    Case('tap-missing-block', 'model', 'a trace user tapping a block the backbone does not have',
+         'taps the tokens of a block that',
+         'Tap an existing block (negative indices count from the last).'),
+    Case('tap-untraced-block', 'model', 'a trace user tapping a block the backbone does not trace (CvT block 0)',
+         'but CvT traces only blocks',
+         'Tap one of the blocks the message names (CvT traces its last stage, whose tokens have a cls token).'),
+    Case('head-out-type', 'model', "a head reading every token on a backbone built with another `out_type` "
+         '(TokenLabelHead on a ViT with its default `cls_token` output)',
+         "set the backbone's out_type='raw'",
+         "Set `backbone.out_type='raw'` (LV-ViT configs do); a backbone that cannot give every token (CvT, Swin) "
+         'is refused with the formats it has.'),
+    Case('drloc-in-channels', 'model', 'a DRLoc `in_channels` that is not the width of the block it taps',
+         'channels in the tokens of blocks',
+         'Set `in_channels` to the widths the message names (a Swin stage doubles its width; a ViT keeps '
+         '`embed_dims`).'),
+    Case('image-target-dense', 'model', 'a user that needs an image-level target (TL-Align, MixToken, TokenLabelHead, '
+         'PatchMixingLoss) in a segmentor or detector', 'trains with an image-level target',
+         'Keep it for classification; in dense training use DRLoc, PatchCosineLoss, PatchContrastiveLoss or '
+         'AttentionCosineLoss.'),
+    Case('two-target-transforms', 'model', 'two target transforms in one model',
+         'a model takes at most one target transform',
+         'Keep one: each replaces the training target.'),
+    # ---- checkpoints
+    Case('checkpoint-missing', 'checkpoint', '`tools/test.py` with a checkpoint path that does not exist',
+         'checkpoint not found',
+         'Check the path (the work dir\'s `last_checkpoint` names the newest).'),
+    Case('checkpoint-empty', 'checkpoint', 'an empty checkpoint file (a copy that failed, a full disk)',
+         'empty file (0 bytes)',
+         'Use another checkpoint; mmvitreg itself never leaves one (it writes to a temporary file first).'),
+    Case('checkpoint-truncated', 'checkpoint', 'a truncated checkpoint (a save killed by another tool)',
+         'not a readable PyTorch checkpoint',
+         'Use the previous checkpoint; `--resume` without a file does so by itself.'),
+    Case('checkpoint-not-a-checkpoint', 'checkpoint', 'a file that is not a checkpoint (a list, a log)',
+         'not a checkpoint',
+         'Point at the `.pth` file the training wrote.'),
+    Case('checkpoint-unsafe-pickle', 'checkpoint',
+         'a checkpoint whose pickle names a global outside the allow-list (an object that would run code on load)',
+         "is not on mmvitreg's allow-list of what checkpoints hold",
+         'Nothing of it ran. The message names the global: checkpoints of mmvitreg / mmengine and the official '
+         'releases never need it, so get the file from its source again; only if you trust it, pass '
+         '`--unsafe-load` (`tools/train.py`, `tools/test.py`, the converters) or set `MMVITREG_UNSAFE_LOAD=1`.'),
+    Case('checkpoint-other-model', 'checkpoint', '`tools/test.py` with a checkpoint of another model',
+         'does not fit the model',
+         'Use the checkpoint of this config; `--allow-partial` evaluates the keys that fit (the message counts them).'),
+    Case('resume-other-model', 'checkpoint', '`--resume` from a checkpoint of another config',
+         'resume needs a checkpoint of this very config',
+         'Resume the run the checkpoint belongs to; to start from its weights use `load_from` (with '
+         '`--allow-partial` if it is another architecture).'),
+    Case('resume-unreadable-newest', 'checkpoint', '`--resume` when the newest checkpoint is unreadable',
+         '--resume auto: skipping',
+         'Nothing: the run resumes from the previous checkpoint (the warning names the skipped file).'),
+    Case('load-from-other-model', 'checkpoint',
+         '`load_from` a checkpoint that would leave the backbone random (another architecture, an official release '
+         'of another model, no key matching)',
+         'backbone tensors (at least 90% needed',
+         'The message names the layout the file looks like: use a config of that architecture (official LV-ViT, '
+         'DeepViT, DiversePatch, DeiT and Swin releases load directly) or `--allow-partial` to load the keys that '
+         'fit.'),
+    Case('official-checkpoint-unconvertible', 'checkpoint',
+         'an official release with keys its converter does not know (a distilled DeiT: `dist_token`, `head_dist`)',
+         'release layout but does not convert',
+         'The message lists the keys with no mmvitreg counterpart: use the release the config is made for, or '
+         'drop those keys and load the rest (`tools/model_converters/*_to_mmvitreg.py` shows the renaming).'),
+    Case('converter-other-model', 'tools', 'a converter given the state dict of another model',
+         'keys with no mmvitreg counterpart',
+         'Use the converter of the checkpoint\'s model (`tools/model_converters/*_to_mmvitreg.py`).'),
+    # ---- training
+    Case('nan-loss', 'train', 'a loss that becomes NaN or infinite (lr too high, broken data)',
+         'non-finite loss at iteration',
+         'The message names the iteration and the loss term: lower the lr, add `optim_wrapper.clip_grad`, or '
+         'check that batch\'s data; resume from the last checkpoint (no later one was written).'),
+]
+
+
+def render_markdown(cases: List[Case] = CASES) -> str:
+    """``docs/troubleshooting.md``: one section per stage, one entry per case."""
+    stages = dict(config='Configs', tools='Tool options', model='Building the model', data='Data',
+                  checkpoint='Checkpoints', train='Training')
+    lines = ['# Troubleshooting', '',
+             '<!-- generated from tools/misc/troubleshooting.py by tools/misc/gen_troubleshooting.py; '
+             'do not edit -->', '',
+             f'Every way a run can go wrong that mmvitreg knows of ({len(cases)} cases) stops at once with a message '
+             'that says what and where, and writes nothing. Each case is a test (`tests/test_bad_inputs.py`).', '']
+    for stage, title in stages.items():
+        group = [c for c in cases if c.stage == stage]
+        if not group:
+            continue
+        lines += [f'## {title}', '']
+        for case in group:
+            lines += [f'### {case.what[0].upper()}{case.what[1:]}', '', f'You see: `{case.message}`', '',
+                      f'What to do: {case.fix}', '']
+    return '\n'.join(lines)
