@@ -190,15 +190,20 @@ def test_digits_classification_trains_and_tests_without_mmcv_ops_or_pycocotools(
 # --- classification leaves mmseg and mmdet alone ----------------------------------------------------------------
 
 def test_classification_import_leaves_mmseg_and_mmdet_until_a_dense_model_is_asked_for():
-    """``import mmvitreg.models`` imports neither mmseg nor mmdet; the segmentor and detectors still resolve
-    by name from ``mmvitreg.registry`` and from mmseg's and mmdet's registries, importing their library then."""
+    """``import mmvitreg.models`` imports nothing of mmseg and nothing of mmdet beyond what ``import
+    mmpretrain.models`` imports itself (mmpretrain 1.2.0's ``ResLayerExtraNorm`` tries mmdet's ``ResLayer``); the
+    segmentor and detectors still resolve by name from ``mmvitreg.registry`` and from mmseg's and mmdet's
+    registries, importing their library then."""
     proc = run_py('''
         import json, sys
+        hosts = lambda: sorted(m for m in sys.modules if m.split('.')[0] in ('mmseg', 'mmdet'))
+        import mmpretrain.models
+        out = dict(mmpretrain=hosts())
         import mmvitreg.models
-        out = dict(after_import=sorted({'mmseg', 'mmdet'} & set(sys.modules)))
+        out['mmvitreg'] = hosts()
         from mmvitreg.registry import MODELS
         MODELS.import_from_location()
-        out['after_locations'] = sorted({'mmseg', 'mmdet'} & set(sys.modules))
+        out['locations'] = hosts()
         out['segmentor'] = MODELS.get('TokenSegmentor').__name__
         from mmseg.registry import MODELS as SEG
         from mmdet.registry import MODELS as DET
@@ -208,6 +213,18 @@ def test_classification_import_leaves_mmseg_and_mmdet_until_a_dense_model_is_ask
     ''')
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.splitlines()[-1])
-    assert out['after_import'] == [] and out['after_locations'] == []
+    assert out['mmvitreg'] == out['locations'] == out['mmpretrain']
+    assert not [m for m in out['mmvitreg'] if m.startswith('mmseg')]
     assert out['segmentor'] == out['from_mmseg'] == 'TokenSegmentor'
     assert out['from_mmdet'] == 'TokenCascadeRCNN'
+
+
+def test_mmvitreg_models_alone_imports_no_mmseg():
+    proc = run_py('''
+        import sys
+        import mmvitreg.models
+        print(sorted(m for m in sys.modules if m.startswith(('mmseg', 'mmvitreg.models.segmentors',
+                                                           'mmvitreg.models.detectors'))))
+    ''')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[-1] == '[]'
