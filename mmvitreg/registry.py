@@ -8,8 +8,8 @@ import the modules that register the components.
 The models built on a host library's classes (``TokenSegmentor`` on mmseg's ``EncoderDecoder``, the
 ``Token*`` detectors on mmdet's) are registered by modules that import that library, so they are not
 among ``MODELS``' locations: :class:`HostedRegistry` imports them the first time a name is asked for that
-the locations do not register. A classification run, and ``import mmvitreg.models``, never import mmseg or
-mmdet.
+the locations do not register. A classification run, and ``import mmvitreg.models``, import nothing of mmseg
+and nothing of mmdet beyond what ``mmpretrain.models`` imports itself.
 
 mmvitreg has no mmpretrain batch augment: its mixing plans (:class:`~mmvitreg.models.mixing.TokenMix`)
 must reach the model, so they live in ``MODELS`` and are given as a ``TokenClassifier``'s

@@ -14,6 +14,7 @@ from conftest import CONFIGS, TOOLS, tool_env
 from mmvitreg import compat
 
 DEMO = CONFIGS / 'demo' / 'deit-tiny_1xb64_digits.py'
+SEG_DEMO = CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-2k_digits-ade20k-128x128.py'
 SMALL = ['train_cfg.max_epochs=1', 'train_dataloader.dataset.indices=64', 'val_dataloader.dataset.indices=32',
          'test_dataloader.dataset.indices=32', 'train_dataloader.batch_size=16', 'train_dataloader.num_workers=0',
          'val_dataloader.num_workers=0', 'test_dataloader.num_workers=0']
@@ -185,6 +186,22 @@ def test_digits_classification_trains_and_tests_without_mmcv_ops_or_pycocotools(
     test = tool('test.py', DEMO, checkpoint, '--work-dir', 'work', '--cfg-options', *SMALL[2:])
     metrics = json.loads([ln for ln in test.stdout.splitlines() if ln.startswith('metrics: ')][-1][9:])
     assert 0.0 <= metrics['accuracy/top1'] <= 100.0
+
+
+def test_a_segmentation_run_without_mmcv_ops_stops_with_one_line_naming_the_build(tmp_path):
+    """mmseg's models need mmcv's compiled ops: without them ``tools/train.py`` stops before building anything,
+    with one line that names the command building them."""
+    env = tool_env()
+    env['PYTHONPATH'] = os.pathsep.join([str(hiding(tmp_path / 'site', 'mmcv.ops', 'mmcv._ext')), env['PYTHONPATH']])
+    subprocess.run([sys.executable, str(TOOLS / 'dataset_converters' / 'digits.py'), 'ade20k', '--out', 'data',
+                    '--num-train', '4', '--num-val', '2'], cwd=tmp_path, env=env, check=True, capture_output=True)
+    proc = subprocess.run([sys.executable, str(TOOLS / 'train.py'), str(SEG_DEMO), '--work-dir', 'work'],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: mmseg's models need mmcv's compiled ops, which this mmcv lacks (No module named 'mmcv._ext': "
+        'mmcv-lite?); build them once with `bash tools/setup_env.sh --with-ops`')
+    assert not (tmp_path / 'work').exists() or not any((tmp_path / 'work').rglob('*.pth'))
 
 
 # --- classification leaves mmseg and mmdet alone ----------------------------------------------------------------
