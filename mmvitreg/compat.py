@@ -50,6 +50,14 @@ bound says so and the patch is removed once the oldest supported mmengine has it
    (:func:`compile_loss`: the backbone, the trace users and the losses; mmpretrain, mmseg and mmdet
    models all route ``mode='loss'`` there), and leave data preprocessing, the backward and the optimizer
    step eager. The options of ``cfg.compile`` go to ``torch.compile`` as before.
+6. ``multimodal_off`` (mmpretrain < 1.3 with transformers >= 5 and pycocotools installed) - mmpretrain 1.2.0
+   turns its multimodal models (BLIP, CLIP, Flamingo, ...) on when the installed distributions satisfy
+   ``pycocotools`` and ``transformers>=4.28.0`` (``WITH_MULTIMODAL`` in ``mmpretrain/utils/dependency.py``,
+   read from metadata, not from an import), and under transformers 5 their ``class
+   BertPreTrainedModel(PreTrainedModel)`` fails, so ``import mmpretrain.models`` raises and no config
+   builds. mmpretrain 1.2.0 is its latest release (no upstream fix). We set ``WITH_MULTIMODAL`` to False
+   before mmpretrain's models or data sets are imported (they then register mmpretrain's own
+   "install the multimodal extras" placeholders) and warn once, naming both versions.
 
 Private PyTorch operators are reached here too, never directly: :func:`cpu_flash_attention_ops` hands out
 PyTorch's fused CPU attention and its backward (the TL-Align ride's kernel call) after checking their
@@ -287,10 +295,13 @@ def _mmengine_lacks_mmvitreg() -> bool:
 def compile_loss(model: torch.nn.Module, **options) -> torch.nn.Module:
     """Compile ``model.loss`` (the training forward) with ``torch.compile(**options)``, in place (patch 5).
 
-    A wrapped model (DDP) has its inner module's ``loss`` compiled. Returns ``model``.
+    A wrapped model (DDP, mmengine's wrappers: a model that trains has no other wrapper) has its inner
+    module's ``loss`` compiled. Returns ``model``.
     """
-    from mmvitreg.engine.hooks.unwrap import unwrap_model  # on use: the engine imports the models
-    inner = unwrap_model(model)
+    from mmengine.model import is_model_wrapper
+    inner = model
+    while is_model_wrapper(inner):
+        inner = inner.module
     inner.loss = torch.compile(inner.loss, **options)
     return model
 
@@ -389,6 +400,23 @@ def _check_cpu_flash_attention_ops() -> Optional[Tuple[Callable, Callable]]:
     return tuple(ops)
 
 
+def _multimodal_breaks_mmpretrain() -> bool:
+    """The gate of patch 6: mmpretrain < 1.3 would enable its multimodal models (``pycocotools`` and a
+    ``transformers`` installed) and the installed transformers is 5 or newer, which they cannot import."""
+    return (_below('mmpretrain', '1.3') and installed_version('pycocotools') is not None
+            and _at_least('transformers', '5'))
+
+
+def _turn_multimodal_off():
+    """Patch 6: mmpretrain's ``WITH_MULTIMODAL`` set to False before its models are imported, with one warning."""
+    from mmpretrain.utils import dependency  # mmpretrain's top level, not its models
+    dependency.WITH_MULTIMODAL = False
+    warnings.warn(f'mmpretrain {installed_version("mmpretrain")}\'s multimodal models (BLIP, CLIP, Flamingo, ...) '
+                  f'need transformers < 5, and transformers {installed_version("transformers")} is installed: '
+                  'mmvitreg turned them off (mmvitreg.compat multimodal_off) so that mmpretrain.models imports; '
+                  'install "transformers>=4.28,<5" to use them', stacklevel=3)
+
+
 @dataclass(frozen=True)
 class Patch:
     """One workaround: its name, the upstream reference, the gate and the patch itself.
@@ -417,6 +445,8 @@ PATCHES = (
           _mmengine_lacks_mmvitreg, _register_mmvitreg_config_scope),
     Patch('compile_model_loss', 'not fixed upstream (mmengine 0.10.7 compiles the whole train_step)',
           lambda: _below('mmengine', '0.11'), _patch_compile_model_loss),
+    Patch('multimodal_off', 'not fixed upstream (mmpretrain 1.2.0 is the latest release)',
+          _multimodal_breaks_mmpretrain, _turn_multimodal_off),
 )
 
 

@@ -5,10 +5,20 @@ reaches a component as ``type='mmvitreg.Name'`` under its own ``default_scope`` 
 ``custom_imports``: ``Registry.get('mmvitreg.X')`` imports this module, and the ``locations`` below
 import the modules that register the components.
 
+The models built on a host library's classes (``TokenSegmentor`` on mmseg's ``EncoderDecoder``, the
+``Token*`` detectors on mmdet's) are registered by modules that import that library, so they are not
+among ``MODELS``' locations: :class:`HostedRegistry` imports them the first time a name is asked for that
+the locations do not register. A classification run, and ``import mmvitreg.models``, import nothing of mmseg
+and nothing of mmdet beyond what ``mmpretrain.models`` imports itself.
+
 mmvitreg has no mmpretrain batch augment: its mixing plans (:class:`~mmvitreg.models.mixing.TokenMix`)
 must reach the model, so they live in ``MODELS`` and are given as a ``TokenClassifier``'s
 ``train_cfg.token_mix``.
 """
+import sys
+from importlib import import_module
+from typing import Sequence
+
 from mmengine.registry import DATASETS as MMENGINE_DATASETS
 from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.registry import MODELS as MMENGINE_MODELS
@@ -18,7 +28,36 @@ from mmengine.registry import RUNNERS as MMENGINE_RUNNERS
 from mmengine.registry import TRANSFORMS as MMENGINE_TRANSFORMS
 from mmengine.registry import Registry
 
-MODELS = Registry('model', parent=MMENGINE_MODELS, scope='mmvitreg', locations=['mmvitreg.models'])
+
+class HostedRegistry(Registry):
+    """A :class:`~mmengine.registry.Registry` that also imports ``host_locations`` - modules registering
+    components built on another library's classes - once, when :meth:`get` is asked for a name that neither
+    it (its ``locations`` imported) nor its parents hold.
+
+    Args:
+        host_locations (Sequence[str]): the modules to import then, e.g. ``['mmvitreg.models.segmentors']``.
+        *args, **kwargs: as for :class:`~mmengine.registry.Registry`.
+    """
+
+    def __init__(self, *args, host_locations: Sequence[str] = (), **kwargs):
+        super().__init__(*args, **kwargs)
+        self._host_locations = list(host_locations)
+
+    def import_host_locations(self) -> None:
+        """Import every host location (idempotent); after it :attr:`module_dict` holds every component."""
+        for location in self._host_locations:
+            import_module(location)
+
+    def get(self, key: str):
+        found = super().get(key)
+        if found is None and not all(location in sys.modules for location in self._host_locations):
+            self.import_host_locations()
+            found = super().get(key)
+        return found
+
+
+MODELS = HostedRegistry('model', parent=MMENGINE_MODELS, scope='mmvitreg', locations=['mmvitreg.models'],
+                        host_locations=['mmvitreg.models.segmentors', 'mmvitreg.models.detectors'])
 DATASETS = Registry('dataset', parent=MMENGINE_DATASETS, scope='mmvitreg', locations=['mmvitreg.datasets'])
 TRANSFORMS = Registry(
     'transform', parent=MMENGINE_TRANSFORMS, scope='mmvitreg', locations=['mmvitreg.datasets'])

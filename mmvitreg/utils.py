@@ -1,12 +1,17 @@
-"""Config and command-line helpers shared by the tools in ``tools/``."""
+"""Config and command-line helpers shared by the tools in ``tools/``: reading and checking a config, its data
+(:func:`check_data`) and its model; building the model and the data a tool analyses (:func:`build_model`)."""
 import argparse
 import difflib
+import importlib.util
+import logging
 import os
 import os.path as osp
-from typing import Optional
+import sys
+from typing import Iterable, Iterator, Optional, Tuple
 
 import torch
 from mmengine.config import Config, DictAction
+from torch import nn
 
 SCOPES = ('mmpretrain', 'mmseg', 'mmdet')
 
@@ -22,7 +27,9 @@ def _plugin_registries():
 
 
 def check_plugin_types(cfg) -> None:
-    """Fail early, with the known names, on any ``type='mmvitreg.X'`` that no registry holds."""
+    """Fail early, with the known names, on any ``type='mmvitreg.X'`` that no registry holds (the models built
+    on mmseg's or mmdet's are imported only for a name the others do not hold: ``HostedRegistry``)."""
+    from mmvitreg.registry import MODELS
     registries = _plugin_registries()
     for reg in registries:
         reg.import_from_location()
@@ -32,7 +39,7 @@ def check_plugin_types(cfg) -> None:
             t = node.get('type')
             if isinstance(t, str) and t.startswith('mmvitreg.'):
                 name = t.split('.', 1)[1]
-                if not any(name in reg.module_dict for reg in registries):
+                if not any(name in reg.module_dict for reg in registries) and MODELS.get(t) is None:
                     known = sorted({n for reg in registries for n in reg.module_dict})
                     close = difflib.get_close_matches(name, known, n=3)
                     hint = f' Did you mean {", ".join("mmvitreg." + c for c in close)}?' if close else ''
@@ -87,6 +94,67 @@ def set_run_args(cfg: Config, args: argparse.Namespace) -> None:
             dist_cfg['backend'] = 'gloo'
 
 
+IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png', '.ppm', '.bmp', '.pgm', '.tif', '.tiff', '.webp')
+
+
+def _datasets(node, where: str) -> Iterator[Tuple[dict, str]]:
+    """Every leaf dataset config under ``node`` (through ``RepeatDataset`` / ``ConcatDataset`` wrappers)."""
+    if not isinstance(node, dict):
+        return
+    if isinstance(node.get('dataset'), dict):
+        yield from _datasets(node['dataset'], f'{where}.dataset')
+    elif isinstance(node.get('datasets'), (list, tuple)):
+        for i, child in enumerate(node['datasets']):
+            yield from _datasets(child, f'{where}.datasets[{i}]')
+    else:
+        yield node, where
+
+
+def _has_image(folder: str) -> bool:
+    for _, _, files in os.walk(folder, followlinks=True):
+        if any(f.lower().endswith(IMAGE_SUFFIXES) for f in files):
+            return True
+    return False
+
+
+def check_data(cfg, splits: Iterable[str] = ('train', 'val', 'test')) -> None:
+    """Fail with one line naming the config key and the path when the data of ``<split>_dataloader``
+    is missing: a ``data_root`` that does not exist, an annotation file that does not exist or (a
+    text list) names no image, or - without an annotation file - an image folder with no image.
+    ``tools/train.py`` and ``tools/test.py`` call it before they build anything: without it a wrong
+    ``data_root`` surfaces as a ``FileNotFoundError`` from deep inside a dataset constructor after the
+    model was built, and an empty annotation file trains zero iterations per epoch and "finishes" silently.
+
+    Raises:
+        ConfigError: naming the key (``train_dataloader.dataset.data_root``) and the path.
+    """
+    for split in splits:
+        loader = cfg.get(f'{split}_dataloader')
+        if not loader:
+            continue
+        for dataset, where in _datasets(loader.get('dataset'), f'{split}_dataloader.dataset'):
+            root = dataset.get('data_root') or ''
+            if root and not osp.isdir(root):
+                raise ConfigError(f'{where}.data_root {root!r} does not exist (working directory {os.getcwd()}); '
+                                  'build the data set or set --cfg-options '
+                                  f'{where}.data_root=<folder>')
+            ann = dataset.get('ann_file') or ''
+            if ann:
+                path = ann if osp.isabs(ann) else osp.join(root, ann)
+                if not osp.isfile(path):
+                    raise ConfigError(f'{where}.ann_file {path!r} does not exist')
+                if path.endswith('.txt'):
+                    with open(path) as f:
+                        if not any(line.strip() for line in f):
+                            raise ConfigError(f'{where}.ann_file {path!r} holds no images (the file is empty)')
+                continue
+            prefix = dataset.get('data_prefix') or ''
+            prefix = prefix.get('img_path', prefix.get('img', '')) if isinstance(prefix, dict) else prefix
+            folder = prefix if osp.isabs(prefix) else osp.join(root, prefix)
+            if root and osp.isdir(folder) and not _has_image(folder):
+                raise ConfigError(f'{where}: the image folder {folder!r} holds no images ({", ".join(IMAGE_SUFFIXES)})')
+
+
 def check_trace_users(cfg: Config) -> None:
     """Run the build-time checks of the trace users of a model with trace users (``mmvitreg.TokenClassifier``,
     ``mmvitreg.TokenSegmentor``, the ``mmvitreg.Token*`` detectors: a :class:`~mmvitreg.models.trace_users.TraceUsers`)
@@ -131,10 +199,14 @@ def build_runner(cfg):
     """The runner a config asks for (``runner_type``), else mmengine's ``Runner``.
 
     Raises:
-        ConfigError: a trace user the backbone cannot serve (:func:`check_trace_users`).
+        ConfigError: an mmseg or mmdet config where mmcv has no compiled ops (mmcv-lite), or a trace user the
+            backbone cannot serve (:func:`check_trace_users`).
     """
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
+    if cfg.get('default_scope') in ('mmseg', 'mmdet') and importlib.util.find_spec('mmcv._ext') is None:
+        raise ConfigError(f"{cfg.default_scope}'s models need mmcv's compiled ops, which this mmcv lacks (No module "
+                          "named 'mmcv._ext': mmcv-lite?); build them once with `bash tools/setup_env.sh --with-ops`")
     check_trace_users(cfg)
     return RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
 
@@ -148,3 +220,62 @@ def parse_tool_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Name
     args = parser.parse_args(argv)
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     return args
+
+
+def build_model(cfg: Config, checkpoint, device: str, strict: bool = False) -> nn.Module:
+    """The model of ``cfg`` (its ``data_preprocessor`` filled in as mmengine's Runner does), with
+    ``checkpoint`` loaded when given (``strict``: every key must fit; else the config's initialisation,
+    without mmengine's parameter-by-parameter init log), on ``device``, in eval mode. Call it inside
+    ``cfg.default_scope``."""
+    from mmengine.logging import MMLogger
+    from mmengine.registry import MODELS
+    from mmengine.runner import load_checkpoint
+    model_cfg = cfg.model.copy()
+    model_cfg.setdefault('data_preprocessor', cfg.get('data_preprocessor'))
+    model = MODELS.build(model_cfg)
+    if checkpoint:
+        load_checkpoint(model, checkpoint, map_location='cpu', strict=strict)
+    else:
+        logger = MMLogger.get_current_instance()
+        level = logger.level
+        logger.setLevel(logging.WARNING)  # init_weights logs every parameter's initialiser at INFO
+        try:
+            model.init_weights()
+        finally:
+            logger.setLevel(level)
+    return model.to(device).eval()
+
+
+def build_dataloader(cfg: Config, split: str, batch_size: int, num_workers: int):
+    """The config's ``<split>_dataloader`` in a fixed order with the given batch size and workers.
+
+    Raises:
+        ConfigError: the config has no such dataloader.
+    """
+    from mmengine.runner import Runner
+    key = f'{split}_dataloader'
+    if not cfg.get(key):
+        raise ConfigError(f'the config has no {key}')
+    loader_cfg = cfg[key].copy()
+    loader_cfg.update(batch_size=batch_size, num_workers=num_workers, persistent_workers=False)
+    loader_cfg.sampler = dict(type='DefaultSampler', shuffle=False)
+    return Runner.build_dataloader(loader_cfg)
+
+
+def first_images(batches: Iterable[dict], num_images: int, split: str = 'data') -> Iterator[Tuple[dict, int]]:
+    """``(batch, take)`` for the data-loader batches that hold the first ``num_images`` images: use the
+    first ``take`` images of each (the last batch may be cut). Shows a progress bar over the images and
+    prints a note when the ``split`` holds fewer than ``num_images``."""
+    from mmengine.utils import ProgressBar
+    progress = ProgressBar(num_images, file=sys.stdout)
+    seen = 0
+    for batch in batches:
+        take = min(len(batch['inputs']), num_images - seen)
+        yield batch, take
+        seen += take
+        progress.update(take)
+        if seen >= num_images:
+            break
+    sys.stdout.write('\n')
+    if seen < num_images:
+        print(f'note: the {split} split holds only {seen} images, fewer than the {num_images} asked')

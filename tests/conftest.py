@@ -16,8 +16,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = REPO / 'tools'
 CONFIGS = REPO / 'configs'
-# the studies behind the analysis tools (``tools/analysis_tools/studies``), imported as the tools do
-sys.path.insert(0, str(TOOLS / 'analysis_tools'))
+# modules of the tools, imported as the tools import them (a script's folder is first on sys.path): the studies
+# behind the analysis tools (``studies``), the digits builders (``digits``), the troubleshooting catalogue
+for _folder in ('analysis_tools', 'dataset_converters', 'misc'):
+    sys.path.insert(0, str(TOOLS / _folder))
 
 
 def tool_env():

@@ -57,7 +57,7 @@ def build_workspace(root: Path) -> Path:
     """``root/digits`` (digits in the ImageNet layout, NUM_TRAIN / NUM_VAL images) and
     ``root/label_maps``: one top-5 map per training image on a 4x4 grid, the image's own class
     first (a teacher that is always right), then the next four classes."""
-    from mmvitreg.datasets.digits import build_imagenet
+    from digits import build_imagenet
     from mmvitreg.datasets.label_maps import label_map_path, save_label_map
     data = root / 'digits'
     build_imagenet(str(data), num_train=NUM_TRAIN, num_val=NUM_VAL)

@@ -7,7 +7,7 @@ import torch
 from mmengine.registry import DefaultScope
 
 from conftest import CONFIGS
-from mmvitreg.analysis.loading import build_model
+from mmvitreg.utils import build_model
 
 COMPOSED = f'''
 _base_ = '{CONFIGS / 'deepvit' / 'deepvit-tiny_1xb64_digits.py'}'

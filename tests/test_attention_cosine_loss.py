@@ -56,7 +56,7 @@ def tiny_deepvit_classifier(num_pairs=2):
 
 
 def digits_batch(n=8):
-    from mmvitreg.datasets.digits import load_digit_scans, upscale_scan
+    from digits import load_digit_scans, upscale_scan
     scans, labels = load_digit_scans()
     imgs = [torch.from_numpy(np.repeat((255 * upscale_scan(scans[i], 32))[None], 3, 0).astype(np.uint8))
             for i in range(n)]

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from mmvitreg.analysis import AttentionSimilarity, adjacent_blocks, attention_similarity
+from studies.attention_similarity import AttentionSimilarity, adjacent_blocks, attention_similarity
 
 
 def _softmax_maps(b=2, h=3, n=5, seed=0):

@@ -1,4 +1,4 @@
-"""The bad-input catalogue (issue 14, parts 5-6): every case of mmvitreg/troubleshooting.py, run through
+"""The bad-input catalogue (issue 14, parts 5-6): every case of tools/misc/troubleshooting.py, run through
 the real tools (in this process), stops with its message, and afterwards every file that existed is
 unchanged and no checkpoint was written. docs/troubleshooting.md is generated from the same catalogue.
 
@@ -18,7 +18,7 @@ from torch import nn
 
 from conftest import REPO
 from guard_helpers import TECHNIQUES, build_workspace, files_of, run_options, tool, train
-from mmvitreg.troubleshooting import CASES, render_markdown
+from troubleshooting import CASES, render_markdown
 
 DEEPVIT, LVVIT_TL, SWIN_MIX = TECHNIQUES[:3]  # the first three; later techniques join the generic cases
 SCENARIOS = {}

@@ -12,8 +12,8 @@ import torch
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
-from mmvitreg.datasets import digits
-from mmvitreg.datasets.digits import DIGIT_CLASSES, SEG_CLASSES, SEG_PALETTE
+import digits
+from digits import DIGIT_CLASSES, SEG_CLASSES, SEG_PALETTE
 
 CONFIGS = Path(__file__).resolve().parents[1] / 'configs' / '_base_' / 'datasets'
 SMALL = dict(

@@ -341,7 +341,7 @@ USERS = {'loss_drloc', 'loss_patch_cos'}
 @pytest.fixture(scope='module')
 def ws(tmp_path_factory):
     """Tiny non-square digits sets (4 training, 2 validation images) and the two run configs."""
-    from mmvitreg.datasets.digits import build_ade20k, build_coco
+    from digits import build_ade20k, build_coco
     ws = tmp_path_factory.mktemp('dense_ws')
     build_ade20k(str(ws / 'data' / 'digits_ade20k'), num_train=4, num_val=2, size=(96, 160))
     build_coco(str(ws / 'data' / 'digits_coco'), num_train=4, num_val=2, size=(96, 160))

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import free_port, tool_env
-from mmvitreg.datasets.digits import build_imagenet
+from digits import build_imagenet
 from mmvitreg.datasets.label_maps import load_label_map
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))

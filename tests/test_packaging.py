@@ -225,6 +225,9 @@ def test_studies_reach_their_tools_from_the_wheel(installed, tmp_path):
     with zipfile.ZipFile(installed.wheel) as whl:
         library = [n for n in whl.namelist() if n.startswith('mmvitreg/') and not n.startswith('mmvitreg/.mim/')]
     assert library and not [n for n in library if 'claims' in n or 'train_step_benchmark' in n]
+    # nor the demo-data builders, the analysis tools' diagnostics or the troubleshooting catalogue (in tools/)
+    assert not [n for n in library if n.endswith(('/digits.py', '/troubleshooting.py', '_similarity.py',
+                                                  '/tl_align_diagnostics.py', '/loading.py'))]
     tools = installed.mim / 'tools' / 'analysis_tools'
     env = dict(outside_env(installed.site))
     env['PYTHONPATH'] = os.pathsep.join([str(tools), env['PYTHONPATH']])

@@ -10,7 +10,7 @@ from mmpretrain.models import ResNet
 
 from conftest import CONFIGS, REPO
 from guard_helpers import build_workspace
-from mmvitreg.analysis import patch_cosine_per_layer
+from studies.patch_similarity import patch_cosine_per_layer
 from mmvitreg.models.backbones import SwinTransformer, VisionTransformer
 from mmvitreg.models.losses import patch_cosine_similarity
 from mmvitreg.models.trace import TokenTrace
@@ -104,7 +104,7 @@ def test_tool_reads_the_backbone_of_a_segmentor(tmp_path):
     the backbone's last-stage tokens before its norm (what the cosine loss reads in training)."""
     from mmengine.registry import init_default_scope
 
-    from mmvitreg.datasets.digits import BUILDERS
+    from digits import BUILDERS
     from mmvitreg.utils import load_config
     spec = importlib.util.spec_from_file_location('pcs', REPO / 'tools' / 'analysis_tools' /
                                                   'patch_cosine_similarity.py')

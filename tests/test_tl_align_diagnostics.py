@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mmvitreg.analysis.tl_align_diagnostics import alignment_rmse, label_maps
+from studies.tl_align_diagnostics import alignment_rmse, label_maps
 from mmvitreg.models.target_transforms import TLAlign
 from mmvitreg.models.trace import MixPlan, TokenTrace
 from mmvitreg.registry import MODELS
@@ -20,7 +20,7 @@ SWIN = CONFIGS / 'tlalign' / 'swin-nano_1xb64_cutmix-tlalign_digits.py'
 
 @pytest.fixture(scope='module')
 def digits(tmp_path_factory):
-    from mmvitreg.datasets.digits import build_imagenet
+    from digits import build_imagenet
     root = tmp_path_factory.mktemp('tla_digits') / 'digits'
     build_imagenet(str(root), num_train=32, num_val=32)
     return root

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from mmvitreg.datasets.digits import build_imagenet
+from digits import build_imagenet
 
 ROOT = Path(__file__).resolve().parents[1]
 TEACHER = str(ROOT / 'configs/lvvit/resnet18-cifar-w16_1xb64_digits-teacher.py')

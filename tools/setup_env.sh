@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Set up the quick start's OpenMMLab stack for mmvitreg in a virtual environment.
 #
-#   bash tools/setup_env.sh            # creates/refreshes the environment, prints its path
+#   bash tools/setup_env.sh              # creates/refreshes the environment, prints its path
+#   bash tools/setup_env.sh --with-ops   # the same with mmcv's compiled ops (segmentation, detection, tests)
 #
 # The stack is requirements/constraints-quickstart.txt (exact pins: Python 3.11, torch 2.14.1 +
-# torchvision 0.29.1, mmengine 0.10.7, mmcv 2.1.0 built from the PyPI sdist WITH its ops, mmpretrain
-# 1.2.0, mmsegmentation 1.2.2, mmdet 3.3.0, ...); mmvitreg's own requirements
+# torchvision 0.29.1, mmengine 0.10.7, mmcv 2.1.0 built from the PyPI sdist WITH its ops or mmcv-lite 2.1.0,
+# mmpretrain 1.2.0, mmsegmentation 1.2.2, mmdet 3.3.0, ...); mmvitreg's own requirements
 # (requirements/runtime.txt) are ranges, installed under those constraints. Why each pin:
 # the README's "The stack" and mmvitreg/compat.py. To use mmvitreg in an environment of your own,
 # see the README's "Install into your environment" instead.
+#
+# mmcv: without --with-ops, mmcv-lite (pure Python, seconds: classification needs no compiled op) unless a
+# built mmcv wheel is cached, which is then installed instead; --with-ops builds mmcv with its ops once
+# (~16-20 min on 2 cores; tools/run_tests.sh asks for it) and caches the wheel. mmcv and mmcv-lite are one
+# `mmcv` package to pip, never installed together: the switch to ops uninstalls mmcv-lite first.
 #
 # Idempotent: the environment and the built mmcv wheel are cached, so a second run takes seconds.
 #   MMVITREG_VENV   the environment          (default: ~/.cache/mmvitreg/venv)
@@ -23,6 +29,14 @@
 # script first tries a prebuilt mmcv wheel matching torch and CUDA, else compiles mmcv with
 # FORCE_CUDA=1 (needs nvcc: CUDA_HOME or nvcc on PATH), and says which it did.
 set -euo pipefail
+
+WITH_OPS=0
+for arg in "$@"; do
+  case $arg in
+    --with-ops) WITH_OPS=1 ;;
+    *) echo "tools/setup_env.sh: unknown argument '$arg' (the only one is --with-ops)" >&2; exit 2 ;;
+  esac
+done
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CONSTRAINTS=$REPO/requirements/constraints-quickstart.txt
@@ -40,8 +54,13 @@ elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -
 else
   FLAVOUR=cpu
 fi
+# a wheel built (or fetched) by an earlier --with-ops run is as quick to install as mmcv-lite, and serves more
+if ls "$CACHE"/mmcv-"$MMCV"-torch"$TORCH"-"$FLAVOUR"*/mmcv-"$MMCV"-*.whl >/dev/null 2>&1; then WITH_OPS=1; fi
+MMCV_KIND=$([ "$WITH_OPS" = 1 ] && echo ops || echo lite)
 STAMP=$VENV/.mmvitreg-stack
-STACK_ID="$FLAVOUR|$(cat "$CONSTRAINTS" "$REPO/requirements/runtime.txt" "$REPO/requirements/tests.txt" | sha1sum | cut -c1-12)"
+HASH=$(cat "$CONSTRAINTS" "$REPO/requirements/runtime.txt" "$REPO/requirements/tests.txt" | sha1sum | cut -c1-12)
+STACK_ID="$FLAVOUR|mmcv-$MMCV_KIND|$HASH"
+OPS_STACK_ID="$FLAVOUR|mmcv-ops|$HASH"  # also serves a run without --with-ops
 
 log() { printf '[setup %(%H:%M:%S)T] %s\n' -1 "$*"; }
 start=$SECONDS
@@ -117,21 +136,41 @@ print(";".join(f"{a}.{b}" for a, b in caps))')}
   "${PIP[@]}" install --no-deps --force-reinstall "$wheel_dir"/mmcv-"$MMCV"-*.whl
 }
 
-if [ "$(cat "$STAMP" 2>/dev/null)" = "$STACK_ID" ] \
-   && "$PY" -c 'import mmcv.ops, mmdet, mmseg, mmpretrain' 2>/dev/null; then
-  log "stack already installed in $VENV"
+stamp=$(cat "$STAMP" 2>/dev/null || true)
+stack_ready() {  # the stamped stack is this one (or one with ops where lite is asked for) and it imports
+  if [ "$stamp" = "$OPS_STACK_ID" ]; then "$PY" -c 'import mmcv.ops, mmdet, mmseg, mmpretrain' 2>/dev/null
+  elif [ "$stamp" = "$STACK_ID" ]; then "$PY" -c 'import mmcv, mmpretrain' 2>/dev/null
+  else return 1; fi
+}
+if stack_ready; then
+  log "stack already installed in $VENV ($(cut -d'|' -f2 <<<"$stamp"))"
 else
   log "installing torch $TORCH + torchvision $TORCHVISION and the build tools ($FLAVOUR)"
   "${PIP[@]}" install --upgrade pip
   # setuptools<81: mmcv's setup.py imports pkg_resources (pinned in the constraints file)
   "${PIP[@]}" install -c "$CONSTRAINTS" torch torchvision setuptools wheel ninja psutil numpy mmengine
-  install_mmcv
+  reqs=$(mktemp)
+  if [ "$MMCV_KIND" = ops ]; then
+    "$PY" -m pip uninstall -y -q mmcv-lite 2>/dev/null || true  # the same `mmcv` package: never both
+    install_mmcv
+    cp "$REPO/requirements/runtime.txt" "$reqs"
+  else
+    log "mmcv: installing mmcv-lite $MMCV (no compiled ops: enough for classification; --with-ops adds them)"
+    # the runtime requirement `mmcv` swapped for mmcv-lite (pip cannot tell that they are one package)
+    grep -vE '^mmcv([^-]|$)' "$REPO/requirements/runtime.txt" >"$reqs"
+    echo mmcv-lite >>"$reqs"
+  fi
 
   log "installing mmpretrain, mmsegmentation, mmdet and the runtime/test requirements"
-  "${PIP[@]}" install -c "$CONSTRAINTS" -r "$REPO/requirements/runtime.txt" -r "$REPO/requirements/tests.txt"
-  "$PY" -c 'from mmcv.ops import nms, RoIAlign; import mmdet, mmseg, mmpretrain' \
-    || { echo "the stack does not import; see the messages above" >&2; exit 1; }
-  if [ "$FLAVOUR" = cuda ]; then
+  "${PIP[@]}" install -c "$CONSTRAINTS" -r "$reqs" -r "$REPO/requirements/tests.txt"
+  rm -f "$reqs"
+  if [ "$MMCV_KIND" = ops ]; then
+    "$PY" -c 'from mmcv.ops import nms, RoIAlign; import mmdet, mmseg, mmpretrain' \
+      || { echo "the stack does not import; see the messages above" >&2; exit 1; }
+  else
+    "$PY" -c 'import mmcv, mmpretrain' || { echo "the stack does not import; see the messages above" >&2; exit 1; }
+  fi
+  if [ "$FLAVOUR" = cuda ] && [ "$MMCV_KIND" = ops ]; then
     "$PY" -c 'import torch; from mmcv.ops import nms
 b = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.]], device="cuda"); s = torch.tensor([.9, .8], device="cuda")
 assert nms(b, s, 0.5)[1].tolist() == [0]' \

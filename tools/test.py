@@ -35,9 +35,8 @@ from mmengine.logging import print_log
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
 from mmvitreg.compat import UNSAFE_LOAD_ENV, UNSAFE_LOAD_HELP
-from mmvitreg.datasets.data_checks import check_data
 from mmvitreg.engine import CheckpointError
-from mmvitreg.utils import ConfigError, build_runner, load_config, parse_tool_args, set_run_args
+from mmvitreg.utils import ConfigError, build_runner, check_data, load_config, parse_tool_args, set_run_args
 
 
 # the file types --out can write: mmengine's DumpResults pickles predictions, mmengine.dump the metrics

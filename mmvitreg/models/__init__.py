@@ -1,5 +1,7 @@
-"""Models of mmvitreg; importing this package registers every component in ``mmvitreg.registry``."""
+"""Models of mmvitreg; importing this package registers every component in ``mmvitreg.registry`` except those
+built on mmseg's and mmdet's models (:mod:`.segmentors`, :mod:`.detectors`), which ``MODELS`` imports when one of
+their names is asked for (:class:`~mmvitreg.registry.HostedRegistry`), so that classification imports no more
+of them than mmpretrain does."""
 from . import backbones, layers  # noqa: F401
 from . import classifiers, data_preprocessors, heads, mixing  # noqa: F401  (token labeling: H4b)
 from . import losses, necks, target_transforms  # noqa: F401
-from . import detectors, segmentors  # noqa: F401  (the token losses in mmdet and mmseg models)

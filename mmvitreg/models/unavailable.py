@@ -12,8 +12,10 @@ from mmvitreg.registry import MODELS
 
 def register_unavailable(names: Iterable[str], library: str, error: ImportError) -> None:
     """Register each of ``names`` as a builder that raises ``ImportError`` naming it, ``library`` and ``error``."""
+    fix = "; build mmcv's compiled ops once: bash tools/setup_env.sh --with-ops" if 'mmcv._ext' in str(error) else ''
     for name in names:
         def unavailable(*args, _name=name, **kwargs):
-            raise ImportError(f"mmvitreg.{_name} is built on {library}'s models, which do not import here: {error}")
+            raise ImportError(f"mmvitreg.{_name} is built on {library}'s models, which do not import here: "
+                              f'{error}{fix}')
         unavailable.__name__ = unavailable.__qualname__ = name
         MODELS.register_module(name=name, module=unavailable)

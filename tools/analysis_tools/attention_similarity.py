@@ -8,7 +8,7 @@ Builds the model of an mmpretrain (or mmseg) config, loads the checkpoint if giv
 config's initialisation: an untrained model), runs ``--num-images`` images of the config's
 ``<split>_dataloader`` through its backbone with a :class:`~mmvitreg.models.trace.TokenTrace` asking
 for the attention maps of every block, and accumulates Eq. 2 over them
-(:class:`mmvitreg.analysis.AttentionSimilarity`; see there for the definition of similar blocks).
+(:class:`studies.attention_similarity.AttentionSimilarity`; see there for the definition of similar blocks).
 
 Writes ``PREFIX.png`` (the block x block similarity matrix and the adjacent-block similarity ratio
 with the similar blocks marked, as the paper's Fig. 3/4) and ``PREFIX.csv`` (one row per block:
@@ -26,10 +26,9 @@ import torch
 from mmengine.config import DictAction
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
-from mmvitreg.analysis import AttentionSimilarity, SimilarityResult
-from mmvitreg.analysis.loading import build_dataloader, build_model, first_images
 from mmvitreg.models.trace import TokenTrace
-from mmvitreg.utils import ConfigError, load_config
+from mmvitreg.utils import ConfigError, build_dataloader, build_model, first_images, load_config
+from studies.attention_similarity import AttentionSimilarity, SimilarityResult
 
 
 def parse_args(argv=None):

@@ -27,9 +27,11 @@ pipeline by at most 5%.
 """
 import argparse
 import os.path as osp
+import sys
 import tempfile
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import cv2
 import mmcv
@@ -37,10 +39,12 @@ import numpy as np
 import torch
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
-from mmvitreg.datasets.digits import load_digit_scans, upscale_scan
 from mmvitreg.datasets.label_map_store import pack_label_maps
 from mmvitreg.datasets.label_maps import label_map_path, save_label_map
 from mmvitreg.datasets.token_label_target import READINGS, relabel_targets, token_label_targets
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'dataset_converters'))
+from digits import load_digit_scans, upscale_scan  # noqa: E402  (the digits builders, a neighbour tool)
 
 TARGET_OVERHEAD = 0.05
 IMG_W, IMG_H = 500, 375

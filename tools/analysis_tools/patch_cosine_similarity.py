@@ -7,7 +7,7 @@ Builds the model of an mmpretrain config (or of an mmseg / mmdet one: the backbo
 on its test pipeline's images) once per checkpoint (no checkpoint: the config's untrained
 initialisation), runs ``--num-images`` images of the config's ``<split>_dataloader`` (its pipeline as
 configured: the test pipeline for val/test, no augmentation) through the backbone and averages the
-patch-wise absolute cosine similarity ``P(h)`` of every layer (:mod:`mmvitreg.analysis.patch_similarity`:
+patch-wise absolute cosine similarity ``P(h)`` of every layer (:mod:`studies.patch_similarity`:
 ViT blocks, Swin stage inputs, ResNet stages), with a progress bar per checkpoint. Writes ``PREFIX.csv``
 (label, layer, name, similarity) and ``PREFIX.png`` (one line per checkpoint over the layers, as the paper's
 Figures 1b and 3).
@@ -22,9 +22,8 @@ import torch
 from mmengine.config import DictAction
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
-from mmvitreg.analysis import patch_cosine_per_layer
-from mmvitreg.analysis.loading import build_dataloader, build_model, first_images
-from mmvitreg.utils import ConfigError, load_config
+from mmvitreg.utils import ConfigError, build_dataloader, build_model, first_images, load_config
+from studies.patch_similarity import patch_cosine_per_layer
 
 
 def parse_args(argv=None):

@@ -19,9 +19,8 @@ import torch
 from mmengine.config import DictAction
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
-from mmvitreg.analysis.loading import build_dataloader, build_model
-from mmvitreg.analysis.tl_align_diagnostics import align_batch, draw_label_maps, label_maps, tl_align_of
-from mmvitreg.utils import ConfigError, load_config
+from mmvitreg.utils import ConfigError, build_dataloader, build_model, load_config
+from studies.tl_align_diagnostics import align_batch, draw_label_maps, label_maps, tl_align_of
 
 
 def parse_args(argv=None):

@@ -25,9 +25,8 @@ import torch
 from mmengine.config import DictAction
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
-from mmvitreg.analysis.loading import build_dataloader, build_model
-from mmvitreg.analysis.tl_align_diagnostics import alignment_rmse
-from mmvitreg.utils import ConfigError, load_config
+from mmvitreg.utils import ConfigError, build_dataloader, build_model, load_config
+from studies.tl_align_diagnostics import alignment_rmse
 
 FIELDS = ('model', 'config', 'checkpoint', 'images', 'rmse', 'mean_abs_diff', 'mean_lam', 'mean_aligned')
 

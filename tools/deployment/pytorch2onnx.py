@@ -41,8 +41,7 @@ from mmengine.config import Config
 from torch import nn
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
-from mmvitreg.analysis.loading import build_model
-from mmvitreg.utils import ConfigError, load_config, parse_tool_args
+from mmvitreg.utils import ConfigError, build_model, load_config, parse_tool_args
 
 TOLERANCE = 1e-4
 

@@ -1,4 +1,4 @@
-"""Write docs/troubleshooting.md from the catalogue in mmvitreg/troubleshooting.py.
+"""Write docs/troubleshooting.md from the catalogue in tools/misc/troubleshooting.py.
 
     python tools/misc/gen_troubleshooting.py [--out docs/troubleshooting.md] [--check]
 
@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mmvitreg.troubleshooting import render_markdown
+from troubleshooting import render_markdown  # its neighbour, the catalogue
 
 DEFAULT = Path(__file__).resolve().parents[2] / 'docs' / 'troubleshooting.md'
 

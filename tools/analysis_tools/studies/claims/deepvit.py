@@ -19,7 +19,7 @@ cls token), once with self-attention in every block (ViT) and once with re-atten
 
 Measurements on the 297 validation images of each trained model, through the token trace:
 
-* Eq. 2 and the similar blocks: :class:`mmvitreg.analysis.AttentionSimilarity` (the similarity ratio
+* Eq. 2 and the similar blocks: :class:`studies.attention_similarity.AttentionSimilarity` (the similarity ratio
   is the mean Eq. 2 similarity with the adjacent block on each side; similar when >= 0.9). For
   re-attention the maps are those that multiply ``V``: after the head transform and the BatchNorm
   over heads, which centres them, so their Eq. 2 similarity is not comparable one to one with
@@ -30,8 +30,9 @@ Measurements on the 297 validation images of each trained model, through the tok
 """
 import torch
 
-from mmvitreg.analysis.attention_similarity import AttentionSimilarity
 from mmvitreg.models.trace import TokenTrace
+
+from ..attention_similarity import AttentionSimilarity
 from .core import accuracy_table, figure, fmt_mean_std, markdown_table, mean_std, register_section, verdict
 
 CONFIG = 'configs/deepvit/deepvit-tiny_1xb64_digits.py'

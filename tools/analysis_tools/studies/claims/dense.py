@@ -28,7 +28,7 @@ its 100 warm-up iterations kept): 64 passes over the 50 canvases, about 2.5 minu
 """
 from statistics import mean
 
-from mmvitreg.analysis.patch_similarity import patch_cosine_per_layer
+from ..patch_similarity import patch_cosine_per_layer
 from .core import accuracy_table, figure, fmt_mean_std, markdown_table, mean_std, register_section, verdict
 
 PLAIN = 'plain'

@@ -4,11 +4,11 @@ similarity of a deep, narrow DeiT (paper §3 and Figure 3), and what do they do 
 Both models are ``configs/diversepatch/deit-deep-narrow_1xb64_diversepatch_digits.py`` (12 blocks of 64
 channels, a 4x4 token grid, patch-aligned CutMix): with the three losses (alpha = 1) and with none
 (``model.aux_losses=[]``), same seeds. The similarity ``P(h)`` of every block's output is averaged over the
-validation images (:func:`mmvitreg.analysis.patch_cosine_per_layer`).
+validation images (:func:`studies.patch_similarity.patch_cosine_per_layer`).
 """
 from statistics import mean
 
-from mmvitreg.analysis.patch_similarity import patch_cosine_per_layer
+from ..patch_similarity import patch_cosine_per_layer
 from .core import accuracy_table, figure, fmt_mean_std, markdown_table, register_section, verdict
 
 CONFIG = 'configs/diversepatch/deit-deep-narrow_1xb64_diversepatch_digits.py'

@@ -5,15 +5,16 @@ Per backbone (the tiny DeiT and Swin digits configs of ``configs/tlalign``), the
 the aligned target (TL-Align) and with the area target (``model.target_transform=None``: the same
 token-aligned CutMix, the same images), over the report's seeds; top-1 compared with the tie rule.
 Then, over the validation images mixed by each model's own CutMix (one fixed draw, seed 0), the RMSE
-between the area share ``lam`` and the aligned share ``w`` (:mod:`mmvitreg.analysis.tl_align_diagnostics`)
+between the area share ``lam`` and the aligned share ``w`` (:mod:`studies.tl_align_diagnostics`)
 over training: at initialisation and at every ``CHECKPOINT_EVERY`` epochs of every run (its checkpoints),
 drawn as a curve per backbone and target; and the label maps of one trained TL-Align DeiT (Fig. 5).
 """
 import numpy as np
 import torch
 
-from mmvitreg.analysis.loading import build_dataloader, build_model
-from mmvitreg.analysis.tl_align_diagnostics import align_batch, alignment_rmse, draw_label_maps, label_maps, tl_align_of
+from mmvitreg.utils import build_dataloader, build_model
+
+from ..tl_align_diagnostics import align_batch, alignment_rmse, draw_label_maps, label_maps, tl_align_of
 from .core import ROOT, accuracy_table, figure, fmt_mean_std, mean_std, markdown_table, register_section, verdict
 
 CONFIGS = {

@@ -8,9 +8,9 @@ from typing import Dict, Iterable, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from ..models.target_transforms import TLAlign
-from ..models.trace import MixPlan, TokenTrace
-from .loading import first_images
+from mmvitreg.models.target_transforms import TLAlign
+from mmvitreg.models.trace import MixPlan, TokenTrace
+from mmvitreg.utils import first_images
 
 
 def tl_align_of(model: nn.Module) -> TLAlign:

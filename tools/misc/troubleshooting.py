@@ -170,7 +170,7 @@ def render_markdown(cases: List[Case] = CASES) -> str:
     stages = dict(config='Configs', tools='Tool options', model='Building the model', data='Data',
                   checkpoint='Checkpoints', train='Training')
     lines = ['# Troubleshooting', '',
-             '<!-- generated from mmvitreg/troubleshooting.py by tools/misc/gen_troubleshooting.py; '
+             '<!-- generated from tools/misc/troubleshooting.py by tools/misc/gen_troubleshooting.py; '
              'do not edit -->', '',
              f'Every way a run can go wrong that mmvitreg knows of ({len(cases)} cases) stops at once with a message '
              'that says what and where, and writes nothing. Each case is a test (`tests/test_bad_inputs.py`).', '']

@@ -1,0 +1,247 @@
+"""The package in environments it does not choose (issue 30.3, 32.6): a transformers 5 installed beside
+mmpretrain 1.2.0, no pycocotools, mmcv without its compiled ops (mmcv-lite); and a classification import that
+leaves mmseg and mmdet alone. Each runs in a fresh interpreter, the environment faked before anything imports."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from packaging.version import Version
+
+from conftest import CONFIGS, TOOLS, tool_env
+from mmvitreg import compat
+
+DEMO = CONFIGS / 'demo' / 'deit-tiny_1xb64_digits.py'
+SEG_DEMO = CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-2k_digits-ade20k-128x128.py'
+SMALL = ['train_cfg.max_epochs=1', 'train_dataloader.dataset.indices=64', 'val_dataloader.dataset.indices=32',
+         'test_dataloader.dataset.indices=32', 'train_dataloader.batch_size=16', 'train_dataloader.num_workers=0',
+         'val_dataloader.num_workers=0', 'test_dataloader.num_workers=0']
+MULTIMODAL_WARNING = "'s multimodal models (BLIP, CLIP, Flamingo, ...) need transformers < 5"
+
+
+def run_py(code, path=(), cwd=None, timeout=300):
+    """``python -c code`` with ``path`` first on ``PYTHONPATH`` (so a ``sitecustomize.py`` there runs first)."""
+    env = tool_env()
+    env['PYTHONPATH'] = os.pathsep.join([*map(str, path), env['PYTHONPATH']])
+    return subprocess.run([sys.executable, '-c', textwrap.dedent(code)], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+# --- transformers 5 beside mmpretrain 1.2.0 --------------------------------------------------------------------
+
+def fake_transformers(root, version):
+    """A ``transformers`` distribution of ``version`` under ``root``: its metadata (what mmpretrain's
+    ``WITH_MULTIMODAL`` reads) and a package whose ``PreTrainedModel`` is None, as mmpretrain found it."""
+    info = root / f'transformers-{version}.dist-info'
+    info.mkdir(parents=True)
+    (info / 'METADATA').write_text(f'Metadata-Version: 2.1\nName: transformers\nVersion: {version}\n')
+    (root / 'transformers').mkdir()
+    (root / 'transformers' / '__init__.py').write_text(f'__version__ = {version!r}\nPreTrainedModel = None\n')
+    return root
+
+
+def test_the_fake_transformers_5_breaks_mmpretrain_models_alone(tmp_path):
+    """The control: without mmvitreg, ``import mmpretrain.models`` fails beside the fake transformers 5."""
+    proc = run_py('import mmpretrain.models', [fake_transformers(tmp_path, '5.0.0')])
+    assert proc.returncode != 0 and 'transformers' in proc.stderr
+
+
+def test_transformers_5_turns_mmpretrain_multimodal_models_off_with_one_warning(tmp_path):
+    proc = run_py('''
+        import json, warnings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            import mmvitreg
+            import mmpretrain.models
+            import mmvitreg.models
+            from mmvitreg import compat
+            compat.apply()  # idempotent: no second warning
+        from mmpretrain.registry import MODELS
+        try:
+            MODELS.build(dict(type='BlipCaption'))
+        except ImportError as e:
+            blip = str(e)
+        classifier = MODELS.build(dict(type='ImageClassifier', backbone=dict(
+            type='mmvitreg.VisionTransformer', arch=dict(embed_dims=32, num_layers=1, num_heads=2,
+            feedforward_channels=64), img_size=32, patch_size=8)))
+        print(json.dumps(dict(applied=compat.applied(), blip=blip, classifier=type(classifier).__name__,
+                              warnings=[str(w.message) for w in caught if "multimodal" in str(w.message)])))
+    ''', [fake_transformers(tmp_path, '5.0.0')])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert 'multimodal_off' in out['applied']
+    assert len(out['warnings']) == 1, out['warnings']
+    assert MULTIMODAL_WARNING in out['warnings'][0] and 'transformers 5.0.0 is installed' in out['warnings'][0]
+    assert f'mmpretrain {compat.installed_version("mmpretrain")}' in out['warnings'][0]
+    assert 'requires extra multi-modal dependencies' in out['blip']  # mmpretrain's own placeholder
+    assert out['classifier'] == 'ImageClassifier'
+
+
+@pytest.mark.parametrize('version', [None, '4.40.0'])
+def test_without_transformers_5_nothing_is_patched(tmp_path, version):
+    path = [fake_transformers(tmp_path, version)] if version else []
+    proc = run_py('''
+        import json, warnings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            import mmvitreg
+        from mmvitreg import compat
+        from mmpretrain.utils import dependency
+        own = all(dependency.satisfy_requirement(r) for r in ('pycocotools', 'transformers>=4.28.0'))
+        print(json.dumps([compat.applied(), [str(w.message) for w in caught if 'multimodal' in str(w.message)],
+                          dependency.WITH_MULTIMODAL == own]))
+    ''', path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    applied, warned, unchanged = json.loads(proc.stdout.splitlines()[-1])
+    assert 'multimodal_off' not in applied and warned == [] and unchanged
+
+
+@pytest.mark.parametrize('versions, expected', [
+    (dict(mmpretrain='1.2.0', pycocotools='2.0.11', transformers='5.0.0'), True),
+    (dict(mmpretrain='1.2.0', pycocotools='2.0.11', transformers='4.57.1'), False),
+    (dict(mmpretrain='1.2.0', transformers='5.0.0'), False),  # no pycocotools: mmpretrain keeps them off itself
+    (dict(mmpretrain='1.3.0', pycocotools='2.0.11', transformers='5.0.0'), False),  # a release that may fix it
+])
+def test_multimodal_gate_reads_the_installed_versions(monkeypatch, versions, expected):
+    monkeypatch.setattr(compat, 'installed_version', {k: Version(v) for k, v in versions.items()}.get)
+    assert next(p for p in compat.PATCHES if p.name == 'multimodal_off').needed() is expected
+
+
+# --- no pycocotools, no mmcv ops --------------------------------------------------------------------------------
+
+HIDE = '''
+import sys
+from importlib.machinery import PathFinder
+
+HIDDEN = {hidden!r}
+
+
+class Hide(PathFinder):
+    """The path finder, blind to the hidden modules and their submodules: they are absent, as in an environment
+    without them (an import raises ModuleNotFoundError, ``importlib.util.find_spec`` answers None)."""
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if any(name == h or name.startswith(h + '.') for h in HIDDEN):
+            return None
+        return super().find_spec(name, path, target)
+
+
+sys.meta_path[sys.meta_path.index(PathFinder)] = Hide
+'''
+
+
+def hiding(folder, *modules):
+    """A folder whose ``sitecustomize.py`` hides ``modules`` from every interpreter started with it on the path."""
+    folder.mkdir()
+    (folder / 'sitecustomize.py').write_text(HIDE.format(hidden=modules))
+    return folder
+
+
+def test_classification_imports_without_pycocotools_and_builds_its_data(tmp_path):
+    """``pycocotools`` is imported only where COCO data is built or read: the package, its models and the
+    ImageNet-layout digits build without it; the COCO builder is what asks for it."""
+    proc = run_py(f'''
+        import sys
+        sys.path.insert(0, {str(TOOLS / 'dataset_converters')!r})
+        import mmvitreg.datasets, mmvitreg.models, mmvitreg.engine
+        from digits import build_coco, build_imagenet
+        print(build_imagenet({str(tmp_path / 'imagenet')!r}, num_train=20, num_val=10)['images'])
+        try:
+            build_coco({str(tmp_path / 'coco')!r}, num_train=2, num_val=1)
+        except ImportError as e:
+            print('coco:', e)
+    ''', [hiding(tmp_path / 'site', 'pycocotools')])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "{'train': 20, 'val': 10}" in proc.stdout and "coco: No module named 'pycocotools'" in proc.stdout
+
+
+def test_digits_classification_trains_and_tests_without_mmcv_ops_or_pycocotools(tmp_path):
+    """mmcv-lite (no ``mmcv.ops``, no ``mmcv._ext``) and no pycocotools: the quick start's classification
+    config trains and tests through ``tools/train.py`` and ``tools/test.py``."""
+    site = hiding(tmp_path / 'site', 'mmcv.ops', 'mmcv._ext', 'pycocotools')
+    check = run_py('''
+        for name in ('mmcv.ops', 'mmcv._ext', 'pycocotools'):
+            try:
+                __import__(name)
+            except ImportError:
+                print('hidden', name)
+    ''', [site])
+    assert check.stdout.split('\n')[:3] == ['hidden mmcv.ops', 'hidden mmcv._ext', 'hidden pycocotools']
+
+    env = tool_env()
+    env['PYTHONPATH'] = os.pathsep.join([str(site), env['PYTHONPATH']])
+
+    def tool(*args):
+        proc = subprocess.run([sys.executable, str(TOOLS / args[0]), *map(str, args[1:])], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, f'{args[0]}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}'
+        return proc
+
+    tool('dataset_converters/digits.py', 'imagenet', '--out', 'data', '--num-train', 64, '--num-val', 32)
+    tool('train.py', DEMO, '--work-dir', 'work', '--cfg-options', *SMALL)
+    checkpoint = (tmp_path / 'work' / 'last_checkpoint').read_text().strip()
+    test = tool('test.py', DEMO, checkpoint, '--work-dir', 'work', '--cfg-options', *SMALL[2:])
+    metrics = json.loads([ln for ln in test.stdout.splitlines() if ln.startswith('metrics: ')][-1][9:])
+    assert 0.0 <= metrics['accuracy/top1'] <= 100.0
+
+
+def test_a_segmentation_run_without_mmcv_ops_stops_with_one_line_naming_the_build(tmp_path):
+    """mmseg's models need mmcv's compiled ops: without them ``tools/train.py`` stops before building anything,
+    with one line that names the command building them."""
+    env = tool_env()
+    env['PYTHONPATH'] = os.pathsep.join([str(hiding(tmp_path / 'site', 'mmcv.ops', 'mmcv._ext')), env['PYTHONPATH']])
+    subprocess.run([sys.executable, str(TOOLS / 'dataset_converters' / 'digits.py'), 'ade20k', '--out', 'data',
+                    '--num-train', '4', '--num-val', '2'], cwd=tmp_path, env=env, check=True, capture_output=True)
+    proc = subprocess.run([sys.executable, str(TOOLS / 'train.py'), str(SEG_DEMO), '--work-dir', 'work'],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: mmseg's models need mmcv's compiled ops, which this mmcv lacks (No module named 'mmcv._ext': "
+        'mmcv-lite?); build them once with `bash tools/setup_env.sh --with-ops`')
+    assert not (tmp_path / 'work').exists() or not any((tmp_path / 'work').rglob('*.pth'))
+
+
+# --- classification leaves mmseg and mmdet alone ----------------------------------------------------------------
+
+def test_classification_import_leaves_mmseg_and_mmdet_until_a_dense_model_is_asked_for():
+    """``import mmvitreg.models`` imports nothing of mmseg and nothing of mmdet beyond what ``import
+    mmpretrain.models`` imports itself (mmpretrain 1.2.0's ``ResLayerExtraNorm`` tries mmdet's ``ResLayer``); the
+    segmentor and detectors still resolve by name from ``mmvitreg.registry`` and from mmseg's and mmdet's
+    registries, importing their library then."""
+    proc = run_py('''
+        import json, sys
+        hosts = lambda: sorted(m for m in sys.modules if m.split('.')[0] in ('mmseg', 'mmdet'))
+        import mmpretrain.models
+        out = dict(mmpretrain=hosts())
+        import mmvitreg.models
+        out['mmvitreg'] = hosts()
+        from mmvitreg.registry import MODELS
+        MODELS.import_from_location()
+        out['locations'] = hosts()
+        out['segmentor'] = MODELS.get('TokenSegmentor').__name__
+        from mmseg.registry import MODELS as SEG
+        from mmdet.registry import MODELS as DET
+        out['from_mmseg'] = SEG.get('mmvitreg.TokenSegmentor').__name__
+        out['from_mmdet'] = DET.get('mmvitreg.TokenCascadeRCNN').__name__
+        print(json.dumps(out))
+    ''')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out['mmvitreg'] == out['locations'] == out['mmpretrain']
+    assert not [m for m in out['mmvitreg'] if m.startswith('mmseg')]
+    assert out['segmentor'] == out['from_mmseg'] == 'TokenSegmentor'
+    assert out['from_mmdet'] == 'TokenCascadeRCNN'
+
+
+def test_mmvitreg_models_alone_imports_no_mmseg():
+    proc = run_py('''
+        import sys
+        import mmvitreg.models
+        print(sorted(m for m in sys.modules if m.startswith(('mmseg', 'mmvitreg.models.segmentors',
+                                                           'mmvitreg.models.detectors'))))
+    ''')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[-1] == '[]'
