@@ -12,13 +12,14 @@ bound says so and the patch is removed once the oldest supported mmengine has it
    ``torch.load(weights_only=True)`` the default, and mmengine 0.10.x cannot load its own checkpoints
    (``load_from``, ``--resume``, ``tools/test.py``): their ``message_hub`` pickles ``HistoryBuffer`` and
    numpy scalars (mmengine #1655; mmengine PR #1670, 0.11). We re-register mmengine's local-file
-   checkpoint loader with :func:`load_checkpoint`: ``weights_only=True`` plus the allow-list
+   checkpoint loader (the one every library's ``load_checkpoint`` reads local files with) with
+   :func:`load_checkpoint`: ``weights_only=True`` plus the allow-list
    :func:`checkpoint_safe_globals` of exactly what mmengine's, this package's and the official releases'
    checkpoints contain; any other global is refused (:class:`UnsafeCheckpointError`, naming the file,
    the global and the opt-in ``--unsafe-load`` / ``MMVITREG_UNSAFE_LOAD=1`` for trusted files). The
    gate has no mmengine bound: whatever mmengine does, this loader is the one that decides.
-   :func:`load_checkpoint` is also what :func:`mmvitreg.engine.read_checkpoint`, the offline converters
-   and the token-label-map reader call. Before torch 2.6 (no allow-list of named globals) it loads as
+   :func:`load_checkpoint` is also what :func:`mmvitreg.engine.read_checkpoint` (every mmvitreg tool, local
+   or remote files) and the token-label-map reader call. Before torch 2.6 (no allow-list of named globals) it loads as
    torch then did by default, with full unpickling.
 2. ``cpu_distributed`` (mmengine < 0.11) - with ``--launcher pytorch`` on a machine without CUDA,
    mmengine 0.10.x calls ``torch.cuda.set_device`` unconditionally (``mmengine/dist/utils.py``), its
@@ -50,6 +51,17 @@ bound says so and the patch is removed once the oldest supported mmengine has it
    (:func:`compile_loss`: the backbone, the trace users and the losses; mmpretrain, mmseg and mmdet
    models all route ``mode='loss'`` there), and leave data preprocessing, the backward and the optimizer
    step eager. The options of ``cfg.compile`` go to ``torch.compile`` as before.
+
+6. ``mmvitreg_model_loading`` (any mmengine: it has no per-model checkpoint conversion) - official releases
+   (LV-ViT, DeepViT, DiversePatch, DeiT, Swin) converted on load and a fit check that refuses a checkpoint
+   that leaves the model random or drops its own parameters, for **mmvitreg's models only**
+   (:func:`is_mmvitreg_model`: the model or one of its modules is an mmvitreg class): mmengine's
+   ``PretrainedInit`` (``init_cfg=dict(type='Pretrained')``) and its ``_load_checkpoint_to_model`` (mmengine's
+   ``load_checkpoint``, mmpretrain's ``get_model`` and inferencers, mmengine's ``BaseInferencer``) hand such
+   a model to ``mmvitreg.Pretrained`` (:class:`mmvitreg.engine.checkpoint.Pretrained`, reached through
+   mmengine's ``WEIGHT_INITIALIZERS`` registry, so this module imports nothing above it); every other model
+   loads as mmengine loads it. A config can ask for the conversion on any model with
+   ``init_cfg=dict(type='mmvitreg.Pretrained', ...)``.
 
 Private PyTorch operators are reached here too, never directly: :func:`cpu_flash_attention_ops` hands out
 PyTorch's fused CPU attention and its backward (the TL-Align ride's kernel call) after checking their
@@ -207,6 +219,41 @@ def _load_local_checkpoint(filename, map_location=None):
 def _patch_checkpoint_loading():
     from mmengine.runner.checkpoint import CheckpointLoader
     CheckpointLoader.register_scheme(prefixes='', loader=_load_local_checkpoint, force=True)
+
+
+def is_mmvitreg_model(model: torch.nn.Module) -> bool:
+    """Whether ``model`` or one of its modules is an mmvitreg class (patch 6 applies to it)."""
+    return any(type(m).__module__.startswith('mmvitreg.') for m in model.modules())
+
+
+def _mmvitreg_pretrained():
+    """The ``mmvitreg.Pretrained`` initialiser class, through mmengine's registry (which imports the engine)."""
+    from mmengine.registry import WEIGHT_INITIALIZERS
+    return WEIGHT_INITIALIZERS.get('mmvitreg.Pretrained')
+
+
+def _patch_mmvitreg_model_loading():
+    import mmengine.infer.infer as infer
+    import mmengine.runner.checkpoint as runner_checkpoint
+    from mmengine.model.weight_init import PretrainedInit
+
+    init, load_to_model = PretrainedInit.__call__, runner_checkpoint._load_checkpoint_to_model
+
+    def init_mmvitreg_models(self, module):
+        if not is_mmvitreg_model(module):
+            return init(self, module)
+        pretrained = _mmvitreg_pretrained()(checkpoint=self.checkpoint, prefix=self.prefix,
+                                            map_location=self.map_location)
+        return pretrained(module)
+
+    def load_to_mmvitreg_models(model, checkpoint, strict=False, logger=None, revise_keys=[(r'^module.', '')]):
+        if not is_mmvitreg_model(model):
+            return load_to_model(model, checkpoint, strict, logger, revise_keys)
+        return _mmvitreg_pretrained().load_checkpoint_dict(model, checkpoint, strict, revise_keys)
+
+    PretrainedInit.__call__ = init_mmvitreg_models
+    for module in (runner_checkpoint, infer):  # infer imported the function by name
+        module._load_checkpoint_to_model = load_to_mmvitreg_models
 
 
 def _patch_cpu_distributed():
@@ -417,6 +464,8 @@ PATCHES = (
           _mmengine_lacks_mmvitreg, _register_mmvitreg_config_scope),
     Patch('compile_model_loss', 'not fixed upstream (mmengine 0.10.7 compiles the whole train_step)',
           lambda: _below('mmengine', '0.11'), _patch_compile_model_loss),
+    Patch('mmvitreg_model_loading', 'not an upstream defect: mmengine has no per-model checkpoint conversion',
+          lambda: installed_version('mmengine') is not None, _patch_mmvitreg_model_loading),
 )
 
 
