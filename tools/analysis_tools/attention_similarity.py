@@ -28,6 +28,7 @@ from mmengine.config import DictAction
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
 from mmvitreg.analysis import AttentionSimilarity, SimilarityResult
 from mmvitreg.analysis.loading import build_dataloader, build_model, first_images
+from mmvitreg.engine.checkpoint import CheckpointError
 from mmvitreg.models.trace import TokenTrace
 from mmvitreg.utils import ConfigError, load_config
 
@@ -147,7 +148,7 @@ def main(argv=None):
         init_default_scope(cfg.default_scope)
         model = build_traced_model(cfg, args.checkpoint, args.device)
         loader = build_dataloader(cfg, args.split, args.batch_size, args.num_workers)
-    except ConfigError as e:
+    except (ConfigError, CheckpointError) as e:
         sys.exit(f'error: {e}')
     acc = AttentionSimilarity(len(model.backbone.layers), neighbours=args.neighbours,
                               vector_threshold=args.vector_threshold, ratio_threshold=args.ratio_threshold)

@@ -24,6 +24,7 @@ from mmengine.config import DictAction
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
 from mmvitreg.analysis import patch_cosine_per_layer
 from mmvitreg.analysis.loading import build_dataloader, build_model, first_images
+from mmvitreg.engine.checkpoint import CheckpointError
 from mmvitreg.utils import ConfigError, load_config
 
 
@@ -85,7 +86,10 @@ def main(argv=None):
     results = []
     for label, ckpt in zip(labels, args.checkpoints):
         print(f'{label}: {args.num_images} {args.split} images')
-        model = build_model(cfg, ckpt, args.device)
+        try:
+            model = build_model(cfg, ckpt, args.device)
+        except CheckpointError as e:
+            sys.exit(f'error: {e}')
         names, values = patch_cosine_per_layer(
             model.backbone, inputs_of(model, loader, args.num_images, args.split, args.device))
         results.append((label, names, values))

@@ -27,6 +27,7 @@ from mmengine.config import DictAction
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
 from mmvitreg.analysis.loading import build_dataloader, build_model
 from mmvitreg.analysis.tl_align_diagnostics import alignment_rmse
+from mmvitreg.engine.checkpoint import CheckpointError
 from mmvitreg.utils import ConfigError, load_config
 
 FIELDS = ('model', 'config', 'checkpoint', 'images', 'rmse', 'mean_abs_diff', 'mean_lam', 'mean_aligned')
@@ -96,7 +97,7 @@ def main(argv=None):
     for spec in args.model:
         try:
             rows.append(measure(spec, args))
-        except (ConfigError, TypeError, ValueError) as e:
+        except (ConfigError, CheckpointError, TypeError, ValueError) as e:
             sys.exit(f'error: {spec[0]}: {e}')
     os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
     with open(args.out, 'w', newline='') as f:
