@@ -192,7 +192,7 @@ def test_init_cfg_that_would_leave_the_backbone_random_stops(tmp_path):
     assert f'checkpoint {ckpt} does not fit the model VisionTransformer: it would fill 0 of the' in str(e.value)
     assert 'timm / DeiT ViT' in str(e.value) and "prefix='backbone.'" in str(e.value)
     cfg['backbone']['init_cfg']['prefix'] = 'model.backbone'
-    with pytest.raises(CheckpointError, match="has no key under init_cfg's prefix='model.backbone.'"):
+    with pytest.raises(CheckpointError, match="has no key under the prefix='model.backbone.'"):
         build(cfg).init_weights()
 
 
