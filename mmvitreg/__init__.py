@@ -5,8 +5,8 @@ them), among them ``mmvitreg_model_loading``: mmvitreg's models load official re
 and refuse a checkpoint that leaves them random, through ``init_cfg=dict(type='Pretrained')``, mmengine's
 ``load_checkpoint`` and mmpretrain's ``get_model``; any other model loads as its library loads it. Components
 register themselves in :mod:`mmvitreg.registry` and are reached from mmpretrain, mmseg and mmdet configs as
-``type='mmvitreg.<Name>'`` (``init_cfg=dict(type='mmvitreg.Pretrained', ...)`` asks for mmvitreg's loading
-on any model).
+``type='mmvitreg.<Name>'`` (``init_cfg=dict(type='Pretrained', _scope_='mmvitreg', ...)`` asks for
+mmvitreg's loading on any model).
 """
 from .compat import apply as _apply_compat
 

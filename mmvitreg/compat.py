@@ -11,16 +11,16 @@ bound says so and the patch is removed once the oldest supported mmengine has it
 1. ``checkpoint_weights_only`` (torch >= 2.6) - safe checkpoint loading. torch 2.6 made
    ``torch.load(weights_only=True)`` the default, and mmengine 0.10.x cannot load its own checkpoints
    (``load_from``, ``--resume``, ``tools/test.py``): their ``message_hub`` pickles ``HistoryBuffer`` and
-   numpy scalars (mmengine #1655; mmengine PR #1670, 0.11). We re-register mmengine's local-file
-   checkpoint loader (the one every library's ``load_checkpoint`` reads local files with) with
-   :func:`load_checkpoint`: ``weights_only=True`` plus the allow-list
-   :func:`checkpoint_safe_globals` of exactly what mmengine's, this package's and the official releases'
-   checkpoints contain; any other global is refused (:class:`UnsafeCheckpointError`, naming the file,
-   the global and the opt-in ``--unsafe-load`` / ``MMVITREG_UNSAFE_LOAD=1`` for trusted files). The
-   gate has no mmengine bound: whatever mmengine does, this loader is the one that decides.
-   :func:`load_checkpoint` is also what :func:`mmvitreg.engine.read_checkpoint` (every mmvitreg tool, local
-   or remote files) and the token-label-map reader call. Before torch 2.6 (no allow-list of named globals) it loads as
-   torch then did by default, with full unpickling.
+   numpy scalars (mmengine #1655; mmengine PR #1670, 0.11). We re-register mmengine's local-file checkpoint loader (the
+   one every library's ``load_checkpoint`` reads local files with) and its ``http(s)://`` / ``s3://`` loaders (now
+   fetching through ``mmengine.fileio``) with :func:`load_checkpoint`: ``weights_only=True`` plus the allow-list
+   :func:`checkpoint_safe_globals` of exactly what mmengine's, this package's and the official releases' checkpoints
+   contain; any other global is refused (:class:`UnsafeCheckpointError`, naming the file, the global and the opt-in
+   ``--unsafe-load`` / ``MMVITREG_UNSAFE_LOAD=1`` for trusted files). The gate has no mmengine bound: whatever
+   mmengine does, this loader is the one that decides. :func:`load_checkpoint` is also what
+   :func:`mmvitreg.engine.read_checkpoint` (every mmvitreg tool, local or remote files) and the token-label-map
+   reader call. Before torch 2.6 (no allow-list of named globals) it loads as torch then did by default, with full
+   unpickling.
 2. ``cpu_distributed`` (mmengine < 0.11) - with ``--launcher pytorch`` on a machine without CUDA,
    mmengine 0.10.x calls ``torch.cuda.set_device`` unconditionally (``mmengine/dist/utils.py``), its
    configs ask for the NCCL backend, ``Runner.wrap_model`` passes ``device_ids=[LOCAL_RANK]`` to DDP,
@@ -61,7 +61,8 @@ bound says so and the patch is removed once the oldest supported mmengine has it
    a model to ``mmvitreg.Pretrained`` (:class:`mmvitreg.engine.checkpoint.Pretrained`, reached through
    mmengine's ``WEIGHT_INITIALIZERS`` registry, so this module imports nothing above it); every other model
    loads as mmengine loads it. A config can ask for the conversion on any model with
-   ``init_cfg=dict(type='mmvitreg.Pretrained', ...)``.
+   ``init_cfg=dict(type='Pretrained', _scope_='mmvitreg', ...)`` (the type stays ``'Pretrained'``, which
+   mmengine's and mmpretrain's ``init_weights`` test to keep the loaded weights from being re-initialised).
 
 Private PyTorch operators are reached here too, never directly: :func:`cpu_flash_attention_ops` hands out
 PyTorch's fused CPU attention and its backward (the TL-Align ride's kernel call) after checking their
@@ -216,9 +217,22 @@ def _load_local_checkpoint(filename, map_location=None):
     return load_checkpoint(filename, map_location)
 
 
+#: the remote schemes whose mmengine checkpoint loaders patch 1 replaces (fetched by mmengine's file backends)
+REMOTE_SCHEMES = ('http://', 'https://', 's3://')
+
+
+def _load_remote_checkpoint(filename, map_location=None):
+    """mmengine's loader of a remote checkpoint: fetched by ``mmengine.fileio.get_local_path``, read through
+    :func:`load_checkpoint` (patch 1)."""
+    from mmengine.fileio import get_local_path
+    with get_local_path(filename) as local:
+        return load_checkpoint(local, map_location, name=filename)
+
+
 def _patch_checkpoint_loading():
     from mmengine.runner.checkpoint import CheckpointLoader
     CheckpointLoader.register_scheme(prefixes='', loader=_load_local_checkpoint, force=True)
+    CheckpointLoader.register_scheme(prefixes=REMOTE_SCHEMES, loader=_load_remote_checkpoint, force=True)
 
 
 def is_mmvitreg_model(model: torch.nn.Module) -> bool:

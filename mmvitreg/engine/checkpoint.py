@@ -364,13 +364,15 @@ _INIT_HINT = ("check init_cfg's checkpoint and prefix (prefix='backbone.' loads 
 
 @WEIGHT_INITIALIZERS.register_module(name='Pretrained')
 class Pretrained(PretrainedInit):
-    """``init_cfg=dict(type='mmvitreg.Pretrained', checkpoint=..., prefix=...)``: mmengine's ``PretrainedInit``
-    through the one pass, with the *backbone* policy (:func:`load_weights`): an official release is converted
-    before the prefix is selected, and a checkpoint that would leave the backbone random, or drop parameters
-    of its own, stops the run. mmengine's own loads whatever fits with one warning per key.
+    """``init_cfg=dict(type='Pretrained', _scope_='mmvitreg', checkpoint=..., prefix=...)``: mmengine's
+    ``PretrainedInit`` through the one pass, with the *backbone* policy (:func:`load_weights`): an official release
+    is converted before the prefix is selected, and a checkpoint that would leave the backbone random, or drop
+    parameters of its own, stops the run. mmengine's own loads whatever fits with one warning per key.
 
     mmvitreg's models get it for ``init_cfg=dict(type='Pretrained')`` too (``mmvitreg.compat``'s
-    ``mmvitreg_model_loading`` patch); any other model only when its config names it.
+    ``mmvitreg_model_loading`` patch); any other model only when its config asks for it with ``_scope_``
+    (``type='mmvitreg.Pretrained'`` names the same class, but mmengine's and mmpretrain's ``init_weights`` keep
+    loaded weights only for ``type='Pretrained'``, and re-initialise e.g. the position embedding otherwise).
     """
 
     def __call__(self, module: nn.Module) -> None:
