@@ -74,6 +74,7 @@ import os
 import os.path as osp
 import pickle
 import re
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Tuple
@@ -209,8 +210,9 @@ def load_checkpoint(file, map_location=None, name: Optional[str] = None, unsafe:
             f'(tools/train.py, tools/test.py, the converters) or set {UNSAFE_LOAD_ENV}=1') from None
 
 
-def _load_local_checkpoint(filename, map_location=None):
-    """mmengine's local loader, reading through :func:`load_checkpoint` (patch 1)."""
+def load_from_local(filename, map_location=None):
+    """mmengine's local loader, reading through :func:`load_checkpoint` (patch 1; mmengine logs "Loads checkpoint by
+    local backend", the name after ``load_from_``, as for its own)."""
     filename = osp.expanduser(filename)
     if not osp.isfile(filename):
         raise FileNotFoundError(f'{filename} can not be found.')
@@ -221,7 +223,7 @@ def _load_local_checkpoint(filename, map_location=None):
 REMOTE_SCHEMES = ('http://', 'https://', 's3://')
 
 
-def _load_remote_checkpoint(filename, map_location=None):
+def load_from_remote(filename, map_location=None):
     """mmengine's loader of a remote checkpoint: fetched by ``mmengine.fileio.get_local_path``, read through
     :func:`load_checkpoint` (patch 1)."""
     from mmengine.fileio import get_local_path
@@ -231,8 +233,8 @@ def _load_remote_checkpoint(filename, map_location=None):
 
 def _patch_checkpoint_loading():
     from mmengine.runner.checkpoint import CheckpointLoader
-    CheckpointLoader.register_scheme(prefixes='', loader=_load_local_checkpoint, force=True)
-    CheckpointLoader.register_scheme(prefixes=REMOTE_SCHEMES, loader=_load_remote_checkpoint, force=True)
+    CheckpointLoader.register_scheme(prefixes='', loader=load_from_local, force=True)
+    CheckpointLoader.register_scheme(prefixes=REMOTE_SCHEMES, loader=load_from_remote, force=True)
 
 
 def is_mmvitreg_model(model: torch.nn.Module) -> bool:
@@ -247,7 +249,6 @@ def _mmvitreg_pretrained():
 
 
 def _patch_mmvitreg_model_loading():
-    import mmengine.infer.infer as infer
     import mmengine.runner.checkpoint as runner_checkpoint
     from mmengine.model.weight_init import PretrainedInit
 
@@ -266,8 +267,10 @@ def _patch_mmvitreg_model_loading():
         return _mmvitreg_pretrained().load_checkpoint_dict(model, checkpoint, strict, revise_keys)
 
     PretrainedInit.__call__ = init_mmvitreg_models
-    for module in (runner_checkpoint, infer):  # infer imported the function by name
-        module._load_checkpoint_to_model = load_to_mmvitreg_models
+    runner_checkpoint._load_checkpoint_to_model = load_to_mmvitreg_models
+    infer = sys.modules.get('mmengine.infer.infer')  # imports the function by name: patched there if already loaded
+    if infer is not None:
+        infer._load_checkpoint_to_model = load_to_mmvitreg_models
 
 
 def _patch_cpu_distributed():
