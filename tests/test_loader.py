@@ -298,7 +298,7 @@ def test_the_readme_own_config_sets_every_class_count_and_data_root_and_trains_o
     num_classes and every data root its data_root; trained for one epoch on the digits (data paths pointed at
     the workspace, four images, the model as the example builds it)."""
     readme = (REPO / 'README.md').read_text()
-    block = readme.split('# my_project/lvvit-s_in100.py')[1].split('```')[0]
+    block = '#' + readme.split('```python\n# my_project/lvvit-s_in100.py')[1].split('```')[0]
     config = tmp_path / 'lvvit-s_in100.py'
     config.write_text(block)
     from mmvitreg.utils import load_config
