@@ -34,6 +34,7 @@ OFFICIAL = {
     'vit-large-p16_8xb128-30e_diversepatch_in21k-pre_in1k-384px': dict(dim=1024, depth=24, heads=16, mlp_ratio=4,
                                                                        img_size=384),
 }
+pytestmark = pytest.mark.filterwarnings("ignore:for .*copying from a non-meta parameter")
 DIVERSEPATCH = 'tools/model_converters/diversepatch_to_mmvitreg.py SRC DST'
 
 
