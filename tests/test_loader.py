@@ -282,15 +282,20 @@ def test_no_import_circle_between_the_converters_and_the_backbones():
 
 
 # ---------------------------------------------------------------- item 4: tools and docs
-def test_trace_support_checks_a_config_on_its_own_backbone():
-    """--config of the 4-block digits DeepViT: the column is the config's backbone (4 blocks), not DeepViT-S."""
+def test_trace_support_checks_a_config_on_its_own_backbone(tmp_path):
+    """--config of a 4-block DeepViT with TL-Align and DRLoc (a config that trains): the first column is the
+    config's backbone (4 blocks, 96 channels), where every user fits; DeepViT-S, asked for beside it, reads
+    '16 blocks, not 4' (what the tool used to say for the config itself)."""
     from mmvitreg.analysis.trace_support import format_table, support_table
-    config = str(CONFIGS / 'deepvit' / 'deepvit-tiny_1xb64_digits.py')
+    from model_helpers import composed_config
+    config = str(composed_config(tmp_path))
     table = support_table(config=config)
-    assert list(table) == ['DeepViT (config)']
-    assert table['DeepViT (config)'] and set(table['DeepViT (config)'].values()) == {'✓'}
+    assert list(table) == ['DeepViT (config)'] and len(table['DeepViT (config)']) == 4
+    assert set(table['DeepViT (config)'].values()) == {'✓'}
     assert "DeepViT (config): the config's model.backbone as configured, 4 blocks" in format_table(table, 'cls',
                                                                                                    config)
+    preset = support_table(config=config, backbones=['DeepViT'])['DeepViT']
+    assert preset['target_transform: TLAlign(num_layers=4)'] == '16 blocks, not 4'
 
 
 def test_the_readme_own_config_sets_every_class_count_and_data_root_and_trains_on_digits(ws, tmp_path):
