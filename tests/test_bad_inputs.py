@@ -408,8 +408,8 @@ def _(ctx):
 @scenario('converter-other-model')
 def _(ctx):
     from mmpretrain.models import SwinTransformer
+    from mmvitreg.engine.checkpoint import converter_cli
     from mmvitreg.models.backbones.deepvit import convert_deepvit
-    from mmvitreg.models.converters import converter_cli
     src, dst = ctx.ws / 'swin_official.pth', ctx.ws / 'converted.pth'
     torch.save({'model': SwinTransformer(arch='tiny', img_size=32, window_size=4).state_dict()}, src)
     return stops(lambda: converter_cli(convert_deepvit, 'DeepViT', argv=[str(src), str(dst)]))
