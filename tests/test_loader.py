@@ -18,9 +18,9 @@ from mmengine.config import Config
 from mmengine.fileio import LocalBackend, register_backend
 from mmengine.registry import DefaultScope
 
-from conftest import CONFIGS, REPO, tool_env
+from conftest import REPO, tool_env
 from guard_helpers import TECHNIQUES, build_workspace, tool
-from mmvitreg.engine.checkpoint import CheckpointError, load_state_dict_checked, load_weights, read_checkpoint
+from mmvitreg.engine.checkpoint import CheckpointError, load_state_dict_checked, read_checkpoint
 from model_helpers import random_checkpoint
 from test_official_checkpoint_loading import LAYOUTS, build, max_diff, runner_load, save
 
