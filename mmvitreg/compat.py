@@ -11,15 +11,16 @@ bound says so and the patch is removed once the oldest supported mmengine has it
 1. ``checkpoint_weights_only`` (torch >= 2.6) - safe checkpoint loading. torch 2.6 made
    ``torch.load(weights_only=True)`` the default, and mmengine 0.10.x cannot load its own checkpoints
    (``load_from``, ``--resume``, ``tools/test.py``): their ``message_hub`` pickles ``HistoryBuffer`` and
-   numpy scalars (mmengine #1655; mmengine PR #1670, 0.11). We re-register mmengine's local-file
-   checkpoint loader with :func:`load_checkpoint`: ``weights_only=True`` plus the allow-list
-   :func:`checkpoint_safe_globals` of exactly what mmengine's, this package's and the official releases'
-   checkpoints contain; any other global is refused (:class:`UnsafeCheckpointError`, naming the file,
-   the global and the opt-in ``--unsafe-load`` / ``MMVITREG_UNSAFE_LOAD=1`` for trusted files). The
-   gate has no mmengine bound: whatever mmengine does, this loader is the one that decides.
-   :func:`load_checkpoint` is also what :func:`mmvitreg.engine.read_checkpoint`, the offline converters
-   and the token-label-map reader call. Before torch 2.6 (no allow-list of named globals) it loads as
-   torch then did by default, with full unpickling.
+   numpy scalars (mmengine #1655; mmengine PR #1670, 0.11). We re-register mmengine's local-file checkpoint loader (the
+   one every library's ``load_checkpoint`` reads local files with) and its ``http(s)://`` / ``s3://`` loaders (now
+   fetching through ``mmengine.fileio``) with :func:`load_checkpoint`: ``weights_only=True`` plus the allow-list
+   :func:`checkpoint_safe_globals` of exactly what mmengine's, this package's and the official releases' checkpoints
+   contain; any other global is refused (:class:`UnsafeCheckpointError`, naming the file, the global and the opt-in
+   ``--unsafe-load`` / ``MMVITREG_UNSAFE_LOAD=1`` for trusted files). The gate has no mmengine bound: whatever
+   mmengine does, this loader is the one that decides. :func:`load_checkpoint` is also what
+   :func:`mmvitreg.engine.read_checkpoint` (every mmvitreg tool, local or remote files) and the token-label-map
+   reader call. Before torch 2.6 (no allow-list of named globals) it loads as torch then did by default, with full
+   unpickling.
 2. ``cpu_distributed`` (mmengine < 0.11) - with ``--launcher pytorch`` on a machine without CUDA,
    mmengine 0.10.x calls ``torch.cuda.set_device`` unconditionally (``mmengine/dist/utils.py``), its
    configs ask for the NCCL backend, ``Runner.wrap_model`` passes ``device_ids=[LOCAL_RANK]`` to DDP,
@@ -58,6 +59,17 @@ bound says so and the patch is removed once the oldest supported mmengine has it
    builds. mmpretrain 1.2.0 is its latest release (no upstream fix). We set ``WITH_MULTIMODAL`` to False
    before mmpretrain's models or data sets are imported (they then register mmpretrain's own
    "install the multimodal extras" placeholders) and warn once, naming both versions.
+7. ``mmvitreg_model_loading`` (any mmengine: it has no per-model checkpoint conversion) - official releases
+   (LV-ViT, DeepViT, DiversePatch, DeiT, Swin) converted on load and a fit check that refuses a checkpoint
+   that leaves the model random or drops its own parameters, for **mmvitreg's models only**
+   (:func:`is_mmvitreg_model`: the model or one of its modules is an mmvitreg class): mmengine's
+   ``PretrainedInit`` (``init_cfg=dict(type='Pretrained')``) and its ``_load_checkpoint_to_model`` (mmengine's
+   ``load_checkpoint``, mmpretrain's ``get_model`` and inferencers, mmengine's ``BaseInferencer``) hand such
+   a model to ``mmvitreg.Pretrained`` (:class:`mmvitreg.engine.checkpoint.Pretrained`, reached through
+   mmengine's ``WEIGHT_INITIALIZERS`` registry, so this module imports nothing above it); every other model
+   loads as mmengine loads it. A config can ask for the conversion on any model with
+   ``init_cfg=dict(type='Pretrained', _scope_='mmvitreg', ...)`` (the type stays ``'Pretrained'``, which
+   mmengine's and mmpretrain's ``init_weights`` test to keep the loaded weights from being re-initialised).
 
 Private PyTorch operators are reached here too, never directly: :func:`cpu_flash_attention_ops` hands out
 PyTorch's fused CPU attention and its backward (the TL-Align ride's kernel call) after checking their
@@ -69,6 +81,7 @@ import os
 import os.path as osp
 import pickle
 import re
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Tuple
@@ -204,17 +217,67 @@ def load_checkpoint(file, map_location=None, name: Optional[str] = None, unsafe:
             f'(tools/train.py, tools/test.py, the converters) or set {UNSAFE_LOAD_ENV}=1') from None
 
 
-def _load_local_checkpoint(filename, map_location=None):
-    """mmengine's local loader, reading through :func:`load_checkpoint` (patch 1)."""
+def load_from_local(filename, map_location=None):
+    """mmengine's local loader, reading through :func:`load_checkpoint` (patch 1; mmengine logs "Loads checkpoint by
+    local backend", the name after ``load_from_``, as for its own)."""
     filename = osp.expanduser(filename)
     if not osp.isfile(filename):
         raise FileNotFoundError(f'{filename} can not be found.')
     return load_checkpoint(filename, map_location)
 
 
+#: the remote schemes whose mmengine checkpoint loaders patch 1 replaces (fetched by mmengine's file backends)
+REMOTE_SCHEMES = ('http://', 'https://', 's3://')
+
+
+def load_from_remote(filename, map_location=None):
+    """mmengine's loader of a remote checkpoint: fetched by ``mmengine.fileio.get_local_path``, read through
+    :func:`load_checkpoint` (patch 1)."""
+    from mmengine.fileio import get_local_path
+    with get_local_path(filename) as local:
+        return load_checkpoint(local, map_location, name=filename)
+
+
 def _patch_checkpoint_loading():
     from mmengine.runner.checkpoint import CheckpointLoader
-    CheckpointLoader.register_scheme(prefixes='', loader=_load_local_checkpoint, force=True)
+    CheckpointLoader.register_scheme(prefixes='', loader=load_from_local, force=True)
+    CheckpointLoader.register_scheme(prefixes=REMOTE_SCHEMES, loader=load_from_remote, force=True)
+
+
+def is_mmvitreg_model(model: torch.nn.Module) -> bool:
+    """Whether ``model`` or one of its modules is an mmvitreg class (patch 6 applies to it)."""
+    return any(type(m).__module__.startswith('mmvitreg.') for m in model.modules())
+
+
+def _mmvitreg_pretrained():
+    """The ``mmvitreg.Pretrained`` initialiser class, through mmengine's registry (which imports the engine)."""
+    from mmengine.registry import WEIGHT_INITIALIZERS
+    return WEIGHT_INITIALIZERS.get('mmvitreg.Pretrained')
+
+
+def _patch_mmvitreg_model_loading():
+    import mmengine.runner.checkpoint as runner_checkpoint
+    from mmengine.model.weight_init import PretrainedInit
+
+    init, load_to_model = PretrainedInit.__call__, runner_checkpoint._load_checkpoint_to_model
+
+    def init_mmvitreg_models(self, module):
+        if not is_mmvitreg_model(module):
+            return init(self, module)
+        pretrained = _mmvitreg_pretrained()(checkpoint=self.checkpoint, prefix=self.prefix,
+                                            map_location=self.map_location)
+        return pretrained(module)
+
+    def load_to_mmvitreg_models(model, checkpoint, strict=False, logger=None, revise_keys=[(r'^module.', '')]):
+        if not is_mmvitreg_model(model):
+            return load_to_model(model, checkpoint, strict, logger, revise_keys)
+        return _mmvitreg_pretrained().load_checkpoint_dict(model, checkpoint, strict, revise_keys)
+
+    PretrainedInit.__call__ = init_mmvitreg_models
+    runner_checkpoint._load_checkpoint_to_model = load_to_mmvitreg_models
+    infer = sys.modules.get('mmengine.infer.infer')  # imports the function by name: patched there if already loaded
+    if infer is not None:
+        infer._load_checkpoint_to_model = load_to_mmvitreg_models
 
 
 def _patch_cpu_distributed():
@@ -447,6 +510,8 @@ PATCHES = (
           lambda: _below('mmengine', '0.11'), _patch_compile_model_loss),
     Patch('multimodal_off', 'not fixed upstream (mmpretrain 1.2.0 is the latest release)',
           _multimodal_breaks_mmpretrain, _turn_multimodal_off),
+    Patch('mmvitreg_model_loading', 'not an upstream defect: mmengine has no per-model checkpoint conversion',
+          lambda: installed_version('mmengine') is not None, _patch_mmvitreg_model_loading),
 )
 
 

@@ -26,6 +26,7 @@ from mmengine.registry import OPTIM_WRAPPERS as MMENGINE_OPTIM_WRAPPERS
 from mmengine.registry import PARAM_SCHEDULERS as MMENGINE_PARAM_SCHEDULERS
 from mmengine.registry import RUNNERS as MMENGINE_RUNNERS
 from mmengine.registry import TRANSFORMS as MMENGINE_TRANSFORMS
+from mmengine.registry import WEIGHT_INITIALIZERS as MMENGINE_WEIGHT_INITIALIZERS
 from mmengine.registry import Registry
 
 
@@ -67,3 +68,5 @@ OPTIM_WRAPPERS = Registry(
 PARAM_SCHEDULERS = Registry(
     'parameter scheduler', parent=MMENGINE_PARAM_SCHEDULERS, scope='mmvitreg', locations=['mmvitreg.engine'])
 RUNNERS = Registry('runner', parent=MMENGINE_RUNNERS, scope='mmvitreg', locations=['mmvitreg.engine'])
+WEIGHT_INITIALIZERS = Registry(
+    'weight initializer', parent=MMENGINE_WEIGHT_INITIALIZERS, scope='mmvitreg', locations=['mmvitreg.engine'])

@@ -224,17 +224,23 @@ def parse_tool_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Name
 
 def build_model(cfg: Config, checkpoint, device: str, strict: bool = False) -> nn.Module:
     """The model of ``cfg`` (its ``data_preprocessor`` filled in as mmengine's Runner does), with
-    ``checkpoint`` loaded when given (``strict``: every key must fit; else the config's initialisation,
-    without mmengine's parameter-by-parameter init log), on ``device``, in eval mode. Call it inside
-    ``cfg.default_scope``."""
+    ``checkpoint`` loaded when given (:func:`mmvitreg.engine.checkpoint.load_weights`, the loader of every tool:
+    an official release converted; ``strict``: every key must fit, else the *backbone* policy), else the
+    config's initialisation (without mmengine's parameter-by-parameter init log), on ``device``, in eval mode.
+    Call it inside ``cfg.default_scope``.
+
+    Raises:
+        mmvitreg.engine.CheckpointError: the checkpoint cannot be read or does not fit.
+    """
     from mmengine.logging import MMLogger
     from mmengine.registry import MODELS
-    from mmengine.runner import load_checkpoint
+
+    from mmvitreg.engine.checkpoint import load_weights
     model_cfg = cfg.model.copy()
     model_cfg.setdefault('data_preprocessor', cfg.get('data_preprocessor'))
     model = MODELS.build(model_cfg)
     if checkpoint:
-        load_checkpoint(model, checkpoint, map_location='cpu', strict=strict)
+        load_weights(model, checkpoint, 'strict' if strict else 'backbone')
     else:
         logger = MMLogger.get_current_instance()
         level = logger.level

@@ -21,6 +21,7 @@ from guard_helpers import TECHNIQUES, build_workspace, files_of, run_options, to
 from troubleshooting import CASES, render_markdown
 
 DEEPVIT, LVVIT_TL, SWIN_MIX = TECHNIQUES[:3]  # the first three; later techniques join the generic cases
+DIVERSEPATCH = TECHNIQUES[5]
 SCENARIOS = {}
 _work_dirs = itertools.count()
 
@@ -370,6 +371,30 @@ def _(ctx):
                  check=lambda message: _names(message, release) or _names(message, 'official LV-ViT'))
 
 
+@scenario('load-from-unexpected-layers')
+def _(ctx):
+    """The talking-heads DiversePatch release (tiny: two blocks of 16 channels) in the plain-attention digits
+    DiversePatch config at its width and depth."""
+    from test_diversepatch_converter import official_state_dict
+    config = ctx.ws / 'diversepatch_as_release.py'
+    config.write_text(f"_base_ = '{DIVERSEPATCH}'\n"
+                      "model = dict(backbone=dict(img_size=32, patch_size=8, arch=dict(_delete_=True, embed_dims=16, "
+                      "num_layers=2, num_heads=2, feedforward_channels=64)), head=dict(num_classes=5, in_channels=16), "
+                      "aux_losses=[dict(type='mmvitreg.PatchCosineLoss'), dict(type='mmvitreg.PatchContrastiveLoss'), "
+                      "dict(type='mmvitreg.PatchMixingLoss', num_classes=5, in_channels=16)])\n")
+    torch.save({'model': official_state_dict()}, ctx.ws / 'talking_heads_release.pth')
+
+    def check(message):
+        assert 'proj_pre' in message and "attn_types='talking_heads'" in message, message
+    return stops(run_train(ctx, config, load_from=ctx.ws / 'talking_heads_release.pth'), check=check)
+
+
+@scenario('checkpoint-remote-unreadable')
+def _(ctx):
+    return stops(run_test(ctx, DEEPVIT, 'nobackend://models.example/deepvit.pth'),
+                 check=lambda message: _names(message, 'nobackend://models.example/deepvit.pth'))
+
+
 @scenario('official-checkpoint-unconvertible')
 def _(ctx):
     from test_diversepatch_converter import official_state_dict
@@ -383,11 +408,38 @@ def _(ctx):
 @scenario('converter-other-model')
 def _(ctx):
     from mmpretrain.models import SwinTransformer
+    from mmvitreg.engine.checkpoint import converter_cli
     from mmvitreg.models.backbones.deepvit import convert_deepvit
-    from mmvitreg.models.converters import converter_cli
     src, dst = ctx.ws / 'swin_official.pth', ctx.ws / 'converted.pth'
     torch.save({'model': SwinTransformer(arch='tiny', img_size=32, window_size=4).state_dict()}, src)
     return stops(lambda: converter_cli(convert_deepvit, 'DeepViT', argv=[str(src), str(dst)]))
+
+
+@scenario('converter-unsafe-pickle')
+def _(ctx):
+    from test_safe_loading import code_running_checkpoint
+    from mmvitreg.engine.checkpoint import converter_cli
+    from mmvitreg.models.backbones.deepvit import convert_deepvit
+    marker = ctx.ws.parent / 'converter_pickle_ran'
+    src = code_running_checkpoint(ctx.ws / 'unsafe_release.pth', ctx.ckpt[DEEPVIT], marker)
+
+    def check(message):
+        assert '\n' not in message and 'the global exec' in message and not marker.exists(), message
+    return stops(lambda: converter_cli(convert_deepvit, 'DeepViT', argv=[str(src), str(ctx.ws / 'out.pth')]), check)
+
+
+@scenario('export-checkpoint-other-model')
+def _(ctx):
+    """In its own process, as a user runs it (in this one the loader's log line would go to an earlier run's log)."""
+    from conftest import run_tool
+
+    def run():
+        proc = run_tool(['deployment/pytorch2onnx.py', DEEPVIT, ctx.ckpt[LVVIT_TL], '--out', ctx.ws / 'other.onnx'],
+                        cwd=ctx.ws.parent, check=False)
+        assert proc.returncode == 1 and 'Traceback' not in proc.stderr, proc.stderr[-3000:]
+        _names(proc.stderr, ctx.ckpt[LVVIT_TL])
+        return proc.stderr
+    return run
 
 
 # ---------------------------------------------------------------- training

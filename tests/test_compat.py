@@ -16,7 +16,7 @@ from mmvitreg.models.layers import Ride, attend, attention as attention_module
 
 SEG = CONFIGS / 'deepvit' / 'upernet_deepvit-s_mln_8xb2-160k_ade20k-512x512.py'  # inherits mmseg::
 ALL = ['checkpoint_weights_only', 'cpu_distributed', 'package_lookup', 'mmvitreg_config_scope',
-       'compile_model_loss']
+       'compile_model_loss', 'mmvitreg_model_loading']
 
 
 def run_py(code):
@@ -38,8 +38,9 @@ def fake_versions(**versions):
     ('2.6.0', '0.10.3', ALL),                                                     # first weights_only torch
     ('2.5.1', '0.10.7', ALL[1:]),                                                 # torch before weights_only
     ('2.1.2', '0.10.3', ALL[1:]),                                                 # the oldest stack
-    ('2.14.1', '0.11.0', [ALL[0], 'mmvitreg_config_scope']),                      # mmengine with the fixes: our
-                                                                                  # allow-list still decides
+    ('2.14.1', '0.11.0', [ALL[0], 'mmvitreg_config_scope', ALL[-1]]),             # mmengine with the fixes: our
+                                                                                  # allow-list still decides, our
+                                                                                  # models still convert releases
 ])
 def test_gates_read_the_installed_versions(monkeypatch, torch_version, mmengine_version, expected):
     fake = {'torch': Version(torch_version), 'mmengine': Version(mmengine_version)}
@@ -68,7 +69,8 @@ def test_this_stack_applies_exactly_the_patches_it_needs():
 
 def test_a_stack_that_needs_no_patch_gets_none():
     """Faked torch 2.5 + mmengine 0.11 (which knows nothing of mmvitreg): only the config scope is
-    registered; mmengine's checkpoint loader, distributed init and package lookup stay its own."""
+    registered and mmvitreg's models load through mmvitreg (any mmengine); mmengine's checkpoint loader,
+    distributed init and package lookup stay its own."""
     code = fake_versions(torch='2.5.1', mmengine='0.11.0') + (
         "import mmengine.dist.utils as du, mmengine.utils.package_utils as pu\n"
         "from mmengine.runner.checkpoint import CheckpointLoader\n"
@@ -78,7 +80,7 @@ def test_a_stack_that_needs_no_patch_gets_none():
         "print(compat.applied(), before == after)")
     proc = run_py(code)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split('\n')[-2] == "['mmvitreg_config_scope'] True"
+    assert proc.stdout.split('\n')[-2] == "['mmvitreg_config_scope', 'mmvitreg_model_loading'] True"
 
 
 # --- the patches, each against the breakage it names -------------------------------------------

@@ -23,6 +23,7 @@ DEIT = {
     'deit-base12_4xb256-400e_diversepatch_in1k': (12, 768),
     'deit-base24_4xb256-400e_diversepatch_in1k': (24, 768),
     'deit-base12-talking-heads_4xb256-400e_diversepatch_in1k': (12, 768),
+    'deit-base24-talking-heads_4xb256-400e_diversepatch_in1k': (24, 768),
 }
 FINETUNE = {
     'swin-base_8xb128-30e_diversepatch_in1k': (224, 1024),

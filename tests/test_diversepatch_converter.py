@@ -92,3 +92,5 @@ def test_converted_official_checkpoint_gives_the_official_logits_and_t_acc(tmp_p
         torch.testing.assert_close(model(x), logits, rtol=1e-4, atol=1e-5)
         scores = torch.stack([s.pred_score for s in model.predict(x)])
     torch.testing.assert_close(scores, t_acc / 2, rtol=1e-4, atol=1e-5)  # the mean of the two, same ranking
+    readme = ' '.join((REPO / 'configs' / 'diversepatch' / 'README.md').read_text().split())
+    assert "ensemble (`t_acc`) is `PatchMixingLoss(ensemble=True, tokens='final_norm')`" in readme  # as checked here

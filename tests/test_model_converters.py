@@ -16,13 +16,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def official_state_dict(dim, depth, heads, qkv_bias=True, reattn=(), stem=None, aux_head=False, classes=1000,
-                        img_size=224, patch=16):
+                        img_size=224, patch=16, mlp_ratio=3):
     """Random tensors under the official names and shapes.
 
     DeepViT: zhoudaquan/dvit_repo models/{layers,deep_vision_transformer}.py (``PatchEmbed.proj`` or
     ``PatchEmbed_CNN.conv1/bn1/conv2/bn2/proj``, ``blocks.i.attn.{qkv,reatten_matrix,var_norm,proj}``, ``Mlp.fc1/fc2``).
     LV-ViT: zihangJiang/TokenLabeling tlt/models/{layers,lvvit}.py (``PatchEmbed4_2[_128].conv1..3/bn1..3/proj``,
-    ``qkv`` without bias, ``head`` and ``aux_head``). MLP ratio 3 in both.
+    ``qkv`` without bias, ``head`` and ``aux_head``). MLP ratio 3 in both (timm / DeiT: 4).
     """
     g = torch.Generator().manual_seed(0)
     sd = {}
@@ -62,9 +62,9 @@ def official_state_dict(dim, depth, heads, qkv_bias=True, reattn=(), stem=None, 
         add(p + 'attn.proj.weight', dim, dim)
         add(p + 'attn.proj.bias', dim)
         norm(p + 'norm2', dim)
-        add(p + 'mlp.fc1.weight', 3 * dim, dim)
-        add(p + 'mlp.fc1.bias', 3 * dim)
-        add(p + 'mlp.fc2.weight', dim, 3 * dim)
+        add(p + 'mlp.fc1.weight', mlp_ratio * dim, dim)
+        add(p + 'mlp.fc1.bias', mlp_ratio * dim)
+        add(p + 'mlp.fc2.weight', dim, mlp_ratio * dim)
         add(p + 'mlp.fc2.bias', dim)
     norm('norm', dim)
     add('head.weight', classes, dim)

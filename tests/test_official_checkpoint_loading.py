@@ -148,15 +148,21 @@ def test_wrapped_releases_load_their_model_weights(tmp_path, wrap):
     assert max_diff(runner_load(tmp_path, LAYOUTS['diversepatch'][2], ckpt).model, 'diversepatch') == 0
 
 
+def pretrained(layout, **kwargs):
+    """``init_cfg`` Pretrained: mmvitreg's models get mmvitreg's loading for the plain type; mmpretrain's own ViT
+    (the DeiT layout's model) only where the config asks for it (``_scope_='mmvitreg'``)."""
+    return dict(type='Pretrained', **({'_scope_': 'mmvitreg'} if layout == 'deit' else {}), **kwargs)
+
+
 @pytest.mark.parametrize('layout', LAYOUTS)
 def test_init_cfg_pretrained_converts_with_and_without_prefix(tmp_path, layout):
     ckpt = str(save(tmp_path / 'official.pth', layout, 'model'))
-    whole = dict(LAYOUTS[layout][2], init_cfg=dict(type='Pretrained', checkpoint=ckpt))
+    whole = dict(LAYOUTS[layout][2], init_cfg=pretrained(layout, checkpoint=ckpt))
     model = build(whole)
     model.init_weights()
     assert max_diff(model, layout) == 0
     cfg = copy.deepcopy(LAYOUTS[layout][2])
-    cfg['backbone']['init_cfg'] = dict(type='Pretrained', checkpoint=ckpt, prefix='backbone.')
+    cfg['backbone']['init_cfg'] = pretrained(layout, checkpoint=ckpt, prefix='backbone.')
     model = build(cfg)
     model.init_weights()
     ref = build(LAYOUTS[layout][2])
@@ -186,13 +192,13 @@ def test_init_cfg_that_would_leave_the_backbone_random_stops(tmp_path):
     the backbone without prefix='backbone.' (every key under backbone.) would leave it random: an error."""
     ckpt = str(save(tmp_path / 'official.pth', 'deit'))
     cfg = copy.deepcopy(LAYOUTS['deit'][2])
-    cfg['backbone']['init_cfg'] = dict(type='Pretrained', checkpoint=ckpt)
+    cfg['backbone']['init_cfg'] = pretrained('deit', checkpoint=ckpt)
     with pytest.raises(CheckpointError) as e:
         build(cfg).init_weights()
     assert f'checkpoint {ckpt} does not fit the model VisionTransformer: it would fill 0 of the' in str(e.value)
     assert 'timm / DeiT ViT' in str(e.value) and "prefix='backbone.'" in str(e.value)
     cfg['backbone']['init_cfg']['prefix'] = 'model.backbone'
-    with pytest.raises(CheckpointError, match="has no key under init_cfg's prefix='model.backbone.'"):
+    with pytest.raises(CheckpointError, match="has no key under the prefix='model.backbone.'"):
         build(cfg).init_weights()
 
 

@@ -61,8 +61,9 @@ def test_the_tool_reports_the_users_of_a_config_as_configured(tmp_path, capsys):
     trace_support_tool.main(['--config', str(config), '--user', 'PatchContrastiveLoss', '--backbone',
                              'SwinTransformer'])
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ['trace', 'user', 'SwinTransformer']
-    assert lines[2].split() == ['aux_losses[0]:', "PatchContrastiveLoss(form='official')", 'no', 'embed,', 'isotropic']
+    assert lines[0].split() == ['trace', 'user', 'VisionTransformer', '(config)', 'SwinTransformer']
+    assert lines[2].split() == ['aux_losses[0]:', "PatchContrastiveLoss(form='official')", OK, 'no', 'embed,',
+                                'isotropic']
     with pytest.raises(SystemExit, match="error: config file not found: 'nowhere.py'"):
         trace_support_tool.main(['--config', 'nowhere.py'])
 
@@ -150,11 +151,11 @@ def test_the_tool_prints_what_each_model_kind_serves(capsys):
 
 
 def test_the_kind_of_a_config_is_its_models():
-    """--config of a TokenSegmentor config: its aux_losses as configured, checked as a segmentor's (on the columns'
-    presets: the digits DRLoc's 256 channels are not Swin-T's 768)."""
+    """--config of a TokenSegmentor config: its aux_losses as configured, checked as a segmentor's, on its own
+    backbone (the digits Swin: 256 channels, fits) and the preset asked for (Swin-T's 768 channels do not)."""
     config = REPO / 'configs' / 'demo' / 'upernet_swin-nano_1xb8-2k_drloc_digits-ade20k-128x128.py'
     run = run_tool(['analysis_tools/trace_support.py', '--config', config, '--backbone', 'SwinTransformer'], cwd=REPO)
     lines = run.stdout.splitlines()
     assert lines[2].split() == ['aux_losses[0]:', 'DRLoc(in_channels=256,', 'layers=(-1,),', 'loss_weight=0.5,',
-                                "target='abs',", "reduction='mean',", 'replacement=True)', '768', 'channels']
+                                "target='abs',", "reduction='mean',", 'replacement=True)', OK, '768', 'channels']
     assert 'model kind seg (mmseg: mmvitreg.TokenSegmentor)' in lines

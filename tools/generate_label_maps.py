@@ -145,8 +145,9 @@ def main(argv=None):
     from mmengine.dataset import pseudo_collate
     from mmengine.dist import barrier, get_dist_info, init_dist
     from mmengine.registry import init_default_scope
-    from mmengine.runner import load_checkpoint
     from mmengine.utils import ProgressBar
+
+    from mmvitreg.engine.checkpoint import CheckpointError, load_weights
 
     if args.launcher != 'none':
         init_dist(args.launcher)
@@ -165,7 +166,10 @@ def main(argv=None):
     todo = todo[rank::world_size]
 
     classifier = build_classifier(cfg)
-    load_checkpoint(classifier, args.checkpoint, map_location='cpu')
+    try:
+        load_weights(classifier, args.checkpoint, 'backbone')
+    except CheckpointError as e:
+        sys.exit(f'error: {e}')
     device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
     classifier.to(device).eval()
     annotator = DenseAnnotator(classifier)

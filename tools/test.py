@@ -15,7 +15,9 @@ predictions of every ``--interval``-th test image (default 1: every image), each
 The checkpoint is loaded strictly: a missing, unexpected or size-mismatched key stops the run with
 the file's name and the first keys of each kind (``--allow-partial`` evaluates the keys that fit). An
 official release (LV-ViT, DeepViT, DiversePatch, timm DeiT / TL-Align, Swin; raw or wrapped) is
-converted on load, with one log line naming its layout. It is unpickled with ``weights_only=True`` and
+converted on load, with one log line naming its layout; an EMA recipe's copy is loaded and checked the same
+way. A remote checkpoint (``https://``, ``s3://``, ...) is fetched through mmengine's file backends. It is
+unpickled with ``weights_only=True`` and
 an allow-list of what checkpoints hold (:func:`mmvitreg.compat.load_checkpoint`); ``--unsafe-load``
 unpickles anything, for trusted files only.
 
@@ -36,6 +38,7 @@ from mmengine.logging import print_log
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
 from mmvitreg.compat import UNSAFE_LOAD_ENV, UNSAFE_LOAD_HELP
 from mmvitreg.engine import CheckpointError
+from mmvitreg.engine.checkpoint import is_local
 from mmvitreg.utils import ConfigError, build_runner, check_data, load_config, parse_tool_args, set_run_args
 
 
@@ -64,7 +67,7 @@ def set_visualization(cfg, args):
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='Test a model (mmpretrain / mmseg / mmdet config)')
     parser.add_argument('config', help='test config file path')
-    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument('checkpoint', help='checkpoint file (a local path, or a URL an mmengine file backend reads)')
     parser.add_argument('--work-dir', help='the dir to save logs')
     parser.add_argument('--out', help='dump the predictions (or with --out-item metrics, the metrics) to this file')
     parser.add_argument('--out-item', choices=['pred', 'metrics'],
@@ -95,7 +98,7 @@ def _mmpretrain_default_tta(cfg):
 
 def build_test_config(args):
     cfg = load_config(args.config, args.cfg_options)
-    if not osp.isfile(args.checkpoint):
+    if is_local(args.checkpoint) and not osp.isfile(args.checkpoint):
         raise ConfigError(f'checkpoint not found: {args.checkpoint}')
     if args.out_item and not args.out:
         raise ConfigError('--out-item says what --out holds: give --out FILE too')

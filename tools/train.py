@@ -9,7 +9,8 @@ The library is picked from the config's ``default_scope``; the stack workarounds
 ``mmvitreg.compat`` are applied first. Distributed: ``bash tools/dist_train.sh CONFIG N``.
 Runs are built with :class:`mmvitreg.engine.GuardedRunner`: ``--resume`` loads strictly (unless
 ``--allow-partial``), ``load_from`` partially with a one-line key summary (an official release is
-converted on load; a file that fills less than 90% of the backbone stops the run unless ``--allow-partial``),
+converted on load; a file that fills less than 90% of the backbone, or has parameters the model has no place
+for, stops the run unless ``--allow-partial``; remote files are fetched through mmengine's file backends),
 checkpoints are written
 atomically, the random generators are part of them (exact resume), and a non-finite loss stops the run.
 Checkpoints are unpickled with ``weights_only=True`` and an allow-list of what checkpoints hold
@@ -27,6 +28,7 @@ from mmengine.logging import print_log
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
 from mmvitreg.compat import UNSAFE_LOAD_ENV, UNSAFE_LOAD_HELP
 from mmvitreg.engine import CheckpointError, NonFiniteLossError
+from mmvitreg.engine.checkpoint import is_local
 from mmvitreg.utils import ConfigError, build_runner, check_data, load_config, parse_tool_args, set_run_args
 
 
@@ -83,7 +85,7 @@ def build_train_config(args):
     if args.resume == 'auto':
         cfg.resume, cfg.load_from = True, None
     elif args.resume is not None:
-        if not osp.isfile(args.resume):
+        if is_local(args.resume) and not osp.isfile(args.resume):
             raise ConfigError(f'--resume: checkpoint not found: {args.resume}')
         cfg.resume, cfg.load_from = True, args.resume
     return cfg

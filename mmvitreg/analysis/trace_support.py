@@ -9,7 +9,8 @@ something else, or, with ``config``, every trace user of a model config as confi
 is a registered backbone of mmvitreg whose ``forward`` takes a ``trace``. For every pair :func:`support_table` runs
 :func:`~mmvitreg.models.trace.check_trace_user`, the check a
 :class:`~mmvitreg.models.classifiers.TokenClassifier` makes when it is built, on the backbone built
-with :data:`BACKBONE_PRESETS` (its default architecture), and keeps the check's short reason.
+with :data:`BACKBONE_PRESETS` (its default architecture), or, with ``config``, on the config's own
+``model.backbone`` as configured (its sizes: the one column), and keeps the check's short reason.
 mmpretrain's backbones take no trace: they share one column, checked on a ResNet-18.
 
 A *model kind* (:data:`MODEL_KINDS`: ``cls`` the image classifier, ``seg`` the segmentor, ``det`` the
@@ -138,7 +139,8 @@ def trace_backbones() -> List[str]:
     """Names of the registered mmvitreg backbones that take a token trace."""
     from mmvitreg.registry import MODELS
     MODELS.import_from_location()
-    return sorted(name for name, cls in MODELS.module_dict.items() if cls.__module__.startswith('mmvitreg.models.backbones')
+    return sorted(name for name, cls in MODELS.module_dict.items()
+                  if cls.__module__.startswith('mmvitreg.models.backbones')
                   and 'trace' in inspect.signature(cls.forward).parameters)
 
 
@@ -150,17 +152,31 @@ def mmpretrain_backbones() -> List[str]:
                   if cls.__module__.startswith('mmpretrain.models.backbones'))
 
 
+def _build_for_check(cfg: dict, scope: Optional[str] = None):
+    """``cfg`` built on the meta device (no weights), or on the CPU when its constructor reads tensor values."""
+    from mmengine.registry import MODELS, DefaultScope
+    with DefaultScope.overwrite_default_scope(scope):
+        try:
+            with torch.device('meta'):
+                return MODELS.build(dict(cfg))
+        except Exception:  # noqa: BLE001  (any constructor that computes with its tensors)
+            return MODELS.build(dict(cfg))
+
+
 @functools.lru_cache(maxsize=None)
 def backbone_for_check(name: str):
-    """The backbone column ``name`` is checked on (:data:`BACKBONE_PRESETS`, or mmpretrain's probe),
-    built on the meta device (no weights), or on the CPU when its constructor reads tensor values."""
-    from mmengine.registry import MODELS
-    cfg = MMPRETRAIN_PROBE if name == MMPRETRAIN else dict(type=f'mmvitreg.{name}', **BACKBONE_PRESETS[name])
-    try:
-        with torch.device('meta'):
-            return MODELS.build(cfg)
-    except Exception:  # noqa: BLE001  (any constructor that computes with its tensors)
-        return MODELS.build(cfg)
+    """The backbone column ``name`` is checked on (:data:`BACKBONE_PRESETS`, or mmpretrain's probe)."""
+    return _build_for_check(MMPRETRAIN_PROBE if name == MMPRETRAIN else
+                            dict(type=f'mmvitreg.{name}', **BACKBONE_PRESETS[name]))
+
+
+@functools.lru_cache(maxsize=None)
+def config_backbone(config: str) -> Tuple[str, object]:
+    """``(column name, backbone)``: the config's own ``model.backbone``, built as configured (its sizes)."""
+    from mmvitreg.utils import load_config
+    cfg = load_config(config)
+    backbone = _build_for_check(cfg.model.backbone, cfg.default_scope)
+    return f"{str(cfg.model.backbone.type).removeprefix('mmvitreg.')} (config)", backbone
 
 
 def support_table(users: Optional[List[str]] = None, backbones: Optional[List[str]] = None,
@@ -171,7 +187,8 @@ def support_table(users: Optional[List[str]] = None, backbones: Optional[List[st
         users (List[str], optional): User names (``'TLAlign'`` or ``'mmvitreg.TLAlign'``: every row of that
             component; or a row's full name) to keep. Defaults to all (:func:`trace_users`).
         config (str, optional): A model config: its trace users as configured instead of the registered
-            ones (see :func:`trace_users`).
+            ones (see :func:`trace_users`), checked on its own backbone as configured (:func:`config_backbone`,
+            the first column; the ``backbones`` named too follow it).
         backbones (List[str], optional): Backbone names (``'CvT'``, ``'mmvitreg.CvT'``,
             ``'mmpretrain'``) to keep. Defaults to all (:func:`trace_backbones` and ``mmpretrain.*``).
         model_kind (str): A key of :data:`MODEL_KINDS`: the cells are the verdicts of building a model of that
@@ -186,15 +203,20 @@ def support_table(users: Optional[List[str]] = None, backbones: Optional[List[st
         raise KeyError(f'unknown model kind {model_kind!r}; known: {", ".join(MODEL_KINDS)}')
     model_name, image_targets = MODEL_KINDS[model_kind][0][0], kind_image_targets(model_kind)
     all_users = trace_users(config)
-    columns = trace_backbones() + [MMPRETRAIN]
-    missing = [b for b in columns[:-1] if b not in BACKBONE_PRESETS]
+    chosen_users = _select(users, [u for u, _ in all_users], 'trace user')
+    names = trace_backbones() + [MMPRETRAIN]
+    missing = [b for b in names[:-1] if b not in BACKBONE_PRESETS]
     if missing:
         raise KeyError(f'no preset for the trace backbone(s) {missing}: add them to BACKBONE_PRESETS')
-    chosen_users = _select(users, [u for u, _ in all_users], 'trace user')
-    chosen_backbones = _select(backbones, columns, 'backbone')
+    columns = {}
+    if config is not None:
+        name, backbone = config_backbone(config)
+        columns[name] = backbone
+    if config is None or backbones:
+        columns.update((name, None) for name in _select(backbones, names, 'backbone'))
     table = {}
-    for name in chosen_backbones:
-        backbone = backbone_for_check(name)
+    for name, backbone in columns.items():
+        backbone = backbone or backbone_for_check(name)
         row = table[name] = {}
         for user, instance in all_users:
             if user in chosen_users:
@@ -248,10 +270,10 @@ def kind_summary(table: Dict[str, Dict[str, str]], model_kind: str) -> List[str]
     return lines
 
 
-def format_table(table: Dict[str, Dict[str, str]], model_kind: str = 'cls') -> str:
+def format_table(table: Dict[str, Dict[str, str]], model_kind: str = 'cls', config: Optional[str] = None) -> str:
     """The table as text: a row per trace user, a column per backbone (``✓`` or why not), then the
     block counts the taps were checked against, what the short reasons mean and what the model kind serves
-    (:func:`kind_summary`)."""
+    (:func:`kind_summary`); ``config``: the table was made for that config (its own backbone's column)."""
     backbones = list(table)
     users = list(next(iter(table.values()))) if table else []
     first = max([len('trace user')] + [len(u) for u in users])
@@ -261,7 +283,11 @@ def format_table(table: Dict[str, Dict[str, str]], model_kind: str = 'cls') -> s
     lines += [line([u] + [table[b][u] for b in backbones]) for u in users]
     lines.append('')
     for b in backbones:
-        if b == MMPRETRAIN:
+        if config is not None and b == config_backbone(config)[0]:
+            spec = getattr(config_backbone(config)[1], 'trace_spec', None)
+            lines.append(f"{b}: the config's model.backbone as configured, " +
+                         (f'{spec.num_blocks} blocks' if spec is not None else 'which takes no trace'))
+        elif b == MMPRETRAIN:
             names = mmpretrain_backbones()
             lines.append(f'{MMPRETRAIN}: all {len(names)} mmpretrain backbones ({", ".join(names[:4])}, ...) take no '
                          f'trace; a {OK} user reads only the backbone outputs')

@@ -1,43 +1,55 @@
-"""Checkpoints that are never silently wrong: checked reading, key reports, atomic writing.
+"""Checkpoints that are never silently wrong: one loading pass, key reports, atomic writing.
 
 mmengine 0.10.7 reads a checkpoint with a bare ``torch.load`` (a truncated file ends in an
 ``UnpicklingError`` naming no file), loads state dicts non-strictly with one warning line per key
 (``tools/test.py`` given another model's checkpoint evaluates a half-random model and exits 0), and
 writes checkpoints in place (a process killed while saving leaves a truncated file under the final
-name). This module holds the pieces :class:`~mmvitreg.engine.runner.GuardedRunner` uses instead:
+name). Every checkpoint mmvitreg's tools and models read goes through one pass instead, each step in one place:
 
-* :func:`read_checkpoint` - one :class:`CheckpointError` line naming the file and what is wrong
-  (missing, empty, truncated / not a torch file, not a checkpoint, a pickle global outside the allow-list
-  of :func:`mmvitreg.compat.load_checkpoint`, which reads it);
-* :func:`load_checkpoint_file` - a checkpoint read, local or remote, in mmengine's ``{'state_dict': ...}``
-  form, an official release converted on the way (one log line): what ``load_from``, ``tools/test.py``
-  and ``init_cfg=dict(type='Pretrained')`` read;
-* :func:`check_fit` - the error for a load that would leave most of the backbone random;
-* :func:`load_pretrained` - ``init_cfg=dict(type='Pretrained')`` through the two above;
-* :func:`load_state_dict_checked` - loads through every module's own ``_load_from_state_dict``
-  (so load-time pre-hooks such as mmpretrain's position-embedding resize still run) and returns a
-  :class:`KeyReport` of matched, missing, unexpected and size-mismatched keys;
-* :class:`AtomicLocalBackend` - mmengine's local file backend writing to a temporary file in the
-  same folder and moving it over the final name with ``os.replace`` (atomic on POSIX and Windows);
-* :func:`resume_candidates` - the checkpoints ``--resume auto`` may take, newest first.
+1. **read** - :func:`read_checkpoint`: a local file, or a remote one (``https://``, ``s3://``, any prefix
+   with an mmengine file backend) fetched through ``mmengine.fileio.get_local_path``, unpickled by
+   :func:`mmvitreg.compat.load_checkpoint` (``weights_only=True`` and its allow-list); one
+   :class:`CheckpointError` line naming the file and what is wrong;
+2. **detect and convert** - :func:`mmvitreg.models.converters.convert_official` (an official release is
+   converted, one log line), then DDP's ``module.`` dropped: :func:`load_checkpoint_file` returns mmengine's
+   ``{'state_dict': ...}`` form;
+3. **fit** - :func:`fit`: :func:`load_state_dict_checked` (through every module's own
+   ``_load_from_state_dict``, so load-time hooks such as mmpretrain's position-embedding resize still run)
+   gives a :class:`KeyReport`, and the policy decides: *strict* (every key fits), *backbone*
+   (:func:`check_fit`: most of the backbone filled and none of the checkpoint's own parameters dropped) or
+   *partial* (whatever fits).
+
+Who calls it: :class:`~mmvitreg.engine.runner.GuardedRunner` (``load_from``, ``--resume``, ``tools/test.py``;
+the model and mmengine's ``EMAHook`` copy), :class:`Pretrained` (``init_cfg``), :func:`load_weights` (the
+analysis tools, ``tools/deployment/pytorch2onnx.py``, and, through ``mmvitreg.compat``'s
+``mmvitreg_model_loading`` patch, mmpretrain's ``get_model`` / inferencers and mmengine's ``load_checkpoint``
+for mmvitreg's models) and :func:`converter_cli` (``tools/model_converters/``).
+
+Also here: :class:`AtomicLocalBackend` (mmengine's local file backend writing to a temporary file and
+``os.replace``-ing it over the final name) and :func:`resume_candidates` (what ``--resume auto`` may take).
 """
+import argparse
 import logging
 import os
 import os.path as osp
 import re
+import sys
 import tempfile
 from collections import OrderedDict
+from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
-from mmengine.fileio import LocalBackend, register_backend
+from mmengine.fileio import LocalBackend, get_local_path, register_backend
 from mmengine.logging import print_log
-from mmengine.runner.checkpoint import CheckpointLoader
+from mmengine.model.weight_init import PretrainedInit, update_init_info
 from torch import nn
 
-from mmvitreg.compat import UnsafeCheckpointError, load_checkpoint
-from mmvitreg.models.converters import convert_official, detect_layout, unwrap_checkpoint
+import mmvitreg.models.backbones  # noqa: F401  (registers the DeepViT, LV-ViT and Swin release layouts)
+from mmvitreg.compat import UNSAFE_LOAD_HELP, UnsafeCheckpointError, load_checkpoint
+from mmvitreg.models.converters import convert_official, detect_layout, unwrap_checkpoint, where_keys_belong
+from mmvitreg.registry import WEIGHT_INITIALIZERS
 
 #: name of the atomic local backend in mmengine's file-backend registry
 ATOMIC_BACKEND = 'mmvitreg_atomic_local'
@@ -45,6 +57,11 @@ ATOMIC_BACKEND = 'mmvitreg_atomic_local'
 SHOWN_KEYS = 5
 #: the least share of the backbone's tensors a ``load_from`` / ``init_cfg`` load must fill (else an error)
 MIN_BACKBONE_SHARE = 0.9
+#: buffers a model derives rather than learns (a step counter, constant index tables and masks): never counted
+#: as matched, missing or unexpected, so a checkpoint with or without them fits the same
+DERIVED_BUFFERS = ('num_batches_tracked', 'relative_position_index', 'attn_mask')
+#: the load policies (``checkpoint_policy`` of a config, :func:`fit`)
+POLICIES = ('strict', 'backbone', 'partial')
 
 
 class CheckpointError(RuntimeError):
@@ -56,86 +73,108 @@ def _first_line(e: BaseException) -> str:
     return f'{type(e).__name__}: {text[0].split(". ")[0]}' if text else type(e).__name__  # its first sentence
 
 
-def read_checkpoint(filename: str, map_location='cpu') -> dict:
-    """Read a local checkpoint file, or raise one :class:`CheckpointError` line that names it.
+def is_local(path) -> bool:
+    """A file path, not a URL (``https://``, ``s3://``, ...)."""
+    return '://' not in str(path)
 
-    Returns:
-        dict: the checkpoint (``{'state_dict': ..., 'meta': ..., ...}`` or a bare state dict).
 
-    The file is unpickled by :func:`mmvitreg.compat.load_checkpoint` (``weights_only=True`` and the
-    allow-list of what checkpoints hold, unless the user opted into ``--unsafe-load``).
+def is_derived(key: str) -> bool:
+    """Whether ``key`` names a buffer of :data:`DERIVED_BUFFERS`."""
+    return key.rsplit('.', 1)[-1] in DERIVED_BUFFERS
 
-    Raises:
-        CheckpointError: the file does not exist, is empty, is truncated or not a PyTorch file,
-            holds something other than a checkpoint dict, or names a global outside the allow-list.
-    """
-    if not osp.isfile(filename):
-        raise CheckpointError(f'checkpoint {filename}: no such file')
-    size = osp.getsize(filename)
+
+def _read_local(path: str, name: str, map_location, unsafe: Optional[bool]) -> dict:
+    if not osp.isfile(path):
+        raise CheckpointError(f'checkpoint {name}: no such file')
+    size = osp.getsize(path)
     if size == 0:
-        raise CheckpointError(f'checkpoint {filename}: empty file (0 bytes), e.g. a save that was interrupted')
+        raise CheckpointError(f'checkpoint {name}: empty file (0 bytes), e.g. a save that was interrupted')
     try:
-        checkpoint = load_checkpoint(filename, map_location)
+        checkpoint = load_checkpoint(path, map_location, name=name, unsafe=unsafe)
     except UnsafeCheckpointError as e:  # its message names the file, the global and the opt-in
         raise CheckpointError(str(e)) from None
     except Exception as e:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for damaged files
-        raise CheckpointError(f'checkpoint {filename}: not a readable PyTorch checkpoint ({size} bytes; truncated '
+        raise CheckpointError(f'checkpoint {name}: not a readable PyTorch checkpoint ({size} bytes; truncated '
                               f'or another format): {_first_line(e)}') from None
     if not isinstance(checkpoint, dict):
-        raise CheckpointError(f'checkpoint {filename}: holds a {type(checkpoint).__name__}, not a checkpoint '
+        raise CheckpointError(f'checkpoint {name}: holds a {type(checkpoint).__name__}, not a checkpoint '
                               '(a dict with a state_dict, or a state dict)')
     try:
         state_dict = unwrap_checkpoint(checkpoint)
     except KeyError:
         state_dict = {}
     if not any(isinstance(v, torch.Tensor) for v in state_dict.values()):
-        raise CheckpointError(f'checkpoint {filename}: holds no tensors (keys: {sorted(checkpoint)[:SHOWN_KEYS]}); '
+        raise CheckpointError(f'checkpoint {name}: holds no tensors (keys: {sorted(checkpoint)[:SHOWN_KEYS]}); '
                               'not a model checkpoint')
     return checkpoint
 
 
-def is_local(path) -> bool:
-    """A file path, not a URL (``https://``, ``open-mmlab://``, ...)."""
-    return '://' not in str(path)
+def read_checkpoint(filename: str, map_location='cpu', unsafe: Optional[bool] = None) -> dict:
+    """Read a checkpoint, local or remote, or raise one :class:`CheckpointError` line that names it.
 
+    A remote file (``https://``, ``s3://``, any prefix that has an mmengine file backend) is fetched by
+    ``mmengine.fileio.get_local_path`` and read as a local one. The file is unpickled by
+    :func:`mmvitreg.compat.load_checkpoint` (``weights_only=True`` and the allow-list of what checkpoints
+    hold, unless ``unsafe`` or the user's ``--unsafe-load``).
 
-def load_checkpoint_file(filename: str, map_location=None, logger='current') -> dict:
-    """Read a checkpoint and return it in mmengine's form, an official release converted.
-
-    Local files are read by :func:`read_checkpoint`, anything else by mmengine's ``CheckpointLoader``
-    (``https://``, ``open-mmlab://``, ...). Then
-    :func:`~mmvitreg.models.converters.convert_official`: an official release (LV-ViT, DeepViT,
-    DiversePatch, timm DeiT / TL-Align, Swin; raw or wrapped) is converted by its converter and one
-    log line names the layout and the conversion; a ``{'model': ...}`` wrapper or a bare state dict
-    goes under ``state_dict``; an mmengine checkpoint is returned as it is.
-
-    Its two callers are where a user puts a checkpoint: :class:`~mmvitreg.engine.runner.GuardedRunner`
-    (``load_from``, ``tools/test.py``) and :func:`load_pretrained` (``init_cfg``). It is deliberately not
-    mmengine's ``CheckpointLoader.load_checkpoint``: mmseg's and mmdet's own Swin read official Swin files
-    through that with ``convert_weights=True`` and convert them themselves.
+    Returns:
+        dict: the checkpoint (``{'state_dict': ..., 'meta': ..., ...}`` or a bare state dict).
 
     Raises:
-        CheckpointError: the file cannot be read, or looks like an official release that its converter
-            cannot convert (the message names the keys).
+        CheckpointError: the file cannot be fetched, does not exist, is empty, is truncated or not a
+            PyTorch file, holds something other than a checkpoint dict, or names a global outside the allow-list.
     """
+    filename = str(filename)
     if is_local(filename):
-        checkpoint = read_checkpoint(filename, map_location)
-    else:
-        checkpoint = CheckpointLoader.load_checkpoint(filename, map_location=map_location, logger=logger)
+        return _read_local(filename, filename, map_location, unsafe)
+    with ExitStack() as stack:
+        try:
+            local = stack.enter_context(get_local_path(filename))
+        except Exception as e:  # no backend for the prefix, a network or permission error, ...
+            raise CheckpointError(f"checkpoint {filename}: cannot be fetched through mmengine's file backends "
+                                  f'({_first_line(e)}); download it and give the local path') from None
+        return _read_local(local, filename, map_location, unsafe)
+
+
+def normalise_checkpoint(checkpoint: dict, filename: str, logger='current') -> dict:
+    """Steps 2 of the pass: ``checkpoint`` in mmengine's form, an official release converted (one log line
+    naming its layout and converter), DDP's ``module.`` dropped from the keys of ``state_dict``.
+
+    Raises:
+        CheckpointError: the checkpoint holds no state dict, or looks like an official release that its
+            converter cannot convert (the message names the keys).
+    """
     try:
         converted, layout = convert_official(checkpoint)
-    except KeyError as e:  # a remote file that is not a checkpoint (local ones are checked when read)
+    except KeyError as e:
         raise CheckpointError(f'checkpoint {filename}: {e.args[0]}') from None
     except ValueError as e:
         layout = detect_layout(unwrap_checkpoint(checkpoint))
         raise CheckpointError(f'checkpoint {filename} looks like the {layout.name} release layout but does not '
                               f'convert: {e}') from None
+    state_dict = converted['state_dict']
+    revised = OrderedDict((re.sub(r'^module\.', '', k), v) for k, v in state_dict.items())
+    revised._metadata = getattr(state_dict, '_metadata', OrderedDict())
+    converted['state_dict'] = revised
     if layout is not None:
         converted['meta'] = dict(official_layout=layout.name, official_model=layout.model)
         print_log(f'checkpoint {filename}: {layout.name} release layout, converted on load by '
                   f'{layout.convert.__module__}.{layout.convert.__name__} (as `python {layout.tool} SRC DST` '
                   'does offline)', logger=logger)
     return converted
+
+
+def load_checkpoint_file(filename: str, map_location=None, logger='current') -> dict:
+    """Read ``filename`` (:func:`read_checkpoint`) and return it in mmengine's form (:func:`normalise_checkpoint`:
+    an official release converted, ``module.`` dropped).
+
+    It is deliberately not mmengine's ``CheckpointLoader.load_checkpoint``: mmseg's and mmdet's own Swin read
+    official Swin files through that with ``convert_weights=True`` and convert them themselves.
+
+    Raises:
+        CheckpointError: the file cannot be read or converted.
+    """
+    return normalise_checkpoint(read_checkpoint(filename, map_location), filename, logger)
 
 
 def _shown(keys: List[str]) -> str:
@@ -145,12 +184,11 @@ def _shown(keys: List[str]) -> str:
 
 @dataclass
 class KeyReport:
-    """How a state dict fitted a model.
+    """How a state dict fitted a model; derived buffers (:data:`DERIVED_BUFFERS`) are in no list.
 
     Attributes:
         matched (List[str]): checkpoint keys loaded into the model.
-        missing (List[str]): model keys the checkpoint lacks (``num_batches_tracked`` ignored, as
-            mmengine does).
+        missing (List[str]): model keys the checkpoint lacks.
         unexpected (List[str]): checkpoint keys the model does not have.
         resized (Dict[str, Tuple[tuple, tuple]]): key -> (checkpoint shape, model shape) for keys
             whose shapes still differ after the modules' load-time hooks; they are not loaded.
@@ -201,9 +239,11 @@ def load_state_dict_checked(model: nn.Module, state_dict: Dict[str, torch.Tensor
     Walks the modules as ``nn.Module.load_state_dict`` does (each module's ``_load_from_state_dict``
     with its pre-hooks, e.g. mmpretrain's position-embedding resize, then the post-hooks), but never
     raises: size-mismatched tensors are skipped and reported, so the caller decides whether a
-    partial load is acceptable.
+    partial load is acceptable. Derived buffers (BatchNorm's ``num_batches_tracked``, which BatchNorm even
+    adds to the state dict when it is absent; relative-position indices) are not counted.
     """
     metadata = getattr(state_dict, '_metadata', None)
+    given = [k for k in state_dict if not is_derived(k)]
     state_dict = dict(state_dict)
     missing, unexpected, errors = [], [], []
 
@@ -218,7 +258,8 @@ def load_state_dict_checked(model: nn.Module, state_dict: Dict[str, torch.Tensor
             hook(module, incompatible)
 
     load(model)
-    report = KeyReport(missing=[k for k in missing if 'num_batches_tracked' not in k], unexpected=unexpected)
+    report = KeyReport(missing=[k for k in missing if not is_derived(k)],
+                       unexpected=[k for k in unexpected if not is_derived(k)])
     for msg in errors:
         m = _SIZE_MISMATCH.search(msg)
         if m:
@@ -226,7 +267,7 @@ def load_state_dict_checked(model: nn.Module, state_dict: Dict[str, torch.Tensor
         else:
             report.errors.append(msg.strip().splitlines()[0])
     skipped = set(report.unexpected) | set(report.resized)
-    report.matched = [k for k in state_dict if k not in skipped]
+    report.matched = [k for k in given if k not in skipped]
     return report
 
 
@@ -241,60 +282,163 @@ def _looks_like(checkpoint: dict, state_dict: Dict[str, torch.Tensor]) -> str:
 
 
 def check_fit(model: nn.Module, report: KeyReport, filename: str, checkpoint: dict, hint: str) -> None:
-    """Raise unless the load filled at least :data:`MIN_BACKBONE_SHARE` of the backbone's tensors.
+    """The *backbone* policy: raise unless the load filled at least :data:`MIN_BACKBONE_SHARE` of the backbone's
+    tensors and found a place for every parameter of the checkpoint.
 
     The backbone is ``model.backbone``'s keys when the model has one, else all of the model's keys
     (a backbone loaded through ``init_cfg``); its tensors that the report lists as missing or resized
-    count as not filled. The head may differ (fine-tuning on other classes).
+    count as not filled. The head may differ in shape (fine-tuning on other classes), but a parameter the
+    model has no place for (a talking-heads file in a model without them) would be dropped, and the
+    model would not compute what was trained: the error names the keys and what takes them
+    (:func:`~mmvitreg.models.converters.where_keys_belong`).
 
     Raises:
-        CheckpointError: naming the file, how much would load, the layout the file looks like and ``hint``.
+        CheckpointError: naming the file, what does not fit, the layout the file looks like and ``hint``.
     """
-    keys = [k for k in model.state_dict() if 'num_batches_tracked' not in k]
+    keys = [k for k in model.state_dict() if not is_derived(k)]
     if hasattr(model, 'backbone'):
         keys = [k for k in keys if k.startswith('backbone.')]
     empty = set(report.missing) | set(report.resized)
     filled = sum(k not in empty for k in keys)
-    if keys and filled >= MIN_BACKBONE_SHARE * len(keys):
-        return
     state_dict = checkpoint.get('state_dict', checkpoint)
-    raise CheckpointError(
-        f'checkpoint {filename} does not fit the model {type(model).__name__}: it would fill {filled} of the '
-        f'{len(keys)} backbone tensors (at least {MIN_BACKBONE_SHARE:.0%} needed; {report.summary()}); the file looks '
-        f'like {_looks_like(checkpoint, state_dict)}. Use a checkpoint of this architecture or a config built for '
-        f'this one; {hint}')
+    if not keys or filled < MIN_BACKBONE_SHARE * len(keys):
+        raise CheckpointError(
+            f'checkpoint {filename} does not fit the model {type(model).__name__}: it would fill {filled} of the '
+            f'{len(keys)} backbone tensors (at least {MIN_BACKBONE_SHARE:.0%} needed; {report.summary()}); the file '
+            f'looks like {_looks_like(checkpoint, state_dict)}. Use a checkpoint of this architecture or a config '
+            f'built for this one; {hint}')
+    if report.unexpected:
+        takers = where_keys_belong(report.unexpected)
+        belong = '; '.join(takers) or f'another model (the file looks like {_looks_like(checkpoint, state_dict)})'
+        raise CheckpointError(
+            f'checkpoint {filename} has {len(report.unexpected)} parameters the model {type(model).__name__} has no '
+            f'place for ({_shown(report.unexpected)}): without them it would not compute what was trained. They '
+            f'belong to {belong}: use that config; {hint}')
 
 
-def load_pretrained(module: nn.Module, filename: str, prefix: Optional[str] = None, map_location=None) -> KeyReport:
-    """``init_cfg=dict(type='Pretrained', checkpoint=filename, prefix=prefix)``: read ``filename``
-    (:func:`load_checkpoint_file`, an official release converted), keep the keys under ``prefix`` (without
-    it), load what fits into ``module`` and check that it fills its backbone (:func:`check_fit`).
-
-    ``import mmvitreg`` makes mmengine's ``PretrainedInit`` call it: every ``init_cfg=dict(type='Pretrained')``
-    goes through that one class with the module and the prefix, so the hook can both convert (before the
-    prefix is selected) and check the fit. mmengine's own loads whatever fits with one warning per key,
-    so a checkpoint of another model, or a missing ``prefix``, left the model random and training went on
-    from scratch.
+def fit(model: nn.Module, state_dict: Dict[str, torch.Tensor], filename: str, checkpoint: dict, policy: str,
+        hint: str, what: str = 'the model') -> KeyReport:
+    """Step 3 of the pass: load ``state_dict`` into ``model`` (:func:`load_state_dict_checked`) and apply ``policy``:
+    *strict* raises on any key that does not fit, *backbone* is :func:`check_fit`, *partial* takes what fits.
 
     Raises:
-        CheckpointError: the file cannot be read, holds no key under ``prefix``, or fills too little.
+        CheckpointError: the load breaks the policy (the message names the file, ``what`` was loaded and ``hint``).
     """
-    checkpoint = load_checkpoint_file(filename, map_location)
-    state_dict = OrderedDict((re.sub(r'^module\.', '', k), v) for k, v in checkpoint['state_dict'].items())
-    hint = ("check init_cfg's checkpoint and prefix (prefix='backbone.' loads a classifier checkpoint's backbone "
-            'into a backbone); load_from with --allow-partial loads whatever fits')
+    if policy not in POLICIES:
+        raise ValueError(f'a load policy is one of {POLICIES}, not {policy!r}')
+    report = load_state_dict_checked(model, state_dict)
+    if policy == 'strict' and not report.clean:
+        raise CheckpointError(f'checkpoint {filename} does not fit {what} {type(model).__name__} '
+                              f'({report.describe()}); {hint}')
+    if policy == 'backbone':
+        check_fit(model, report, filename, checkpoint, hint)
+    return report
+
+
+def load_weights(model: nn.Module, filename: str, policy: str = 'strict', prefix: Optional[str] = None,
+                 map_location='cpu', hint: str = 'use a checkpoint of this model', logger='current') -> KeyReport:
+    """The whole pass for a tool or an init: read and convert ``filename`` (:func:`load_checkpoint_file`), keep
+    the keys under ``prefix`` (without it), :func:`fit` them into ``model`` by ``policy`` and log one line.
+
+    Raises:
+        CheckpointError: the file cannot be read, holds no key under ``prefix``, or breaks the policy.
+    """
+    checkpoint = load_checkpoint_file(filename, map_location, logger=logger)
+    state_dict = checkpoint['state_dict']
     if prefix:
         prefix = prefix if prefix.endswith('.') else prefix + '.'
         selected = OrderedDict((k[len(prefix):], v) for k, v in state_dict.items() if k.startswith(prefix))
         if not selected:
-            raise CheckpointError(f"checkpoint {filename} has no key under init_cfg's prefix='{prefix}'; the file "
+            raise CheckpointError(f"checkpoint {filename} has no key under the prefix='{prefix}'; the file "
                                   f'looks like {_looks_like(checkpoint, state_dict)}; {hint}')
         state_dict = selected
-    report = load_state_dict_checked(module, state_dict)
-    check_fit(module, report, filename, {**checkpoint, 'state_dict': state_dict}, hint)
-    print_log(f'init_cfg Pretrained {filename}' + (f' ({prefix})' if prefix else '') + f': {report.describe()}',
-              logger='current', level=logging.INFO if report.clean else logging.WARNING)
+    report = fit(model, state_dict, filename, {**checkpoint, 'state_dict': state_dict}, policy, hint)
+    print_log(f'{filename}' + (f' ({prefix})' if prefix else '') + f': {report.describe()}', logger=logger,
+              level=logging.INFO if report.clean else logging.WARNING)
     return report
+
+
+_INIT_HINT = ("check init_cfg's checkpoint and prefix (prefix='backbone.' loads a classifier checkpoint's backbone "
+              'into a backbone); load_from with --allow-partial loads whatever fits')
+
+
+@WEIGHT_INITIALIZERS.register_module(name='Pretrained')
+class Pretrained(PretrainedInit):
+    """``init_cfg=dict(type='Pretrained', _scope_='mmvitreg', checkpoint=..., prefix=...)``: mmengine's
+    ``PretrainedInit`` through the one pass, with the *backbone* policy (:func:`load_weights`): an official release
+    is converted before the prefix is selected, and a checkpoint that would leave the backbone random, or drop
+    parameters of its own, stops the run. mmengine's own loads whatever fits with one warning per key.
+
+    mmvitreg's models get it for ``init_cfg=dict(type='Pretrained')`` too (``mmvitreg.compat``'s
+    ``mmvitreg_model_loading`` patch); any other model only when its config asks for it with ``_scope_``
+    (``type='mmvitreg.Pretrained'`` names the same class, but mmengine's and mmpretrain's ``init_weights`` keep
+    loaded weights only for ``type='Pretrained'``, and re-initialise e.g. the position embedding otherwise).
+    """
+
+    def __call__(self, module: nn.Module) -> None:
+        load_weights(module, self.checkpoint, 'backbone', self.prefix, self.map_location, _INIT_HINT)
+        if hasattr(module, '_params_init_info'):
+            update_init_info(module, init_info=self._get_init_info())
+
+    @staticmethod
+    def load_checkpoint_dict(model: nn.Module, checkpoint: dict, strict: bool = False,
+                             revise_keys: Sequence = ((r'^module\.', ''), )) -> dict:
+        """mmengine's ``_load_checkpoint_to_model`` for mmvitreg's models (``get_model``, inferencers, mmengine's
+        ``load_checkpoint``): steps 2-3 of the pass on an already read ``checkpoint``, *strict* or *backbone*.
+
+        Raises:
+            CheckpointError: the checkpoint does not convert, or breaks the policy.
+        """
+        name = 'given to load_checkpoint'
+        checkpoint = normalise_checkpoint(checkpoint, name)
+        state_dict = checkpoint['state_dict']
+        for pattern, replacement in revise_keys:
+            state_dict = OrderedDict((re.sub(pattern, replacement, k), v) for k, v in state_dict.items())
+        report = fit(model, state_dict, name, checkpoint, 'strict' if strict else 'backbone',
+                     'use a checkpoint of this model')
+        print_log(f'checkpoint {name}: {report.describe()}', logger='current',
+                  level=logging.INFO if report.clean else logging.WARNING)
+        return checkpoint
+
+
+def convert_checkpoint_file(src: str, dst: str, convert: Callable[[Dict[str, torch.Tensor]], Dict[str, torch.Tensor]],
+                            ema: bool = False, unsafe_load: bool = False) -> Dict[str, torch.Tensor]:
+    """Read an official checkpoint (:func:`read_checkpoint`: local or remote, the allow-list unless
+    ``unsafe_load``), convert its state dict with ``convert`` and save ``{'state_dict': converted}`` to ``dst``
+    (loadable by ``load_from`` and by ``init_cfg=dict(type='Pretrained', checkpoint=dst)``, with
+    ``prefix='backbone.'`` for a backbone alone).
+
+    Raises:
+        CheckpointError: ``src`` cannot be read, or holds keys ``convert`` does not know (they are listed).
+    """
+    checkpoint = read_checkpoint(src, 'cpu', unsafe=unsafe_load or None)
+    try:
+        converted = convert(unwrap_checkpoint(checkpoint, ema=ema))
+    except (KeyError, ValueError) as e:
+        raise CheckpointError(f'checkpoint {src} does not convert: {e.args[0]}') from None
+    torch.save({'state_dict': converted}, dst)
+    return converted
+
+
+def converter_cli(convert: Callable[[Dict[str, torch.Tensor]], Dict[str, torch.Tensor]], description: str,
+                  argv: Optional[Sequence[str]] = None, configure: Callable = None) -> None:
+    """Command line ``SRC DST [--ema] [--unsafe-load]`` of the tools in ``tools/model_converters/``; a refusal
+    is one ``error:`` line. ``configure(parser)`` adds a tool's own options and returns, from the parsed
+    arguments, the converter to use (default: ``convert``)."""
+    parser = argparse.ArgumentParser(description=description.strip().splitlines()[0])
+    parser.add_argument('src', help='official checkpoint (.pth / .pth.tar; a local path or a URL)')
+    parser.add_argument('dst', help='output checkpoint')
+    parser.add_argument('--ema', action='store_true',
+                        help='convert the EMA weights (state_dict_ema / model_ema) if present')
+    parser.add_argument('--unsafe-load', action='store_true', help=UNSAFE_LOAD_HELP)
+    pick = configure(parser) if configure else None
+    args = parser.parse_args(argv)
+    try:
+        converted = convert_checkpoint_file(args.src, args.dst, pick(args) if pick else convert, ema=args.ema,
+                                            unsafe_load=args.unsafe_load)
+    except CheckpointError as e:
+        sys.exit(f'error: {e}')
+    print(f'saved {len(converted)} tensors to {args.dst}')
 
 
 class AtomicLocalBackend(LocalBackend):

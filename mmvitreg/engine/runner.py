@@ -2,18 +2,18 @@
 import logging
 import re
 from collections import OrderedDict
-from typing import Optional
+from typing import Iterator, Optional, Tuple
 
 from mmengine.dist import master_only
-from mmengine.hooks import CheckpointHook
+from mmengine.hooks import CheckpointHook, EMAHook
 from mmengine.runner import Runner
+from torch import nn
 
 from mmvitreg.registry import RUNNERS
-from .checkpoint import (ATOMIC_BACKEND, CheckpointError, check_fit, first_readable, is_local, load_checkpoint_file,
-                         load_state_dict_checked, resume_candidates)
+from .checkpoint import (ATOMIC_BACKEND, POLICIES, first_readable, fit, is_local, load_checkpoint_file,
+                         normalise_checkpoint, resume_candidates)
 from .hooks import LossGuardHook, RNGStateHook, unwrap_model
 
-POLICIES = ('strict', 'backbone', 'partial')
 _HINTS = {
     'load_from': 'pass --allow-partial to load the keys that fit anyway',
     'resume': 'resume needs a checkpoint of this very config; pass --allow-partial to resume anyway',
@@ -39,9 +39,13 @@ class GuardedRunner(Runner):
       are loaded, but a load that fills less than
       :data:`~mmvitreg.engine.checkpoint.MIN_BACKBONE_SHARE` of the backbone's tensors (a checkpoint
       of another model, no key matched) stops the run, naming the file and the layout it looks like;
-      *partial*: the keys that fit are loaded, whatever their share. *backbone* and *partial* log one
-      line with the counts of matched, missing, unexpected and resized keys. ``tools/test.py`` loads
-      strictly; ``--allow-partial`` (``tools/test.py``, ``tools/train.py``) makes the load partial.
+      *partial*: the keys that fit are loaded, whatever their share. *backbone* also stops at a parameter of
+      the checkpoint the model has no place for (a talking-heads file in a model without them), naming the
+      config that takes it. *backbone* and *partial* log one line with the counts of matched, missing,
+      unexpected and resized keys (derived buffers such as ``num_batches_tracked`` not counted).
+      ``tools/test.py`` loads strictly; ``--allow-partial`` (``tools/test.py``, ``tools/train.py``) makes the
+      load partial. mmengine's ``EMAHook`` copy is loaded from the same converted, ``module.``-free keys and
+      checked by the same policy, so ``tools/test.py`` never evaluates an EMA copy that did not load.
     * **Saving**: checkpoints and ``last_checkpoint`` are written to a temporary file and moved
       over the final name (:class:`~mmvitreg.engine.checkpoint.AtomicLocalBackend`), so a killed
       process never leaves a truncated file under a checkpoint's name.
@@ -83,39 +87,48 @@ class GuardedRunner(Runner):
 
     def load_checkpoint(self, filename: str, map_location='cpu', strict: bool = False,
                         revise_keys: list = [(r'^module.', '')]) -> dict:
-        """Read ``filename`` (:func:`load_checkpoint_file`: an official release is converted), run the
-        ``after_load_checkpoint`` hooks and load the state dict by the checkpoint policy (``resume``
-        while resuming, else ``load_from``; ``strict=True`` always loads strictly).
+        """Read ``filename`` (:func:`load_checkpoint_file`: an official release is converted, ``module.``
+        dropped), revise its keys, run the ``after_load_checkpoint`` hooks on it (``EMAHook`` loads its copy)
+        and load the state dict into the model and every EMA copy by the checkpoint policy (``resume`` while
+        resuming, else ``load_from``; ``strict=True`` always loads strictly).
 
         Raises:
-            CheckpointError: the file cannot be read, a strict load finds keys that do not fit, or a
-                *backbone* load fills too little of the backbone.
+            CheckpointError: the file cannot be read, or the load breaks the policy (the model's or an
+                EMA copy's).
         """
         if self._preloaded is not None and self._preloaded[0] == filename:
-            checkpoint, self._preloaded = self._preloaded[1], None
+            checkpoint, self._preloaded = normalise_checkpoint(self._preloaded[1], filename, self.logger), None
         else:
             checkpoint = load_checkpoint_file(filename, map_location, logger=self.logger)
-        self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
-        model = unwrap_model(self.model)  # as mmengine's loader
-
-        state_dict = checkpoint.get('state_dict', checkpoint)
+        state_dict = checkpoint['state_dict']
         metadata = getattr(state_dict, '_metadata', OrderedDict())
         for pattern, replacement in revise_keys:
             state_dict = OrderedDict((re.sub(pattern, replacement, k), v) for k, v in state_dict.items())
         state_dict._metadata = metadata
+        checkpoint['state_dict'] = state_dict  # what the hooks (EMAHook's copy) read too
+        self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
 
         purpose = 'resume' if self._resuming else 'load_from'
         policy = 'strict' if strict else self.checkpoint_policy[purpose]
-        report = load_state_dict_checked(model, state_dict)
-        if not report.clean and policy == 'strict':
-            raise CheckpointError(f'checkpoint {filename} does not fit the model {type(model).__name__} '
-                                  f'({report.describe()}); {_HINTS[purpose]}')
-        if policy == 'backbone':
-            check_fit(model, report, filename, checkpoint, _HINTS[purpose])
+        model = unwrap_model(self.model)  # as mmengine's loader
+        # after the hooks: resuming, EMAHook swaps the model's and its copy's weights in the checkpoint
+        report = fit(model, checkpoint['state_dict'], filename, checkpoint, policy, _HINTS[purpose])
+        for ema_copy, weights in self._ema_copies(checkpoint):
+            fit(ema_copy, weights, filename, checkpoint, policy, _HINTS[purpose], what="EMAHook's EMA copy of")
         self.logger.log(logging.INFO if report.clean else logging.WARNING,
                         f'{purpose} {filename}: {report.describe()}')
         self._has_loaded = True
         return checkpoint
+
+    def _ema_copies(self, checkpoint: dict) -> Iterator[Tuple[nn.Module, dict]]:
+        """Each ``EMAHook``'s copy and the weights its ``after_load_checkpoint`` gave it (mmengine's rule: the
+        ``ema_state_dict`` when resuming from a checkpoint that has one, else the model's ``state_dict``)."""
+        for hook in self.hooks:
+            if isinstance(hook, EMAHook) and hasattr(hook, 'ema_model'):
+                if 'ema_state_dict' in checkpoint and self._resume:
+                    yield hook.ema_model, checkpoint['ema_state_dict']
+                else:
+                    yield hook.ema_model.module, checkpoint['state_dict']
 
     def resume(self, filename: str, *args, **kwargs) -> None:
         """As :meth:`Runner.resume`, loading by the ``resume`` policy (strict unless allowed)."""

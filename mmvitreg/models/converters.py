@@ -6,23 +6,21 @@ The official DeepViT, LV-ViT, DeiT and DiversePatch codes all keep timm's ViT la
 (:func:`~mmvitreg.models.backbones.deepvit.convert_deepvit`,
 :func:`~mmvitreg.models.backbones.lvvit.convert_lvvit`) call :func:`convert_timm_vit`.
 
-:func:`detect_layout` recognises each official release by its keys (:data:`OFFICIAL_LAYOUTS`);
-:func:`convert_official` turns any checkpoint into mmengine's ``{'state_dict': ...}`` form, converting an
-official release on the way. ``mmvitreg.engine.checkpoint`` calls it on every load (``load_from``,
-``init_cfg=dict(type='Pretrained')``, ``tools/test.py``); the tools in ``tools/model_converters/`` write
-the same conversion to a file.
+Each release layout is an :class:`OfficialLayout` registered with :func:`register_layout`: the timm / DeiT and
+DiversePatch layouts here, the DeepViT, LV-ViT and Swin ones by their backbone modules, beside their converters
+(so this module imports no backbone: ``import mmvitreg.models`` registers them all). :func:`detect_layout`
+recognises a release by its keys; :func:`convert_official` turns any checkpoint into mmengine's
+``{'state_dict': ...}`` form, converting an official release on the way. It is the *detect* and *convert* steps
+of the one loading pass, :func:`mmvitreg.engine.checkpoint.load_checkpoint_file` (read -> detect -> convert),
+which ``load_from``, ``--resume``, ``init_cfg``, ``tools/test.py``, the converters and the other tools call.
+This module reads no file.
 """
-import argparse
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Callable, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
-import torch
 from torch import Tensor
-
-from mmvitreg.compat import UNSAFE_LOAD_HELP, load_checkpoint
 
 # timm key pattern -> mmvitreg backbone key (mmpretrain VisionTransformer layout).
 BACKBONE_RENAMES = (
@@ -113,39 +111,6 @@ def convert_timm_vit(state_dict: Mapping[str, Tensor],
     return rename_keys(state_dict, BACKBONE_RENAMES, CLS_HEAD_RENAMES if head_renames is None else head_renames)
 
 
-def convert_checkpoint_file(src: str, dst: str, convert: Callable[[Dict[str, Tensor]], Dict[str, Tensor]],
-                            ema: bool = False, unsafe_load: bool = False) -> Dict[str, Tensor]:
-    """Load an official checkpoint file, convert its state dict with ``convert`` and save it.
-
-    The output file holds ``{'state_dict': converted}``, loadable by mmengine's ``load_checkpoint``
-    and by ``init_cfg=dict(type='Pretrained', checkpoint=dst)`` (with ``prefix='backbone.'`` for a
-    backbone alone). ``src`` is read by :func:`mmvitreg.compat.load_checkpoint` (``weights_only=True`` and
-    the allow-list, which covers the official releases' non-tensor entries); ``unsafe_load=True`` (or
-    ``MMVITREG_UNSAFE_LOAD=1``) unpickles anything, for trusted files only.
-
-    Raises:
-        mmvitreg.compat.UnsafeCheckpointError: ``src`` names a global outside the allow-list.
-    """
-    checkpoint = load_checkpoint(src, map_location='cpu', unsafe=unsafe_load or None)
-    converted = convert(unwrap_checkpoint(checkpoint, ema=ema))
-    torch.save({'state_dict': converted}, dst)
-    return converted
-
-
-def converter_cli(convert: Callable[[Dict[str, Tensor]], Dict[str, Tensor]], description: str,
-                  argv: Optional[Sequence[str]] = None) -> None:
-    """Command line ``SRC DST [--ema]`` of the tools in ``tools/model_converters/``."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument('src', help='official checkpoint (.pth / .pth.tar)')
-    parser.add_argument('dst', help='output checkpoint')
-    parser.add_argument('--ema', action='store_true',
-                        help='convert the EMA weights (state_dict_ema / model_ema) if present')
-    parser.add_argument('--unsafe-load', action='store_true', help=UNSAFE_LOAD_HELP)
-    args = parser.parse_args(argv)
-    converted = convert_checkpoint_file(args.src, args.dst, convert, ema=args.ema, unsafe_load=args.unsafe_load)
-    print(f'saved {len(converted)} tensors to {args.dst}')
-
-
 def convert_diversepatch(state_dict: Mapping[str, Tensor], mixing_index: int = 2) -> 'OrderedDict[str, Tensor]':
     """Official DiversePatch state dict (ChengyueGongR/PatchVisionTransformer ``deit/models.py``) -> the state
     dict of a :class:`~mmvitreg.models.classifiers.TokenClassifier` with an mmvitreg ``VisionTransformer``
@@ -179,40 +144,34 @@ class OfficialLayout:
         return all(any(re.search(p, k) for k in keys) for p in self.needs)
 
 
-@lru_cache(maxsize=None)
-def _official_layouts() -> Tuple[OfficialLayout, ...]:
-    """The layouts, most specific first (DeepViT, LV-ViT and DiversePatch are timm ViTs with extra keys)."""
-    from .backbones.deepvit import convert_deepvit
-    from .backbones.lvvit import convert_lvvit
-    from .backbones.swin_transformer import convert_swin
-    timm_vit = {r'^patch_embed\.proj\.weight$', r'^cls_token$', r'^blocks\.0\.attn\.qkv\.weight$'}
-    tool = 'tools/model_converters/{}_to_mmvitreg.py'.format
-    return (
-        OfficialLayout('official Swin Transformer (microsoft/Swin-Transformer)', convert_swin, tool('swin'),
-                       "mmvitreg.SwinTransformer with mmpretrain's LinearClsHead",
-                       frozenset({r'^patch_embed\.proj\.weight$',
-                                  r'^layers\.\d+\.blocks\.\d+\.attn\.relative_position_'})),
-        OfficialLayout('official DeepViT (zhoudaquan/dvit_repo)', convert_deepvit, tool('deepvit'),
-                       "mmvitreg.DeepViT with attn_types 'reattn' where the file has reatten_matrix",
-                       frozenset(timm_vit | {r'\.attn\.reatten_matrix\.weight$'})),
-        OfficialLayout('official LV-ViT (zihangJiang/TokenLabeling)', convert_lvvit, tool('lvvit'),
-                       'mmvitreg.LVViT with mmvitreg.TokenLabelHead', frozenset(timm_vit | {r'^aux_head\.weight$'})),
-        OfficialLayout('official DiversePatch (ChengyueGongR/PatchVisionTransformer)', convert_diversepatch,
-                       tool('diversepatch'), "mmvitreg.VisionTransformer (attn_types='talking_heads' where the file "
-                       'has proj_pre) in a TokenClassifier whose aux_losses[2] is mmvitreg.PatchMixingLoss',
-                       frozenset(timm_vit | {r'^patch_head\.weight$|\.attn\.proj_pre\.weight$'})),
-        # timm's DeiT renaming is the DeepViT converter's (convert_deepvit is convert_timm_vit)
-        OfficialLayout('timm / DeiT ViT (facebookresearch/deit, Euphoria16/TL-Align)', convert_timm_vit,
-                       tool('deepvit'), "mmpretrain's or mmvitreg's VisionTransformer with VisionTransformerClsHead",
-                       frozenset(timm_vit)),
-    )
+#: the keys every timm-layout ViT release has (DeiT, DeepViT, LV-ViT, DiversePatch)
+TIMM_VIT_KEYS = frozenset({r'^patch_embed\.proj\.weight$', r'^cls_token$', r'^blocks\.0\.attn\.qkv\.weight$'})
+_LAYOUTS: List[OfficialLayout] = []
+
+
+def register_layout(layout: OfficialLayout) -> OfficialLayout:
+    """Add a release layout to those :func:`detect_layout` recognises (a backbone module registers its own)."""
+    if all(known.name != layout.name for known in _LAYOUTS):
+        _LAYOUTS.append(layout)
+    return layout
+
+
+def converter_tool(name: str) -> str:
+    """The offline converter of ``name`` in ``tools/model_converters/``."""
+    return f'tools/model_converters/{name}_to_mmvitreg.py'
+
+
+def official_layouts() -> Tuple[OfficialLayout, ...]:
+    """The registered layouts, most specific first (the one that asks for the most keys: DeepViT, LV-ViT and
+    DiversePatch are timm ViTs with extra keys, so they are tried before the plain timm / DeiT layout)."""
+    return tuple(sorted(_LAYOUTS, key=lambda layout: -len(layout.needs)))
 
 
 def detect_layout(state_dict: Mapping[str, Tensor]) -> Optional[OfficialLayout]:
     """The official release layout of ``state_dict`` (a leading ``module.`` ignored), or None for any other
     layout (mmvitreg / mmpretrain / mmseg / mmdet checkpoints, which load as they are)."""
     keys = [k[len('module.'):] if k.startswith('module.') else k for k in state_dict]
-    return next((layout for layout in _official_layouts() if layout.matches(keys)), None)
+    return next((layout for layout in official_layouts() if layout.matches(keys)), None)
 
 
 def convert_official(checkpoint: Mapping) -> Tuple[dict, Optional[OfficialLayout]]:
@@ -235,3 +194,32 @@ def convert_official(checkpoint: Mapping) -> Tuple[dict, Optional[OfficialLayout
     if layout is not None:
         return {'state_dict': layout.convert(state_dict)}, layout
     return (dict(checkpoint) if 'state_dict' in checkpoint else {'state_dict': state_dict}), None
+
+
+register_layout(OfficialLayout(
+    'official DiversePatch (ChengyueGongR/PatchVisionTransformer)', convert_diversepatch,
+    converter_tool('diversepatch'),
+    "mmvitreg.VisionTransformer (attn_types='talking_heads' where the file has proj_pre) in a TokenClassifier whose "
+    'aux_losses[2] is mmvitreg.PatchMixingLoss',
+    TIMM_VIT_KEYS | {r'^patch_head\.weight$|\.attn\.proj_pre\.weight$'}))
+# timm's DeiT renaming is the DeepViT converter's (convert_deepvit is convert_timm_vit)
+register_layout(OfficialLayout(
+    'timm / DeiT ViT (facebookresearch/deit, Euphoria16/TL-Align)', convert_timm_vit, converter_tool('deepvit'),
+    "mmpretrain's or mmvitreg's VisionTransformer with VisionTransformerClsHead", TIMM_VIT_KEYS))
+
+#: parameters some models have and others lack (regex on the converted key) -> what takes them: a load that
+#: would drop them names it (:func:`where_keys_belong`)
+KEY_TAKERS = (
+    (r'\.attn\.proj_(pre|post)\.', "talking-heads attention: a config with attn_types='talking_heads' in the "
+     "backbone's arch (e.g. configs/diversepatch/deit-base12-talking-heads_4xb256-400e_diversepatch_in1k.py)"),
+    (r'\.attn\.(reatten_matrix|var_norm)\.', "re-attention: mmvitreg.DeepViT with attn_types 'reattn' in those "
+     'blocks (configs/deepvit/deepvit-*.py)'),
+    (r'^head\.aux_head\.', "the token-labeling head mmvitreg.TokenLabelHead (configs/lvvit/lvvit-*_tl_in1k.py)"),
+    (r'^aux_losses\.\d+\.patch_head\.', 'the DiversePatch mixing loss mmvitreg.PatchMixingLoss '
+     '(configs/diversepatch/*_diversepatch_*.py)'),
+)
+
+
+def where_keys_belong(keys) -> List[str]:
+    """What takes the ``keys`` a model had no place for (:data:`KEY_TAKERS`), each named once, in table order."""
+    return [taker for pattern, taker in KEY_TAKERS if any(re.search(pattern, k) for k in keys)]

@@ -26,6 +26,7 @@ import torch
 from mmengine.config import DictAction
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
+from mmvitreg.engine.checkpoint import CheckpointError
 from mmvitreg.models.trace import TokenTrace
 from mmvitreg.utils import ConfigError, build_dataloader, build_model, first_images, load_config
 from studies.attention_similarity import AttentionSimilarity, SimilarityResult
@@ -146,7 +147,7 @@ def main(argv=None):
         init_default_scope(cfg.default_scope)
         model = build_traced_model(cfg, args.checkpoint, args.device)
         loader = build_dataloader(cfg, args.split, args.batch_size, args.num_workers)
-    except ConfigError as e:
+    except (ConfigError, CheckpointError) as e:
         sys.exit(f'error: {e}')
     acc = AttentionSimilarity(len(model.backbone.layers), neighbours=args.neighbours,
                               vector_threshold=args.vector_threshold, ratio_threshold=args.ratio_threshold)

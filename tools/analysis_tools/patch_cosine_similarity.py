@@ -22,6 +22,7 @@ import torch
 from mmengine.config import DictAction
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
+from mmvitreg.engine.checkpoint import CheckpointError
 from mmvitreg.utils import ConfigError, build_dataloader, build_model, first_images, load_config
 from studies.patch_similarity import patch_cosine_per_layer
 
@@ -84,7 +85,10 @@ def main(argv=None):
     results = []
     for label, ckpt in zip(labels, args.checkpoints):
         print(f'{label}: {args.num_images} {args.split} images')
-        model = build_model(cfg, ckpt, args.device)
+        try:
+            model = build_model(cfg, ckpt, args.device)
+        except CheckpointError as e:
+            sys.exit(f'error: {e}')
         names, values = patch_cosine_per_layer(
             model.backbone, inputs_of(model, loader, args.num_images, args.split, args.device))
         results.append((label, names, values))

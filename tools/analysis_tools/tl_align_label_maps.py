@@ -19,6 +19,7 @@ import torch
 from mmengine.config import DictAction
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
+from mmvitreg.engine.checkpoint import CheckpointError
 from mmvitreg.utils import ConfigError, build_dataloader, build_model, load_config
 from studies.tl_align_diagnostics import align_batch, draw_label_maps, label_maps, tl_align_of
 
@@ -53,7 +54,7 @@ def main(argv=None):
             torch.manual_seed(args.seed)
             inputs, plan, trace = align_batch(model, batch, tl)
             maps = label_maps(trace, args.layers)
-    except (ConfigError, TypeError, ValueError, IndexError) as e:
+    except (ConfigError, CheckpointError, TypeError, ValueError, IndexError) as e:
         sys.exit(f'error: {e}')
     dp = model.data_preprocessor
     images = inputs * dp.std + dp.mean if getattr(dp, '_enable_normalize', False) else inputs

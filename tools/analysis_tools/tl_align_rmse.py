@@ -25,6 +25,7 @@ import torch
 from mmengine.config import DictAction
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
+from mmvitreg.engine.checkpoint import CheckpointError
 from mmvitreg.utils import ConfigError, build_dataloader, build_model, load_config
 from studies.tl_align_diagnostics import alignment_rmse
 
@@ -95,7 +96,7 @@ def main(argv=None):
     for spec in args.model:
         try:
             rows.append(measure(spec, args))
-        except (ConfigError, TypeError, ValueError) as e:
+        except (ConfigError, CheckpointError, TypeError, ValueError) as e:
             sys.exit(f'error: {spec[0]}: {e}')
     os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
     with open(args.out, 'w', newline='') as f:

@@ -8,7 +8,8 @@ would not build. Every cell is the verdict of the checks a model of the kind (``
 ``mmvitreg.TokenClassifier``, the default; ``seg`` ``mmvitreg.TokenSegmentor``; ``det`` ``mmvitreg.TokenCascadeRCNN``
 and the other ``mmvitreg.Token*`` detectors; with ``--config`` the kind of its model) makes when it is built
 (:mod:`mmvitreg.analysis.trace_support`), with the user built (at its defaults, at the settings that ask for
-other taps, or, with ``--config``, as the config's model sets it) and the backbone at its default architecture.
+other taps, or, with ``--config``, as the config's model sets it) and the backbone at its default architecture
+(with ``--config``: the config's own backbone at its sizes, then only the ``--backbone`` columns asked for).
 Under the table: the users the model kind serves and those it refuses (``seg`` and ``det`` have no image-level
 target).
 """
@@ -42,7 +43,7 @@ def main(argv=None):
         table = support_table(args.user, args.backbone, args.config, kind)
     except (KeyError, ConfigError) as e:
         sys.exit(f'error: {e.args[0]}')
-    print(format_table(table, kind))
+    print(format_table(table, kind, args.config))
 
 
 if __name__ == '__main__':

@@ -5,8 +5,9 @@
 
 Serves mmpretrain classifiers (``ImageClassifier``, ``mmvitreg.TokenClassifier``) and mmseg segmentors
 (e.g. UperNet) with any of the backbones: ViT/DeiT, DeepViT re-attention, talking heads, LV-ViT (conv
-stem; the token-labeling head's inference score), Swin, CvT. The checkpoint loads strictly: a key it
-lacks or has too many of stops the export, naming them.
+stem; the token-labeling head's inference score), Swin, CvT. The checkpoint is read by the loader of every
+tool (:func:`mmvitreg.engine.checkpoint.load_weights`: local or remote, an official release converted) and
+loads strictly: a key it lacks or has too many of stops the export with one ``error:`` line naming them.
 
 What is exported is ``model(inputs, mode='tensor')``, the network after the data preprocessor:
 
@@ -41,6 +42,7 @@ from mmengine.config import Config
 from torch import nn
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
+from mmvitreg.engine.checkpoint import CheckpointError, is_local
 from mmvitreg.utils import ConfigError, build_model, load_config, parse_tool_args
 
 TOLERANCE = 1e-4
@@ -153,12 +155,13 @@ def main(argv=None):
         cfg = load_config(args.config, args.cfg_options)
         if cfg.default_scope not in ('mmpretrain', 'mmseg'):
             raise ConfigError(f'{args.config}: export serves mmpretrain and mmseg configs, not {cfg.default_scope}')
-        if not osp.isfile(args.checkpoint):
+        if is_local(args.checkpoint) and not osp.isfile(args.checkpoint):
             raise ConfigError(f'checkpoint not found: {args.checkpoint}')
         shape = tuple(args.shape) if args.shape else default_shape(cfg)
-        out = args.out or osp.splitext(args.checkpoint)[0] + '.onnx'
+        out = args.out or osp.splitext(osp.basename(args.checkpoint) if not is_local(args.checkpoint)
+                                       else args.checkpoint)[0] + '.onnx'
         net = export(cfg, args.checkpoint, out, shape, args.opset)
-    except ConfigError as e:
+    except (ConfigError, CheckpointError) as e:
         sys.exit(f'error: {e}')
     preprocessor = net.model.data_preprocessor
     print(f'exported {out}: inputs (batch, 3, {shape[0]}, {shape[1]}), normalised as the config\'s '

@@ -149,6 +149,18 @@ CASES: List[Case] = [
          'The message names the layout the file looks like: use a config of that architecture (official LV-ViT, '
          'DeepViT, DiversePatch, DeiT and Swin releases load directly) or `--allow-partial` to load the keys that '
          'fit.'),
+    Case('load-from-unexpected-layers', 'checkpoint',
+         '`load_from` a checkpoint with parameters the model has no place for (a talking-heads DiversePatch release '
+         'in a DeiT config without talking heads)',
+         'parameters the model TokenClassifier has no place for',
+         'The message names the parameters and the config that takes them (talking heads: '
+         "`attn_types='talking_heads'`, e.g. `deit-base12-talking-heads_...py`): use it; `--allow-partial` loads "
+         'the rest without them (the model then does not compute what was trained).'),
+    Case('checkpoint-remote-unreadable', 'checkpoint',
+         'a checkpoint URL whose scheme no mmengine file backend reads (or that cannot be fetched)',
+         "cannot be fetched through mmengine's file backends",
+         'Download the file and give its local path, or install the backend of that scheme (`https://`, '
+         '`s3://`, ... are read through `mmengine.fileio`, then by the same allow-listed reader as local files).'),
     Case('official-checkpoint-unconvertible', 'checkpoint',
          'an official release with keys its converter does not know (a distilled DeiT: `dist_token`, `head_dist`)',
          'release layout but does not convert',
@@ -157,6 +169,15 @@ CASES: List[Case] = [
     Case('converter-other-model', 'tools', 'a converter given the state dict of another model',
          'keys with no mmvitreg counterpart',
          'Use the converter of the checkpoint\'s model (`tools/model_converters/*_to_mmvitreg.py`).'),
+    Case('converter-unsafe-pickle', 'tools',
+         'a converter given a checkpoint whose pickle names a global outside the allow-list',
+         "error: checkpoint",
+         'The converters read through the loader of every tool: one `error:` line names the file and the global; '
+         'only for a file you trust, pass `--unsafe-load`.'),
+    Case('export-checkpoint-other-model', 'tools', '`tools/deployment/pytorch2onnx.py` with a checkpoint of another '
+         'model', 'does not fit the model',
+         'Export with the checkpoint of this config (official releases are converted on load, as in '
+         '`tools/test.py`).'),
     # ---- training
     Case('nan-loss', 'train', 'a loss that becomes NaN or infinite (lr too high, broken data)',
          'non-finite loss at iteration',

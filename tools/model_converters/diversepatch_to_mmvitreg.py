@@ -9,25 +9,21 @@ The official evaluation ensemble (``t_acc``) is ``PatchMixingLoss(ensemble=True,
 ``--ema`` converts the official checkpoint's EMA weights (``model_ema``) instead of the model's (``model``, which
 the official code evaluates). ``load_from`` / ``init_cfg`` / ``tools/test.py`` take the official file directly.
 """
-import argparse
 from functools import partial
 
-from mmvitreg.compat import UNSAFE_LOAD_HELP
-from mmvitreg.models.converters import convert_checkpoint_file, convert_diversepatch
+from mmvitreg.engine.checkpoint import converter_cli
+from mmvitreg.models.converters import convert_diversepatch
+
+
+def mixing_index_option(parser):
+    """``--mixing-index``: where the model's PatchMixingLoss sits; returns the converter for the parsed arguments."""
+    parser.add_argument('--mixing-index', type=int, default=2,
+                        help='position of the PatchMixingLoss in the model\'s aux_losses (default: 2)')
+    return lambda args: partial(convert_diversepatch, mixing_index=args.mixing_index)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('src', help='official checkpoint (.pth)')
-    parser.add_argument('dst', help='output checkpoint')
-    parser.add_argument('--mixing-index', type=int, default=2,
-                        help='position of the PatchMixingLoss in the model\'s aux_losses (default: 2)')
-    parser.add_argument('--ema', action='store_true', help='convert the EMA weights (model_ema) instead of model')
-    parser.add_argument('--unsafe-load', action='store_true', help=UNSAFE_LOAD_HELP)
-    args = parser.parse_args(argv)
-    convert = partial(convert_diversepatch, mixing_index=args.mixing_index)
-    converted = convert_checkpoint_file(args.src, args.dst, convert, ema=args.ema, unsafe_load=args.unsafe_load)
-    print(f'saved {len(converted)} tensors to {args.dst}')
+    converter_cli(convert_diversepatch, __doc__, argv, configure=mixing_index_option)
 
 
 if __name__ == '__main__':

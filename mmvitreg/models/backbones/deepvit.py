@@ -4,7 +4,7 @@ from typing import Dict, Union
 from torch import Tensor
 
 from mmvitreg.registry import MODELS
-from ..converters import convert_timm_vit
+from ..converters import TIMM_VIT_KEYS, OfficialLayout, convert_timm_vit, converter_tool, register_layout
 from .vision_transformer import VisionTransformer
 
 # DeepViT's convolutional patch embedding (official ``PatchEmbed_CNN``): two convs + projection.
@@ -74,3 +74,9 @@ def convert_deepvit(state_dict: Dict[str, Tensor]) -> Dict[str, Tensor]:
     ``head.layers.head.*`` (mmpretrain's ``VisionTransformerClsHead``) for ``head``.
     """
     return convert_timm_vit(state_dict)
+
+
+register_layout(OfficialLayout(
+    'official DeepViT (zhoudaquan/dvit_repo)', convert_deepvit, converter_tool('deepvit'),
+    "mmvitreg.DeepViT with attn_types 'reattn' where the file has reatten_matrix",
+    TIMM_VIT_KEYS | {r'\.attn\.reatten_matrix\.weight$'}))

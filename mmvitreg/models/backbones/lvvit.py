@@ -4,7 +4,7 @@ from typing import Dict, Union
 from torch import Tensor
 
 from mmvitreg.registry import MODELS
-from ..converters import convert_timm_vit
+from ..converters import TIMM_VIT_KEYS, OfficialLayout, convert_timm_vit, converter_tool, register_layout
 from .vision_transformer import VisionTransformer
 
 
@@ -65,3 +65,8 @@ def convert_lvvit(state_dict: Dict[str, Tensor]) -> Dict[str, Tensor]:
     ``head.aux_head.*`` for the patch-token ``aux_head`` (the names of mmvitreg's token-label head).
     """
     return convert_timm_vit(state_dict, head_renames={'head.': 'head.layers.head.', 'aux_head.': 'head.aux_head.'})
+
+
+register_layout(OfficialLayout(
+    'official LV-ViT (zihangJiang/TokenLabeling)', convert_lvvit, converter_tool('lvvit'),
+    'mmvitreg.LVViT with mmvitreg.TokenLabelHead', TIMM_VIT_KEYS | {r'^aux_head\.weight$'}))

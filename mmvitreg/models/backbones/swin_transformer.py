@@ -9,7 +9,7 @@ from mmpretrain.models.utils import resize_pos_embed
 from torch import Tensor
 
 from mmvitreg.registry import MODELS
-from ..converters import rename_keys
+from ..converters import OfficialLayout, converter_tool, register_layout, rename_keys
 from ..layers import Ride, WindowAttention, WindowLayout
 from ..trace import TokenTrace, TraceSpec
 
@@ -200,3 +200,9 @@ def convert_swin(state_dict: Mapping[str, Tensor]) -> 'OrderedDict[str, Tensor]'
         if '.downsample.' in key:
             out[key] = _unfold_order(out[key])
     return out
+
+
+register_layout(OfficialLayout(
+    'official Swin Transformer (microsoft/Swin-Transformer)', convert_swin, converter_tool('swin'),
+    "mmvitreg.SwinTransformer with mmpretrain's LinearClsHead",
+    frozenset({r'^patch_embed\.proj\.weight$', r'^layers\.\d+\.blocks\.\d+\.attn\.relative_position_'})))

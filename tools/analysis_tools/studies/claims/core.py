@@ -336,14 +336,14 @@ class Context:
         """``(model, cfg)``: the model of ``run``'s config and options with ``checkpoint`` (default: the
         run's last one), in eval mode on the CPU, and the config (its default scope is made the current one)."""
         from mmengine.registry import MODELS, init_default_scope
-        from mmengine.runner import load_checkpoint
 
+        from mmvitreg.engine.checkpoint import load_weights
         from mmvitreg.utils import load_config
         cfg = load_config(str(ROOT / run.config), run.cfg_options)
         init_default_scope(cfg.default_scope)
         model = MODELS.build({**cfg.model, 'data_preprocessor': cfg.model.get('data_preprocessor')
                               or cfg.get('data_preprocessor')})
-        load_checkpoint(model, checkpoint or run.checkpoint, map_location='cpu', logger='silent')
+        load_weights(model, checkpoint or run.checkpoint, 'strict', logger='silent')
         return model.eval(), cfg
 
     @staticmethod
