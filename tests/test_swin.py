@@ -222,6 +222,27 @@ def test_trace_taps_grids_windows_and_attention():
     torch.testing.assert_close(trace.attn[3].sum(-1), torch.ones(8, 2, 16))
 
 
+def test_mmpretrain_runs_every_block_the_trace_does_not_open():
+    """No trace: mmpretrain's forward, its stages and blocks (every ShiftWindowMSA runs); with a trace, only
+    the blocks whose map it takes leave mmpretrain's SwinBlock, and the outputs are the same."""
+    model = nano()
+    ran = []
+    for i, block in enumerate(model.blocks):
+        block.attn.register_forward_hook(lambda module, args, out, i=i: ran.append(i))
+    stages = []
+    for stage in model.stages:
+        stage.register_forward_hook(lambda module, args, out: stages.append(module))
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        plain = model(x)
+        assert ran == list(range(6)) and stages == list(model.stages)
+        ran.clear()
+        traced = model(x, TokenTrace(token_layers=(0, ), attn_layers=(1, 4)))
+    assert ran == [0, 2, 3, 5]
+    for a, b in zip(plain, traced):
+        torch.testing.assert_close(a, b)
+
+
 def test_trace_attention_is_mmpretrain_softmax_map():
     """The recorded map equals mmpretrain's softmax in the same block (hooked), shifted window included."""
     theirs = nano(MMPretrainSwin)

@@ -114,6 +114,25 @@ def test_plain_configuration_matches_mmpretrain(arch, img_size, hw):
                 assert (a - b).abs().max() < 1e-5, (out_type, (a - b).abs().max())
 
 
+def test_pre_norm_is_mmpretrains_and_patch_cfg_needs_the_linear_embedding():
+    """pre_norm (CLIP's norm before the blocks, no patch-embedding bias), built by mmpretrain's constructor: its
+    keys load strictly and give its outputs; a stem has no linear embedding for patch_cfg to configure."""
+    torch.manual_seed(0)
+    ref = MMPretrainViT(arch=TINY, img_size=32, patch_size=8, pre_norm=True)
+    ref.eval()  # returns None
+    with torch.no_grad():
+        for p in (ref.cls_token, ref.pos_embed, ref.pre_norm.weight):
+            p.normal_(std=0.5)
+    ours = VisionTransformer(arch=TINY, img_size=32, patch_size=8, pre_norm=True).eval()
+    ours.load_state_dict(ref.state_dict(), strict=True)
+    assert 'pre_norm.weight' in ours.state_dict() and 'patch_embed.projection.bias' not in ours.state_dict()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x)[0], ref(x)[0])
+    with pytest.raises(ValueError, match="drop patch_cfg or the arch's stem"):
+        VisionTransformer(arch=dict(TINY, stem=dict(channels=8, num_convs=2)), patch_cfg=dict(padding=0))
+
+
 def test_featmap_outputs_for_dense_necks():
     """out_type='featmap' with several out_indices gives (B, C, Hg, Wg) maps (mmseg MultiLevelNeck / FPN input)."""
     model = VisionTransformer(arch=TINY, img_size=32, patch_size=8, out_type='featmap', out_indices=[1, 3],

@@ -3,6 +3,7 @@ import copy
 from collections import OrderedDict
 from typing import Mapping, Optional, Sequence, Tuple
 
+import torch
 import torch.utils.checkpoint as cp
 from mmpretrain.models.backbones import SwinTransformer as MMPretrainSwinTransformer
 from mmpretrain.models.utils import resize_pos_embed
@@ -30,7 +31,9 @@ class SwinTransformer(MMPretrainSwinTransformer):
     :func:`convert_swin` (``tools/model_converters/swin_to_mmvitreg.py``).
 
     ``forward(x, trace=None)``: without a trace it is mmpretrain's forward (its stages, blocks and shifted
-    windows; the fused attention of :class:`~mmvitreg.models.layers.WindowAttention` in every block). With a
+    windows; the fused attention of :class:`~mmvitreg.models.layers.WindowAttention` in every block; under
+    ``torch.jit`` tracing, e.g. an ONNX export with a dynamic batch, the same computed block by block, as
+    mmpretrain's window reverse makes the batch size a constant of the trace). With a
     :class:`~mmvitreg.models.trace.TokenTrace` it runs block by block, each through mmpretrain's ``SwinBlock``
     unless the trace takes its attention map or carries a ride through it, and calls the trace's recording
     API (what it offers: :attr:`trace_spec`):
@@ -111,11 +114,12 @@ class SwinTransformer(MMPretrainSwinTransformer):
         return (x, attn) if need_attn else x
 
     def _run(self, block, layout: WindowLayout):
-        """``run(x, need_attn, ride)`` of ``block`` on ``layout``: mmpretrain's ``SwinBlock`` when the trace
-        takes neither its map nor a ride, else :meth:`_block`, through activation checkpointing when the
-        block asks for it (``with_cp``) and no map is returned."""
+        """``run(x, need_attn, ride)`` of ``block`` on ``layout``: mmpretrain's ``SwinBlock`` when neither its map
+        nor a ride is taken, else (and under ``torch.jit`` tracing, where mmpretrain's window reverse turns the
+        batch size into a constant) :meth:`_block`, through activation checkpointing when the block asks for
+        it (``with_cp``) and no map is returned."""
         def run(x: Tensor, need_attn: bool = False, ride: Optional[Ride] = None):
-            if not need_attn and ride is None:
+            if not (need_attn or ride is not None or torch.jit.is_tracing()):
                 return block(x, layout.grid)
             if block.with_cp and x.requires_grad and not need_attn:
                 return cp.checkpoint(self._block, block, layout, x, False, ride, use_reentrant=False)
@@ -125,11 +129,13 @@ class SwinTransformer(MMPretrainSwinTransformer):
     def forward(self, x: Tensor, trace: Optional[TokenTrace] = None) -> Tuple[Tensor, ...]:
         """Embed ``x`` ``(B, 3, H, W)`` and run the stages; ``(B, C_i, H_i, W_i)`` per ``out_indices``.
 
-        Without a trace this is mmpretrain's forward; with one, block by block (:meth:`_run`)."""
-        if trace is None:
+        Without a trace this is mmpretrain's forward (under ``torch.jit`` tracing, as for an ONNX export with
+        a dynamic batch, the same block by block); with one, block by block (:meth:`_run`)."""
+        if trace is None and not torch.jit.is_tracing():
             return super().forward(x)
         x, hw = self.patch_embed(x)
-        x = trace.start(self.trace_spec, x, hw, type(self).__name__)
+        if trace is not None:
+            x = trace.start(self.trace_spec, x, hw, type(self).__name__)
         if self.use_abs_pos_embed:
             x = x + resize_pos_embed(self.absolute_pos_embed, self.patch_resolution, hw, self.interpolate_mode,
                                      self.num_extra_tokens)
@@ -139,25 +145,28 @@ class SwinTransformer(MMPretrainSwinTransformer):
         for i, stage in enumerate(self.stages):
             for block in stage.blocks:
                 layout = self.window_layout(block, hw)
-                x = trace.block(index, self._run(block, layout), x, hw, layout)
+                run = self._run(block, layout)
+                x = run(x) if trace is None else trace.block(index, run, x, hw, layout)
                 index += 1
             if stage.downsample is not None and self.out_after_downsample:
                 x, hw = self._downsample(stage, x, hw, trace)
             if i in self.out_indices:
                 out = getattr(self, f'norm{i}')(x)
                 outs.append(out.view(-1, *hw, self.num_features[i]).permute(0, 3, 1, 2).contiguous())
-            if i == len(self.stages) - 1:
+            if trace is not None and i == len(self.stages) - 1:
                 trace.end(out if i in self.out_indices else x)
             if stage.downsample is not None and not self.out_after_downsample:
                 x, hw = self._downsample(stage, x, hw, trace)
-            trace.stage(i, x, hw)
+            if trace is not None:
+                trace.stage(i, x, hw)
         return tuple(outs)
 
     @staticmethod
-    def _downsample(stage, x: Tensor, hw, trace: TokenTrace):
-        """Patch merging of the tokens and of the trace's stream."""
+    def _downsample(stage, x: Tensor, hw, trace: Optional[TokenTrace]):
+        """Patch merging of the tokens (and of a trace's stream)."""
         x, new_hw = stage.downsample(x, hw)
-        trace.downsample(hw, new_hw)
+        if trace is not None:
+            trace.downsample(hw, new_hw)
         return x, new_hw
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
