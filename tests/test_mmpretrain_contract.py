@@ -21,6 +21,7 @@ from mmengine.utils.dl_utils.parrots_wrapper import _BatchNorm
 from mmpretrain.models.backbones.swin_transformer import SwinBlock
 
 from mmvitreg.models.backbones import SwinTransformer, VisionTransformer
+from mmvitreg.models.trace import TokenTrace
 
 
 def timm_resize_pos_embed(posemb, posemb_new, num_tokens=1):
@@ -268,3 +269,38 @@ class TestVisionTransformer(TestCase):
             self.assertEqual(len(outs), 1)
             expect_feat_shape = (math.ceil(imgs.shape[2] / 16), math.ceil(imgs.shape[3] / 16))
             self.assertEqual(outs[-1].shape, (1, 768, *expect_feat_shape))
+
+
+TINY_VIT = dict(embed_dims=48, num_layers=4, num_heads=3, feedforward_channels=96)
+TINY_SWIN = dict(embed_dims=16, depths=[2, 2], num_heads=[1, 2])
+ERRORS = {
+    'swin-arch-name': (lambda: SwinTransformer(arch='unknown'),
+                       'Arch unknown is not in default archs', 'choose one of them'),
+    'swin-arch-dict': (lambda: SwinTransformer(arch={'embed_dims': 96, 'num_heads': [3, 6, 12, 16]}),
+                       'Custom arch needs a dict with keys', "add the missing keys ['depths']"),
+    'swin-small-map': (lambda: SwinTransformer(arch=TINY_SWIN, window_size=8, out_indices=(1, ))(
+                           torch.randn(1, 3, 16, 16), TokenTrace(token_layers=(0, ))),
+                       'The input shape (4, 4) is smaller than the window size (8)', 'set pad_small_map=True'),
+    'vit-arch-name': (lambda: VisionTransformer(arch='unknown'),
+                      'Arch unknown is not in default archs', 'choose one of them'),
+    'vit-arch-dict': (lambda: VisionTransformer(arch={'num_layers': 24, 'num_heads': 16, 'feedforward_channels': 64}),
+                      'Custom arch needs a dict with keys', "add the missing keys ['embed_dims']"),
+    'vit-out-indices-type': (lambda: VisionTransformer(arch=TINY_VIT, out_indices={1: 1}),
+                             '"out_indices" must be a sequence or int, get <class \'dict\'>', 'e.g. -1 or [3, 7, 11]'),
+    'vit-out-indices-range': (lambda: VisionTransformer(arch=TINY_VIT, out_indices=[0, 13]),
+                              'Invalid out_indices 13', 'the 4 blocks have the indices 0 .. 3'),
+}
+
+
+@pytest.mark.parametrize('case', sorted(ERRORS))
+def test_errors_start_with_mmpretrains_wording_then_name_the_fix(case):
+    """Where mmpretrain asserts, mmvitreg raises an error that is an AssertionError (what mmpretrain's tests
+    catch) and a ValueError, whose message starts with mmpretrain's wording and then names the fix (the small-map
+    case with a trace, which runs mmvitreg's window layout; without one mmpretrain's own assert fires)."""
+    build, wording, fix = ERRORS[case]
+    with pytest.raises(AssertionError) as info:
+        build()
+    message = str(info.value)
+    assert isinstance(info.value, ValueError)
+    assert message.startswith(wording) and fix in message[len(wording):], message
+
