@@ -222,6 +222,27 @@ def test_trace_taps_grids_windows_and_attention():
     torch.testing.assert_close(trace.attn[3].sum(-1), torch.ones(8, 2, 16))
 
 
+def test_mmpretrain_runs_every_block_the_trace_does_not_open():
+    """No trace: mmpretrain's forward, its stages and blocks (every ShiftWindowMSA runs); with a trace, only
+    the blocks whose map it takes leave mmpretrain's SwinBlock, and the outputs are the same."""
+    model = nano()
+    ran = []
+    for i, block in enumerate(model.blocks):
+        block.attn.register_forward_hook(lambda module, args, out, i=i: ran.append(i))
+    stages = []
+    for stage in model.stages:
+        stage.register_forward_hook(lambda module, args, out: stages.append(module))
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        plain = model(x)
+        assert ran == list(range(6)) and stages == list(model.stages)
+        ran.clear()
+        traced = model(x, TokenTrace(token_layers=(0, ), attn_layers=(1, 4)))
+    assert ran == [0, 2, 3, 5]
+    for a, b in zip(plain, traced):
+        torch.testing.assert_close(a, b)
+
+
 def test_trace_attention_is_mmpretrain_softmax_map():
     """The recorded map equals mmpretrain's softmax in the same block (hooked), shifted window included."""
     theirs = nano(MMPretrainSwin)
@@ -270,6 +291,9 @@ def test_fused_and_explicit_paths_train_alike():
 
 def test_small_maps_need_pad_small_map():
     model = SwinTransformer(arch=NANO, window_size=8, drop_path_rate=0., out_indices=(2, ))
-    with pytest.raises(ValueError, match='pad_small_map=True'):
-        model(torch.randn(1, 3, 32, 32))
+    # mmpretrain's own check without a trace, ours (same wording, a ValueError too) with one
+    for trace in (None, TokenTrace(token_layers=(0, ))):
+        with pytest.raises(AssertionError, match=r'^The input shape \(4, 4\) is smaller than the window size '
+                                                 r'\(8\).*pad_small_map=True'):
+            model(torch.randn(1, 3, 16, 16), trace)
     np.testing.assert_equal(model.trace_spec.num_blocks, 6)

@@ -61,15 +61,17 @@ def test_presets_build_from_the_registry():
         # a bare name in mmvitreg's own registry, whatever default scope an earlier test set
         with DefaultScope.overwrite_default_scope('mmvitreg'):
             assert isinstance(MODELS.build(dict(type='LVViT', arch='t')), LVViT)
-    assert DeepViT(arch='s').trace_spec.num_blocks == 16 and LVViT(arch='t').trace_spec.facts == {'cls_token', 'isotropic'}
+    assert DeepViT(arch='s').trace_spec.num_blocks == 16
+    assert LVViT(arch='t').trace_spec.facts == {'cls_token', 'isotropic'}
 
 
 def test_unknown_arch_and_bad_options_fail_clearly():
-    with pytest.raises(ValueError, match="known archs: .*'l-408'"):
+    """mmpretrain's wording first (what its tests match, as an AssertionError too), then the fix."""
+    with pytest.raises(ValueError, match="^Arch xl is not in default archs .*'l-408'.*: choose one of them"):
         DeepViT(arch='xl')
-    with pytest.raises(ValueError, match="missing \\['feedforward_channels'\\]"):
+    with pytest.raises(AssertionError, match="^Custom arch needs .*: add the missing keys \\['feedforward_chan"):
         VisionTransformer(arch=dict(embed_dims=48, num_layers=2, num_heads=3))
-    with pytest.raises(ValueError, match="unknown \\['stems'\\]"):
+    with pytest.raises(ValueError, match="remove the unknown keys \\['stems'\\]$"):
         VisionTransformer(arch=dict(TINY, stems=None))
     with pytest.raises(ValueError, match='lists 2 blocks but the arch has 4'):
         VisionTransformer(arch=dict(TINY, attn_types=['msa', 'reattn']))
@@ -77,8 +79,11 @@ def test_unknown_arch_and_bad_options_fail_clearly():
         VisionTransformer(arch=dict(TINY, attn_types='linear'))
     with pytest.raises(ValueError, match='out_type'):
         VisionTransformer(arch=TINY, out_type='tokens')
-    with pytest.raises(IndexError, match='out of range'):
+    with pytest.raises(ValueError, match=r'^Invalid out_indices 4: the 4 blocks have the indices 0 \.\. 3'):
         VisionTransformer(arch=TINY, out_indices=[4])
+    with pytest.raises(AssertionError, match="^\"out_indices\" must be a sequence or int, get <class 'dict'>"):
+        VisionTransformer(arch=TINY, out_indices={1: 1})
+    assert VisionTransformer(arch=TINY, out_indices=(-1, 0)).out_indices == [3, 0]  # a tuple too (not in mmpretrain)
 
 
 @pytest.mark.parametrize('arch,img_size,hw', [('deit-tiny-like', 32, (32, 32)), ('deit-tiny-like', 32, (44, 36)),
@@ -107,6 +112,25 @@ def test_plain_configuration_matches_mmpretrain(arch, img_size, hw):
             for a, b in zip(ours(x), ref(x)):
                 assert a.shape == b.shape
                 assert (a - b).abs().max() < 1e-5, (out_type, (a - b).abs().max())
+
+
+def test_pre_norm_is_mmpretrains_and_patch_cfg_needs_the_linear_embedding():
+    """pre_norm (CLIP's norm before the blocks, no patch-embedding bias), built by mmpretrain's constructor: its
+    keys load strictly and give its outputs; a stem has no linear embedding for patch_cfg to configure."""
+    torch.manual_seed(0)
+    ref = MMPretrainViT(arch=TINY, img_size=32, patch_size=8, pre_norm=True)
+    ref.eval()  # returns None
+    with torch.no_grad():
+        for p in (ref.cls_token, ref.pos_embed, ref.pre_norm.weight):
+            p.normal_(std=0.5)
+    ours = VisionTransformer(arch=TINY, img_size=32, patch_size=8, pre_norm=True).eval()
+    ours.load_state_dict(ref.state_dict(), strict=True)
+    assert 'pre_norm.weight' in ours.state_dict() and 'patch_embed.projection.bias' not in ours.state_dict()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x)[0], ref(x)[0])
+    with pytest.raises(ValueError, match="drop patch_cfg or the arch's stem"):
+        VisionTransformer(arch=dict(TINY, stem=dict(channels=8, num_convs=2)), patch_cfg=dict(padding=0))
 
 
 def test_featmap_outputs_for_dense_necks():
@@ -186,7 +210,7 @@ def test_token_taps_equal_running_the_blocks_by_hand():
     out = model(x, trace)[0]
     assert trace.grid == (4, 4) and trace.num_extra_tokens == 1 and set(trace.tokens) == {1, 3}
 
-    tokens = model.patch_embed(x).flatten(2).transpose(1, 2)
+    tokens, _ = model.patch_embed(x)  # mmpretrain's (mmcv's) patch embedding: tokens and grid
     tokens = torch.cat([model.cls_token.expand(2, -1, -1), tokens], 1) + model.pos_embed
     by_hand = []
     for layer in model.layers:
@@ -243,12 +267,12 @@ def test_mix_is_applied_to_the_patch_embedding_before_pos_embed(monkeypatch):
     monkeypatch.setattr(MixPlan, 'mix_tokens', spy)
     mixed = model(x, TokenTrace(mix=plan))[0]
     assert len(seen) == 1 and seen[0][1] == (4, 4)
-    torch.testing.assert_close(seen[0][0], model.patch_embed(x).flatten(2).transpose(1, 2))
+    emb, grid = model.patch_embed(x)
+    torch.testing.assert_close(seen[0][0], emb)
     # the mixed tokens are what the blocks see: own tokens where mask=1, the partner's elsewhere
-    m = plan.mask.unsqueeze(1)
-    emb = model.patch_embed(x)
+    m = plan.mask.flatten(1).unsqueeze(-1)
     expected = emb * m + emb[plan.index] * (1 - m)
-    monkeypatch.setattr(model.patch_embed, 'forward', lambda _: expected)
+    monkeypatch.setattr(model.patch_embed, 'forward', lambda _: (expected, grid))
     torch.testing.assert_close(mixed, model(x)[0])
 
 

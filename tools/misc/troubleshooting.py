@@ -41,11 +41,11 @@ CASES: List[Case] = [
          "unknown component type 'mmvitreg.DeepVit' at cfg.model.backbone. Did you mean mmvitreg.DeepViT?",
          'Use the suggested name; the message lists every component mmvitreg provides.'),
     Case('arch-unknown', 'model', "an arch preset that does not exist (`arch='xs'`)",
-         "unknown arch 'xs' for DeepViT; known archs:",
+         'Arch xs is not in default archs',
          'Pick one of the listed presets, or give `arch` as a dict of `embed_dims`, `num_layers`, `num_heads`, '
          '`feedforward_channels`.'),
     Case('option-invalid', 'model', "an option outside its allowed set (`out_type='patch'`)",
-         "unsupported out_type 'patch'; choose from",
+         'Unsupported `out_type` patch, please choose from',
          'Use one of the listed values.'),
     Case('amp-float16-cpu', 'tools', '`--amp --amp-dtype float16` on a machine without a GPU',
          '--amp-dtype float16 needs a GPU; on a CPU --amp trains in bfloat16',
@@ -201,6 +201,7 @@ def render_markdown(cases: List[Case] = CASES) -> str:
             continue
         lines += [f'## {title}', '']
         for case in group:
-            lines += [f'### {case.what[0].upper()}{case.what[1:]}', '', f'You see: `{case.message}`', '',
+            shown = f'`` {case.message} ``' if '`' in case.message else f'`{case.message}`'  # a code span
+            lines += [f'### {case.what[0].upper()}{case.what[1:]}', '', f'You see: {shown}', '',
                       f'What to do: {case.fix}', '']
     return '\n'.join(lines)

@@ -3,6 +3,7 @@ import copy
 from collections import OrderedDict
 from typing import Mapping, Optional, Sequence, Tuple
 
+import torch
 import torch.utils.checkpoint as cp
 from mmpretrain.models.backbones import SwinTransformer as MMPretrainSwinTransformer
 from mmpretrain.models.utils import resize_pos_embed
@@ -12,6 +13,7 @@ from mmvitreg.registry import MODELS
 from ..converters import OfficialLayout, converter_tool, register_layout, rename_keys
 from ..layers import Ride, WindowAttention, WindowLayout
 from ..trace import TokenTrace, TraceSpec
+from .arch import BackboneValueError, check_arch
 
 
 @MODELS.register_module()
@@ -28,9 +30,13 @@ class SwinTransformer(MMPretrainSwinTransformer):
     give their behaviour, for UperNet and Cascade Mask R-CNN); official Swin releases go through
     :func:`convert_swin` (``tools/model_converters/swin_to_mmvitreg.py``).
 
-    ``forward(x, trace=None)``: without a trace the outputs are mmpretrain's (fused
-    ``scaled_dot_product_attention`` in every block). With a :class:`~mmvitreg.models.trace.TokenTrace`
-    it calls the trace's recording API (what it offers: :attr:`trace_spec`):
+    ``forward(x, trace=None)``: without a trace it is mmpretrain's forward (its stages, blocks and shifted
+    windows; the fused attention of :class:`~mmvitreg.models.layers.WindowAttention` in every block; under
+    ``torch.jit`` tracing, e.g. an ONNX export with a dynamic batch, the same computed block by block, as
+    mmpretrain's window reverse makes the batch size a constant of the trace). With a
+    :class:`~mmvitreg.models.trace.TokenTrace` it runs block by block, each through mmpretrain's ``SwinBlock``
+    unless the trace takes its attention map or carries a ride through it, and calls the trace's recording
+    API (what it offers: :attr:`trace_spec`):
 
     * ``start`` with the ``(B, H/4 * W/4, C)`` patch tokens after the patch embedding (and its norm),
       before the absolute position embedding (56×56 tokens at 224), where a plan mixes them;
@@ -49,15 +55,19 @@ class SwinTransformer(MMPretrainSwinTransformer):
         **kwargs: The arguments of mmpretrain's ``SwinTransformer`` (``arch``, ``img_size``,
             ``patch_size``, ``window_size``, ``drop_path_rate``, ``out_indices``,
             ``out_after_downsample``, ``use_abs_pos_embed``, ``pad_small_map``, ``stage_cfgs``,
-            ...). ``stage_cfgs.block_cfgs.attn_cfgs.window_msa`` is always ``WindowAttention``.
+            ...). ``stage_cfgs.block_cfgs.attn_cfgs.window_msa`` is always ``WindowAttention``. Errors start
+            with mmpretrain's wording and name the fix
+            (:class:`~mmvitreg.models.backbones.arch.BackboneValueError` where mmpretrain asserts).
     """
 
-    def __init__(self, stage_cfgs=dict(), **kwargs):
-        super().__init__(stage_cfgs=self._with_window_attention(stage_cfgs), **kwargs)
+    def __init__(self, arch='tiny', stage_cfgs=dict(), **kwargs):
+        super().__init__(arch=check_arch(arch, self.arch_zoo, ('embed_dims', 'depths', 'num_heads')),
+                         stage_cfgs=self._with_window_attention(stage_cfgs), **kwargs)
         self.blocks = [block for stage in self.stages for block in stage.blocks]  # plain list: no new keys
         # what a trace gets: every block (numbered across stages), all services, 'final' and 'stages'
         self.trace_spec = TraceSpec(
-            num_blocks=len(self.blocks), channels=tuple(stage.embed_dims for stage in self.stages for _ in stage.blocks),
+            num_blocks=len(self.blocks),
+            channels=tuple(stage.embed_dims for stage in self.stages for _ in stage.blocks),
             services={'mix', 'attn', 'stream'}, points={'final', 'stages'}, out_types=('featmap', ),
             out_type='featmap', stage_channels=tuple(stage.out_channels for stage in self.stages),
             out_channels=tuple(self.num_features[i] for i in range(len(self.stages)) if i in self.out_indices))
@@ -86,16 +96,17 @@ class SwinTransformer(MMPretrainSwinTransformer):
         """The layout of ``block`` on ``grid``, with mmpretrain's rules for maps as small as a window."""
         window, shift = block.attn.window_size, block.attn.shift_size
         if min(grid) < window and not block.attn.pad_small_map:
-            raise ValueError(f'the {grid} token grid is smaller than the {window}x{window} window: set '
-                             'pad_small_map=True (downstream use) or a smaller window_size')
+            raise BackboneValueError(f'The input shape {tuple(grid)} is smaller than the window size ({window}): '
+                                     'set pad_small_map=True (downstream use) or a smaller window_size')
         if min(grid) == window and not block.attn.pad_small_map:
             shift = 0  # the official classification behaviour: no shift when one window covers the map
         return WindowLayout(tuple(grid), window, shift)
 
     @staticmethod
     def _block(block, layout: WindowLayout, x: Tensor, need_attn: bool = False, ride: Optional[Ride] = None):
-        """One Swin block (pre-norm W-MSA/SW-MSA and FFN, both residual) on ``x`` ``(B, H * W, C)``; with
-        ``need_attn`` also its window attention maps; a ``ride`` holds values in windows."""
+        """What mmpretrain's ``SwinBlock`` computes on ``x`` ``(B, H * W, C)`` (pre-norm W-MSA/SW-MSA and FFN,
+        both residual), opened where its window attention cannot be reached: with ``need_attn`` also the
+        window attention maps; a ``ride`` holds values in windows."""
         h = layout.partition(block.norm1(x))
         h = block.attn.w_msa(h, mask=layout.attn_mask(x.device), need_attn=need_attn, ride=ride)
         h, attn = h if need_attn else (h, None)
@@ -104,16 +115,25 @@ class SwinTransformer(MMPretrainSwinTransformer):
         return (x, attn) if need_attn else x
 
     def _run(self, block, layout: WindowLayout):
-        """``run(x, need_attn, ride)`` of ``block`` on ``layout``, through activation checkpointing when the
-        block asks for it (``with_cp``) and no map is returned."""
+        """``run(x, need_attn, ride)`` of ``block`` on ``layout``: mmpretrain's ``SwinBlock`` when neither its map
+        nor a ride is taken, else (and under ``torch.jit`` tracing, where mmpretrain's window reverse turns the
+        batch size into a constant) :meth:`_block`, through activation checkpointing when the block asks for
+        it (``with_cp``) and no map is returned."""
         def run(x: Tensor, need_attn: bool = False, ride: Optional[Ride] = None):
+            if not (need_attn or ride is not None or torch.jit.is_tracing()):
+                return block(x, layout.grid)
             if block.with_cp and x.requires_grad and not need_attn:
                 return cp.checkpoint(self._block, block, layout, x, False, ride, use_reentrant=False)
             return self._block(block, layout, x, need_attn, ride)
         return run
 
     def forward(self, x: Tensor, trace: Optional[TokenTrace] = None) -> Tuple[Tensor, ...]:
-        """Embed ``x`` ``(B, 3, H, W)`` and run the stages; ``(B, C_i, H_i, W_i)`` per ``out_indices``."""
+        """Embed ``x`` ``(B, 3, H, W)`` and run the stages; ``(B, C_i, H_i, W_i)`` per ``out_indices``.
+
+        Without a trace this is mmpretrain's forward (under ``torch.jit`` tracing, as for an ONNX export with
+        a dynamic batch, the same block by block); with one, block by block (:meth:`_run`)."""
+        if trace is None and not torch.jit.is_tracing():
+            return super().forward(x)
         x, hw = self.patch_embed(x)
         if trace is not None:
             x = trace.start(self.trace_spec, x, hw, type(self).__name__)

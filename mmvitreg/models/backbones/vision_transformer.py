@@ -1,20 +1,19 @@
 """The mmvitreg Vision Transformer: one ViT-family backbone that carries the token trace."""
-import copy
 from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from mmcv.cnn import build_norm_layer
+from mmengine.model import ModuleList
 from mmengine.model.weight_init import trunc_normal_
-from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.models.backbones.vision_transformer import VisionTransformer as MMPretrainVisionTransformer
 from mmpretrain.models.utils import resize_pos_embed, to_2tuple
-from torch import Tensor, nn
+from torch import Tensor
 
 from mmvitreg.registry import MODELS
-from ..layers import ConvStem, PatchEmbed, TransformerBlock, token_grid
-from ..trace import TokenTrace, TraceSpec, resolve_blocks
+from ..layers import ConvStem, TransformerBlock, token_grid
+from ..trace import TokenTrace, TraceSpec
+from .arch import BackboneValueError, check_arch
 
 ESSENTIAL_ARCH_KEYS = ('embed_dims', 'num_layers', 'num_heads', 'feedforward_channels')
 # Optional architecture keys of an arch dict and their defaults (the plain ViT).
@@ -33,12 +32,17 @@ class VisionTransformer(MMPretrainVisionTransformer):
     `An Image is Worth 16x16 Words <https://arxiv.org/abs/2010.11929>`_, extended with
     `DeepViT <https://arxiv.org/abs/2103.11886>`_ (re-attention, conv stem, ``scale_adjustment``)
     and `LV-ViT <https://arxiv.org/abs/2104.10858>`_ (conv stem, ``skip_lam``); presets in
-    :class:`DeepViT` and :class:`LVViT`. In its plain configuration (the default arch options)
-    the state dict, the outputs and the options (``out_type``, ``out_indices``, ``final_norm``,
-    ``with_cls_token``, ``frozen_stages``, position-embedding resizing on load and at run time)
-    are those of mmpretrain's ``VisionTransformer``, whose methods it inherits: mmpretrain / DeiT
-    checkpoints load unchanged, and it serves mmpretrain heads, mmseg's ``MultiLevelNeck`` +
-    UPerHead and mmdet FPNs (``out_type='featmap'``).
+    :class:`DeepViT` and :class:`LVViT`. Built by mmpretrain's ``VisionTransformer`` constructor (the
+    embeddings, ``pre_norm``, the final norms, every option and its checks), whose blocks are then
+    :class:`~mmvitreg.models.layers.TransformerBlock` (mmpretrain's keys and module layout, the attention
+    through mmvitreg's fused ``attend``) and whose linear patch embedding a conv stem replaces. In its
+    plain configuration (the default arch options) the state dict, the outputs and the options
+    (``out_type``, ``out_indices``, ``final_norm``, ``with_cls_token``, ``frozen_stages``, ``pre_norm``,
+    ``patch_cfg``, position-embedding resizing on load and at run time) are those of mmpretrain's
+    ``VisionTransformer``, whose methods it inherits: mmpretrain / DeiT checkpoints load unchanged,
+    mmpretrain's own ViT tests pass, and it serves mmpretrain heads, mmseg's ``MultiLevelNeck`` +
+    UPerHead and mmdet FPNs (``out_type='featmap'``). Errors start with mmpretrain's wording and name
+    the fix (:class:`~mmvitreg.models.backbones.arch.BackboneValueError` where mmpretrain asserts).
 
     ``forward(x, trace=None)``: with a :class:`~mmvitreg.models.trace.TokenTrace` the backbone fills it
     through the trace's recording API: :meth:`~mmvitreg.models.trace.TokenTrace.start` with the
@@ -83,9 +87,16 @@ class VisionTransformer(MMPretrainVisionTransformer):
         with_cls_token (bool): Prepend a cls token. Defaults to True.
         frozen_stages (int): Freeze the embeddings and the first ``frozen_stages`` blocks. Defaults to -1.
         interpolate_mode (str): Position-embedding resize mode. Defaults to ``'bicubic'``.
+        patch_cfg (dict): Extra arguments of mmpretrain's linear patch embedding (mmcv's ``PatchEmbed``;
+            not with a conv stem). Defaults to an empty dict.
+        pre_norm (bool): Norm the tokens before the first block (CLIP; the linear patch embedding then has
+            no bias), as mmpretrain. Defaults to False.
         init_cfg (dict | list, optional): Defaults to the timm/DeiT init (truncated normal 0.02 on
             Linear weights, zero biases, LayerNorm 1/0; ``cls_token`` and ``pos_embed`` truncated
             normal 0.02); convolutions and BatchNorms keep PyTorch's init, as in the official codes.
+
+    Attributes:
+        patch_stride (int): Input pixels per token side (16 for every preset).
     """
 
     def __init__(self,
@@ -104,49 +115,32 @@ class VisionTransformer(MMPretrainVisionTransformer):
                  with_cls_token: bool = True,
                  frozen_stages: int = -1,
                  interpolate_mode: str = 'bicubic',
+                 patch_cfg: dict = dict(),
+                 pre_norm: bool = False,
                  init_cfg=TIMM_INIT_CFG):
-        # mmpretrain's __init__ would build its own layers: only its methods are inherited.
-        BaseBackbone.__init__(self, copy.deepcopy(init_cfg))
-        self.arch_settings = self._resolve_arch(arch)
-        settings = self.arch_settings
-        self.embed_dims = settings['embed_dims']
-        self.num_layers = settings['num_layers']
-        self.img_size = to_2tuple(img_size)
-
+        settings = {**ARCH_OPTIONS, **check_arch(arch, self.arch_zoo, ESSENTIAL_ARCH_KEYS, ARCH_OPTIONS)}
+        num_layers = settings['num_layers']
+        # mmpretrain's constructor builds the embeddings, the norms and every option; the blocks are then ours
+        super().__init__(
+            settings, img_size, patch_size, in_channels, self._out_indices(out_indices, num_layers),
+            drop_rate=drop_rate, drop_path_rate=drop_path_rate, qkv_bias=qkv_bias, norm_cfg=norm_cfg,
+            final_norm=final_norm, out_type=out_type, with_cls_token=with_cls_token, frozen_stages=frozen_stages,
+            interpolate_mode=interpolate_mode, patch_cfg=patch_cfg, pre_norm=pre_norm,
+            init_cfg=init_cfg)
         if settings['stem'] is None:
-            self.patch_embed = PatchEmbed(in_channels, self.embed_dims, patch_size, img_size)
+            self.patch_stride = to_2tuple(self.patch_embed.projection.stride)[0]
+        elif patch_cfg:
+            raise ValueError('patch_cfg configures the linear patch embedding, which a stem replaces: drop patch_cfg '
+                             'or the arch\'s stem')
         else:
             self.patch_embed = ConvStem(in_channels, self.embed_dims, patch_size=patch_size, img_size=img_size,
                                         **settings['stem'])
-        self.patch_resolution = self.patch_embed.init_out_size
-        num_patches = self.patch_resolution[0] * self.patch_resolution[1]
-
-        if out_type not in self.OUT_TYPES:
-            raise ValueError(f'unsupported out_type {out_type!r}; choose from {sorted(self.OUT_TYPES)}')
-        self.out_type = out_type
-
-        self.with_cls_token = with_cls_token
-        if with_cls_token:
-            self.cls_token = nn.Parameter(torch.zeros(1, 1, self.embed_dims))
-        elif out_type == 'cls_token':
-            raise ValueError('with_cls_token must be True when out_type="cls_token"')
-        else:
-            self.cls_token = None
-            self.num_extra_tokens = 0
-
-        self.interpolate_mode = interpolate_mode
-        self.pos_embed = nn.Parameter(torch.zeros(1, num_patches + self.num_extra_tokens, self.embed_dims))
-        self._register_load_state_dict_pre_hook(self._prepare_pos_embed)
-        self.drop_after_pos = nn.Dropout(p=drop_rate)
-        self.pre_norm = nn.Identity()  # mmpretrain's ``_freeze_stages`` expects it
-
-        self.out_indices = resolve_blocks([out_indices] if isinstance(out_indices, int) else out_indices,
-                                              self.num_layers)
+            self.patch_stride = patch_size
 
         attn_types = self._attn_types(settings['attn_types'])
         attn_cfgs = settings['attn_cfgs'] or {}
-        dpr = np.linspace(0, drop_path_rate, self.num_layers)
-        self.layers = nn.ModuleList(
+        dpr = np.linspace(0, drop_path_rate, num_layers)
+        self.layers = ModuleList(
             TransformerBlock(
                 self.embed_dims,
                 settings['num_heads'],
@@ -159,42 +153,31 @@ class VisionTransformer(MMPretrainVisionTransformer):
                 drop_path_rate=float(dpr[i]),
                 norm_cfg=norm_cfg,
                 scale_adjustment=settings['scale_adjustment'],
-                skip_lam=settings['skip_lam']) for i in range(self.num_layers))
-
-        self.final_norm = final_norm
-        if final_norm:
-            self.ln1 = build_norm_layer(norm_cfg, self.embed_dims)[1]
-        if out_type == 'avg_featmap':
-            self.ln2 = build_norm_layer(norm_cfg, self.embed_dims)[1]
-
-        self.frozen_stages = frozen_stages
+                skip_lam=settings['skip_lam']) for i in range(num_layers))
         if frozen_stages > 0:
-            self._freeze_stages()
+            self._freeze_stages()  # again, for the blocks that replaced mmpretrain's
 
         # what a trace gets: every block, all services, 'embed' and 'final'
         self.trace_spec = TraceSpec(
-            num_blocks=self.num_layers, channels=(self.embed_dims, ) * self.num_layers,
+            num_blocks=num_layers, channels=(self.embed_dims, ) * num_layers,
             num_extra_tokens=self.num_extra_tokens, services={'mix', 'attn', 'stream'}, points={'embed', 'final'},
             facts={'isotropic'} | ({'cls_token'} if with_cls_token else set()),
             out_types=tuple(sorted(self.OUT_TYPES)), out_type=out_type,
             out_channels=tuple(self.embed_dims for i in range(self.num_layers) if i in self.out_indices))
 
-    def _resolve_arch(self, arch: Union[str, dict]) -> dict:
-        if isinstance(arch, str):
-            if arch.lower() not in self.arch_zoo:
-                raise ValueError(f'unknown arch {arch!r} for {type(self).__name__}; '
-                                 f'known archs: {sorted(self.arch_zoo)}')
-            settings = self.arch_zoo[arch.lower()]
-        elif isinstance(arch, dict):
-            missing = [k for k in ESSENTIAL_ARCH_KEYS if k not in arch]
-            unknown = sorted(set(arch) - set(ESSENTIAL_ARCH_KEYS) - set(ARCH_OPTIONS))
-            if missing or unknown:
-                raise ValueError(f'a custom arch dict needs the keys {list(ESSENTIAL_ARCH_KEYS)} and may have '
-                                 f'{sorted(ARCH_OPTIONS)}; missing {missing}, unknown {unknown}')
-            settings = arch
-        else:
-            raise TypeError(f'arch must be a str or a dict, got {type(arch).__name__}')
-        return {**ARCH_OPTIONS, **settings}
+    @staticmethod
+    def _out_indices(out_indices: Union[int, Sequence[int]], num_layers: int) -> list:
+        """``out_indices`` as non-negative block indices (negative ones count from the last block)."""
+        if isinstance(out_indices, int):
+            out_indices = [out_indices]
+        if not isinstance(out_indices, Sequence):
+            raise BackboneValueError(f'"out_indices" must be a sequence or int, get {type(out_indices)} instead: '
+                                     'give a block index or a list of them, e.g. -1 or [3, 7, 11]')
+        for index in out_indices:
+            if not -num_layers <= index < num_layers:
+                raise BackboneValueError(f'Invalid out_indices {index}: the {num_layers} blocks have the indices '
+                                         f'0 .. {num_layers - 1} (or {-num_layers} .. -1 from the last)')
+        return [index % num_layers for index in out_indices]
 
     def _attn_types(self, spec) -> list:
         if isinstance(spec, str):
@@ -202,11 +185,6 @@ class VisionTransformer(MMPretrainVisionTransformer):
         if len(spec) != self.num_layers:
             raise ValueError(f'attn_types lists {len(spec)} blocks but the arch has {self.num_layers}')
         return [('reattn' if t else 'msa') if isinstance(t, bool) else t for t in spec]
-
-    @property
-    def patch_stride(self) -> int:
-        """Input pixels per token side (16 for every preset)."""
-        return self.patch_embed.stride
 
     def token_grid(self, input_size) -> Tuple[int, int]:
         """Token grid ``(Hg, Wg)`` of an input of ``input_size`` (int or ``(H, W)``)."""
@@ -230,13 +208,7 @@ class VisionTransformer(MMPretrainVisionTransformer):
 
         Inputs are padded bottom/right to a multiple of :attr:`patch_stride`.
         """
-        s = self.patch_stride
-        pad_h, pad_w = -x.shape[-2] % s, -x.shape[-1] % s
-        if pad_h or pad_w:
-            x = F.pad(x, (0, pad_w, 0, pad_h))
-        x = self.patch_embed(x)
-        hw = tuple(x.shape[-2:])
-        x = x.flatten(2).transpose(1, 2)
+        x, hw = self._embed(x)
         if trace is not None:
             x = trace.start(self.trace_spec, x, hw, type(self).__name__)
         if self.cls_token is not None:
@@ -244,7 +216,7 @@ class VisionTransformer(MMPretrainVisionTransformer):
         x = x + resize_pos_embed(
             self.pos_embed, self.patch_resolution, hw, mode=self.interpolate_mode,
             num_extra_tokens=self.num_extra_tokens)
-        x = self.drop_after_pos(x)
+        x = self.pre_norm(self.drop_after_pos(x))
 
         outs = []
         for i, layer in enumerate(self.layers):
@@ -256,3 +228,12 @@ class VisionTransformer(MMPretrainVisionTransformer):
             if i in self.out_indices:
                 outs.append(self._format_output(x, hw))
         return tuple(outs)
+
+    def _embed(self, x: Tensor) -> Tuple[Tensor, Tuple[int, int]]:
+        """Patch tokens ``(B, Hg * Wg, C)`` of ``x`` ``(B, in_channels, H, W)`` padded bottom/right to the
+        patch stride, and the grid ``(Hg, Wg)``."""
+        if not isinstance(self.patch_embed, ConvStem):
+            return self.patch_embed(x)  # mmpretrain's (mmcv's ``PatchEmbed``, corner padding)
+        s = self.patch_stride
+        x = self.patch_embed(F.pad(x, (0, -x.shape[-1] % s, 0, -x.shape[-2] % s)))
+        return x.flatten(2).transpose(1, 2), tuple(x.shape[-2:])

@@ -17,7 +17,7 @@ class ConvStem(nn.Module):
 
     DeepViT uses ``num_convs=2`` (the paper's "three CNN layers" count the projection), LV-ViT
     ``num_convs=3``; both with 64 channels, LV-ViT-L with 128. Keys ``conv{i}``, ``bn{i}`` as the
-    official code, ``projection`` for its ``proj`` (same name as :class:`PatchEmbed`).
+    official code, ``projection`` for its ``proj`` (the name in mmpretrain's linear patch embedding).
 
     Args:
         in_channels (int): Image channels. Defaults to 3.

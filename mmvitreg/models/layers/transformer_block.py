@@ -2,7 +2,7 @@
 from typing import Optional, Tuple, Union
 
 from mmcv.cnn import build_norm_layer
-from mmcv.cnn.bricks import DropPath
+from mmcv.cnn.bricks.drop import build_dropout
 from mmcv.cnn.bricks.transformer import FFN
 from torch import Tensor, nn
 
@@ -33,8 +33,10 @@ class TransformerBlock(nn.Module):
       paper; DeepViT-S/L use ``a = 0.5``).
 
     Attention kinds (``attn_type``): ``'msa'`` (:class:`MultiheadSelfAttention`), ``'reattn'``
-    (:class:`ReAttention`), ``'talking_heads'`` (:class:`TalkingHeadsAttention`). Keys as
-    mmpretrain: ``ln1``, ``attn.qkv``, ``attn.proj``, ``ln2``, ``ffn.layers.0.0``, ``ffn.layers.1``.
+    (:class:`ReAttention`), ``'talking_heads'`` (:class:`TalkingHeadsAttention`). Keys and layout as
+    mmpretrain's ``TransformerEncoderLayer``: ``ln1``, ``attn.qkv``, ``attn.proj``, ``ln2``, ``ffn.layers.0.0``,
+    ``ffn.layers.1``; each branch's stochastic depth sits where mmpretrain keeps it, ``attn.out_drop`` and
+    ``ffn.dropout_layer``.
 
     Args:
         embed_dims (int): Token channels ``C``.
@@ -80,9 +82,10 @@ class TransformerBlock(nn.Module):
             embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop_rate, proj_drop=drop_rate,
             **(attn_cfg or {}))
         self.ln2 = build_norm_layer(norm_cfg, embed_dims)[1]
+        drop_path = dict(type='DropPath', drop_prob=drop_path_rate)
+        self.attn.out_drop = build_dropout(drop_path)
         self.ffn = FFN(embed_dims=embed_dims, feedforward_channels=feedforward_channels, num_fcs=2,
-                       ffn_drop=drop_rate, act_cfg=act_cfg, add_identity=False)
-        self.drop_path = DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity()
+                       ffn_drop=drop_rate, dropout_layer=drop_path, act_cfg=act_cfg, add_identity=False)
 
     def forward(self, x: Tensor, need_attn: bool = False,
                 ride: Optional[Ride] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
@@ -92,8 +95,8 @@ class TransformerBlock(nn.Module):
         h = self.attn(self.ln1(x * a if a != 1 else x), need_attn=need_attn, ride=ride)
         if need_attn:
             h, attn = h
-        h = self.drop_path(h)
+        h = self.attn.out_drop(h)
         x = x + (h / d if d != 1 else h)
-        h = self.drop_path(self.ffn(self.ln2(x * a if a != 1 else x)))
+        h = self.ffn(self.ln2(x * a if a != 1 else x))  # drop path included (ffn.dropout_layer)
         x = x + (h / d if d != 1 else h)
         return (x, attn) if need_attn else x
