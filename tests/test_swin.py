@@ -297,3 +297,12 @@ def test_small_maps_need_pad_small_map():
                                                  r'\(8\).*pad_small_map=True'):
             model(torch.randn(1, 3, 16, 16), trace)
     np.testing.assert_equal(model.trace_spec.num_blocks, 6)
+
+
+def test_window_attention_with_indivisible_heads_builds_and_refuses_to_run():
+    """As mmpretrain's WindowMSA (whose test_arch builds a 256-channel, 6-head arch), the layer builds; running it
+    fails with a message naming both numbers and the fix, not a reshape error."""
+    from mmvitreg.models.layers import WindowAttention
+    layer = WindowAttention(10, (2, 2), 3)
+    with pytest.raises(ValueError, match=r'embed_dims \(10\) must be divisible by num_heads \(3\)'):
+        layer(torch.randn(2, 4, 10))

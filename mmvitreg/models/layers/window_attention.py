@@ -60,8 +60,6 @@ class WindowAttention(BaseModule):
                  proj_drop: float = 0.,
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg)
-        if embed_dims % num_heads:
-            raise ValueError(f'embed_dims ({embed_dims}) must be divisible by num_heads ({num_heads})')
         self.embed_dims = embed_dims
         self.window_size = tuple(window_size)
         self.num_heads = num_heads
@@ -95,6 +93,9 @@ class WindowAttention(BaseModule):
         """Attend inside every window of ``x`` ``(B * nW, N, C)``; ``mask`` ``(nW, N, N)`` or None; fill
         ``ride.mixed`` when a ride is given."""
         B_, N, C = x.shape
+        if C % self.num_heads:  # checked here, not when built: mmpretrain's WindowMSA builds such an arch too
+            raise ValueError(f'embed_dims ({C}) must be divisible by num_heads ({self.num_heads}): '
+                             'give every stage a number of heads that divides its channels')
         q, k, v = self.qkv(x).reshape(B_, N, 3, self.num_heads, C // self.num_heads).permute(2, 0, 3, 1, 4).unbind(0)
         bias = self.position_bias().unsqueeze(0)  # (1, heads, N, N)
         if mask is not None:
