@@ -63,6 +63,12 @@ def without_losses(cfg):
     return plain
 
 
+def bounded(hooks: dict) -> dict:
+    """A library's ``default_hooks`` with the checkpoint bound of our long segmentation runs (the last 3 and the best
+    mIoU; tests/test_recipes_official.py checks every long config has one)."""
+    return dict(hooks, checkpoint=dict(hooks['checkpoint'], max_keep_ckpts=3, save_best='mIoU'))
+
+
 def library(path):
     """A library's config (``mmseg::...``) or one of ours, as a dict."""
     import mmvitreg  # noqa: F401  (mmvitreg.compat: the libraries' configs load)
@@ -133,8 +139,9 @@ def test_cityscapes_config_is_mmsegs_cityscapes_upernet_with_the_swin_t_recipe()
     upernet = library('mmseg::upernet/upernet_r50_4xb2-80k_cityscapes-769x769.py')
     swin = library(SWIN_ADE)
     for key in ('train_dataloader', 'val_dataloader', 'test_dataloader', 'val_evaluator', 'tta_pipeline',
-                'train_cfg', 'default_hooks'):
+                'train_cfg'):
         assert cfg[key] == upernet[key], key
+    assert cfg.default_hooks == bounded(upernet['default_hooks'])
     assert cfg.model.test_cfg == upernet['model']['test_cfg'] and cfg.model.data_preprocessor.size == (769, 769)
     assert cfg.model.decode_head.align_corners and cfg.model.auxiliary_head.align_corners
     assert cfg.model.decode_head.num_classes == 19 and cfg.train_cfg.max_iters == 80000
@@ -155,7 +162,7 @@ def test_deit_config_is_mmsegs_deit_s_upernet_with_our_backbone():
     base_backbone = base['model'].pop('backbone')
     assert plain['model'].pop('pretrained') is None and plain.pop('checkpoint').startswith('https://')
     base['model'].pop('pretrained')
-    assert plain == base
+    assert plain == dict(base, default_hooks=bounded(base['default_hooks']))
     assert (backbone['type'], backbone['arch'], backbone['out_indices'], backbone['final_norm']) == \
         ('mmvitreg.VisionTransformer', 'deit-small', (2, 5, 8, 11), False)
     assert backbone['drop_path_rate'] == base_backbone['drop_path_rate'] == 0.1
@@ -169,6 +176,24 @@ def test_digits_study_configs_are_the_demo_with_the_losses(name):
     assert cfg.model.aux_losses == DIGITS[name]
     plain = without_losses(cfg)
     assert plain == library(DEMO)
+
+
+def test_the_two_digits_drloc_upernets_are_one_config_in_the_dense_configs_form():
+    """configs/demo's DRLoc UperNet is configs/drloc's digits one (it inherits it and adds nothing), whose DRLoc is
+    the full-size dense configs' (DRLOC: 64 pairs, the MLP initialised trunc-normal 0.02 as the official Swin) at
+    the digits model's 256 channels; built, its MLP starts trunc-normal 0.02 with zero biases."""
+    from mmvitreg.registry import MODELS
+    demo = unscoped(load('demo/upernet_swin-nano_1xb8-2k_drloc_digits-ade20k-128x128').to_dict())
+    assert demo == unscoped(load('drloc/upernet_swin-nano_drloc_1xb8-2k_digits-ade20k-128x128').to_dict())
+    (drloc, ) = demo['model']['aux_losses']
+    assert drloc == dict(DRLOC, in_channels=256)
+    torch.manual_seed(0)
+    user = MODELS.build(drloc)
+    user.init_weights()
+    linears = [m for m in user.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all(torch.all(m.bias == 0) for m in linears)
+    weights = torch.cat([m.weight.flatten() for m in linears])
+    assert abs(weights.std().item() - 0.02) < 0.002
 
 
 def seg_batch(crop, num_classes, n=2):

@@ -46,7 +46,7 @@ def test_recipe_numbers(path):
     assert cfg.optim_wrapper.optimizer.lr == 1e-3 and cfg.optim_wrapper.optimizer.weight_decay == 0.05
     assert cfg.optim_wrapper.clip_grad.max_norm == 5.0
     (lr, ) = cfg.param_scheduler  # timm's curve (compared epoch by epoch in test_recipes_official.py)
-    assert (lr.type, lr.warmup, lr.warmup_start_factor, lr.T_max, lr.eta_min) == ('mmvitreg.TimmCosineLR', 20, 1e-3,
+    assert (lr.type, lr.warmup, lr.warmup_lr_init, lr.T_max, lr.eta_min) == ('mmvitreg.TimmCosineLR', 20, 1e-6,
                                                                                   300, 1e-5)
     assert cfg.train_cfg.max_epochs == (300 if name['epochs'] == '300' else 101)
     assert cfg.custom_hooks == [dict(type='mmvitreg.DRLocWeightScheduleHook', warmup_epochs=20, total_epochs=300)]

@@ -1,5 +1,6 @@
 """The mixing family: one base draws partner and lam, the token grid has one rule, the plans are not
-mmpretrain batch augments, and a token mix is recognised by type.
+mmpretrain batch augments, a token mix is recognised by type, and each plan declares what it mixes (pixels or
+tokens): a pixel plan asks nothing of the backbone and trains on every one, CvT and a ResNet included.
 
 ``MIX_DRAWS`` is a snapshot, not a re-derivation: ``tests/data/snapshot_mix_draws.py`` printed it on the
 code before the plans were refactored onto :class:`~mmvitreg.models.mixing.TokenMix` (commit c15437c),
@@ -12,6 +13,7 @@ import importlib.util
 import mmpretrain.models  # noqa: F401  (registers mmpretrain's batch augments)
 import pytest
 import torch
+from mmengine.optim import OptimWrapper
 from mmengine.registry import DefaultScope
 from mmpretrain.models.utils.batch_augments import CutMix
 from mmpretrain.registry import BATCH_AUGMENTS as MMPRETRAIN_BATCH_AUGMENTS
@@ -22,6 +24,8 @@ from conftest import REPO
 from mmvitreg.models import mixing
 from mmvitreg.models.backbones import VisionTransformer
 from mmvitreg.models.data_preprocessors import TokenClsDataPreprocessor
+from mmvitreg.models.mixing import token_mix as mix
+from mmvitreg.models.trace import TraceRequest, check_trace_user
 from mmvitreg.registry import MODELS
 
 _SPEC = importlib.util.spec_from_file_location('snapshot_mix_draws', REPO / 'tests/data/snapshot_mix_draws.py')
@@ -191,3 +195,79 @@ def test_lam_of_1_is_drawn_again_except_by_lvvit_mixtoken(monkeypatch, cls_name,
     plan = getattr(mixing, cls_name)(patch_size=8).plan(torch.zeros(1, 3, 32, 32))
     assert torch.all(plan.lam < 1) if redraws else torch.all(plan.lam == 1)
     assert next(draws) == (1. if redraws else 0.5)
+
+
+# ---- what a plan mixes is declared, and its request follows from it (issue 32.3)
+
+PIXEL_PLANS = ['PatchCutMix', 'PixelMixup', 'MixupCutMixSwitch', 'RandomPatchMix', 'BlockMix']
+
+
+def test_every_plan_declares_what_it_mixes_and_asks_only_that():
+    """Each registered plan states its space; a pixel plan asks nothing of the backbone, a token plan the service
+    ``'mix'``; PatchCutMix is no longer a MixToken (it shares only the CutMix box with it)."""
+    spaces = {name: MODELS.get(f'mmvitreg.{name}').space for name in {c[1] for c in snapshot.CASES}}
+    assert spaces == {'MixToken': 'tokens', **{name: 'pixels' for name in PIXEL_PLANS}}
+    for name, space in spaces.items():
+        request = MODELS.build(dict(type=f'mmvitreg.{name}')).trace_request
+        assert request == (TraceRequest(services={'mix'}) if space == 'tokens' else TraceRequest()), name
+        assert not request.needs_trace if space == 'pixels' else request.all_services == {'mix'}
+    assert not issubclass(mixing.PatchCutMix, mixing.MixToken)
+    with pytest.raises(TypeError, match="Odd.space must be one of \\['pixels', 'tokens'\\], got 'voxels'"):
+        type('Odd', (mixing.TokenMix, ), dict(space='voxels'))
+
+
+def test_a_plan_whose_masks_contradict_its_space_is_refused():
+    """The declaration is checked against what the plan draws: a pixel mask exactly for a pixel plan."""
+    class Mislabelled(mixing.PixelMixup):
+        space = 'tokens'
+
+    with pytest.raises(TypeError, match="Mislabelled declares space='tokens' but its masks have a pixel mask"):
+        Mislabelled(patch_size=8).plan(torch.zeros(2, 3, 16, 16))
+
+
+def tiny_cvt():
+    return dict(type='mmvitreg.CvT', arch=dict(embed_dims=(8, 16), depths=(1, 1), num_heads=(1, 2)),
+                embed_kernels=(3, 3), embed_strides=(4, 2), embed_paddings=(1, 1), drop_path_rate=0.)
+
+
+def test_the_backbones_check_pixel_and_token_plans_by_what_they_mix():
+    """Build-time check on CvT, which has no ``'mix'`` service: every pixel plan passes, MixToken is refused
+    naming the service; on a ResNet (no trace at all) the pixel plans pass too."""
+    cvt = MMPRETRAIN_MODELS.build(tiny_cvt())
+    resnet = MMPRETRAIN_MODELS.build(dict(type='mmpretrain.ResNet', depth=18))
+    for name in PIXEL_PLANS:
+        for backbone in (cvt, resnet):
+            check_trace_user(backbone, MODELS.build(dict(type=f'mmvitreg.{name}')).trace_request, name)
+    with pytest.raises(TypeError, match=r"MixToken needs the service \['mix'\].*CvT"):
+        check_trace_user(cvt, mixing.MixToken().trace_request, 'MixToken')
+
+
+@pytest.mark.parametrize('model', ['cvt', 'cvt+drloc', 'resnet'])
+@pytest.mark.parametrize('plan', PIXEL_PLANS)
+def test_every_pixel_plan_trains_on_every_backbone(plan, model):
+    """One training step of every pixel plan on a tiny CvT (alone: no trace; with DRLoc reading its last stage's
+    tokens: the plan rides in the trace and CvT leaves its tokens alone) and on an mmpretrain ResNet (no trace):
+    the images are mixed in the preprocessor, the losses are finite and the weights move."""
+    if model == 'resnet':
+        backbone = dict(type='mmpretrain.ResNet', depth=18, num_stages=1, strides=(1, ), dilations=(1, ),
+                        out_indices=(0, ))
+        neck, channels = dict(type='mmpretrain.GlobalAveragePooling'), 64
+    else:
+        backbone, neck, channels = tiny_cvt(), None, 16
+    aux = [dict(type='mmvitreg.DRLoc', in_channels=16, layers=(-1, ))] if model == 'cvt+drloc' else []
+    cfg = dict(type='mmvitreg.TokenClassifier', backbone=backbone, neck=neck, aux_losses=aux,
+               head=dict(type='mmpretrain.LinearClsHead', num_classes=3, in_channels=channels,
+                         loss=dict(type='mmpretrain.CrossEntropyLoss', use_soft=True)),
+               train_cfg=dict(token_mix=dict(type=f'mmvitreg.{plan}', patch_size=8)),
+               data_preprocessor=dict(num_classes=3))
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        model_ = MMPRETRAIN_MODELS.build(cfg)
+    torch.manual_seed(0)
+    mix.np.random.seed(0)
+    data = dict(inputs=torch.randint(0, 255, (4, 3, 32, 32), dtype=torch.uint8),
+                data_samples=[DataSample().set_gt_label(i % 3) for i in range(4)])
+    before = [p.detach().clone() for p in model_.backbone.parameters()]
+    log = model_.train_step(data, OptimWrapper(torch.optim.SGD(model_.parameters(), lr=0.1)))
+    assert set(log) == {'loss', 'loss_cls'} | ({'loss_drloc'} if aux else set())
+    assert all(torch.isfinite(v) for v in log.values())
+    assert any(not torch.equal(a, b) for a, b in zip(before, model_.backbone.parameters()))

@@ -36,6 +36,17 @@ def val_metric_logged(work_dir, key):
     return values[-1]
 
 
+def test_quick_start_config_is_seeded_and_the_readme_states_its_figure():
+    """tools/quickstart.sh trains CLS: seeded (two runs on one machine print the same top-1), not forced
+    deterministic (torch would refuse the non-deterministic CUDA kernels of a GPU run); the README's quick-start
+    paragraph names the seed and the top-1 the run prints."""
+    assert Config.fromfile(str(CLS)).randomness == dict(seed=0, deterministic=False)
+    readme = (CLS.parents[2] / 'README.md').read_text()
+    quick_start = readme[readme.index('- **`tools/quickstart.sh`**'):readme.index('- **`tools/run_tests.sh`**')]
+    assert '`randomness.seed=0`' in quick_start
+    assert re.search(r'`accuracy/top1` \d+\.\d+', quick_start)
+
+
 def test_classification_train_checkpoint_test_reproduces_metric_and_resume(digits_workspace, tmp_path):
     """train -> checkpoint -> tools/test.py (load_from) gives the metric validation logged; --resume
     continues at the iteration where the checkpoint stopped."""

@@ -156,6 +156,8 @@ def test_the_kind_of_a_config_is_its_models():
     config = REPO / 'configs' / 'demo' / 'upernet_swin-nano_1xb8-2k_drloc_digits-ade20k-128x128.py'
     run = run_tool(['analysis_tools/trace_support.py', '--config', config, '--backbone', 'SwinTransformer'], cwd=REPO)
     lines = run.stdout.splitlines()
-    assert lines[2].split() == ['aux_losses[0]:', 'DRLoc(in_channels=256,', 'layers=(-1,),', 'loss_weight=0.5,',
-                                "target='abs',", "reduction='mean',", 'replacement=True)', OK, '768', 'channels']
+    assert lines[2].split() == ['aux_losses[0]:', 'DRLoc(in_channels=256,', 'layers=(-1,),', 'num_pairs=64,',
+                                'loss_weight=0.5,', "target='abs',", "reduction='mean',", 'replacement=True,',
+                                "init_cfg={'type':", "'TruncNormal',", "'layer':", "'Linear',", "'std':", '0.02,',
+                                "'bias':", '0.0})', OK, '768', 'channels']
     assert 'model kind seg (mmseg: mmvitreg.TokenSegmentor)' in lines

@@ -28,4 +28,4 @@ val_dataloader = dict(batch_size=128)
 test_dataloader = val_dataloader
 
 # a checkpoint every 10 epochs (the schedule: ../_base_/schedules/digits_adamw_30e.py)
-default_hooks = dict(logger=dict(interval=10), checkpoint=dict(interval=10, max_keep_ckpts=1))
+default_hooks = dict(logger=dict(interval=10), checkpoint=dict(interval=10, max_keep_ckpts=1, save_best='auto'))

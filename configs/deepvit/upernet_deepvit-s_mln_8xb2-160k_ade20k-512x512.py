@@ -29,3 +29,5 @@ model = dict(
     neck=dict(in_channels=[embed_dims] * 4, out_channels=embed_dims),
     decode_head=dict(in_channels=[embed_dims] * 4, num_classes=150),
     auxiliary_head=dict(in_channels=embed_dims, num_classes=150))
+# a long run: the last 3 checkpoints (to resume) and the best mIoU, not all ten the library keeps
+default_hooks = dict(checkpoint=dict(max_keep_ckpts=3, save_best='mIoU'))

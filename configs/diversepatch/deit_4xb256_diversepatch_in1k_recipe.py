@@ -28,7 +28,7 @@ train_cfg = dict(max_epochs=max_epochs)
 # official LR (DeiT main.py: timm's CosineLRScheduler stepped after each epoch): --warmup-epochs 5 from
 # --warmup-lr 1e-6, the cosine to --min-lr 1e-7 (DeiT: 1e-5) laid over all epochs from epoch 0, epoch e at the
 # value of e - 1 (mmvitreg.TimmCosineLR)
-param_scheduler = [dict(type='mmvitreg.TimmCosineLR', T_max=max_epochs, warmup=5, warmup_start_factor=1e-6 / 1e-3,
+param_scheduler = [dict(type='mmvitreg.TimmCosineLR', T_max=max_epochs, warmup=5, warmup_lr_init=1e-6,
                         delay=1, eta_min=1e-7, by_epoch=True)]
 optim_wrapper = dict(clip_grad=None)  # official: --clip-grad None (the NativeScaler path clips nothing)
 # official: the raw model is evaluated (the EMA it keeps, --model-ema-decay 0.99996, is never evaluated): no EMA

@@ -26,3 +26,5 @@ train_cfg = dict(max_epochs=max_epochs)
 optim_wrapper = dict(optimizer=dict(lr=1e-5, weight_decay=1e-8))  # paper: constant 1e-5, wd 1e-8
 param_scheduler = [dict(type='ConstantLR', factor=1.0, by_epoch=True, begin=0, end=max_epochs)]
 auto_scale_lr = dict(base_batch_size=1024)
+# a long run: the last 3 checkpoints (to resume) and the best top-1, not one per epoch
+default_hooks = dict(checkpoint=dict(interval=1, max_keep_ckpts=3, save_best='auto'))

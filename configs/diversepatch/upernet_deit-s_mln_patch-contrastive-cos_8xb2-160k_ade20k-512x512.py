@@ -30,3 +30,5 @@ model = dict(
         dict(type='mmvitreg.PatchContrastiveLoss', loss_weight=1.0, form='paper'),
         dict(type='mmvitreg.PatchCosineLoss', loss_weight=1.0),
     ])
+# a long run: the last 3 checkpoints (to resume) and the best mIoU, not all ten the library keeps
+default_hooks = dict(checkpoint=dict(max_keep_ckpts=3, save_best='mIoU'))

@@ -39,3 +39,5 @@ test_pipeline = [
 ]
 val_dataloader = dict(dataset=dict(pipeline=test_pipeline))
 test_dataloader = val_dataloader
+# a long run: the last 3 checkpoints (to resume) and the best mIoU, not all ten the library keeps
+default_hooks = dict(checkpoint=dict(max_keep_ckpts=3, save_best='mIoU'))

@@ -50,3 +50,5 @@ param_scheduler = [
 train_dataloader = dict(batch_size=2)
 val_dataloader = dict(batch_size=1)
 test_dataloader = val_dataloader
+# a long run: the last 3 checkpoints (to resume) and the best mIoU, not all ten the library keeps
+default_hooks = dict(checkpoint=dict(max_keep_ckpts=3, save_best='mIoU'))

@@ -24,4 +24,4 @@ model = dict(
 train_dataloader = dict(batch_size=64)
 val_dataloader = dict(batch_size=128)
 test_dataloader = val_dataloader
-default_hooks = dict(logger=dict(interval=10), checkpoint=dict(interval=10, max_keep_ckpts=1))
+default_hooks = dict(logger=dict(interval=10), checkpoint=dict(interval=10, max_keep_ckpts=1, save_best='auto'))

@@ -35,4 +35,4 @@ test_pipeline = [
 train_dataloader = dict(batch_size=64, dataset=dict(pipeline=train_pipeline))
 val_dataloader = dict(batch_size=128, dataset=dict(pipeline=test_pipeline))
 test_dataloader = val_dataloader
-default_hooks = dict(logger=dict(interval=10), checkpoint=dict(interval=10, max_keep_ckpts=1))
+default_hooks = dict(logger=dict(interval=10), checkpoint=dict(interval=10, max_keep_ckpts=1, save_best='auto'))

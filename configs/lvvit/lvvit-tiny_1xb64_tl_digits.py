@@ -67,4 +67,4 @@ val_evaluator = dict(type='Accuracy', topk=(1, 5))
 test_evaluator = val_evaluator
 
 # a checkpoint every 10 epochs (the schedule: ../_base_/schedules/digits_adamw_30e.py)
-default_hooks = dict(logger=dict(interval=10), checkpoint=dict(interval=10, max_keep_ckpts=1))
+default_hooks = dict(logger=dict(interval=10), checkpoint=dict(interval=10, max_keep_ckpts=1, save_best='auto'))

@@ -32,3 +32,5 @@ model = dict(
     auxiliary_head=dict(in_channels=embed_dims, in_index=2, num_classes=150),  # official FCN head on output 2
     # official slide test: 512 crops, stride 341
     test_cfg=dict(mode='slide', crop_size=(512, 512), stride=(341, 341)))
+# a long run: the last 3 checkpoints (to resume) and the best mIoU, not all ten the library keeps
+default_hooks = dict(checkpoint=dict(max_keep_ckpts=3, save_best='mIoU'))

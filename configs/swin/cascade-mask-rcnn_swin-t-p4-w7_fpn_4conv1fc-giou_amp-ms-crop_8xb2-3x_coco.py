@@ -30,3 +30,5 @@ optim_wrapper = dict(
             'norm': dict(decay_mult=0.)
         }),
     optimizer=dict(type='AdamW', lr=0.0001, betas=(0.9, 0.999), weight_decay=0.05))
+# a long run: the last 3 checkpoints (to resume) and the best box mAP, not one per epoch (the library keeps all 36)
+default_hooks = dict(checkpoint=dict(max_keep_ckpts=3, save_best='coco/bbox_mAP'))

@@ -27,7 +27,8 @@ optim_wrapper = dict(type='AmpOptimWrapper', clip_grad=None)
 # official LR: timm's CosineLRScheduler stepped after each epoch (t_in_epochs): --warmup-epochs 5 from
 # --warmup-lr 1e-6 (1e-3 of the lr), the cosine to --min-lr 1e-5 laid over the 300 epochs from epoch 0, and
 # epoch e trains with the value of e - 1 (epochs 0 and 1 at 1e-6, epoch 5 at 8.0e-4, epoch 6 at 0.9993e-3)
-param_scheduler = [dict(type='mmvitreg.TimmCosineLR', T_max=300, warmup=5, delay=1, eta_min=1e-5, by_epoch=True)]
+param_scheduler = [dict(type='mmvitreg.TimmCosineLR', T_max=300, warmup=5, warmup_lr_init=1e-6, delay=1, eta_min=1e-5,
+                        by_epoch=True)]
 train_cfg = dict(max_epochs=300)
 # official: no EMA (set_defaults(model_ema=False)); the base has none either
 # a long run: the last 3 checkpoints (to resume) and the best top-1, not one per epoch (~265 MB each)

@@ -8,15 +8,17 @@ from mmvitreg.registry import PARAM_SCHEDULERS
 
 @PARAM_SCHEDULERS.register_module()
 class TimmCosineLR(CosineAnnealingLR):
-    r"""The LR of timm's ``CosineLRScheduler`` (``warmup_prefix=False``, one cycle), in closed form.
+    r"""The LR of timm's ``CosineLRScheduler`` (``warmup_prefix=False``, one cycle), in closed form, per group.
 
     timm lays the cosine over ``[0, T_max)`` from step 0 and lets a linear warm-up take its first
     ``W`` steps, so from step ``W`` on the LR is the cosine's value there, below the peak (mmengine's
-    ``LinearLR`` + ``CosineAnnealingLR(begin=W)`` restarts the cosine at its peak at ``W``). With the
-    base LR ``b`` of each parameter group, ``s = warmup_start_factor`` and ``t = max(step - delay, 0)``:
+    ``LinearLR`` + ``CosineAnnealingLR(begin=W)`` restarts the cosine at its peak at ``W``). Every parameter
+    group warms up from the same absolute ``warmup_lr_init`` ``w`` to its own base LR ``b`` (a group with
+    ``lr_mult`` has its own ``b``; timm's ``warmup_steps``), and ``eta_min`` is absolute too (timm's
+    ``lr_min``). With ``t = max(step - delay, 0)``:
 
     .. math::
-        lr_t = b \Big(s + (1 - s) \frac{t}{W}\Big) \ (t < W), \qquad
+        lr_t = w + (b - w) \frac{t}{W} \ (t < W), \qquad
         lr_t = \eta_{min} + \frac{b - \eta_{min}}{2} \Big(1 + \cos\frac{\pi t}{T_{max}}\Big) \ (t \ge W)
 
     ``delay`` is the official loops' lateness: DeiT / TL-Align step timm's scheduler after each epoch
@@ -30,19 +32,18 @@ class TimmCosineLR(CosineAnnealingLR):
     Args:
         T_max (int): The cosine's period, from step 0 (timm's ``t_initial``).
         warmup (int): ``W`` warm-up steps (timm's ``warmup_t``). Defaults to 0.
-        warmup_start_factor (float): The warm-up's first LR over the base LR (timm's
-            ``warmup_lr_init / lr``). Defaults to 1e-3.
+        warmup_lr_init (float): The warm-up's first LR, the same for every group (timm's
+            ``warmup_lr_init``, the official scripts' ``--warmup-lr``). Defaults to 0 (timm's).
         delay (int): Steps by which the official loop applies the schedule late. Defaults to 0.
         **kwargs: As :class:`~mmengine.optim.CosineAnnealingLR` (``eta_min``, ``begin``, ``end``,
             ``by_epoch``, ``convert_to_iter_based``, which also converts ``warmup`` and ``delay``).
     """
 
-    def __init__(self, optimizer, T_max: int, warmup: int = 0, warmup_start_factor: float = 1e-3, delay: int = 0,
-                 **kwargs):
+    def __init__(self, optimizer, T_max: int, warmup: int = 0, warmup_lr_init: float = 0., delay: int = 0, **kwargs):
         if not 0 <= warmup < T_max or delay < 0:
             raise ValueError(f'TimmCosineLR needs 0 <= warmup < T_max and delay >= 0, got warmup={warmup}, '
                              f'T_max={T_max}, delay={delay}')
-        self.warmup, self.warmup_start_factor, self.delay = warmup, warmup_start_factor, delay
+        self.warmup, self.warmup_lr_init, self.delay = warmup, warmup_lr_init, delay
         super().__init__(optimizer, T_max=T_max, **kwargs)
 
     @classmethod
@@ -55,7 +56,7 @@ class TimmCosineLR(CosineAnnealingLR):
         """The LR at global ``step`` for a group of base LR ``base``."""
         t = max(step - self.delay, 0)
         if t < self.warmup:
-            return base * (self.warmup_start_factor + (1 - self.warmup_start_factor) * t / self.warmup)
+            return self.warmup_lr_init + (base - self.warmup_lr_init) * t / self.warmup
         eta = self.eta_min if self.eta_min_ratio is None else base * self.eta_min_ratio
         return eta + (base - eta) * (1 + math.cos(math.pi * t / self.T_max)) / 2
 

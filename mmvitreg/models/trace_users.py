@@ -147,8 +147,9 @@ class TraceUsers:
     @staticmethod
     def make_trace(request: TraceRequest, mix_plan: Optional[MixPlan] = None,
                    data_samples: Optional[list] = None) -> Optional[TokenTrace]:
-        """The trace for one forward (None when neither a plan nor a user needs one)."""
-        if mix_plan is None and not request.needs_trace:
+        """The trace for one forward (None when no user needs one and no plan is left for the backbone to mix:
+        a plan that mixed the images in pixel space reaches its users through their traces)."""
+        if (mix_plan is None or mix_plan.in_pixels) and not request.needs_trace:
             return None
         return TokenTrace.for_request(request, mix=mix_plan, samples=data_samples)
 

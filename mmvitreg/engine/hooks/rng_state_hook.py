@@ -75,10 +75,12 @@ class RNGStateHook(Hook):
         self._gather()
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        # a checkpoint saved during validation (mmengine's CheckpointHook saves the epoch's checkpoint again when
+        # `save_best` finds a new best) holds the training stream, as it was before validation drew from it
         if get_world_size() > 1 and self._rank_states is not None:
             checkpoint['rng_state'] = dict(ranks=self._rank_states)
         else:
-            checkpoint['rng_state'] = dict(ranks=[capture_rng_state()])
+            checkpoint['rng_state'] = dict(ranks=[self._before_val or capture_rng_state()])
 
     # ---- resuming
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:

@@ -1,17 +1,14 @@
 """MixToken: CutMix on the token grid, after patch embedding (token labeling, Eq. 8-10)."""
 from typing import List, Optional, Tuple
 
-import torch
-from mmpretrain.models.utils.batch_augments import CutMix
 from torch import Tensor
 
 from mmvitreg.registry import MODELS
-from ..trace import TraceRequest
-from .token_mix import TokenMix
+from .box_mix import BoxMix
 
 
 @MODELS.register_module()
-class MixToken(TokenMix):
+class MixToken(BoxMix):
     r"""MixToken from `All Tokens Matter: Token Labeling for Training Better Vision Transformers
     <https://arxiv.org/abs/2104.10858>`_ (LV-ViT).
 
@@ -51,23 +48,15 @@ class MixToken(TokenMix):
             the grid sides instead of from ``lam`` (as mmpretrain's CutMix). Defaults to None.
     """
 
+    space = 'tokens'  # the backbone mixes its patch tokens (service 'mix')
     REDRAW_FULL = False  # the official code draws lam once
-    trace_request = TraceRequest(services={'mix'})  # the backbone mixes the tokens
 
     def __init__(self,
                  alpha: float = 1.0,
                  patch_size: int = 16,
                  partner: str = 'flip',
                  cutmix_minmax: Optional[List[float]] = None):
-        super().__init__(alpha=alpha, patch_size=patch_size, partner=partner)
-        self.cutmix_box = CutMix(alpha=self.alpha, cutmix_minmax=cutmix_minmax, correct_lam=True)  # its box code
-
-    def box_mask(self, shape: Tuple[int, int], device) -> Tensor:
-        """``(h, w)`` ones with a CutMix box of zeros, for a ``lam`` drawn here."""
-        (y1, y2, x1, x2), _ = self.cutmix_box.cutmix_bbox_and_lam(shape, self.draw_lam())
-        mask = torch.ones(shape, device=device)
-        mask[y1:y2, x1:x2] = 0
-        return mask
+        super().__init__(alpha=alpha, patch_size=patch_size, partner=partner, cutmix_minmax=cutmix_minmax)
 
     def masks(self, inputs: Tensor, grid: Tuple[int, int]) -> Tuple[Tensor, None]:
         """One box on the grid for the batch: mask ``(B, Hg, Wg)``, 0 inside the box; the tokens are mixed

@@ -27,6 +27,8 @@ class MixupCutMixSwitch(TokenMix):
             Defaults to ``'tokens'``.
     """
 
+    space = 'pixels'  # both augments it switches between mix the images
+
     def __init__(self, mixup_alpha: float = 0.8, cutmix_alpha: float = 1.0, switch_prob: float = 0.5,
                  patch_size: int = 16, partner: str = 'flip', box_on: str = 'tokens'):
         if not 0 <= switch_prob <= 1:

@@ -5,11 +5,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from mmvitreg.registry import MODELS
-from .mix_token import MixToken
+from .box_mix import BoxMix
 
 
 @MODELS.register_module()
-class PatchCutMix(MixToken):
+class PatchCutMix(BoxMix):
     r"""CutMix on patch-aligned boxes, as the official code of `Token-Label Alignment for Vision
     Transformers <https://arxiv.org/abs/2210.06455>`_ (TL-Align) draws it (``tla.py``, ``TL_AlignMix``).
 
@@ -24,7 +24,8 @@ class PatchCutMix(MixToken):
       as in the official code);
     * partner ``flip``: sample ``i`` takes the box from sample ``B - 1 - i`` (official ``flip(0)``);
     * the **images** are mixed in pixel space in whole patches (``m * x + (1 - m) * x[index]``, the
-      token mask upsampled by ``patch_size``), so it works for every backbone, conv stems included.
+      token mask upsampled by ``patch_size``), so it works for every backbone, conv stems included
+      (:attr:`~mmvitreg.models.mixing.TokenMix.space` ``'pixels'``: it asks nothing of the backbone).
 
     ``box_on='pixels'`` draws the box in pixels instead (the paper's CutMix, not the official code):
     it may split patches, and each token starts with its patch's share of own pixels (paper Sec. 3.3),
@@ -48,8 +49,8 @@ class PatchCutMix(MixToken):
             Defaults to ``'tokens'``.
     """
 
+    space = 'pixels'  # the data preprocessor mixes the images: any backbone, conv stems included
     BOXES = ('tokens', 'pixels')
-    REDRAW_FULL = True  # official ``while lam == 1.``
 
     def __init__(self, alpha: float = 1.0, patch_size: int = 16, partner: str = 'flip', box_on: str = 'tokens'):
         if box_on not in self.BOXES:

@@ -26,6 +26,8 @@ class PixelMixup(TokenMix):
         partner (str): ``'flip'`` or ``'permute'``. Defaults to ``'flip'``.
     """
 
+    space = 'pixels'  # the data preprocessor blends the images
+
     def __init__(self, alpha: float = 0.8, patch_size: int = 16, partner: str = 'flip'):
         super().__init__(alpha=alpha, patch_size=patch_size, partner=partner)
 

@@ -26,6 +26,8 @@ class TokenMaskMix(TokenMix):
             Defaults to ``'flip'``.
     """
 
+    space = 'pixels'  # the data preprocessor mixes the images in whole patches
+
     def __init__(self, alpha: float = 1.0, patch_size: int = 16, partner: str = 'flip'):
         super().__init__(alpha=alpha, patch_size=patch_size, partner=partner)
 

@@ -8,6 +8,10 @@ from torch import Tensor
 from ..layers import token_grid
 from ..trace import MixPlan, TraceRequest
 
+#: what a plan of each space asks of the backbone: nothing when the data preprocessor mixes the images (any
+#: backbone serves it), the service ``'mix'`` when the backbone mixes its patch tokens
+SPACE_REQUESTS = {'pixels': TraceRequest(), 'tokens': TraceRequest(services={'mix'})}
+
 
 class TokenMix:
     """A two-image mixing plan drawer: what :class:`~mmvitreg.models.classifiers.TokenClassifier` takes as
@@ -24,8 +28,11 @@ class TokenMix:
     * the partner: ``'flip'``, sample ``i`` mixes with ``B - 1 - i`` (the official codes' ``flip(0)``), or
       ``'permute'``, a random permutation (``torch.randperm``, as mmpretrain's CutMix), drawn after the masks.
 
-    A subclass draws the masks (:meth:`masks`). The trace it asks for (:attr:`trace_request`): any, because
-    the classifier hands the plan to the backbone in a trace.
+    A concrete plan declares what it mixes, :attr:`space`, and its :attr:`trace_request` follows from it
+    (:data:`SPACE_REQUESTS`): ``'pixels'``, the data preprocessor mixes the images and the backbone is asked
+    for nothing (every backbone serves the plan, with or without a trace); ``'tokens'``, the backbone mixes its
+    patch tokens (service ``'mix'``). It draws the masks (:meth:`masks`): a pixel mask exactly when it mixes
+    pixels (:meth:`plan` checks it).
 
     Args:
         alpha (float, optional): Beta parameter of ``lam``; positive. None for a plan that draws no ``lam``
@@ -37,8 +44,16 @@ class TokenMix:
     PARTNERS = ('flip', 'permute')
     #: draw ``lam`` again while it is exactly 1 (an unmixed batch)
     REDRAW_FULL = True
-    trace_request = TraceRequest(trace=True)  # the plan travels in a trace
+    #: ``'pixels'`` or ``'tokens'`` (a key of :data:`SPACE_REQUESTS`); declared by every concrete plan
+    space: Optional[str] = None
     image_target = True  # mixes the images' labels
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.space is not None:
+            if cls.space not in SPACE_REQUESTS:
+                raise TypeError(f'{cls.__name__}.space must be one of {sorted(SPACE_REQUESTS)}, got {cls.space!r}')
+            cls.trace_request = SPACE_REQUESTS[cls.space]
 
     def __init__(self, alpha: Optional[float] = None, patch_size: int = 16, partner: str = 'flip'):
         if alpha is not None and not alpha > 0:
@@ -80,5 +95,8 @@ class TokenMix:
     def plan(self, inputs: Tensor) -> MixPlan:
         """One :class:`~mmvitreg.models.trace.MixPlan` for images ``(B, C, H, W)``, on their device."""
         mask, pixel_mask = self.masks(inputs, self.token_grid(inputs))
+        if (pixel_mask is not None) != (self.space == 'pixels'):
+            raise TypeError(f'{type(self).__name__} declares space={self.space!r} but its masks '
+                            f'{"have" if pixel_mask is not None else "lack"} a pixel mask: declare the space it mixes')
         return MixPlan(index=self.partner_index(len(inputs), inputs.device), mask=mask, pixel_mask=pixel_mask)
 

@@ -1,0 +1,35 @@
+"""The shared part of the plans that cut one CutMix box for the whole batch (MixToken, PatchCutMix)."""
+from typing import List, Optional, Tuple
+
+import torch
+from mmpretrain.models.utils.batch_augments import CutMix
+from torch import Tensor
+
+from .token_mix import TokenMix
+
+
+class BoxMix(TokenMix):
+    """Base of the plans that take one box of the partner for the whole batch, drawn with mmpretrain's
+    :class:`CutMix` bounding-box code (sides ``int(h * sqrt(1 - lam))`` x ``int(w * sqrt(1 - lam))``, centre
+    uniform, ``centre +- side // 2`` clipped). It says nothing of what is mixed: each subclass declares its
+    :attr:`~TokenMix.space` (MixToken mixes tokens in the backbone, PatchCutMix the images' pixels).
+
+    Args:
+        alpha (float): Beta parameter of ``lam``; positive. Defaults to 1.0.
+        patch_size (int): Token stride of the backbone in input pixels. Defaults to 16.
+        partner (str): ``'flip'`` or ``'permute'``. Defaults to ``'flip'``.
+        cutmix_minmax (List[float], optional): Draw the box sides uniformly in this range of the grid sides
+            instead of from ``lam`` (as mmpretrain's CutMix). Defaults to None.
+    """
+
+    def __init__(self, alpha: float = 1.0, patch_size: int = 16, partner: str = 'flip',
+                 cutmix_minmax: Optional[List[float]] = None):
+        super().__init__(alpha=alpha, patch_size=patch_size, partner=partner)
+        self.cutmix_box = CutMix(alpha=self.alpha, cutmix_minmax=cutmix_minmax, correct_lam=True)  # its box code
+
+    def box_mask(self, shape: Tuple[int, int], device) -> Tensor:
+        """``(h, w)`` ones with a CutMix box of zeros, for a ``lam`` drawn here."""
+        (y1, y2, x1, x2), _ = self.cutmix_box.cutmix_bbox_and_lam(shape, self.draw_lam())
+        mask = torch.ones(shape, device=device)
+        mask[y1:y2, x1:x2] = 0
+        return mask
