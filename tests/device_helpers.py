@@ -24,6 +24,11 @@ from torch.overrides import TorchFunctionMode
 
 from guard_helpers import run_options
 
+# cuBLAS is deterministic (as mmengine's randomness.deterministic=True demands through
+# torch.use_deterministic_algorithms) only with a fixed workspace, read when its first handle is made: set when the
+# GPU tests are collected, before any of them runs (tools/gpu_check.sh exports it too)
+os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')
+
 #: the device the tests of ``tests/cuda`` run on: ``cuda`` (the default), or ``cpu`` for a dry run
 DEVICE = os.environ.get('MMVITREG_TEST_DEVICE', 'cuda')
 NO_CUDA = ('no CUDA device is visible (torch.cuda.is_available() is False); MMVITREG_TEST_DEVICE=cpu runs these '

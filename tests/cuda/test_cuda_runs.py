@@ -20,7 +20,7 @@ def ws(tmp_path_factory):
 
 
 def train(config, ws, work, *flags, **options):
-    """tools/train.py in a process of its own (CUBLAS_WORKSPACE_CONFIG set: see conftest.py)."""
+    """tools/train.py in a process of its own (CUBLAS_WORKSPACE_CONFIG set: see device_helpers.py)."""
     return run_tool(['train.py', config, '--work-dir', work, *flags, *run_options(config, ws, work, **options)],
                     cwd=ws, timeout=300)
 
