@@ -5,6 +5,7 @@ import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 from mmengine.model import BaseModel
 from torch import nn
 
@@ -94,6 +95,27 @@ def test_flop_count_matches_a_hand_count():
     batch = 4
     flops = bench.train_step_flops(TwoLinears(), dict(inputs=torch.randn(batch, 6)))
     assert flops == 2 * batch * (6 * 5 + 5 * 3) + 2 * (2 * batch * 5 * 3) + 2 * batch * 6 * 5
+
+
+class Attention(BaseModel):
+    """x (B, L, 8) -> Linear(8, 8) as q = k = v of 2 heads of 4 channels -> fused attention -> sum."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(8, 8)
+
+    def forward(self, inputs, data_samples=None, mode='tensor'):
+        x = self.qkv(inputs).unflatten(-1, (2, 4)).transpose(1, 2)
+        return dict(loss=F.scaled_dot_product_attention(x, x, x).sum())
+
+
+def test_fused_attention_is_counted_on_a_cpu_too():
+    """The fused kernel (CPU flash attention here): forward q k^T and attn v, 2 * 2*B*H*L*L*D; backward 2.5 times
+    that (the scores recomputed, then four products); the linear layer's forward and weight gradient."""
+    b, length, heads, dim = 3, 10, 2, 4
+    flops = bench.train_step_flops(Attention(), dict(inputs=torch.randn(b, length, 8)))
+    attention = 2 * 2 * b * heads * length * length * dim
+    assert flops == attention + 5 * attention // 2 + 2 * (2 * b * length * 8 * 8)
 
 
 def test_optim_wrapper_of_each_precision_on_a_cpu():

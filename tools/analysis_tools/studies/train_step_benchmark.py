@@ -355,16 +355,34 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
+def _cpu_attention_flops() -> dict:
+    """FLOP formulas for PyTorch's fused CPU attention and its backward (what ``F.scaled_dot_product_attention``
+    and the TL-Align ride run on a CPU), which ``FlopCounterMode`` counts on CUDA only: the same formulas as for the
+    fused CUDA kernels (``{operator: formula}``, for its ``custom_mapping``)."""
+    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
+    def forward(query, key, value, *args, out_shape=None, **kwargs):
+        return sdpa_flop_count(query, key, value)
+
+    def backward(grad_out, query, key, value, *args, out_shape=None, **kwargs):
+        return sdpa_backward_flop_count(grad_out, query, key, value)
+    name = '_scaled_dot_product_flash_attention_for_cpu'
+    if not hasattr(torch.ops.aten, name):  # older PyTorch: the CPU kernel is the CUDA one's operator, counted
+        return {}
+    return {getattr(torch.ops.aten, name): forward, getattr(torch.ops.aten, f'{name}_backward'): backward}
+
+
 def train_step_flops(model: nn.Module, data: dict) -> int:
     """FLOPs of one forward + loss + backward of ``model`` on ``data`` (eager, in the current precision).
 
     Counted by ``torch.utils.flop_counter.FlopCounterMode``: matrix multiplications, convolutions and fused
-    attention kernels, forward and backward, two FLOPs per multiply-add; element-wise work, normalisation and
-    a softmax outside a fused kernel count nothing, nor do the data preprocessor and the optimizer step (no
-    such operator runs there). The gradients are cleared afterwards; the weights are unchanged.
+    attention kernels (CUDA's and, with :func:`_cpu_attention_flops`, the CPU's), forward and backward, two FLOPs
+    per multiply-add; element-wise work, normalisation and a softmax outside a fused kernel count nothing, nor do
+    the data preprocessor and the optimizer step (no such operator runs there). The gradients are cleared
+    afterwards; the weights are unchanged.
     """
     from torch.utils.flop_counter import FlopCounterMode
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False, custom_mapping=_cpu_attention_flops()) as counter:
         losses = model(**model.data_preprocessor(data, True), mode='loss')
         loss, _ = model.parse_losses(losses)
         loss.backward()
