@@ -272,11 +272,12 @@ class TimmClassifier(BaseModel):
         head (dict): Our head's config: its ``num_classes``.
         neck (dict, optional): Our pooling neck, which timm's model does itself (``global_pool``).
         data_preprocessor (dict, optional): Our data preprocessor (mmpretrain's ``ClsDataPreprocessor``).
+        init_cfg (dict | list, optional): Our model's weight initialisation, applied by ``init_weights``.
         train_cfg, target_transform: Must be None: the timm step has no mixing and no target transform.
     """
 
     def __init__(self, name: str, backbone: dict, head: dict, neck: Optional[dict] = None,
-                 data_preprocessor: Optional[dict] = None, train_cfg: Optional[dict] = None,
+                 data_preprocessor: Optional[dict] = None, init_cfg=None, train_cfg: Optional[dict] = None,
                  target_transform: Optional[dict] = None):
         if train_cfg or target_transform:
             raise ValueError('a timm baseline trains without mixing or target transform: set model.train_cfg and '
@@ -285,7 +286,8 @@ class TimmClassifier(BaseModel):
             import timm
         except ImportError:
             raise ImportError(TIMM_MISSING) from None
-        super().__init__(data_preprocessor=dict(type='mmpretrain.ClsDataPreprocessor', **(data_preprocessor or {})))
+        super().__init__(data_preprocessor=dict(type='mmpretrain.ClsDataPreprocessor', **(data_preprocessor or {})),
+                         init_cfg=init_cfg)
         self.timm_model = timm.create_model(name, pretrained=False, **timm_arguments(backbone, head['num_classes']))
 
     def forward(self, inputs: torch.Tensor, data_samples: Optional[list] = None, mode: str = 'tensor'):
