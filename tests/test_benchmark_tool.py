@@ -53,12 +53,12 @@ def test_spawned_memory_processes_and_bf16_on_the_cpu(tmp_path):
     assert "baseline: the config in fp32" in proc.stdout
 
 
-def test_memory_pass_can_be_left_out(tmp_path):
-    proc = run_tool(['analysis_tools/benchmark_train_step.py', '--tiny', '--repeats', 1, '--warmup', 0,
-                     '--batch-size', 2, '--img-size', 32, '--memory', 'off', '--case', 'deepvit-s-vs-msa'],
-                    cwd=tmp_path)
-    assert 'memory ratio not measured' in proc.stdout
-    assert len(re.findall(ROW, proc.stdout, flags=re.M)) == 2 and ' n/a ' in proc.stdout
+def test_memory_pass_can_be_left_out():
+    res = bench.run_case('deepvit-s-vs-msa', batch_size=2, img_size=32, repeats=1, warmup=0, device='cpu', tiny=True,
+                         memory=False)
+    assert res.memory is None and res.flops['model'] > 0 and res.batch_size == 2
+    assert 'memory ratio not measured' in res.report() and len(re.findall(ROW, res.report(), flags=re.M)) == 2
+    assert ' | n/a | ' in res.row()
 
 
 def test_fp16_on_a_cpu_and_a_timm_case_without_timm_fail_with_one_line_naming_the_fix(tmp_path):
