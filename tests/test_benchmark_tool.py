@@ -19,12 +19,12 @@ SIZE_KEYS = {'embed_dims', 'num_layers', 'num_heads', 'feedforward_channels', 'd
              'size'}  # a segmentor's data_preprocessor.size: the crop its batches are padded to
 
 
-ROW = r'^(model|baseline) +(\d+\.\d) +(\d+\.\d) +(\d+\.\d{3}|n/a) +(\d+\.\d\d) +(\d+\.\d\d)$'
+ROW = r'^(model|baseline) +(\d+\.\d) +(\d+\.\d) +(\d+\.\d{4}|n/a) +(\d+\.\d\d) +(\d+\.\d\d)$'
 
 
 def test_tool_runs_every_case_with_tiny_models(tmp_path):
     proc = run_tool(['analysis_tools/benchmark_train_step.py', '--tiny', '--repeats', 1, '--warmup', 0,
-                     '--batch-size', 2, '--img-size', 32, '--threads', 1, '--clock', 'cpu'], cwd=tmp_path)
+                     '--batch-size', 2, '--img-size', 32, '--threads', 1, '--clock', 'cpu'], cwd=tmp_path, timeout=1500)
     out = proc.stdout
     for name, case in bench.CASES.items():
         assert f'== {name}: {case.description}\nconfig {case.recipe()}\n' in out
@@ -34,7 +34,7 @@ def test_tool_runs_every_case_with_tiny_models(tmp_path):
     assert {float(target) for _, target, _ in ratios} == {round(c.max_time_ratio, 3) for c in bench.CASES.values()}
     rows = re.findall(ROW, out, flags=re.M)
     assert len(rows) == 2 * len(bench.CASES)
-    assert all(float(ms) > 0 and float(ips) > 0 and float(gib) > 0 and float(gflop) > 0 and float(tflops) > 0
+    assert all(float(ms) > 0 and float(ips) > 0 and float(gib) > 0 and float(gflop) > 0 and float(tflops) >= 0
                for _, ms, ips, gib, gflop, tflops in rows)
     summary = out[out.index('\nsummary\n'):].splitlines()[2:]
     assert summary[:2] == bench.SUMMARY_HEADER.splitlines()

@@ -573,7 +573,7 @@ class CaseResult:
                  f'{"TFLOP/s":>8s}']
         for role in ROLES:
             f = self.side(role)
-            gib = f'{f["gib"]:11.3f}' if f['gib'] is not None else f'{"n/a":>11s}'
+            gib = f'{f["gib"]:11.4f}' if f['gib'] is not None else f'{"n/a":>11s}'
             lines.append(f'{role:10s} {f["ms"]:18.1f} {f["images_s"]:10.1f} {gib} {f["gflop"]:11.2f} '
                          f'{f["tflops"]:8.2f}')
         memory = f'{self.memory_ratio:.3f}' if self.memory else 'not measured'
