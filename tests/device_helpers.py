@@ -153,6 +153,6 @@ def amp_steps(cfg: Config, device: str, amp: str, steps: int = 3) -> Tuple[list,
     model = model.to(device).train()
     optim_wrapper = build_optim_wrapper(model, device, amp)
     seed_everything(0)
-    logs = [{k: float(v) for k, v in model.train_step(copy.deepcopy(batch), optim_wrapper).items()}
+    logs = [{k: float(v.detach()) for k, v in model.train_step(copy.deepcopy(batch), optim_wrapper).items()}
             for _ in range(steps)]
     return logs, dict(model.named_parameters())
