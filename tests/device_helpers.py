@@ -22,6 +22,7 @@ from mmengine.registry import DefaultScope
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from conftest import CONFIGS
 from guard_helpers import run_options
 
 # cuBLAS is deterministic (as mmengine's randomness.deterministic=True demands through
@@ -35,6 +36,9 @@ NO_CUDA = ('no CUDA device is visible (torch.cuda.is_available() is False); MMVI
            'tests on the CPU as a dry run')
 #: mark of every test of ``tests/cuda``: skipped, with the reason, where its device is absent
 needs_device = pytest.mark.skipif(DEVICE.startswith('cuda') and not torch.cuda.is_available(), reason=NO_CUDA)
+#: every classifier trained on the bundled digits (``configs/<technique>/*_digits.py``: each technique's, the demos,
+#: DRLoc on each backbone; not the teacher, segmentation or detection configs)
+DIGITS_CLASSIFIERS = sorted(CONFIGS.glob('*/*_digits.py'))
 #: relative tolerance of a CPU-vs-CUDA comparison in float32 without TF32 (the issue measured <= 1.5e-6 on the
 #: full-size models; tiny models sum less)
 RTOL = 1e-4

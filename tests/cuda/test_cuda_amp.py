@@ -1,4 +1,4 @@
-"""Mixed precision on the device: three training steps of each technique's digits config in bf16 and in fp16
+"""Mixed precision on the device: three training steps of every digits classifier config in bf16 and in fp16
 (mmengine's AmpOptimWrapper, fp16 with its dynamic loss scale) log finite losses and leave finite float32 weights.
 A CPU dry run covers bf16 (mmvitreg's AutocastOptimWrapper; float16 autocast needs a GPU)."""
 import math
@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from device_helpers import DEVICE, amp_steps, load_digits_config, needs_device
-from guard_helpers import TECHNIQUES, build_workspace
+from device_helpers import DEVICE, DIGITS_CLASSIFIERS, amp_steps, load_digits_config, needs_device
+from guard_helpers import build_workspace
 
 pytestmark = needs_device
 
@@ -18,7 +18,7 @@ def ws(tmp_path_factory):
 
 
 @pytest.mark.parametrize('amp', ['bf16', 'fp16'])
-@pytest.mark.parametrize('config', TECHNIQUES, ids=lambda p: p.stem)
+@pytest.mark.parametrize('config', DIGITS_CLASSIFIERS, ids=lambda p: p.stem)
 def test_three_mixed_precision_steps_are_finite(ws, config, amp):
     if amp == 'fp16' and not DEVICE.startswith('cuda'):
         pytest.skip('float16 autocast needs a GPU (a CPU trains mixed precision in bfloat16)')
