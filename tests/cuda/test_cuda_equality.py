@@ -1,6 +1,7 @@
 """CPU vs. CUDA: the same weights, images, seed and random draws give the same eval logits and the same value of
 every named loss (and logged scalar) of every digits classifier config (each technique's), in float32 without
-TF32, with dropout and drop path off (``device_helpers.compare_devices``; its dry run on the CPU is tests/test_device_helpers.py)."""
+TF32, with dropout and drop path off (``device_helpers.compare_devices``; its dry run on the CPU is
+tests/test_device_helpers.py)."""
 import math
 
 import pytest
