@@ -85,9 +85,10 @@ log "$VERSIONS"
 TESTS='not run'
 if [ "$ONLY" != bench ]; then
   if "$PYTHON" -c 'import pytest' 2>/dev/null; then
-    step tests "$TEST_TIMEOUT" env ${TEST_ENV[@]+"${TEST_ENV[@]}"} "$PYTHON" -m pytest tests/cuda -q -rs -p no:cacheprovider
+    step tests "$TEST_TIMEOUT" env ${TEST_ENV[@]+"${TEST_ENV[@]}"} \
+      "$PYTHON" -m pytest tests/cuda -q -rs -p no:cacheprovider
     rc=$?
-    counts=$(tail -n 3 "$LOG.tests" | grep -Eo '[0-9]+ (passed|failed|skipped|errors?|xfailed|xpassed)' | paste -sd, -)
+    counts=$(tail -n 3 "$LOG.tests" | grep -Eo '[0-9]+ (passed|failed|skipped|errors?|xfailed|xpassed)' | paste -sd, - | sed 's/,/, /g')
     TESTS="${counts:-no result} (exit $rc, ${STEP_SECONDS}s)"
   else
     TESTS='not run: pytest is not importable by PYTHON (install its wheel with the others)'
@@ -117,11 +118,13 @@ fi
 {
   echo
   echo '===== mmvitreg GPU check: summary ====='
-  echo "mode: $MODE; $(date -u '+%Y-%m-%d %H:%M UTC'); commit $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "mode: $MODE; $(date -u '+%Y-%m-%d %H:%M UTC');" \
+    "commit $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo "$VERSIONS"
   echo "tests/cuda: $TESTS"
   if [ "$ONLY" != tests ]; then
-    echo "benchmark (${BENCH[*]}): $PASS PASS, $FAIL FAIL, $BROKEN errors or timeouts (not judged in a dry run)"
+    echo "benchmark (${BENCH[*]}): $PASS PASS, $FAIL FAIL, $BROKEN errors or timeouts$([ "$DRY" = 1 ] &&
+      echo ' (a dry run judges nothing)')"
     "$PYTHON" -c 'import sys; sys.path.insert(0, "tools/analysis_tools")
 from studies.train_step_benchmark import SUMMARY_HEADER; print(SUMMARY_HEADER)' 2>/dev/null ||
       echo '| case | (table header unavailable) |'
