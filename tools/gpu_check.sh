@@ -88,7 +88,8 @@ if [ "$ONLY" != bench ]; then
     step tests "$TEST_TIMEOUT" env ${TEST_ENV[@]+"${TEST_ENV[@]}"} \
       "$PYTHON" -m pytest tests/cuda -q -rs -p no:cacheprovider
     rc=$?
-    counts=$(tail -n 3 "$LOG.tests" | grep -Eo '[0-9]+ (passed|failed|skipped|errors?|xfailed|xpassed)' | paste -sd, - | sed 's/,/, /g')
+    counts=$(tail -n 3 "$LOG.tests" | grep -Eo '[0-9]+ (passed|failed|skipped|errors?|xfailed|xpassed)' |
+      paste -sd, - | sed 's/,/, /g')
     TESTS="${counts:-no result} (exit $rc, ${STEP_SECONDS}s)"
   else
     TESTS='not run: pytest is not importable by PYTHON (install its wheel with the others)'
