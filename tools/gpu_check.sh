@@ -9,7 +9,8 @@
 # --tiny), to check a machine or a change before spending GPU minutes. No virtualenv is assumed: PYTHON (default
 # python3) runs everything, with this checkout first on PYTHONPATH, so a GPU image's own torch with the other
 # packages installed by `pip install --target DIR` works as `PYTHON=python3 PYTHONPATH=DIR bash tools/gpu_check.sh`
-# (docs/gpu.md). The tests need pytest; the timm cases need timm (requirements/bench.txt).
+# (docs/gpu.md). The tests need pytest; the timm cases need timm (requirements/bench.txt). Exit status 1 when a
+# test or a case failed (or could not run), else 0.
 set -u
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-python3}
@@ -80,7 +81,9 @@ print(f'python {platform.python_version()} | {line} | ' + ' | '.join(
     version(*n) for n in (('mmengine',), ('mmcv', 'mmcv-lite'), ('mmpretrain',), ('timm',))))
 PY
 )
+[ -n "$VERSIONS" ] || VERSIONS="$PYTHON printed no versions (is it a Python with torch?)"
 log "$VERSIONS"
+STATUS=0
 
 TESTS='not run'
 if [ "$ONLY" != bench ]; then
@@ -91,9 +94,11 @@ if [ "$ONLY" != bench ]; then
     counts=$(tail -n 3 "$LOG.tests" | grep -Eo '[0-9]+ (passed|failed|skipped|errors?|xfailed|xpassed)' |
       paste -sd, - | sed 's/,/, /g')
     TESTS="${counts:-no result} (exit $rc, ${STEP_SECONDS}s)"
+    [ $rc = 0 ] || STATUS=1
   else
     TESTS='not run: pytest is not importable by PYTHON (install its wheel with the others)'
     log "tests/cuda: $TESTS"
+    STATUS=1
   fi
 fi
 
@@ -135,3 +140,5 @@ from studies.train_step_benchmark import SUMMARY_HEADER; print(SUMMARY_HEADER)' 
   echo '======================================='
 } | tee -a "$LOG"
 rm -f "$LOG".tests "$LOG".case-*
+[ $((FAIL + BROKEN)) = 0 ] || STATUS=1
+exit $STATUS
