@@ -34,8 +34,12 @@ MIM_ITEMS = ('configs', 'tools', 'model-index.yml')
 
 
 def requirements(name):
-    lines = ROOT.joinpath('requirements', name).read_text().splitlines()
-    return [ln.split('#')[0].strip() for ln in lines if ln.split('#')[0].strip()]
+    """The requirements of ``requirements/<name>``, with those of the files it includes (``-r other.txt``)."""
+    found = []
+    for line in ROOT.joinpath('requirements', name).read_text().splitlines():
+        line = line.split('#')[0].strip()
+        found += requirements(line[2:].strip()) if line.startswith('-r') else [line] if line else []
+    return found
 
 
 class BuildPyWithMim(build_py):

@@ -1,10 +1,15 @@
 """tools/analysis_tools/benchmark_train_step.py: the cases run side by side and report their ratios;
 the case registry and the verdict behave as documented (no timing is asserted)."""
+import os
 import re
 
 import pytest
+import torch
+import torch.nn.functional as F
+from mmengine.model import BaseModel
+from torch import nn
 
-from conftest import run_tool
+from conftest import REPO, run_tool
 from studies import train_step_benchmark as bench
 
 # the keys a tiny variant may change: sizes (widths, depths, heads, windows, grids, image size, pairs drawn),
@@ -14,9 +19,12 @@ SIZE_KEYS = {'embed_dims', 'num_layers', 'num_heads', 'feedforward_channels', 'd
              'size'}  # a segmentor's data_preprocessor.size: the crop its batches are padded to
 
 
+ROW = r'^(model|baseline) +(\d+\.\d) +(\d+\.\d) +(\d+\.\d{4}|n/a) +(\d+\.\d\d) +(\d+\.\d\d)$'
+
+
 def test_tool_runs_every_case_with_tiny_models(tmp_path):
     proc = run_tool(['analysis_tools/benchmark_train_step.py', '--tiny', '--repeats', 1, '--warmup', 0,
-                     '--batch-size', 2, '--img-size', 32, '--threads', 1, '--clock', 'cpu'], cwd=tmp_path)
+                     '--batch-size', 2, '--img-size', 32, '--threads', 1, '--clock', 'cpu'], cwd=tmp_path, timeout=1500)
     out = proc.stdout
     for name, case in bench.CASES.items():
         assert f'== {name}: {case.description}\nconfig {case.recipe()}\n' in out
@@ -24,8 +32,130 @@ def test_tool_runs_every_case_with_tiny_models(tmp_path):
     assert len(ratios) == len(bench.CASES)
     assert all(float(t) > 0 and float(m) > 0 for t, _, m in ratios)
     assert {float(target) for _, target, _ in ratios} == {round(c.max_time_ratio, 3) for c in bench.CASES.values()}
-    rows = re.findall(r'^(model|baseline) +(\d+\.\d) +(\d+\.\d)$', out, flags=re.M)
-    assert len(rows) == 2 * len(bench.CASES) and all(float(ms) > 0 and float(mib) > 0 for _, ms, mib in rows)
+    rows = re.findall(ROW, out, flags=re.M)
+    assert len(rows) == 2 * len(bench.CASES)
+    assert all(float(ms) > 0 and float(ips) > 0 and float(gib) > 0 and float(gflop) > 0 and float(tflops) >= 0
+               for _, ms, ips, gib, gflop, tflops in rows)
+    summary = out[out.index('\nsummary\n'):].splitlines()[2:]
+    assert summary[:2] == bench.SUMMARY_HEADER.splitlines()
+    assert [row.split(' | ')[0] for row in summary[2:]] == [f'| {name}' for name in sorted(bench.CASES)]
+
+
+def test_spawned_memory_processes_and_bf16_on_the_cpu(tmp_path):
+    """The start CUDA needs (spawn), forced on the CPU, with bf16 autocast: peaks are measured, and a case that fixes
+    its sides' precision keeps it."""
+    proc = run_tool(['analysis_tools/benchmark_train_step.py', '--tiny', '--repeats', 1, '--warmup', 0,
+                     '--batch-size', 2, '--img-size', 32, '--threads', 1, '--amp', 'bf16', '--memory', 'spawn',
+                     '--case', 'deit-s-vs-timm', 'deit-s-tlalign-bf16-vs-fp32'], cwd=tmp_path)
+    assert 'batch 2, 32x32 images, bf16,' in proc.stdout
+    rows = re.findall(ROW, proc.stdout, flags=re.M)
+    assert len(rows) == 4 and all(float(gib) > 0 for _, _, _, gib, _, _ in rows)
+    assert "baseline: the config in fp32" in proc.stdout
+
+
+def test_memory_pass_can_be_left_out():
+    res = bench.run_case('deepvit-s-vs-msa', batch_size=2, img_size=32, repeats=1, warmup=0, device='cpu', tiny=True,
+                         memory=False)
+    assert res.memory is None and res.flops['model'] > 0 and res.batch_size == 2
+    assert 'memory ratio not measured' in res.report() and len(re.findall(ROW, res.report(), flags=re.M)) == 2
+    assert ' | n/a | ' in res.row()
+
+
+def test_fp16_on_a_cpu_and_a_timm_case_without_timm_fail_with_one_line_naming_the_fix(tmp_path):
+    tool = ['analysis_tools/benchmark_train_step.py', '--tiny', '--case', 'deit-s-vs-timm']
+    proc = run_tool(tool + ['--amp', 'fp16'], cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].endswith(
+        '--amp fp16 needs a GPU (float16 autocast with a loss scale); on a CPU use --amp bf16')
+    hidden = tmp_path / 'no_timm'
+    hidden.mkdir()
+    (hidden / 'timm.py').write_text("raise ImportError(\"No module named 'timm'\")\n")
+    env = {'PYTHONPATH': f'{hidden}{os.pathsep}{REPO}'}
+    proc = run_tool(tool, cwd=tmp_path, check=False, env=env)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].endswith(
+        'the timm cases need timm (an optional benchmark requirement): pip install -r requirements/bench.txt')
+    listed = run_tool(['analysis_tools/benchmark_train_step.py', '--list'], cwd=tmp_path, env=env).stdout
+    assert [ln.split(':')[0] for ln in listed.splitlines()] == sorted(bench.CASES)  # listing needs no timm
+
+
+class TwoLinears(BaseModel):
+    """x (B, 6) -> Linear(6, 5) -> Linear(5, 3) -> sum: a model whose training FLOPs are counted by hand."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = nn.Linear(6, 5), nn.Linear(5, 3)
+
+    def forward(self, inputs, data_samples=None, mode='tensor'):
+        out = self.second(self.first(inputs))
+        return dict(loss=out.sum()) if mode == 'loss' else out
+
+
+def test_flop_count_matches_a_hand_count():
+    """2 FLOPs per multiply-add. Forward: 2*B*(6*5 + 5*3). Backward: the second layer's input and weight gradients
+    (2 * 2*B*5*3); the first layer's weight gradient only (its input needs none): 2*B*6*5."""
+    batch = 4
+    flops = bench.train_step_flops(TwoLinears(), dict(inputs=torch.randn(batch, 6)))
+    assert flops == 2 * batch * (6 * 5 + 5 * 3) + 2 * (2 * batch * 5 * 3) + 2 * batch * 6 * 5
+
+
+class Attention(BaseModel):
+    """x (B, L, 8) -> Linear(8, 8) as q = k = v of 2 heads of 4 channels -> fused attention -> sum."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(8, 8)
+
+    def forward(self, inputs, data_samples=None, mode='tensor'):
+        x = self.qkv(inputs).unflatten(-1, (2, 4)).transpose(1, 2)
+        return dict(loss=F.scaled_dot_product_attention(x, x, x).sum())
+
+
+def test_fused_attention_is_counted_on_a_cpu_too():
+    """The fused kernel (CPU flash attention here): forward q k^T and attn v, 2 * 2*B*H*L*L*D; backward 2.5 times
+    that (the scores recomputed, then four products); the linear layer's forward and weight gradient."""
+    b, length, heads, dim = 3, 10, 2, 4
+    flops = bench.train_step_flops(Attention(), dict(inputs=torch.randn(b, length, 8)))
+    attention = 2 * 2 * b * heads * length * length * dim
+    assert flops == attention + 5 * attention // 2 + 2 * (2 * b * length * 8 * 8)
+
+
+def test_optim_wrapper_of_each_precision_on_a_cpu():
+    from mmengine.optim import OptimWrapper
+    from mmvitreg.engine import AutocastOptimWrapper
+    model = nn.Linear(2, 2)
+    assert type(bench.build_optim_wrapper(model, 'cpu')) is OptimWrapper
+    wrapper = bench.build_optim_wrapper(model, 'cpu', 'bf16')
+    assert type(wrapper) is AutocastOptimWrapper and wrapper.cast_dtype == torch.bfloat16
+    assert type(wrapper.optimizer) is torch.optim.AdamW and wrapper.optimizer.defaults['weight_decay'] == 0.05
+    with pytest.raises(ValueError, match='fp16 autocast needs a GPU'):
+        bench.build_optim_wrapper(model, 'cpu', 'fp16')
+
+
+def test_compile_flag_compiles_both_sides_loss_and_counts_flops_eagerly():
+    case = bench.get_case('deepvit-s-vs-msa')
+    compiled = {role: bench.prepare(case, role, img_size=32, batch_size=2, device='cpu', tiny=True, compile=True)
+                for role in bench.ROLES}
+    assert all(hasattr(side.model.loss, '_torchdynamo_orig_callable') for side in compiled.values())
+    eager = bench.prepare(case, 'model', img_size=32, batch_size=2, device='cpu', tiny=True)
+    assert not hasattr(eager.model.loss, '_torchdynamo_orig_callable')
+    assert eager.flops == compiled['model'].flops > 0
+
+
+@pytest.mark.parametrize('name', ['deit-s-vs-timm', 'swin-t-vs-timm'])
+def test_timm_cases_time_timms_own_model_with_our_numbers(name):
+    """Our side is mmvitreg's model with the techniques and mixing off, timm's side timm's own model; at tiny and at
+    full size both have the same number of parameters (the same architecture)."""
+    import timm
+    case = bench.get_case(name)
+    for tiny, img_size in ((False, 224), (True, 32)):
+        ours, theirs = case.build('model', img_size, tiny), case.build('baseline', img_size, tiny)
+        assert type(ours.backbone).__module__.startswith('mmvitreg') and ours.target_transform is None
+        assert getattr(ours.data_preprocessor, 'token_mix', None) is None
+        assert isinstance(theirs, bench.TimmClassifier) and type(theirs.timm_model).__module__.startswith('timm')
+        assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in theirs.parameters())
+    assert timm.__version__.startswith('1.')
+    data = case.make_batch(2, 32)
+    losses = theirs.train_step(data, bench.build_optim_wrapper(theirs, 'cpu'))
+    assert set(losses) == {'loss'} and float(losses['loss'].detach()) > 0
 
 
 def test_tiny_cases_build_the_models_they_promise():
@@ -69,6 +199,9 @@ def test_tiny_variant_is_the_case_with_smaller_sizes(name):
         changed = [p for p in big.keys() | small.keys() if big.get(p, KeyError) != small.get(p, KeyError)]
         assert changed and all(p[-1] in SIZE_KEYS for p in changed), (role, changed)
         model = case.build(role, 32, True)
+        if isinstance(full.model.type, type):  # another library's model (timm's): built as the config names it
+            assert type(model) is full.model.type
+            continue
         built = dict(model=model, backbone=model.backbone, neck=getattr(model, 'neck', None),
                      head=getattr(model, 'head', None), decode_head=getattr(model, 'decode_head', None),
                      auxiliary_head=getattr(model, 'auxiliary_head', None),

@@ -6,15 +6,31 @@ A *case* is a config of the repository (``configs/``, or a config of mmpretrain 
 ``tools/analysis_tools/benchmark_train_step.py --case NAME`` runs them. A training step is mmengine's
 ``model.train_step(data, optim_wrapper)``: data preprocessing, forward, loss, backward and an AdamW step.
 
+Precision and compilation (:func:`build_optim_wrapper`, :func:`prepare`): ``amp='bf16'`` or ``'fp16'`` trains
+as mixed precision trains in a run: on CUDA mmengine's ``AmpOptimWrapper`` (``torch.autocast`` with a
+dynamic ``GradScaler``), on a CPU :class:`mmvitreg.engine.AutocastOptimWrapper` (bfloat16 autocast; what
+``tools/train.py --amp`` builds there, as ``AmpOptimWrapper`` refuses a CPU; float16 needs a GPU). A case may
+fix one side's precision (``TrainStepCase.amp``). ``compile=True`` compiles each side's ``model.loss`` as
+``compile=True`` in ``tools/train.py`` does (:func:`mmvitreg.compat.compile_loss`, mmvitreg.compat's
+``compile_model_loss``); a config that says ``compile`` is compiled the same way.
+
 Time: both models live in one process; after warm-up steps their steps alternate (the order flips
 every repetition, so slow drifts of the machine hit both alike), each step timed with
 ``time.perf_counter`` (after ``torch.cuda.synchronize`` on CUDA), or with the process's CPU time
 (``clock='cpu'``, for a machine shared with other work); the median per model and their ratio are
-reported.
+reported, with images/s and the achieved TFLOP/s.
 
-Peak memory: each model runs its warm-up and a few steps again in a fresh process of its own
-(forked from a fork server that has only imported the libraries; the two at once), so neither
-model's allocations or allocator caches count against the other.
+FLOPs (:func:`train_step_flops`): counted once per model, eager and in float32, by
+``torch.utils.flop_counter.FlopCounterMode`` over one forward + loss + backward on the timed batch:
+matrix multiplications, convolutions and fused attention kernels, forward and backward, two FLOPs per
+multiply-add. Element-wise work, normalisation, a softmax outside a fused kernel, the data preprocessor and
+the optimizer step count nothing, so the achieved TFLOP/s is that of the step's matrix work.
+
+Peak memory: each model runs its warm-up and a few steps again in a fresh process of its own (the two at
+once), so neither model's allocations or allocator caches count against the other. On a CPU the processes
+are forked from a fork server that has only imported the libraries; on CUDA (or with
+``start_method='spawn'``) they are spawned, as CUDA cannot be used in a process forked after it was
+initialised.
 
 * CUDA: ``torch.cuda.max_memory_allocated()`` over those steps minus what was allocated before the
   model was built (parameters, gradients, optimizer state and the activation peak).
@@ -24,8 +40,13 @@ model's allocations or allocator caches count against the other.
 
 Before that, one step of the case's tiny model pages in the operators' code and creates the math
 libraries' workspaces, so that neither is counted as the model's memory. ``tracemalloc`` cannot see
-  torch's C++ allocations, and ``torch.profiler(profile_memory=True)`` reports per-operator
-  allocations rather than a process peak, so neither measures what a user runs out of.
+torch's C++ allocations, and ``torch.profiler(profile_memory=True)`` reports per-operator
+allocations rather than a process peak, so neither measures what a user runs out of.
+
+timm baselines (:class:`TimmClassifier`): the ``*-vs-timm`` cases time our model against timm's own
+(``timm.create_model(name, pretrained=False)``, with the numbers of our side's config) behind the same data
+preprocessor, both trained with plain cross entropy on hard labels (no mixing). timm is an optional benchmark
+requirement (``requirements/bench.txt``), never a dependency of mmvitreg.
 
 Add a case with :func:`register_case` (or :func:`register_with_without`, for a config with and without
 its technique) at the end of this module: a config, the overrides of each side, the overrides of its tiny
@@ -40,9 +61,11 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
+from mmengine.model import BaseModel
 from torch import nn
 
 #: the folder that holds ``configs/``: the checkout, or ``mmvitreg/.mim`` of an installed wheel
@@ -122,6 +145,8 @@ class TrainStepCase:
         tiny (dict): The overrides of a toy version of both sides, for smoke tests (sizes only).
         both (dict): Overrides of both sides: what the config becomes in this case.
         batch (BatchMaker): ``(batch_size, img_size, num_classes) -> data`` for ``model.train_step``.
+        amp (dict): ``{role: 'bf16' | 'fp16' | None}``: a side trained in that precision whatever the run's
+            ``amp`` (None: float32); a side not named trains in the run's precision.
     """
 
     description: str
@@ -132,6 +157,7 @@ class TrainStepCase:
     tiny: dict
     both: dict = field(default_factory=dict)
     batch: BatchMaker = classification_batch
+    amp: Dict[str, Optional[str]] = field(default_factory=dict)
 
     def load(self, role: str, img_size: int, tiny: bool):
         """The mmengine ``Config`` of one side (see the class)."""
@@ -149,19 +175,30 @@ class TrainStepCase:
     def build(self, role: str, img_size: int, tiny: bool) -> nn.Module:
         """One side's model as ``tools/train.py`` builds it: the config's ``data_preprocessor`` filled in as
         mmengine's Runner does, under the config's default scope, SyncBN layers reverted to BatchNorm (as the
-        Runner does in a run of one process), ``model.loss`` compiled if the config says ``compile`` (as
-        :mod:`mmvitreg.compat` does in the runner); weights as constructed."""
+        Runner does in a run of one process); weights as constructed. Eager: :func:`prepare` compiles it
+        where :meth:`compile_options` says so."""
         from mmengine.model import revert_sync_batchnorm
         from mmengine.registry import MODELS, DefaultScope
         cfg = self.load(role, img_size, tiny)
         model_cfg = cfg.model.copy()
         model_cfg.setdefault('data_preprocessor', cfg.get('data_preprocessor'))
         with DefaultScope.overwrite_default_scope(cfg.default_scope):
-            model = revert_sync_batchnorm(MODELS.build(model_cfg))
-        if cfg.get('compile'):
-            from mmvitreg.compat import compile_loss
-            model = compile_loss(model, **({} if cfg.compile is True else dict(cfg.compile)))
-        return model
+            return revert_sync_batchnorm(MODELS.build(model_cfg))
+
+    def compile_options(self, role: str) -> Optional[dict]:
+        """The ``torch.compile`` options of one side if its config says ``compile`` (``True``: ``{}``), else None."""
+        options = self.load(role, 224, False).get('compile')
+        return None if not options else {} if options is True else dict(options)
+
+    def precision(self, role: str, amp: Optional[str]) -> Optional[str]:
+        """The autocast precision of one side in a run at ``amp`` (the case's :attr:`amp` first)."""
+        return self.amp.get(role, amp)
+
+    @property
+    def needs_timm(self) -> bool:
+        """Whether a side is timm's own model (:class:`TimmClassifier`)."""
+        return any(value is TimmClassifier for overrides in (self.both, self.model, self.baseline)
+                   for value in overrides.values())
 
     def make_batch(self, batch_size: int, img_size: int) -> dict:
         """A batch for both sides, with the classes of the model's head (a segmentor's decode head)."""
@@ -169,9 +206,17 @@ class TrainStepCase:
         return self.batch(batch_size, img_size, (model.get('head') or model.decode_head).num_classes)
 
     def recipe(self) -> str:
-        """The config and the overrides of each side, in one line."""
-        sides = '; '.join(f'{role}: {getattr(self, role) or "the config"}' for role in ROLES)
-        return f'{self.config}{f" with {self.both}" if self.both else ""}; {sides}'
+        """The config and the overrides (and fixed precision) of each side, in one line."""
+        sides = []
+        for role in ROLES:
+            precision = f' in {self.amp[role] or "fp32"}' if role in self.amp else ''
+            sides.append(f'{role}: {_overrides_text(getattr(self, role)) or "the config"}{precision}')
+        return f'{self.config}{f" with {_overrides_text(self.both)}" if self.both else ""}; {"; ".join(sides)}'
+
+
+def _overrides_text(overrides: dict) -> str:
+    """``overrides`` as a dict prints, a class value (a model type) by its name."""
+    return '' if not overrides else repr({k: v.__name__ if isinstance(v, type) else v for k, v in overrides.items()})
 
 
 def _arch_preset_as_dict(cfg) -> None:
@@ -182,6 +227,82 @@ def _arch_preset_as_dict(cfg) -> None:
         with MODELS.switch_scope_and_registry(cfg.default_scope) as registry:
             zoo = registry.get(backbone.type).arch_zoo
         backbone.arch = copy.deepcopy(dict(zoo[backbone.arch.lower()]))
+
+
+#: what a timm case without timm installed says
+TIMM_MISSING = 'the timm cases need timm (an optional benchmark requirement): pip install -r requirements/bench.txt'
+
+
+def timm_available() -> bool:
+    try:
+        import timm  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def timm_arguments(backbone: dict, num_classes: int) -> dict:
+    """``timm.create_model`` arguments for the model of our ``backbone`` config (a ViT / DeiT or a Swin
+    transformer; its ``arch`` a dict, see :func:`_arch_preset_as_dict`) with a head of ``num_classes``."""
+    arch = dict(backbone['arch'])
+    swin = 'depths' in arch
+    keys = {'embed_dims', 'depths', 'num_heads'} if swin else {'embed_dims', 'num_layers', 'num_heads',
+                                                               'feedforward_channels'}
+    if set(arch) != keys:
+        raise ValueError(f'a timm baseline reproduces a plain ViT or Swin arch {sorted(keys)}, got {sorted(arch)}')
+    args = dict(img_size=backbone['img_size'], num_classes=num_classes, embed_dim=arch['embed_dims'],
+                num_heads=arch['num_heads'], drop_path_rate=backbone.get('drop_path_rate', 0.))
+    if swin:
+        return dict(args, depths=tuple(arch['depths']), num_heads=tuple(arch['num_heads']),
+                    patch_size=backbone.get('patch_size', 4), window_size=backbone.get('window_size', 7))
+    return dict(args, depth=arch['num_layers'], mlp_ratio=arch['feedforward_channels'] / arch['embed_dims'],
+                patch_size=backbone.get('patch_size', 16))
+
+
+class TimmClassifier(BaseModel):
+    """timm's own classifier, ``timm.create_model(name, pretrained=False)``, with the numbers of our side's
+    config, behind that config's data preprocessor, trained with plain cross entropy on hard labels.
+
+    The baseline of the ``*-vs-timm`` cases: ``{'model.type': TimmClassifier, 'model.name': ...}`` over our
+    config turns our side into timm's model with the same sizes (a tiny variant shrinks both alike).
+
+    Args:
+        name (str): timm's model name (``'deit_small_patch16_224'``, ``'swin_tiny_patch4_window7_224'``).
+        backbone (dict): Our backbone's config; its sizes become timm's arguments (:func:`timm_arguments`).
+        head (dict): Our head's config: its ``num_classes``.
+        neck (dict, optional): Our pooling neck, which timm's model does itself (``global_pool``).
+        data_preprocessor (dict, optional): Our data preprocessor (mmpretrain's ``ClsDataPreprocessor``).
+        init_cfg (dict | list, optional): Our model's weight initialisation, applied by ``init_weights``.
+        train_cfg, target_transform: Must be None: the timm step has no mixing and no target transform.
+    """
+
+    def __init__(self, name: str, backbone: dict, head: dict, neck: Optional[dict] = None,
+                 data_preprocessor: Optional[dict] = None, init_cfg=None, train_cfg: Optional[dict] = None,
+                 target_transform: Optional[dict] = None):
+        if train_cfg or target_transform:
+            raise ValueError('a timm baseline trains without mixing or target transform: set model.train_cfg and '
+                             'model.target_transform to None')
+        try:
+            import timm
+        except ImportError:
+            raise ImportError(TIMM_MISSING) from None
+        super().__init__(data_preprocessor=dict(type='mmpretrain.ClsDataPreprocessor', **(data_preprocessor or {})),
+                         init_cfg=init_cfg)
+        self.timm_model = timm.create_model(name, pretrained=False, **timm_arguments(backbone, head['num_classes']))
+
+    def forward(self, inputs: torch.Tensor, data_samples: Optional[list] = None, mode: str = 'tensor'):
+        """``mode='loss'``: :meth:`loss`; ``'tensor'``: the logits ``(B, num_classes)`` of images ``(B, 3, H, W)``."""
+        if mode == 'loss':
+            return self.loss(inputs, data_samples)
+        if mode == 'tensor':
+            return self.timm_model(inputs)
+        raise ValueError(f"TimmClassifier runs mode 'loss' or 'tensor', not {mode!r}")
+
+    def loss(self, inputs: torch.Tensor, data_samples: list) -> dict:
+        """``{'loss': cross entropy}`` of the logits against the samples' ``gt_label`` (as mmpretrain's heads
+        gather them)."""
+        labels = torch.cat([sample.gt_label for sample in data_samples])
+        return dict(loss=F.cross_entropy(self.timm_model(inputs), labels))
 
 
 CASES: Dict[str, TrainStepCase] = {}
@@ -204,9 +325,31 @@ def get_case(name: str) -> TrainStepCase:
 # the training step and its measurements
 
 
-def _optim_wrapper(model: nn.Module):
-    from mmengine.optim import OptimWrapper
-    return OptimWrapper(torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05))
+#: ``--amp`` names and the dtypes they autocast to
+AMP_DTYPES = {'bf16': 'bfloat16', 'fp16': 'float16'}
+
+
+def build_optim_wrapper(model: nn.Module, device: str, amp: Optional[str] = None):
+    """AdamW (lr 1e-4, weight decay 0.05) in the optim wrapper a run at precision ``amp`` uses.
+
+    ``amp=None``: mmengine's ``OptimWrapper`` (float32). ``'bf16'`` / ``'fp16'`` on CUDA: mmengine's
+    ``AmpOptimWrapper(dtype=...)`` with its dynamic loss scale, as ``optim_wrapper = dict(type='AmpOptimWrapper',
+    dtype=..., optimizer=dict(type='AdamW', ...))`` builds it; on a CPU (where ``AmpOptimWrapper`` asserts an
+    accelerator) :class:`mmvitreg.engine.AutocastOptimWrapper` in bfloat16, what ``tools/train.py --amp``
+    builds there. float16 on a CPU is refused (one line naming the fix).
+    """
+    from mmengine.optim import AmpOptimWrapper, OptimWrapper
+    from mmvitreg.engine import AutocastOptimWrapper
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05)
+    if amp is None:
+        return OptimWrapper(optimizer=optimizer)
+    if amp not in AMP_DTYPES:
+        raise ValueError(f'unknown precision {amp!r}; choose from {sorted(AMP_DTYPES)} or None (fp32)')
+    if device.startswith('cuda'):
+        return AmpOptimWrapper(dtype=AMP_DTYPES[amp], optimizer=optimizer)
+    if amp == 'fp16':
+        raise ValueError('fp16 autocast needs a GPU (with a loss scale); on a CPU use --amp bf16')
+    return AutocastOptimWrapper(dtype='bfloat16', device_type='cpu', optimizer=optimizer)
 
 
 def _sync(device: str) -> None:
@@ -214,41 +357,101 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
-def _setup(case: TrainStepCase, role: str, img_size: int, batch_size: int, tiny: bool, device: str):
+def _cpu_attention_flops() -> dict:
+    """FLOP formulas for PyTorch's fused CPU attention and its backward (what ``F.scaled_dot_product_attention``
+    and the TL-Align ride run on a CPU), which ``FlopCounterMode`` counts on CUDA only: the same formulas as for the
+    fused CUDA kernels (``{operator: formula}``, for its ``custom_mapping``)."""
+    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
+    def forward(query, key, value, *args, out_shape=None, **kwargs):
+        return sdpa_flop_count(query, key, value)
+
+    def backward(grad_out, query, key, value, *args, out_shape=None, **kwargs):
+        return sdpa_backward_flop_count(grad_out, query, key, value)
+    name = '_scaled_dot_product_flash_attention_for_cpu'
+    if not hasattr(torch.ops.aten, name):  # older PyTorch: the CPU kernel is the CUDA one's operator, counted
+        return {}
+    return {getattr(torch.ops.aten, name): forward, getattr(torch.ops.aten, f'{name}_backward'): backward}
+
+
+def train_step_flops(model: nn.Module, data: dict) -> int:
+    """FLOPs of one forward + loss + backward of ``model`` on ``data`` (eager, in the current precision).
+
+    Counted by ``torch.utils.flop_counter.FlopCounterMode``: matrix multiplications, convolutions and fused
+    attention kernels (CUDA's and, with :func:`_cpu_attention_flops`, the CPU's), forward and backward, two FLOPs
+    per multiply-add; element-wise work, normalisation and a softmax outside a fused kernel count nothing, nor do
+    the data preprocessor and the optimizer step (no such operator runs there). The gradients are cleared
+    afterwards; the weights are unchanged.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+    with FlopCounterMode(display=False, custom_mapping=_cpu_attention_flops()) as counter:
+        losses = model(**model.data_preprocessor(data, True), mode='loss')
+        loss, _ = model.parse_losses(losses)
+        loss.backward()
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
+
+
+@dataclass
+class Side:
+    """One side of a case, ready to train: the model, its optim wrapper, the batch and the model's FLOPs."""
+
+    model: nn.Module
+    optim_wrapper: object
+    data: dict
+    flops: int
+
+    def step(self) -> None:
+        self.model.train_step(self.data, self.optim_wrapper)
+
+
+def prepare(case: TrainStepCase, role: str, *, img_size: int, batch_size: int, device: str, tiny: bool = False,
+            amp: Optional[str] = None, compile: bool = False, count_flops: bool = True) -> Side:
+    """One side of ``case`` on ``device``: built (seed 0), its FLOPs counted (eager, float32), then
+    compiled if ``compile`` or its config says so, with the optim wrapper of its precision
+    (:meth:`TrainStepCase.precision` of ``amp``)."""
     torch.manual_seed(0)
     model = case.build(role, img_size, tiny).to(device).train()
     data = case.make_batch(batch_size, img_size)
-    return model, _optim_wrapper(model), data
+    flops = train_step_flops(model, data) if count_flops else 0
+    options = case.compile_options(role)
+    if compile or options is not None:
+        from mmvitreg.compat import compile_loss
+        compile_loss(model, **(options or {}))
+    return Side(model, build_optim_wrapper(model, device, case.precision(role, amp)), data, flops)
 
 
 CLOCKS = {'wall': time.perf_counter, 'cpu': time.process_time}
 
 
-def time_case(case: TrainStepCase, *, batch_size: int, img_size: int, repeats: int, warmup: int,
-              device: str, tiny: bool = False, clock: str = 'wall') -> Dict[str, List[float]]:
-    """Step times (s) of both models, interleaved after ``warmup`` steps each: ``{role: [times]}``.
+def time_case(case: TrainStepCase, *, batch_size: int, img_size: int, repeats: int, warmup: int, device: str,
+              tiny: bool = False, clock: str = 'wall', amp: Optional[str] = None,
+              compile: bool = False) -> Tuple[Dict[str, List[float]], Dict[str, int]]:
+    """Step times (s) of both models, interleaved after ``warmup`` steps each, and each model's FLOPs per step:
+    ``({role: [times]}, {role: flops})``.
 
     ``clock``: ``'wall'`` (``time.perf_counter``) or ``'cpu'`` (``time.process_time``, the CPU time of
     all the process's threads: robust against other processes on a shared machine, exact with one
-    thread; with more, OpenMP threads waiting for each other add their spinning).
+    thread; with more, OpenMP threads waiting for each other add their spinning). ``amp``, ``compile``:
+    see :func:`prepare`.
     """
     if clock not in CLOCKS:
         raise ValueError(f'unknown clock {clock!r}; choose from {sorted(CLOCKS)}')
     now = CLOCKS[clock]
-    setups = {role: _setup(case, role, img_size, batch_size, tiny, device) for role in ROLES}
+    sides = {role: prepare(case, role, img_size=img_size, batch_size=batch_size, device=device, tiny=tiny, amp=amp,
+                           compile=compile) for role in ROLES}
     for _ in range(warmup):
-        for model, optim, data in setups.values():
-            model.train_step(data, optim)
+        for side in sides.values():
+            side.step()
     _sync(device)
     times = {role: [] for role in ROLES}
     for r in range(repeats):
         for role in (ROLES if r % 2 == 0 else ROLES[::-1]):
-            model, optim, data = setups[role]
             start = now()
-            model.train_step(data, optim)
+            sides[role].step()
             _sync(device)
             times[role].append(now() - start)
-    return times
+    return times, {role: side.flops for role, side in sides.items()}
 
 
 def _resident_kib(field: str) -> int:
@@ -266,17 +469,18 @@ def _reset_peak_resident_set() -> None:
 
 
 def _peak_memory_in_this_process(case_name: str, role: str, img_size: int, batch_size: int, tiny: bool,
-                                 device: str, steps: int, threads: Optional[int]) -> int:
+                                 device: str, steps: int, threads: Optional[int], amp: Optional[str],
+                                 compile: bool) -> int:
     """Peak bytes of ``steps`` training steps of one model (run in a fresh process)."""
     if threads:
         torch.set_num_threads(threads)
     case = get_case(case_name)
     cuda = device.startswith('cuda')
-    # one step of the case's tiny model first: it pages in the operators' code (shared-library pages
-    # count in the resident set) and creates the math libraries' workspaces, none of it the model's
-    warm_model, warm_optim, warm_data = _setup(case, role, img_size, 2, True, device)
-    warm_model.train_step(warm_data, warm_optim)
-    del warm_model, warm_optim, warm_data
+    # one step of the case's tiny model first (eager, float32): it pages in the operators' code (shared-library
+    # pages count in the resident set) and creates the math libraries' workspaces, none of it the model's
+    warm = case.build(role, img_size, True).to(device).train()
+    warm.train_step(case.make_batch(2, img_size), build_optim_wrapper(warm, device))
+    del warm
     gc.collect()
     _sync(device)
     if cuda:
@@ -285,33 +489,44 @@ def _peak_memory_in_this_process(case_name: str, role: str, img_size: int, batch
     else:
         before = _resident_kib('VmRSS') * 1024
         _reset_peak_resident_set()
-    model, optim, data = _setup(case, role, img_size, batch_size, tiny, device)
+    side = prepare(case, role, img_size=img_size, batch_size=batch_size, device=device, tiny=tiny, amp=amp,
+                   compile=compile, count_flops=False)
     for _ in range(steps):
-        model.train_step(data, optim)
+        side.step()
     _sync(device)
     peak = torch.cuda.max_memory_allocated(device) if cuda else _resident_kib('VmHWM') * 1024
     return peak - before
 
 
-def _memory_context():
-    """Processes forked from a fork server that has imported the libraries and run nothing else."""
-    ctx = get_context('forkserver')
-    ctx.set_forkserver_preload(['mmpretrain.models', 'mmvitreg.models', __name__])
+START_METHODS = ('forkserver', 'spawn')
+
+
+def _memory_context(start_method: str):
+    """Fresh processes: forked from a fork server that has imported the libraries and run nothing else, or
+    spawned (a new interpreter: what CUDA needs, as a process forked after CUDA was initialised cannot use it)."""
+    if start_method not in START_METHODS:
+        raise ValueError(f'unknown start method {start_method!r}; choose from {START_METHODS}')
+    ctx = get_context(start_method)
+    if start_method == 'forkserver':
+        ctx.set_forkserver_preload(['mmpretrain.models', 'mmvitreg.models', __name__])
     return ctx
 
 
 def peak_memory(case_name: str, *, img_size: int, batch_size: int, device: str, steps: int = 2,
-                tiny: bool = False, threads: Optional[int] = None) -> Dict[str, int]:
+                tiny: bool = False, threads: Optional[int] = None, amp: Optional[str] = None, compile: bool = False,
+                start_method: Optional[str] = None) -> Dict[str, int]:
     """Peak memory (bytes) of training steps of each model of a case: ``{role: bytes}``.
 
     Each model runs in a fresh process of its own; the two processes run at the same time (memory
     does not depend on the other's CPU use; on CUDA they share the device's memory, not its counters).
+    ``start_method``: ``'forkserver'`` or ``'spawn'``; None: spawn on CUDA, the fork server on a CPU.
     """
-    ctx = _memory_context()
+    ctx = _memory_context(start_method or ('spawn' if device.startswith('cuda') else 'forkserver'))
     with ExitStack() as stack:  # one single-worker pool per model: a process of its own (any Python)
         futures = {
             role: stack.enter_context(ProcessPoolExecutor(max_workers=1, mp_context=ctx)).submit(
-                _peak_memory_in_this_process, case_name, role, img_size, batch_size, tiny, device, steps, threads)
+                _peak_memory_in_this_process, case_name, role, img_size, batch_size, tiny, device, steps, threads,
+                amp, compile)
             for role in ROLES
         }
         return {role: future.result() for role, future in futures.items()}
@@ -319,49 +534,86 @@ def peak_memory(case_name: str, *, img_size: int, batch_size: int, device: str, 
 
 @dataclass
 class CaseResult:
-    """Medians (s), peak memories (bytes) and the verdict of one case."""
+    """Medians (s), peak memories (bytes, None if not measured), FLOPs per step and the verdict of one case."""
 
     name: str
     case: TrainStepCase
     median: Dict[str, float]
-    memory: Dict[str, int]
+    memory: Optional[Dict[str, int]]
+    flops: Dict[str, int] = field(default_factory=dict)
+    batch_size: int = 0
 
     @property
     def time_ratio(self) -> float:
         return self.median['model'] / self.median['baseline']
 
     @property
-    def memory_ratio(self) -> float:
-        return self.memory['model'] / self.memory['baseline']
+    def memory_ratio(self) -> Optional[float]:
+        return self.memory['model'] / self.memory['baseline'] if self.memory else None
 
     @property
     def passed(self) -> bool:
         return self.time_ratio <= self.case.max_time_ratio
 
-    def report(self, judge: bool = True) -> str:
-        """The table of times and memories, the ratios and (if ``judge``) the verdict."""
-        mib = 2**20
-        verdict = ('PASS' if self.passed else 'FAIL') if judge else 'not judged'
+    def side(self, role: str) -> dict:
+        """One side's figures: ``ms`` (median step), ``images_s``, ``gib`` (peak, None if not measured),
+        ``gflop`` (per step) and ``tflops`` (achieved, FLOPs per step over the median step time)."""
+        seconds = self.median[role]
+        flops = self.flops.get(role, 0)
+        return dict(ms=seconds * 1e3, images_s=self.batch_size / seconds,
+                    gib=self.memory[role] / 2**30 if self.memory else None, gflop=flops / 1e9,
+                    tflops=flops / seconds / 1e12)
 
-        lines = [
-            f'{"":10s} {"step time (ms, median)":>24s} {"peak memory (MiB)":>19s}',
-            f'{"model":10s} {self.median["model"] * 1e3:24.1f} {self.memory["model"] / mib:19.1f}',
-            f'{"baseline":10s} {self.median["baseline"] * 1e3:24.1f} {self.memory["baseline"] / mib:19.1f}',
-            f'time ratio {self.time_ratio:.3f} (target <= {self.case.max_time_ratio:.3f}): '
-            f'{verdict};  memory ratio {self.memory_ratio:.3f}',
-        ]
+    def verdict(self, judge: bool = True) -> str:
+        return ('PASS' if self.passed else 'FAIL') if judge else 'not judged'
+
+    def report(self, judge: bool = True) -> str:
+        """The table of times, throughput, memories and FLOPs, the ratios and (if ``judge``) the verdict."""
+        lines = [f'{"":10s} {"step (ms, median)":>18s} {"images/s":>10s} {"peak (GiB)":>11s} {"GFLOP/step":>11s} '
+                 f'{"TFLOP/s":>8s}']
+        for role in ROLES:
+            f = self.side(role)
+            gib = f'{f["gib"]:11.4f}' if f['gib'] is not None else f'{"n/a":>11s}'
+            lines.append(f'{role:10s} {f["ms"]:18.1f} {f["images_s"]:10.1f} {gib} {f["gflop"]:11.2f} '
+                         f'{f["tflops"]:8.2f}')
+        memory = f'{self.memory_ratio:.3f}' if self.memory else 'not measured'
+        lines.append(f'time ratio {self.time_ratio:.3f} (target <= {self.case.max_time_ratio:.3f}): '
+                     f'{self.verdict(judge)};  memory ratio {memory}')
         return '\n'.join(lines)
+
+    def row(self, judge: bool = True) -> str:
+        """One row of :data:`SUMMARY_HEADER`: the case, each side's ms / images/s / GiB / TFLOP/s, the ratio."""
+        cells = [self.name]
+        for role in ROLES:
+            f = self.side(role)
+            gib = f'{f["gib"]:.2f}' if f['gib'] is not None else 'n/a'
+            cells += [f'{f["ms"]:.1f}', f'{f["images_s"]:.0f}', gib, f'{f["tflops"]:.1f}']
+        cells += [f'{self.time_ratio:.3f}', f'<= {self.case.max_time_ratio:.3f}', self.verdict(judge)]
+        return '| ' + ' | '.join(cells) + ' |'
+
+
+#: the header of :meth:`CaseResult.row` (a Markdown table)
+SUMMARY_HEADER = ('| case | model ms | model img/s | model GiB | model TFLOP/s | baseline ms | baseline img/s | '
+                  'baseline GiB | baseline TFLOP/s | ratio | target | verdict |\n'
+                  '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|')
 
 
 def run_case(name: str, *, batch_size: int, img_size: int, repeats: int, warmup: int, device: str,
-             tiny: bool = False, threads: Optional[int] = None, clock: str = 'wall') -> CaseResult:
-    """Time both models of a case side by side, then measure each one's peak memory."""
+             tiny: bool = False, threads: Optional[int] = None, clock: str = 'wall', amp: Optional[str] = None,
+             compile: bool = False, memory: bool = True, start_method: Optional[str] = None) -> CaseResult:
+    """Time both models of a case side by side (and count their FLOPs), then measure each one's peak memory
+    (unless ``memory`` is False) in fresh processes started by ``start_method`` (see :func:`peak_memory`)."""
     case = get_case(name)
-    times = time_case(case, batch_size=batch_size, img_size=img_size, repeats=repeats, warmup=warmup,
-                      device=device, tiny=tiny, clock=clock)
-    memory = peak_memory(name, img_size=img_size, batch_size=batch_size, device=device,
-                         steps=max(warmup, 1) + 1, tiny=tiny, threads=threads)
-    return CaseResult(name, case, {role: statistics.median(t) for role, t in times.items()}, memory)
+    times, flops = time_case(case, batch_size=batch_size, img_size=img_size, repeats=repeats, warmup=warmup,
+                             device=device, tiny=tiny, clock=clock, amp=amp, compile=compile)
+    peaks = None
+    if memory:
+        peaks = peak_memory(name, img_size=img_size, batch_size=batch_size, device=device,
+                            steps=max(warmup, 1) + 1, tiny=tiny, threads=threads, amp=amp, compile=compile,
+                            start_method=start_method)
+    return CaseResult(name, case, {role: statistics.median(t) for role, t in times.items()}, peaks, flops,
+                      batch_size)
+
 
 # ---------------------------------------------------------------------------------------------
 # cases
@@ -436,6 +688,33 @@ register_case(
         'formed beside the fused call)',
         TLALIGN_DEIT_S, {}, {'model.target_transform': dict(representation='labels', num_classes=1000)}, 1.0,
         TINY_DEIT))
+
+
+# our models with the techniques off against timm 1.0's own (issue 30): the TL-Align configs without TL-Align and
+# without mixing, both sides trained with plain cross entropy on hard labels (timm's side: TimmClassifier, with
+# our config's sizes, so the tiny variant shrinks both). timm: requirements/bench.txt
+PLAIN_CE = {'model.target_transform': None, 'model.train_cfg': None,
+            'model.head.loss': dict(_delete_=True, type='CrossEntropyLoss')}
+register_case(
+    'deit-s-vs-timm',
+    TrainStepCase(
+        'DeiT-S of mmvitreg (its TokenClassifier, VisionTransformer and mmpretrain\'s ViT head; techniques and mixing '
+        'off) vs. timm\'s own deit_small_patch16_224 with the same numbers, both with plain cross entropy',
+        TLALIGN_DEIT_S, {}, {'model.type': TimmClassifier, 'model.name': 'deit_small_patch16_224'}, 1.0, TINY_DEIT,
+        both=PLAIN_CE))
+register_case(
+    'swin-t-vs-timm',
+    TrainStepCase(
+        'Swin-T of mmvitreg (its TokenClassifier and SwinTransformer, mmpretrain\'s pooling and head; techniques and '
+        'mixing off) vs. timm\'s own swin_tiny_patch4_window7_224 with the same numbers, both with plain cross '
+        'entropy', 'tlalign/swin-tiny_16xb64_cutmix-tlalign_in1k.py', {},
+        {'model.type': TimmClassifier, 'model.name': 'swin_tiny_patch4_window7_224'}, 1.0, TINY_SWIN, both=PLAIN_CE))
+register_case(
+    'deit-s-tlalign-bf16-vs-fp32',
+    TrainStepCase(
+        'DeiT-S with CutMix + TL-Align trained under bf16 autocast (AmpOptimWrapper on CUDA) vs. the same model in '
+        'fp32, whatever the run\'s --amp (bf16 must never be slower at batch >= 64 on a GPU)',
+        TLALIGN_DEIT_S, {}, {}, 1.0, TINY_DEIT, amp={'model': 'bf16', 'baseline': None}))
 
 register_with_without(
     'deit-s-diversepatch-vs-plain', 'DeiT-S with the patch-wise cosine, contrastive and mixing losses '
