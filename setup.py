@@ -108,7 +108,8 @@ setup(
     packages=find_packages(include=['mmvitreg', 'mmvitreg.*']),
     python_requires='>=3.10',
     install_requires=requirements('runtime.txt'),
-    extras_require={'tests': requirements('tests.txt')},
+    # mmcv is the `mim` extra, not a requirement: an installed mmcv-lite serves classification (mminstall.txt)
+    extras_require={'tests': requirements('tests.txt'), 'mim': requirements('mminstall.txt')},
     cmdclass={'build_py': BuildPyWithMim},
     options={'editable_wheel': {'mode': 'compat'}},  # see the module's docstring
     license='Apache-2.0',

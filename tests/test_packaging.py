@@ -92,8 +92,11 @@ def test_wheel_ships_configs_tools_and_model_index_as_real_files(installed):
     requires = re.findall(r'^Requires-Dist: (.+)$', metadata, re.M)
     core = [r for r in requires if 'extra ==' not in r]
     assert core and not [r for r in core if '==' in r], core
-    for name in ('torch', 'torchvision', 'mmengine', 'mmcv', 'mmpretrain', 'mmsegmentation', 'mmdet', 'numpy'):
+    for name in ('torch', 'torchvision', 'mmengine', 'mmpretrain', 'mmsegmentation', 'mmdet', 'numpy'):
         assert any(re.match(rf'{name}\s*[<>]', r) for r in core), (name, core)
+    # mmcv as the OpenMMLab libraries declare it: an extra, so that an installed mmcv-lite is kept
+    assert not [r for r in core if re.match(r'mmcv\b', r)], core
+    assert any(re.match(r'mmcv\s*[<>].*extra == "mim"', r) for r in requires), requires
     assert 'Requires-Python: >=3.10' in metadata
 
 

@@ -31,8 +31,8 @@ start=$SECONDS
 PY=$VENV/bin/python
 PIP=("$PY" -m pip --disable-pip-version-check -q)
 
-# mmcv or mmcv-lite, as the constraints say: the runtime requirement `mmcv` is swapped for it
-# (mmcv-lite is mmcv's pure-Python distribution, same `mmcv` module; pip cannot tell they are one)
+# mmcv or mmcv-lite, as the constraints say (mmcv is no runtime requirement: requirements/mminstall.txt;
+# mmcv-lite is mmcv's pure-Python distribution, same `mmcv` module; pip cannot tell they are one)
 MMCV_DIST=$(grep -oE '^mmcv(-lite)?==' "$CONSTRAINTS" | head -n1 | tr -d '=')
 [ -n "$MMCV_DIST" ] || { echo "$CONSTRAINTS pins neither mmcv nor mmcv-lite" >&2; exit 1; }
 reqs=$(mktemp)

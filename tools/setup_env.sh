@@ -58,7 +58,7 @@ fi
 if ls "$CACHE"/mmcv-"$MMCV"-torch"$TORCH"-"$FLAVOUR"*/mmcv-"$MMCV"-*.whl >/dev/null 2>&1; then WITH_OPS=1; fi
 MMCV_KIND=$([ "$WITH_OPS" = 1 ] && echo ops || echo lite)
 STAMP=$VENV/.mmvitreg-stack
-HASH=$(cat "$CONSTRAINTS" "$REPO/requirements/runtime.txt" "$REPO/requirements/tests.txt" | sha1sum | cut -c1-12)
+HASH=$(cat "$CONSTRAINTS" "$REPO"/requirements/{runtime,mminstall,tests,bench}.txt | sha1sum | cut -c1-12)
 STACK_ID="$FLAVOUR|mmcv-$MMCV_KIND|$HASH"
 OPS_STACK_ID="$FLAVOUR|mmcv-ops|$HASH"  # also serves a run without --with-ops
 
@@ -156,9 +156,8 @@ else
     cp "$REPO/requirements/runtime.txt" "$reqs"
   else
     log "mmcv: installing mmcv-lite $MMCV (no compiled ops: enough for classification; --with-ops adds them)"
-    # the runtime requirement `mmcv` swapped for mmcv-lite (pip cannot tell that they are one package)
-    grep -vE '^mmcv([^-]|$)' "$REPO/requirements/runtime.txt" >"$reqs"
-    echo mmcv-lite >>"$reqs"
+    # mmcv is no runtime requirement (requirements/mminstall.txt): mmcv-lite is the same `mmcv` package
+    { cat "$REPO/requirements/runtime.txt"; echo mmcv-lite; } >"$reqs"
   fi
 
   log "installing mmpretrain, mmsegmentation, mmdet and the runtime/test requirements"
