@@ -160,7 +160,7 @@ def test_classification_imports_without_pycocotools_and_builds_its_data(tmp_path
 
 def test_digits_classification_trains_and_tests_without_mmcv_ops_or_pycocotools(tmp_path):
     """mmcv-lite (no ``mmcv.ops``, no ``mmcv._ext``) and no pycocotools: the quick start's classification
-    config trains and tests through ``tools/train.py`` and ``tools/test.py``."""
+    config trains and tests through ``tools/train.py`` and ``tools/test.py``, and the step benchmark runs."""
     site = hiding(tmp_path / 'site', 'mmcv.ops', 'mmcv._ext', 'pycocotools')
     check = run_py('''
         for name in ('mmcv.ops', 'mmcv._ext', 'pycocotools'):
@@ -186,6 +186,9 @@ def test_digits_classification_trains_and_tests_without_mmcv_ops_or_pycocotools(
     test = tool('test.py', DEMO, checkpoint, '--work-dir', 'work', '--cfg-options', *SMALL[2:])
     metrics = json.loads([ln for ln in test.stdout.splitlines() if ln.startswith('metrics: ')][-1][9:])
     assert 0.0 <= metrics['accuracy/top1'] <= 100.0
+    bench = tool('analysis_tools/benchmark_train_step.py', '--case', 'deit-s-tlalign-vs-cutmix', '--tiny',
+                 '--memory', 'off', '--repeats', 2, '--warmup', 1, '--batch-size', 2, '--img-size', 32)
+    assert 'deit-s-tlalign-vs-cutmix' in bench.stdout and 'images/s' in bench.stdout
 
 
 def test_a_segmentation_run_without_mmcv_ops_stops_with_one_line_naming_the_build(tmp_path):
