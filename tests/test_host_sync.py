@@ -55,8 +55,8 @@ class HostSyncAudit(TorchDispatchMode):
 class _Paused:
     """The optimizer step, outside the audit."""
 
-    def __init__(self, optimizer, audit):
-        self.optimizer, self.audit = optimizer, audit
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
 
     def __getattr__(self, name):
         return getattr(self.optimizer, name)
@@ -71,7 +71,7 @@ def audited_step(model, data) -> list:
     audit = HostSyncAudit()
     optim = OptimWrapper(torch.optim.AdamW(model.parameters(), lr=1e-4))
     model.train_step(data, optim)
-    optim.optimizer = _Paused(optim.optimizer, audit)
+    optim.optimizer = _Paused(optim.optimizer)
     with audit:
         model.train_step(data, optim)
     return audit.calls
