@@ -344,3 +344,46 @@ def test_reads_legacy_torch_save_format(tmp_path):
     label_map = torch.stack([torch.randn(5, 3, 4), torch.randint(0, 1000, (5, 3, 4)).float()]).half()
     torch.save(label_map, tmp_path / 'legacy.pt', _use_new_zipfile_serialization=False)
     np.testing.assert_array_equal(load_label_map(str(tmp_path / 'legacy.pt')), label_map.numpy())
+
+
+class _RunsCode:
+    """Unpickling it runs ``exec(code)``: what a malicious file does."""
+
+    def __init__(self, code: str):
+        self.code = code
+
+    def __reduce__(self):
+        return exec, (self.code, )
+
+
+@pytest.mark.parametrize('dtype', [torch.float16, torch.float32])
+@pytest.mark.parametrize('layout', ['contiguous', 'strided', 'offset'])
+def test_float_maps_are_read_with_zipfile_without_torch_load(tmp_path, monkeypatch, dtype, layout):
+    """A float map (contiguous, a strided view as the official generator's permute saves, or a view into a
+    larger storage) is read by the zipfile + restricted-unpickler path, as a writable array equal to torch's."""
+    import mmvitreg.datasets.label_maps as label_maps
+    label_map = torch.stack([torch.randn(5, 6, 4), torch.randint(0, 1000, (5, 6, 4)).float()]).to(dtype)
+    saved = {'contiguous': label_map, 'strided': label_map.permute(0, 1, 3, 2).contiguous().transpose(2, 3),
+             'offset': torch.cat([torch.zeros(1, 5, 6, 4, dtype=dtype), label_map])[1:]}[layout]
+    torch.save(saved, tmp_path / 'map.pt')
+
+    def no_torch_load(*args, **kwargs):
+        raise AssertionError('the float map went through torch.load')
+
+    monkeypatch.setattr(label_maps, 'load_checkpoint', no_torch_load)
+    read = load_label_map(str(tmp_path / 'map.pt'))
+    assert read.dtype == saved.numpy().dtype and read.flags.writeable
+    np.testing.assert_array_equal(read, torch.load(tmp_path / 'map.pt', weights_only=True).numpy())
+
+
+def test_the_fast_reader_refuses_globals_before_they_run(tmp_path, monkeypatch):
+    """The restricted unpickler names no global outside a tensor's: a code-running pickle is handed over
+    unexecuted (here to a stand-in for the checkpoint reader, which refuses it too: test_safe_loading)."""
+    import mmvitreg.datasets.label_maps as label_maps
+    marker = tmp_path / 'ran'
+    torch.save([torch.zeros(2, 5, 4, 4), _RunsCode(f'open({str(marker)!r}, "w").close()')], tmp_path / 'map.pt')
+    handed_over = []
+    monkeypatch.setattr(label_maps, 'load_checkpoint', lambda *a, **k: handed_over.append(k['name']) or None)
+    with pytest.raises(ValueError, match='malformed token label map .*got a NoneType'):
+        load_label_map(str(tmp_path / 'map.pt'))
+    assert not marker.exists() and handed_over == [str(tmp_path / 'map.pt')]
