@@ -32,6 +32,10 @@ class BNRecalibrationHook(Hook):
     Every ``torch.nn`` BatchNorm (``_BatchNorm``, SyncBN included) is recalibrated; the official
     code touches ``BatchNorm2d``, the only kind in DeepViT.
 
+    Not mmpretrain's ``PreciseBNHook``: it runs after a training epoch on the augmented training batches with
+    the whole model in training mode (drop path on) and restores the momentum; DeepViT's calibration is before
+    validation, of the model validated, on un-augmented images, with only the BatchNorms in training mode.
+
     Args:
         num_batches (int): Batches to average. Defaults to 50 (official ``--max_iter``).
         dataloader (dict | Iterable, optional): The calibration data: a dataloader config (built by

@@ -6,6 +6,12 @@ from mmengine.dist import all_reduce, get_world_size
 from mmengine.hooks import Hook
 
 from mmvitreg.registry import HOOKS
+from .drop_path_schedule_hook import drop_path_modules
+from .unwrap import unwrap_model
+
+#: a stochastic-depth rate from which the loss guard's hint names drop path first: the kept residual branches are
+#: scaled by ``1 / (1 - rate)``, at least 2x, and beyond 1 the scale is negative or infinite
+LARGE_DROP_PATH_RATE = 0.5
 
 
 class NonFiniteLossError(RuntimeError):
@@ -24,7 +30,13 @@ class LossGuardHook(Hook):
     written after the bad step. In a distributed run every rank stops at the same iteration (the
     finding is all-reduced), so no rank waits forever for the others.
 
+    The error's hint names drop path first when the model's largest stochastic-depth rate (the backbone's
+    ``drop_path_rate``) is :data:`LARGE_DROP_PATH_RATE` or more.
+
     :class:`GuardedRunner` registers this hook for every run of ``tools/train.py``.
+
+    Not mmdet's ``CheckInvalidLossHook``: it ``assert``s (gone under ``python -O``) the total loss every 50 iterations,
+    on one rank, naming no term; and mmdet is no dependency of a classification install.
     """
 
     priority = 'VERY_HIGH'
@@ -56,5 +68,14 @@ class LossGuardHook(Hook):
             terms = ', '.join(f'{name} = {value}' for name, value in bad.items())
             raise NonFiniteLossError(
                 f'non-finite loss at iteration {runner.iter + 1} (epoch {runner.epoch + 1}): {terms}; the run stops '
-                'before this step is logged or checkpointed (lower the learning rate, check the data of this '
-                'batch, or add gradient clipping: optim_wrapper.clip_grad)')
+                f'before this step is logged or checkpointed ({self.hint(runner.model)})')
+
+    @staticmethod
+    def hint(model) -> str:
+        """What to try, drop path first when the model's largest ``DropPath`` rate is large."""
+        hint = 'lower the learning rate, check the data of this batch, or add gradient clipping: optim_wrapper.clip_grad'
+        rate = max((m.drop_prob for m in drop_path_modules(unwrap_model(model))), default=0.)
+        if rate >= LARGE_DROP_PATH_RATE:
+            hint = (f'the model drops residual branches with rates up to {rate:g} and scales the kept ones by '
+                    f'1 / (1 - rate): lower the backbone\'s drop_path_rate (ViTs train with 0.1-0.5); or {hint}')
+        return hint
