@@ -5,6 +5,7 @@ import torch.nn.functional as F
 from mmpretrain.structures import DataSample
 
 from mmvitreg.models.heads import TokenLabelHead
+from mmvitreg.models.heads.token_label_head import mix_token_label_target
 from mmvitreg.models.trace import MixPlan, TokenTrace
 
 B, G, C, D, K = 3, 2, 6, 8, 2  # batch, grid side, classes, token dim, top-k
@@ -214,3 +215,20 @@ def test_errors():
         head.loss(feats, samples, TokenTrace(grid=(3, 3), num_layers=1, grids={0: (3, 3)}, num_extra_tokens=1))
     with pytest.raises(ValueError, match='token_label_size'):
         head.loss((torch.randn(B, 1 + 9, D), ), samples, TokenTrace(grid=(3, 3), num_layers=1, grids={0: (3, 3)}, num_extra_tokens=1))
+
+
+def test_mix_token_label_target_is_eq9_and_eq10():
+    """Eq. 9: the weighted sparse parts sum, token by token, to M * Y_1 + (1 - M) * Y_2 (a soft mask too);
+    Eq. 10: the class-token target mixed by the mask mean; without a plan both come back as they are."""
+    _, samples, _ = make_inputs(seed=3)
+    token_label = torch.stack([s.token_label for s in samples])
+    g = torch.Generator().manual_seed(3)
+    mask, index, relabel = torch.rand(B, G, G, generator=g), torch.tensor([2, 0, 1]), torch.rand(B, C, generator=g)
+    parts, mixed = mix_token_label_target(token_label, MixPlan(index=index, mask=mask), relabel)
+    dense = sum(weight.unsqueeze(-1) * torch.zeros(B, N, C).scatter_add(2, i, p) for weight, p, i in parts)
+    y, m, lam = dense_targets(samples), mask.flatten(1).unsqueeze(-1), mask.flatten(1).mean(1, keepdim=True)
+    torch.testing.assert_close(dense, m * y + (1 - m) * y[index])
+    torch.testing.assert_close(mixed, lam * relabel + (1 - lam) * relabel[index])
+    parts, same = mix_token_label_target(token_label, None, relabel)
+    assert same is relabel and len(parts) == 1
+    torch.testing.assert_close(torch.zeros(B, N, C).scatter_add(2, parts[0][2], parts[0][1]), y)

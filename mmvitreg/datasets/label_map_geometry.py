@@ -11,11 +11,9 @@ output-to-input matrix onto ``results['token_label_map']``
 by ``TokenClsDataPreprocessor`` (packed by ``TokenLabelTarget``). Without ``token_label_map`` in
 ``results`` they behave exactly like their parents.
 
-The official code flips and rotates/shears/translates the map with ``scipy.ndimage`` and crops it
-later with ``roi_align``; composing one matrix gives the same geometry without resampling the map at
-every step (the official crop is suspected of passing ``(y1, x1, y2, x2)`` boxes where
-``roi_align`` expects ``(x1, y1, x2, y2)``; ``tests/test_label_maps.py`` checks on a non-square
-image and an off-diagonal crop that ours is not transposed).
+One composed matrix gives the geometry of the official code (``scipy.ndimage`` on the map, then
+``roi_align``) without resampling the map at every step, and reads the crop untransposed
+(configs/lvvit/README.md: the official transposed crop).
 """
 from contextlib import contextmanager
 

@@ -32,7 +32,8 @@ class TokenClsDataPreprocessor(ClsDataPreprocessor):
        their patch tokens (MixToken), unless the plan mixes in pixel space (``plan.in_pixels``, e.g.
        :class:`PatchCutMix`): then the preprocessor mixes the images with ``plan.mix_images``;
     3. mixes every ``gt_score`` by the plan (MixToken Eq. 10: ``lam * y + (1 - lam) * y[index]``,
-       ``lam`` the mask mean), so any classification head gets the right image-level target;
+       ``lam`` the mask mean), so any classification head gets the right image-level target (the
+       token-label targets stay per image: ``TokenLabelHead`` mixes them, ``mix_token_label_target``);
     4. returns the plan as the extra key ``mix_plan``, which mmengine passes to the model's
        ``forward(..., mix_plan=...)`` (:class:`TokenClassifier` takes it; a model that cannot
        fails loudly instead of training silently unmixed).

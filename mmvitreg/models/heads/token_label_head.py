@@ -9,7 +9,7 @@ from mmpretrain.structures import DataSample
 from torch import Tensor
 
 from mmvitreg.registry import MODELS
-from ..trace import TokenTrace, TraceRequest
+from ..trace import MixPlan, TokenTrace, TraceRequest
 
 
 @MODELS.register_module()
@@ -26,63 +26,35 @@ class TokenLabelHead(VisionTransformerClsHead):
         L_{total} = H(X^{cls}, y^{cls}) + \beta L_{aux}, \quad
         L_{aux} = \frac{1}{N} \sum_{i=1}^{N} H(X^i, y^i) \qquad (6, 7)
 
-    where ``H`` is the soft-target cross entropy, ``y^i`` the token label of token ``i`` (a
-    teacher's dense score map, label-smoothed: ``(1 - s) y^i + s / C``) and ``y^cls`` the image
-    label (``loss``, label-smoothed one-hot; or mixed ``gt_score``). With MixToken the trace's plan
-    mixes the token labels with the same mask, ``Y_hat = Y_1 * M + Y_2 * (1 - M)`` (Eq. 9), and the
-    preprocessor mixes ``y^cls`` by the mask mean (Eq. 10). Since ``H`` is linear in its target,
-    ``H(X, m y_1 + (1 - m) y_2) = m H(X, y_1) + (1 - m) H(X, y_2)``: the head computes the soft CE
-    against each image's sparse token labels by gathering log-probabilities, never building
-    ``(B, N, C)`` targets. The official code un-mixes the aux outputs instead, which gives the
-    same loss (a permutation of the same (output, target) pairs).
+    where ``H`` is the soft-target cross entropy, ``y^i`` the (label-smoothed) token label of token ``i`` and
+    ``y^cls`` the class-token target (``cls_target``). With a mixing plan (MixToken) the token-label
+    targets are mixed by :func:`mix_token_label_target` (Eq. 8-10, the one place). The soft CE gathers the
+    log-probabilities of each token's sparse classes and never builds ``(B, N, C)`` targets; the official
+    reading's tail slots (class ``-1``, probability ``t`` of each unlisted class) make it exact over all ``C``
+    classes: ``H(X, y) = -sum_listed (y_c - t) log p_c - t sum_c log p_c``. Prediction (official):
+    ``score = X^cls + aux_pred_weight * max_i X^i``. Paper vs official code: configs/lvvit/README.md.
 
-    Paper vs official code (notes §2.3, §2.6): ``beta=0.5`` is the paper's; the official code
-    weights both terms 1.0 (``beta=1.0``). The class-token target ``y^cls`` (``cls_target``):
-
-    * ``'gt'`` (paper: "the label for the whole image"): the image label through ``loss``;
-    * ``'relabel'`` (official): the ReLabel target of the crop. With maps read
-      ``TokenLabelTarget(reading='official')`` it is the official one, the crop's logit map pooled to
-      ``1 x 1`` and soft-maxed over all classes (``relabel_label`` of the data samples); with the
-      ``'topk'`` reading, the mean of the crop's token labels;
-    * ``'relabel_gt'`` (official ``--ground-truth``): ``ratio * y_relabel + (1 - ratio) * y_gt`` with
-      ``ratio = 0.9 - 0.4 [argmax y_relabel == argmax y_gt]`` (both smoothed first), i.e. the
-      ground truth weighs 0.5 where the teacher agrees with it and 0.1 where it does not.
-
-    The ReLabel targets are mixed by Eq. 10 like ``y^cls`` and trained with the soft cross entropy
-    (float32 log-softmax), smoothed as the token labels. Label smoothing (``label_smooth_form``)
-    of a soft target ``y``: ``'standard'`` ``(1 - s) y + s / C`` (sums to 1); ``'official'``
-    ``(1 - s + s / C) y + s / C``, the official code's ``on_value``/``off_value`` applied to soft
-    targets (sums to ``1 + s / C``; for one-hot targets both forms agree).
-
-    Token labels of the official reading carry, besides the listed classes, tail slots (class
-    index ``-1``) whose probabilities sum to the probability of each unlisted class; the loss
-    is then exact over all ``C`` classes: ``H(X, y) = -sum_listed (y_c - t) log p_c - t sum_c log p_c``.
-
-    Prediction (official ``forward`` at eval): ``score = X^cls + aux_pred_weight * max_i X^i``,
-    the per-class max over the tokens' aux logits; ``aux_pred_weight=0`` predicts from the class
-    token alone.
-
-    Inputs: ``feats[-1]`` is the backbone's ``out_type='raw'`` output ``(B, N, C)`` after the final
-    norm, extra (class) tokens first, and ``trace`` the filled :class:`TokenTrace` (for
-    ``num_extra_tokens``, the tokens' grid ``last_grid`` and the plan), both given by :class:`TokenClassifier`. Each
-    data sample carries ``token_label`` (read per batch by ``TokenClsDataPreprocessor``):
-    ``(2, K, S, S)`` float, ``[0]`` token-label probabilities and ``[1]`` their class indices
-    (``-1``: the tail slots of the official reading), ``(S, S)`` the token grid; with the official
-    reading also ``relabel_label`` ``(2, K')`` in the same format. Without ``token_label`` in the data (plain data) set
-    ``beta=0`` (the official transfer setting ``--dense-weight 0``): the head then trains the class
-    token only; with ``beta > 0`` missing labels raise an error rather than train silently without
-    the dense term.
+    Inputs: ``feats[-1]``, the backbone's ``out_type='raw'`` output ``(B, N, C)`` after the final norm, extra
+    (class) tokens first, and ``trace``, the filled :class:`TokenTrace` (``num_extra_tokens``, the grid
+    ``last_grid``, the plan ``mix``), both from :class:`TokenClassifier`. Each data sample carries
+    ``token_label`` ``(2, K, S, S)`` (``[0]`` probabilities, ``[1]`` class indices, ``(S, S)`` the token grid;
+    read per batch by ``TokenClsDataPreprocessor``) and, with the official reading, ``relabel_label``
+    ``(2, K')``. Plain data (no ``token_label``) needs ``beta=0`` and ``cls_target='gt'`` (official
+    ``--dense-weight 0``); otherwise missing labels raise an error.
 
     Args:
         num_classes (int): Number of classes ``C``.
         in_channels (int): Token dimension.
         beta (float): Weight of ``L_aux`` (Eq. 7). Defaults to 0.5 (paper; official 1.0).
-        token_label_smooth_val (float): Label smoothing ``s`` of the token labels. Defaults to 0.1
-            (official ``--smoothing``).
-        cls_target (str): ``'gt'`` (paper), ``'relabel'`` (official) or ``'relabel_gt'`` (official
-            ``--ground-truth``). Defaults to ``'gt'``.
-        label_smooth_form (str): ``'standard'`` or ``'official'`` smoothing of the soft (token and
-            ReLabel) targets, see above. Defaults to ``'standard'``.
+        token_label_smooth_val (float): Label smoothing ``s`` of the token labels and ReLabel targets.
+            Defaults to 0.1 (official ``--smoothing``).
+        cls_target (str): ``y^cls``: ``'gt'`` (paper, the image label through ``loss``), ``'relabel'``
+            (official: the crop's ReLabel target, ``relabel_label`` of the official reading or, with the
+            ``'topk'`` reading, the mean of the crop's token labels) or ``'relabel_gt'`` (official
+            ``--ground-truth``: ``ratio * y_relabel + (1 - ratio) * y_gt``, ``ratio = 0.9 - 0.4 [argmax
+            y_relabel == argmax y_gt]``, both smoothed). Defaults to ``'gt'``.
+        label_smooth_form (str): Smoothing of a soft target ``y``: ``'standard'`` ``(1 - s) y + s / C`` or
+            ``'official'`` ``(1 - s + s / C) y + s / C`` (sums to ``1 + s / C``). Defaults to ``'standard'``.
         aux_pred_weight (float): Weight of the aux max in the prediction. Defaults to 0.5
             (official).
         loss (dict): The class-token loss ``H(X^cls, y^cls)`` of ``cls_target='gt'``. Defaults to
@@ -168,12 +140,11 @@ class TokenLabelHead(VisionTransformerClsHead):
         if self.beta > 0 or self.cls_target != 'gt':
             token_label = self._token_labels(data_samples, trace.last_grid, cls_score.device)
         losses = dict()
-        if self.cls_target != 'gt':
-            target = self._relabel_target(data_samples, token_label)
-            if plan is not None:
-                target = plan.mix_labels(target)
+        relabel = self._relabel_target(data_samples, token_label) if self.cls_target != 'gt' else None
+        token_targets, relabel = mix_token_label_target(token_label, plan, relabel)
+        if relabel is not None:
             log_p = F.log_softmax(cls_score.float(), dim=-1)
-            losses['loss_cls'] = -(target * log_p).sum(-1).mean()
+            losses['loss_cls'] = -(relabel * log_p).sum(-1).mean()
         else:
             if 'gt_score' in data_samples[0]:
                 target = torch.stack([s.gt_score for s in data_samples])
@@ -182,7 +153,7 @@ class TokenLabelHead(VisionTransformerClsHead):
             # the softmax over classes in float32, also under --amp
             losses['loss_cls'] = self.loss_module(cls_score.float(), target, avg_factor=cls_score.size(0))
         if self.beta > 0:
-            losses['loss_token'] = self.beta * self._token_loss(aux_score, token_label, plan)
+            losses['loss_token'] = self.beta * self._token_loss(aux_score, token_targets)
         return losses
 
     @property
@@ -224,20 +195,62 @@ class TokenLabelHead(VisionTransformerClsHead):
             target = ratio * target + (1 - ratio) * gt_target
         return target
 
-    def _token_loss(self, aux_score: Tensor, token_label: Tensor, plan) -> Tensor:
-        """``L_aux``: mean over tokens of the soft CE to the (mixed, smoothed) token labels."""
+    def _token_loss(self, aux_score: Tensor, token_targets: List[Tuple[Tensor, Tensor, Tensor]]) -> Tensor:
+        """``L_aux``: mean over tokens of the soft CE to the (mixed, smoothed) token labels, the weighted
+        parts of :func:`mix_token_label_target`."""
         log_p = F.log_softmax(aux_score.float(), dim=-1)  # (B, N, C)
-        probs = token_label[:, 0].flatten(2).transpose(1, 2)  # (B, N, K)
-        index = token_label[:, 1].flatten(2).transpose(1, 2).long()
-        ce = _soft_ce(log_p, probs, index)  # (B, N), against the own labels
-        if plan is not None:
-            ce_partner = _soft_ce(log_p, probs[plan.index], index[plan.index])
-            m = plan.mask.flatten(1).to(ce.dtype)
-            ce = m * ce + (1 - m) * ce_partner  # Eq. 9 by linearity of H in the target
+        ce = sum(weight * _soft_ce(log_p, probs, index) for weight, probs, index in token_targets)  # (B, N)
         s = self.token_label_smooth_val
         if s:
             ce = self._on_value * ce - s * log_p.mean(-1)
         return ce.mean()
+
+
+def mix_token_label_target(token_label: Optional[Tensor], plan: Optional[MixPlan],
+                           relabel: Optional[Tensor] = None) -> Tuple[list, Optional[Tensor]]:
+    r"""The LV-ViT token-label target of a batch mixed by a plan (MixToken): the one place it is mixed.
+
+    The backbone mixes the patch tokens with the plan's mask ``M`` (``(B, Hg, Wg)``, 1 on a sample's own
+    tokens, 0 on those of its partner ``index``; :meth:`MixPlan.mix_tokens`), and the targets follow the same
+    mask (paper Eq. 8-10, as the official code):
+
+    .. math::
+
+        \hat{T} = T_1 \odot M + T_2 \odot (1 - M) \quad (8) \qquad
+        \hat{Y} = Y_1 \odot M + Y_2 \odot (1 - M) \quad (9) \qquad
+        \hat{y}^{cls} = \bar{M} y_1^{cls} + (1 - \bar{M}) y_2^{cls} \quad (10)
+
+    with ``M_bar`` the mask mean (:attr:`MixPlan.lam`). Eq. 9 is returned unsummed, as the weighted
+    sparse parts ``[(M, Y_1), (1 - M, Y_2)]``: the soft cross entropy is linear in its target,
+    ``H(X, m y_1 + (1 - m) y_2) = m H(X, y_1) + (1 - m) H(X, y_2)``, so the loss never builds ``(B, N, C)``
+    targets (the official code un-mixes the aux outputs instead: the same (output, target) pairs, the
+    same loss). Eq. 10 mixes the class-token ReLabel target (``cls_target='relabel'``/``'relabel_gt'``) with
+    :meth:`MixPlan.mix_labels`; the image label (``cls_target='gt'``, ``gt_score``) gets the same Eq. 10 in
+    ``TokenClsDataPreprocessor``, for every head.
+
+    Args:
+        token_label (Tensor, optional): ``(B, 2, K, S, S)`` per-image token labels (``[0]`` probabilities,
+            ``[1]`` class indices, ``-1`` the official reading's tail slots), ``(S, S)`` the token grid.
+            None: no token labels (``beta=0``).
+        plan (MixPlan, optional): The batch's plan (``trace.mix``); None: an unmixed batch.
+        relabel (Tensor, optional): ``(B, C)`` class-token ReLabel target of each image. Defaults to None.
+
+    Returns:
+        tuple: ``[(weight, probs, index)]``, the parts of ``Y_hat`` with ``weight`` ``(B, N)`` (or ``1.``),
+        ``probs`` ``(B, N, K)`` and ``index`` ``(B, N, K)`` long, ``N = S * S``; and ``y_hat^cls`` ``(B, C)``
+        (None without ``relabel``).
+    """
+    parts = []
+    if token_label is not None:
+        probs = token_label[:, 0].flatten(2).transpose(1, 2)  # (B, N, K)
+        index = token_label[:, 1].flatten(2).transpose(1, 2).long()
+        parts = [(1., probs, index)]
+        if plan is not None:  # Eq. 9
+            m = plan.mask.flatten(1).float()  # the loss computes in float32
+            parts = [(m, probs, index), (1 - m, probs[plan.index], index[plan.index])]
+    if relabel is not None and plan is not None:  # Eq. 10
+        relabel = plan.mix_labels(relabel)
+    return parts, relabel
 
 
 def _soft_ce(log_p: Tensor, probs: Tensor, index: Tensor) -> Tensor:

@@ -15,7 +15,8 @@ class MixToken(BoxMix):
     CutMix moved from pixels to tokens: the box is drawn on the token grid and the *tokens* of
     two images are mixed after the patch embedding, so every token keeps clean content and a
     clean token label. This class only draws the plan; the backbone mixes its patch-token map
-    with it (before the position embedding) and the head mixes the targets:
+    with it (before the position embedding) and the head the targets
+    (:func:`~mmvitreg.models.heads.token_label_head.mix_token_label_target`):
 
     .. math::
 
