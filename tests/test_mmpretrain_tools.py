@@ -6,7 +6,9 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+import mmcv
 import mmpretrain
+import numpy as np
 import pytest
 import torch
 from mmengine.config import Config
@@ -60,10 +62,23 @@ def test_print_config_and_get_flops(own, digits_workspace):
 
 def test_browse_dataset_writes_the_transformed_images(own, digits_workspace, tmp_path):
     """The default mode (``transformed``) needs the wrapper's two fixes (visualizer ``_scope_``, matplotlib's
-    renderer)."""
-    wrapper('browse_dataset', own.config, '--phase', 'test', '--show-number', 3, '--not-show', '--output-dir',
+    renderer) and draws the pipeline's output: with an ``Invert`` appended to the test pipeline the paper around
+    each digit (light) comes out black, so the image's border, mostly paper, is dark in the picture; the
+    untransformed image would leave it light."""
+    config = own.root / 'inverted.py'
+    config.write_text(f"_base_ = './{own.config.name}'\n"
+                      "test_dataloader = dict(dataset=dict(pipeline=[dict(type='LoadImageFromFile'), "
+                      "dict(type='Invert', prob=1.), dict(type='PackInputs')]))\n")
+    wrapper('browse_dataset', config, '--phase', 'test', '--show-number', 3, '--not-show', '--output-dir',
             tmp_path, cwd=digits_workspace)
-    assert len(list(tmp_path.glob('*.JPEG'))) == 3
+    pictures = sorted(tmp_path.glob('*.JPEG'))
+    assert len(pictures) == 3
+    for picture in pictures:
+        grey = mmcv.imread(str(picture), 'grayscale')  # the title above the image, the image fills the rest
+        h, w = grey.shape[0] // 20, grey.shape[1] // 20
+        below_title = grey[grey.shape[0] // 5:]
+        border = np.concatenate([below_title[:, :w].ravel(), below_title[:, -w:].ravel(), grey[-h:].ravel()])
+        assert border.mean() < 80, f'{picture.name}: border mean {border.mean():.0f}, not the inverted image'
 
 
 def test_vis_scheduler_draws_the_learning_rate(own, digits_workspace, tmp_path):
