@@ -27,7 +27,8 @@ def test_nan_hint_names_drop_path_when_the_rate_is_large(rates):
 @pytest.mark.parametrize('rates', [(), (0.1, 0.3)])
 def test_nan_hint_leaves_drop_path_out_when_the_rate_is_small(rates):
     with pytest.raises(NonFiniteLossError, match=r'iteration 7 \(epoch 2\): loss = inf') as error:
-        LossGuardHook().after_train_iter(runner_with_drop_path(*rates), 0, outputs=dict(loss=torch.tensor(float('inf'))))
+        LossGuardHook().after_train_iter(runner_with_drop_path(*rates), 0,
+                                         outputs=dict(loss=torch.tensor(float('inf'))))
     assert 'drop_path_rate' not in str(error.value) and 'lower the learning rate' in str(error.value)
 
 

@@ -73,7 +73,8 @@ class LossGuardHook(Hook):
     @staticmethod
     def hint(model) -> str:
         """What to try, drop path first when the model's largest ``DropPath`` rate is large."""
-        hint = 'lower the learning rate, check the data of this batch, or add gradient clipping: optim_wrapper.clip_grad'
+        hint = ('lower the learning rate, check the data of this batch, or add gradient clipping: '
+                'optim_wrapper.clip_grad')
         rate = max((m.drop_prob for m in drop_path_modules(unwrap_model(model))), default=0.)
         if rate >= LARGE_DROP_PATH_RATE:
             hint = (f'the model drops residual branches with rates up to {rate:g} and scales the kept ones by '
