@@ -25,7 +25,7 @@ from mmvitreg.models import mixing
 from mmvitreg.models.backbones import VisionTransformer
 from mmvitreg.models.data_preprocessors import TokenClsDataPreprocessor
 from mmvitreg.models.mixing import token_mix as mix
-from mmvitreg.models.trace import TraceRequest, check_trace_user
+from mmvitreg.models.trace import TraceGridError, TraceRequest, check_trace_user
 from mmvitreg.registry import MODELS
 
 _SPEC = importlib.util.spec_from_file_location('snapshot_mix_draws', REPO / 'tests/data/snapshot_mix_draws.py')
@@ -209,7 +209,7 @@ def test_every_plan_declares_what_it_mixes_and_asks_only_that():
     assert spaces == {'MixToken': 'tokens', **{name: 'pixels' for name in PIXEL_PLANS}}
     for name, space in spaces.items():
         request = MODELS.build(dict(type=f'mmvitreg.{name}')).trace_request
-        assert request == (TraceRequest(services={'mix'}) if space == 'tokens' else TraceRequest()), name
+        assert request == (TraceRequest(services={'mix'}, patch_size=16) if space == 'tokens' else TraceRequest()), name
         assert not request.needs_trace if space == 'pixels' else request.all_services == {'mix'}
     assert not issubclass(mixing.PatchCutMix, mixing.MixToken)
     with pytest.raises(TypeError, match="Odd.space must be one of \\['pixels', 'tokens'\\], got 'voxels'"):
@@ -271,3 +271,46 @@ def test_every_pixel_plan_trains_on_every_backbone(plan, model):
     assert set(log) == {'loss', 'loss_cls'} | ({'loss_drloc'} if aux else set())
     assert all(torch.isfinite(v) for v in log.values())
     assert any(not torch.equal(a, b) for a, b in zip(before, model_.backbone.parameters()))
+
+
+# ---- a plan on the backbone's grid is checked when the model is built (issue 35.4)
+
+def grid_model(plan: str, patch: int, backbone: str = 'vit', tl_align: bool = False):
+    """A tiny TokenClassifier (ViT patch 8 or Swin patch 4 at 32x32) with ``plan`` at ``patch`` pixels."""
+    if backbone == 'vit':
+        backbone_cfg = dict(type='mmvitreg.VisionTransformer', arch=dict(embed_dims=16, num_layers=2, num_heads=2,
+                                                                          feedforward_channels=16),
+                            img_size=32, patch_size=8)
+    else:
+        backbone_cfg = dict(type='mmvitreg.SwinTransformer', arch=dict(embed_dims=8, depths=(1, 1), num_heads=(1, 1)),
+                            img_size=32, window_size=2, out_indices=(1, ))
+    cfg = dict(type='mmvitreg.TokenClassifier', backbone=backbone_cfg,
+               neck=dict(type='mmpretrain.GlobalAveragePooling') if backbone == 'swin' else None,
+               head=dict(type='mmpretrain.LinearClsHead', num_classes=3, in_channels=16),
+               target_transform=dict(type='mmvitreg.TLAlign') if tl_align else None,
+               train_cfg=dict(token_mix=dict(type=f'mmvitreg.{plan}', patch_size=patch)),
+               data_preprocessor=dict(num_classes=3))
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        return MMPRETRAIN_MODELS.build(cfg)
+
+
+def test_a_plan_of_another_patch_size_is_refused_when_the_model_is_built():
+    """TL-Align with a plan of patch size 5 on a ViT with patch 8 was refused only at the first training step. A
+    plan that the backbone mixes (MixToken) or that a stream starts from (TL-Align's initial labels) lies on the
+    backbone's token grid, so its patch size is now checked against the backbone's token stride when the model is
+    built, naming the fix; a pixel plan that nothing reads on that grid (DiversePatch's coarser boxes on Swin)
+    stays free."""
+    with pytest.raises(TraceGridError) as error:
+        grid_model('PatchCutMix', 5, tl_align=True)
+    assert str(error.value) == ("PatchCutMix, the plan TLAlign starts from, draws its plan on 5-pixel patches but "
+                                "VisionTransformer embeds 8-pixel patches: set the plan's patch_size=8 (the "
+                                "backbone's token stride)")
+    with pytest.raises(TraceGridError, match="^MixToken draws its plan on 5-pixel patches but VisionTransformer "
+                                             "embeds 8-pixel patches: set the plan's patch_size=8"):
+        grid_model('MixToken', 5)
+    with pytest.raises(TraceGridError, match="^PixelMixup, the plan TLAlign starts from, draws its plan on 8-pixel "
+                                             "patches but SwinTransformer embeds 4-pixel patches"):
+        grid_model('PixelMixup', 8, 'swin', tl_align=True)
+    for args in (('PatchCutMix', 8, 'vit', True), ('MixToken', 8, 'vit'), ('PatchCutMix', 4, 'swin', True),
+                 ('PatchCutMix', 16, 'vit'), ('PatchCutMix', 16, 'swin')):
+        assert grid_model(*args).backbone.trace_spec.patch_stride == (8 if args[2] == 'vit' else 4)

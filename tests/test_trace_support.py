@@ -9,8 +9,9 @@ from mmengine.registry import DefaultScope
 from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 
 from conftest import REPO, TOOLS, run_tool
-from mmvitreg.analysis.trace_support import MMPRETRAIN, OK, USER_ARGS, USER_MODULES, support_table
+from mmvitreg.analysis.trace_support import MMPRETRAIN, OK, support_table
 from mmvitreg.models.trace import TraceRequest, TraceUserError
+from mmvitreg.models.trace_users import USER_ARGS, USER_MODULES
 from mmvitreg.registry import MODELS
 
 

@@ -12,7 +12,7 @@ from torch import Tensor
 
 from mmvitreg.registry import MODELS
 from ..layers import ConvStem, TransformerBlock, token_grid
-from ..trace import TokenTrace, TraceSpec
+from ..trace import TokenTrace, TraceSpec, resolve_indices
 from .arch import BackboneValueError, check_arch
 
 ESSENTIAL_ARCH_KEYS = ('embed_dims', 'num_layers', 'num_heads', 'feedforward_channels')
@@ -163,21 +163,23 @@ class VisionTransformer(MMPretrainVisionTransformer):
             num_extra_tokens=self.num_extra_tokens, services={'mix', 'attn', 'stream'}, points={'embed', 'final'},
             facts={'isotropic'} | ({'cls_token'} if with_cls_token else set()),
             out_types=tuple(sorted(self.OUT_TYPES)), out_type=out_type,
-            out_channels=tuple(self.embed_dims for i in range(self.num_layers) if i in self.out_indices))
+            out_channels=tuple(self.embed_dims for i in range(self.num_layers) if i in self.out_indices),
+            patch_stride=self.patch_stride)
 
     @staticmethod
     def _out_indices(out_indices: Union[int, Sequence[int]], num_layers: int) -> list:
-        """``out_indices`` as non-negative block indices (negative ones count from the last block)."""
+        """``out_indices`` as non-negative block indices, by the trace's resolver (negative ones count from the
+        last block), with mmpretrain's wording first in its errors."""
         if isinstance(out_indices, int):
             out_indices = [out_indices]
         if not isinstance(out_indices, Sequence):
             raise BackboneValueError(f'"out_indices" must be a sequence or int, get {type(out_indices)} instead: '
                                      'give a block index or a list of them, e.g. -1 or [3, 7, 11]')
-        for index in out_indices:
-            if not -num_layers <= index < num_layers:
-                raise BackboneValueError(f'Invalid out_indices {index}: the {num_layers} blocks have the indices '
-                                         f'0 .. {num_layers - 1} (or {-num_layers} .. -1 from the last)')
-        return [index % num_layers for index in out_indices]
+        try:
+            return list(resolve_indices(out_indices, num_layers))
+        except IndexError as error:
+            raise BackboneValueError(f'Invalid out_indices {error.index}: the {num_layers} blocks have the indices '
+                                     f'0 .. {num_layers - 1} (or {-num_layers} .. -1 from the last)') from None
 
     def _attn_types(self, spec) -> list:
         if isinstance(spec, str):

@@ -76,9 +76,8 @@ class TokenClassifier(TraceUsers, ImageClassifier):
                              f'got a built {type(data_preprocessor).__name__}')
         super().__init__(backbone=backbone, train_cfg=train_cfg or None,
                          data_preprocessor=data_preprocessor, **kwargs)
-        self.init_trace_users(aux_losses, target_transform,
-                              fixed_users=[self.head if self.with_head else None,
-                                           getattr(self.data_preprocessor, 'token_mix', None)])
+        self.init_trace_users(aux_losses, target_transform, fixed_users=[self.head if self.with_head else None],
+                              token_mix=getattr(self.data_preprocessor, 'token_mix', None))
 
     @property
     def head_request(self) -> TraceRequest:

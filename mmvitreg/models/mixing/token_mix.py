@@ -10,7 +10,7 @@ from ..trace import MixPlan, TraceRequest
 
 #: what a plan of each space asks of the backbone: nothing when the data preprocessor mixes the images (any
 #: backbone serves it), the service ``'mix'`` when the backbone mixes its patch tokens
-SPACE_REQUESTS = {'pixels': TraceRequest(), 'tokens': TraceRequest(services={'mix'})}
+SPACE_SERVICES = {'pixels': frozenset(), 'tokens': frozenset({'mix'})}
 
 
 class TokenMix:
@@ -29,7 +29,7 @@ class TokenMix:
       ``'permute'``, a random permutation (``torch.randperm``, as mmpretrain's CutMix), drawn after the masks.
 
     A concrete plan declares what it mixes, :attr:`space`, and its :attr:`trace_request` follows from it
-    (:data:`SPACE_REQUESTS`): ``'pixels'``, the data preprocessor mixes the images and the backbone is asked
+    (:data:`SPACE_SERVICES`): ``'pixels'``, the data preprocessor mixes the images and the backbone is asked
     for nothing (every backbone serves the plan, with or without a trace); ``'tokens'``, the backbone mixes its
     patch tokens (service ``'mix'``). It draws the masks (:meth:`masks`): a pixel mask exactly when it mixes
     pixels (:meth:`plan` checks it).
@@ -44,16 +44,22 @@ class TokenMix:
     PARTNERS = ('flip', 'permute')
     #: draw ``lam`` again while it is exactly 1 (an unmixed batch)
     REDRAW_FULL = True
-    #: ``'pixels'`` or ``'tokens'`` (a key of :data:`SPACE_REQUESTS`); declared by every concrete plan
+    #: ``'pixels'`` or ``'tokens'`` (a key of :data:`SPACE_SERVICES`); declared by every concrete plan
     space: Optional[str] = None
     image_target = True  # mixes the images' labels
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if cls.space is not None:
-            if cls.space not in SPACE_REQUESTS:
-                raise TypeError(f'{cls.__name__}.space must be one of {sorted(SPACE_REQUESTS)}, got {cls.space!r}')
-            cls.trace_request = SPACE_REQUESTS[cls.space]
+        if cls.space is not None and cls.space not in SPACE_SERVICES:
+            raise TypeError(f'{cls.__name__}.space must be one of {sorted(SPACE_SERVICES)}, got {cls.space!r}')
+
+    @property
+    def trace_request(self) -> TraceRequest:
+        """What the plan asks of the backbone (:data:`SPACE_SERVICES`): nothing for a plan mixed in pixels; for one
+        the backbone mixes, the service ``'mix'`` on a grid of :attr:`patch_size` (checked when the model is built)."""
+        if self.space == 'tokens':
+            return TraceRequest(services=SPACE_SERVICES['tokens'], patch_size=self.patch_size)
+        return TraceRequest()
 
     def __init__(self, alpha: Optional[float] = None, patch_size: int = 16, partner: str = 'flip'):
         if alpha is not None and not alpha > 0:
