@@ -33,9 +33,9 @@ class VisionTransformer(MMPretrainVisionTransformer):
     `DeepViT <https://arxiv.org/abs/2103.11886>`_ (re-attention, conv stem, ``scale_adjustment``)
     and `LV-ViT <https://arxiv.org/abs/2104.10858>`_ (conv stem, ``skip_lam``); presets in
     :class:`DeepViT` and :class:`LVViT`. Built by mmpretrain's ``VisionTransformer`` constructor (the
-    embeddings, ``pre_norm``, the final norms, every option and its checks), whose blocks are then
+    embeddings, ``pre_norm``, the final norms, every option and its checks) asked for no blocks; its blocks are
     :class:`~mmvitreg.models.layers.TransformerBlock` (mmpretrain's keys and module layout, the attention
-    through mmvitreg's fused ``attend``) and whose linear patch embedding a conv stem replaces. In its
+    through mmvitreg's fused ``attend``), built once, and a conv stem replaces its linear patch embedding. In its
     plain configuration (the default arch options) the state dict, the outputs and the options
     (``out_type``, ``out_indices``, ``final_norm``, ``with_cls_token``, ``frozen_stages``, ``pre_norm``,
     ``patch_cfg``, position-embedding resizing on load and at run time) are those of mmpretrain's
@@ -120,13 +120,16 @@ class VisionTransformer(MMPretrainVisionTransformer):
                  init_cfg=TIMM_INIT_CFG):
         settings = {**ARCH_OPTIONS, **check_arch(arch, self.arch_zoo, ESSENTIAL_ARCH_KEYS, ARCH_OPTIONS)}
         num_layers = settings['num_layers']
-        # mmpretrain's constructor builds the embeddings, the norms and every option; the blocks are then ours
+        out_indices = self._out_indices(out_indices, num_layers)
+        # mmpretrain's constructor builds the embeddings, the norms and every option, asked for no blocks (ours,
+        # built once below, then frozen once: its freezing walks the blocks)
         super().__init__(
-            settings, img_size, patch_size, in_channels, self._out_indices(out_indices, num_layers),
-            drop_rate=drop_rate, drop_path_rate=drop_path_rate, qkv_bias=qkv_bias, norm_cfg=norm_cfg,
-            final_norm=final_norm, out_type=out_type, with_cls_token=with_cls_token, frozen_stages=frozen_stages,
-            interpolate_mode=interpolate_mode, patch_cfg=patch_cfg, pre_norm=pre_norm,
-            init_cfg=init_cfg)
+            {**settings, 'num_layers': 0}, img_size, patch_size, in_channels, [], drop_rate=drop_rate,
+            drop_path_rate=drop_path_rate, qkv_bias=qkv_bias, norm_cfg=norm_cfg, final_norm=final_norm,
+            out_type=out_type, with_cls_token=with_cls_token, frozen_stages=-1, interpolate_mode=interpolate_mode,
+            patch_cfg=patch_cfg, pre_norm=pre_norm, init_cfg=init_cfg)
+        self.arch_settings, self.num_layers, self.out_indices = settings, num_layers, out_indices
+        self.frozen_stages = frozen_stages
         if settings['stem'] is None:
             self.patch_stride = to_2tuple(self.patch_embed.projection.stride)[0]
         elif patch_cfg:
@@ -155,7 +158,7 @@ class VisionTransformer(MMPretrainVisionTransformer):
                 scale_adjustment=settings['scale_adjustment'],
                 skip_lam=settings['skip_lam']) for i in range(num_layers))
         if frozen_stages > 0:
-            self._freeze_stages()  # again, for the blocks that replaced mmpretrain's
+            self._freeze_stages()
 
         # what a trace gets: every block, all services, 'embed' and 'final'
         self.trace_spec = TraceSpec(
