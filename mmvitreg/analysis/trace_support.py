@@ -1,6 +1,6 @@
 """Which trace user fits which backbone: the build-time check of every pair, as a table.
 
-A *trace user* is a component of mmvitreg (a head, an auxiliary loss, a target transform or a token mix)
+A *trace user* is a component of mmvitreg (a head, an auxiliary loss, a target transform or a batch mix)
 whose instance carries a ``trace_request`` (:class:`~mmvitreg.models.trace.TraceRequest`); the request
 follows the instance's arguments (``PatchContrastiveLoss(form='official')`` asks for other taps than the
 paper form). So every row is a built instance: each registered user at its defaults
@@ -27,9 +27,9 @@ import torch
 
 import inspect
 
-from mmvitreg.models.trace import (FACTS, POINTS, SERVICES, TraceChannelError, TraceFormatError, TraceRequest,
-                                   TraceUserError, trace_request_of)
-from mmvitreg.models.trace_users import check_image_target, refusal, registered_users, user_label
+from mmvitreg.models.trace import (FACTS, POINTS, SERVICES, TraceChannelError, TraceFormatError, TraceGridError,
+                                   TraceRequest, TraceUserError, trace_request_of)
+from mmvitreg.models.trace_users import check_image_target, pop_mix, refusal, registered_users, user_label
 
 #: the settings each trace backbone is checked with (its default architecture: the block count
 #: decides whether a default tap exists); a registered trace backbone missing here is an error
@@ -80,7 +80,7 @@ def trace_users(config: Optional[str] = None) -> List[Tuple[str, object]]:
     """``(row, built instance)`` for every trace user: each registered user of mmvitreg at its
     defaults and :data:`USER_VARIANTS` (:func:`~mmvitreg.models.trace_users.registered_users`), by name; with
     ``config`` (a model config file, ``mmvitreg::`` or a path) instead the trace users of its ``model`` as
-    configured (head, auxiliary losses, target transform, token mix), named after their place in the config."""
+    configured (head, auxiliary losses, target transform, batch mix), named after their place in the config."""
     return registered_users(USER_VARIANTS) if config is None else _config_users(config)
 
 
@@ -91,7 +91,7 @@ def _config_users(config: str) -> List[Tuple[str, TraceRequest]]:
     cfg = load_config(config)
     model = cfg.model
     places = [('head', model.get('head')), ('target_transform', model.get('target_transform')),
-              ('token_mix', (model.get('train_cfg') or {}).get('token_mix'))]
+              ('mix', pop_mix(dict(model.get('train_cfg') or {})))]
     places += [(f'aux_losses[{i}]', cfg) for i, cfg in enumerate(model.get('aux_losses') or ())]
     users = []
     for place, part in places:
@@ -202,8 +202,8 @@ def support_table(users: Optional[List[str]] = None, backbones: Optional[List[st
                     row[user] = error.reason
                     continue
                 error = refusal(backbone, trace_request_of(instance), user)
-                if error is None or (isinstance(error, TraceChannelError) and config is None):
-                    row[user] = OK  # a registered row's widths are USER_ARGS's, set per model
+                if error is None or (isinstance(error, (TraceChannelError, TraceGridError)) and config is None):
+                    row[user] = OK  # a registered row's widths and patch size are its defaults, set per model
                 elif isinstance(error, TraceFormatError) and error.settable:  # the preset's format, not its ability
                     row[user] = f'{OK} {error.reason[len("needs "):]}'
                 else:

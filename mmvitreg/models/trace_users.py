@@ -11,7 +11,7 @@ holds the library's usual parts plus
   when no user needs one). A loss that asks for no trace reads only ``feats`` and works on any backbone,
   also on those without a trace (mmpretrain's ResNet, T2T-ViT, ConvNeXt);
 * at most one ``target_transform`` (``transform(trace, data_samples)`` rewrites the targets before the model's
-  own loss and may return scalars to log) and a token mix (``train_cfg.token_mix``).
+  own loss and may return scalars to log) and a batch mix (``train_cfg.mix``).
 
 :class:`TraceUsers` builds the users, checks each against the backbone when the model is built
 (:func:`~mmvitreg.models.trace.check_trace_user`: a missing capability, a tap the backbone cannot serve or a
@@ -24,6 +24,7 @@ Users that need an image-level target (``image_target = True``) serve only a mod
 (:attr:`TraceUsers.image_targets`); the others refuse them when built, naming the users that would serve.
 """
 import copy
+import warnings
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from mmengine.model import ModuleList
@@ -32,7 +33,7 @@ from torch import Tensor, nn
 from mmvitreg.registry import MODELS
 from .trace import MixPlan, TokenTrace, TraceRequest, TraceUserError, check_trace_user, trace_request_of
 
-#: the modules whose registered components are trace users (heads, losses, target transforms, token mixes)
+#: the modules whose registered components are trace users (heads, losses, target transforms, batch mixes)
 USER_MODULES = tuple(f'mmvitreg.models.{m}.' for m in ('heads', 'losses', 'target_transforms', 'mixing'))
 #: the arguments a registered trace user cannot be built without: the widths of DeiT-S at ImageNet's classes (its
 #: request's taps do not depend on them; a width is checked per model)
@@ -41,6 +42,22 @@ USER_ARGS: Dict[str, dict] = {
     'PatchMixingLoss': dict(num_classes=1000, in_channels=384),
     'TokenLabelHead': dict(num_classes=1000, in_channels=384),
 }
+
+
+def pop_mix(train_cfg) -> Optional[dict]:
+    """Take the batch mix's config out of a model's ``train_cfg`` (a dict, changed in place): its key ``mix``, or
+    ``token_mix``, the key's old name, which works for one release with a ``DeprecationWarning``.
+
+    Raises:
+        ValueError: both keys given.
+    """
+    if 'token_mix' in train_cfg:
+        warnings.warn('train_cfg.token_mix is deprecated and will be removed in the next release: name it '
+                      'train_cfg.mix', DeprecationWarning, stacklevel=3)
+        if 'mix' in train_cfg:
+            raise ValueError('train_cfg gives both mix and token_mix (its deprecated name): keep only mix')
+        return train_cfg.pop('token_mix')
+    return train_cfg.pop('mix', None)
 
 
 def build_user(cfg):
@@ -127,10 +144,10 @@ class TraceUsers:
     image_targets = True
 
     def init_trace_users(self, aux_losses: Optional[Sequence] = None, target_transform=None,
-                         fixed_users: Iterable = (), token_mix=None) -> None:
+                         fixed_users: Iterable = (), mix=None) -> None:
         """Build ``aux_losses`` (into an mmengine ``ModuleList``, so ``init_weights`` reaches each one's
         ``init_cfg``) and ``target_transform``, and check them, ``fixed_users`` (the head: built by the library's
-        own code) and ``token_mix`` (the mixing plan drawer, built by the data preprocessor) against
+        own code) and ``mix`` (the batch mix that draws the plans, built by the data preprocessor) against
         ``self.backbone``; a plan a stream starts from (TL-Align's initial labels) must lie on the backbone's
         token grid, so its ``patch_size`` is checked then too.
 
@@ -147,16 +164,16 @@ class TraceUsers:
             target_transform = target_transform[0] if target_transform else None
         self.aux_losses = ModuleList(build_user(cfg) for cfg in aux_losses or ())
         self.target_transform = build_user(target_transform) if target_transform is not None else None
-        checked = [u for u in [*fixed_users, token_mix] if u is not None] + list(self.aux_losses)
+        checked = [u for u in [*fixed_users, mix] if u is not None] + list(self.aux_losses)
         checked += [self.target_transform] if self.target_transform is not None else []
         for user in checked:
             check_image_target(user, type(self).__name__, self.image_targets, self.backbone)
             check_trace_user(self.backbone, trace_request_of(user), type(user).__name__)
         self.train_request = TraceRequest.union(trace_request_of(u) for u in self.train_users)
         stream = self.train_request.stream
-        if token_mix is not None and stream is not None:
-            check_trace_user(self.backbone, TraceRequest(patch_size=token_mix.patch_size),
-                             f'{type(token_mix).__name__}, the plan {type(stream).__name__} starts from,')
+        if mix is not None and stream is not None:
+            check_trace_user(self.backbone, TraceRequest(patch_size=mix.patch_size),
+                             f'{type(mix).__name__}, the plan {type(stream).__name__} starts from,')
 
     @property
     def train_users(self) -> List[nn.Module]:
@@ -238,7 +255,7 @@ class DenseTraceUsers(TraceUsers):
     A training step is :meth:`TraceUsers.loss`; prediction, ``tensor`` mode and test-time augmentation are the
     library's, without a trace. A user that needs an image-level target (TL-Align, MixToken and the other token
     mixes, TokenLabelHead, PatchMixingLoss) is refused when the model is built, also as ``target_transform`` or
-    ``train_cfg.token_mix`` (which the library would otherwise ignore).
+    ``train_cfg.mix`` (which the library would otherwise ignore).
 
     Raises:
         TraceUserError: a user the backbone cannot serve, or (:class:`ImageTargetError`) one that needs an
@@ -248,10 +265,10 @@ class DenseTraceUsers(TraceUsers):
     image_targets = False
 
     def __init__(self, *args, aux_losses: Optional[Sequence] = None, target_transform=None, **kwargs):
-        train_cfg = kwargs.get('train_cfg')
-        token_mix = None
-        if train_cfg is not None and 'token_mix' in train_cfg:
-            kwargs['train_cfg'] = train_cfg = copy.deepcopy(train_cfg)
-            token_mix = build_user(train_cfg.pop('token_mix'))
+        mix = None
+        if kwargs.get('train_cfg') is not None:
+            kwargs['train_cfg'] = train_cfg = copy.deepcopy(kwargs['train_cfg'])
+            mix = pop_mix(train_cfg)
+            mix = build_user(mix) if mix is not None else None
         super().__init__(*args, **kwargs)
-        self.init_trace_users(aux_losses, target_transform, token_mix=token_mix)
+        self.init_trace_users(aux_losses, target_transform, mix=mix)

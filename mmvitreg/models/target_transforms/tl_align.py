@@ -11,7 +11,7 @@ from mmvitreg.registry import MODELS
 from ..trace import TokenTrace, TraceRequest
 
 NO_PLAN = ("TLAlign aligns the labels of mixed images but the batch has no mixing plan: set "
-           "train_cfg=dict(token_mix=dict(type='mmvitreg.PatchCutMix', patch_size=...)) in the TokenClassifier")
+           "train_cfg=dict(mix=dict(type='mmvitreg.PatchCutMix', patch_size=...)) in the TokenClassifier")
 
 
 @MODELS.register_module()

@@ -26,7 +26,7 @@ fills the trace only through the recording API of :class:`TokenTrace`, at fixed 
 So the recording code exists once, here. Without a trace the backbone is an ordinary backbone
 (same outputs, fused attention, no extra work).
 
-**Trace users.** Whatever reads a trace (a head, an auxiliary loss, a target transform, a token mix)
+**Trace users.** Whatever reads a trace (a head, an auxiliary loss, a target transform, a batch mix)
 declares a :class:`TraceRequest`: the blocks whose tokens / attention maps it taps, the points and
 facts it relies on, the backbone output format it reads, its stream. :func:`check_trace_user`
 compares a request with a backbone's spec when the model is built and fails at once, naming user,

@@ -132,7 +132,7 @@ class TraceRequest:
             (one per tap; empty: not checked). Only checked, not merged by :meth:`union`.
         out_type (str, optional): The backbone output format the user reads (``'raw'`` for every token).
         trace (bool): Whether the user reads a trace even when it asks for nothing above (it reads the
-            grid, the number of extra tokens or the plan: a token mix). Implied by everything else.
+            grid, the number of extra tokens or the plan: a batch mix). Implied by everything else.
         stages (Tuple[int, ...]): Stages whose outputs it reads (point ``'stages'``, implied; negative from
             the last stage).
         stage_channels (Tuple[int, ...]): The channels it expects of each of ``stages`` (empty: not checked).
