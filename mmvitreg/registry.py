@@ -11,9 +11,9 @@ among ``MODELS``' locations: :class:`HostedRegistry` imports them the first time
 the locations do not register. A classification run, and ``import mmvitreg.models``, import nothing of mmseg
 and nothing of mmdet beyond what ``mmpretrain.models`` imports itself.
 
-mmvitreg has no mmpretrain batch augment: its mixing plans (:class:`~mmvitreg.models.mixing.TokenMix`)
-must reach the model, so they live in ``MODELS`` and are given as a ``TokenClassifier``'s
-``train_cfg.token_mix``.
+mmvitreg has no mmpretrain batch augment: the plans of its batch mixes (:class:`~mmvitreg.models.mixing.BatchMix`)
+must reach the model, so the mixes live in ``MODELS`` and are given as a ``TokenClassifier``'s
+``train_cfg.mix``.
 """
 import sys
 from importlib import import_module

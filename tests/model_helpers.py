@@ -19,7 +19,7 @@ model = dict(
              replacement=True),
         dict(type='mmvitreg.PatchCosineLoss', loss_weight=1.0),
     ],
-    train_cfg=dict(_delete_=True, token_mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=4)),
+    train_cfg=dict(_delete_=True, mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=4)),
 )
 '''
 

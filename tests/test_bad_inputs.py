@@ -204,7 +204,7 @@ def _(ctx):
 
 @scenario('mixtoken-patch-size')
 def _(ctx):
-    return stops(run_train(ctx, SWIN_MIX, **{'model.train_cfg.token_mix.patch_size': 8}))
+    return stops(run_train(ctx, SWIN_MIX, **{'model.train_cfg.mix.patch_size': 8}))
 
 
 # ---------------------------------------------------------------- model composition

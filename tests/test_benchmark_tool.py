@@ -149,7 +149,7 @@ def test_timm_cases_time_timms_own_model_with_our_numbers(name):
     for tiny, img_size in ((False, 224), (True, 32)):
         ours, theirs = case.build('model', img_size, tiny), case.build('baseline', img_size, tiny)
         assert type(ours.backbone).__module__.startswith('mmvitreg') and ours.target_transform is None
-        assert getattr(ours.data_preprocessor, 'token_mix', None) is None
+        assert getattr(ours.data_preprocessor, 'mix', None) is None
         assert isinstance(theirs, bench.TimmClassifier) and type(theirs.timm_model).__module__.startswith('timm')
         assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in theirs.parameters())
     assert timm.__version__.startswith('1.')
@@ -206,7 +206,7 @@ def test_tiny_variant_is_the_case_with_smaller_sizes(name):
                      head=getattr(model, 'head', None), decode_head=getattr(model, 'decode_head', None),
                      auxiliary_head=getattr(model, 'auxiliary_head', None),
                      target_transform=getattr(model, 'target_transform', None),
-                     token_mix=getattr(model.data_preprocessor, 'token_mix', None))
+                     mix=getattr(model.data_preprocessor, 'mix', None))
         with MODELS.switch_scope_and_registry(full.default_scope) as registry:
             for part, cfg in dict(full.model, model=full.model).items():
                 if part in built:
@@ -214,8 +214,8 @@ def test_tiny_variant_is_the_case_with_smaller_sizes(name):
                     assert type(built[part]) is expected, (role, part)
             assert [type(m) for m in getattr(model, 'aux_losses', [])] == [
                 registry.get(c['type']) for c in full.model.get('aux_losses', [])], role
-            token_mix = (full.model.get('train_cfg') or {}).get('token_mix')
-            assert type(built['token_mix']) is (registry.get(token_mix['type']) if token_mix else type(None)), role
+            mix = (full.model.get('train_cfg') or {}).get('mix')
+            assert type(built['mix']) is (registry.get(mix['type']) if mix else type(None)), role
 
 
 @pytest.mark.parametrize('name', sorted(n for n, c in bench.CASES.items() if not c.model and not c.both))

@@ -89,7 +89,7 @@ def tiny_swin():
 def build(backbone, head, aux_losses=(), target_transform=None, token_mix=True, neck=None):
     cfg = dict(type='mmvitreg.TokenClassifier', backbone=backbone, neck=neck, head=head,
                aux_losses=list(aux_losses), target_transform=target_transform,
-               train_cfg=dict(token_mix=dict(type='mmvitreg.MixToken', patch_size=P)) if token_mix else None,
+               train_cfg=dict(mix=dict(type='mmvitreg.MixToken', patch_size=P)) if token_mix else None,
                data_preprocessor=dict(num_classes=C))
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         return MMPRETRAIN_MODELS.build(cfg)

@@ -236,7 +236,7 @@ REFUSED = {
     'tlalign': (dict(aux_losses=[dict(type='mmvitreg.TLAlign')]), ImageTargetError, 'TLAlign ' + IMAGE_TARGET),
     'tlalign-transform': (dict(target_transform=dict(type='mmvitreg.TLAlign')), ImageTargetError,
                           'TLAlign ' + IMAGE_TARGET),
-    'mixtoken': (dict(train_cfg=dict(token_mix=dict(type='mmvitreg.MixToken'))), ImageTargetError,
+    'mixtoken': (dict(train_cfg=dict(mix=dict(type='mmvitreg.MixToken'))), ImageTargetError,
                  'MixToken ' + IMAGE_TARGET),
     'token-label-head': (dict(aux_losses=[dict(type='mmvitreg.TokenLabelHead', num_classes=11, in_channels=256)]),
                          ImageTargetError, 'TokenLabelHead ' + IMAGE_TARGET),
@@ -255,7 +255,7 @@ def test_users_a_model_kind_cannot_serve_fail_at_build_time(case, kind):
     change, error, message = REFUSED[case]
     if kind == 'det':
         change = {k: v for k, v in change.items() if k != 'train_cfg'} or dict(
-            train_cfg=dict(Config.fromfile(str(DET)).model.train_cfg, token_mix=dict(type='mmvitreg.MixToken')))
+            train_cfg=dict(Config.fromfile(str(DET)).model.train_cfg, mix=dict(type='mmvitreg.MixToken')))
         message = message.format('TokenCascadeRCNN')
     with pytest.raises(error, match=re.escape(message.format('TokenSegmentor'))):
         (seg_model if kind == 'seg' else det_model)(**change)

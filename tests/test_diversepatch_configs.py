@@ -84,7 +84,7 @@ def test_deit_configs_are_the_400_epoch_recipe_without_mixup(name):
     cfg = load(name)
     blocks, dims = DEIT[name]
     assert cfg.train_cfg.max_epochs == 400 and cfg.model.backbone.drop_path_rate == 0.5
-    assert cfg.model.train_cfg == dict(token_mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=16))
+    assert cfg.model.train_cfg == dict(mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=16))
     assert cfg.train_dataloader.sampler.type == 'DefaultSampler' and cfg.train_dataloader.batch_size == 256
     assert loss_types(cfg) == ['mmvitreg.PatchCosineLoss', 'mmvitreg.PatchContrastiveLoss', 'mmvitreg.PatchMixingLoss']
     assert all(a['loss_weight'] == 1.0 for a in cfg.model.aux_losses)

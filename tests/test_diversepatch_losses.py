@@ -141,7 +141,7 @@ def tiny_classifier(backbone, embed_dims, aux_losses, token_mix):
     else:
         head = dict(head=dict(type='mmpretrain.VisionTransformerClsHead', num_classes=10, in_channels=embed_dims))
     cfg = dict(type='mmvitreg.TokenClassifier', backbone=backbone, **head, aux_losses=aux_losses,
-               train_cfg=dict(token_mix=token_mix),
+               train_cfg=dict(mix=token_mix),
                data_preprocessor=dict(num_classes=10, mean=[127.5] * 3, std=[127.5] * 3))
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         return MMPRETRAIN_MODELS.build(cfg)

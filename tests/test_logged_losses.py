@@ -14,7 +14,7 @@ model = dict(
     target_transform=dict(type='mmvitreg.TLAlign', num_layers=4),
     aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=96, layers=(-1, ), num_pairs=16),
                 dict(type='mmvitreg.AttentionCosineLoss', num_pairs=3)],
-    train_cfg=dict(_delete_=True, token_mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=4)))
+    train_cfg=dict(_delete_=True, mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=4)))
 '''
 
 

@@ -53,7 +53,7 @@ def test_recipe_numbers():
     assert (target.reading, target.num_classes) == ('official', 1000)
     assert s.custom_hooks[0].update_buffers  # timm ModelEmaV2 averages buffers too
     assert s.param_scheduler[0].end == 5  # 5 warm-up epochs
-    assert s.model.train_cfg.token_mix.type == 'mmvitreg.MixToken'
+    assert s.model.train_cfg.mix.type == 'mmvitreg.MixToken'
     steps = [t['type'] for t in s.train_pipeline]
     assert 'Mixup' not in steps and 'CutMix' not in steps and 'augments' not in s.model.train_cfg
     assert {t.type: t for t in s.train_pipeline}['RandomErasing'].erase_prob == 0.25

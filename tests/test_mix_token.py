@@ -83,7 +83,7 @@ def test_token_label_mixing_equals_c_dim_mixing_token_by_token():
 
 def test_preprocessor_mixes_cls_target_by_mask_mean_and_returns_plan():
     """Eq. 10: y_cls = M_bar * y1 + (1 - M_bar) * y2; images stay unmixed (the backbone mixes tokens)."""
-    pre = TokenClsDataPreprocessor(num_classes=5, token_mix=dict(type='mmvitreg.MixToken', patch_size=8))
+    pre = TokenClsDataPreprocessor(num_classes=5, mix=dict(type='mmvitreg.MixToken', patch_size=8))
     imgs = torch.randint(0, 255, (4, 3, 32, 32), dtype=torch.uint8)
     labels = [0, 1, 2, 3]
     data = dict(inputs=imgs, data_samples=[DataSample().set_gt_label(i) for i in labels])
@@ -107,5 +107,5 @@ def test_errors():
         ClsDataPreprocessor(num_classes=3, batch_augments=dict(augments=[dict(type='mmvitreg.MixToken')]))(
             dict(inputs=torch.zeros(2, 3, 32, 32), data_samples=[DataSample().set_gt_label(0)] * 2), True)
     with pytest.raises(ValueError, match='batch_augments'):
-        TokenClsDataPreprocessor(num_classes=3, token_mix=dict(type='mmvitreg.MixToken'),
+        TokenClsDataPreprocessor(num_classes=3, mix=dict(type='mmvitreg.MixToken'),
                                  batch_augments=dict(augments=[dict(type='Mixup', alpha=0.8)]))

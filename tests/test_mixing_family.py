@@ -1,11 +1,11 @@
 """The mixing family: one base draws partner and lam, the token grid has one rule, the plans are not
-mmpretrain batch augments, a token mix is recognised by type, and each plan declares what it mixes (pixels or
+mmpretrain batch augments, a batch mix is recognised by type, and each mix declares what it mixes (pixels or
 tokens): a pixel plan asks nothing of the backbone and trains on every one, CvT and a ResNet included.
 
 ``MIX_DRAWS`` is a snapshot, not a re-derivation: ``tests/data/snapshot_mix_draws.py`` printed it on the
-code before the plans were refactored onto :class:`~mmvitreg.models.mixing.TokenMix` (commit c15437c),
-for seeds 0..2 (the script, run on that commit's ``mmvitreg`` and on the refactored one, prints the same
-text). Every plan must still draw exactly these partners and masks, and leave numpy's and torch's generators
+code before the mixes were refactored onto :class:`~mmvitreg.models.mixing.BatchMix` (then named ``TokenMix``,
+commit c15437c), for seeds 0..2 (the script, run on that commit's ``mmvitreg`` and on the refactored one, prints
+the same text). Every plan must still draw exactly these partners and masks, and leave numpy's and torch's generators
 where it left them (the next draw of each is recorded too), so a seeded run trains the same.
 """
 import importlib.util
@@ -24,8 +24,8 @@ from conftest import REPO
 from mmvitreg.models import mixing
 from mmvitreg.models.backbones import VisionTransformer
 from mmvitreg.models.data_preprocessors import TokenClsDataPreprocessor
-from mmvitreg.models.mixing import token_mix as mix
-from mmvitreg.models.trace import TraceRequest, check_trace_user
+from mmvitreg.models.mixing import batch_mix as mix
+from mmvitreg.models.trace import TraceGridError, TraceRequest, check_trace_user
 from mmvitreg.registry import MODELS
 
 _SPEC = importlib.util.spec_from_file_location('snapshot_mix_draws', REPO / 'tests/data/snapshot_mix_draws.py')
@@ -116,7 +116,7 @@ def test_every_plan_draws_what_it_drew_before_the_refactor(name, cls_name, kwarg
 
 def test_the_plans_are_models_not_mmpretrain_batch_augments():
     names = {c[1] for c in snapshot.CASES}
-    plans = {n for n, cls in MODELS.module_dict.items() if isinstance(cls, type) and issubclass(cls, mixing.TokenMix)}
+    plans = {n for n, cls in MODELS.module_dict.items() if isinstance(cls, type) and issubclass(cls, mixing.BatchMix)}
     assert plans == names  # every registered plan is pinned by the snapshot above
     for registry in [MMPRETRAIN_BATCH_AUGMENTS, *MMPRETRAIN_BATCH_AUGMENTS.children.values()]:
         assert not names & set(registry.module_dict), registry.scope
@@ -124,25 +124,49 @@ def test_the_plans_are_models_not_mmpretrain_batch_augments():
         assert not hasattr(MODELS.get(f'mmvitreg.{name}'), 'mix')  # nothing that pretends to be a batch augment
 
 
-def test_a_token_mix_is_recognised_by_type():
-    """The data preprocessor takes a TokenMix, built or as a config; anything else is refused by type, also an
+def test_a_batch_mix_is_recognised_by_type():
+    """The data preprocessor takes a BatchMix, built or as a config; anything else is refused by type, also an
     object that has a ``plan`` method."""
-    assert type(TokenClsDataPreprocessor(num_classes=3, token_mix=dict(type='mmvitreg.PatchCutMix')).token_mix) \
+    assert type(TokenClsDataPreprocessor(num_classes=3, mix=dict(type='mmvitreg.PatchCutMix')).mix) \
         is mixing.PatchCutMix
     mix = mixing.MixToken(patch_size=8)
-    assert TokenClsDataPreprocessor(num_classes=3, token_mix=mix).token_mix is mix
+    assert TokenClsDataPreprocessor(num_classes=3, mix=mix).mix is mix
 
     class LooksLikeAPlan:
         def plan(self, inputs):
             return None
 
-    for token_mix, name in ((LooksLikeAPlan(), 'LooksLikeAPlan'), (CutMix(alpha=1.), 'CutMix'),
+    for not_a_mix, name in ((LooksLikeAPlan(), 'LooksLikeAPlan'), (CutMix(alpha=1.), 'CutMix'),
                             (dict(type='mmvitreg.PatchCosineLoss'), 'PatchCosineLoss')):
         with pytest.raises(TypeError) as error:
-            TokenClsDataPreprocessor(num_classes=3, token_mix=token_mix)
-        assert str(error.value) == (f'token_mix must be a mixing plan of mmvitreg (a TokenMix: MixToken, PatchCutMix, '
+            TokenClsDataPreprocessor(num_classes=3, mix=not_a_mix)
+        assert str(error.value) == (f'mix must be a batch mix of mmvitreg (a BatchMix: MixToken, PatchCutMix, '
                                     f'PixelMixup, ...), got {name}; image-level augments such as mmpretrain\'s '
                                     'Mixup/CutMix go in train_cfg.augments')
+
+
+def test_the_old_names_work_for_one_release_with_a_deprecation_warning():
+    """Issue 38.2: the base of the pixel and token mixes is ``BatchMix`` (it draws a ``MixPlan``), the config key
+    ``train_cfg.mix``; ``TokenMix``, ``train_cfg.token_mix`` and the preprocessor's ``token_mix`` still work, each
+    with a DeprecationWarning that names the new name, and give what the new names give."""
+    with pytest.warns(DeprecationWarning, match='TokenMix is deprecated .*: use BatchMix'):
+        assert mixing.TokenMix is mixing.BatchMix
+    with pytest.warns(DeprecationWarning, match="token_mix is deprecated .*: name it mix"):
+        pre = TokenClsDataPreprocessor(num_classes=3, token_mix=dict(type='mmvitreg.PixelMixup', patch_size=8))
+    assert type(pre.mix) is mixing.PixelMixup
+    with pytest.warns(DeprecationWarning, match='token_mix is deprecated .*: read its mix'):
+        assert pre.token_mix is pre.mix
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match='got both mix and token_mix'):
+        TokenClsDataPreprocessor(num_classes=3, mix=dict(type='mmvitreg.PixelMixup'),
+                                 token_mix=dict(type='mmvitreg.PixelMixup'))
+    old_cfg = dict(token_mix=dict(type='mmvitreg.MixToken', patch_size=8, partner='permute'))
+    with pytest.warns(DeprecationWarning, match='train_cfg.token_mix is deprecated .*: name it train_cfg.mix'):
+        old = grid_model('MixToken', 8, train_cfg=old_cfg)
+    new = grid_model('MixToken', 8, train_cfg=dict(mix=old_cfg['token_mix']))
+    assert type(old.data_preprocessor.mix) is type(new.data_preprocessor.mix) is mixing.MixToken
+    assert old.data_preprocessor.mix.partner == new.data_preprocessor.mix.partner == 'permute'
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match='train_cfg gives both mix and token_mix'):
+        grid_model('MixToken', 8, train_cfg=dict(mix=old_cfg['token_mix'], **old_cfg))
 
 
 @pytest.mark.parametrize('name,cls_name,kwargs', snapshot.CASES, ids=[c[0] for c in snapshot.CASES])
@@ -170,7 +194,7 @@ def test_an_input_the_backbone_pads_trains_with_every_plan(backbone, patch, mix)
     cfg = dict(type='mmvitreg.TokenClassifier', backbone=backbone,
                head=dict(type='mmpretrain.LinearClsHead', num_classes=3, in_channels=backbone['arch']['embed_dims']
                          * (2 if 'Swin' in backbone['type'] else 1)),
-               train_cfg=dict(token_mix=dict(type=f'mmvitreg.{mix}', patch_size=patch)),
+               train_cfg=dict(mix=dict(type=f'mmvitreg.{mix}', patch_size=patch)),
                data_preprocessor=dict(num_classes=3))
     if 'Swin' in backbone['type']:
         cfg['neck'] = dict(type='mmpretrain.GlobalAveragePooling')
@@ -189,9 +213,9 @@ def test_an_input_the_backbone_pads_trains_with_every_plan(backbone, patch, mix)
                                               ('RandomPatchMix', True), ('BlockMix', True)])
 def test_lam_of_1_is_drawn_again_except_by_lvvit_mixtoken(monkeypatch, cls_name, redraws):
     """TL-Align's ``while lam == 1.`` (its CutMix, and this package's other plans); LV-ViT's MixToken draws once."""
-    mixing.token_mix.np.random.seed(0)  # the box / token draws (BlockMix may stop short of its count)
+    mixing.batch_mix.np.random.seed(0)  # the box / token draws (BlockMix may stop short of its count)
     draws = iter([1., 0.5] * 3)
-    monkeypatch.setattr(mixing.token_mix.np.random, 'beta', lambda a, b: next(draws))
+    monkeypatch.setattr(mixing.batch_mix.np.random, 'beta', lambda a, b: next(draws))
     plan = getattr(mixing, cls_name)(patch_size=8).plan(torch.zeros(1, 3, 32, 32))
     assert torch.all(plan.lam < 1) if redraws else torch.all(plan.lam == 1)
     assert next(draws) == (1. if redraws else 0.5)
@@ -209,11 +233,11 @@ def test_every_plan_declares_what_it_mixes_and_asks_only_that():
     assert spaces == {'MixToken': 'tokens', **{name: 'pixels' for name in PIXEL_PLANS}}
     for name, space in spaces.items():
         request = MODELS.build(dict(type=f'mmvitreg.{name}')).trace_request
-        assert request == (TraceRequest(services={'mix'}) if space == 'tokens' else TraceRequest()), name
+        assert request == (TraceRequest(services={'mix'}, patch_size=16) if space == 'tokens' else TraceRequest()), name
         assert not request.needs_trace if space == 'pixels' else request.all_services == {'mix'}
     assert not issubclass(mixing.PatchCutMix, mixing.MixToken)
     with pytest.raises(TypeError, match="Odd.space must be one of \\['pixels', 'tokens'\\], got 'voxels'"):
-        type('Odd', (mixing.TokenMix, ), dict(space='voxels'))
+        type('Odd', (mixing.BatchMix, ), dict(space='voxels'))
 
 
 def test_a_plan_whose_masks_contradict_its_space_is_refused():
@@ -258,7 +282,7 @@ def test_every_pixel_plan_trains_on_every_backbone(plan, model):
     cfg = dict(type='mmvitreg.TokenClassifier', backbone=backbone, neck=neck, aux_losses=aux,
                head=dict(type='mmpretrain.LinearClsHead', num_classes=3, in_channels=channels,
                          loss=dict(type='mmpretrain.CrossEntropyLoss', use_soft=True)),
-               train_cfg=dict(token_mix=dict(type=f'mmvitreg.{plan}', patch_size=8)),
+               train_cfg=dict(mix=dict(type=f'mmvitreg.{plan}', patch_size=8)),
                data_preprocessor=dict(num_classes=3))
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         model_ = MMPRETRAIN_MODELS.build(cfg)
@@ -271,3 +295,47 @@ def test_every_pixel_plan_trains_on_every_backbone(plan, model):
     assert set(log) == {'loss', 'loss_cls'} | ({'loss_drloc'} if aux else set())
     assert all(torch.isfinite(v) for v in log.values())
     assert any(not torch.equal(a, b) for a, b in zip(before, model_.backbone.parameters()))
+
+
+# ---- a plan on the backbone's grid is checked when the model is built (issue 35.4)
+
+def grid_model(plan: str, patch: int, backbone: str = 'vit', tl_align: bool = False, train_cfg=None):
+    """A tiny TokenClassifier (ViT patch 8 or Swin patch 4 at 32x32) with the mix ``plan`` at ``patch`` pixels
+    (or ``train_cfg`` as given)."""
+    if backbone == 'vit':
+        backbone_cfg = dict(type='mmvitreg.VisionTransformer', arch=dict(embed_dims=16, num_layers=2, num_heads=2,
+                                                                          feedforward_channels=16),
+                            img_size=32, patch_size=8)
+    else:
+        backbone_cfg = dict(type='mmvitreg.SwinTransformer', arch=dict(embed_dims=8, depths=(1, 1), num_heads=(1, 1)),
+                            img_size=32, window_size=2, out_indices=(1, ))
+    cfg = dict(type='mmvitreg.TokenClassifier', backbone=backbone_cfg,
+               neck=dict(type='mmpretrain.GlobalAveragePooling') if backbone == 'swin' else None,
+               head=dict(type='mmpretrain.LinearClsHead', num_classes=3, in_channels=16),
+               target_transform=dict(type='mmvitreg.TLAlign') if tl_align else None,
+               train_cfg=train_cfg or dict(mix=dict(type=f'mmvitreg.{plan}', patch_size=patch)),
+               data_preprocessor=dict(num_classes=3))
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        return MMPRETRAIN_MODELS.build(cfg)
+
+
+def test_a_plan_of_another_patch_size_is_refused_when_the_model_is_built():
+    """TL-Align with a plan of patch size 5 on a ViT with patch 8 was refused only at the first training step. A
+    plan that the backbone mixes (MixToken) or that a stream starts from (TL-Align's initial labels) lies on the
+    backbone's token grid, so its patch size is now checked against the backbone's token stride when the model is
+    built, naming the fix; a pixel plan that nothing reads on that grid (DiversePatch's coarser boxes on Swin)
+    stays free."""
+    with pytest.raises(TraceGridError) as error:
+        grid_model('PatchCutMix', 5, tl_align=True)
+    assert str(error.value) == ("PatchCutMix, the plan TLAlign starts from, draws its plan on 5-pixel patches but "
+                                "VisionTransformer embeds 8-pixel patches: set the plan's patch_size=8 (the "
+                                "backbone's token stride)")
+    with pytest.raises(TraceGridError, match="^MixToken draws its plan on 5-pixel patches but VisionTransformer "
+                                             "embeds 8-pixel patches: set the plan's patch_size=8"):
+        grid_model('MixToken', 5)
+    with pytest.raises(TraceGridError, match="^PixelMixup, the plan TLAlign starts from, draws its plan on 8-pixel "
+                                             "patches but SwinTransformer embeds 4-pixel patches"):
+        grid_model('PixelMixup', 8, 'swin', tl_align=True)
+    for args in (('PatchCutMix', 8, 'vit', True), ('MixToken', 8, 'vit'), ('PatchCutMix', 4, 'swin', True),
+                 ('PatchCutMix', 16, 'vit'), ('PatchCutMix', 16, 'swin')):
+        assert grid_model(*args).backbone.trace_spec.patch_stride == (8 if args[2] == 'vit' else 4)

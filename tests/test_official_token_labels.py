@@ -117,7 +117,7 @@ def test_official_targets_train_lvvit_with_mixtoken():
                                 stem=dict(channels=8, num_convs=3), skip_lam=2.0)),
         head=dict(type='mmvitreg.TokenLabelHead', num_classes=C, in_channels=16, beta=1.0, cls_target='relabel',
                   label_smooth_form='official'),
-        train_cfg=dict(token_mix=dict(type='mmvitreg.MixToken', patch_size=8)),
+        train_cfg=dict(mix=dict(type='mmvitreg.MixToken', patch_size=8)),
         data_preprocessor=dict(num_classes=C))
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         model = MODELS.build(cfg)

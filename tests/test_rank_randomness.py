@@ -30,7 +30,7 @@ PROBE = textwrap.dedent('''
 
         def before_train(self, runner):
             model = runner.model.module if hasattr(runner.model, 'module') else runner.model
-            mix = model.data_preprocessor.token_mix
+            mix = model.data_preprocessor.mix
             draw = mix.plan
 
             def plan(*args, **kwargs):

@@ -53,7 +53,7 @@ def test_swin_classifier_with_mix_token_trains_and_tests(digits_workspace, tmp_p
              cwd=digits_workspace)
     built = Config.fromfile(work / MIXTOKEN.name)
     assert built.model.type == 'mmvitreg.TokenClassifier' and built.model.backbone.type == 'mmvitreg.SwinTransformer'
-    assert built.model.train_cfg == dict(token_mix=dict(type='mmvitreg.MixToken', alpha=1.0, patch_size=4))
+    assert built.model.train_cfg == dict(mix=dict(type='mmvitreg.MixToken', alpha=1.0, patch_size=4))
     ckpt = last_checkpoint(work)
     state = torch.load(ckpt, map_location='cpu', weights_only=False)['state_dict']
     assert 'backbone.stages.1.blocks.1.attn.w_msa.relative_position_bias_table' in state

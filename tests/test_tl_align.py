@@ -151,7 +151,7 @@ def build_classifier(backbone=None, num_layers=None, target_transform=True, num_
                head=dict(type='mmpretrain.LinearClsHead', num_classes=num_classes, in_channels=48,
                          loss=dict(type='mmpretrain.LabelSmoothLoss', label_smooth_val=0.1, mode='original')),
                target_transform=tl if target_transform else None,
-               train_cfg=dict(token_mix=dict(type='mmvitreg.PatchCutMix', patch_size=patch)),
+               train_cfg=dict(mix=dict(type='mmvitreg.PatchCutMix', patch_size=patch)),
                data_preprocessor=dict(num_classes=num_classes))
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         return MMPRETRAIN_MODELS.build(cfg)
@@ -292,7 +292,7 @@ def test_digits_config_trains_through_the_tools(tmp_path):
     check_plugin_types(cfg)
     assert cfg.model.type == 'mmvitreg.TokenClassifier' and cfg.model.backbone.type == 'mmvitreg.VisionTransformer'
     assert dict(cfg.model.target_transform) == dict(type='mmvitreg.TLAlign') and cfg.model.backbone.arch.num_layers == 4
-    assert dict(cfg.model.train_cfg) == dict(token_mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=8))
+    assert dict(cfg.model.train_cfg) == dict(mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=8))
     assert cfg.model.backbone.patch_size == 8
     run_tool(['dataset_converters/digits.py', 'imagenet', '--out', tmp_path / 'data'], cwd=tmp_path)
     work = tmp_path / 'work'
@@ -350,8 +350,8 @@ def test_benchmark_case_compares_tl_align_with_the_same_cutmix():
     model, baseline = case.build('model', 32, True), case.build('baseline', 32, True)
     assert isinstance(model.target_transform, TLAlign) and baseline.target_transform is None
     assert model.target_transform.num_layers is None  # as the config: the depth comes from the trace
-    assert type(model.data_preprocessor.token_mix) is type(baseline.data_preprocessor.token_mix)
-    assert model.data_preprocessor.token_mix.box_on == 'tokens'
+    assert type(model.data_preprocessor.mix) is type(baseline.data_preprocessor.mix)
+    assert model.data_preprocessor.mix.box_on == 'tokens'
     assert case.max_time_ratio == 1.02
 
 

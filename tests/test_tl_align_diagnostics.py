@@ -55,7 +55,7 @@ def test_rmse_tool_measures_cutmix_against_aligned_targets_per_model(digits, tmp
     mixup = tmp_path / 'mixup.csv'
     rmse(['--model', 'deit', str(DEIT), '--num-images', '40', '--batch-size', '16', '--num-workers', '0',
           '--device', 'cpu', '--out', str(mixup),
-          *data_options(digits, 'model.train_cfg.token_mix.type=mmvitreg.PixelMixup')])
+          *data_options(digits, 'model.train_cfg.mix.type=mmvitreg.PixelMixup')])
     assert float(read_csv(mixup)['deit']['rmse']) < 1e-7
     assert 'note: the val split holds only 32 images, fewer than the 40 asked' in capfd.readouterr().out
 

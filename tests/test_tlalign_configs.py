@@ -87,7 +87,7 @@ def test_deit_recipe_is_the_official_script():
         ('mmvitreg.TimmCosineLR', 5, 1e-5, True)]
     assert dict(cfg.model.head.init_cfg) == dict(type='TruncNormal', layer='Linear', std=.02, bias=0.)
     assert cfg.train_cfg.max_epochs == 300 and cfg.model.backbone.drop_path_rate == 0.1
-    assert dict(cfg.model.train_cfg.token_mix) == dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=16)
+    assert dict(cfg.model.train_cfg.mix) == dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=16)
     assert cfg.model.head.loss.label_smooth_val == 0.1 and not cfg.get('custom_hooks')  # no EMA
 
 
@@ -95,7 +95,7 @@ def test_swin_recipe_keeps_mixup_cutmix_and_fine_tunes_are_40_epochs_at_constant
     """Swin from scratch: the Swin recipe's MixUp/CutMix switch with TL-Align targets; DeiT-B / Swin-B: the official
     pre-trained weights fine-tuned 40 epochs, constant lr 1e-5, wd 1e-8 (paper Sec. 4.1)."""
     swin = load('swin-tiny_16xb64_cutmix-tlalign_in1k')
-    mix = swin.model.train_cfg.token_mix
+    mix = swin.model.train_cfg.mix
     assert mix.type == 'mmvitreg.MixupCutMixSwitch' and (mix.mixup_alpha, mix.cutmix_alpha, mix.switch_prob) == (
         0.8, 1.0, 0.5)
     assert mix.patch_size == 4 and mix.box_on == 'pixels' and swin.optim_wrapper.clip_grad.max_norm == 5.0

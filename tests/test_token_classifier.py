@@ -8,7 +8,7 @@ from mmpretrain.models.heads import ClsHead
 from mmpretrain.structures import DataSample
 
 from mmvitreg.models.classifiers import TokenClassifier
-from mmvitreg.models.trace import TokenTrace, TraceRequest, TraceSpec
+from mmvitreg.models.trace import MixPlan, TokenTrace, TraceGridError, TraceRequest, TraceSpec
 
 C, D, P, IMG = 5, 8, 4, 16  # classes, token dim, patch size, image size
 G = IMG // P
@@ -85,7 +85,7 @@ def token_label_head(**kw):
 
 
 def build(backbone=None, head=None, token_mix=True):
-    train_cfg = dict(token_mix=dict(type='mmvitreg.MixToken', patch_size=P)) if token_mix else None
+    train_cfg = dict(mix=dict(type='mmvitreg.MixToken', patch_size=P)) if token_mix else None
     return TokenClassifier(backbone=backbone or TraceBackbone(), head=head or token_label_head(),
                            train_cfg=train_cfg, data_preprocessor=dict(num_classes=C))
 
@@ -178,8 +178,11 @@ def test_real_lvvit_train_step_and_grid_mismatch():
     optim = OptimWrapper(torch.optim.AdamW(model.parameters(), lr=1e-3))
     log = model.train_step(make_data(), optim)
     assert set(log) == {'loss', 'loss_cls', 'loss_token'}
-    wrong = TokenClassifier(backbone=tiny_lvvit(), head=token_label_head(),
-                            train_cfg=dict(token_mix=dict(type='mmvitreg.MixToken', patch_size=2 * P)),
-                            data_preprocessor=dict(num_classes=C))
-    with pytest.raises(ValueError, match='token grid'):
-        wrong.train_step(make_data(), optim)
+    with pytest.raises(TraceGridError, match=f"^MixToken draws its plan on {2 * P}-pixel patches but LVViT embeds "
+                                             f"{P}-pixel patches: set the plan's patch_size={P}"):
+        TokenClassifier(backbone=tiny_lvvit(), head=token_label_head(),
+                        train_cfg=dict(mix=dict(type='mmvitreg.MixToken', patch_size=2 * P)),
+                        data_preprocessor=dict(num_classes=C))
+    trace = TokenTrace(mix=MixPlan(torch.arange(2), torch.ones(2, 1, 1)))  # a plan made by hand: checked each step
+    with pytest.raises(ValueError, match=r'the mixing plan covers a \(1, 1\) token grid but LVViT has'):
+        model.backbone(torch.zeros(2, 3, IMG, IMG), trace=trace)

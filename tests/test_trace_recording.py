@@ -11,7 +11,7 @@ from mmpretrain.structures import DataSample
 from mmvitreg.models.backbones import CvT, SwinTransformer, VisionTransformer
 from mmvitreg.models.classifiers import TokenClassifier
 from mmvitreg.models.trace import (TokenTrace, TraceCapabilityError, TraceChannelError, TraceFormatError, TraceRequest,
-                                   TraceTapError, check_request, check_trace_user, misfit, resolve_indices)
+                                   TraceTapError, check_request, check_trace_user, resolve_indices)
 
 BACKBONES = Path(__file__).resolve().parents[1] / 'mmvitreg' / 'models' / 'backbones'
 RECORDING_API = {'start', 'block', 'downsample', 'stage', 'end'}
@@ -185,15 +185,17 @@ def test_one_resolver_for_block_stage_and_output_indices():
         trace.patch_tokens(-3)
 
 
-def test_the_fast_check_is_the_one_check():
-    """``misfit``, the check's cheap form (what a trace's ``start`` runs each forward), builds nothing while the
-    request fits and otherwise the very error ``check_request`` raises."""
+def test_a_traced_forward_runs_the_build_time_check():
+    """A trace made by hand is checked by ``start`` with the one check the build runs (``check_request``): the
+    same error, the same words, raised where the misfit is found; a fitting request passes."""
     from mmengine.registry import MODELS
-    spec = MODELS.build(tiny_swin()).trace_spec
-    assert misfit(spec, TraceRequest(token_layers=(-1, ), stages=(0, 1), stage_channels=(16, 16))) is None
-    bad = TraceRequest(stages=(0, ), stage_channels=(4, ))
-    with pytest.raises(TraceChannelError) as err:
-        check_request(spec, bad, 'User', 'Swin')
-    made = misfit(spec, bad)('User', 'Swin')
-    assert type(made) is type(err.value) and str(made) == str(err.value)
-    assert made.reason == err.value.reason == '16 channels'
+    backbone = MODELS.build(tiny_swin())
+    check_request(backbone.trace_spec, TraceRequest(token_layers=(-1, ), stages=(0, 1), stage_channels=(16, 16)),
+                  'User', 'Swin')
+    bad = TraceRequest(token_layers=(9, ))
+    with pytest.raises(TraceTapError) as built:
+        check_request(backbone.trace_spec, bad, 'this trace', 'SwinTransformer')
+    with pytest.raises(TraceTapError) as ran:
+        backbone(torch.randn(1, 3, 32, 32), trace=TokenTrace.for_request(bad))
+    assert str(ran.value) == str(built.value) and ran.value.reason == built.value.reason == 'only 2 blocks'
+    assert str(built.value).startswith('this trace taps the tokens of a block that SwinTransformer does not have')

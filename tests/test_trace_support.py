@@ -9,8 +9,9 @@ from mmengine.registry import DefaultScope
 from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 
 from conftest import REPO, TOOLS, run_tool
-from mmvitreg.analysis.trace_support import MMPRETRAIN, OK, USER_ARGS, USER_MODULES, support_table
+from mmvitreg.analysis.trace_support import MMPRETRAIN, OK, support_table
 from mmvitreg.models.trace import TraceRequest, TraceUserError
+from mmvitreg.models.trace_users import USER_ARGS, USER_MODULES
 from mmvitreg.registry import MODELS
 
 
@@ -55,7 +56,7 @@ def test_the_tool_reports_the_users_of_a_config_as_configured(tmp_path, capsys):
     config.write_text(f"_base_ = '{REPO}/configs/diversepatch/deit-deep-narrow_1xb64_diversepatch_digits.py'\n"
                       "model = dict(aux_losses=[dict(type='mmvitreg.PatchContrastiveLoss', form='official')])\n")
     table = support_table(backbones=['SwinTransformer', 'VisionTransformer'], config=str(config))
-    assert table['SwinTransformer'] == {'token_mix: PatchCutMix(alpha=1.0, patch_size=8)': OK,
+    assert table['SwinTransformer'] == {'mix: PatchCutMix(alpha=1.0, patch_size=8)': OK,
                                         "aux_losses[0]: PatchContrastiveLoss(form='official')": 'no embed, isotropic'}
     assert set(table['VisionTransformer'].values()) == {OK}
     trace_support_tool.main(['--config', str(config), '--user', 'PatchContrastiveLoss', '--backbone',

@@ -201,6 +201,25 @@ def test_frozen_stages_stay_frozen_after_train():
     assert not model.layers[0].training and model.layers[2].training
 
 
+def test_the_blocks_are_built_once_and_frozen_once(monkeypatch):
+    """Issue 38.4: mmpretrain's constructor builds none of its own blocks (no TransformerEncoderLayer is made and
+    thrown away) and ``_freeze_stages`` runs once; the options it would have set from the blocks are ours (depth,
+    arch settings, out_indices), and the state-dict keys are mmpretrain's, in its order."""
+    import mmpretrain.models.backbones.vision_transformer as host
+    built, frozen = [], []
+    layer_init, freeze = host.TransformerEncoderLayer.__init__, VisionTransformer._freeze_stages
+    monkeypatch.setattr(host.TransformerEncoderLayer, '__init__', lambda self, *a, **k: built.append(1) or
+                        layer_init(self, *a, **k))
+    monkeypatch.setattr(VisionTransformer, '_freeze_stages', lambda self: frozen.append(1) or freeze(self))
+    model = VisionTransformer(arch=TINY, img_size=32, patch_size=8, out_indices=(-1, 1), frozen_stages=2)
+    assert built == [] and frozen == [1]
+    assert len(model.layers) == model.num_layers == model.arch_settings['num_layers'] == 4
+    assert model.out_indices == [3, 1] and all(isinstance(block, TransformerBlock) for block in model.layers)
+    host_model = MMPretrainViT(arch=TINY, img_size=32, patch_size=8)
+    assert len(built) == 4  # the spy sees mmpretrain's own blocks
+    assert list(model.state_dict()) == list(host_model.state_dict())
+
+
 # ----------------------------------------------------------------------------------------------- trace
 def test_token_taps_equal_running_the_blocks_by_hand():
     """trace.tokens[i] is the output of block i (before the final norm); negative indices count from the end."""
@@ -260,15 +279,16 @@ def test_mix_is_applied_to_the_patch_embedding_before_pos_embed(monkeypatch):
     seen = []
     original = MixPlan.mix_tokens
 
-    def spy(self, t, grid):
-        seen.append((t.clone(), grid))
-        return original(self, t, grid)
+    def spy(self, t):
+        seen.append(t.clone())
+        return original(self, t)
 
     monkeypatch.setattr(MixPlan, 'mix_tokens', spy)
     mixed = model(x, TokenTrace(mix=plan))[0]
-    assert len(seen) == 1 and seen[0][1] == (4, 4)
+    assert len(seen) == 1
     emb, grid = model.patch_embed(x)
-    torch.testing.assert_close(seen[0][0], emb)
+    assert grid == (4, 4)
+    torch.testing.assert_close(seen[0], emb)
     # the mixed tokens are what the blocks see: own tokens where mask=1, the partner's elsewhere
     m = plan.mask.flatten(1).unsqueeze(-1)
     expected = emb * m + emb[plan.index] * (1 - m)

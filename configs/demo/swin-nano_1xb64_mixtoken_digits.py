@@ -23,7 +23,7 @@ model = dict(
         out_indices=(1, ),
         drop_path_rate=0.1),
     head=dict(num_classes=num_classes, in_channels=64),
-    train_cfg=dict(_delete_=True, token_mix=dict(type='mmvitreg.MixToken', alpha=1.0, patch_size=patch_size)))
+    train_cfg=dict(_delete_=True, mix=dict(type='mmvitreg.MixToken', alpha=1.0, patch_size=patch_size)))
 
 train_dataloader = dict(batch_size=64)
 val_dataloader = dict(batch_size=128)

@@ -22,5 +22,5 @@ model = dict(
         dict(type='mmvitreg.PatchContrastiveLoss', loss_weight=1.0),
         dict(type='mmvitreg.PatchMixingLoss', num_classes=10, in_channels=embed_dims, loss_weight=1.0),
     ],
-    train_cfg=dict(_delete_=True, token_mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=patch_size)),
+    train_cfg=dict(_delete_=True, mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=patch_size)),
 )

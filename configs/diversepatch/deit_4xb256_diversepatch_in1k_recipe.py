@@ -20,7 +20,7 @@ model = dict(
     ],
     # paper: MixUp removed, CutMix kept; the mixing loss mixes patches on the 14x14 token grid
     # (official engine.two_mix: whole 16-px patches); PatchCutMix is that one patch-aligned CutMix
-    train_cfg=dict(_delete_=True, token_mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=16)),
+    train_cfg=dict(_delete_=True, mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=16)),
 )
 
 max_epochs = 400  # paper: "we train all DeiT baselines and our models for 400 epochs"

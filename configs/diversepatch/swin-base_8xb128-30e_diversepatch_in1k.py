@@ -15,7 +15,7 @@ model = dict(
     ],
     # MixUp removed as for DeiT (paper §5.1: not compatible with the mixing loss); CutMix boxes of whole
     # 32-px cells, so every token of the last stage (7x7) comes from one image
-    train_cfg=dict(_delete_=True, token_mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=32)),
+    train_cfg=dict(_delete_=True, mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=32)),
 )
 # the official Swin-B ImageNet-1k weights (224, window 7), converted by mmpretrain
 load_from = 'https://download.openmmlab.com/mmclassification/v0/swin-transformer/convert/swin_base_patch4_window7_224-4670dd19.pth'  # noqa

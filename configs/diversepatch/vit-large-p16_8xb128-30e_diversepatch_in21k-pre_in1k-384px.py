@@ -12,7 +12,7 @@ model = dict(
         dict(type='mmvitreg.PatchContrastiveLoss', loss_weight=1.0),
         dict(type='mmvitreg.PatchMixingLoss', num_classes=1000, in_channels=embed_dims, loss_weight=1.0),
     ],
-    train_cfg=dict(token_mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=16)),  # base: no batch augments
+    train_cfg=dict(mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=16)),  # base: no batch augments
 )
 # Google's ViT-L/16 22k -> 1k 384 weights (augreg), converted by mmpretrain
 load_from = 'https://download.openmmlab.com/mmclassification/v0/vit/finetune/vit-large-p16_in21k-pre-3rdparty_ft-64xb64_in1k-384_20210928-b20ba619.pth'  # noqa

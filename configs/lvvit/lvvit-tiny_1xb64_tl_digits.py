@@ -31,7 +31,7 @@ model = dict(
         in_channels=96,
         beta=0.5,
         loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original')),
-    train_cfg=dict(token_mix=dict(type='mmvitreg.MixToken', alpha=1.0, patch_size=patch_size)),
+    train_cfg=dict(mix=dict(type='mmvitreg.MixToken', alpha=1.0, patch_size=patch_size)),
     data_preprocessor=data_preprocessor,
 )
 

@@ -11,5 +11,5 @@ model = dict(
     type='mmvitreg.TokenClassifier',
     backbone=dict(type='mmvitreg.VisionTransformer'),
     target_transform=dict(type='mmvitreg.TLAlign'),  # through every block (the depth from the trace)
-    train_cfg=dict(_delete_=True, token_mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=8)),
+    train_cfg=dict(_delete_=True, mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=8)),
 )

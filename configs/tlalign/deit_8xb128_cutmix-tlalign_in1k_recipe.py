@@ -9,7 +9,7 @@ model = dict(
     backbone=dict(type='mmvitreg.VisionTransformer', drop_path_rate=0.1),  # official --drop-path 0.1
     # official --mixup 0.0 --cutmix 1.0 (tla.py TL_AlignMix): the box on the 14x14 token grid, lam re-drawn
     # while 1 and corrected to the box area, flip partner, images mixed in pixel space
-    train_cfg=dict(_delete_=True, token_mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=16)),
+    train_cfg=dict(_delete_=True, mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=16)),
     target_transform=dict(type='mmvitreg.TLAlign'),  # through every block (the depth from the trace)
     # label smoothing 0.1 (official --smoothing 0.1) stays in the base's LabelSmoothLoss(mode='original');
     # official head init: timm's _init_vit_weights, trunc-normal 0.02 and zero bias (mmpretrain's: zero)

@@ -10,5 +10,5 @@ _base_ = '../demo/swin-nano_1xb64_mixtoken_digits.py'
 
 model = dict(
     target_transform=dict(type='mmvitreg.TLAlign'),  # through every block (the depth from the trace)
-    train_cfg=dict(_delete_=True, token_mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=4)),
+    train_cfg=dict(_delete_=True, mix=dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=4)),
 )

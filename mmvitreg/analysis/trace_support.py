@@ -1,13 +1,14 @@
 """Which trace user fits which backbone: the build-time check of every pair, as a table.
 
-A *trace user* is a component of mmvitreg (a head, an auxiliary loss, a target transform or a token mix)
+A *trace user* is a component of mmvitreg (a head, an auxiliary loss, a target transform or a batch mix)
 whose instance carries a ``trace_request`` (:class:`~mmvitreg.models.trace.TraceRequest`); the request
 follows the instance's arguments (``PatchContrastiveLoss(form='official')`` asks for other taps than the
-paper form). So every row is a built instance: each registered user at its defaults (:data:`USER_ARGS`
-gives the arguments a user cannot do without), the settings of :data:`USER_VARIANTS` that ask for
-something else, or, with ``config``, every trace user of a model config as configured. A *trace backbone*
-is a registered backbone of mmvitreg whose ``forward`` takes a ``trace``. For every pair :func:`support_table` runs
-:func:`~mmvitreg.models.trace.check_trace_user`, the check a
+paper form). So every row is a built instance: each registered user at its defaults
+(:func:`~mmvitreg.models.trace_users.registered_users`, with the arguments a user cannot do without), the
+settings of :data:`USER_VARIANTS` that ask for something else, or, with ``config``, every trace user of a model
+config as configured. A *trace backbone* is a registered backbone of mmvitreg whose ``forward`` takes a ``trace``.
+For every pair :func:`support_table` runs :func:`~mmvitreg.models.trace.check_trace_user`
+(:func:`~mmvitreg.models.trace_users.refusal`), the check a
 :class:`~mmvitreg.models.classifiers.TokenClassifier` makes when it is built, on the backbone built
 with :data:`BACKBONE_PRESETS` (its default architecture), or, with ``config``, on the config's own
 ``model.backbone`` as configured (its sizes: the one column), and keeps the check's short reason.
@@ -26,9 +27,9 @@ import torch
 
 import inspect
 
-from mmvitreg.models.trace import (FACTS, POINTS, SERVICES, TraceChannelError, TraceFormatError, TraceRequest,
-                                   TraceUserError, check_trace_user, trace_request_of)
-from mmvitreg.models.trace_users import check_image_target
+from mmvitreg.models.trace import (FACTS, POINTS, SERVICES, TraceChannelError, TraceFormatError, TraceGridError,
+                                   TraceRequest, TraceUserError, trace_request_of)
+from mmvitreg.models.trace_users import check_image_target, pop_mix, refusal, registered_users, user_label
 
 #: the settings each trace backbone is checked with (its default architecture: the block count
 #: decides whether a default tap exists); a registered trace backbone missing here is an error
@@ -67,14 +68,6 @@ def model_kind_of(model_type: Optional[str]) -> Optional[str]:
     return next((kind for kind, (models, _) in MODEL_KINDS.items() if name in models), None)
 
 
-#: the modules whose registered components may be trace users
-USER_MODULES = tuple(f'mmvitreg.models.{m}.' for m in ('heads', 'losses', 'target_transforms', 'mixing'))
-#: the arguments a trace user needs to be built (the widths of DeiT-S at ImageNet's classes)
-USER_ARGS: Dict[str, dict] = {
-    'DRLoc': dict(in_channels=384),
-    'PatchMixingLoss': dict(num_classes=1000, in_channels=384),
-    'TokenLabelHead': dict(num_classes=1000, in_channels=384),
-}
 #: further rows: settings whose request differs from the default's
 USER_VARIANTS: Dict[str, List[dict]] = {
     'PatchContrastiveLoss': [dict(form='official')],
@@ -83,29 +76,12 @@ USER_VARIANTS: Dict[str, List[dict]] = {
 }
 
 
-def user_label(name: str, args: dict) -> str:
-    """A row's name: ``'PatchContrastiveLoss'`` at the defaults, ``"PatchContrastiveLoss(form='official')"``."""
-    return name + (f'({", ".join(f"{k}={v!r}" for k, v in args.items())})' if args else '')
-
-
 def trace_users(config: Optional[str] = None) -> List[Tuple[str, object]]:
     """``(row, built instance)`` for every trace user: each registered user of mmvitreg at its
-    defaults and :data:`USER_VARIANTS`, by name; with ``config`` (a model config file, ``mmvitreg::`` or a
-    path) instead the trace users of its ``model`` as configured (head, auxiliary losses, target transform,
-    token mix), named after their place in the config."""
-    from mmvitreg.registry import MODELS
-    MODELS.import_from_location()
-    if config is not None:
-        return _config_users(config)
-    users = []
-    for name, cls in MODELS.module_dict.items():
-        if not cls.__module__.startswith(USER_MODULES):
-            continue
-        for variant in [{}] + USER_VARIANTS.get(name, []):
-            user = cls(**USER_ARGS.get(name, {}), **variant)
-            if isinstance(getattr(user, 'trace_request', None), TraceRequest):
-                users.append((user_label(name, variant), user))
-    return sorted(users, key=lambda row: row[0])
+    defaults and :data:`USER_VARIANTS` (:func:`~mmvitreg.models.trace_users.registered_users`), by name; with
+    ``config`` (a model config file, ``mmvitreg::`` or a path) instead the trace users of its ``model`` as
+    configured (head, auxiliary losses, target transform, batch mix), named after their place in the config."""
+    return registered_users(USER_VARIANTS) if config is None else _config_users(config)
 
 
 def _config_users(config: str) -> List[Tuple[str, TraceRequest]]:
@@ -115,7 +91,7 @@ def _config_users(config: str) -> List[Tuple[str, TraceRequest]]:
     cfg = load_config(config)
     model = cfg.model
     places = [('head', model.get('head')), ('target_transform', model.get('target_transform')),
-              ('token_mix', (model.get('train_cfg') or {}).get('token_mix'))]
+              ('mix', pop_mix(dict(model.get('train_cfg') or {})))]
     places += [(f'aux_losses[{i}]', cfg) for i, cfg in enumerate(model.get('aux_losses') or ())]
     users = []
     for place, part in places:
@@ -222,14 +198,16 @@ def support_table(users: Optional[List[str]] = None, backbones: Optional[List[st
             if user in chosen_users:
                 try:
                     check_image_target(instance, model_name, image_targets)
-                    check_trace_user(backbone, trace_request_of(instance), user)
-                    row[user] = OK
-                except TraceFormatError as e:  # the preset's output format, not the backbone's ability
-                    row[user] = f'{OK} {e.reason[len("needs "):]}' if e.settable else e.reason
-                except TraceChannelError as e:  # a registered row's widths are USER_ARGS's, set per model
-                    row[user] = e.reason if config is not None else OK
-                except TraceUserError as e:
-                    row[user] = e.reason
+                except TraceUserError as error:
+                    row[user] = error.reason
+                    continue
+                error = refusal(backbone, trace_request_of(instance), user)
+                if error is None or (isinstance(error, (TraceChannelError, TraceGridError)) and config is None):
+                    row[user] = OK  # a registered row's widths and patch size are its defaults, set per model
+                elif isinstance(error, TraceFormatError) and error.settable:  # the preset's format, not its ability
+                    row[user] = f'{OK} {error.reason[len("needs "):]}'
+                else:
+                    row[user] = error.reason
     return table
 
 

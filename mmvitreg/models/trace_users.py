@@ -11,7 +11,7 @@ holds the library's usual parts plus
   when no user needs one). A loss that asks for no trace reads only ``feats`` and works on any backbone,
   also on those without a trace (mmpretrain's ResNet, T2T-ViT, ConvNeXt);
 * at most one ``target_transform`` (``transform(trace, data_samples)`` rewrites the targets before the model's
-  own loss and may return scalars to log) and a token mix (``train_cfg.token_mix``).
+  own loss and may return scalars to log) and a batch mix (``train_cfg.mix``).
 
 :class:`TraceUsers` builds the users, checks each against the backbone when the model is built
 (:func:`~mmvitreg.models.trace.check_trace_user`: a missing capability, a tap the backbone cannot serve or a
@@ -24,23 +24,40 @@ Users that need an image-level target (``image_target = True``) serve only a mod
 (:attr:`TraceUsers.image_targets`); the others refuse them when built, naming the users that would serve.
 """
 import copy
+import warnings
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from mmengine.model import ModuleList
 from torch import Tensor, nn
 
 from mmvitreg.registry import MODELS
-from .trace import (MixPlan, TokenTrace, TraceCapabilityError, TraceFormatError, TraceRequest, TraceUserError,
-                    check_trace_user, trace_request_of)
+from .trace import MixPlan, TokenTrace, TraceRequest, TraceUserError, check_trace_user, trace_request_of
 
-#: the modules whose registered components are trace users (heads, losses, target transforms, token mixes)
+#: the modules whose registered components are trace users (heads, losses, target transforms, batch mixes)
 USER_MODULES = tuple(f'mmvitreg.models.{m}.' for m in ('heads', 'losses', 'target_transforms', 'mixing'))
-#: the arguments a registered trace user cannot be built without (any value: its request does not depend on it)
-REQUIRED_ARGS: Dict[str, dict] = {
-    'DRLoc': dict(in_channels=1),
-    'PatchMixingLoss': dict(num_classes=1, in_channels=1),
-    'TokenLabelHead': dict(num_classes=1, in_channels=1),
+#: the arguments a registered trace user cannot be built without: the widths of DeiT-S at ImageNet's classes (its
+#: request's taps do not depend on them; a width is checked per model)
+USER_ARGS: Dict[str, dict] = {
+    'DRLoc': dict(in_channels=384),
+    'PatchMixingLoss': dict(num_classes=1000, in_channels=384),
+    'TokenLabelHead': dict(num_classes=1000, in_channels=384),
 }
+
+
+def pop_mix(train_cfg) -> Optional[dict]:
+    """Take the batch mix's config out of a model's ``train_cfg`` (a dict, changed in place): its key ``mix``, or
+    ``token_mix``, the key's old name, which works for one release with a ``DeprecationWarning``.
+
+    Raises:
+        ValueError: both keys given.
+    """
+    if 'token_mix' in train_cfg:
+        warnings.warn('train_cfg.token_mix is deprecated and will be removed in the next release: name it '
+                      'train_cfg.mix', DeprecationWarning, stacklevel=3)
+        if 'mix' in train_cfg:
+            raise ValueError('train_cfg gives both mix and token_mix (its deprecated name): keep only mix')
+        return train_cfg.pop('token_mix')
+    return train_cfg.pop('mix', None)
 
 
 def build_user(cfg):
@@ -48,32 +65,48 @@ def build_user(cfg):
     return cfg if isinstance(cfg, nn.Module) else MODELS.build(cfg)
 
 
+def user_label(name: str, args: dict) -> str:
+    """A user's name with its arguments: ``'PatchContrastiveLoss'``, ``"PatchContrastiveLoss(form='official')"``."""
+    return name + (f'({", ".join(f"{k}={v!r}" for k, v in args.items())})' if args else '')
+
+
+def registered_users(variants: Optional[Dict[str, List[dict]]] = None) -> List[Tuple[str, object]]:
+    """``(label, instance)`` of every registered trace user of mmvitreg (an instance with a ``trace_request``):
+    each at its defaults (plus :data:`USER_ARGS`) and at each setting of ``variants[name]`` (labelled by
+    :func:`user_label`), by label."""
+    MODELS.import_from_location()
+    users = []
+    for name, cls in MODELS.module_dict.items():
+        if cls.__module__.startswith(USER_MODULES):
+            for variant in [{}] + (variants or {}).get(name, []):
+                user = cls(**USER_ARGS.get(name, {}), **variant)
+                if isinstance(getattr(user, 'trace_request', None), TraceRequest):
+                    users.append((user_label(name, variant), user))
+    return sorted(users, key=lambda row: row[0])
+
+
+def refusal(backbone, request: TraceRequest, user_name: str = 'user') -> Optional[TraceUserError]:
+    """The error :func:`~mmvitreg.models.trace.check_trace_user` raises for ``request`` on ``backbone``, or None."""
+    try:
+        check_trace_user(backbone, request, user_name)
+    except TraceUserError as error:
+        return error
+    return None
+
+
 def serves(backbone, request: TraceRequest) -> bool:
     """Whether ``backbone`` can serve ``request`` at some setting of the user: fits, or fails only on what the
-    user's or the backbone's arguments change (a tap, a width, a depth, the backbone's ``out_type``)."""
-    try:
-        check_trace_user(backbone, request, 'user')
-    except TraceCapabilityError:
-        return False
-    except TraceFormatError as e:
-        return e.settable
-    except TraceUserError:
-        pass
-    return True
+    user's or the backbone's arguments change (a tap, a width, a depth, the backbone's ``out_type``:
+    :attr:`~mmvitreg.models.trace.TraceUserError.settable`)."""
+    error = refusal(backbone, request)
+    return error is None or error.settable
 
 
 def users_without_image_target(backbone=None) -> List[str]:
     """The registered trace users that need no image-level target (at their defaults) and ``backbone`` serves
     (:func:`serves`; every one when ``backbone`` is None), by name."""
-    MODELS.import_from_location()
-    names = []
-    for name, cls in sorted(MODELS.module_dict.items()):
-        if not cls.__module__.startswith(USER_MODULES) or getattr(cls, 'image_target', False):
-            continue
-        request = getattr(cls(**REQUIRED_ARGS.get(name, {})), 'trace_request', None)
-        if isinstance(request, TraceRequest) and (backbone is None or serves(backbone, request)):
-            names.append(name)
-    return names
+    return [name for name, user in registered_users() if not getattr(user, 'image_target', False)
+            and (backbone is None or serves(backbone, user.trace_request))]
 
 
 class ImageTargetError(TraceUserError, ValueError):
@@ -111,13 +144,16 @@ class TraceUsers:
     image_targets = True
 
     def init_trace_users(self, aux_losses: Optional[Sequence] = None, target_transform=None,
-                         fixed_users: Iterable = ()) -> None:
+                         fixed_users: Iterable = (), mix=None) -> None:
         """Build ``aux_losses`` (into an mmengine ``ModuleList``, so ``init_weights`` reaches each one's
-        ``init_cfg``) and ``target_transform``, and check them and ``fixed_users`` (the head, the token
-        mix: built by the library's own code) against ``self.backbone``.
+        ``init_cfg``) and ``target_transform``, and check them, ``fixed_users`` (the head: built by the library's
+        own code) and ``mix`` (the batch mix that draws the plans, built by the data preprocessor) against
+        ``self.backbone``; a plan a stream starts from (TL-Align's initial labels) must lie on the backbone's
+        token grid, so its ``patch_size`` is checked then too.
 
         Raises:
-            TraceUserError: a user the backbone cannot serve.
+            TraceUserError: a user the backbone cannot serve (:class:`~mmvitreg.models.trace.TraceGridError`: a
+                plan the backbone mixes, or a stream starts from, of another patch size than the backbone's).
             ValueError: more than one target transform.
             ImageTargetError (ValueError): a user that needs an image-level target in a kind without one.
         """
@@ -128,12 +164,16 @@ class TraceUsers:
             target_transform = target_transform[0] if target_transform else None
         self.aux_losses = ModuleList(build_user(cfg) for cfg in aux_losses or ())
         self.target_transform = build_user(target_transform) if target_transform is not None else None
-        checked = [u for u in fixed_users if u is not None] + list(self.aux_losses)
+        checked = [u for u in [*fixed_users, mix] if u is not None] + list(self.aux_losses)
         checked += [self.target_transform] if self.target_transform is not None else []
         for user in checked:
             check_image_target(user, type(self).__name__, self.image_targets, self.backbone)
             check_trace_user(self.backbone, trace_request_of(user), type(user).__name__)
         self.train_request = TraceRequest.union(trace_request_of(u) for u in self.train_users)
+        stream = self.train_request.stream
+        if mix is not None and stream is not None:
+            check_trace_user(self.backbone, TraceRequest(patch_size=mix.patch_size),
+                             f'{type(mix).__name__}, the plan {type(stream).__name__} starts from,')
 
     @property
     def train_users(self) -> List[nn.Module]:
@@ -215,7 +255,7 @@ class DenseTraceUsers(TraceUsers):
     A training step is :meth:`TraceUsers.loss`; prediction, ``tensor`` mode and test-time augmentation are the
     library's, without a trace. A user that needs an image-level target (TL-Align, MixToken and the other token
     mixes, TokenLabelHead, PatchMixingLoss) is refused when the model is built, also as ``target_transform`` or
-    ``train_cfg.token_mix`` (which the library would otherwise ignore).
+    ``train_cfg.mix`` (which the library would otherwise ignore).
 
     Raises:
         TraceUserError: a user the backbone cannot serve, or (:class:`ImageTargetError`) one that needs an
@@ -225,10 +265,10 @@ class DenseTraceUsers(TraceUsers):
     image_targets = False
 
     def __init__(self, *args, aux_losses: Optional[Sequence] = None, target_transform=None, **kwargs):
-        train_cfg = kwargs.get('train_cfg')
-        token_mix = None
-        if train_cfg is not None and 'token_mix' in train_cfg:
-            kwargs['train_cfg'] = train_cfg = copy.deepcopy(train_cfg)
-            token_mix = build_user(train_cfg.pop('token_mix'))
+        mix = None
+        if kwargs.get('train_cfg') is not None:
+            kwargs['train_cfg'] = train_cfg = copy.deepcopy(kwargs['train_cfg'])
+            mix = pop_mix(train_cfg)
+            mix = build_user(mix) if mix is not None else None
         super().__init__(*args, **kwargs)
-        self.init_trace_users(aux_losses, target_transform, fixed_users=[token_mix])
+        self.init_trace_users(aux_losses, target_transform, mix=mix)

@@ -4,7 +4,7 @@
         [--split val] [--num-images 4] [--seed 0] [--device cpu] [--out PNG] [--cfg-options k=v ...]
 
 Takes ``--num-images`` images of the config's ``<split>_dataloader`` (a ``mmvitreg.TokenClassifier``
-with ``train_cfg.token_mix``), mixes them with the model's plan (seeded by ``--seed``), carries TL-Align's
+with ``train_cfg.mix``), mixes them with the model's plan (seeded by ``--seed``), carries TL-Align's
 labels through the backbone (eval mode) and draws per image: the mixed image, the initial label map
 (each token's own share) and the aligned map after each block of ``--layers`` (numbered from 0,
 negative from the last; printed from 1 as in the paper); red = own label, blue = the partner's.

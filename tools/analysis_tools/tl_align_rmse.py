@@ -4,7 +4,7 @@
         [--split val] [--num-images 512] [--batch-size 32] [--seed 0] [--device cpu] [--out CSV]
         [--cfg-options k=v ...]
 
-For each model (an mmpretrain config of a ``mmvitreg.TokenClassifier`` with ``train_cfg.token_mix``,
+For each model (an mmpretrain config of a ``mmvitreg.TokenClassifier`` with ``train_cfg.mix``,
 and its checkpoint; without one, the config's initialisation), the config's ``<split>_dataloader``
 images are mixed by the model's own plan (the same draws for every model: numpy and torch are seeded
 with ``--seed`` before each model) and TL-Align's labels are carried through its backbone (eval mode,

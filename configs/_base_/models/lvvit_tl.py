@@ -17,5 +17,5 @@ model = dict(
         loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original')),
     # MixToken (Eq. 8-10): one Beta(1, 1) box on the 14x14 token grid per batch, flip partner
     # (official); the data preprocessor draws it, the backbone mixes the patch tokens
-    train_cfg=dict(token_mix=dict(type='mmvitreg.MixToken', alpha=1.0, patch_size=16, partner='flip')),
+    train_cfg=dict(mix=dict(type='mmvitreg.MixToken', alpha=1.0, patch_size=16, partner='flip')),
 )

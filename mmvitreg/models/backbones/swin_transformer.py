@@ -70,7 +70,8 @@ class SwinTransformer(MMPretrainSwinTransformer):
             channels=tuple(stage.embed_dims for stage in self.stages for _ in stage.blocks),
             services={'mix', 'attn', 'stream'}, points={'final', 'stages'}, out_types=('featmap', ),
             out_type='featmap', stage_channels=tuple(stage.out_channels for stage in self.stages),
-            out_channels=tuple(self.num_features[i] for i in range(len(self.stages)) if i in self.out_indices))
+            out_channels=tuple(self.num_features[i] for i in range(len(self.stages)) if i in self.out_indices),
+            patch_stride=self.patch_embed.projection.stride[0])
 
     @staticmethod
     def _with_window_attention(stage_cfgs):

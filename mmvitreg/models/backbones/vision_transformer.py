@@ -12,7 +12,7 @@ from torch import Tensor
 
 from mmvitreg.registry import MODELS
 from ..layers import ConvStem, TransformerBlock, token_grid
-from ..trace import TokenTrace, TraceSpec
+from ..trace import TokenTrace, TraceSpec, resolve_indices
 from .arch import BackboneValueError, check_arch
 
 ESSENTIAL_ARCH_KEYS = ('embed_dims', 'num_layers', 'num_heads', 'feedforward_channels')
@@ -33,9 +33,9 @@ class VisionTransformer(MMPretrainVisionTransformer):
     `DeepViT <https://arxiv.org/abs/2103.11886>`_ (re-attention, conv stem, ``scale_adjustment``)
     and `LV-ViT <https://arxiv.org/abs/2104.10858>`_ (conv stem, ``skip_lam``); presets in
     :class:`DeepViT` and :class:`LVViT`. Built by mmpretrain's ``VisionTransformer`` constructor (the
-    embeddings, ``pre_norm``, the final norms, every option and its checks), whose blocks are then
+    embeddings, ``pre_norm``, the final norms, every option and its checks) asked for no blocks; its blocks are
     :class:`~mmvitreg.models.layers.TransformerBlock` (mmpretrain's keys and module layout, the attention
-    through mmvitreg's fused ``attend``) and whose linear patch embedding a conv stem replaces. In its
+    through mmvitreg's fused ``attend``), built once, and a conv stem replaces its linear patch embedding. In its
     plain configuration (the default arch options) the state dict, the outputs and the options
     (``out_type``, ``out_indices``, ``final_norm``, ``with_cls_token``, ``frozen_stages``, ``pre_norm``,
     ``patch_cfg``, position-embedding resizing on load and at run time) are those of mmpretrain's
@@ -120,13 +120,16 @@ class VisionTransformer(MMPretrainVisionTransformer):
                  init_cfg=TIMM_INIT_CFG):
         settings = {**ARCH_OPTIONS, **check_arch(arch, self.arch_zoo, ESSENTIAL_ARCH_KEYS, ARCH_OPTIONS)}
         num_layers = settings['num_layers']
-        # mmpretrain's constructor builds the embeddings, the norms and every option; the blocks are then ours
+        out_indices = self._out_indices(out_indices, num_layers)
+        # mmpretrain's constructor builds the embeddings, the norms and every option, asked for no blocks (ours,
+        # built once below, then frozen once: its freezing walks the blocks)
         super().__init__(
-            settings, img_size, patch_size, in_channels, self._out_indices(out_indices, num_layers),
-            drop_rate=drop_rate, drop_path_rate=drop_path_rate, qkv_bias=qkv_bias, norm_cfg=norm_cfg,
-            final_norm=final_norm, out_type=out_type, with_cls_token=with_cls_token, frozen_stages=frozen_stages,
-            interpolate_mode=interpolate_mode, patch_cfg=patch_cfg, pre_norm=pre_norm,
-            init_cfg=init_cfg)
+            {**settings, 'num_layers': 0}, img_size, patch_size, in_channels, [], drop_rate=drop_rate,
+            drop_path_rate=drop_path_rate, qkv_bias=qkv_bias, norm_cfg=norm_cfg, final_norm=final_norm,
+            out_type=out_type, with_cls_token=with_cls_token, frozen_stages=-1, interpolate_mode=interpolate_mode,
+            patch_cfg=patch_cfg, pre_norm=pre_norm, init_cfg=init_cfg)
+        self.arch_settings, self.num_layers, self.out_indices = settings, num_layers, out_indices
+        self.frozen_stages = frozen_stages
         if settings['stem'] is None:
             self.patch_stride = to_2tuple(self.patch_embed.projection.stride)[0]
         elif patch_cfg:
@@ -155,7 +158,7 @@ class VisionTransformer(MMPretrainVisionTransformer):
                 scale_adjustment=settings['scale_adjustment'],
                 skip_lam=settings['skip_lam']) for i in range(num_layers))
         if frozen_stages > 0:
-            self._freeze_stages()  # again, for the blocks that replaced mmpretrain's
+            self._freeze_stages()
 
         # what a trace gets: every block, all services, 'embed' and 'final'
         self.trace_spec = TraceSpec(
@@ -163,21 +166,23 @@ class VisionTransformer(MMPretrainVisionTransformer):
             num_extra_tokens=self.num_extra_tokens, services={'mix', 'attn', 'stream'}, points={'embed', 'final'},
             facts={'isotropic'} | ({'cls_token'} if with_cls_token else set()),
             out_types=tuple(sorted(self.OUT_TYPES)), out_type=out_type,
-            out_channels=tuple(self.embed_dims for i in range(self.num_layers) if i in self.out_indices))
+            out_channels=tuple(self.embed_dims for i in range(self.num_layers) if i in self.out_indices),
+            patch_stride=self.patch_stride)
 
     @staticmethod
     def _out_indices(out_indices: Union[int, Sequence[int]], num_layers: int) -> list:
-        """``out_indices`` as non-negative block indices (negative ones count from the last block)."""
+        """``out_indices`` as non-negative block indices, by the trace's resolver (negative ones count from the
+        last block), with mmpretrain's wording first in its errors."""
         if isinstance(out_indices, int):
             out_indices = [out_indices]
         if not isinstance(out_indices, Sequence):
             raise BackboneValueError(f'"out_indices" must be a sequence or int, get {type(out_indices)} instead: '
                                      'give a block index or a list of them, e.g. -1 or [3, 7, 11]')
-        for index in out_indices:
-            if not -num_layers <= index < num_layers:
-                raise BackboneValueError(f'Invalid out_indices {index}: the {num_layers} blocks have the indices '
-                                         f'0 .. {num_layers - 1} (or {-num_layers} .. -1 from the last)')
-        return [index % num_layers for index in out_indices]
+        try:
+            return list(resolve_indices(out_indices, num_layers))
+        except IndexError as error:
+            raise BackboneValueError(f'Invalid out_indices {error.index}: the {num_layers} blocks have the indices '
+                                     f'0 .. {num_layers - 1} (or {-num_layers} .. -1 from the last)') from None
 
     def _attn_types(self, spec) -> list:
         if isinstance(spec, str):

@@ -7,7 +7,7 @@ from mmpretrain.structures import DataSample
 
 from mmvitreg.registry import MODELS
 from ..trace import MixPlan, TokenTrace, TraceRequest, trace_request_of
-from ..trace_users import BackboneOutputs, TraceUsers
+from ..trace_users import BackboneOutputs, TraceUsers, pop_mix
 
 
 @MODELS.register_module()
@@ -27,7 +27,7 @@ class TokenClassifier(TraceUsers, ImageClassifier):
       ``transform(trace, data_samples)``, which replaces each sample's ``gt_score`` (e.g. TL-Align's
       aligned label) after the backbone ran and before the head's loss, and may return a dict of
       scalars to log (names without ``loss``: logged, not trained on);
-    * a token mix (``train_cfg.token_mix``, e.g. MixToken), drawn by the data preprocessor.
+    * a batch mix (``train_cfg.mix``, e.g. MixToken), whose plan the data preprocessor draws.
 
     An auxiliary loss may also join the prediction (``ensemble = True`` and ``ensemble_scores(trace)``,
     see :meth:`predict`).
@@ -45,8 +45,9 @@ class TokenClassifier(TraceUsers, ImageClassifier):
         aux_losses (Sequence[dict], optional): Auxiliary token losses. Defaults to None.
         target_transform (dict, optional): The target transform. Defaults to None.
         train_cfg (dict, optional): As :class:`ImageClassifier` (``augments``, ``probs``) plus
-            ``token_mix``: config of a token-mixing augment (e.g. ``dict(type='mmvitreg.MixToken')``)
-            handed to the data preprocessor. Defaults to None.
+            ``mix``: config of a batch mix (:class:`~mmvitreg.models.mixing.BatchMix`, e.g.
+            ``dict(type='mmvitreg.MixToken')``) handed to the data preprocessor (``token_mix``, the key's old
+            name, works for one release with a ``DeprecationWarning``). Defaults to None.
         data_preprocessor (dict, optional): Defaults to
             ``dict(type='mmvitreg.TokenClsDataPreprocessor')``.
         **kwargs: ``neck``, ``head``, ``pretrained``, ``init_cfg`` as :class:`ImageClassifier`.
@@ -64,21 +65,20 @@ class TokenClassifier(TraceUsers, ImageClassifier):
                  data_preprocessor: Optional[dict] = None,
                  **kwargs):
         train_cfg = dict(train_cfg or {})
-        token_mix = train_cfg.pop('token_mix', None)
+        mix = pop_mix(train_cfg)
         data_preprocessor = data_preprocessor or {}
         if isinstance(data_preprocessor, dict):
             data_preprocessor = dict(data_preprocessor)
             data_preprocessor.setdefault('type', 'mmvitreg.TokenClsDataPreprocessor')
-            if token_mix is not None:
-                data_preprocessor['token_mix'] = token_mix
-        elif token_mix is not None:
-            raise ValueError('train_cfg.token_mix needs a data_preprocessor config (dict), '
+            if mix is not None:
+                data_preprocessor['mix'] = mix
+        elif mix is not None:
+            raise ValueError('train_cfg.mix needs a data_preprocessor config (dict), '
                              f'got a built {type(data_preprocessor).__name__}')
         super().__init__(backbone=backbone, train_cfg=train_cfg or None,
                          data_preprocessor=data_preprocessor, **kwargs)
-        self.init_trace_users(aux_losses, target_transform,
-                              fixed_users=[self.head if self.with_head else None,
-                                           getattr(self.data_preprocessor, 'token_mix', None)])
+        self.init_trace_users(aux_losses, target_transform, fixed_users=[self.head if self.with_head else None],
+                              mix=getattr(self.data_preprocessor, 'mix', None))
 
     @property
     def head_request(self) -> TraceRequest:

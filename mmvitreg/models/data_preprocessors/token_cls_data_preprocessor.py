@@ -1,4 +1,5 @@
-"""Classification data preprocessor that also reads token labels and draws a token-mixing plan."""
+"""Classification data preprocessor that also reads token labels and draws a batch mix's plan."""
+import warnings
 from typing import Optional
 
 import torch
@@ -6,12 +7,12 @@ from mmpretrain.models.utils import ClsDataPreprocessor
 
 from mmvitreg.datasets.token_label_target import relabel_targets, token_label_targets
 from mmvitreg.registry import MODELS
-from ..mixing import TokenMix
+from ..mixing import BatchMix
 
 
 @MODELS.register_module()
 class TokenClsDataPreprocessor(ClsDataPreprocessor):
-    """mmpretrain's :class:`ClsDataPreprocessor` plus token labels and a token-level mixing augment.
+    """mmpretrain's :class:`ClsDataPreprocessor` plus token labels and a batch mix (token- or pixel-level).
 
     Token labels (token labeling, `Jiang et al. 2021 <https://arxiv.org/abs/2104.10858>`_, Eq. 6):
     when the data samples carry ``token_label_map`` (a
@@ -24,11 +25,11 @@ class TokenClsDataPreprocessor(ClsDataPreprocessor):
     This happens in training and evaluation alike (evaluation pipelines normally carry no maps).
 
     mmpretrain's batch augments map ``(inputs, scores) -> (inputs, scores)`` and cannot say
-    *which* tokens came from *which* image. A token mix (e.g. :class:`MixToken`) instead draws a
+    *which* tokens came from *which* image. A batch mix (e.g. :class:`MixToken`) instead draws a
     :class:`~mmvitreg.models.trace.MixPlan`; in training this preprocessor
 
     1. normalises/stacks the batch and makes one-hot ``gt_score`` as its parent does;
-    2. draws the plan with ``token_mix.plan(inputs)``; the images stay unmixed and the backbone mixes
+    2. draws the plan with ``mix.plan(inputs)``; the images stay unmixed and the backbone mixes
        their patch tokens (MixToken), unless the plan mixes in pixel space (``plan.in_pixels``, e.g.
        :class:`PatchCutMix`): then the preprocessor mixes the images with ``plan.mix_images``;
     3. mixes every ``gt_score`` by the plan (MixToken Eq. 10: ``lam * y + (1 - lam) * y[index]``,
@@ -39,31 +40,45 @@ class TokenClsDataPreprocessor(ClsDataPreprocessor):
        fails loudly instead of training silently unmixed).
 
     Args:
-        token_mix (dict | TokenMix, optional): A mixing plan (:class:`~mmvitreg.models.mixing.TokenMix`)
-            or its config, built from mmvitreg's ``MODELS`` (e.g. ``dict(type='mmvitreg.MixToken')``). It
-            replaces image-level Mixup/CutMix, so it cannot be combined with ``batch_augments``.
-            Defaults to None.
+        mix (dict | BatchMix, optional): A batch mix (:class:`~mmvitreg.models.mixing.BatchMix`) or its config,
+            built from mmvitreg's ``MODELS`` (e.g. ``dict(type='mmvitreg.MixToken')``). It replaces image-level
+            Mixup/CutMix, so it cannot be combined with ``batch_augments``. Defaults to None.
+        token_mix (dict | BatchMix, optional): ``mix``'s old name: works for one release, with a
+            ``DeprecationWarning``. Defaults to None.
         **kwargs: The arguments of :class:`ClsDataPreprocessor` (``mean``, ``std``, ``to_rgb``,
-            ``num_classes``, ...). ``num_classes`` is needed with ``token_mix``.
+            ``num_classes``, ...). ``num_classes`` is needed with ``mix``.
 
     Raises:
-        TypeError: ``token_mix`` is not a mixing plan (e.g. mmpretrain's ``CutMix``, which belongs in
+        TypeError: ``mix`` is not a batch mix (e.g. mmpretrain's ``CutMix``, which belongs in
             ``batch_augments``).
     """
 
-    def __init__(self, token_mix: Optional[dict] = None, **kwargs):
-        if token_mix is not None and kwargs.get('batch_augments'):
-            raise ValueError('token_mix replaces the image-level batch augments (Mixup/CutMix); '
-                             f'got both token_mix={token_mix} and batch_augments={kwargs["batch_augments"]}')
-        super().__init__(**kwargs)
-        self.token_mix = None
+    def __init__(self, mix: Optional[dict] = None, token_mix: Optional[dict] = None, **kwargs):
         if token_mix is not None:
-            self.token_mix = MODELS.build(token_mix) if isinstance(token_mix, dict) else token_mix
-            if not isinstance(self.token_mix, TokenMix):
-                raise TypeError(f'token_mix must be a mixing plan of mmvitreg (a TokenMix: MixToken, PatchCutMix, '
-                                f'PixelMixup, ...), got {type(self.token_mix).__name__}; image-level augments such as '
+            warnings.warn("TokenClsDataPreprocessor's token_mix is deprecated and will be removed in the next "
+                          'release: name it mix', DeprecationWarning, stacklevel=2)
+            if mix is not None:
+                raise ValueError('got both mix and token_mix (its deprecated name): keep only mix')
+            mix = token_mix
+        if mix is not None and kwargs.get('batch_augments'):
+            raise ValueError('mix replaces the image-level batch augments (Mixup/CutMix); '
+                             f'got both mix={mix} and batch_augments={kwargs["batch_augments"]}')
+        super().__init__(**kwargs)
+        self.mix = None
+        if mix is not None:
+            self.mix = MODELS.build(mix) if isinstance(mix, dict) else mix
+            if not isinstance(self.mix, BatchMix):
+                raise TypeError(f'mix must be a batch mix of mmvitreg (a BatchMix: MixToken, PatchCutMix, '
+                                f'PixelMixup, ...), got {type(self.mix).__name__}; image-level augments such as '
                                 "mmpretrain's Mixup/CutMix go in train_cfg.augments")
             self.to_onehot = True
+
+    @property
+    def token_mix(self) -> Optional[BatchMix]:
+        """:attr:`mix`'s old name: works for one release, with a ``DeprecationWarning``."""
+        warnings.warn("TokenClsDataPreprocessor.token_mix is deprecated and will be removed in the next release: "
+                      'read its mix', DeprecationWarning, stacklevel=2)
+        return self.mix
 
     def forward(self, data: dict, training: bool = False) -> dict:
         """Preprocess as :class:`ClsDataPreprocessor`, read the token labels; in training also draw
@@ -79,10 +94,10 @@ class TokenClsDataPreprocessor(ClsDataPreprocessor):
                 sample.set_field(target, 'token_label')
                 if relabels is not None:
                     sample.set_field(relabels[i], 'relabel_label')
-        if not training or self.token_mix is None:
+        if not training or self.mix is None:
             return data
         inputs, data_samples = data['inputs'], data['data_samples']
-        plan = self.token_mix.plan(inputs)
+        plan = self.mix.plan(inputs)
         if plan.in_pixels:
             data['inputs'] = plan.mix_images(inputs)
         scores = plan.mix_labels(torch.stack([s.gt_score for s in data_samples]))

@@ -15,8 +15,8 @@ from .last_layer import last_layer_grid, last_layer_request, last_layer_tokens
 class PatchMixingLoss(BaseModule):
     r"""Patch-wise mixing loss of `DiversePatch <https://arxiv.org/abs/2104.12753>`_ (§4).
 
-    The patches of two images are mixed CutMix-style on the token grid (the model's mixing plan,
-    ``train_cfg.token_mix``, e.g. ``mmvitreg.PatchCutMix``: each token is sample ``b``'s own where
+    The patches of two images are mixed CutMix-style on the token grid (the plan of the model's batch mix,
+    ``train_cfg.mix``, e.g. ``mmvitreg.PatchCutMix``: each token is sample ``b``'s own where
     the mask is 1 and from its partner ``index[b]`` where it is 0) and a shared linear head ``g``
     (``patch_head``, ``nn.Linear(C, K)``) classifies the output patches by the image they came from.
 

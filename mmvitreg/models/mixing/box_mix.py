@@ -1,18 +1,18 @@
-"""The shared part of the plans that cut one CutMix box for the whole batch (MixToken, PatchCutMix)."""
+"""The shared part of the mixes that cut one CutMix box for the whole batch (MixToken, PatchCutMix)."""
 from typing import List, Optional, Tuple
 
 import torch
 from mmpretrain.models.utils.batch_augments import CutMix
 from torch import Tensor
 
-from .token_mix import TokenMix
+from .batch_mix import BatchMix
 
 
-class BoxMix(TokenMix):
-    """Base of the plans that take one box of the partner for the whole batch, drawn with mmpretrain's
+class BoxMix(BatchMix):
+    """Base of the mixes that take one box of the partner for the whole batch, drawn with mmpretrain's
     :class:`CutMix` bounding-box code (sides ``int(h * sqrt(1 - lam))`` x ``int(w * sqrt(1 - lam))``, centre
     uniform, ``centre +- side // 2`` clipped). It says nothing of what is mixed: each subclass declares its
-    :attr:`~TokenMix.space` (MixToken mixes tokens in the backbone, PatchCutMix the images' pixels).
+    :attr:`~BatchMix.space` (MixToken mixes tokens in the backbone, PatchCutMix the images' pixels).
 
     Args:
         alpha (float): Beta parameter of ``lam``; positive. Defaults to 1.0.

@@ -36,8 +36,8 @@ class MixToken(BoxMix):
     code's (sample ``i`` takes its box from sample ``B - 1 - i``); ``'permute'`` uses a random
     permutation like mmpretrain's CutMix.
 
-    A token mix, not an mmpretrain batch augment (those only see ``(inputs, scores)``): give it to
-    :class:`TokenClassifier` as ``train_cfg=dict(token_mix=dict(type='mmvitreg.MixToken'))``; its data
+    A batch mix, not an mmpretrain batch augment (those only see ``(inputs, scores)``): give it to
+    :class:`TokenClassifier` as ``train_cfg=dict(mix=dict(type='mmvitreg.MixToken'))``; its data
     preprocessor calls :meth:`plan` and the classifier hands the plan to the backbone.
 
     Args:

@@ -7,11 +7,11 @@ from torch import Tensor
 from mmvitreg.registry import MODELS
 from .patch_cutmix import PatchCutMix
 from .pixel_mixup import PixelMixup
-from .token_mix import TokenMix
+from .batch_mix import BatchMix
 
 
 @MODELS.register_module()
-class MixupCutMixSwitch(TokenMix):
+class MixupCutMixSwitch(BatchMix):
     """Per batch CutMix with probability ``switch_prob``, else MixUp, as timm's ``Mixup`` with
     ``mixup_alpha > 0``, ``cutmix_alpha > 0`` and ``prob = 1`` (DeiT's recipe; TL-Align paper Table 7,
     "MixUp + CutMix"). The chosen augment draws the masks: :class:`PixelMixup` or :class:`PatchCutMix`

@@ -25,7 +25,7 @@ class PatchCutMix(BoxMix):
     * partner ``flip``: sample ``i`` takes the box from sample ``B - 1 - i`` (official ``flip(0)``);
     * the **images** are mixed in pixel space in whole patches (``m * x + (1 - m) * x[index]``, the
       token mask upsampled by ``patch_size``), so it works for every backbone, conv stems included
-      (:attr:`~mmvitreg.models.mixing.TokenMix.space` ``'pixels'``: it asks nothing of the backbone).
+      (:attr:`~mmvitreg.models.mixing.BatchMix.space` ``'pixels'``: it asks nothing of the backbone).
 
     ``box_on='pixels'`` draws the box in pixels instead (the paper's CutMix, not the official code):
     it may split patches, and each token starts with its patch's share of own pixels (paper Sec. 3.3),
@@ -36,7 +36,7 @@ class PatchCutMix(BoxMix):
     and the pixel mask (:attr:`MixPlan.pixel_mask`) so the backbone does not mix its tokens again.
     The data preprocessor (:class:`~mmvitreg.models.data_preprocessors.TokenClsDataPreprocessor`) mixes
     the images and the image-level targets (``lam * y + (1 - lam) * y[index]``, plain CutMix); give it
-    as ``train_cfg=dict(token_mix=dict(type='mmvitreg.PatchCutMix', patch_size=16))``. Without TL-Align
+    as ``train_cfg=dict(mix=dict(type='mmvitreg.PatchCutMix', patch_size=16))``. Without TL-Align
     it is token-aligned CutMix with the area target, the fair baseline of TL-Align.
 
     Args:

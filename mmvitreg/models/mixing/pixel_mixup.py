@@ -5,12 +5,12 @@ import torch
 from torch import Tensor
 
 from mmvitreg.registry import MODELS
-from .token_mix import TokenMix
+from .batch_mix import BatchMix
 
 
 @MODELS.register_module()
-class PixelMixup(TokenMix):
-    r"""MixUp (`Zhang et al. 2018 <https://arxiv.org/abs/1710.09412>`_) as a mixing plan for
+class PixelMixup(BatchMix):
+    r"""MixUp (`Zhang et al. 2018 <https://arxiv.org/abs/1710.09412>`_) as a batch mix for
     :class:`~mmvitreg.models.target_transforms.TLAlign` (paper Table 7, "MixUp").
 
     The images are blended in pixel space, ``lam * x + (1 - lam) * x[index]``, and every token
@@ -18,7 +18,7 @@ class PixelMixup(TokenMix):
     official code crashes on this branch (``tla.py``: ``len(None)``), so this follows the paper.
     ``lam ~ Beta(alpha, alpha)``, drawn again while ``lam == 1`` (official loop), one per batch;
     partner ``flip`` (official ``flip(0)``) or ``permute``. Give it to
-    :class:`~mmvitreg.models.classifiers.TokenClassifier` as ``train_cfg.token_mix``.
+    :class:`~mmvitreg.models.classifiers.TokenClassifier` as ``train_cfg.mix``.
 
     Args:
         alpha (float): Beta parameter; positive. Defaults to 0.8 (DeiT's MixUp).

@@ -1,15 +1,15 @@
-"""The shared part of the mixing plans that take whole tokens from a partner image (random, block-wise)."""
+"""The shared part of the batch mixes that take whole tokens from a partner image (random, block-wise)."""
 from typing import Tuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from .token_mix import TokenMix
+from .batch_mix import BatchMix
 
 
-class TokenMaskMix(TokenMix):
-    """Base of the plans that replace a ``1 - lam`` share of each image's tokens by its partner's.
+class TokenMaskMix(BatchMix):
+    """Base of the mixes that replace a ``1 - lam`` share of each image's tokens by its partner's.
 
     Per sample, ``lam ~ Beta(alpha, alpha)`` (drawn again while ``lam == 1``, as TL-Align's
     ``tla.py`` does for CutMix) gives ``round((1 - lam) * Hg * Wg)`` tokens to take from the partner;
@@ -17,7 +17,7 @@ class TokenMaskMix(TokenMix):
     the token mask (1 own, 0 partner) is each token's initial label weight for
     :class:`~mmvitreg.models.target_transforms.TLAlign`, and ``lam`` is the true own share
     (:attr:`MixPlan.lam`). Give a subclass to :class:`~mmvitreg.models.classifiers.TokenClassifier`
-    as ``train_cfg.token_mix``.
+    as ``train_cfg.mix``.
 
     Args:
         alpha (float): Beta parameter of ``lam``; positive. Defaults to 1.0 (CutMix's, TL-Align).

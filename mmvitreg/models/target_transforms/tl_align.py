@@ -11,7 +11,7 @@ from mmvitreg.registry import MODELS
 from ..trace import TokenTrace, TraceRequest
 
 NO_PLAN = ("TLAlign aligns the labels of mixed images but the batch has no mixing plan: set "
-           "train_cfg=dict(token_mix=dict(type='mmvitreg.PatchCutMix', patch_size=...)) in the TokenClassifier")
+           "train_cfg=dict(mix=dict(type='mmvitreg.PatchCutMix', patch_size=...)) in the TokenClassifier")
 
 
 @MODELS.register_module()
@@ -82,8 +82,10 @@ class TLAlign(BaseModule):
         num_classes (int, optional): ``C``, needed by ``representation='labels'``.
 
     Raises:
-        ValueError: (at the first step) no mixing plan, a plan on another grid, a backbone with another
-            number of blocks than a given ``num_layers``, or samples without ``gt_label``.
+        TraceStreamError / TraceGridError (ValueError): (when the model is built) a backbone with another
+            number of blocks than a given ``num_layers``; a mixing plan of another ``patch_size`` than the
+            backbone's token stride.
+        ValueError: (at the first step) no mixing plan, or samples without ``gt_label``.
     """
 
     REPRESENTATIONS = ('weights', 'labels')
@@ -105,16 +107,11 @@ class TLAlign(BaseModule):
 
     # ------------------------------------------------------------------ the stream (called by the backbone)
     def start(self, trace: TokenTrace) -> Tensor:
-        """Initial labels ``(B, N, D)`` (``D = 2`` own/partner, or ``C``), extra tokens first."""
+        """Initial labels ``(B, N, D)`` (``D = 2`` own/partner, or ``C``), extra tokens first. The trace has
+        checked the depth (``num_layers``) and the plan's grid against the backbone before."""
         plan = trace.mix
         if plan is None:
             raise ValueError(NO_PLAN)
-        if tuple(plan.mask.shape[-2:]) != tuple(trace.grid):
-            raise ValueError(f'the mixing plan covers a {tuple(plan.mask.shape[-2:])} token grid but the backbone '
-                             f'has {tuple(trace.grid)}: set the plan\'s patch_size to the backbone\'s token stride')
-        if self.num_layers is not None and trace.num_layers != self.num_layers:
-            raise ValueError(f'TLAlign(num_layers={self.num_layers}) but the backbone has {trace.num_layers} blocks: '
-                             f'set num_layers={trace.num_layers} or leave it out (the depth is taken from the trace)')
         w = plan.mask.flatten(1).float()  # (B, Hg * Wg)
         extra = trace.num_extra_tokens
         if extra:

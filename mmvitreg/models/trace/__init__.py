@@ -26,14 +26,15 @@ fills the trace only through the recording API of :class:`TokenTrace`, at fixed 
 So the recording code exists once, here. Without a trace the backbone is an ordinary backbone
 (same outputs, fused attention, no extra work).
 
-**Trace users.** Whatever reads a trace (a head, an auxiliary loss, a target transform, a token mix)
+**Trace users.** Whatever reads a trace (a head, an auxiliary loss, a target transform, a batch mix)
 declares a :class:`TraceRequest`: the blocks whose tokens / attention maps it taps, the points and
 facts it relies on, the backbone output format it reads, its stream. :func:`check_trace_user`
 compares a request with a backbone's spec when the model is built and fails at once, naming user,
 backbone and the fix (a tap outside the tappable blocks, a missing service, point or fact, an output
 format the backbone lacks or is not set to, a block, stage or output of another width than the user's,
-a stream for another depth). A user that asks for no trace reads only the backbone's outputs and works
-with any backbone, including those with no trace (mmpretrain's ResNet, T2T-ViT, ConvNeXt).
+a stream for another depth, a mixing plan on another patch size). A user that asks for no trace reads only
+the backbone's outputs and works with any backbone, including those with no trace (mmpretrain's ResNet, T2T-ViT,
+ConvNeXt).
 
 **Streams: values that ride along with the tokens.** A user that propagates per-token values with
 each block's head-averaged attention (TL-Align's labels, paper Eq. 9) need not read the
@@ -44,17 +45,17 @@ block's windows, when it attends in windows). The stream updates its values betw
 block ``i``.
 
 **Modules.** ``capabilities`` (the spec, the request, the one check and its errors, the one index
-resolver), ``mix_plan`` (:class:`MixPlan`), ``token_trace`` (:class:`TokenTrace`, :class:`TokenStream`).
+resolver), ``mix_plan`` (:class:`MixPlan`, whose grid it checks itself: :meth:`MixPlan.check_grid`),
+``token_trace`` (:class:`TokenTrace`, :class:`TokenStream`).
 """
 from .capabilities import (FACTS, POINTS, SERVICES, TraceCapabilityError, TraceChannelError, TraceFormatError,
-                           TraceRequest, TraceSpec, TraceStreamError, TraceTapError, TraceUserError, check_request,
-                           check_trace_user, misfit, resolve_blocks, resolve_indices, trace_request_of)
+                           TraceGridError, TraceRequest, TraceSpec, TraceStreamError, TraceTapError, TraceUserError,
+                           check_request, check_trace_user, resolve_indices, trace_request_of)
 from .mix_plan import MixPlan
 from .token_trace import BlockRun, TokenStream, TokenTrace
 
 __all__ = [
     'FACTS', 'POINTS', 'SERVICES', 'BlockRun', 'MixPlan', 'TokenStream', 'TokenTrace', 'TraceCapabilityError',
-    'TraceChannelError', 'TraceFormatError', 'TraceRequest', 'TraceSpec', 'TraceStreamError', 'TraceTapError',
-    'TraceUserError', 'check_request', 'check_trace_user', 'misfit', 'resolve_blocks', 'resolve_indices',
-    'trace_request_of'
+    'TraceChannelError', 'TraceFormatError', 'TraceGridError', 'TraceRequest', 'TraceSpec', 'TraceStreamError',
+    'TraceTapError', 'TraceUserError', 'check_request', 'check_trace_user', 'resolve_indices', 'trace_request_of'
 ]

@@ -1,7 +1,7 @@
 """What a backbone offers a trace (:class:`TraceSpec`), what a user asks of it (:class:`TraceRequest`) and the
 one check between them (:func:`check_request`), whose errors name user, backbone and fix."""
 from dataclasses import dataclass
-from typing import Callable, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+from typing import FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 #: What a trace-taking backbone may do for a user besides recording block tokens (which all do).
 SERVICES = {
@@ -27,11 +27,14 @@ def resolve_indices(indices: Sequence[int], count: int, kind: str = 'block') -> 
     """The one resolver of block, stage and output indices: negative ones count from the last of ``count``.
 
     Raises:
-        IndexError: an index outside ``-count .. count - 1``, naming the ``kind`` of index.
+        IndexError: an index outside ``-count .. count - 1``, naming the ``kind`` of index; its ``index`` is the
+            first such index.
     """
     bad = _first_out_of_range(indices, count)
     if bad is not None:
-        raise IndexError(_range_text(bad, count, kind))
+        error = IndexError(_range_text(bad, count, kind))
+        error.index = bad
+        raise error
     return tuple(i + count if i < 0 else i for i in indices)
 
 
@@ -41,11 +44,6 @@ def _first_out_of_range(indices: Sequence[int], count: int) -> Optional[int]:
 
 def _range_text(index: int, count: int, kind: str) -> str:
     return f'{kind} index {index} is out of range for a backbone with {count} {kind}s'
-
-
-def resolve_blocks(layers: Sequence[int], num_blocks: int) -> Tuple[int, ...]:
-    """:func:`resolve_indices` for block indices."""
-    return resolve_indices(layers, num_blocks, 'block')
 
 
 def _frozen_names(owner, name: str, known: dict) -> None:
@@ -75,6 +73,8 @@ class TraceSpec:
             ``'stages'``; one per stage). Defaults to none.
         out_channels (Tuple[int, ...]): The width of each output of its ``forward`` (``C`` of ``(B, C, ...)``
             maps, of ``(B, N, C)`` tokens), in order. Defaults to none: not stated, not checked.
+        patch_stride (int, optional): Input pixels per side of a token of the embedding's grid, the grid a mixing
+            plan lies on (``TraceRequest.patch_size``). Defaults to None: not stated, not checked.
     """
 
     num_blocks: int
@@ -88,6 +88,7 @@ class TraceSpec:
     out_type: str = ''
     stage_channels: Tuple[int, ...] = ()
     out_channels: Tuple[int, ...] = ()
+    patch_stride: Optional[int] = None
 
     def __post_init__(self):
         tappable = tuple(range(self.num_blocks)) if self.tappable is None else tuple(self.tappable)
@@ -131,7 +132,7 @@ class TraceRequest:
             (one per tap; empty: not checked). Only checked, not merged by :meth:`union`.
         out_type (str, optional): The backbone output format the user reads (``'raw'`` for every token).
         trace (bool): Whether the user reads a trace even when it asks for nothing above (it reads the
-            grid, the number of extra tokens or the plan: a token mix). Implied by everything else.
+            grid, the number of extra tokens or the plan: a batch mix). Implied by everything else.
         stages (Tuple[int, ...]): Stages whose outputs it reads (point ``'stages'``, implied; negative from
             the last stage).
         stage_channels (Tuple[int, ...]): The channels it expects of each of ``stages`` (empty: not checked).
@@ -139,6 +140,10 @@ class TraceRequest:
             reads; no trace needed.
         out_channels (Tuple[int, ...]): The channels it expects of each of ``outputs`` (empty: not checked),
             checked where the backbone states its output widths.
+        patch_size (int, optional): The token stride, in input pixels, of the mixing plan's grid that the user
+            reads as the embedding's (a plan the backbone mixes; the plan a stream starts from), checked against
+            the backbone's ``patch_stride`` where it states one. Only checked, not merged by :meth:`union`.
+            Defaults to None.
     """
 
     token_layers: Tuple[int, ...] = ()
@@ -154,6 +159,7 @@ class TraceRequest:
     stage_channels: Tuple[int, ...] = ()
     outputs: Tuple[int, ...] = ()
     out_channels: Tuple[int, ...] = ()
+    patch_size: Optional[int] = None
 
     def __post_init__(self):
         for name in ('token_layers', 'attn_layers', 'token_channels', 'stages', 'stage_channels', 'outputs',
@@ -209,7 +215,13 @@ class TraceUserError(Exception):
     Args:
         message (str): The error, naming the user, the backbone and the fix.
         reason (str): The same in a few words, for a table cell (``'no cls_token'``).
+
+    Attributes:
+        settable (bool): Whether an argument of the user or the backbone fixes it (a tap, a width, a depth, an
+            ``out_type`` the backbone offers), so that the backbone serves the user at another setting.
     """
+
+    settable = False
 
     def __init__(self, message: str, reason: str):
         super().__init__(message)
@@ -223,13 +235,25 @@ class TraceCapabilityError(TraceUserError, TypeError):
 class TraceTapError(TraceUserError, IndexError):
     """The user taps a block or stage, or reads an output, the backbone does not have or cannot tap."""
 
+    settable = True
+
 
 class TraceStreamError(TraceUserError, ValueError):
     """The user's stream is meant for another number of blocks."""
 
+    settable = True
+
 
 class TraceChannelError(TraceUserError, ValueError):
     """A tapped block's tokens, a stage's output or a backbone output have another width than the user expects."""
+
+    settable = True
+
+
+class TraceGridError(TraceUserError, ValueError):
+    """The user's mixing plan is drawn on another token grid than the backbone embeds (another patch size)."""
+
+    settable = True
 
 
 class TraceFormatError(TraceUserError, ValueError):
@@ -241,67 +265,12 @@ class TraceFormatError(TraceUserError, ValueError):
         self.settable = settable
 
 
-#: builds the error of a misfit from the user's and the backbone's names
-Misfit = Callable[[str, str], TraceUserError]
-
-
-def misfit(spec: Optional['TraceSpec'], request: TraceRequest) -> Optional[Misfit]:
-    """The cheap form of the one check: None when a backbone of ``spec`` serves ``request``, else the maker of
-    the first error (:func:`check_request` raises it). Builds no message while everything fits (each maker
-    reads the names of the step that failed, which returns at once)."""
-    if spec is None:
-        if not request.needs_trace:
-            return None
-        return lambda user, backbone: TraceCapabilityError(
-            f'{user} needs a backbone that takes a token trace; {backbone} does not: use an mmvitreg backbone '
-            '(mmvitreg.VisionTransformer, DeepViT, LVViT, SwinTransformer, CvT) or a user that reads only the '
-            'backbone outputs', 'no trace')
-    kinds = (('service', request.all_services, spec.services, SERVICES),
-             ('point', request.points, spec.points, POINTS), ('fact', request.facts, spec.facts, FACTS))
-    if any(wanted - offered for _, wanted, offered, _ in kinds):
-        return lambda user, backbone: _missing(kinds, user, backbone)
-    taps = (('tokens', 'block', request.token_layers, spec.num_blocks), ('attention maps', 'block',
-            request.attn_layers, spec.num_blocks), ('outputs', 'stage', request.stages, spec.num_stages))
-    for what, kind, indices, count in taps:
-        bad = _first_out_of_range(indices, count)
-        if bad is not None:
-            return lambda user, backbone: TraceTapError(
-                f'{user} taps the {what} of a {kind} that {backbone} does not have: {_range_text(bad, count, kind)}',
-                f'only {count} {kind}s')
-        if kind == 'block' and not set(resolve_indices(indices, count)) <= set(spec.tappable):
-            return lambda user, backbone: _untappable(spec, what, indices, user, backbone)
-    if request.out_type is not None and request.out_type != spec.out_type:
-        return lambda user, backbone: _format(spec, request.out_type, user, backbone)
-    outputs = len(spec.out_channels)
-    bad = _first_out_of_range(request.outputs, outputs) if outputs else None
-    if bad is not None:
-        return lambda user, backbone: TraceTapError(
-            f'{user} reads the backbone outputs {list(request.outputs)}, but {backbone} gives {outputs}: set its '
-            'out_indices or the outputs the user reads', f'only {outputs} outputs')
-    widths = (('the tokens of blocks', request.token_layers, request.token_channels, spec.channels),
-              ('the outputs of stages', request.stages, request.stage_channels, spec.stage_channels),
-              ('its outputs', request.outputs, request.out_channels, spec.out_channels))
-    for where, indices, expected, offered in widths:
-        actual = [offered[i] for i in resolve_indices(indices, len(offered))] if expected and offered else []
-        if list(expected) != actual and actual:
-            return lambda user, backbone: TraceChannelError(
-                f'{user} expects {list(expected)} channels in {where} {list(indices)} but {backbone} has {actual}: '
-                f'set its in_channels to {actual}', f'{", ".join(map(str, actual))} channels')
-    stream_blocks = getattr(request.stream, 'num_layers', None)  # None: the stream takes the trace's depth
-    if stream_blocks is not None and stream_blocks != spec.num_blocks:
-        return lambda user, backbone: TraceStreamError(
-            f'{user} carries its stream through num_layers={stream_blocks} blocks but {backbone} has '
-            f'{spec.num_blocks}: set num_layers={spec.num_blocks} or leave it out (the depth is taken from the '
-            'backbone)', f'{spec.num_blocks} blocks, not {stream_blocks}')
-    return None
-
-
 def check_request(spec: Optional[TraceSpec], request: TraceRequest, user_name: str, backbone_name: str) -> None:
     """Fail, naming the user and the backbone, when a backbone of ``spec`` cannot serve ``request``.
 
     The one check behind :func:`check_trace_user` (build time) and
-    :meth:`~mmvitreg.models.trace.TokenTrace.start` (a trace made by hand); :func:`misfit` is its cheap form.
-    Every error is a :class:`TraceUserError` with ``reason``, a few words for a table cell.
+    :meth:`~mmvitreg.models.trace.TokenTrace.start` (every traced forward: a message is built only for the error
+    raised). Every error is a :class:`TraceUserError` with ``reason``, a few words for a table cell.
 
     Raises:
         TraceCapabilityError (TypeError): no trace (``spec`` None), or a missing service, point or fact.
@@ -311,10 +280,55 @@ def check_request(spec: Optional[TraceSpec], request: TraceRequest, user_name: s
         TraceChannelError (ValueError): a tapped block, a stage output or a backbone output is not as wide as
             the user expects (``token_channels``, ``stage_channels``, ``out_channels``).
         TraceStreamError (ValueError): the stream is meant for another number of blocks (its ``num_layers``).
+        TraceGridError (ValueError): the user's plan has another patch size than the backbone's patch stride.
     """
-    error = misfit(spec, request)
-    if error is not None:
-        raise error(user_name, backbone_name)
+    user, backbone = user_name, backbone_name
+    if spec is None:
+        if request.needs_trace:
+            raise TraceCapabilityError(
+                f'{user} needs a backbone that takes a token trace; {backbone} does not: use an mmvitreg backbone '
+                '(mmvitreg.VisionTransformer, DeepViT, LVViT, SwinTransformer, CvT) or a user that reads only the '
+                'backbone outputs', 'no trace')
+        return
+    kinds = (('service', request.all_services, spec.services, SERVICES),
+             ('point', request.points, spec.points, POINTS), ('fact', request.facts, spec.facts, FACTS))
+    if any(wanted - offered for _, wanted, offered, _ in kinds):
+        raise _missing(kinds, user, backbone)
+    taps = (('tokens', 'block', request.token_layers, spec.num_blocks), ('attention maps', 'block',
+            request.attn_layers, spec.num_blocks), ('outputs', 'stage', request.stages, spec.num_stages))
+    for what, kind, indices, count in taps:
+        bad = _first_out_of_range(indices, count)
+        if bad is not None:
+            raise TraceTapError(f'{user} taps the {what} of a {kind} that {backbone} does not have: '
+                                f'{_range_text(bad, count, kind)}', f'only {count} {kind}s')
+        if kind == 'block' and not set(resolve_indices(indices, count)) <= set(spec.tappable):
+            raise _untappable(spec, what, indices, user, backbone)
+    if request.out_type is not None and request.out_type != spec.out_type:
+        raise _format(spec, request.out_type, user, backbone)
+    outputs = len(spec.out_channels)
+    if outputs and _first_out_of_range(request.outputs, outputs) is not None:
+        raise TraceTapError(f'{user} reads the backbone outputs {list(request.outputs)}, but {backbone} gives '
+                            f'{outputs}: set its out_indices or the outputs the user reads', f'only {outputs} outputs')
+    widths = (('the tokens of blocks', request.token_layers, request.token_channels, spec.channels),
+              ('the outputs of stages', request.stages, request.stage_channels, spec.stage_channels),
+              ('its outputs', request.outputs, request.out_channels, spec.out_channels))
+    for where, indices, expected, offered in widths:
+        actual = [offered[i] for i in resolve_indices(indices, len(offered))] if expected and offered else []
+        if list(expected) != actual and actual:
+            raise TraceChannelError(f'{user} expects {list(expected)} channels in {where} {list(indices)} but '
+                                    f'{backbone} has {actual}: set its in_channels to {actual}',
+                                    f'{", ".join(map(str, actual))} channels')
+    stream_blocks = getattr(request.stream, 'num_layers', None)  # None: the stream takes the trace's depth
+    if stream_blocks is not None and stream_blocks != spec.num_blocks:
+        raise TraceStreamError(
+            f'{user} carries its stream through num_layers={stream_blocks} blocks but {backbone} has '
+            f'{spec.num_blocks}: set num_layers={spec.num_blocks} or leave it out (the depth is taken from the '
+            'backbone)', f'{spec.num_blocks} blocks, not {stream_blocks}')
+    stride = spec.patch_stride
+    if request.patch_size is not None and stride is not None and request.patch_size != stride:
+        raise TraceGridError(f"{user} draws its plan on {request.patch_size}-pixel patches but {backbone} embeds "
+                             f"{stride}-pixel patches: set the plan's patch_size={stride} (the backbone's token "
+                             'stride)', f'patch_size {stride}')
 
 
 def check_trace_user(backbone, request: TraceRequest, user_name: str) -> None:

@@ -46,20 +46,22 @@ class MixPlan:
         """``(B,)`` share of each sample's own tokens: the mean of its mask (MixToken Eq. 10)."""
         return self.mask.flatten(1).mean(1)
 
-    def _check_grid(self, grid: Tuple[int, int]):
+    def check_grid(self, grid: Tuple[int, int], what: str = 'the map to mix is') -> None:
+        """The one grid check of a plan: fail unless its mask lies on ``grid`` ``(Hg, Wg)`` (``what`` names the
+        grid's owner in the message)."""
         if tuple(grid) != tuple(self.mask.shape[-2:]):
-            raise ValueError(f'the mixing mask covers a {tuple(self.mask.shape[-2:])} token grid but the '
-                             f'map to mix is {tuple(grid)}')
+            raise ValueError(f'the mixing plan covers a {tuple(self.mask.shape[-2:])} token grid but {what} '
+                             f"{tuple(grid)}: set the plan's patch_size to the backbone's token stride")
 
     def mix(self, x: Tensor) -> Tensor:
         """Mix a token map ``(B, C, Hg, Wg)`` or a dense map ``(B, K, Hg, Wg)`` with the plan."""
-        self._check_grid(x.shape[-2:])
+        self.check_grid(x.shape[-2:])
         m = self.mask.to(x.dtype).unsqueeze(1)
         return x * m + x[self.index] * (1 - m)
 
-    def mix_tokens(self, x: Tensor, grid: Tuple[int, int]) -> Tensor:
-        """Mix a token sequence ``(B, Hg * Wg, C)`` laid out row-major on ``grid``."""
-        self._check_grid(grid)
+    def mix_tokens(self, x: Tensor) -> Tensor:
+        """Mix a token sequence ``(B, Hg * Wg, C)`` laid out row-major on the plan's grid (which
+        :meth:`~mmvitreg.models.trace.TokenTrace.start` checks against the backbone's first)."""
         m = self.mask.to(x.dtype).flatten(1).unsqueeze(-1)
         return x * m + x[self.index] * (1 - m)
 

@@ -110,20 +110,23 @@ class TokenTrace:
     def start(self, spec: TraceSpec, tokens: Tensor, grid: Tuple[int, int], backbone_name: str = 'the backbone'
               ) -> Tensor:
         """After the patch embedding: ``tokens`` ``(B, H * W, C)`` on ``grid``, before any extra token and
-        the position embedding. Checks the trace against ``spec``, mixes the tokens with :attr:`mix`
-        (service ``'mix'``; not when the plan mixed the images in pixel space), records ``'embed'`` and
-        starts the stream; returns the (mixed) tokens. The check is the build-time one
-        (:func:`~mmvitreg.models.trace.check_request`), which builds no message while the trace fits."""
+        the position embedding. Checks the trace against ``spec`` (the build-time check,
+        :func:`~mmvitreg.models.trace.check_request`) and, for a plan it mixes or a stream starts from, the plan's
+        grid against ``grid`` (:meth:`MixPlan.check_grid`, the one grid check), mixes the tokens with
+        :attr:`mix` (service ``'mix'``; not when the plan mixed the images in pixel space), records ``'embed'``
+        and starts the stream; returns the (mixed) tokens."""
         mixes = self.mix is not None and not self.mix.in_pixels
         check_request(spec, TraceRequest(self.token_layers, self.attn_layers, self.points,
                                          services={'mix'} if mixes else (), stream=self.stream),
                       'this trace', backbone_name)
+        if self.mix is not None and (mixes or self.stream is not None):  # mixed here, or a stream starts from it
+            self.mix.check_grid(grid, f'{backbone_name} has')
         self.grid, self.num_extra_tokens = tuple(grid), spec.num_extra_tokens
         self.num_layers, self.num_stages = spec.num_blocks, spec.num_stages
         self._token_taps = frozenset(resolve_indices(self.token_layers, spec.num_blocks))
         self._attn_taps = frozenset(resolve_indices(self.attn_layers, spec.num_blocks))
         if mixes:
-            tokens = self.mix.mix_tokens(tokens, self.grid)
+            tokens = self.mix.mix_tokens(tokens)
         if 'embed' in self.points:
             self.embed = tokens
         if self.stream is not None:

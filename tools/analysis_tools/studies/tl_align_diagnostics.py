@@ -28,7 +28,7 @@ def tl_align_of(model: nn.Module) -> TLAlign:
 
 @torch.no_grad()
 def align_batch(model: nn.Module, batch: dict, tl: TLAlign) -> Tuple[Tensor, MixPlan, TokenTrace]:
-    """Mix ``batch`` with the model's own mixing plan (``train_cfg.token_mix``) and carry TL-Align's labels
+    """Mix ``batch`` with the model's own mixing plan (``train_cfg.mix``) and carry TL-Align's labels
     through its backbone: ``(mixed inputs (B, 3, H, W), plan, trace)``, ``trace.streamed`` filled.
 
     The backbone runs as the model is set (eval mode: no drop path); the plan is drawn with numpy's
@@ -37,7 +37,7 @@ def align_batch(model: nn.Module, batch: dict, tl: TLAlign) -> Tuple[Tensor, Mix
     plan = data.get('mix_plan')
     if plan is None:
         raise ValueError('the model draws no mixing plan: TL-Align diagnostics need a TokenClassifier with '
-                         "train_cfg=dict(token_mix=dict(type='mmvitreg.PatchCutMix', patch_size=...))")
+                         "train_cfg=dict(mix=dict(type='mmvitreg.PatchCutMix', patch_size=...))")
     trace = TokenTrace.for_request(tl.trace_request, mix=plan)
     model.backbone(data['inputs'], trace=trace)
     return data['inputs'], plan, trace

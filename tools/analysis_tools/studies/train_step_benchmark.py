@@ -727,7 +727,7 @@ register_with_without(
     'and mixing losses on the last stage (DiversePatch; no contrastive loss across down-sampling) vs. the same '
     'model with the same CutMix and the plain loss',
     'diversepatch/swin-base_8xb128-30e_diversepatch_in1k.py', {'model.aux_losses': []}, 1.03,
-    {**TINY_SWIN, 'model.aux_losses.1.in_channels': 64, 'model.train_cfg.token_mix.patch_size': 8},
+    {**TINY_SWIN, 'model.aux_losses.1.in_channels': 64, 'model.train_cfg.mix.patch_size': 8},
     both={'model.backbone.arch': 'tiny', 'model.head.in_channels': 768, 'model.aux_losses.1.in_channels': 768})
 
 register_with_without(

@@ -67,9 +67,9 @@ def students(ctx, store) -> dict:
                 f'train_dataloader.dataset.pipeline.{target}.token_label_size': IMG_SIZE // PATCH,
                 f'train_dataloader.dataset.pipeline.{target}.reading': reading,
                 f'train_dataloader.dataset.pipeline.{target}.num_classes': NUM_CLASSES}
-        models[f'TL, {name}'] = (f'tl-{reading}', STUDENT, {**maps, 'model.train_cfg.token_mix': None})
+        models[f'TL, {name}'] = (f'tl-{reading}', STUDENT, {**maps, 'model.train_cfg.mix': None})
         models[f'TL + MixToken, {name}'] = (f'tl-mix-{reading}', STUDENT,
-                                            {**maps, 'model.train_cfg.token_mix.patch_size': PATCH})
+                                            {**maps, 'model.train_cfg.mix.patch_size': PATCH})
     return models
 
 

@@ -1,4 +1,4 @@
-"""The base of every mixing plan: the token grid, the partner of each image and the draw of ``lam``."""
+"""The base of every batch mix: the token grid, the partner of each image and the draw of ``lam``."""
 from typing import Optional, Tuple
 
 import numpy as np
@@ -8,18 +8,20 @@ from torch import Tensor
 from ..layers import token_grid
 from ..trace import MixPlan, TraceRequest
 
-#: what a plan of each space asks of the backbone: nothing when the data preprocessor mixes the images (any
+#: what a mix of each space asks of the backbone: nothing when the data preprocessor mixes the images (any
 #: backbone serves it), the service ``'mix'`` when the backbone mixes its patch tokens
-SPACE_REQUESTS = {'pixels': TraceRequest(), 'tokens': TraceRequest(services={'mix'})}
+SPACE_SERVICES = {'pixels': frozenset(), 'tokens': frozenset({'mix'})}
 
 
-class TokenMix:
-    """A two-image mixing plan drawer: what :class:`~mmvitreg.models.classifiers.TokenClassifier` takes as
-    ``train_cfg.token_mix`` (its data preprocessor calls :meth:`plan` once per training batch).
+class BatchMix:
+    """A two-image batch mix: draws one :class:`~mmvitreg.models.trace.MixPlan` per training batch (which image
+    mixes with which, and which of its tokens or pixels stay its own). What
+    :class:`~mmvitreg.models.classifiers.TokenClassifier` takes as ``train_cfg.mix``; its data preprocessor calls
+    :meth:`plan` once per training batch. The mix *draws*, the plan *is drawn*.
 
-    The plans are not mmpretrain batch augments (those map ``(inputs, scores)`` and cannot say which token
+    The batch mixes are not mmpretrain batch augments (those map ``(inputs, scores)`` and cannot say which token
     came from which image), so they are registered in mmvitreg's ``MODELS`` only. This base holds what
-    every plan shares:
+    every mix shares:
 
     * the token grid of a batch ``(B, C, H, W)``: ``(ceil(H / patch_size), ceil(W / patch_size))``, the
       backbones' own rule (:func:`~mmvitreg.models.layers.token_grid`: inputs padded bottom/right);
@@ -28,14 +30,16 @@ class TokenMix:
     * the partner: ``'flip'``, sample ``i`` mixes with ``B - 1 - i`` (the official codes' ``flip(0)``), or
       ``'permute'``, a random permutation (``torch.randperm``, as mmpretrain's CutMix), drawn after the masks.
 
-    A concrete plan declares what it mixes, :attr:`space`, and its :attr:`trace_request` follows from it
-    (:data:`SPACE_REQUESTS`): ``'pixels'``, the data preprocessor mixes the images and the backbone is asked
-    for nothing (every backbone serves the plan, with or without a trace); ``'tokens'``, the backbone mixes its
+    A concrete mix declares what it mixes, :attr:`space`, and its :attr:`trace_request` follows from it
+    (:data:`SPACE_SERVICES`): ``'pixels'``, the data preprocessor mixes the images and the backbone is asked
+    for nothing (every backbone serves the mix, with or without a trace); ``'tokens'``, the backbone mixes its
     patch tokens (service ``'mix'``). It draws the masks (:meth:`masks`): a pixel mask exactly when it mixes
     pixels (:meth:`plan` checks it).
 
+    ``TokenMix`` is this class's old name: it works for one release, with a ``DeprecationWarning``.
+
     Args:
-        alpha (float, optional): Beta parameter of ``lam``; positive. None for a plan that draws no ``lam``
+        alpha (float, optional): Beta parameter of ``lam``; positive. None for a mix that draws no ``lam``
             of its own (:class:`~mmvitreg.models.mixing.MixupCutMixSwitch`).
         patch_size (int): Token stride of the backbone in input pixels. Defaults to 16.
         partner (str): ``'flip'`` or ``'permute'``. Defaults to ``'flip'``.
@@ -44,16 +48,22 @@ class TokenMix:
     PARTNERS = ('flip', 'permute')
     #: draw ``lam`` again while it is exactly 1 (an unmixed batch)
     REDRAW_FULL = True
-    #: ``'pixels'`` or ``'tokens'`` (a key of :data:`SPACE_REQUESTS`); declared by every concrete plan
+    #: ``'pixels'`` or ``'tokens'`` (a key of :data:`SPACE_SERVICES`); declared by every concrete mix
     space: Optional[str] = None
     image_target = True  # mixes the images' labels
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if cls.space is not None:
-            if cls.space not in SPACE_REQUESTS:
-                raise TypeError(f'{cls.__name__}.space must be one of {sorted(SPACE_REQUESTS)}, got {cls.space!r}')
-            cls.trace_request = SPACE_REQUESTS[cls.space]
+        if cls.space is not None and cls.space not in SPACE_SERVICES:
+            raise TypeError(f'{cls.__name__}.space must be one of {sorted(SPACE_SERVICES)}, got {cls.space!r}')
+
+    @property
+    def trace_request(self) -> TraceRequest:
+        """What the mix asks of the backbone (:data:`SPACE_SERVICES`): nothing for a mix in pixels; for one the
+        backbone mixes, the service ``'mix'`` on a grid of :attr:`patch_size` (checked when the model is built)."""
+        if self.space == 'tokens':
+            return TraceRequest(services=SPACE_SERVICES['tokens'], patch_size=self.patch_size)
+        return TraceRequest()
 
     def __init__(self, alpha: Optional[float] = None, patch_size: int = 16, partner: str = 'flip'):
         if alpha is not None and not alpha > 0:
