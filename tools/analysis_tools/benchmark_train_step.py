@@ -41,8 +41,8 @@ def parse_args(argv=None):
                         help='wall time, or the process\'s CPU time (steadier on a busy machine; use it with '
                         '--threads 1, as more threads add their waiting)')
     parser.add_argument('--amp', choices=['bf16', 'fp16'],
-                        help='mixed precision as AmpOptimWrapper trains (fp16 with a dynamic loss scale; CUDA '
-                        'only); default fp32. A case that fixes a side\'s precision keeps it')
+                        help='mixed precision as AmpOptimWrapper trains: bf16 (on CUDA or the CPU) or fp16 with a '
+                        'dynamic loss scale (CUDA only); default fp32. A case that fixes a side\'s precision keeps it')
     parser.add_argument('--compile', action='store_true',
                         help='compile both sides\' model.loss as compile=True in tools/train.py does')
     parser.add_argument('--memory', choices=['auto', 'spawn', 'forkserver', 'off'], default='auto',
