@@ -27,7 +27,8 @@ from studies.train_step_benchmark import CASES, SUMMARY_HEADER, TIMM_MISSING, ru
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description='Training-step time and memory of a model vs. its baseline')
+    parser = argparse.ArgumentParser(description='Training-step time and memory of a model vs. its baseline. '
+                                     'Exit status 1 when a judged case misses its target (not with --tiny).')
     parser.add_argument('--case', nargs='+', choices=sorted(CASES), metavar='NAME',
                         help=f'cases to run (default: all): {", ".join(sorted(CASES))}')
     parser.add_argument('--list', action='store_true', help='list the cases and exit')
