@@ -35,9 +35,9 @@ def run_py(code, path=(), cwd=None, timeout=300):
 # --- transformers 5 beside mmpretrain 1.2.0 --------------------------------------------------------------------
 
 STAND_IN_TRANSFORMERS = '''"""A stand-in for transformers {version}: every name of it and of its submodules imports, and
-``PreTrainedModel`` is None, so a class built on it (mmpretrain 1.2.0's ``BertPreTrainedModel``) raises
-``TypeError: NoneType takes no arguments``, as beside the real transformers 5 (a TypeError, which a fork server's
-preload does not swallow, where it would swallow an ImportError)."""
+``PreTrainedModel`` is None, unusable as the real one is to mmpretrain 1.2.0 beside transformers 5: mmpretrain's
+models raise a TypeError using it (the real one: ``TypeError: NoneType takes no arguments`` where BLIP subclasses
+it), which a fork server's preload does not swallow, where it would swallow an ImportError."""
 import importlib.abc
 import importlib.machinery
 import sys
@@ -108,7 +108,8 @@ def test_the_stand_in_transformers_5_breaks_mmpretrain_models_alone_with_a_type_
         import mmpretrain.models
     ''', [fake_transformers(tmp_path, '5.24.0')])
     assert proc.returncode != 0
-    assert proc.stderr.strip().splitlines()[-1] == 'TypeError: NoneType takes no arguments', proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith('TypeError: '), proc.stderr[-3000:]
+    assert 'PreTrainedModel' in proc.stderr[-1500:] and 'ImportError' not in proc.stderr, proc.stderr[-3000:]
 
 
 def test_the_step_benchmark_s_fork_server_imports_mmvitreg_before_mmpretrain_models(tmp_path):
@@ -322,8 +323,9 @@ def test_a_dense_config_without_its_library_stops_with_one_line_naming_the_extra
     proc = subprocess.run([sys.executable, str(TOOLS / 'train.py'), str(config), '--work-dir', 'work'],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0
-    assert proc.stderr.strip() == (f'error: {config} is a config of {library}, which is not installed: '
-                                   f'pip install "mmvitreg[{extra}]"'), proc.stderr[-3000:]
+    assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]  # (mmcv-lite may warn before it)
+    assert proc.stderr.strip().splitlines()[-1] == (f'error: {config} is a config of {library}, which is not '
+                                                    f'installed: pip install "mmvitreg[{extra}]"'), proc.stderr[-3000:]
     assert not (tmp_path / 'work').exists()
 
     component = 'TokenSegmentor' if library == 'mmseg' else 'TokenCascadeRCNN'
