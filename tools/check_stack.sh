@@ -2,6 +2,9 @@
 # Run mmvitreg's tests on another stack than the quick start's, in a virtual environment of its own.
 #
 #   bash tools/check_stack.sh [pytest args...]      # default: the oldest stack claimed, all of tests/
+#   PYTHON=python3.12 MMVITREG_VENV=/tmp/venv-mmvitreg-py312 \
+#     MMVITREG_CONSTRAINTS=requirements/constraints-py312.txt bash tools/check_stack.sh [pytest args...]
+#                                                   # Python 3.12 with the quick start's versions and mmcv-lite
 #
 # The stack is a constraints file (default requirements/constraints-oldest.txt: Python 3.10,
 # torch 2.1.2 + torchvision 0.16.2, mmengine 0.10.3, mmcv-lite 2.1.0, mmpretrain 1.2.0,
