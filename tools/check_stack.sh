@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run mmvitreg's tests on another stack than the quick start's, in a virtual environment of its own.
 #
-#   bash tools/check_stack.sh [pytest args...]      # default: the oldest stack claimed, all of tests/
+#   bash tools/check_stack.sh [tests...] [pytest args...]   # default: the oldest stack claimed, all of tests/
 #   PYTHON=python3.12 MMVITREG_VENV=/tmp/venv-mmvitreg-py312 \
 #     MMVITREG_CONSTRAINTS=requirements/constraints-py312.txt bash tools/check_stack.sh [pytest args...]
 #                                                   # Python 3.12 with the quick start's versions and mmcv-lite
@@ -74,7 +74,9 @@ print("mmvitreg.compat: needed", compat.needed(), "applied", compat.applied())'
 log "running the tests"
 cd "$REPO"
 status=0
+# the arguments go to pytest; tests/ unless they start with the tests to run (e.g. tests/test_tools.py -k ...)
+{ [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; } || set -- tests "$@"
 PYTHONPATH=$REPO OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} PATH="$VENV/bin:$PATH" \
-  "$PY" -m pytest tests -q -p no:cacheprovider -rs "$@" || status=$?
+  "$PY" -m pytest -q -p no:cacheprovider -rs "$@" || status=$?
 log "done in $((SECONDS - start)) s (pytest exit $status)"
 exit $status
