@@ -217,9 +217,8 @@ HIDDEN_DISTRIBUTIONS = {distributions!r}
 
 
 class Hide(PathFinder):
-    """The path finder, blind to the hidden modules and their submodules and to the hidden distributions' metadata:
-    they are absent, as in an environment without them (an import raises ModuleNotFoundError,
-    ``importlib.util.find_spec`` answers None, ``importlib.metadata`` finds no such distribution)."""
+    """The path finder, blind to the hidden modules and their submodules: they are absent, as in an environment
+    without them (an import raises ModuleNotFoundError, ``importlib.util.find_spec`` answers None)."""
 
     @classmethod
     def find_spec(cls, name, path=None, target=None):
@@ -227,13 +226,19 @@ class Hide(PathFinder):
             return None
         return super().find_spec(name, path, target)
 
-    @classmethod
-    def find_distributions(cls, *args, **kwargs):
-        return (d for d in super().find_distributions(*args, **kwargs)
-                if (d.metadata['Name'] or '').lower() not in HIDDEN_DISTRIBUTIONS)
-
 
 sys.meta_path[sys.meta_path.index(PathFinder)] = Hide
+
+if HIDDEN_DISTRIBUTIONS:  # and ``importlib.metadata`` finds none of them, whichever finder it asks (the
+    import importlib.metadata  # importlib_metadata backport adds one of its own to sys.meta_path)
+
+    discover = importlib.metadata.Distribution.discover.__func__
+
+    def discover_visible(cls, *args, **kwargs):
+        return (d for d in discover(cls, *args, **kwargs)
+                if (d.metadata['Name'] or '').lower() not in HIDDEN_DISTRIBUTIONS)
+
+    importlib.metadata.Distribution.discover = classmethod(discover_visible)
 '''
 
 
