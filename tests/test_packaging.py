@@ -290,6 +290,11 @@ def editable(tmp_path_factory):
     site, = venv.glob('lib/python*/site-packages')
     stack = [p for p in sys.path if p.endswith('site-packages') and Path(p).is_dir()]
     (site / 'the_stack.pth').write_text('\n'.join(stack) + '\n')
+    # the stack's setuptools provides `distutils` on Python >= 3.12 through a .pth of its own, which a .pth line
+    # does not run: run it after the_stack.pth (mmengine's Runner imports distutils)
+    shims = [Path(p) / 'distutils-precedence.pth' for p in stack if (Path(p) / 'distutils-precedence.pth').is_file()]
+    if shims:
+        (site / 'zz-distutils-precedence.pth').write_text(shims[0].read_text())
     python = venv / 'bin' / 'python'
     pip('--python', python, 'install', '--no-deps', '--no-build-isolation', '--ignore-installed', '-e', REPO)
     keep = [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p and Path(p).resolve() != REPO]
