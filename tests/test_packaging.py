@@ -384,3 +384,22 @@ def test_the_offline_wheelhouse_asks_for_the_package_s_ranges_and_never_for_torc
         return any(d in ('torch', 'torchvision') or pulls_torch(d, seen) for d in deps)
 
     assert not [n for n in box if pulls_torch(n, set())], box
+
+
+def test_the_quick_start_installs_the_whole_stack_and_its_stack_hash_covers_every_file_it_reads():
+    """tools/setup_env.sh installs classification and the extras `all` (the tests need mmseg and mmdet), and the hash
+    that decides whether its environment is current covers every requirements file it installs, those they include
+    (``-r``) and mminstall.txt: editing any of them rebuilds the environment."""
+    script = (REPO / 'tools' / 'setup_env.sh').read_text()
+    installed = set(re.findall(r'requirements/(\w+\.txt)', ' '.join(
+        ln for ln in script.splitlines() if re.search(r'install .*-r ', ln) or ln.strip().startswith('cp '))))
+    assert {'runtime.txt', 'all.txt', 'tests.txt'} <= installed, installed
+    hashed = set(re.search(r'HASH=\$\(cat "\$CONSTRAINTS" "\$REPO"/requirements/\{([\w,]+)\}\.txt', script)
+                 .group(1).split(','))
+
+    def with_includes(name):
+        lines = (REPO / 'requirements' / name).read_text().splitlines()
+        return {name[:-4]}.union(*[with_includes(ln[2:].strip()) for ln in lines if ln.startswith('-r')])
+
+    needed = set().union(*map(with_includes, installed | {'mminstall.txt'}))
+    assert needed <= hashed, sorted(needed - hashed)
