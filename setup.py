@@ -1,8 +1,10 @@
 """mmvitreg: OpenMMLab 2.x plugin for regularising and training deep ViTs.
 
-Dependencies are the ranges the code supports (``requirements/runtime.txt``); the exact stack of the
-quick start is a constraints file that ``tools/setup_env.sh`` installs with
-(``requirements/constraints-quickstart.txt``).
+Dependencies are the ranges the code supports, split as the OpenMMLab libraries split theirs:
+``pip install mmvitreg`` is classification (``requirements/runtime.txt``: mmpretrain and what the package
+imports); the extras ``seg``, ``det`` and ``all`` add mmsegmentation and mmdet (``requirements/{seg,det,all}.txt``);
+mmcv is the ``mim`` extra (``requirements/mminstall.txt``). The exact stack of the quick start is a constraints
+file that ``tools/setup_env.sh`` installs with (``requirements/constraints-quickstart.txt``).
 
 Like mmpretrain, mmseg and mmdet, the package carries its configs, tools and model index under
 ``mmvitreg/.mim/``, which is what ``_base_ = 'mmvitreg::<folder>/<file>.py'``, ``mim train mmvitreg``
@@ -109,12 +111,14 @@ setup(
     python_requires='>=3.10',
     install_requires=requirements('runtime.txt'),
     # mmcv is the `mim` extra, not a requirement: an installed mmcv-lite serves classification (mminstall.txt)
-    extras_require={'tests': requirements('tests.txt'), 'mim': requirements('mminstall.txt')},
+    extras_require={'seg': requirements('seg.txt'), 'det': requirements('det.txt'), 'all': requirements('all.txt'),
+                    'tests': requirements('tests.txt'), 'mim': requirements('mminstall.txt')},
     cmdclass={'build_py': BuildPyWithMim},
     options={'editable_wheel': {'mode': 'compat'}},  # see the module's docstring
     license='Apache-2.0',
     classifiers=[
         'Programming Language :: Python :: 3.10',
         'Programming Language :: Python :: 3.11',
+        'Programming Language :: Python :: 3.12',
     ],
 )

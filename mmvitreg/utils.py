@@ -54,22 +54,38 @@ def check_plugin_types(cfg) -> None:
     walk(cfg._cfg_dict.to_dict(), 'cfg')
 
 
+def _library_missing(path: str, library: str) -> str:
+    from mmvitreg.models.unavailable import EXTRAS
+    return (f'{path} is a config of {library}, which is not installed: '
+            f'pip install "mmvitreg[{EXTRAS[library]}]"')
+
+
 def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
     """Read a config of mmpretrain, mmseg or mmdet, merge ``--cfg-options`` and check it.
 
     Raises:
         ConfigError: the file does not exist, its ``default_scope`` is not one of the three
-            libraries, or it names an ``mmvitreg.X`` type that does not exist.
+            libraries, its library is not installed (mmseg and mmdet are the extras ``seg`` and ``det``), or it
+            names an ``mmvitreg.X`` type that does not exist.
     """
     if not osp.isfile(path):
         raise ConfigError(f'config file not found: {path!r} (working directory: {osp.abspath(".")})')
-    cfg = Config.fromfile(path)
+    try:
+        cfg = Config.fromfile(path)
+    except ModuleNotFoundError as error:  # `_base_ = 'mmseg::...'`: mmengine names the missing distribution
+        from mmengine.config.utils import MODULE2PACKAGE
+        for library in ('mmseg', 'mmdet'):
+            if importlib.util.find_spec(library) is None and MODULE2PACKAGE.get(library, library) in str(error):
+                raise ConfigError(_library_missing(path, library)) from None
+        raise
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     scope = cfg.get('default_scope')
     if scope not in SCOPES:
         raise ConfigError(f'{path}: default_scope is {scope!r}; mmvitreg tools serve configs of '
                           f'{", ".join(SCOPES)} (inherit one of their default_runtime.py)')
+    if scope in ('mmseg', 'mmdet') and importlib.util.find_spec(scope) is None:
+        raise ConfigError(_library_missing(path, scope))
     check_plugin_types(cfg)
     return cfg
 

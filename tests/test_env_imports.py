@@ -1,6 +1,8 @@
-"""The package in environments it does not choose (issue 30.3, 32.6): a transformers 5 installed beside
-mmpretrain 1.2.0, no pycocotools, mmcv without its compiled ops (mmcv-lite); and a classification import that
-leaves mmseg and mmdet alone. Each runs in a fresh interpreter, the environment faked before anything imports."""
+"""The package in environments it does not choose (issue 30.3, 32.6, 37): a transformers 5 installed beside
+mmpretrain 1.2.0 (every tool, and every process it starts, imports mmvitreg first), no pycocotools, no scikit-learn,
+mmcv without its compiled ops (mmcv-lite), a classification install without mmseg and mmdet; and a classification
+import that leaves mmseg and mmdet alone. Each runs in a fresh interpreter, the environment faked before anything
+imports."""
 import json
 import os
 import subprocess
@@ -15,6 +17,7 @@ from mmvitreg import compat
 
 DEMO = CONFIGS / 'demo' / 'deit-tiny_1xb64_digits.py'
 SEG_DEMO = CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-2k_digits-ade20k-128x128.py'
+DET_DEMO = CONFIGS / 'demo' / 'cascade-mask-rcnn_swin-nano_fpn_1xb4-12e_digits-coco.py'
 SMALL = ['train_cfg.max_epochs=1', 'train_dataloader.dataset.indices=64', 'val_dataloader.dataset.indices=32',
          'test_dataloader.dataset.indices=32', 'train_dataloader.batch_size=16', 'train_dataloader.num_workers=0',
          'val_dataloader.num_workers=0', 'test_dataloader.num_workers=0']
@@ -31,21 +34,97 @@ def run_py(code, path=(), cwd=None, timeout=300):
 
 # --- transformers 5 beside mmpretrain 1.2.0 --------------------------------------------------------------------
 
+STAND_IN_TRANSFORMERS = '''"""A stand-in for transformers {version}: every name of it and of its submodules imports, and
+``PreTrainedModel`` is None, unusable as the real one is to mmpretrain 1.2.0 beside transformers 5: mmpretrain's
+models raise a TypeError using it (the real one: ``TypeError: NoneType takes no arguments`` where BLIP subclasses
+it), which a fork server's preload does not swallow, where it would swallow an ImportError."""
+import importlib.abc
+import importlib.machinery
+import sys
+
+__version__ = {version!r}
+PreTrainedModel = None
+
+
+class _Anything(type):
+    """A class for any name: it can be called, subclassed, used as a decorator, and has any attribute."""
+
+    def __getattr__(cls, name):
+        if name.startswith('__'):
+            raise AttributeError(name)
+        return _anything(name)
+
+    def __call__(cls, *args, **kwargs):
+        return args[0] if len(args) == 1 and callable(args[0]) and not kwargs else _anything('result')
+
+
+def _anything(name):
+    return _Anything(name, (), {{}})
+
+
+def __getattr__(name):
+    if name.startswith('__'):
+        raise AttributeError(name)
+    return None if name == 'PreTrainedModel' else _anything(name)
+
+
+class _Submodules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Every ``transformers.x.y`` imports, as a package whose names are those of :func:`__getattr__`."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.startswith(__name__ + '.'):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        module.__getattr__ = __getattr__
+        module.PreTrainedModel = None
+
+
+sys.meta_path.insert(0, _Submodules())
+'''
+
+
 def fake_transformers(root, version):
     """A ``transformers`` distribution of ``version`` under ``root``: its metadata (what mmpretrain's
-    ``WITH_MULTIMODAL`` reads) and a package whose ``PreTrainedModel`` is None, as mmpretrain found it."""
+    ``WITH_MULTIMODAL`` reads) and the package :data:`STAND_IN_TRANSFORMERS`."""
     info = root / f'transformers-{version}.dist-info'
     info.mkdir(parents=True)
     (info / 'METADATA').write_text(f'Metadata-Version: 2.1\nName: transformers\nVersion: {version}\n')
     (root / 'transformers').mkdir()
-    (root / 'transformers' / '__init__.py').write_text(f'__version__ = {version!r}\nPreTrainedModel = None\n')
+    (root / 'transformers' / '__init__.py').write_text(STAND_IN_TRANSFORMERS.format(version=version))
     return root
 
 
-def test_the_fake_transformers_5_breaks_mmpretrain_models_alone(tmp_path):
-    """The control: without mmvitreg, ``import mmpretrain.models`` fails beside the fake transformers 5."""
-    proc = run_py('import mmpretrain.models', [fake_transformers(tmp_path, '5.0.0')])
-    assert proc.returncode != 0 and 'transformers' in proc.stderr
+def test_the_stand_in_transformers_5_breaks_mmpretrain_models_alone_with_a_type_error(tmp_path):
+    """The control: beside pycocotools (installed: the tests need it) and the stand-in transformers 5, every name
+    of which imports, ``import mmpretrain.models`` without mmvitreg raises the TypeError the real one raises."""
+    proc = run_py('''
+        from transformers.modeling_utils import apply_chunking_to_forward, prune_linear_layer  # any name imports
+        import pycocotools
+        import mmpretrain.models
+    ''', [fake_transformers(tmp_path, '5.24.0')])
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines()[-1].startswith('TypeError: '), proc.stderr[-3000:]
+    assert 'PreTrainedModel' in proc.stderr[-1500:] and 'ImportError' not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_the_step_benchmark_s_fork_server_imports_mmvitreg_before_mmpretrain_models(tmp_path):
+    """The peak-memory pass on the CPU runs in processes of a fork server that preloads mmpretrain's models: with
+    the stand-in transformers 5 it still ends with its table, as the fork server applies mmvitreg's patch first."""
+    env = tool_env()
+    env['PYTHONPATH'] = os.pathsep.join([str(fake_transformers(tmp_path, '5.24.0')), env['PYTHONPATH']])
+    proc = subprocess.run([sys.executable, str(TOOLS / 'analysis_tools' / 'benchmark_train_step.py'), '--case',
+                           'deit-s-tlalign-vs-cutmix', '--tiny', '--memory', 'forkserver', '--repeats', '1',
+                           '--warmup', '1', '--batch-size', '2', '--img-size', '32', '--threads', '1'],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    row = [ln for ln in proc.stdout.splitlines() if ln.startswith('| deit-s-tlalign-vs-cutmix |')]
+    assert row and 'n/a' not in row[-1], proc.stdout[-3000:]
+    assert 'TypeError' not in proc.stderr and 'EOFError' not in proc.stderr
 
 
 def test_transformers_5_turns_mmpretrain_multimodal_models_off_with_one_warning(tmp_path):
@@ -77,6 +156,24 @@ def test_transformers_5_turns_mmpretrain_multimodal_models_off_with_one_warning(
     assert f'mmpretrain {compat.installed_version("mmpretrain")}' in out['warnings'][0]
     assert 'requires extra multi-modal dependencies' in out['blip']  # mmpretrain's own placeholder
     assert out['classifier'] == 'ImageClassifier'
+
+
+def test_every_tool_imports_mmvitreg_before_a_host_model_package():
+    """Each script under ``tools/`` that imports mmpretrain, mmseg or mmdet at its top level imports ``mmvitreg``
+    (which applies the compat patches) before it, so transformers 5 cannot break the first host import."""
+    import ast
+    late = []
+    for tool in sorted(TOOLS.rglob('*.py')):
+        for node in ast.parse(tool.read_text()).body:
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ''] if isinstance(node, ast.ImportFrom) else [])
+            tops = {n.split('.')[0] for n in names}
+            if 'mmvitreg' in tops:
+                break
+            if tops & {'mmpretrain', 'mmseg', 'mmdet'}:
+                late.append(f'{tool.relative_to(TOOLS)}:{node.lineno}')
+                break
+    assert not late, late
 
 
 @pytest.mark.parametrize('version', [None, '4.40.0'])
@@ -116,6 +213,7 @@ import sys
 from importlib.machinery import PathFinder
 
 HIDDEN = {hidden!r}
+HIDDEN_DISTRIBUTIONS = {distributions!r}
 
 
 class Hide(PathFinder):
@@ -130,13 +228,25 @@ class Hide(PathFinder):
 
 
 sys.meta_path[sys.meta_path.index(PathFinder)] = Hide
+
+if HIDDEN_DISTRIBUTIONS:  # and ``importlib.metadata`` finds none of them, whichever finder it asks (the
+    import importlib.metadata  # importlib_metadata backport adds one of its own to sys.meta_path)
+
+    discover = importlib.metadata.Distribution.discover.__func__
+
+    def discover_visible(cls, *args, **kwargs):
+        return (d for d in discover(cls, *args, **kwargs)
+                if (d.metadata['Name'] or '').lower() not in HIDDEN_DISTRIBUTIONS)
+
+    importlib.metadata.Distribution.discover = classmethod(discover_visible)
 '''
 
 
-def hiding(folder, *modules):
-    """A folder whose ``sitecustomize.py`` hides ``modules`` from every interpreter started with it on the path."""
+def hiding(folder, *modules, distributions=()):
+    """A folder whose ``sitecustomize.py`` hides ``modules`` (and the metadata of ``distributions``) from every
+    interpreter started with it on the path."""
     folder.mkdir()
-    (folder / 'sitecustomize.py').write_text(HIDE.format(hidden=modules))
+    (folder / 'sitecustomize.py').write_text(HIDE.format(hidden=modules, distributions=distributions))
     return folder
 
 
@@ -205,6 +315,50 @@ def test_a_segmentation_run_without_mmcv_ops_stops_with_one_line_naming_the_buil
         "error: mmseg's models need mmcv's compiled ops, which this mmcv lacks (No module named 'mmcv._ext': "
         'mmcv-lite?); build them once with `bash tools/setup_env.sh --with-ops`')
     assert not (tmp_path / 'work').exists() or not any((tmp_path / 'work').rglob('*.pth'))
+
+
+@pytest.mark.parametrize('config, library, extra', [(SEG_DEMO, 'mmseg', 'seg'), (DET_DEMO, 'mmdet', 'det')])
+def test_a_dense_config_without_its_library_stops_with_one_line_naming_the_extra(tmp_path, config, library, extra):
+    """A classification install (``pip install mmvitreg``: no mmsegmentation, no mmdet): ``tools/train.py`` on an
+    mmseg or mmdet config stops with one line naming the extra that installs its library, and mmvitreg's component
+    built on that library, asked for by name, raises an ImportError naming the same."""
+    site = hiding(tmp_path / 'site', 'mmseg', 'mmdet', distributions=('mmsegmentation', 'mmdet'))
+    env = tool_env()
+    env['PYTHONPATH'] = os.pathsep.join([str(site), env['PYTHONPATH']])
+    proc = subprocess.run([sys.executable, str(TOOLS / 'train.py'), str(config), '--work-dir', 'work'],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0
+    assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]  # (mmcv-lite may warn before it)
+    assert proc.stderr.strip().splitlines()[-1] == (f'error: {config} is a config of {library}, which is not '
+                                                    f'installed: pip install "mmvitreg[{extra}]"'), proc.stderr[-3000:]
+    assert not (tmp_path / 'work').exists()
+
+    component = 'TokenSegmentor' if library == 'mmseg' else 'TokenCascadeRCNN'
+    built = run_py(f'''
+        import mmvitreg.models
+        from mmvitreg.registry import MODELS
+        try:
+            MODELS.build(dict(type={component!r}))
+        except ImportError as e:
+            print(e)
+    ''', [site])
+    assert built.returncode == 0, built.stderr[-3000:]
+    message = built.stdout.strip().splitlines()[-1]
+    assert message.startswith(f"mmvitreg.{component} is built on {library}'s models, which do not import here")
+    assert message.endswith(f'; pip install "mmvitreg[{extra}]"'), message
+
+
+def test_the_digits_builder_without_scikit_learn_says_what_to_install(tmp_path):
+    """scikit-learn is no requirement of the package (the digits builder's alone): without it the builder stops
+    with one line naming it."""
+    env = tool_env()
+    env['PYTHONPATH'] = os.pathsep.join([str(hiding(tmp_path / 'site', 'sklearn')), env['PYTHONPATH']])
+    proc = subprocess.run([sys.executable, str(TOOLS / 'dataset_converters' / 'digits.py'), 'imagenet', '--out',
+                           'data', '--num-train', '4', '--num-val', '2'], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == ("imagenet: No module named 'sklearn': the digits are scikit-learn's bundled scans; "
+                                   'pip install scikit-learn'), proc.stderr[-3000:]
 
 
 # --- classification leaves mmseg and mmdet alone ----------------------------------------------------------------

@@ -92,12 +92,20 @@ def test_wheel_ships_configs_tools_and_model_index_as_real_files(installed):
     requires = re.findall(r'^Requires-Dist: (.+)$', metadata, re.M)
     core = [r for r in requires if 'extra ==' not in r]
     assert core and not [r for r in core if '==' in r], core
-    for name in ('torch', 'torchvision', 'mmengine', 'mmpretrain', 'mmsegmentation', 'mmdet', 'numpy'):
+    for name in ('torch', 'torchvision', 'mmengine', 'mmpretrain', 'numpy'):
         assert any(re.match(rf'{name}\s*[<>]', r) for r in core), (name, core)
+    # `pip install mmvitreg` is classification: mmseg, mmdet and what they pull in are the extras
+    assert not [r for r in core if re.match(r'(mmsegmentation|mmdet|pycocotools|ftfy|regex)\b', r)], core
+    extras = {name: sorted(re.match(r'[\w-]+', r).group() for r in requires if f'extra == "{name}"' in r)
+              for name in ('seg', 'det', 'all')}
+    assert extras == {'seg': ['ftfy', 'mmsegmentation', 'regex'], 'det': ['mmdet', 'pycocotools'],
+                      'all': ['ftfy', 'mmdet', 'mmsegmentation', 'pycocotools', 'regex']}, extras
     # mmcv as the OpenMMLab libraries declare it: an extra, so that an installed mmcv-lite is kept
     assert not [r for r in core if re.match(r'mmcv\b', r)], core
     assert any(re.match(r'mmcv\s*[<>].*extra == "mim"', r) for r in requires), requires
     assert 'Requires-Python: >=3.10' in metadata
+    assert re.findall(r'^Classifier: Programming Language :: Python :: (3\.\d+)$', metadata, re.M) == [
+        '3.10', '3.11', '3.12']
 
 
 def test_model_index_and_metafiles_are_found_in_the_installed_package(installed):
@@ -282,6 +290,11 @@ def editable(tmp_path_factory):
     site, = venv.glob('lib/python*/site-packages')
     stack = [p for p in sys.path if p.endswith('site-packages') and Path(p).is_dir()]
     (site / 'the_stack.pth').write_text('\n'.join(stack) + '\n')
+    # the stack's setuptools provides `distutils` on Python >= 3.12 through a .pth of its own, which a .pth line
+    # does not run: run it after the_stack.pth (mmengine's Runner imports distutils)
+    shims = [Path(p) / 'distutils-precedence.pth' for p in stack if (Path(p) / 'distutils-precedence.pth').is_file()]
+    if shims:
+        (site / 'zz-distutils-precedence.pth').write_text(shims[0].read_text())
     python = venv / 'bin' / 'python'
     pip('--python', python, 'install', '--no-deps', '--no-build-isolation', '--ignore-installed', '-e', REPO)
     keep = [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p and Path(p).resolve() != REPO]
@@ -325,3 +338,68 @@ def test_mim_search_train_and_test_in_an_editable_install(editable, digits_works
     assert f'{mim}/tools/test.py' in test.stdout
     metrics = json.loads([ln for ln in test.stdout.splitlines() if ln.startswith('metrics: ')][-1][9:])
     assert 0.0 <= metrics['accuracy/top1'] <= 100.0
+
+
+def read_requirements(name):
+    """``{distribution: Requirement}`` of ``requirements/<name>`` (its ``-r`` includes followed)."""
+    from packaging.requirements import Requirement
+    found = {}
+    for line in (REPO / 'requirements' / name).read_text().splitlines():
+        line = line.split('#')[0].strip()
+        if line.startswith('-r'):
+            found.update(read_requirements(line[2:].strip()))
+        elif line:
+            req = Requirement(line)
+            found[req.name.lower()] = req
+    return found
+
+
+def test_the_offline_wheelhouse_asks_for_the_package_s_ranges_and_never_for_torch():
+    """``requirements/wheelhouse.txt`` (docs/gpu.md, the offline GPU box): every runtime requirement but torch
+    and torchvision with its range, mmcv-lite with mmcv's, and no distribution that pulls torch in (the box keeps
+    its image's torch, and ``pip download`` would fetch gigabytes of it); what it lists is checked against the
+    metadata of the installed distributions."""
+    import importlib.metadata as md
+
+    from packaging.requirements import Requirement
+    box = read_requirements('wheelhouse.txt')
+    runtime = read_requirements('runtime.txt')
+    assert {n for n in runtime if n not in ('torch', 'torchvision')} <= set(box), sorted(runtime)
+    for name, req in runtime.items():
+        if name in box:
+            assert box[name].specifier == req.specifier, (name, box[name], req)
+    assert box['mmcv-lite'].specifier == read_requirements('mminstall.txt')['mmcv'].specifier
+    assert 'torch' not in box and 'torchvision' not in box
+
+    def pulls_torch(name, seen):
+        if name in seen:
+            return False
+        seen.add(name)
+        try:
+            requires = md.requires(name) or []
+        except md.PackageNotFoundError:
+            return False
+        deps = [Requirement(r) for r in requires]
+        deps = [d.name.lower() for d in deps if d.marker is None or d.marker.evaluate({'extra': ''})]
+        return any(d in ('torch', 'torchvision') or pulls_torch(d, seen) for d in deps)
+
+    assert not [n for n in box if pulls_torch(n, set())], box
+
+
+def test_the_quick_start_installs_the_whole_stack_and_its_stack_hash_covers_every_file_it_reads():
+    """tools/setup_env.sh installs classification and the extras `all` (the tests need mmseg and mmdet), and the hash
+    that decides whether its environment is current covers every requirements file it installs, those they include
+    (``-r``) and mminstall.txt: editing any of them rebuilds the environment."""
+    script = (REPO / 'tools' / 'setup_env.sh').read_text()
+    installed = set(re.findall(r'requirements/(\w+\.txt)', ' '.join(
+        ln for ln in script.splitlines() if re.search(r'install .*-r ', ln) or ln.strip().startswith('cp '))))
+    assert {'runtime.txt', 'all.txt', 'tests.txt'} <= installed, installed
+    hashed = set(re.search(r'HASH=\$\(cat "\$CONSTRAINTS" "\$REPO"/requirements/\{([\w,]+)\}\.txt', script)
+                 .group(1).split(','))
+
+    def with_includes(name):
+        lines = (REPO / 'requirements' / name).read_text().splitlines()
+        return {name[:-4]}.union(*[with_includes(ln[2:].strip()) for ln in lines if ln.startswith('-r')])
+
+    needed = set().union(*map(with_includes, installed | {'mminstall.txt'}))
+    assert needed <= hashed, sorted(needed - hashed)

@@ -20,7 +20,9 @@ def test_a_trace_user_the_backbone_cannot_serve_is_one_error_line(tool, digits_w
         args.insert(2, tmp_path / 'empty.pth')
     proc = run_tool(args, cwd=digits_workspace, check=False)
     assert proc.returncode != 0
-    assert proc.stderr.strip() == proc.stderr.strip().splitlines()[-1]  # one line, no traceback
-    assert proc.stderr.startswith("error: model: TokenLabelHead needs the fact ['cls_token']")
-    assert 'SwinTransformer' in proc.stderr
+    # one line, no traceback (after mmcv-lite's warning that it lacks MultiScaleDeformableAttention, where it is)
+    lines = [ln for ln in proc.stderr.strip().splitlines() if 'MultiScaleDeformableAttention' not in ln]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: model: TokenLabelHead needs the fact ['cls_token']")
+    assert 'SwinTransformer' in lines[0]
     assert 'Config:' not in proc.stdout + proc.stderr  # stopped before the runner dumps the config

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Run mmvitreg's tests on another stack than the quick start's, in a virtual environment of its own.
 #
-#   bash tools/check_stack.sh [pytest args...]      # default: the oldest stack claimed, all of tests/
+#   bash tools/check_stack.sh [tests...] [pytest args...]   # default: the oldest stack claimed, all of tests/
+#   PYTHON=python3.12 MMVITREG_VENV=/tmp/venv-mmvitreg-py312 \
+#     MMVITREG_CONSTRAINTS=requirements/constraints-py312.txt bash tools/check_stack.sh [pytest args...]
+#                                                   # Python 3.12 with the quick start's versions and mmcv-lite
 #
 # The stack is a constraints file (default requirements/constraints-oldest.txt: Python 3.10,
 # torch 2.1.2 + torchvision 0.16.2, mmengine 0.10.3, mmcv-lite 2.1.0, mmpretrain 1.2.0,
-# mmsegmentation 1.2.2, mmdet 3.3.0, numpy 1.26). The package's own requirements and test
-# requirements are installed under it. With mmcv-lite there are no compiled mmcv ops, so the tests
+# mmsegmentation 1.2.2, mmdet 3.3.0, numpy 1.26). The package's own requirements (with the extras `all`)
+# and test requirements are installed under it. With mmcv-lite there are no compiled mmcv ops, so the tests
 # that need them (mmseg / mmdet models) are skipped with that reason (tests/conftest.py); a
 # constraints file that pins full mmcv instead builds it from source (~20 min on 2 cores).
 # mmvitreg itself is tested from this checkout (PYTHONPATH), not installed.
@@ -36,7 +39,7 @@ PIP=("$PY" -m pip --disable-pip-version-check -q)
 MMCV_DIST=$(grep -oE '^mmcv(-lite)?==' "$CONSTRAINTS" | head -n1 | tr -d '=')
 [ -n "$MMCV_DIST" ] || { echo "$CONSTRAINTS pins neither mmcv nor mmcv-lite" >&2; exit 1; }
 reqs=$(mktemp)
-grep -vE '^mmcv([^-]|$)' "$REPO/requirements/runtime.txt" >"$reqs"
+cat "$REPO"/requirements/{runtime,seg,det}.txt | grep -vE '^mmcv([^-]|$)' >"$reqs"
 echo "$MMCV_DIST" >>"$reqs"
 
 log "installing the stack of $(basename "$CONSTRAINTS")"
@@ -71,7 +74,9 @@ print("mmvitreg.compat: needed", compat.needed(), "applied", compat.applied())'
 log "running the tests"
 cd "$REPO"
 status=0
+# the arguments go to pytest; tests/ unless they start with the tests to run (e.g. tests/test_tools.py -k ...)
+{ [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; } || set -- tests "$@"
 PYTHONPATH=$REPO OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} PATH="$VENV/bin:$PATH" \
-  "$PY" -m pytest tests -q -p no:cacheprovider -rs "$@" || status=$?
+  "$PY" -m pytest -q -p no:cacheprovider -rs "$@" || status=$?
 log "done in $((SECONDS - start)) s (pytest exit $status)"
 exit $status

@@ -7,10 +7,10 @@
 #
 # --dry-run: the same steps on the CPU at toy size (the tests with MMVITREG_TEST_DEVICE=cpu, the cases with
 # --tiny), to check a machine or a change before spending GPU minutes. No virtualenv is assumed: PYTHON (default
-# python3) runs everything, with this checkout first on PYTHONPATH, so a GPU image's own torch with the other
-# packages installed by `pip install --target DIR` works as `PYTHON=python3 PYTHONPATH=DIR bash tools/gpu_check.sh`
-# (docs/gpu.md). The tests need pytest; the timm cases need timm (requirements/bench.txt). Exit status 1 when a
-# test or a case failed (or could not run), else 0.
+# python3) runs everything, with this checkout first on PYTHONPATH, so a GPU image's own torch with the rest
+# installed from a wheelhouse (requirements/wheelhouse.txt, docs/gpu.md) works as `PYTHON=python3 bash
+# tools/gpu_check.sh`. The tests need pytest; the timm cases need timm (requirements/bench.txt). Exit status 1 when a
+# test or a case failed or a step could not run (each such step is an error in the summary), else 0.
 set -u
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-python3}
@@ -83,9 +83,9 @@ PY
 )
 [ -n "$VERSIONS" ] || VERSIONS="$PYTHON printed no versions (is it a Python with torch?)"
 log "$VERSIONS"
-STATUS=0
+STATUS=0 ERRORS=0  # ERRORS: steps that could not run, crashed or timed out
 
-TESTS='not run'
+TESTS='not run (--only bench)'
 if [ "$ONLY" != bench ]; then
   if "$PYTHON" -c 'import pytest' 2>/dev/null; then
     step tests "$TEST_TIMEOUT" env ${TEST_ENV[@]+"${TEST_ENV[@]}"} \
@@ -95,10 +95,12 @@ if [ "$ONLY" != bench ]; then
       paste -sd, - | sed 's/,/, /g')
     TESTS="${counts:-no result} (exit $rc, ${STEP_SECONDS}s)"
     [ $rc = 0 ] || STATUS=1
+    # pytest's exit 1 is failed tests; anything else (a timeout, an internal or usage error) is a broken step
+    [ $rc = 0 ] || [ $rc = 1 ] || { ERRORS=$((ERRORS + 1)); TESTS="ERROR: $TESTS"; }
   else
-    TESTS='not run: pytest is not importable by PYTHON (install its wheel with the others)'
+    TESTS='ERROR: not run: pytest is not importable by PYTHON (install its wheel with the others)'
     log "tests/cuda: $TESTS"
-    STATUS=1
+    ERRORS=$((ERRORS + 1))
   fi
 fi
 
@@ -116,7 +118,7 @@ if [ "$ONLY" != tests ]; then
     else
       why=$(grep -v '^\s*$' "$LOG.case-$case" | tail -n 1 | cut -c1-160)
       ROWS+=("| $case | ERROR (exit $rc$([ $rc = 124 ] && echo ": timed out after ${limit}s")): ${why//|/\/} |")
-      BROKEN=$((BROKEN + 1))
+      BROKEN=$((BROKEN + 1)) ERRORS=$((ERRORS + 1))
     fi
   done
 fi
@@ -136,9 +138,11 @@ from studies.train_step_benchmark import SUMMARY_HEADER; print(SUMMARY_HEADER)' 
       echo '| case | (table header unavailable) |'
     printf '%s\n' "${ROWS[@]}"
   fi
+  echo "errors: $ERRORS (steps that could not run, crashed or timed out); exit status $(
+    [ $((STATUS + FAIL + ERRORS)) = 0 ] && echo 0 || echo 1)"
   echo "full log: $LOG"
   echo '======================================='
 } | tee -a "$LOG"
 rm -f "$LOG".tests "$LOG".case-*
-[ $((FAIL + BROKEN)) = 0 ] || STATUS=1
+[ $((FAIL + ERRORS)) = 0 ] || STATUS=1
 exit $STATUS

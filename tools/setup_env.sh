@@ -7,7 +7,8 @@
 # The stack is requirements/constraints-quickstart.txt (exact pins: Python 3.11, torch 2.14.1 +
 # torchvision 0.29.1, mmengine 0.10.7, mmcv 2.1.0 built from the PyPI sdist WITH its ops or mmcv-lite 2.1.0,
 # mmpretrain 1.2.0, mmsegmentation 1.2.2, mmdet 3.3.0, ...); mmvitreg's own requirements
-# (requirements/runtime.txt) are ranges, installed under those constraints. Why each pin:
+# (requirements/runtime.txt, and the extras `all`: requirements/all.txt) are ranges, installed under those
+# constraints. Why each pin:
 # the README's "The stack" and mmvitreg/compat.py. To use mmvitreg in an environment of your own,
 # see the README's "Install into your environment" instead.
 #
@@ -58,7 +59,7 @@ fi
 if ls "$CACHE"/mmcv-"$MMCV"-torch"$TORCH"-"$FLAVOUR"*/mmcv-"$MMCV"-*.whl >/dev/null 2>&1; then WITH_OPS=1; fi
 MMCV_KIND=$([ "$WITH_OPS" = 1 ] && echo ops || echo lite)
 STAMP=$VENV/.mmvitreg-stack
-HASH=$(cat "$CONSTRAINTS" "$REPO"/requirements/{runtime,mminstall,tests,bench}.txt | sha1sum | cut -c1-12)
+HASH=$(cat "$CONSTRAINTS" "$REPO"/requirements/{runtime,seg,det,all,mminstall,tests,bench}.txt | sha1sum | cut -c1-12)
 STACK_ID="$FLAVOUR|mmcv-$MMCV_KIND|$HASH"
 OPS_STACK_ID="$FLAVOUR|mmcv-ops|$HASH"  # also serves a run without --with-ops
 
@@ -161,7 +162,8 @@ else
   fi
 
   log "installing mmpretrain, mmsegmentation, mmdet and the runtime/test requirements"
-  "${PIP[@]}" install -c "$CONSTRAINTS" -r "$reqs" -r "$REPO/requirements/tests.txt"
+  # the whole stack: classification (runtime.txt) and the extras `all` (mmseg, mmdet: requirements/all.txt)
+  "${PIP[@]}" install -c "$CONSTRAINTS" -r "$reqs" -r "$REPO/requirements/all.txt" -r "$REPO/requirements/tests.txt"
   rm -f "$reqs"
   if [ "$MMCV_KIND" = ops ]; then
     "$PY" -c 'from mmcv.ops import nms, RoIAlign; import mmdet, mmseg, mmpretrain' \

@@ -1,18 +1,39 @@
-"""Components built on a library's models that cannot be imported here.
+"""Components built on a library's models that cannot be imported here, and the one line that says why.
 
-mmseg's and mmdet's model packages import mmcv's compiled ops, which mmcv-lite (the oldest stack checked,
-``tools/check_stack.sh``) lacks. mmvitreg's classes built on them (:class:`~mmvitreg.models.segmentors.TokenSegmentor`,
-the detectors of :mod:`mmvitreg.models.detectors`) are then registered as builders that raise the import error
-with their name: every other component still imports, and a config that uses one of them stops saying why.
+mmseg and mmdet are extras (``pip install "mmvitreg[seg]"``, ``"mmvitreg[det]"``, ``"mmvitreg[all]"``): a
+classification install has neither. And their model packages import mmcv's compiled ops, which mmcv-lite (the
+oldest stack checked, ``tools/check_stack.sh``) lacks. mmvitreg's classes built on them
+(:class:`~mmvitreg.models.segmentors.TokenSegmentor`, the detectors of :mod:`mmvitreg.models.detectors`) are then
+registered as builders that raise the import error with their name and its fix (:func:`install_hint`): every
+other component still imports, and a config that uses one of them stops saying why.
 """
 from typing import Iterable
 
 from mmvitreg.registry import MODELS
 
+EXTRAS = {'mmseg': 'seg', 'mmdet': 'det'}
+"""The extra of the package that installs each library (``requirements/{seg,det}.txt``)."""
+
+EXTRA_MODULES = {'mmseg': ('mmseg', 'ftfy', 'regex'), 'mmdet': ('mmdet', 'pycocotools')}
+"""The top-level modules each extra brings: one of them missing is fixed by installing the extra."""
+
+
+def install_hint(library: str, error: ImportError) -> str:
+    """The fix for ``error``, raised importing ``library``'s models (``'mmseg'`` or ``'mmdet'``): the extra
+    that installs the library, or mmcv's compiled ops; ``''`` when neither is the cause."""
+    missing = (getattr(error, 'name', None) or '').split('.')[0]
+    if missing in EXTRA_MODULES[library]:
+        return f'pip install "mmvitreg[{EXTRAS[library]}]"'
+    if 'mmcv._ext' in str(error):
+        return "build mmcv's compiled ops once: bash tools/setup_env.sh --with-ops"
+    return ''
+
 
 def register_unavailable(names: Iterable[str], library: str, error: ImportError) -> None:
-    """Register each of ``names`` as a builder that raises ``ImportError`` naming it, ``library`` and ``error``."""
-    fix = "; build mmcv's compiled ops once: bash tools/setup_env.sh --with-ops" if 'mmcv._ext' in str(error) else ''
+    """Register each of ``names`` as a builder that raises ``ImportError`` naming it, ``library``, ``error`` and
+    the fix (:func:`install_hint`)."""
+    hint = install_hint(library, error)
+    fix = f'; {hint}' if hint else ''
     for name in names:
         def unavailable(*args, _name=name, **kwargs):
             raise ImportError(f"mmvitreg.{_name} is built on {library}'s models, which do not import here: "

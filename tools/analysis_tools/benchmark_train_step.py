@@ -27,7 +27,8 @@ from studies.train_step_benchmark import CASES, SUMMARY_HEADER, TIMM_MISSING, ru
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description='Training-step time and memory of a model vs. its baseline')
+    parser = argparse.ArgumentParser(description='Training-step time and memory of a model vs. its baseline. '
+                                     'Exit status 1 when a judged case misses its target (not with --tiny).')
     parser.add_argument('--case', nargs='+', choices=sorted(CASES), metavar='NAME',
                         help=f'cases to run (default: all): {", ".join(sorted(CASES))}')
     parser.add_argument('--list', action='store_true', help='list the cases and exit')
@@ -41,8 +42,8 @@ def parse_args(argv=None):
                         help='wall time, or the process\'s CPU time (steadier on a busy machine; use it with '
                         '--threads 1, as more threads add their waiting)')
     parser.add_argument('--amp', choices=['bf16', 'fp16'],
-                        help='mixed precision as AmpOptimWrapper trains (fp16 with a dynamic loss scale; CUDA '
-                        'only); default fp32. A case that fixes a side\'s precision keeps it')
+                        help='mixed precision as AmpOptimWrapper trains: bf16 (on CUDA or the CPU) or fp16 with a '
+                        'dynamic loss scale (CUDA only); default fp32. A case that fixes a side\'s precision keeps it')
     parser.add_argument('--compile', action='store_true',
                         help='compile both sides\' model.loss as compile=True in tools/train.py does')
     parser.add_argument('--memory', choices=['auto', 'spawn', 'forkserver', 'off'], default='auto',

@@ -508,7 +508,9 @@ def _memory_context(start_method: str):
         raise ValueError(f'unknown start method {start_method!r}; choose from {START_METHODS}')
     ctx = get_context(start_method)
     if start_method == 'forkserver':
-        ctx.set_forkserver_preload(['mmpretrain.models', 'mmvitreg.models', __name__])
+        # mmvitreg first: its compat patches must precede mmpretrain's models (the fork server swallows only
+        # an ImportError of a preload; transformers 5 makes mmpretrain's raise a TypeError without them)
+        ctx.set_forkserver_preload(['mmvitreg', 'mmpretrain.models', 'mmvitreg.models', __name__])
     return ctx
 
 
