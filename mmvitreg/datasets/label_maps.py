@@ -54,7 +54,7 @@ import torch
 from mmengine.fileio import get as read_bytes
 from torch import Tensor
 
-from mmvitreg.compat import load_checkpoint
+from mmvitreg.fileio import atomic_write, load_checkpoint
 
 REGIONS = ('full', 'center_square')
 _FP16_MAX_EXACT_INT = 2048
@@ -174,7 +174,7 @@ class _TensorUnpickler(pickle.Unpickler):
 
     Only the globals such a file needs are allowed (fewer than ``torch.load(weights_only=True)``); anything
     else raises ``pickle.UnpicklingError`` and :func:`load_label_map` falls back to
-    :func:`mmvitreg.compat.load_checkpoint`.
+    :func:`mmvitreg.fileio.load_checkpoint`.
     The array is a view of the archive's bytes (no copy).
     """
 
@@ -201,7 +201,7 @@ class _TensorUnpickler(pickle.Unpickler):
 
 def _read_tensor(data: bytes, path: str):
     """The content of a ``torch.save`` file: fast path for one float tensor, else
-    :func:`mmvitreg.compat.load_checkpoint` (``weights_only=True`` and its allow-list, as for checkpoints)."""
+    :func:`mmvitreg.fileio.load_checkpoint` (``weights_only=True`` and its allow-list, as for checkpoints)."""
     try:
         entries = _stored_zip_entries(bytearray(data))  # writable: the arrays become torch tensors
         prefix = next(n for n in entries if n.endswith('/data.pkl'))[:-len('data.pkl')]
@@ -218,7 +218,7 @@ def load_label_map(path: str, num_classes: Optional[int] = None,
 
     A ``torch.save`` file holding one float tensor is parsed directly from its zip archive (the
     central directory and a restricted unpickler, about 10x faster than ``torch.load``); anything
-    else goes through :func:`mmvitreg.compat.load_checkpoint` (``weights_only=True`` and its allow-list).
+    else goes through :func:`mmvitreg.fileio.load_checkpoint` (``weights_only=True`` and its allow-list).
 
     Args:
         path (str): The ``.pt`` file.
@@ -241,7 +241,7 @@ def load_label_map(path: str, num_classes: Optional[int] = None,
 
 
 def save_label_map(path: str, logits: Tensor, indices: Tensor) -> None:
-    """Write one map atomically (a temporary file renamed into place), in the official format.
+    """Write one map atomically (:func:`mmvitreg.fileio.atomic_write`), in the official format.
 
     Args:
         path (str): Destination ``.pt`` file; parent folders are created.
@@ -253,10 +253,7 @@ def save_label_map(path: str, logits: Tensor, indices: Tensor) -> None:
                          f'and {tuple(indices.shape)}')
     dtype = torch.float16 if int(indices.max()) <= _FP16_MAX_EXACT_INT else torch.float32
     label_map = torch.stack([logits.detach().to('cpu', dtype), indices.detach().to('cpu', dtype)])
-    os.makedirs(osp.dirname(path) or '.', exist_ok=True)
-    tmp = f'{path}.tmp{os.getpid()}'
-    torch.save(label_map.contiguous(), tmp)
-    os.replace(tmp, path)
+    atomic_write(path, lambda f: torch.save(label_map.contiguous(), f))
 
 
 def translation_matrix(tx: float, ty: float) -> np.ndarray:
