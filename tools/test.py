@@ -18,7 +18,7 @@ official release (LV-ViT, DeepViT, DiversePatch, timm DeiT / TL-Align, Swin; raw
 converted on load, with one log line naming its layout; an EMA recipe's copy is loaded and checked the same
 way. A remote checkpoint (``https://``, ``s3://``, ...) is fetched through mmengine's file backends. It is
 unpickled with ``weights_only=True`` and
-an allow-list of what checkpoints hold (:func:`mmvitreg.compat.load_checkpoint`); ``--unsafe-load``
+an allow-list of what checkpoints hold (:func:`mmvitreg.fileio.load_checkpoint`); ``--unsafe-load``
 unpickles anything, for trusted files only.
 
 ``--tta`` runs the config's ``tta_model`` over its ``tta_pipeline`` (mmseg: multi-scale + flip from
@@ -36,7 +36,7 @@ import torch
 from mmengine.logging import print_log
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
-from mmvitreg.compat import UNSAFE_LOAD_ENV, UNSAFE_LOAD_HELP
+from mmvitreg.fileio import UNSAFE_LOAD_ENV, UNSAFE_LOAD_HELP
 from mmvitreg.engine import CheckpointError
 from mmvitreg.engine.checkpoint import is_local
 from mmvitreg.utils import ConfigError, build_runner, check_data, load_config, parse_tool_args, set_run_args
