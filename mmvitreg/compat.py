@@ -55,8 +55,10 @@ bound says so and the patch is removed once the oldest supported mmengine has it
    before mmpretrain's models or data sets are imported (they then register mmpretrain's own
    "install the multimodal extras" placeholders) and warn once, naming both versions.
 7. ``mmvitreg_model_loading`` (any mmengine: it has no per-model checkpoint conversion) - official releases
-   (LV-ViT, DeepViT, DiversePatch, DeiT, Swin) converted on load and a fit check that refuses a checkpoint
-   that leaves the model random or drops its own parameters, for **mmvitreg's models only**
+   (LV-ViT, DeepViT, DiversePatch, DeiT, Swin) converted on load and a fit check, for **mmvitreg's models only**
+   (``init_cfg``, a training's start: the fine-tuning policy, which refuses a checkpoint that leaves the backbone
+   random or drops its own parameters; ``load_checkpoint``, inference: every parameter must load, unless inside
+   ``mmvitreg.engine.partial_loading()``)
    (:func:`is_mmvitreg_model`: the model or one of its modules is an mmvitreg class): mmengine's
    ``PretrainedInit`` (``init_cfg=dict(type='Pretrained')``) and its ``_load_checkpoint_to_model`` (mmengine's
    ``load_checkpoint``, mmpretrain's ``get_model`` and inferencers, mmengine's ``BaseInferencer``) hand such

@@ -258,7 +258,8 @@ def load_state_dict_checked(model: nn.Module, state_dict: Dict[str, torch.Tensor
     mmengine walks the modules (each module's ``_load_from_state_dict`` with its pre-hooks, e.g. mmpretrain's
     position-embedding resize, then the post-hooks) and skips size-mismatched tensors; this wrapper only listens:
     a post-hook on ``model`` (called last, with mmengine's missing / unexpected lists) and the message mmengine
-    logs (its size mismatches). Derived buffers (:data:`DERIVED_BUFFERS`) are not counted.
+    logs (its size mismatches; mmengine logs them on rank 0 only, so another rank's report lists none and the
+    rank-0 error stops the run). Derived buffers (:data:`DERIVED_BUFFERS`) are not counted.
     """
     found = {}
     model = unwrap_model(model)  # mmengine's walk starts inside the wrappers: the post-hook goes where it starts
