@@ -13,14 +13,9 @@ bound says so and the patch is removed once the oldest supported mmengine has it
    (``load_from``, ``--resume``, ``tools/test.py``): their ``message_hub`` pickles ``HistoryBuffer`` and
    numpy scalars (mmengine #1655; mmengine PR #1670, 0.11). We re-register mmengine's local-file checkpoint loader (the
    one every library's ``load_checkpoint`` reads local files with) and its ``http(s)://`` / ``s3://`` loaders (now
-   fetching through ``mmengine.fileio``) with :func:`load_checkpoint`: ``weights_only=True`` plus the allow-list
-   :func:`checkpoint_safe_globals` of exactly what mmengine's, this package's and the official releases' checkpoints
-   contain; any other global is refused (:class:`UnsafeCheckpointError`, naming the file, the global and the opt-in
-   ``--unsafe-load`` / ``MMVITREG_UNSAFE_LOAD=1`` for trusted files). The gate has no mmengine bound: whatever
-   mmengine does, this loader is the one that decides. :func:`load_checkpoint` is also what
-   :func:`mmvitreg.engine.read_checkpoint` (every mmvitreg tool, local or remote files) and the token-label-map
-   reader call. Before torch 2.6 (no allow-list of named globals) it loads as torch then did by default, with full
-   unpickling.
+   fetching through ``mmengine.fileio``) with :func:`mmvitreg.fileio.load_checkpoint`, the package's allow-listed
+   reader (``weights_only=True`` plus exactly what mmengine's, this package's and the official releases' checkpoints
+   contain). The gate has no mmengine bound: whatever mmengine does, this loader is the one that decides.
 2. ``cpu_distributed`` (mmengine < 0.11) - with ``--launcher pytorch`` on a machine without CUDA,
    mmengine 0.10.x calls ``torch.cuda.set_device`` unconditionally (``mmengine/dist/utils.py``), its
    configs ask for the NCCL backend, ``Runner.wrap_model`` passes ``device_ids=[LOCAL_RANK]`` to DDP,
@@ -60,8 +55,10 @@ bound says so and the patch is removed once the oldest supported mmengine has it
    before mmpretrain's models or data sets are imported (they then register mmpretrain's own
    "install the multimodal extras" placeholders) and warn once, naming both versions.
 7. ``mmvitreg_model_loading`` (any mmengine: it has no per-model checkpoint conversion) - official releases
-   (LV-ViT, DeepViT, DiversePatch, DeiT, Swin) converted on load and a fit check that refuses a checkpoint
-   that leaves the model random or drops its own parameters, for **mmvitreg's models only**
+   (LV-ViT, DeepViT, DiversePatch, DeiT, Swin) converted on load and a fit check, for **mmvitreg's models only**
+   (``init_cfg``, a training's start: the fine-tuning policy, which refuses a checkpoint that leaves the backbone
+   random or drops its own parameters; ``load_checkpoint``, inference: every parameter must load, unless inside
+   ``mmvitreg.engine.partial_loading()``)
    (:func:`is_mmvitreg_model`: the model or one of its modules is an mmvitreg class): mmengine's
    ``PretrainedInit`` (``init_cfg=dict(type='Pretrained')``) and its ``_load_checkpoint_to_model`` (mmengine's
    ``load_checkpoint``, mmpretrain's ``get_model`` and inferencers, mmengine's ``BaseInferencer``) hand such
@@ -77,10 +74,7 @@ schemas once; on a PyTorch that lacks or changed them it warns once and the ride
 """
 import importlib.metadata
 import importlib.util
-import os
 import os.path as osp
-import pickle
-import re
 import sys
 import warnings
 from dataclasses import dataclass
@@ -89,6 +83,8 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import torch
 import torch.distributed as torch_dist
 from packaging.version import Version
+
+from mmvitreg.fileio import load_checkpoint
 
 _applied: List[str] = []
 
@@ -115,106 +111,9 @@ def _at_least(distribution: str, bound: str) -> bool:
     return version is not None and version >= Version(bound)
 
 
-#: environment variable that lets :func:`load_checkpoint` unpickle anything (``--unsafe-load`` sets it)
-UNSAFE_LOAD_ENV = 'MMVITREG_UNSAFE_LOAD'
-#: the help of every tool's ``--unsafe-load`` flag
-UNSAFE_LOAD_HELP = (f'unpickle checkpoints without the allow-list of what checkpoints hold (as {UNSAFE_LOAD_ENV}=1 '
-                    'does): a pickle can run code, so only for files you trust')
-_REFUSED_GLOBAL = re.compile(r'GLOBAL (\S+)')  # torch's wording varies ('Unsupported global: GLOBAL x.y', ...)
-_WEIGHTS_ONLY_ERROR = re.compile(r'WeightsUnpickler error:\s*([^\n]+)')
-
-
-class UnsafeCheckpointError(pickle.UnpicklingError):
-    """A checkpoint whose pickle needs more than :func:`checkpoint_safe_globals`; the message names
-    the file, the offending global and the opt-in for trusted files."""
-
-
-def _history_buffer_statistic(owner, name: str):
-    """``getattr`` as mmengine's ``HistoryBuffer`` pickles use it, and only that.
-
-    A ``HistoryBuffer`` keeps its statistic methods in its state (``{'min': HistoryBuffer.min, ...}``),
-    which pickle writes as ``getattr(HistoryBuffer, 'min')``; allowing ``builtins.getattr`` itself would
-    hand any attribute of any allowed class to the pickle.
-    """
-    from mmengine.logging import HistoryBuffer
-    statistics = set(HistoryBuffer()._statistics_methods) | set(HistoryBuffer._statistics_methods)
-    if owner is not HistoryBuffer or name not in statistics:
-        raise pickle.UnpicklingError(f'getattr({owner!r}, {name!r}) is not a HistoryBuffer statistic')
-    return getattr(owner, name)
-
-
-def checkpoint_safe_globals() -> list:
-    """The globals :func:`load_checkpoint` lets a checkpoint's pickle name, besides torch's own.
-
-    Found by scanning the checkpoints ``tools/train.py`` writes for every technique's digits config
-    (EMA included; ``tests/test_safe_loading.py`` loads them all) and the official releases the
-    converters read. Each entry says why it is there.
-    """
-    import argparse
-    import numpy as np
-    from mmengine.logging import HistoryBuffer
-    reconstruct = np.zeros(0).__reduce__()[0]  # numpy's array rebuild function, whatever module holds it
-    scalar = np.float64(0).__reduce__()[0]  # numpy's scalar rebuild function
-    numpy_dtypes = {type(np.dtype(c)) for c in np.typecodes['All'] if c not in 'OV'}  # no object/void dtype
-    return [
-        # mmengine's MessageHub.state_dict (checkpoint['message_hub']['log_scalars']) holds HistoryBuffers
-        HistoryBuffer,
-        (_history_buffer_statistic, 'builtins.getattr'),  # a HistoryBuffer's statistic methods (see there)
-        # HistoryBuffer's histories, numpy.random.get_state() in our RNGStateHook's rng_state and numpy
-        # scalars in meta / message_hub runtime_info (e.g. 'eta'): arrays, scalars and their dtypes, as
-        # numpy 2 (numpy._core) and numpy 1 (numpy.core) name them
-        np.ndarray, np.dtype, *sorted(numpy_dtypes, key=str),
-        (reconstruct, 'numpy._core.multiarray._reconstruct'), (reconstruct, 'numpy.core.multiarray._reconstruct'),
-        (scalar, 'numpy._core.multiarray.scalar'), (scalar, 'numpy.core.multiarray.scalar'),
-        # timm-era official training checkpoints (LV-ViT, DeepViT, and the DeiT code of DiversePatch and
-        # TL-Align) keep the command line as checkpoint['args'], an argparse.Namespace
-        argparse.Namespace,
-    ]
-
-
 def _torch_allow_lists_globals() -> bool:
     """The gate of patch 1: torch >= 2.6 (``weights_only=True`` by default, allow-list entries by name)."""
     return _at_least('torch', '2.6')
-
-
-def unsafe_load_allowed() -> bool:
-    """Whether the user opted into full unpickling (``MMVITREG_UNSAFE_LOAD=1``, set by ``--unsafe-load``)."""
-    return os.environ.get(UNSAFE_LOAD_ENV, '') == '1'
-
-
-def load_checkpoint(file, map_location=None, name: Optional[str] = None, unsafe: Optional[bool] = None):
-    """``torch.load`` of a checkpoint, with ``weights_only=True`` and :func:`checkpoint_safe_globals`.
-
-    The one function that decides how checkpoints are unpickled (patch 1): mmengine's local loader,
-    :func:`mmvitreg.engine.read_checkpoint`, the offline converters and the token-label-map reader call it.
-
-    Args:
-        file (str | file-like): what ``torch.load`` reads.
-        map_location: as for ``torch.load``.
-        name (str, optional): the file's name in messages. Defaults to ``file``.
-        unsafe (bool, optional): unpickle anything (trusted files only). Defaults to
-            :func:`unsafe_load_allowed`.
-
-    Raises:
-        UnsafeCheckpointError: the pickle names a global outside the allow-list (nothing of it ran).
-    """
-    if unsafe is None:
-        unsafe = unsafe_load_allowed()
-    if unsafe or not _torch_allow_lists_globals():
-        return torch.load(file, map_location=map_location, weights_only=False)
-    try:
-        with torch.serialization.safe_globals(checkpoint_safe_globals()):
-            return torch.load(file, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as e:
-        if 'Weights only load failed' not in str(e) or 'Unsupported operand' in str(e):
-            raise  # a damaged file or not a pickle (text read as one), not a refused one
-        refused, other = _REFUSED_GLOBAL.search(str(e)), _WEIGHTS_ONLY_ERROR.search(str(e))
-        what = (f'the global {refused.group(1)}' if refused else
-                f'a pickle instruction ({other.group(1).rstrip(".")})' if other else 'a pickle instruction')
-        raise UnsafeCheckpointError(
-            f'checkpoint {name or file}: refused to unpickle {what}: it is not on mmvitreg\'s allow-list of what '
-            'checkpoints hold, and unpickling it could run code; if you trust the file, pass --unsafe-load '
-            f'(tools/train.py, tools/test.py, the converters) or set {UNSAFE_LOAD_ENV}=1') from None
 
 
 def load_from_local(filename, map_location=None):

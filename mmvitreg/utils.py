@@ -215,8 +215,9 @@ def build_runner(cfg):
     """The runner a config asks for (``runner_type``), else mmengine's ``Runner``.
 
     Raises:
-        ConfigError: an mmseg or mmdet config where mmcv has no compiled ops (mmcv-lite), or a trace user the
-            backbone cannot serve (:func:`check_trace_users`).
+        ConfigError: an mmseg or mmdet config where mmcv has no compiled ops (mmcv-lite), a trace user the
+            backbone cannot serve (:func:`check_trace_users`), or a component that refuses its settings while the
+            runner builds it (e.g. ``num_classes=0``, ``drop_path_rate=1.5``): one line, the component's message.
     """
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
@@ -224,7 +225,12 @@ def build_runner(cfg):
         raise ConfigError(f"{cfg.default_scope}'s models need mmcv's compiled ops, which this mmcv lacks (No module "
                           "named 'mmcv._ext': mmcv-lite?); build them once with `bash tools/setup_env.sh --with-ops`")
     check_trace_users(cfg)
-    return RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
+    try:
+        return RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
+    except (ValueError, TypeError, KeyError, AssertionError) as e:  # a component's own check of its settings
+        text = (e.args[0] if isinstance(e, KeyError) and e.args else str(e)).strip().splitlines()
+        raise ConfigError(f'the config does not build ({type(e).__name__}): {text[0] if text else type(e).__name__}'
+                          '; fix the setting it names') from e
 
 
 def parse_tool_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
@@ -238,10 +244,16 @@ def parse_tool_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Name
     return args
 
 
-def build_model(cfg: Config, checkpoint, device: str, strict: bool = False) -> nn.Module:
+#: the opt-out a tool's strict load names
+PARTIAL_HINT = ('use a checkpoint of this config, or pass --allow-partial (allow_partial=True) to use the keys '
+                'that fit')
+
+
+def build_model(cfg: Config, checkpoint, device: str, allow_partial: bool = False) -> nn.Module:
     """The model of ``cfg`` (its ``data_preprocessor`` filled in as mmengine's Runner does), with
     ``checkpoint`` loaded when given (:func:`mmvitreg.engine.checkpoint.load_weights`, the loader of every tool:
-    an official release converted; ``strict``: every key must fit, else the *backbone* policy), else the
+    an official release converted; every parameter of the model must load from it, unless ``allow_partial``, the
+    tools' ``--allow-partial``: then the keys that fit are loaded, with one warning), else the
     config's initialisation (without mmengine's parameter-by-parameter init log), on ``device``, in eval mode.
     Call it inside ``cfg.default_scope``.
 
@@ -256,7 +268,7 @@ def build_model(cfg: Config, checkpoint, device: str, strict: bool = False) -> n
     model_cfg.setdefault('data_preprocessor', cfg.get('data_preprocessor'))
     model = MODELS.build(model_cfg)
     if checkpoint:
-        load_weights(model, checkpoint, 'strict' if strict else 'backbone')
+        load_weights(model, checkpoint, 'partial' if allow_partial else 'strict', hint=PARTIAL_HINT)
     else:
         logger = MMLogger.get_current_instance()
         level = logger.level

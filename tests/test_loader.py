@@ -179,21 +179,21 @@ def test_pytorch2onnx_and_the_analysis_tools_load_an_official_release(tmp_path):
     cfg = Config(dict(model=model_cfg, default_scope='mmpretrain'))
     ckpt = save(tmp_path / 'lvvit_raw.pth', 'lvvit')
     with DefaultScope.overwrite_default_scope('mmpretrain'):
-        model = build_model(cfg, str(ckpt), 'cpu', strict=True)
+        model = build_model(cfg, str(ckpt), 'cpu')
         assert max_diff(model, 'lvvit') < 1e-6
         with pytest.raises(CheckpointError, match='does not fit the model'):
-            build_model(cfg, str(save(tmp_path / 'deit.pth', 'deit')), 'cpu', strict=True)
+            build_model(cfg, str(save(tmp_path / 'deit.pth', 'deit')), 'cpu')
 
 
 def test_get_model_converts_an_official_release_for_mmvitreg_models(tmp_path):
     """mmpretrain's get_model (mmengine's load_checkpoint) on an mmvitreg model: the release is converted and
-    fitted by the one pass."""
+    fitted by the one pass, strictly (inference): another release is one line naming the opt-out."""
     from mmpretrain import get_model
     _, _, model_cfg = LAYOUTS['deepvit']
     cfg = Config(dict(model=model_cfg, default_scope='mmpretrain'))
     model = get_model(cfg, pretrained=str(save(tmp_path / 'deepvit.pth', 'deepvit')), device='cpu')
     assert max_diff(model, 'deepvit') < 1e-6
-    with pytest.raises(CheckpointError, match='backbone tensors'):
+    with pytest.raises(CheckpointError, match='does not fit the model ImageClassifier .*partial_loading'):
         get_model(cfg, pretrained=str(save(tmp_path / 'lvvit.pth', 'lvvit')), device='cpu')
 
 

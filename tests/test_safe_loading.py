@@ -1,5 +1,5 @@
 """Safe loading (issue 23, item 3): checkpoints are unpickled with ``weights_only=True`` and the allow-list of
-mmvitreg.compat.checkpoint_safe_globals. Every checkpoint the tools write loads (load_from, --resume,
+mmvitreg.fileio.checkpoint_safe_globals. Every checkpoint the tools write loads (load_from, --resume,
 tools/test.py; EMA and AMP included); a pickle that would run code is refused wherever a checkpoint is read,
 runs nothing, and the message names the file, the global and the opt-in; with the opt-in it loads."""
 import argparse
@@ -11,7 +11,7 @@ from mmengine.runner.checkpoint import CheckpointLoader
 
 from guard_helpers import TECHNIQUES, build_workspace, tool, train
 from mmvitreg import compat
-from mmvitreg.compat import UNSAFE_LOAD_ENV, UnsafeCheckpointError, load_checkpoint
+from mmvitreg.fileio import UNSAFE_LOAD_ENV, UnsafeCheckpointError, load_checkpoint
 from mmvitreg.engine import CheckpointError, read_checkpoint
 from mmvitreg.engine.checkpoint import load_checkpoint_file
 

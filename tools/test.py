@@ -15,10 +15,11 @@ predictions of every ``--interval``-th test image (default 1: every image), each
 The checkpoint is loaded strictly: a missing, unexpected or size-mismatched key stops the run with
 the file's name and the first keys of each kind (``--allow-partial`` evaluates the keys that fit). An
 official release (LV-ViT, DeepViT, DiversePatch, timm DeiT / TL-Align, Swin; raw or wrapped) is
-converted on load, with one log line naming its layout; an EMA recipe's copy is loaded and checked the same
-way. A remote checkpoint (``https://``, ``s3://``, ...) is fetched through mmengine's file backends. It is
+converted on load, with one log line naming its layout; an EMA recipe's copy is filled by its hook
+(mmengine's, mmpretrain's or a subclass's rule: the score is mmengine's Runner's) and checked against the file.
+A config error a component raises while the runner builds it is one ``error:`` line. A remote checkpoint (``https://``, ``s3://``, ...) is fetched through mmengine's file backends. It is
 unpickled with ``weights_only=True`` and
-an allow-list of what checkpoints hold (:func:`mmvitreg.compat.load_checkpoint`); ``--unsafe-load``
+an allow-list of what checkpoints hold (:func:`mmvitreg.fileio.load_checkpoint`); ``--unsafe-load``
 unpickles anything, for trusted files only.
 
 ``--tta`` runs the config's ``tta_model`` over its ``tta_pipeline`` (mmseg: multi-scale + flip from
@@ -36,7 +37,7 @@ import torch
 from mmengine.logging import print_log
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
-from mmvitreg.compat import UNSAFE_LOAD_ENV, UNSAFE_LOAD_HELP
+from mmvitreg.fileio import UNSAFE_LOAD_ENV, UNSAFE_LOAD_HELP
 from mmvitreg.engine import CheckpointError
 from mmvitreg.engine.checkpoint import is_local
 from mmvitreg.utils import ConfigError, build_runner, check_data, load_config, parse_tool_args, set_run_args

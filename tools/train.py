@@ -14,7 +14,7 @@ for, stops the run unless ``--allow-partial``; remote files are fetched through 
 checkpoints are written
 atomically, the random generators are part of them (exact resume), and a non-finite loss stops the run.
 Checkpoints are unpickled with ``weights_only=True`` and an allow-list of what checkpoints hold
-(:func:`mmvitreg.compat.load_checkpoint`); ``--unsafe-load`` unpickles anything, for trusted files only.
+(:func:`mmvitreg.fileio.load_checkpoint`); ``--unsafe-load`` unpickles anything, for trusted files only.
 """
 import argparse
 import logging
@@ -26,7 +26,7 @@ import torch
 from mmengine.logging import print_log
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
-from mmvitreg.compat import UNSAFE_LOAD_ENV, UNSAFE_LOAD_HELP
+from mmvitreg.fileio import UNSAFE_LOAD_ENV, UNSAFE_LOAD_HELP
 from mmvitreg.engine import CheckpointError, NonFiniteLossError
 from mmvitreg.engine.checkpoint import is_local
 from mmvitreg.utils import ConfigError, build_runner, check_data, load_config, parse_tool_args, set_run_args

@@ -51,7 +51,7 @@ import torch
 from mmengine.fileio import get as read_bytes
 from torch import Tensor
 
-from mmvitreg.compat import load_checkpoint
+from mmvitreg.fileio import atomic_write, load_checkpoint
 
 REGIONS = ('full', 'center_square')
 _FP16_MAX_EXACT_INT = 2048
@@ -152,7 +152,7 @@ class _TensorUnpickler(pickle.Unpickler):
 
     Only the globals a label map needs are allowed (fewer than ``torch.load(weights_only=True)``); anything
     else raises ``pickle.UnpicklingError`` before it runs, and :func:`_read_tensor` hands the file to
-    :func:`mmvitreg.compat.load_checkpoint`.
+    :func:`mmvitreg.fileio.load_checkpoint`.
     """
 
     def __init__(self, archive: zipfile.ZipFile, prefix: str):
@@ -179,7 +179,7 @@ class _TensorUnpickler(pickle.Unpickler):
 def _read_tensor(data: bytes, path: str):
     """The content of a ``torch.save`` file: a float tensor read with ``zipfile`` and
     :class:`_TensorUnpickler` as a numpy array; anything else (another object, torch's pre-1.6 format, a
-    big-endian archive) through :func:`mmvitreg.compat.load_checkpoint` (``weights_only=True`` and its
+    big-endian archive) through :func:`mmvitreg.fileio.load_checkpoint` (``weights_only=True`` and its
     allow-list, as for checkpoints)."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
@@ -197,7 +197,7 @@ def load_label_map(path: str, num_classes: Optional[int] = None,
 
     A ``torch.save`` file holding one float tensor is read with ``zipfile`` and a restricted
     ``pickle.Unpickler`` (about 2x faster than ``torch.load``, and no global outside the tensor's own runs);
-    anything else goes through :func:`mmvitreg.compat.load_checkpoint` (``weights_only=True`` and its
+    anything else goes through :func:`mmvitreg.fileio.load_checkpoint` (``weights_only=True`` and its
     allow-list).
 
     Args:
@@ -221,7 +221,7 @@ def load_label_map(path: str, num_classes: Optional[int] = None,
 
 
 def save_label_map(path: str, logits: Tensor, indices: Tensor) -> None:
-    """Write one map atomically (a temporary file renamed into place), in the official format.
+    """Write one map atomically (:func:`mmvitreg.fileio.atomic_write`), in the official format.
 
     Args:
         path (str): Destination ``.pt`` file; parent folders are created.
@@ -233,10 +233,7 @@ def save_label_map(path: str, logits: Tensor, indices: Tensor) -> None:
                          f'and {tuple(indices.shape)}')
     dtype = torch.float16 if int(indices.max()) <= _FP16_MAX_EXACT_INT else torch.float32
     label_map = torch.stack([logits.detach().to('cpu', dtype), indices.detach().to('cpu', dtype)])
-    os.makedirs(osp.dirname(path) or '.', exist_ok=True)
-    tmp = f'{path}.tmp{os.getpid()}'
-    torch.save(label_map.contiguous(), tmp)
-    os.replace(tmp, path)
+    atomic_write(path, lambda f: torch.save(label_map.contiguous(), f))
 
 
 def translation_matrix(tx: float, ty: float) -> np.ndarray:

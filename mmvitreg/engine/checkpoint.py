@@ -8,25 +8,27 @@ name). Every checkpoint mmvitreg's tools and models read goes through one pass i
 
 1. **read** - :func:`read_checkpoint`: a local file, or a remote one (``https://``, ``s3://``, any prefix
    with an mmengine file backend) fetched through ``mmengine.fileio.get_local_path``, unpickled by
-   :func:`mmvitreg.compat.load_checkpoint` (``weights_only=True`` and its allow-list); one
+   :func:`mmvitreg.fileio.load_checkpoint` (``weights_only=True`` and its allow-list); one
    :class:`CheckpointError` line naming the file and what is wrong;
-2. **detect and convert** - :func:`mmvitreg.models.converters.convert_official` (an official release is
-   converted, one log line), then DDP's ``module.`` dropped: :func:`load_checkpoint_file` returns mmengine's
+2. **revise, detect and convert** - :func:`mmvitreg.models.converters.convert_official`: the keys revised once
+   (:func:`~mmvitreg.models.converters.revise_keys`, mmengine's ``revise_keys``: DDP's ``module.`` dropped), an
+   official release converted (one log line): :func:`load_checkpoint_file` returns mmengine's
    ``{'state_dict': ...}`` form;
-3. **fit** - :func:`fit`: :func:`load_state_dict_checked` (through every module's own
-   ``_load_from_state_dict``, so load-time hooks such as mmpretrain's position-embedding resize still run)
-   gives a :class:`KeyReport`, and the policy decides: *strict* (every key fits), *backbone*
-   (:func:`check_fit`: most of the backbone filled and none of the checkpoint's own parameters dropped) or
-   *partial* (whatever fits).
+3. **fit** - :func:`fit`: :func:`load_state_dict_checked` (mmengine's ``load_state_dict`` walk, so load-time hooks
+   such as mmpretrain's position-embedding resize run, listened to for a :class:`KeyReport`), and the policy
+   decides (:func:`judge`): *strict* (every key fits), *backbone* (:func:`check_fit`: most of the backbone filled
+   and none of the checkpoint's own parameters dropped) or *partial* (whatever fits). An ``EMAHook``'s copy is
+   filled by the hook and only checked (:func:`check_copy`).
 
-Who calls it: :class:`~mmvitreg.engine.runner.GuardedRunner` (``load_from``, ``--resume``, ``tools/test.py``;
-the model and mmengine's ``EMAHook`` copy), :class:`Pretrained` (``init_cfg``), :func:`load_weights` (the
-analysis tools, ``tools/deployment/pytorch2onnx.py``, and, through ``mmvitreg.compat``'s
-``mmvitreg_model_loading`` patch, mmpretrain's ``get_model`` / inferencers and mmengine's ``load_checkpoint``
-for mmvitreg's models) and :func:`converter_cli` (``tools/model_converters/``).
+Who calls it: :class:`~mmvitreg.engine.runner.GuardedRunner` (``load_from``, ``--resume``, ``tools/test.py``),
+:class:`Pretrained` (``init_cfg``: the *backbone* policy, a training's start; and, through ``mmvitreg.compat``'s
+``mmvitreg_model_loading`` patch, mmpretrain's ``get_model`` / inferencers and mmengine's ``load_checkpoint`` for
+mmvitreg's models: *strict*, :func:`partial_loading` the opt-out), :func:`load_weights` (the analysis tools,
+``tools/deployment/pytorch2onnx.py``: *strict*, ``--allow-partial`` the opt-out) and :func:`converter_cli`
+(``tools/model_converters/``).
 
-Also here: :class:`AtomicLocalBackend` (mmengine's local file backend writing to a temporary file and
-``os.replace``-ing it over the final name) and :func:`resume_candidates` (what ``--resume auto`` may take).
+Also here: :class:`AtomicLocalBackend` (mmengine's local file backend writing through
+:func:`mmvitreg.fileio.atomic_write`) and :func:`resume_candidates` (what ``--resume auto`` may take).
 """
 import argparse
 import logging
@@ -34,22 +36,26 @@ import os
 import os.path as osp
 import re
 import sys
-import tempfile
 from collections import OrderedDict
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from mmengine.fileio import LocalBackend, get_local_path, register_backend
 from mmengine.logging import print_log
 from mmengine.model.weight_init import PretrainedInit, update_init_info
+from mmengine.runner.checkpoint import load_state_dict as mmengine_load_state_dict
 from torch import nn
 
 import mmvitreg.models.backbones  # noqa: F401  (registers the DeepViT, LV-ViT and Swin release layouts)
-from mmvitreg.compat import UNSAFE_LOAD_HELP, UnsafeCheckpointError, load_checkpoint
-from mmvitreg.models.converters import convert_official, detect_layout, unwrap_checkpoint, where_keys_belong
+from mmvitreg.fileio import (UNSAFE_LOAD_HELP, UnsafeCheckpointError, atomic_write, load_checkpoint,
+                             remove_stale_temporaries)
+from mmvitreg.models.converters import (REVISE_KEYS, convert_official, detect_layout, revise_keys, unwrap_checkpoint,
+                                       where_keys_belong)
 from mmvitreg.registry import WEIGHT_INITIALIZERS
+from .hooks.unwrap import unwrap_model
 
 #: name of the atomic local backend in mmengine's file-backend registry
 ATOMIC_BACKEND = 'mmvitreg_atomic_local'
@@ -114,7 +120,7 @@ def read_checkpoint(filename: str, map_location='cpu', unsafe: Optional[bool] = 
 
     A remote file (``https://``, ``s3://``, any prefix that has an mmengine file backend) is fetched by
     ``mmengine.fileio.get_local_path`` and read as a local one. The file is unpickled by
-    :func:`mmvitreg.compat.load_checkpoint` (``weights_only=True`` and the allow-list of what checkpoints
+    :func:`mmvitreg.fileio.load_checkpoint` (``weights_only=True`` and the allow-list of what checkpoints
     hold, unless ``unsafe`` or the user's ``--unsafe-load``).
 
     Returns:
@@ -136,26 +142,23 @@ def read_checkpoint(filename: str, map_location='cpu', unsafe: Optional[bool] = 
         return _read_local(local, filename, map_location, unsafe)
 
 
-def normalise_checkpoint(checkpoint: dict, filename: str, logger='current') -> dict:
-    """Steps 2 of the pass: ``checkpoint`` in mmengine's form, an official release converted (one log line
-    naming its layout and converter), DDP's ``module.`` dropped from the keys of ``state_dict``.
+def normalise_checkpoint(checkpoint: dict, filename: str, logger='current', rules: Sequence = REVISE_KEYS) -> dict:
+    """Step 2 of the pass: ``checkpoint`` in mmengine's form, its keys revised by ``rules`` (default: DDP's
+    ``module.`` dropped; :func:`~mmvitreg.models.converters.revise_keys`, the one place keys are revised), an
+    official release converted (one log line naming its layout and converter).
 
     Raises:
         CheckpointError: the checkpoint holds no state dict, or looks like an official release that its
             converter cannot convert (the message names the keys).
     """
     try:
-        converted, layout = convert_official(checkpoint)
+        converted, layout = convert_official(checkpoint, rules)
     except KeyError as e:
         raise CheckpointError(f'checkpoint {filename}: {e.args[0]}') from None
     except ValueError as e:
-        layout = detect_layout(unwrap_checkpoint(checkpoint))
+        layout = detect_layout(revise_keys(unwrap_checkpoint(checkpoint), rules))
         raise CheckpointError(f'checkpoint {filename} looks like the {layout.name} release layout but does not '
                               f'convert: {e}') from None
-    state_dict = converted['state_dict']
-    revised = OrderedDict((re.sub(r'^module\.', '', k), v) for k, v in state_dict.items())
-    revised._metadata = getattr(state_dict, '_metadata', OrderedDict())
-    converted['state_dict'] = revised
     if layout is not None:
         converted['meta'] = dict(official_layout=layout.name, official_model=layout.model)
         print_log(f'checkpoint {filename}: {layout.name} release layout, converted on load by '
@@ -164,9 +167,9 @@ def normalise_checkpoint(checkpoint: dict, filename: str, logger='current') -> d
     return converted
 
 
-def load_checkpoint_file(filename: str, map_location=None, logger='current') -> dict:
+def load_checkpoint_file(filename: str, map_location=None, logger='current', rules: Sequence = REVISE_KEYS) -> dict:
     """Read ``filename`` (:func:`read_checkpoint`) and return it in mmengine's form (:func:`normalise_checkpoint`:
-    an official release converted, ``module.`` dropped).
+    keys revised by ``rules``, an official release converted).
 
     It is deliberately not mmengine's ``CheckpointLoader.load_checkpoint``: mmseg's and mmdet's own Swin read
     official Swin files through that with ``convert_weights=True`` and convert them themselves.
@@ -174,7 +177,7 @@ def load_checkpoint_file(filename: str, map_location=None, logger='current') -> 
     Raises:
         CheckpointError: the file cannot be read or converted.
     """
-    return normalise_checkpoint(read_checkpoint(filename, map_location), filename, logger)
+    return normalise_checkpoint(read_checkpoint(filename, map_location), filename, logger, rules)
 
 
 def _shown(keys: List[str]) -> str:
@@ -229,45 +232,54 @@ _SIZE_MISMATCH = re.compile(r'size mismatch for (\S+): copying a param with shap
                             r'checkpoint, the shape in current model is torch\.Size\((\[.*?\])\)')
 
 
+#: the lines of mmengine's message that the key lists already hold
+_MMENGINE_LINES = ('The model and loaded state dict do not match', 'unexpected key in source', 'missing keys in source')
+
+
 def _shape(text: str) -> tuple:
     return tuple(int(d) for d in re.findall(r'\d+', text))
 
 
+class _Messages(logging.Logger):
+    """A logger that keeps what it is given (the message :func:`mmengine.runner.checkpoint.load_state_dict` logs)."""
+
+    def __init__(self):
+        super().__init__('mmvitreg.load_state_dict')
+        self.messages = []
+
+    def log(self, level, msg, *args, **kwargs):
+        self.messages.append(str(msg))
+
+
 def load_state_dict_checked(model: nn.Module, state_dict: Dict[str, torch.Tensor]) -> KeyReport:
-    """Copy ``state_dict`` into ``model`` wherever it fits and report what did not.
+    """Copy ``state_dict`` into ``model`` wherever it fits (mmengine's
+    :func:`~mmengine.runner.checkpoint.load_state_dict`, non-strict) and report what did not.
 
-    Walks the modules as ``nn.Module.load_state_dict`` does (each module's ``_load_from_state_dict``
-    with its pre-hooks, e.g. mmpretrain's position-embedding resize, then the post-hooks), but never
-    raises: size-mismatched tensors are skipped and reported, so the caller decides whether a
-    partial load is acceptable. Derived buffers (BatchNorm's ``num_batches_tracked``, which BatchNorm even
-    adds to the state dict when it is absent; relative-position indices) are not counted.
+    mmengine walks the modules (each module's ``_load_from_state_dict`` with its pre-hooks, e.g. mmpretrain's
+    position-embedding resize, then the post-hooks) and skips size-mismatched tensors; this wrapper only listens:
+    a post-hook on ``model`` (called last, with mmengine's missing / unexpected lists) and the message mmengine
+    logs (its size mismatches; mmengine logs them on rank 0 only, so another rank's report lists none and the
+    rank-0 error stops the run). Derived buffers (:data:`DERIVED_BUFFERS`) are not counted.
     """
-    metadata = getattr(state_dict, '_metadata', None)
-    given = [k for k in state_dict if not is_derived(k)]
-    state_dict = dict(state_dict)
-    missing, unexpected, errors = [], [], []
-
-    def load(module: nn.Module, prefix: str = ''):
-        local_metadata = {} if metadata is None else metadata.get(prefix[:-1], {})
-        module._load_from_state_dict(state_dict, prefix, local_metadata, True, missing, unexpected, errors)
-        for name, child in module._modules.items():
-            if child is not None:
-                load(child, prefix + name + '.')
-        incompatible = nn.modules.module._IncompatibleKeys(missing, unexpected)
-        for hook in module._load_state_dict_post_hooks.values():
-            hook(module, incompatible)
-
-    load(model)
-    report = KeyReport(missing=[k for k in missing if not is_derived(k)],
-                       unexpected=[k for k in unexpected if not is_derived(k)])
-    for msg in errors:
-        m = _SIZE_MISMATCH.search(msg)
+    found = {}
+    model = unwrap_model(model)  # mmengine's walk starts inside the wrappers: the post-hook goes where it starts
+    handle = model.register_load_state_dict_post_hook(lambda module, keys: found.update(keys=keys))
+    messages = _Messages()
+    try:
+        mmengine_load_state_dict(model, state_dict, strict=False, logger=messages)
+    finally:
+        handle.remove()
+    keys = found['keys']
+    report = KeyReport(missing=[k for k in keys.missing_keys if not is_derived(k)],
+                       unexpected=[k for k in keys.unexpected_keys if not is_derived(k)])
+    for line in '\n'.join(messages.messages).splitlines():
+        m = _SIZE_MISMATCH.search(line)
         if m:
             report.resized[m.group(1)] = (_shape(m.group(2)), _shape(m.group(3)))
-        else:
-            report.errors.append(msg.strip().splitlines()[0])
+        elif line.strip() and not line.startswith(_MMENGINE_LINES):
+            report.errors.append(line.strip())
     skipped = set(report.unexpected) | set(report.resized)
-    report.matched = [k for k in given if k not in skipped]
+    report.matched = [k for k in state_dict if not is_derived(k) and k not in skipped]
     return report
 
 
@@ -326,13 +338,52 @@ def fit(model: nn.Module, state_dict: Dict[str, torch.Tensor], filename: str, ch
     """
     if policy not in POLICIES:
         raise ValueError(f'a load policy is one of {POLICIES}, not {policy!r}')
-    report = load_state_dict_checked(model, state_dict)
+    return judge(model, load_state_dict_checked(model, state_dict), filename, checkpoint, policy, hint, what)
+
+
+def judge(model: nn.Module, report: KeyReport, filename: str, checkpoint: dict, policy: str, hint: str,
+          what: str = 'the model') -> KeyReport:
+    """Apply ``policy`` to ``report`` (how a load into ``model`` went): *strict* raises on any key that does not fit,
+    *backbone* is :func:`check_fit`, *partial* takes what fits. Returns ``report``.
+
+    Raises:
+        CheckpointError: the load breaks the policy (the message names the file, ``what`` was loaded and ``hint``).
+    """
     if policy == 'strict' and not report.clean:
         raise CheckpointError(f'checkpoint {filename} does not fit {what} {type(model).__name__} '
                               f'({report.describe()}); {hint}')
     if policy == 'backbone':
         check_fit(model, report, filename, checkpoint, hint)
     return report
+
+
+def check_copy(copy: nn.Module, checkpoint: dict, filename: str, policy: str, hint: str,
+               what: str = "EMAHook's EMA copy of") -> KeyReport:
+    """Check, without loading anything, that ``copy`` (an ``EMAHook``'s ``ema_model.module``, after the hook's
+    ``after_load_checkpoint`` loaded it by its own rule) holds the file's weights: each of its tensors must equal the
+    same key's tensor in ``checkpoint['state_dict']`` or ``checkpoint['ema_state_dict']`` (``module.`` dropped), as
+    they stand after the hooks. Which of the two the hook took is the hook's business (mmengine's and mmpretrain's
+    hooks differ): a tensor found in neither is *missing*, one whose key is there with another shape *resized*,
+    and ``policy`` judges the report as :func:`fit` does.
+
+    Raises:
+        CheckpointError: the copy breaks the policy (the message names the file, ``what`` was checked and ``hint``).
+    """
+    sources = [checkpoint['state_dict']]
+    if isinstance(checkpoint.get('ema_state_dict'), dict):
+        sources.append(revise_keys(checkpoint['ema_state_dict']))
+    report = KeyReport()
+    for key, tensor in copy.state_dict().items():
+        if is_derived(key):
+            continue
+        given = [source[key] for source in sources if isinstance(source.get(key), torch.Tensor)]
+        if any(g.shape == tensor.shape and torch.equal(g.to(tensor.device), tensor) for g in given):
+            report.matched.append(key)
+        elif given and all(g.shape != tensor.shape for g in given):
+            report.resized[key] = (tuple(given[0].shape), tuple(tensor.shape))
+        else:
+            report.missing.append(key)
+    return judge(copy, report, filename, checkpoint, policy, hint, what)
 
 
 def load_weights(model: nn.Module, filename: str, policy: str = 'strict', prefix: Optional[str] = None,
@@ -382,23 +433,46 @@ class Pretrained(PretrainedInit):
 
     @staticmethod
     def load_checkpoint_dict(model: nn.Module, checkpoint: dict, strict: bool = False,
-                             revise_keys: Sequence = ((r'^module\.', ''), )) -> dict:
-        """mmengine's ``_load_checkpoint_to_model`` for mmvitreg's models (``get_model``, inferencers, mmengine's
-        ``load_checkpoint``): steps 2-3 of the pass on an already read ``checkpoint``, *strict* or *backbone*.
+                             revise_keys: Sequence = REVISE_KEYS) -> dict:
+        """mmengine's ``_load_checkpoint_to_model`` for mmvitreg's models (mmpretrain's ``get_model`` and inferencers,
+        mmengine's ``load_checkpoint`` and ``BaseInferencer``: inference, never a training's start): steps 2-3 of
+        the pass on an already read ``checkpoint``, *strict* whatever ``strict`` says (mmengine passes False by
+        default), *partial* inside :func:`partial_loading`.
 
         Raises:
-            CheckpointError: the checkpoint does not convert, or breaks the policy.
+            CheckpointError: the checkpoint does not convert, or does not fill every parameter of the model (one
+                line naming what is missing and the opt-out).
         """
         name = 'given to load_checkpoint'
-        checkpoint = normalise_checkpoint(checkpoint, name)
-        state_dict = checkpoint['state_dict']
-        for pattern, replacement in revise_keys:
-            state_dict = OrderedDict((re.sub(pattern, replacement, k), v) for k, v in state_dict.items())
-        report = fit(model, state_dict, name, checkpoint, 'strict' if strict else 'backbone',
-                     'use a checkpoint of this model')
+        checkpoint = normalise_checkpoint(checkpoint, name, rules=revise_keys)
+        report = fit(model, checkpoint['state_dict'], name, checkpoint, 'partial' if _PARTIAL.get() else 'strict',
+                     _INFERENCE_HINT)
         print_log(f'checkpoint {name}: {report.describe()}', logger='current',
                   level=logging.INFO if report.clean else logging.WARNING)
         return checkpoint
+
+
+#: whether :func:`partial_loading` is active (inference from a checkpoint that does not fill the model)
+_PARTIAL = ContextVar('mmvitreg_partial_loading', default=False)
+_INFERENCE_HINT = ('a model predicts only from a checkpoint that fills every parameter: use a checkpoint of this '
+                   'config, or to predict from the keys that fit anyway call it inside '
+                   '`with mmvitreg.engine.partial_loading():`')
+
+
+@contextmanager
+def partial_loading() -> Iterator[None]:
+    """The opt-out of strict inference loading: inside it, mmpretrain's ``get_model`` / inferencers and mmengine's
+    ``load_checkpoint`` load an mmvitreg model from whatever keys of the checkpoint fit (one warning with the
+    counts) instead of stopping at the first missing, unexpected or size-mismatched key::
+
+        with mmvitreg.engine.partial_loading():
+            inferencer = ImageClassificationInferencer(config, pretrained=checkpoint_of_another_head)
+    """
+    token = _PARTIAL.set(True)
+    try:
+        yield
+    finally:
+        _PARTIAL.reset(token)
 
 
 def convert_checkpoint_file(src: str, dst: str, convert: Callable[[Dict[str, torch.Tensor]], Dict[str, torch.Tensor]],
@@ -413,7 +487,7 @@ def convert_checkpoint_file(src: str, dst: str, convert: Callable[[Dict[str, tor
     """
     checkpoint = read_checkpoint(src, 'cpu', unsafe=unsafe_load or None)
     try:
-        converted = convert(unwrap_checkpoint(checkpoint, ema=ema))
+        converted = convert(revise_keys(unwrap_checkpoint(checkpoint, ema=ema)))
     except (KeyError, ValueError) as e:
         raise CheckpointError(f'checkpoint {src} does not convert: {e.args[0]}') from None
     torch.save({'state_dict': converted}, dst)
@@ -442,29 +516,13 @@ def converter_cli(convert: Callable[[Dict[str, torch.Tensor]], Dict[str, torch.T
 
 
 class AtomicLocalBackend(LocalBackend):
-    """mmengine's :class:`LocalBackend` whose writes are atomic.
-
-    ``put`` / ``put_text`` write to a temporary file in the destination folder, flush it to disk and
-    ``os.replace`` it over the final name: a reader sees the old file or the complete new one, and a
-    process killed while writing leaves at most a hidden ``.<name>.*.tmp`` file, never a truncated
-    file under the final name.
-    """
+    """mmengine's :class:`LocalBackend` whose writes are atomic (:func:`mmvitreg.fileio.atomic_write`): a reader sees
+    the old file or the complete new one, a process killed while writing leaves at most a hidden ``.<name>.*.tmp``
+    file, never a truncated file under the final name, and the next write removes such leftovers."""
 
     def put(self, obj: bytes, filepath) -> None:
-        filepath = str(filepath)
-        folder = osp.dirname(osp.abspath(filepath))
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f'.{osp.basename(filepath)}.', suffix='.tmp', dir=folder)
-        try:
-            with os.fdopen(fd, 'wb') as f:
-                f.write(obj)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, filepath)
-        except BaseException:
-            if osp.exists(tmp):
-                os.remove(tmp)
-            raise
+        atomic_write(filepath, lambda f: f.write(obj))
+        remove_stale_temporaries(osp.dirname(osp.abspath(str(filepath))))
 
     def put_text(self, obj: str, filepath, encoding: str = 'utf-8') -> None:
         self.put(obj.encode(encoding), filepath)

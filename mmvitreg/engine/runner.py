@@ -1,18 +1,16 @@
 """mmengine's Runner with checked checkpoint loading, atomic saving and the training guards."""
 import logging
-import re
-from collections import OrderedDict
-from typing import Iterator, Optional, Tuple
+from typing import Optional
 
 from mmengine.dist import master_only
 from mmengine.hooks import CheckpointHook, EMAHook
 from mmengine.runner import Runner
-from torch import nn
 
 from mmvitreg.registry import RUNNERS
-from .checkpoint import (ATOMIC_BACKEND, POLICIES, first_readable, fit, is_local, load_checkpoint_file,
-                         normalise_checkpoint, resume_candidates)
+from .checkpoint import (ATOMIC_BACKEND, POLICIES, CheckpointError, check_copy, first_readable, fit, is_local,
+                         load_checkpoint_file, normalise_checkpoint, remove_stale_temporaries, resume_candidates)
 from .hooks import LossGuardHook, RNGStateHook, unwrap_model
+from .resume_diff import resume_changes
 
 _HINTS = {
     'load_from': 'pass --allow-partial to load the keys that fit anyway',
@@ -44,11 +42,16 @@ class GuardedRunner(Runner):
       config that takes it. *backbone* and *partial* log one line with the counts of matched, missing,
       unexpected and resized keys (derived buffers such as ``num_batches_tracked`` not counted).
       ``tools/test.py`` loads strictly; ``--allow-partial`` (``tools/test.py``, ``tools/train.py``) makes the
-      load partial. mmengine's ``EMAHook`` copy is loaded from the same converted, ``module.``-free keys and
-      checked by the same policy, so ``tools/test.py`` never evaluates an EMA copy that did not load.
+      load partial. An ``EMAHook`` (mmengine's, mmpretrain's or a subclass) fills its EMA copy itself, by its own
+      rule, from the same converted, revised checkpoint; the copy is then checked against the file by the same
+      policy, so ``tools/test.py`` scores what mmengine's Runner scores and never an EMA copy that did not load.
+    * **Resuming**: a weights-only file stops with one line naming ``load_from``; what the config changes
+      against the checkpoint's (``meta['cfg']``) is one warning naming what the resumed state overrides and what
+      the resume cannot honour; an interrupted save's temporaries are removed.
     * **Saving**: checkpoints and ``last_checkpoint`` are written to a temporary file and moved
       over the final name (:class:`~mmvitreg.engine.checkpoint.AtomicLocalBackend`), so a killed
-      process never leaves a truncated file under a checkpoint's name.
+      process never leaves a truncated file under a checkpoint's name; the next save removes the temporaries of
+      one that was killed.
     * **Auto-resume** (``--resume`` without a file): the newest checkpoint that reads; an
       unreadable newest one is skipped with a warning naming it.
     * **Hooks**: :class:`~mmvitreg.engine.hooks.RNGStateHook` (exact resume) and
@@ -87,48 +90,57 @@ class GuardedRunner(Runner):
 
     def load_checkpoint(self, filename: str, map_location='cpu', strict: bool = False,
                         revise_keys: list = [(r'^module.', '')]) -> dict:
-        """Read ``filename`` (:func:`load_checkpoint_file`: an official release is converted, ``module.``
-        dropped), revise its keys, run the ``after_load_checkpoint`` hooks on it (``EMAHook`` loads its copy)
-        and load the state dict into the model and every EMA copy by the checkpoint policy (``resume`` while
-        resuming, else ``load_from``; ``strict=True`` always loads strictly).
+        """As :meth:`Runner.load_checkpoint`, through the one pass: read ``filename`` (:func:`load_checkpoint_file`:
+        its keys revised by ``revise_keys``, an official release converted), run the ``after_load_checkpoint`` hooks
+        (each ``EMAHook`` fills its copy by its own rule: mmengine's, mmpretrain's or a subclass's), load the model
+        by the checkpoint policy (``resume`` while resuming, else ``load_from``; ``strict=True`` always strict) and
+        check every EMA copy against the file by the same policy (:func:`check_copy`; nothing is loaded twice).
+        Resuming, a weights-only file stops with one line naming ``load_from``, and what the config changes
+        against the checkpoint's is one warning (:func:`~mmvitreg.engine.resume_diff.resume_changes`).
 
         Raises:
-            CheckpointError: the file cannot be read, or the load breaks the policy (the model's or an
-                EMA copy's).
+            CheckpointError: the file cannot be read, holds no training state to resume, or the load breaks the
+                policy (the model's or an EMA copy's).
         """
         if self._preloaded is not None and self._preloaded[0] == filename:
-            checkpoint, self._preloaded = normalise_checkpoint(self._preloaded[1], filename, self.logger), None
+            checkpoint = normalise_checkpoint(self._preloaded[1], filename, self.logger, revise_keys)
+            self._preloaded = None
         else:
-            checkpoint = load_checkpoint_file(filename, map_location, logger=self.logger)
-        state_dict = checkpoint['state_dict']
-        metadata = getattr(state_dict, '_metadata', OrderedDict())
-        for pattern, replacement in revise_keys:
-            state_dict = OrderedDict((re.sub(pattern, replacement, k), v) for k, v in state_dict.items())
-        state_dict._metadata = metadata
-        checkpoint['state_dict'] = state_dict  # what the hooks (EMAHook's copy) read too
-        self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
-
+            checkpoint = load_checkpoint_file(filename, map_location, logger=self.logger, rules=revise_keys)
         purpose = 'resume' if self._resuming else 'load_from'
+        if self._resuming:
+            self._check_resumable(filename, checkpoint)
+        self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
         policy = 'strict' if strict else self.checkpoint_policy[purpose]
-        model = unwrap_model(self.model)  # as mmengine's loader
         # after the hooks: resuming, EMAHook swaps the model's and its copy's weights in the checkpoint
-        report = fit(model, checkpoint['state_dict'], filename, checkpoint, policy, _HINTS[purpose])
-        for ema_copy, weights in self._ema_copies(checkpoint):
-            fit(ema_copy, weights, filename, checkpoint, policy, _HINTS[purpose], what="EMAHook's EMA copy of")
+        report = fit(unwrap_model(self.model), checkpoint['state_dict'], filename, checkpoint, policy, _HINTS[purpose])
+        for hook in self.hooks:
+            if isinstance(hook, EMAHook) and hasattr(hook, 'ema_model'):
+                check_copy(hook.ema_model.module, checkpoint, filename, policy, _HINTS[purpose],
+                           f"{type(hook).__name__}'s EMA copy of")
         self.logger.log(logging.INFO if report.clean else logging.WARNING,
                         f'{purpose} {filename}: {report.describe()}')
         self._has_loaded = True
         return checkpoint
 
-    def _ema_copies(self, checkpoint: dict) -> Iterator[Tuple[nn.Module, dict]]:
-        """Each ``EMAHook``'s copy and the weights its ``after_load_checkpoint`` gave it (mmengine's rule: the
-        ``ema_state_dict`` when resuming from a checkpoint that has one, else the model's ``state_dict``)."""
-        for hook in self.hooks:
-            if isinstance(hook, EMAHook) and hasattr(hook, 'ema_model'):
-                if 'ema_state_dict' in checkpoint and self._resume:
-                    yield hook.ema_model, checkpoint['ema_state_dict']
-                else:
-                    yield hook.ema_model.module, checkpoint['state_dict']
+    def _check_resumable(self, filename: str, checkpoint: dict) -> None:
+        """Stop at a file without a training state (one line naming ``load_from``); warn once about what the
+        config changes against the checkpoint's (``meta['cfg']``); remove an interrupted save's temporaries."""
+        meta = checkpoint.get('meta') or {}
+        if 'iter' not in meta or 'epoch' not in meta:
+            raise CheckpointError(
+                f'--resume {filename}: a weights-only file (no epoch / iter in its meta: not saved by a training '
+                f'run), so there is nothing to resume; start a new training from its weights with '
+                f'load_from={filename} (tools/train.py CONFIG --cfg-options load_from={filename})')
+        removed = remove_stale_temporaries(self.work_dir) if is_local(self.work_dir) else []
+        if removed:
+            self.logger.info(f'resume: removed {len(removed)} temporary file(s) of an interrupted save: '
+                             f'{", ".join(removed)}')
+        if isinstance(meta.get('cfg'), str):
+            changes = resume_changes(meta['cfg'], self.cfg, filename, meta['iter'], meta['epoch'],
+                                     len(self.train_loop.dataloader))
+            if changes:
+                self.logger.warning(changes)
 
     def resume(self, filename: str, *args, **kwargs) -> None:
         """As :meth:`Runner.resume`, loading by the ``resume`` policy (strict unless allowed)."""

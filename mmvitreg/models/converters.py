@@ -18,7 +18,7 @@ This module reads no file.
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from torch import Tensor
 
@@ -55,24 +55,43 @@ def unwrap_checkpoint(checkpoint: Mapping, ema: bool = False) -> Dict[str, Tenso
     order = EMA_KEYS + WEIGHTS_KEYS if ema else WEIGHTS_KEYS + EMA_KEYS
     for key in order:
         if key in checkpoint and isinstance(checkpoint[key], Mapping):
-            return dict(checkpoint[key])
+            return checkpoint[key]
     if all(isinstance(v, Tensor) for v in checkpoint.values()):
-        return dict(checkpoint)
+        return checkpoint
     raise KeyError(f'no state dict found in the checkpoint (looked for {order}); top-level keys: '
                    f'{sorted(checkpoint)}')
+
+
+#: mmengine's default ``revise_keys`` (``Runner.load_checkpoint``, ``load_checkpoint``): DDP's ``module.`` dropped
+REVISE_KEYS = ((r'^module\.', ''), )
+
+
+def revise_keys(state_dict: Mapping[str, Tensor], rules: Sequence = REVISE_KEYS) -> 'OrderedDict[str, Tensor]':
+    """``state_dict`` with every key rewritten by ``rules`` (``(pattern, replacement)`` pairs, applied in order, as
+    mmengine's ``revise_keys``) and its ``_metadata`` kept: the one place the loading pass revises keys.
+
+    Args:
+        state_dict (Mapping[str, Tensor]): The state dict.
+        rules (Sequence): ``(pattern, replacement)`` pairs. Defaults to :data:`REVISE_KEYS` (``module.`` dropped).
+    """
+    revised = OrderedDict(state_dict)
+    for pattern, replacement in rules:
+        revised = OrderedDict((re.sub(pattern, replacement, k), v) for k, v in revised.items())
+    revised._metadata = getattr(state_dict, '_metadata', OrderedDict())
+    return revised
 
 
 def rename_keys(state_dict: Mapping[str, Tensor], backbone_rules, head_renames: Mapping[str, str],
                 skip: Optional[str] = None) -> 'OrderedDict[str, Tensor]':
     """Rename a foreign state dict by regex rules: backbone keys under ``backbone.``, head prefixes by
-    ``head_renames``; keys matching ``skip`` (a regex) are dropped, a leading ``module.`` (DDP) too.
+    ``head_renames``; keys matching ``skip`` (a regex) are dropped. Keys are already revised
+    (:func:`revise_keys`: no ``module.``).
 
     Raises:
         ValueError: listing every key that matches no rule (nothing is dropped silently).
     """
     out, unknown = OrderedDict(), []
     for key, value in state_dict.items():
-        key = key[len('module.'):] if key.startswith('module.') else key
         if skip and re.search(skip, key):
             continue
         for pattern, repl in backbone_rules:
@@ -98,7 +117,7 @@ def convert_timm_vit(state_dict: Mapping[str, Tensor],
     ``blocks.{i}.norm1`` -> ``layers.{i}.ln1``, ``mlp.fc1`` -> ``ffn.layers.0.0``, ``mlp.fc2`` ->
     ``ffn.layers.1``, ``norm`` -> ``ln1``; attention sub-keys such as ``qkv``, ``proj``,
     ``reatten_matrix``, ``var_norm``, ``proj_pre`` keep their names); head keys are renamed by
-    ``head_renames`` (prefix -> prefix). A leading ``module.`` (DDP) is dropped.
+    ``head_renames`` (prefix -> prefix).
 
     Args:
         state_dict (Mapping[str, Tensor]): The official state dict.
@@ -168,19 +187,20 @@ def official_layouts() -> Tuple[OfficialLayout, ...]:
 
 
 def detect_layout(state_dict: Mapping[str, Tensor]) -> Optional[OfficialLayout]:
-    """The official release layout of ``state_dict`` (a leading ``module.`` ignored), or None for any other
+    """The official release layout of ``state_dict`` (keys revised: :func:`revise_keys`), or None for any other
     layout (mmvitreg / mmpretrain / mmseg / mmdet checkpoints, which load as they are)."""
-    keys = [k[len('module.'):] if k.startswith('module.') else k for k in state_dict]
-    return next((layout for layout in official_layouts() if layout.matches(keys)), None)
+    return next((layout for layout in official_layouts() if layout.matches(list(state_dict))), None)
 
 
-def convert_official(checkpoint: Mapping) -> Tuple[dict, Optional[OfficialLayout]]:
-    """Any checkpoint -> ``({'state_dict': ...}, layout)`` for mmengine's loaders.
+def convert_official(checkpoint: Mapping, rules: Sequence = REVISE_KEYS) -> Tuple[dict, Optional[OfficialLayout]]:
+    """Any checkpoint -> ``({'state_dict': ...}, layout)`` for mmengine's loaders, its keys revised by ``rules``
+    (:func:`revise_keys`) first.
 
     An official release (raw, or wrapped in ``state_dict`` / ``model`` / ``state_dict_ema`` / ``model_ema``,
     keys with or without ``module.``) is converted by its layout's converter (the model's weights, not the
-    EMA's, when it holds both); a checkpoint that already has a ``state_dict`` is returned as it is; the
-    weights of any other wrapper (``{'model': ...}``) or a bare state dict go under ``state_dict``.
+    EMA's, when it holds both); a checkpoint that already has a ``state_dict`` keeps its other entries (``meta``,
+    ``ema_state_dict``, ...); the weights of any other wrapper (``{'model': ...}``) or a bare state dict go under
+    ``state_dict``.
 
     Returns:
         tuple: the checkpoint and the :class:`OfficialLayout` it was converted from (None if not converted).
@@ -189,11 +209,11 @@ def convert_official(checkpoint: Mapping) -> Tuple[dict, Optional[OfficialLayout
         KeyError: the checkpoint holds no state dict.
         ValueError: an official layout with keys its converter does not know (they are listed).
     """
-    state_dict = unwrap_checkpoint(checkpoint)
+    state_dict = revise_keys(unwrap_checkpoint(checkpoint), rules)
     layout = detect_layout(state_dict)
     if layout is not None:
         return {'state_dict': layout.convert(state_dict)}, layout
-    return (dict(checkpoint) if 'state_dict' in checkpoint else {'state_dict': state_dict}), None
+    return {**(checkpoint if 'state_dict' in checkpoint else {}), 'state_dict': state_dict}, None
 
 
 register_layout(OfficialLayout(

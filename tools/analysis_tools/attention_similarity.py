@@ -37,6 +37,8 @@ def parse_args(argv=None):
         description='DeepViT Eq. 2 cross-layer attention similarity and the number of similar blocks')
     parser.add_argument('config', help='config of a model with an mmvitreg ViT-family backbone')
     parser.add_argument('--checkpoint', help='checkpoint to load (default: untrained weights)')
+    parser.add_argument('--allow-partial', action='store_true',
+                        help='use a checkpoint whose keys do not all fit the model (the keys that fit are loaded)')
     parser.add_argument('--split', choices=['train', 'val', 'test'], default='val',
                         help='which dataloader of the config to read (its test-time pipeline for val/test)')
     parser.add_argument('--num-images', type=int, default=256, help='images to average over')
@@ -60,8 +62,8 @@ def parse_args(argv=None):
     return args
 
 
-def build_traced_model(cfg, checkpoint, device):
-    model = build_model(cfg, checkpoint, device)
+def build_traced_model(cfg, checkpoint, device, allow_partial=False):
+    model = build_model(cfg, checkpoint, device, allow_partial)
     backbone = getattr(model, 'backbone', None)
     if getattr(backbone, 'trace_spec', None) is None:
         raise ConfigError(f'the backbone {type(backbone).__name__} does not record attention maps in a token '
@@ -145,7 +147,7 @@ def main(argv=None):
         cfg = load_config(args.config, args.cfg_options)
         from mmengine.registry import init_default_scope
         init_default_scope(cfg.default_scope)
-        model = build_traced_model(cfg, args.checkpoint, args.device)
+        model = build_traced_model(cfg, args.checkpoint, args.device, args.allow_partial)
         loader = build_dataloader(cfg, args.split, args.batch_size, args.num_workers)
     except (ConfigError, CheckpointError) as e:
         sys.exit(f'error: {e}')

@@ -32,6 +32,8 @@ def parse_args(argv=None):
     parser.add_argument('config', help='config of a classifier, segmentor or detector with a ViT-family, Swin '
                         'or ResNet backbone')
     parser.add_argument('--checkpoints', nargs='+', default=[None], help='checkpoints (default: untrained weights)')
+    parser.add_argument('--allow-partial', action='store_true',
+                        help='use a checkpoint whose keys do not all fit the model (the keys that fit are loaded)')
     parser.add_argument('--labels', nargs='+', help='a name per checkpoint for the plot (default: file names)')
     parser.add_argument('--split', choices=['train', 'val', 'test'], default='val', help='dataloader of the config')
     parser.add_argument('--num-images', type=int, default=256, help='images to average over')
@@ -86,7 +88,7 @@ def main(argv=None):
     for label, ckpt in zip(labels, args.checkpoints):
         print(f'{label}: {args.num_images} {args.split} images')
         try:
-            model = build_model(cfg, ckpt, args.device)
+            model = build_model(cfg, ckpt, args.device, args.allow_partial)
         except CheckpointError as e:
             sys.exit(f'error: {e}')
         names, values = patch_cosine_per_layer(

@@ -28,6 +28,8 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='TL-Align Fig. 5: initial and aligned token label maps')
     parser.add_argument('config')
     parser.add_argument('--checkpoint', help='checkpoint to load (default: untrained weights)')
+    parser.add_argument('--allow-partial', action='store_true',
+                        help='use a checkpoint whose keys do not all fit the model (the keys that fit are loaded)')
     parser.add_argument('--layers', type=int, nargs='+', default=[-1], help='blocks after which to draw the labels')
     parser.add_argument('--split', choices=['train', 'val', 'test'], default='val')
     parser.add_argument('--num-images', type=int, default=4, help='images to draw (at least 2: they are mixed)')
@@ -47,7 +49,7 @@ def main(argv=None):
     try:
         cfg = load_config(args.config, args.cfg_options)
         with DefaultScope.overwrite_default_scope(cfg.default_scope):
-            model = build_model(cfg, args.checkpoint, args.device)
+            model = build_model(cfg, args.checkpoint, args.device, args.allow_partial)
             batch = next(iter(build_dataloader(cfg, args.split, args.num_images, 0)))
             tl = tl_align_of(model)
             np.random.seed(args.seed)

@@ -36,6 +36,8 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='TL-Align Fig. 3: RMSE between the CutMix and the aligned target')
     parser.add_argument('--model', nargs='+', action='append', required=True, metavar='NAME CONFIG [CHECKPOINT]',
                         help='a model to measure (repeat the option for several)')
+    parser.add_argument('--allow-partial', action='store_true',
+                        help='use a checkpoint whose keys do not all fit the model (the keys that fit are loaded)')
     parser.add_argument('--split', choices=['train', 'val', 'test'], default='val',
                         help='which dataloader of the config to read (its pipeline, unshuffled)')
     parser.add_argument('--num-images', type=int, default=512)
@@ -60,7 +62,7 @@ def measure(spec, args) -> dict:
     name, config, checkpoint = (list(spec) + [None])[:3]
     cfg = load_config(config, args.cfg_options)
     with DefaultScope.overwrite_default_scope(cfg.default_scope):
-        model = build_model(cfg, checkpoint, args.device)
+        model = build_model(cfg, checkpoint, args.device, args.allow_partial)
         loader = build_dataloader(cfg, args.split, args.batch_size, args.num_workers)
         np.random.seed(args.seed)
         torch.manual_seed(args.seed)

@@ -1,13 +1,14 @@
 """Export a trained model's inference path to ONNX, and check it against onnxruntime.
 
     python tools/deployment/pytorch2onnx.py CONFIG CKPT [--out F] [--shape H W] [--opset N] [--verify]
-                                            [--cfg-options k=v ...]
+                                            [--allow-partial] [--cfg-options k=v ...]
 
 Serves mmpretrain classifiers (``ImageClassifier``, ``mmvitreg.TokenClassifier``) and mmseg segmentors
 (e.g. UperNet) with any of the backbones: ViT/DeiT, DeepViT re-attention, talking heads, LV-ViT (conv
 stem; the token-labeling head's inference score), Swin, CvT. The checkpoint is read by the loader of every
 tool (:func:`mmvitreg.engine.checkpoint.load_weights`: local or remote, an official release converted) and
-loads strictly: a key it lacks or has too many of stops the export with one ``error:`` line naming them.
+loads strictly: a key it lacks or has too many of stops the export with one ``error:`` line naming them and
+``--allow-partial``, which exports from the keys that fit.
 
 What is exported is ``model(inputs, mode='tensor')``, the network after the data preprocessor:
 
@@ -107,12 +108,13 @@ class TensorMode(nn.Module):
         return out[-1] if isinstance(out, (tuple, list)) else out
 
 
-def export(cfg: Config, checkpoint: str, out: str, shape: Tuple[int, int], opset: int = 17) -> nn.Module:
-    """Build ``cfg``'s model with ``checkpoint`` (strictly), export its ``mode='tensor'`` path for
-    ``(1, 3, *shape)`` inputs to ``out``; return the model (eval mode, CPU) as traced."""
+def export(cfg: Config, checkpoint: str, out: str, shape: Tuple[int, int], opset: int = 17,
+           allow_partial: bool = False) -> nn.Module:
+    """Build ``cfg``'s model with ``checkpoint`` (strictly, unless ``allow_partial``), export its
+    ``mode='tensor'`` path for ``(1, 3, *shape)`` inputs to ``out``; return the model (eval mode, CPU) as traced."""
     from mmengine.registry import DefaultScope
     with DefaultScope.overwrite_default_scope(cfg.default_scope):
-        model = build_model(cfg, checkpoint, 'cpu', strict=True)
+        model = build_model(cfg, checkpoint, 'cpu', allow_partial)
     check_exportable(model)
     net = TensorMode(model).eval()
     dummy = torch.randn(1, 3, *shape)
@@ -143,6 +145,8 @@ def parse_args(argv=None):
     parser.add_argument('--out', help='output file (default: the checkpoint\'s name with .onnx)')
     parser.add_argument('--shape', type=int, nargs=2, metavar=('H', 'W'),
                         help='input height and width (default: the backbone\'s img_size, else crop_size, else 224)')
+    parser.add_argument('--allow-partial', action='store_true',
+                        help='use a checkpoint whose keys do not all fit the model (the keys that fit are loaded)')
     parser.add_argument('--opset', type=int, default=17, help='ONNX opset version (default: 17)')
     parser.add_argument('--verify', action='store_true',
                         help=f'compare onnxruntime with PyTorch on a random batch (fails above {TOLERANCE:g})')
@@ -160,7 +164,7 @@ def main(argv=None):
         shape = tuple(args.shape) if args.shape else default_shape(cfg)
         out = args.out or osp.splitext(osp.basename(args.checkpoint) if not is_local(args.checkpoint)
                                        else args.checkpoint)[0] + '.onnx'
-        net = export(cfg, args.checkpoint, out, shape, args.opset)
+        net = export(cfg, args.checkpoint, out, shape, args.opset, args.allow_partial)
     except (ConfigError, CheckpointError) as e:
         sys.exit(f'error: {e}')
     preprocessor = net.model.data_preprocessor

@@ -35,3 +35,19 @@ def check_arch(arch: Union[str, dict], arch_zoo: Mapping[str, dict], essential: 
         raise BackboneValueError(f'Custom arch needs a dict with keys {sorted(essential)}{allowed}: '
                                  + ' and '.join(fixes))
     return dict(arch)
+
+
+def check_drop_path_rate(rate: float) -> float:
+    """``rate`` if it is a stochastic-depth rate, in ``[0, 1)``.
+
+    A block's branch is kept with probability ``1 - rate`` and scaled by ``1 / (1 - rate)``: a negative rate scales
+    every kept branch up (``DropPath(-0.3)`` multiplies by 0.769 or 1.538), and 1 or more divides by zero or flips
+    the sign (NaN at the first iteration).
+
+    Raises:
+        BackboneValueError: ``rate`` outside ``[0, 1)``.
+    """
+    if not 0 <= rate < 1:
+        raise BackboneValueError(f'drop_path_rate must be in [0, 1) (the share of residual branches dropped at the '
+                                 f'last block), got {rate}: set e.g. 0.1, the DeiT-S recipe\'s')
+    return rate

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from mmvitreg.registry import MODELS
 from ..layers import attend
 from ..trace import TokenTrace, TraceSpec
+from .arch import check_drop_path_rate
 
 
 class QuickGELU(nn.Module):
@@ -196,6 +197,7 @@ class CvT(BaseBackbone):
             raise KeyError(f'a custom CvT arch needs {sorted(missing)}')
         if out_type not in self.OUT_TYPES:
             raise ValueError(f'unsupported CvT out_type {out_type!r}; choose from {self.OUT_TYPES}')
+        check_drop_path_rate(drop_path_rate)
         dims, depths, heads = arch['embed_dims'], arch['depths'], arch['num_heads']
         embeds = list(zip(embed_kernels, embed_strides, embed_paddings))
         if not len(dims) == len(depths) == len(heads) == len(embeds) == len(embed_paddings) == len(embed_kernels):

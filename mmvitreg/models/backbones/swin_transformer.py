@@ -13,7 +13,7 @@ from mmvitreg.registry import MODELS
 from ..converters import OfficialLayout, converter_tool, register_layout, rename_keys
 from ..layers import Ride, WindowAttention, WindowLayout
 from ..trace import TokenTrace, TraceSpec
-from .arch import BackboneValueError, check_arch
+from .arch import BackboneValueError, check_arch, check_drop_path_rate
 
 
 @MODELS.register_module()
@@ -61,6 +61,7 @@ class SwinTransformer(MMPretrainSwinTransformer):
     """
 
     def __init__(self, arch='tiny', stage_cfgs=dict(), **kwargs):
+        check_drop_path_rate(kwargs.get('drop_path_rate', 0.1))  # mmpretrain's default
         super().__init__(arch=check_arch(arch, self.arch_zoo, ('embed_dims', 'depths', 'num_heads')),
                          stage_cfgs=self._with_window_attention(stage_cfgs), **kwargs)
         self.blocks = [block for stage in self.stages for block in stage.blocks]  # plain list: no new keys

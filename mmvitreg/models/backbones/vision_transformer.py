@@ -13,7 +13,7 @@ from torch import Tensor
 from mmvitreg.registry import MODELS
 from ..layers import ConvStem, TransformerBlock, token_grid
 from ..trace import TokenTrace, TraceSpec, resolve_indices
-from .arch import BackboneValueError, check_arch
+from .arch import BackboneValueError, check_arch, check_drop_path_rate
 
 ESSENTIAL_ARCH_KEYS = ('embed_dims', 'num_layers', 'num_heads', 'feedforward_channels')
 # Optional architecture keys of an arch dict and their defaults (the plain ViT).
@@ -119,6 +119,7 @@ class VisionTransformer(MMPretrainVisionTransformer):
                  pre_norm: bool = False,
                  init_cfg=TIMM_INIT_CFG):
         settings = {**ARCH_OPTIONS, **check_arch(arch, self.arch_zoo, ESSENTIAL_ARCH_KEYS, ARCH_OPTIONS)}
+        check_drop_path_rate(drop_path_rate)
         num_layers = settings['num_layers']
         out_indices = self._out_indices(out_indices, num_layers)
         # mmpretrain's constructor builds the embeddings, the norms and every option, asked for no blocks (ours,

@@ -1,0 +1,165 @@
+"""Reading and writing files safely: the allow-listed checkpoint unpickler and the atomic writer.
+
+* :func:`load_checkpoint` - ``torch.load`` with ``weights_only=True`` and :func:`checkpoint_safe_globals`, the
+  allow-list of exactly what mmengine's, this package's and the official releases' checkpoints contain; any other
+  global is refused (:class:`UnsafeCheckpointError`, naming the file, the global and the opt-in ``--unsafe-load`` /
+  ``MMVITREG_UNSAFE_LOAD=1`` for trusted files). Every checkpoint and token label map the package reads goes
+  through it; :mod:`mmvitreg.compat` registers it as mmengine's checkpoint loader where torch needs it.
+* :func:`atomic_write` - a file written to a hidden temporary beside it, flushed and ``os.replace``-d over the final
+  name, so a reader sees the old file or the complete new one; a process killed while writing leaves at most a
+  ``.<name>.<random>.tmp`` file, which :func:`remove_stale_temporaries` (the next save, a resume) removes. The
+  checkpoint backend (:class:`mmvitreg.engine.AtomicLocalBackend`) and the token label maps
+  (:func:`mmvitreg.datasets.label_maps.save_label_map`) write through it.
+
+It sits at the bottom of the package (beside :mod:`mmvitreg.registry` and :mod:`mmvitreg.compat`) because both the
+data sets and the engine use it.
+"""
+import os
+import os.path as osp
+import pickle
+import re
+import tempfile
+from typing import Callable, IO, List, Optional
+
+import torch
+
+#: environment variable that lets :func:`load_checkpoint` unpickle anything (``--unsafe-load`` sets it)
+UNSAFE_LOAD_ENV = 'MMVITREG_UNSAFE_LOAD'
+#: the help of every tool's ``--unsafe-load`` flag
+UNSAFE_LOAD_HELP = (f'unpickle checkpoints without the allow-list of what checkpoints hold (as {UNSAFE_LOAD_ENV}=1 '
+                    'does): a pickle can run code, so only for files you trust')
+_REFUSED_GLOBAL = re.compile(r'GLOBAL (\S+)')  # torch's wording varies ('Unsupported global: GLOBAL x.y', ...)
+_WEIGHTS_ONLY_ERROR = re.compile(r'WeightsUnpickler error:\s*([^\n]+)')
+
+
+class UnsafeCheckpointError(pickle.UnpicklingError):
+    """A checkpoint whose pickle needs more than :func:`checkpoint_safe_globals`; the message names
+    the file, the offending global and the opt-in for trusted files."""
+
+
+def _history_buffer_statistic(owner, name: str):
+    """``getattr`` as mmengine's ``HistoryBuffer`` pickles use it, and only that.
+
+    A ``HistoryBuffer`` keeps its statistic methods in its state (``{'min': HistoryBuffer.min, ...}``),
+    which pickle writes as ``getattr(HistoryBuffer, 'min')``; allowing ``builtins.getattr`` itself would
+    hand any attribute of any allowed class to the pickle.
+    """
+    from mmengine.logging import HistoryBuffer
+    statistics = set(HistoryBuffer()._statistics_methods) | set(HistoryBuffer._statistics_methods)
+    if owner is not HistoryBuffer or name not in statistics:
+        raise pickle.UnpicklingError(f'getattr({owner!r}, {name!r}) is not a HistoryBuffer statistic')
+    return getattr(owner, name)
+
+
+def checkpoint_safe_globals() -> list:
+    """The globals :func:`load_checkpoint` lets a checkpoint's pickle name, besides torch's own.
+
+    Found by scanning the checkpoints ``tools/train.py`` writes for every technique's digits config
+    (EMA included; ``tests/test_safe_loading.py`` loads them all) and the official releases the
+    converters read. Each entry says why it is there.
+    """
+    import argparse
+    import numpy as np
+    from mmengine.logging import HistoryBuffer
+    reconstruct = np.zeros(0).__reduce__()[0]  # numpy's array rebuild function, whatever module holds it
+    scalar = np.float64(0).__reduce__()[0]  # numpy's scalar rebuild function
+    numpy_dtypes = {type(np.dtype(c)) for c in np.typecodes['All'] if c not in 'OV'}  # no object/void dtype
+    return [
+        # mmengine's MessageHub.state_dict (checkpoint['message_hub']['log_scalars']) holds HistoryBuffers
+        HistoryBuffer,
+        (_history_buffer_statistic, 'builtins.getattr'),  # a HistoryBuffer's statistic methods (see there)
+        # HistoryBuffer's histories, numpy.random.get_state() in our RNGStateHook's rng_state and numpy
+        # scalars in meta / message_hub runtime_info (e.g. 'eta'): arrays, scalars and their dtypes, as
+        # numpy 2 (numpy._core) and numpy 1 (numpy.core) name them
+        np.ndarray, np.dtype, *sorted(numpy_dtypes, key=str),
+        (reconstruct, 'numpy._core.multiarray._reconstruct'), (reconstruct, 'numpy.core.multiarray._reconstruct'),
+        (scalar, 'numpy._core.multiarray.scalar'), (scalar, 'numpy.core.multiarray.scalar'),
+        # timm-era official training checkpoints (LV-ViT, DeepViT, and the DeiT code of DiversePatch and
+        # TL-Align) keep the command line as checkpoint['args'], an argparse.Namespace
+        argparse.Namespace,
+    ]
+
+
+def unsafe_load_allowed() -> bool:
+    """Whether the user opted into full unpickling (``MMVITREG_UNSAFE_LOAD=1``, set by ``--unsafe-load``)."""
+    return os.environ.get(UNSAFE_LOAD_ENV, '') == '1'
+
+
+def load_checkpoint(file, map_location=None, name: Optional[str] = None, unsafe: Optional[bool] = None):
+    """``torch.load`` of a checkpoint, with ``weights_only=True`` and :func:`checkpoint_safe_globals`.
+
+    The one function that decides how checkpoints are unpickled: mmengine's local and remote loaders
+    (:mod:`mmvitreg.compat`'s ``checkpoint_weights_only`` patch), :func:`mmvitreg.engine.read_checkpoint`, the
+    offline converters and the token-label-map reader call it.
+
+    Args:
+        file (str | file-like): what ``torch.load`` reads.
+        map_location: as for ``torch.load``.
+        name (str, optional): the file's name in messages. Defaults to ``file``.
+        unsafe (bool, optional): unpickle anything (trusted files only). Defaults to
+            :func:`unsafe_load_allowed`.
+
+    Raises:
+        UnsafeCheckpointError: the pickle names a global outside the allow-list (nothing of it ran).
+    """
+    if unsafe is None:
+        unsafe = unsafe_load_allowed()
+    if unsafe or not hasattr(torch.serialization, 'safe_globals'):  # torch < 2.6: no allow-list by name
+        return torch.load(file, map_location=map_location, weights_only=False)
+    try:
+        with torch.serialization.safe_globals(checkpoint_safe_globals()):
+            return torch.load(file, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        if 'Weights only load failed' not in str(e) or 'Unsupported operand' in str(e):
+            raise  # a damaged file or not a pickle (text read as one), not a refused one
+        refused, other = _REFUSED_GLOBAL.search(str(e)), _WEIGHTS_ONLY_ERROR.search(str(e))
+        what = (f'the global {refused.group(1)}' if refused else
+                f'a pickle instruction ({other.group(1).rstrip(".")})' if other else 'a pickle instruction')
+        raise UnsafeCheckpointError(
+            f'checkpoint {name or file}: refused to unpickle {what}: it is not on mmvitreg\'s allow-list of what '
+            'checkpoints hold, and unpickling it could run code; if you trust the file, pass --unsafe-load '
+            f'(tools/train.py, tools/test.py, the converters) or set {UNSAFE_LOAD_ENV}=1') from None
+
+
+#: what :func:`atomic_write` names its temporaries: ``.<final name>.<mkstemp's random part>.tmp``
+_TEMPORARY = re.compile(r'^\..+\.[A-Za-z0-9_]{8}\.tmp$')
+
+
+def atomic_write(path: str, write: Callable[[IO[bytes]], None]) -> None:
+    """Write ``path`` atomically: ``write(f)`` fills a temporary file in the same folder, which is flushed to disk
+    and ``os.replace``-d over ``path``; on any error the temporary is removed and the error raised. A writer of few
+    files (the checkpoint backend) removes what killed writes left with :func:`remove_stale_temporaries`.
+
+    Args:
+        path (str): The final file; its folder is created.
+        write (Callable): Writes the content to the binary file object it is given.
+    """
+    path = str(path)
+    folder = osp.dirname(osp.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f'.{osp.basename(path)}.', suffix='.tmp', dir=folder)
+    try:
+        with os.fdopen(fd, 'wb') as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if osp.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def remove_stale_temporaries(folder: str) -> List[str]:
+    """Remove the temporaries of :func:`atomic_write` calls that were killed before their ``os.replace``
+    (``.<name>.<random>.tmp`` in ``folder``); returns their names. One process writes a run's folder (mmengine saves
+    on the master rank), so a temporary found there after a write has completed, or at a resume, is stale."""
+    if not osp.isdir(folder):
+        return []
+    stale = sorted(name for name in os.listdir(folder) if _TEMPORARY.match(name))
+    for name in stale:
+        try:
+            os.remove(osp.join(folder, name))
+        except FileNotFoundError:
+            pass
+    return stale
