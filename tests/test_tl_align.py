@@ -459,11 +459,10 @@ def test_labels_propagate_in_float32_under_autocast_on_the_cpu():
 
 @pytest.mark.parametrize('channels', [2, 1000])
 def test_fused_attention_carries_the_ride_in_its_own_kernel_call(monkeypatch, channels):
-    """On the CPU in float32 a ride of at most ``RIDE_CHANNELS`` value channels goes through the attention's
-    own fused kernel call (no second q k^T beside it) and changes nothing the model
-    computes: the output and the q, k, v gradients equal plain ``F.scaled_dot_product_attention``'s, and the
-    mixed values equal the head-mean softmax map applied to them. A wider ride (C = 1000 labels) takes the
-    map beside the kernel call instead, with the same results."""
+    """A ride of at most ``RIDE_CHANNELS`` value channels goes through the attention's own fused kernel call (no
+    map formed, no second q k^T) and changes nothing the model computes: the output and the q, k, v gradients
+    equal plain ``F.scaled_dot_product_attention``'s, and the mixed values equal the head-mean softmax map
+    applied to them. A wider ride (C = 1000 labels) takes the explicit map instead, with the same results."""
     from mmvitreg.models.layers import attention as attention_module
     from mmvitreg.models.layers import ride as ride_module
     torch.manual_seed(0)
@@ -475,13 +474,15 @@ def test_fused_attention_carries_the_ride_in_its_own_kernel_call(monkeypatch, ch
     (expected * grad).sum().backward()
     expected_grad, qkv.grad = qkv.grad, None
     values = torch.rand(B, N, channels)
-    attended = []
-    if channels <= ride_module.RIDE_CHANNELS:
-        monkeypatch.setattr(attention_module, 'mix_beside', lambda *a: attended.append(1))
+    ran = []
+    softmax_map = attention_module.softmax_map
+    monkeypatch.setattr(attention_module, 'softmax_map', lambda *a: ran.append('map') or softmax_map(*a))
+    widened = attention_module.attend_widened
+    monkeypatch.setattr(attention_module, 'attend_widened', lambda *a: ran.append('widened') or widened(*a))
     ride = Ride(values)
     out, _ = attend(q, k, v, 0.3, ride=ride)
     (out * grad).sum().backward()
-    assert not attended
+    assert ran == ['widened' if channels <= ride_module.RIDE_CHANNELS else 'map']
     assert (out - expected).abs().max() <= 1e-6 and (qkv.grad - expected_grad).abs().max() <= 1e-6
     maps = ((q * 0.3) @ k.transpose(-2, -1)).softmax(-1).mean(1)
     assert ride.mixed.shape == (B, N, channels) and not ride.mixed.requires_grad
