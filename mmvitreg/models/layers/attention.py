@@ -37,7 +37,7 @@ def attend(q: Tensor, k: Tensor, v: Tensor, scale: float, *, bias: Optional[Tens
       mask; a ride rides in the same call as extra value channels (:func:`~mmvitreg.models.layers.ride.
       attend_widened`), so the map is computed once and never materialised.
 
-    Windows: the ``G`` groups of a ``bias`` (Swin's ``nW`` windows of one image, consecutive in the batch)
+    Windows: the ``G > 1`` groups of a ``bias`` (Swin's ``nW`` windows of one image, consecutive in the batch)
     are folded into the head axis, ``q, k, v`` ``(B' / G, G * H, n, d)`` against a ``(1, G * H, n, n)``
     bias, so that the fused kernel broadcasts it over the images without a copy.
 
@@ -61,7 +61,9 @@ def attend(q: Tensor, k: Tensor, v: Tensor, scale: float, *, bias: Optional[Tens
     if bias is not None and attention_map is not None:
         raise ValueError('attend takes a bias or an attention_map, not both')
     B, H, n = q.shape[:3]
-    if bias is not None:  # a decision on the bias, not on its shape, which jit tracing would freeze
+    # windows: a decision on the bias's groups (a window layout's, which jit tracing may freeze), never on B
+    fold = bias is not None and bias.shape[0] > 1
+    if fold:
         G = bias.shape[0]
         q, k, v = (t.reshape(B // G, G * H, n, -1) for t in (q, k, v))
         bias = bias.reshape(1, G * H, n, n)
@@ -73,7 +75,7 @@ def attend(q: Tensor, k: Tensor, v: Tensor, scale: float, *, bias: Optional[Tens
         else:
             attn = attention_map(q, k)
             x = attn @ v
-        if bias is not None:
+        if fold:
             attn = attn.view(B, H, n, n)
         if ride is not None:
             mix_map(ride, attn)
@@ -81,7 +83,7 @@ def attend(q: Tensor, k: Tensor, v: Tensor, scale: float, *, bias: Optional[Tens
         mask = None if bias is None else bias.to(q.dtype)
         x = (F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
              if ride is None else attend_widened(q, k, v, ride, scale, H, mask))
-    if bias is not None:
+    if fold:
         x = x.reshape(B, H, n, -1)
     return x, attn if need_attn else None
 

@@ -43,7 +43,7 @@ class Ride:
     """
 
     def __init__(self, values: Tensor):
-        self.values = values.detach().float()
+        self.values = (values.detach() if values.requires_grad else values).float()
         self.mixed: Optional[Tensor] = None
 
     @property
@@ -72,7 +72,8 @@ def attend_widened(q: Tensor, k: Tensor, v: Tensor, ride: Ride, scale: float, he
     values = values.expand(-1, -1, heads, -1, -1).reshape(B0, GH, n, P)  # a view without windows (G = 1)
     out = F.scaled_dot_product_attention(F.pad(q, (0, P)), F.pad(k, (0, P)), torch.cat((v, values), -1),
                                          attn_mask=bias, scale=scale)
-    ride.mixed = out[..., d:d + D].detach().view(B0, -1, heads, out.shape[2], D).mean(2).flatten(0, 1).float()
+    with torch.no_grad():
+        ride.mixed = out[..., d:d + D].view(B0, -1, heads, out.shape[2], D).mean(2).flatten(0, 1).float()
     return out[..., :d]
 
 
