@@ -27,7 +27,7 @@ multiply-add. Element-wise work, normalisation, a softmax outside a fused kernel
 the optimizer step count nothing, so the achieved TFLOP/s is that of the step's matrix work.
 
 Operators (:func:`train_step_ops`, ``count_ops=True``): the aten operators one forward + loss and its backward
-dispatch, counted once per model, eager, by a ``TorchDispatchMode`` (views and in-place operators included; the
+dispatch in a step's steady state, counted once per model, eager, by a ``TorchDispatchMode`` (views and in-place operators included; the
 data preprocessor and the optimizer step not). Each is a dispatch and, on a GPU, a kernel launch: what bounds a
 GPU step at the batch sizes users train with, counted the same on any machine. A case's :attr:`TrainStepCase.
 op_target` judges them: the forward's ratio (a technique's added operators) or the whole step's.
@@ -422,9 +422,13 @@ PASSES = ('forward', 'backward')
 
 def train_step_ops(model: nn.Module, data: dict) -> Dict[str, Counter]:
     """The aten operators of one forward + loss and of its backward of ``model`` on ``data`` (eager, in the
-    current precision): ``{'forward': Counter, 'backward': Counter}`` by operator name. The data preprocessor
-    runs before the count and the optimizer step is not run; the gradients are cleared afterwards."""
+    current precision): ``{'forward': Counter, 'backward': Counter}`` by operator name. The steady state of a
+    step: one forward without gradients first builds what a model builds once (Swin's shift masks, a loss's
+    lazily set number of classes); the data preprocessor runs before the count and the optimizer step is not
+    run; the gradients are cleared afterwards."""
     batch = model.data_preprocessor(data, True)
+    with torch.no_grad():
+        model(**batch, mode='loss')
     with OpCounter() as forward:
         loss, _ = model.parse_losses(model(**batch, mode='loss'))
     with OpCounter() as backward:
