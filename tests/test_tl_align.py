@@ -438,9 +438,10 @@ def test_block_mix_fills_beit_blocks_from_the_partner(monkeypatch):
         MODELS.build(dict(type='mmvitreg.BlockMix', aspect=2.))
 
 
-def test_labels_propagate_in_float32_under_autocast_on_the_cpu():
-    """Under bfloat16 autocast on the CPU the block runs in bfloat16 but the ride forms its map and mixes the
-    labels in float32 (on a GPU they ride in the fused bfloat16 call: tests/test_attend.py): the aligned weights equal those of a float32 map built from the same (bfloat16) q and k."""
+def test_labels_ride_in_the_bf16_call_under_autocast_on_the_cpu():
+    """Under bfloat16 autocast the block runs in bfloat16 and the labels ride in its fused call, on the CPU as on a
+    GPU (the official AMP training mixes its labels with the low-precision map too): ``ride.mixed`` is float32
+    and within bfloat16 rounding of the labels mixed by a float32 map built from the same (bfloat16) q and k."""
     from mmvitreg.models.layers import MultiheadSelfAttention
     torch.manual_seed(0)
     msa = MultiheadSelfAttention(32, 2).train()
@@ -454,7 +455,7 @@ def test_labels_propagate_in_float32_under_autocast_on_the_cpu():
     assert out.dtype == torch.bfloat16 and ride.mixed.dtype == torch.float32
     q, k, _ = seen['qkv'].float().reshape(2, 9, 3, 2, 16).permute(2, 0, 3, 1, 4)
     expected = (((q * msa.scale) @ k.transpose(-2, -1)).softmax(-1).mean(1)) @ values
-    assert (ride.mixed - expected).abs().max() <= 1e-6
+    assert (ride.mixed - expected).abs().max() <= 2e-2
 
 
 @pytest.mark.parametrize('channels', [2, 1000])
