@@ -843,8 +843,9 @@ register_with_without(
     op_target=TECHNIQUE_OPS)
 
 # measured on a CPU (1 thread, batch 8, 224x224, CPU clock, 2026-11-25): 1.034 (1937 vs 1874 ms), a miss;
-# plain DeiT-S with CutMix compiled vs eager, timed the same way: 0.984. Not analysed yet; with TL-Align
-# the attention runs through the ride's own autograd Function (one graph, no break), a likely place.
+# plain DeiT-S with CutMix compiled vs eager, timed the same way: 0.984. Then the ride ran through an autograd
+# Function of its own around a private CPU kernel; since issue 36 it is the public F.scaled_dot_product_attention
+# on widened q, k, v (one graph, fullgraph=True in tests/test_compile.py), not timed compiled yet.
 register_case(
     'deit-s-tlalign-compiled-vs-eager',
     TrainStepCase(
