@@ -88,9 +88,9 @@ def reference(layer, x, mask):
 @pytest.mark.parametrize('kind', KINDS)
 def test_attend_gives_the_reference_on_every_path(monkeypatch, kind, path):
     """Every attention layer's core goes through :func:`attend`; on each path it takes (explicit map, fused kernel
-    carrying a ride, public fused kernel, a ride too wide for the kernel, a ride under attention dropout) the output, the map and ``ride.mixed`` are the textbook ones: ``Softmax(q k^T *
-    scale + bias) v`` (re-attention: its re-mixed map) and the head mean of the map (before dropout, negative
-    weights dropped) applied to the values."""
+    carrying a ride, public fused kernel, a ride too wide for the kernel, a ride under attention dropout) the
+    output, the map and ``ride.mixed`` are the textbook ones: ``Softmax(q k^T * scale + bias) v`` (re-attention: its
+    re-mixed map) and the head mean of the map (before dropout, negative weights dropped) applied to the values."""
     if kind == 'reattention' and path == 'dropout':
         pytest.skip('re-attention drops out inside its map, before Θ and the norm (train mode: batch statistics)')
     layer, x, mask = build(kind)

@@ -27,10 +27,11 @@ multiply-add. Element-wise work, normalisation, a softmax outside a fused kernel
 the optimizer step count nothing, so the achieved TFLOP/s is that of the step's matrix work.
 
 Operators (:func:`train_step_ops`, ``count_ops=True``): the aten operators one forward + loss and its backward
-dispatch in a step's steady state, counted once per model, eager, by a ``TorchDispatchMode`` (views and in-place operators included; the
-data preprocessor and the optimizer step not). Each is a dispatch and, on a GPU, a kernel launch: what bounds a
-GPU step at the batch sizes users train with, counted the same on any machine. A case's :attr:`TrainStepCase.
-op_target` judges them: the forward's ratio (a technique's added operators) or the whole step's.
+dispatch in a step's steady state, counted once per model, eager, by a ``TorchDispatchMode`` (views and in-place
+operators included; the data preprocessor and the optimizer step not). Each is a dispatch and, on a GPU, a kernel
+launch: what bounds a GPU step at the batch sizes users train with, counted the same on any machine. A case's
+:attr:`TrainStepCase.op_target` judges them: the forward's ratio (a technique's added operators) or the whole
+step's.
 
 Peak memory: each model runs its warm-up and a few steps again in a fresh process of its own (the two at
 once), so neither model's allocations or allocator caches count against the other. On a CPU the processes
