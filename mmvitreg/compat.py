@@ -67,10 +67,6 @@ bound says so and the patch is removed once the oldest supported mmengine has it
    loads as mmengine loads it. A config can ask for the conversion on any model with
    ``init_cfg=dict(type='Pretrained', _scope_='mmvitreg', ...)`` (the type stays ``'Pretrained'``, which
    mmengine's and mmpretrain's ``init_weights`` test to keep the loaded weights from being re-initialised).
-
-Private PyTorch operators are reached here too, never directly: :func:`cpu_flash_attention_ops` hands out
-PyTorch's fused CPU attention and its backward (the TL-Align ride's kernel call) after checking their
-schemas once; on a PyTorch that lacks or changed them it warns once and the ride takes the public path.
 """
 import importlib.metadata
 import importlib.util
@@ -78,7 +74,7 @@ import os.path as osp
 import sys
 import warnings
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional
 
 import torch
 import torch.distributed as torch_dist
@@ -282,84 +278,6 @@ def _patch_compile_model_loss():
                          'compile_model_loss); the first iterations will be slow.')
 
     Runner._maybe_compile = maybe_compile_loss
-
-
-#: The private CPU attention operators the ride calls (:func:`mmvitreg.models.layers.attend`) and what of their
-#: schemas it relies on: (name, the leading arguments it passes by position, the keyword arguments it
-#: passes, how many tensors it unpacks from the result). As of PyTorch 2.3 to 2.14.
-_CPU_FLASH_ATTENTION = (
-    ('_scaled_dot_product_flash_attention_for_cpu', ('query', 'key', 'value'), ('scale',), 2),
-    ('_scaled_dot_product_flash_attention_for_cpu_backward',
-     ('grad_out', 'query', 'key', 'value', 'out', 'logsumexp', 'dropout_p', 'is_causal'), ('scale',), 3),
-)
-
-
-def _schema_mismatch(schema, positional: Sequence[str], keywords: Sequence[str], returns: int) -> Optional[str]:
-    """What in ``schema`` (a ``torch.FunctionSchema``) breaks a call passing ``positional`` by position and
-    ``keywords`` by name and unpacking ``returns`` results; None if nothing does."""
-    leading = [a.name for a in schema.arguments if not a.kwarg_only][:len(positional)]
-    if leading != list(positional):
-        return f'its positional arguments start ({", ".join(leading)}), not ({", ".join(positional)})'
-    rest = schema.arguments[len(positional):]
-    missing = [k for k in keywords if k not in [a.name for a in rest]]
-    if missing:
-        return f'it has no argument {missing[0]!r}'
-    required = [a.name for a in rest if a.name not in keywords and not a.has_default_value()]
-    if required:
-        return f'it requires the argument {required[0]!r}'
-    if len(schema.returns) != returns:
-        return f'it returns {len(schema.returns)} tensors, not {returns}'
-    return None
-
-
-#: what :func:`cpu_flash_attention_ops` found, once checked (a plain global, not ``functools.lru_cache``:
-#: ``torch.compile`` reads a global as a constant but traces through an ``lru_cache`` into the schema check,
-#: which it cannot trace, and breaks the graph there)
-_UNCHECKED = object()
-_cpu_flash_ops = _UNCHECKED
-
-
-def cpu_flash_attention_ops() -> Optional[Tuple[Callable, Callable]]:
-    """PyTorch's private fused CPU attention and its backward, or None where they cannot be used as the ride does.
-
-    The pair is ``(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default)``: the forward takes
-    ``query, key, value`` ``(B, H, N, d)`` and ``scale=`` and returns the output ``(B, H, N, d)`` and the
-    log-sum-exp ``(B, H, N)``; the backward takes ``grad_out, query, key, value, out, logsumexp, dropout_p,
-    is_causal`` and ``scale=`` and returns the gradients of ``query, key, value``. Their schemas
-    (``op._schema``) are checked, once per process, for exactly what those calls rely on: the names and order
-    of the positional arguments, the keyword ``scale``, no other required argument, the number of results.
-    A missing or changed operator gives None and one warning naming it, the PyTorch version and the cost:
-    :func:`~mmvitreg.models.layers.attend` then takes its public path (``F.scaled_dot_product_attention`` and
-    the map from ``q, k`` beside it), with the same results and a ~3% slower DeiT-S TL-Align training step on
-    the CPU.
-    """
-    global _cpu_flash_ops
-    if _cpu_flash_ops is _UNCHECKED:
-        _cpu_flash_ops = _check_cpu_flash_attention_ops()
-    return _cpu_flash_ops
-
-
-def _check_cpu_flash_attention_ops() -> Optional[Tuple[Callable, Callable]]:
-    """:func:`cpu_flash_attention_ops` without its cache: the schema check and its warning."""
-    ops = []
-    for name, positional, keywords, returns in _CPU_FLASH_ATTENTION:
-        try:
-            op = getattr(torch.ops.aten, name).default
-        except (AttributeError, RuntimeError):
-            problem = 'does not exist'
-        else:
-            problem = _schema_mismatch(op._schema, positional, keywords, returns)
-            problem = problem and f'has a schema the ride cannot call ({problem}): {op._schema}'
-        if problem:
-            warnings.warn(
-                f'torch.ops.aten.{name} {problem} in torch {torch.__version__}; mmvitreg\'s TL-Align ride '
-                '(mmvitreg.compat.cpu_flash_attention_ops) falls back to the public path, '
-                'F.scaled_dot_product_attention plus the attention map from q, k beside it: the same results, '
-                'a ~3% slower DeiT-S TL-Align training step on the CPU', stacklevel=3)
-            return None
-        ops.append(op)
-    return tuple(ops)
 
 
 def _multimodal_breaks_mmpretrain() -> bool:

@@ -8,7 +8,6 @@ import torch
 import torch.nn.functional as F
 
 import mmvitreg.models.layers as layers
-from mmvitreg import compat
 from mmvitreg.models.layers import (MultiheadSelfAttention, ReAttention, Ride, WindowAttention, WindowLayout, attend,
                                     attention as attention_module, ride as ride_module)
 
@@ -36,17 +35,15 @@ def test_no_layer_imports_the_trace():
 
 
 KINDS = ('msa', 'reattention', 'window', 'shifted-window')
-PATHS = ('explicit', 'fused-ride', 'fused', 'wide-ride', 'fallback', 'dropout')
-#: what attend runs on the CPU for each path and attention kind: the explicit map, the private CPU kernel that
-#: carries the ride, the public fused kernel, the ride's map from q, k beside it (the public fused kernel carrying
-#: the ride on widened q, k, v is the GPU's: test_attend_takes_the_widened_call_off_the_cpu)
+PATHS = ('explicit', 'fused-ride', 'fused', 'wide-ride', 'dropout')
+#: what attend runs for each path and attention kind, on every device: the explicit map where a map is needed
+#: (returned, a ride wider than the kernel takes, a ride under attention dropout), else the public fused kernel,
+#: which carries a ride on widened q, k, v (timm's one switch)
 KERNELS = {
-    'msa': dict(explicit=['map'], dropout=['map'], fused=['sdpa'], wide_ride=['sdpa', 'beside'],
-                fallback=['sdpa', 'beside'], fused_ride=['ride kernel']),
-    'window': dict(explicit=['map'], dropout=['map'], fused=['sdpa'], wide_ride=['sdpa', 'beside'],
-                   fallback=['sdpa', 'beside'], fused_ride=['sdpa', 'beside']),  # a bias: no CPU ride kernel
+    'msa': dict(explicit=['map'], dropout=['map'], fused=['sdpa'], wide_ride=['map'], fused_ride=['widened', 'sdpa']),
     'reattention': {path.replace('-', '_'): ['map'] for path in PATHS},
 }
+KERNELS['window'] = KERNELS['msa']
 
 
 def build(kind):
@@ -91,19 +88,15 @@ def reference(layer, x, mask):
 @pytest.mark.parametrize('kind', KINDS)
 def test_attend_gives_the_reference_on_every_path(monkeypatch, kind, path):
     """Every attention layer's core goes through :func:`attend`; on each path it takes (explicit map, fused kernel
-    carrying a ride, public fused kernel, a ride too wide for the kernel, the private kernel disabled, a ride
-    under attention dropout) the output, the map and ``ride.mixed`` are the textbook ones: ``Softmax(q k^T *
-    scale + bias) v`` (re-attention: its re-mixed map) and the head mean of the map (before dropout, negative
-    weights dropped) applied to the values."""
+    carrying a ride, public fused kernel, a ride too wide for the kernel, a ride under attention dropout) the
+    output, the map and ``ride.mixed`` are the textbook ones: ``Softmax(q k^T * scale + bias) v`` (re-attention: its
+    re-mixed map) and the head mean of the map (before dropout, negative weights dropped) applied to the values."""
     if kind == 'reattention' and path == 'dropout':
         pytest.skip('re-attention drops out inside its map, before Θ and the norm (train mode: batch statistics)')
     layer, x, mask = build(kind)
     layer.train(path == 'dropout')
     channels = dict(fused=0, wide_ride=ride_module.RIDE_CHANNELS + 1).get(path.replace('-', '_'), 2)
     ride = Ride(torch.rand(*x.shape[:2], channels)) if channels else None
-    if path == 'fallback':
-        monkeypatch.setattr(compat, '_cpu_flash_ops', None)  # checked and missing: the public path
-    assert (compat.cpu_flash_attention_ops() is None) == (path == 'fallback')
 
     ran = []
 
@@ -114,11 +107,8 @@ def test_attend_gives_the_reference_on_every_path(monkeypatch, kind, path):
         monkeypatch.setattr(layer, 'attention_map', spy('map', layer.attention_map))
     else:
         monkeypatch.setattr(attention_module, 'softmax_map', spy('map', attention_module.softmax_map))
-    monkeypatch.setattr(attention_module, 'mix_beside', spy('beside', attention_module.mix_beside))
     monkeypatch.setattr(attention_module, 'attend_widened', spy('widened', attention_module.attend_widened))
     monkeypatch.setattr(F, 'scaled_dot_product_attention', spy('sdpa', F.scaled_dot_product_attention))
-    monkeypatch.setattr(ride_module._AttentionWithRide, 'apply',
-                        spy('ride kernel', ride_module._AttentionWithRide.apply))
 
     need_attn = path == 'explicit'
     kwargs = dict(need_attn=need_attn, ride=ride, **({} if mask is None else dict(mask=mask)))
@@ -189,43 +179,45 @@ def test_widened_call_under_bf16_autocast_mixes_with_the_bf16_map():
     assert ride.mixed.dtype == torch.float32 and (ride.mixed - reference).abs().max() <= 2e-2
 
 
+@pytest.mark.parametrize('device', ['cpu', 'cuda'])
 @pytest.mark.parametrize('kind', ['msa', 'window'])
-def test_attend_takes_the_widened_call_off_the_cpu(monkeypatch, kind):
-    """Off the CPU (here: tensors that say they live on a GPU) a ride of at most ``RIDE_CHANNELS`` channels rides
-    in the public fused call on widened ``q, k, v``, with or without a bias, and no map is formed beside it."""
+def test_a_ride_takes_the_widened_call_on_every_device(monkeypatch, kind, device):
+    """The switch reads no device: on the CPU and on a GPU (here: tensors that say they live on one) a ride of at
+    most ``RIDE_CHANNELS`` channels rides in the public fused call on widened ``q, k, v``, with or without a
+    bias, and no map is formed."""
     ran = []
-    monkeypatch.setattr(attention_module, 'mix_beside', lambda *a: ran.append('beside'))
+    monkeypatch.setattr(attention_module, 'softmax_map', lambda *a: ran.append('map'))
     widened = attention_module.attend_widened
     monkeypatch.setattr(attention_module, 'attend_widened', lambda *a: ran.append('widened') or widened(*a))
 
-    class OnGPU(torch.Tensor):  # what attend reads of the device; the arithmetic stays on the CPU
+    class OnDevice(torch.Tensor):  # what attend could read of the device; the arithmetic stays on the CPU
         @property
         def device(self):
-            return torch.device('cuda', 0)
+            return torch.device(device, 0)
 
-    q = torch.randn(2, 4, 16, 8).as_subclass(OnGPU)
+    q = torch.randn(2, 4, 16, 8).as_subclass(OnDevice)
     bias = torch.randn(2, 4, 16, 16) if kind == 'window' else None  # two windows of one image
     ride = Ride(torch.rand(2, 16, 2))
     attend(q, torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8), 0.5, bias=bias, ride=ride)
     assert ran == ['widened'] and ride.mixed.shape == (2, 16, 2)
 
 
-def test_a_trained_window_bias_on_the_cpu_takes_the_explicit_map(monkeypatch):
-    """In training, Swin's bias needs a gradient, which PyTorch's CPU SDPA serves only through its unfused math
-    path: attend forms the map itself (the ride takes it, no second map beside), and the output and the
-    gradients of the input and of the position-bias table equal the textbook ones."""
+def test_a_trained_window_bias_rides_in_the_fused_call(monkeypatch):
+    """In training, Swin's bias needs a gradient: the ride still rides in the fused call (no explicit map), and
+    the output, the gradients of the input and of the position-bias table and the ride's mixed values equal the
+    textbook ones."""
     layer, x, mask = build('shifted-window')
     layer.eval()
-    ran, softmax_map = [], attention_module.softmax_map
-    monkeypatch.setattr(attention_module, 'softmax_map', lambda *a: ran.append('map') or softmax_map(*a))
-    monkeypatch.setattr(attention_module, 'mix_beside', lambda *a: ran.append('beside'))
+    ran, widened = [], attention_module.attend_widened
+    monkeypatch.setattr(attention_module, 'softmax_map', lambda *a: ran.append('map'))
+    monkeypatch.setattr(attention_module, 'attend_widened', lambda *a: ran.append('widened') or widened(*a))
     x.requires_grad_(True)
     ride = Ride(torch.rand(*x.shape[:2], 2))
     out = layer(x, mask=mask, ride=ride)
     grads = torch.autograd.grad(out.square().sum(), (x, layer.relative_position_bias_table))
     expected, expected_attn = reference(layer, x, mask)
     expected_grads = torch.autograd.grad(expected.square().sum(), (x, layer.relative_position_bias_table))
-    assert ran == ['map']
+    assert ran == ['widened']
     assert (out - expected).abs().max() <= 1e-6
     for got, want in zip(grads, expected_grads):
         assert (got - want).abs().max() <= 1e-5

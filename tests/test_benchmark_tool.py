@@ -2,6 +2,7 @@
 the case registry and the verdict behave as documented (no timing is asserted)."""
 import os
 import re
+from collections import Counter
 
 import pytest
 import torch
@@ -95,6 +96,33 @@ def test_flop_count_matches_a_hand_count():
     batch = 4
     flops = bench.train_step_flops(TwoLinears(), dict(inputs=torch.randn(batch, 6)))
     assert flops == 2 * batch * (6 * 5 + 5 * 3) + 2 * (2 * batch * 5 * 3) + 2 * batch * 6 * 5
+
+
+def test_op_count_splits_forward_and_backward():
+    """The forward + loss dispatches both layers' ``addmm`` (no matrix product of a gradient); the backward the
+    products of the gradients, by hand: the second layer's input and weight gradients, the first layer's weight
+    gradient only (its input needs none), 3 ``mm``; the gradients are cleared."""
+    model = TwoLinears()
+    ops = bench.train_step_ops(model, dict(inputs=torch.randn(4, 6)))
+    assert set(ops) == set(bench.PASSES)
+    assert ops['forward']['addmm'] == 2 and ops['forward']['mm'] == 0
+    assert ops['backward']['mm'] == 3 and ops['backward']['addmm'] == 0
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_counted_ops_are_reported_and_judged():
+    """``count_ops``: each side's forward / backward operators, the operators the model adds and the ratio the
+    case's target measures (re-attention: the forward) in the report and the summary row."""
+    res = bench.run_case('deepvit-s-vs-msa', batch_size=2, img_size=32, repeats=1, warmup=0, device='cpu', tiny=True,
+                         memory=False, count_ops=True)
+    forward = {role: res.op_count(role, ('forward', )) for role in bench.ROLES}
+    assert forward['model'] > forward['baseline'] > 0 and res.op_count('baseline') > forward['baseline']
+    assert res.op_ratio == forward['model'] / forward['baseline']
+    report = res.report(judge=False)
+    assert f'aten ops per step (forward + loss / backward): model {forward["model"]} / ' in report
+    assert f'op ratio {res.op_ratio:.3f} (target <= 1.100 fwd)' in report
+    assert re.search(r'^  forward ops, model - baseline: \w+ \+\d+', report, flags=re.M)
+    assert f'| {res.op_ratio:.3f} (<= 1.100 fwd) | not judged |' in res.row(judge=False)
 
 
 class Attention(BaseModel):
@@ -239,6 +267,16 @@ def test_registry_and_verdict():
     assert bench.CaseResult('x', case, dict(model=1.10, baseline=1.0), memory).passed
     assert not bench.CaseResult('x', case, dict(model=1.11, baseline=1.0), memory).passed
     assert 'FAIL' in bench.CaseResult('x', case, dict(model=1.2, baseline=1.0), memory).report()
+
+    def ops(model_forward):  # re-attention's target: its forward <= 1.10x MSA's (the backward not judged)
+        return {'model': dict(forward=Counter(mm=model_forward), backward=Counter(mm=500)),
+                'baseline': dict(forward=Counter(mm=100), backward=Counter(mm=100))}
+    assert case.op_target == ('forward', 1.10)
+    assert bench.CaseResult('x', case, dict(model=1.0, baseline=1.0), memory, ops=ops(110)).passed
+    assert not bench.CaseResult('x', case, dict(model=1.0, baseline=1.0), memory, ops=ops(111)).passed
+    timm_case = bench.get_case('deit-s-vs-timm')  # techniques off: the whole step <= 1.03x timm's
+    assert timm_case.op_target == ('step', 1.03)
+    assert bench.CaseResult('x', timm_case, dict(model=1.0, baseline=1.0), memory, ops=ops(100)).op_ratio == 3.0
 
 
 def test_data_pipeline_benchmark_compares_store_and_files(tmp_path):

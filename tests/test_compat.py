@@ -3,8 +3,6 @@ without it (so these tests fail if the upstream behaviour or the patch changes),
 only on the stacks whose versions need it (shown by faking the installed versions)."""
 import subprocess
 import sys
-import warnings
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -12,7 +10,6 @@ from packaging.version import Version
 
 from conftest import CONFIGS, tool_env
 from mmvitreg import compat
-from mmvitreg.models.layers import Ride, attend, attention as attention_module
 
 SEG = CONFIGS / 'deepvit' / 'upernet_deepvit-s_mln_8xb2-160k_ade20k-512x512.py'  # inherits mmseg::
 ALL = ['checkpoint_weights_only', 'cpu_distributed', 'package_lookup', 'mmvitreg_config_scope',
@@ -165,90 +162,3 @@ def test_mmvitreg_base_resolves_and_keeps_its_library_scope(tmp_path):
     fixed = run('import mmvitreg')
     assert fixed.returncode == 0, fixed.stderr
     assert fixed.stdout.split('\n')[-2] == 'mmpretrain mmpretrain CustomDataset'
-
-
-# --- private PyTorch operators ----------------------------------------------------------------
-
-FLASH = '_scaled_dot_product_flash_attention_for_cpu'
-FLASH_BACKWARD = FLASH + '_backward'
-
-
-class AtenWith:
-    """``torch.ops.aten`` with some operators missing (``None``) or replaced; the rest are the real ones."""
-
-    def __init__(self, aten, replaced):
-        self._aten, self._replaced = aten, replaced
-
-    def __getattr__(self, name):
-        if name not in self._replaced:
-            return getattr(self._aten, name)
-        if self._replaced[name] is None:
-            raise AttributeError(f"'_OpNamespace' 'aten' object has no attribute '{name}'")
-        return self._replaced[name]
-
-
-def op_with_schema(schema: str):
-    """An operator of which only the schema exists: calling it fails, so a fallback must not."""
-    return SimpleNamespace(default=SimpleNamespace(_schema=torch._C.parse_schema(schema)))
-
-
-def ride_results():
-    """A ride attention's output, its q, k, v gradients and the ride's mixed values (two values channels)."""
-    torch.manual_seed(0)
-    B, H, N, d = 3, 4, 17, 16
-    qkv = torch.randn(B, N, 3, H, d, requires_grad=True)
-    q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-    ride = Ride(torch.rand(B, N, 2))
-    out, _ = attend(q, k, v, 0.3, ride=ride)
-    (out * torch.randn(B, H, N, d)).sum().backward()
-    return out.detach(), qkv.grad, ride.mixed
-
-
-@pytest.fixture
-def fresh_op_check(monkeypatch):
-    monkeypatch.setattr(compat, '_cpu_flash_ops', compat._UNCHECKED)  # restored afterwards: the real operators
-
-
-@pytest.mark.parametrize('name, replacement, problem', [
-    (FLASH, None, 'does not exist'),
-    (FLASH, op_with_schema(f'aten::{FLASH}(Tensor query, Tensor key, Tensor value, Tensor? attn_mask, '
-                           'float dropout_p=0., bool is_causal=False, *, float? scale=None) -> (Tensor, Tensor)'),
-     "requires the argument 'attn_mask'"),
-    (FLASH_BACKWARD, op_with_schema(f'aten::{FLASH_BACKWARD}(Tensor grad_out, Tensor query, Tensor key, '
-                                    'Tensor value, Tensor out, Tensor logsumexp, float dropout_p, bool is_causal, *, '
-                                    'Tensor? attn_mask=None, float? scale=None) -> (Tensor, Tensor, Tensor, Tensor)'),
-     'it returns 4 tensors, not 3'),
-    (FLASH_BACKWARD, op_with_schema(f'aten::{FLASH_BACKWARD}(Tensor grad, Tensor q, Tensor k, Tensor v, Tensor out, '
-                                    'Tensor lse, float dropout_p, bool is_causal, *, float? scale=None) '
-                                    '-> (Tensor, Tensor, Tensor)'),
-     'its positional arguments start (grad, q, k, v, out, lse, dropout_p, is_causal)'),
-], ids=['forward-missing', 'forward-new-argument', 'backward-more-results', 'backward-renamed'])
-def test_a_missing_or_changed_flash_op_falls_back_with_one_warning_and_equal_results(
-        monkeypatch, fresh_op_check, name, replacement, problem):
-    """The ride's private CPU kernel ops are checked against the schema the ride calls: on this torch both
-    pass and the ride runs in the fused kernel (no second ``q k^T``); an op that is missing, takes a new
-    required argument, returns more tensors or renamed its arguments gives no ops, one warning (naming the op,
-    the torch version and the cost) however often the ride runs, and the public path, whose output, q, k, v
-    gradients and mixed values equal the fused kernel's."""
-    attended = []
-    mix_beside = attention_module.mix_beside
-    monkeypatch.setattr(attention_module, 'mix_beside', lambda *a: attended.append(1) or mix_beside(*a))
-    with warnings.catch_warnings():
-        warnings.simplefilter('error')  # the real operators pass without a warning
-        assert compat.cpu_flash_attention_ops() is not None
-        fused = ride_results()
-    assert not attended
-
-    monkeypatch.setattr(compat, '_cpu_flash_ops', compat._UNCHECKED)
-    monkeypatch.setattr(torch.ops, 'aten', AtenWith(torch.ops.aten, {name: replacement}))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter('always')
-        fallback = [ride_results() for _ in range(2)]
-    assert compat.cpu_flash_attention_ops() is None and len(attended) == 2
-    assert len(caught) == 1, [str(w.message) for w in caught]
-    message = str(caught[0].message)
-    assert f'torch.ops.aten.{name} ' in message and problem in message
-    assert f'torch {torch.__version__}' in message and '~3% slower DeiT-S TL-Align' in message
-    for results in fallback:
-        for got, expected in zip(results, fused):
-            assert got.shape == expected.shape and (got - expected).abs().max() <= 1e-6

@@ -137,3 +137,28 @@ def test_composed_loss_traces_without_a_graph_break(tmp_path):
     explanation = torch._dynamo.explain(model.loss)(**batch)
     assert explanation.graph_break_count == 0, explanation.break_reasons
     assert explanation.graph_count == 1
+
+
+@pytest.mark.parametrize('config', TECHNIQUES, ids=lambda p: p.stem)
+def test_each_techniques_loss_compiles_as_one_graph(config):
+    """``fullgraph=True``: dynamo traces each technique's digits model loss (mixing plan, backbone with its trace,
+    the technique's heads and target transform, the losses) as one graph, so no graph break (a host sync, a call
+    dynamo cannot trace) splits a compiled step; dynamo only (``backend='eager'``), which is what breaks graphs."""
+    from mmengine.config import Config
+    from mmpretrain.registry import MODELS
+    from studies.train_step_benchmark import classification_batch, token_label_batch
+    cfg = Config.fromfile(str(config))
+    model_cfg = cfg.model.copy()
+    model_cfg.setdefault('data_preprocessor', cfg.get('data_preprocessor'))
+    torch.manual_seed(0)
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        model = MODELS.build(model_cfg).train()
+    if cfg.model.head.type == 'mmvitreg.TokenLabelHead':  # token labeling: each sample's dense label map
+        data = token_label_batch(4, cfg.img_size, cfg.num_classes, patch_size=cfg.patch_size)
+    else:
+        data = classification_batch(4, 32, cfg.model.head.num_classes)
+    batch = model.data_preprocessor(data, True)
+    torch._dynamo.reset()
+    losses = torch.compile(model.loss, fullgraph=True, backend='eager')(**batch)
+    loss, _ = model.parse_losses(losses)
+    assert torch.isfinite(loss)

@@ -3,6 +3,7 @@ import copy
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from mmvitreg.models.layers import MultiheadSelfAttention, ReAttention, TalkingHeadsAttention
 
@@ -53,15 +54,36 @@ def test_msa_fused_equals_explicit_and_rows_sum_to_one(x):
     torch.testing.assert_close(weights.sum(-1), torch.ones(B, H, N))
 
 
-def test_msa_without_map_uses_the_fused_kernel(x, monkeypatch):
-    """No attention map asked for -> the explicit path is never run."""
-    attn = MultiheadSelfAttention(C, H).eval()
+class Dispatched(TorchDispatchMode):
+    """Every aten op run under it, with the shapes of its tensor outputs."""
 
-    def forbidden(*args, **kwargs):
-        raise AssertionError('explicit attention path used')
+    def __init__(self):
+        super().__init__()
+        self.ops = []
 
-    monkeypatch.setattr(MultiheadSelfAttention, 'attention_map', forbidden)
-    assert attn(x).shape == (B, N, C)
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        shapes = [tuple(t.shape) for t in (out if isinstance(out, (tuple, list)) else (out, ))
+                  if isinstance(t, torch.Tensor)]
+        self.ops.append((func.overloadpacket.__name__, shapes))
+        return out
+
+
+@pytest.mark.parametrize('train', [False, True])
+def test_msa_without_map_uses_the_fused_kernel(x, train):
+    """No attention map asked for -> one fused SDPA kernel runs, no softmax op, and no ``(B, H, N, N)`` tensor
+    (the map) is ever formed, forward or backward (fails when :func:`attend` takes its explicit path)."""
+    attn = MultiheadSelfAttention(C, H).train(train)
+    x = x.requires_grad_(train)
+    with Dispatched() as seen:
+        out = attn(x)
+        if train:
+            out.sum().backward()
+    names = [name for name, _ in seen.ops]
+    assert out.shape == (B, N, C)
+    assert sum(name.startswith('_scaled_dot_product') and 'backward' not in name for name in names) == 1, names
+    assert not [name for name in names if 'softmax' in name]
+    assert not [op for op in seen.ops if any(s[-2:] == (N, N) for s in op[1])]
 
 
 @pytest.mark.parametrize('transform_scale', [False, True])

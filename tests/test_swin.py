@@ -7,11 +7,14 @@ import mmseg
 import numpy as np
 import pytest
 import torch
+from mmcv.cnn.bricks.drop import DropPath
 from mmpretrain.models import SwinTransformer as MMPretrainSwin
 from mmpretrain.models.utils import ShiftWindowMSA
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from mmvitreg.models.backbones import SwinTransformer, convert_swin
 from mmvitreg.models.layers import WindowLayout
+from mmvitreg.models.layers.drop_path import drop_path
 from mmvitreg.models.trace import MixPlan, TokenTrace
 
 NANO = dict(embed_dims=16, depths=[2, 2, 2], num_heads=[1, 2, 4])
@@ -222,25 +225,69 @@ def test_trace_taps_grids_windows_and_attention():
     torch.testing.assert_close(trace.attn[3].sum(-1), torch.ones(8, 2, 16))
 
 
-def test_mmpretrain_runs_every_block_the_trace_does_not_open():
-    """No trace: mmpretrain's forward, its stages and blocks (every ShiftWindowMSA runs); with a trace, only
-    the blocks whose map it takes leave mmpretrain's SwinBlock, and the outputs are the same."""
-    model = nano()
-    ran = []
-    for i, block in enumerate(model.blocks):
-        block.attn.register_forward_hook(lambda module, args, out, i=i: ran.append(i))
-    stages = []
-    for stage in model.stages:
-        stage.register_forward_hook(lambda module, args, out: stages.append(module))
+class Dispatched(TorchDispatchMode):
+    """The names of the aten operators run under it."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def test_every_block_runs_our_code_in_fewer_operators_than_mmpretrains():
+    """With or without a trace every block runs mmvitreg's block code (every window attention, no
+    ``ShiftWindowMSA.forward``), the outputs are mmpretrain's (same weights), and the forward dispatches fewer
+    operators than mmpretrain's: the shift mask is built once per input size (no mask operator in a second
+    forward, which mmpretrain builds in every shifted block)."""
+    theirs, ours = nano(MMPretrainSwin), nano()
+    copy_weights(ours, theirs)
+    ran, mmpretrain_ran = [], []
+    for i, block in enumerate(ours.blocks):
+        block.attn.w_msa.register_forward_hook(lambda module, args, out, i=i: ran.append(i))
+        block.attn.register_forward_hook(lambda module, args, out, i=i: mmpretrain_ran.append(i))
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
-        plain = model(x)
-        assert ran == list(range(6)) and stages == list(model.stages)
-        ran.clear()
-        traced = model(x, TokenTrace(token_layers=(0, ), attn_layers=(1, 4)))
-    assert ran == [0, 2, 3, 5]
-    for a, b in zip(plain, traced):
+        ours(x)
+        with Dispatched() as our_ops:
+            plain = ours(x)
+        assert ran == list(range(6)) * 2 and not mmpretrain_ran
+        with Dispatched() as their_ops:
+            expected = theirs(x)
+        traced = ours(x, TokenTrace(token_layers=(0, ), attn_layers=(1, 4)))
+    for a, b, c in zip(plain, traced, expected):
         torch.testing.assert_close(a, b)
+        torch.testing.assert_close(a, c, rtol=0, atol=1e-5)
+    assert not {'masked_fill', 'ne', 'eq'} & set(our_ops.names) and 'masked_fill' in their_ops.names
+    assert len(our_ops.names) < len(their_ops.names)
+
+
+def test_stochastic_depth_is_mmcvs_in_fewer_operators():
+    """Stochastic depth as timm draws it (``drop_path``): per sample, the branch is kept with probability
+    ``1 - drop_prob`` (read from mmcv's ``DropPath`` at every call, as a schedule changes it) and scaled by
+    ``1 / (1 - drop_prob)``, in fewer operators than mmcv's ``DropPath``; untouched in eval or at rate 0. Swin's
+    blocks draw it so (no mmcv ``rand`` + ``floor_`` in a training forward)."""
+    module = DropPath(0.5)
+    module.drop_prob = 0.25
+    x = torch.ones(20000, 2, 3)
+    with Dispatched() as ours:
+        out = drop_path(x, module)
+    with Dispatched() as mmcv:
+        module(x)
+    assert len(ours.names) < len(mmcv.names) and 'bernoulli_' in ours.names
+    kept = out[:, 0, 0] > 0
+    assert torch.equal(out, torch.where(kept.view(-1, 1, 1), 1 / 0.75, 0.).expand_as(x))
+    assert abs(kept.float().mean() - 0.75) < 0.01
+    module.eval()
+    assert drop_path(x, module) is x
+    module.train().drop_prob = 0.
+    assert drop_path(x, module) is x
+    model = nano(drop_path_rate=0.3).train()
+    with Dispatched() as swin:
+        model(torch.randn(2, 3, 64, 64))
+    assert 'bernoulli_' in swin.names and 'floor_' not in swin.names
 
 
 def test_trace_attention_is_mmpretrain_softmax_map():

@@ -438,9 +438,10 @@ def test_block_mix_fills_beit_blocks_from_the_partner(monkeypatch):
         MODELS.build(dict(type='mmvitreg.BlockMix', aspect=2.))
 
 
-def test_labels_propagate_in_float32_under_autocast_on_the_cpu():
-    """Under bfloat16 autocast on the CPU the block runs in bfloat16 but the ride forms its map and mixes the
-    labels in float32 (on a GPU they ride in the fused bfloat16 call: tests/test_attend.py): the aligned weights equal those of a float32 map built from the same (bfloat16) q and k."""
+def test_labels_ride_in_the_bf16_call_under_autocast_on_the_cpu():
+    """Under bfloat16 autocast the block runs in bfloat16 and the labels ride in its fused call, on the CPU as on a
+    GPU (the official AMP training mixes its labels with the low-precision map too): ``ride.mixed`` is float32
+    and within bfloat16 rounding of the labels mixed by a float32 map built from the same (bfloat16) q and k."""
     from mmvitreg.models.layers import MultiheadSelfAttention
     torch.manual_seed(0)
     msa = MultiheadSelfAttention(32, 2).train()
@@ -454,16 +455,15 @@ def test_labels_propagate_in_float32_under_autocast_on_the_cpu():
     assert out.dtype == torch.bfloat16 and ride.mixed.dtype == torch.float32
     q, k, _ = seen['qkv'].float().reshape(2, 9, 3, 2, 16).permute(2, 0, 3, 1, 4)
     expected = (((q * msa.scale) @ k.transpose(-2, -1)).softmax(-1).mean(1)) @ values
-    assert (ride.mixed - expected).abs().max() <= 1e-6
+    assert (ride.mixed - expected).abs().max() <= 2e-2
 
 
 @pytest.mark.parametrize('channels', [2, 1000])
 def test_fused_attention_carries_the_ride_in_its_own_kernel_call(monkeypatch, channels):
-    """On the CPU in float32 a ride of at most ``RIDE_CHANNELS`` value channels goes through the attention's
-    own fused kernel call (no second q k^T beside it) and changes nothing the model
-    computes: the output and the q, k, v gradients equal plain ``F.scaled_dot_product_attention``'s, and the
-    mixed values equal the head-mean softmax map applied to them. A wider ride (C = 1000 labels) takes the
-    map beside the kernel call instead, with the same results."""
+    """A ride of at most ``RIDE_CHANNELS`` value channels goes through the attention's own fused kernel call (no
+    map formed, no second q k^T) and changes nothing the model computes: the output and the q, k, v gradients
+    equal plain ``F.scaled_dot_product_attention``'s, and the mixed values equal the head-mean softmax map
+    applied to them. A wider ride (C = 1000 labels) takes the explicit map instead, with the same results."""
     from mmvitreg.models.layers import attention as attention_module
     from mmvitreg.models.layers import ride as ride_module
     torch.manual_seed(0)
@@ -475,13 +475,15 @@ def test_fused_attention_carries_the_ride_in_its_own_kernel_call(monkeypatch, ch
     (expected * grad).sum().backward()
     expected_grad, qkv.grad = qkv.grad, None
     values = torch.rand(B, N, channels)
-    attended = []
-    if channels <= ride_module.RIDE_CHANNELS:
-        monkeypatch.setattr(attention_module, 'mix_beside', lambda *a: attended.append(1))
+    ran = []
+    softmax_map = attention_module.softmax_map
+    monkeypatch.setattr(attention_module, 'softmax_map', lambda *a: ran.append('map') or softmax_map(*a))
+    widened = attention_module.attend_widened
+    monkeypatch.setattr(attention_module, 'attend_widened', lambda *a: ran.append('widened') or widened(*a))
     ride = Ride(values)
     out, _ = attend(q, k, v, 0.3, ride=ride)
     (out * grad).sum().backward()
-    assert not attended
+    assert ran == ['widened' if channels <= ride_module.RIDE_CHANNELS else 'map']
     assert (out - expected).abs().max() <= 1e-6 and (qkv.grad - expected_grad).abs().max() <= 1e-6
     maps = ((q * 0.3) @ k.transpose(-2, -1)).softmax(-1).mean(1)
     assert ride.mixed.shape == (B, N, channels) and not ride.mixed.requires_grad

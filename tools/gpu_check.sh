@@ -38,11 +38,11 @@ CASES=(deit-s-vs-timm swin-t-vs-timm deit-s-tlalign-vs-cutmix swin-t-tlalign-vs-
 if [ "$DRY" = 1 ]; then
   MODE='dry run on the CPU (toy sizes: no figure means anything)'
   BENCH=(--device cpu --tiny --batch-size 2 --img-size 32 --repeats 1 --warmup 2 --threads 1 --amp bf16
-         --memory spawn)
+         --memory spawn --count-ops)
   TEST_ENV=(MMVITREG_TEST_DEVICE=cpu) TEST_TIMEOUT=1500 CASE_TIMEOUT=300 COMPILE_TIMEOUT=600
 else
   MODE='GPU'
-  BENCH=(--device cuda --batch-size 128 --img-size 224 --repeats 10 --warmup 3 --amp bf16)
+  BENCH=(--device cuda --batch-size 128 --img-size 224 --repeats 10 --warmup 3 --amp bf16 --count-ops)
   TEST_ENV=() TEST_TIMEOUT=300 CASE_TIMEOUT=150 COMPILE_TIMEOUT=300
 fi
 

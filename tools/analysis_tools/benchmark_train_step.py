@@ -2,7 +2,7 @@
 
     python tools/analysis_tools/benchmark_train_step.py [--case NAME ...] [--device cpu|cuda]
         [--batch-size 8] [--img-size 224] [--repeats 10] [--warmup 2] [--threads N] [--clock wall|cpu]
-        [--amp bf16|fp16] [--compile] [--memory auto|spawn|forkserver|off] [--tiny] [--list]
+        [--amp bf16|fp16] [--compile] [--memory auto|spawn|forkserver|off] [--count-ops] [--tiny] [--list]
 
 Each case (``--list`` shows them; default: all, less the timm cases where timm is not installed) compares a
 model under test with a baseline, both built from a config of the repository with ``--cfg-options``-style
@@ -11,6 +11,9 @@ warm-up, median step time, images/s, achieved TFLOP/s (the step's matrix FLOPs, 
 ``torch.utils.flop_counter``), their ratio against the case's target, and each model's peak memory measured
 in a fresh process (``torch.cuda.max_memory_allocated`` on CUDA, in a spawned process; the peak resident set
 size on CPU, in a process of a fork server); see :mod:`studies.train_step_benchmark`, next to this script.
+``--count-ops`` also counts
+each model's aten operators per step (forward + loss, backward; eager, one ``TorchDispatchMode``): what a
+host-bound GPU step pays for, the same on any machine, with the ratio and the case's operator target.
 ``--amp`` trains as ``AmpOptimWrapper`` does (bf16, or fp16 with a dynamic loss scale; a CPU runs bf16
 only), ``--compile`` compiles ``model.loss`` as ``compile=True`` in ``tools/train.py`` does. ``--tiny`` swaps
 in toy versions of the models to check that a case runs (its ratios mean nothing and no target is judged).
@@ -49,6 +52,9 @@ def parse_args(argv=None):
     parser.add_argument('--memory', choices=['auto', 'spawn', 'forkserver', 'off'], default='auto',
                         help='how the peak-memory processes start (auto: spawn on CUDA, the fork server on a CPU), '
                         'or off (no memory pass)')
+    parser.add_argument('--count-ops', action='store_true',
+                        help='count each model\'s aten operators per step (forward + loss, backward; eager) and '
+                        'judge the case\'s operator target')
     parser.add_argument('--tiny', action='store_true',
                         help='toy-sized models: checks that the cases run; ratios are not judged')
     args = parser.parse_args(argv)
@@ -70,8 +76,9 @@ def main(argv=None):
     if args.list:
         for name in sorted(CASES):
             case = CASES[name]
+            ops = f'; op ratio ({case.op_target[0]}) <= {case.op_target[1]:.3f}' if case.op_target else ''
             print(f'{name}: {case.description} (config {case.recipe()}; target: time ratio <= '
-                  f'{case.max_time_ratio:.3f})')
+                  f'{case.max_time_ratio:.3f}{ops})')
         return
     names = args.case
     if names is None:
@@ -89,7 +96,8 @@ def main(argv=None):
         res = run_case(name, batch_size=args.batch_size, img_size=args.img_size, repeats=args.repeats,
                        warmup=args.warmup, device=args.device, tiny=args.tiny, threads=args.threads,
                        clock=args.clock, amp=args.amp, compile=args.compile, memory=args.memory != 'off',
-                       start_method=None if args.memory in ('auto', 'off') else args.memory)
+                       start_method=None if args.memory in ('auto', 'off') else args.memory,
+                       count_ops=args.count_ops)
         print(f'\n== {name}: {res.case.description}')
         print(f'config {res.case.recipe()}')
         print(res.report(judge=not args.tiny), flush=True)

@@ -3,7 +3,6 @@ import copy
 from collections import OrderedDict
 from typing import Mapping, Optional, Sequence, Tuple
 
-import torch
 import torch.utils.checkpoint as cp
 from mmpretrain.models.backbones import SwinTransformer as MMPretrainSwinTransformer
 from mmpretrain.models.utils import resize_pos_embed
@@ -12,6 +11,7 @@ from torch import Tensor
 from mmvitreg.registry import MODELS
 from ..converters import OfficialLayout, converter_tool, register_layout, rename_keys
 from ..layers import Ride, WindowAttention, WindowLayout
+from ..layers.drop_path import drop_path
 from ..trace import TokenTrace, TraceSpec
 from .arch import BackboneValueError, check_arch, check_drop_path_rate
 
@@ -30,13 +30,16 @@ class SwinTransformer(MMPretrainSwinTransformer):
     give their behaviour, for UperNet and Cascade Mask R-CNN); official Swin releases go through
     :func:`convert_swin` (``tools/model_converters/swin_to_mmvitreg.py``).
 
-    ``forward(x, trace=None)``: without a trace it is mmpretrain's forward (its stages, blocks and shifted
-    windows; the fused attention of :class:`~mmvitreg.models.layers.WindowAttention` in every block; under
-    ``torch.jit`` tracing, e.g. an ONNX export with a dynamic batch, the same computed block by block, as
-    mmpretrain's window reverse makes the batch size a constant of the trace). With a
-    :class:`~mmvitreg.models.trace.TokenTrace` it runs block by block, each through mmpretrain's ``SwinBlock``
-    unless the trace takes its attention map or carries a ride through it, and calls the trace's recording
-    API (what it offers: :attr:`trace_spec`):
+    ``forward(x, trace=None)`` computes what mmpretrain's forward computes (its embedding, stages, patch
+    merging and norms, each block's pre-norm shifted-window attention and FFN), block by block with mmpretrain's
+    modules, in fewer operators than mmpretrain's ``SwinBlock``: the shifted-window mask is built once per
+    input size and device (:meth:`~mmvitreg.models.layers.WindowLayout.attn_mask`, cached; mmpretrain builds it
+    in every block's forward), stochastic depth is timm's (:func:`~mmvitreg.models.layers.drop_path.drop_path`),
+    the attention the fused one of :class:`~mmvitreg.models.layers.WindowAttention`; no key changes (the same
+    outputs as mmpretrain's Swin, tested). mmpretrain's code still runs the patch embedding, the patch merging
+    (mmcv's ``PatchMerging``, through ``nn.Unfold``) and the FFN layers. With a
+    :class:`~mmvitreg.models.trace.TokenTrace` it calls the trace's recording API (what it offers:
+    :attr:`trace_spec`):
 
     * ``start`` with the ``(B, H/4 * W/4, C)`` patch tokens after the patch embedding (and its norm),
       before the absolute position embedding (56×56 tokens at 224), where a plan mixes them;
@@ -107,35 +110,28 @@ class SwinTransformer(MMPretrainSwinTransformer):
     @staticmethod
     def _block(block, layout: WindowLayout, x: Tensor, need_attn: bool = False, ride: Optional[Ride] = None):
         """What mmpretrain's ``SwinBlock`` computes on ``x`` ``(B, H * W, C)`` (pre-norm W-MSA/SW-MSA and FFN,
-        both residual), opened where its window attention cannot be reached: with ``need_attn`` also the
-        window attention maps; a ``ride`` holds values in windows."""
+        both residual, each with its stochastic depth), with its modules: with ``need_attn`` also the window
+        attention maps; a ``ride`` holds values in windows."""
         h = layout.partition(block.norm1(x))
         h = block.attn.w_msa(h, mask=layout.attn_mask(x.device), need_attn=need_attn, ride=ride)
         h, attn = h if need_attn else (h, None)
-        x = x + block.attn.drop(layout.reverse(h))
-        x = block.ffn(block.norm2(x), identity=x)
+        x = x + drop_path(layout.reverse(h), block.attn.drop)
+        h = block.ffn.gamma2(block.ffn.layers(block.norm2(x)))  # mmcv's FFN before its identity and drop path
+        x = x + drop_path(h, block.ffn.dropout_layer)
         return (x, attn) if need_attn else x
 
     def _run(self, block, layout: WindowLayout):
-        """``run(x, need_attn, ride)`` of ``block`` on ``layout``: mmpretrain's ``SwinBlock`` when neither its map
-        nor a ride is taken, else (and under ``torch.jit`` tracing, where mmpretrain's window reverse turns the
-        batch size into a constant) :meth:`_block`, through activation checkpointing when the block asks for
-        it (``with_cp``) and no map is returned."""
+        """``run(x, need_attn, ride)`` of ``block`` on ``layout``: :meth:`_block`, through activation checkpointing
+        when the block asks for it (``with_cp``) and no map is returned."""
         def run(x: Tensor, need_attn: bool = False, ride: Optional[Ride] = None):
-            if not (need_attn or ride is not None or torch.jit.is_tracing()):
-                return block(x, layout.grid)
             if block.with_cp and x.requires_grad and not need_attn:
                 return cp.checkpoint(self._block, block, layout, x, False, ride, use_reentrant=False)
             return self._block(block, layout, x, need_attn, ride)
         return run
 
     def forward(self, x: Tensor, trace: Optional[TokenTrace] = None) -> Tuple[Tensor, ...]:
-        """Embed ``x`` ``(B, 3, H, W)`` and run the stages; ``(B, C_i, H_i, W_i)`` per ``out_indices``.
-
-        Without a trace this is mmpretrain's forward (under ``torch.jit`` tracing, as for an ONNX export with
-        a dynamic batch, the same block by block); with one, block by block (:meth:`_run`)."""
-        if trace is None and not torch.jit.is_tracing():
-            return super().forward(x)
+        """Embed ``x`` ``(B, 3, H, W)`` and run the stages block by block (:meth:`_run`); ``(B, C_i, H_i, W_i)``
+        per ``out_indices``."""
         x, hw = self.patch_embed(x)
         if trace is not None:
             x = trace.start(self.trace_spec, x, hw, type(self).__name__)

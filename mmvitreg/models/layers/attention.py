@@ -2,19 +2,15 @@
 
 Every attention layer (:class:`MultiheadSelfAttention`, re-attention, talking heads,
 :class:`~mmvitreg.models.layers.WindowAttention`, CvT's convolutional attention) computes its ``q, k, v`` and
-calls :func:`attend` for ``Softmax(q k^T * scale + bias) v``: :func:`attend` decides between an explicit map,
-a fused kernel carrying a :class:`~mmvitreg.models.layers.Ride` and the public fused kernel.
+calls :func:`attend` for ``Softmax(q k^T * scale + bias) v``: :func:`attend` holds the one switch, as timm's
+``fused_attn``, between the explicit map (where a user needs it) and PyTorch's public fused kernel.
 """
 from typing import Callable, Optional, Tuple, Union
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...compat import cpu_flash_attention_ops
-from .ride import Ride, attend_cpu_kernel, attend_widened, mix_beside, mix_map
-
-cpu_flash_attention_ops()  # checked once here, so that torch.compile reads the result and never traces the check
+from .ride import Ride, attend_widened, mix_map
 
 
 def softmax_map(q: Tensor, k: Tensor, scale: float, bias: Optional[Tensor] = None) -> Tensor:
@@ -31,27 +27,17 @@ def attend(q: Tensor, k: Tensor, v: Tensor, scale: float, *, bias: Optional[Tens
     ``A = attention_map(q, k)``; fills ``ride.mixed`` from ``A`` before dropout (an ``attention_map``'s ``A``
     as it comes, with the dropout it applies inside).
 
-    The one place that decides how (first match):
+    One switch, the same on every device and dtype (timm's ``fused_attn``):
 
-    1. **explicit** when a map is needed: ``attention_map`` is given (a map the fused kernel cannot make:
-       re-attention, talking heads), ``need_attn``, or a ride with active dropout (the ride sees the map
-       before dropout); and on the CPU for a ``bias`` that needs a gradient (Swin in training), which
-       PyTorch's CPU SDPA runs through its unfused math path, materialising the map too and costing more
-       (Swin-T + DRLoc training step 0.973x with the explicit map, batch 8, one thread). ``A`` is
-       materialised, ``x = dropout(A) v``, the ride takes the head mean of ``A`` (never kept for the
-       backward).
-    2. **fused with the ride** for a ride of at most ``RIDE_CHANNELS`` value channels: the values ride as
-       extra value channels of the fused call, so the map is computed once and never materialised
-       (:mod:`~mmvitreg.models.layers.ride`). On a GPU (any device but the CPU; any dtype, with or without a
-       bias) the public ``F.scaled_dot_product_attention`` on widened ``q, k, v``; on the CPU, in float32
-       without a bias, PyTorch's private fused CPU kernel where :func:`mmvitreg.compat.cpu_flash_attention_ops`
-       gives it.
-    3. **fused**: ``F.scaled_dot_product_attention`` with ``bias`` as its additive mask; any other ride takes
-       the map from the detached ``q, k`` (and ``bias``) beside it, in float32 outside autograd. On the CPU
-       this costs no more than the widened call (DeiT-S TL-Align step 1.03x the private kernel's either
-       way; Swin-T's windows ~4% less than widening its 32 channels to 40), so the CPU keeps it.
+    * **explicit** where a map is needed: ``attention_map`` is given (a map the fused kernel cannot make:
+      re-attention, talking heads), ``need_attn``, or a ride that needs the map itself (values wider than
+      ``RIDE_CHANNELS``, or attention dropout active, as the ride sees the map before dropout). ``A`` is
+      materialised, ``x = dropout(A) v``, the ride takes the head mean of ``A`` (never kept for the backward).
+    * **fused** otherwise: PyTorch's public ``F.scaled_dot_product_attention`` with ``bias`` as its additive
+      mask; a ride rides in the same call as extra value channels (:func:`~mmvitreg.models.layers.ride.
+      attend_widened`), so the map is computed once and never materialised.
 
-    Windows: the ``G`` groups of a ``bias`` (Swin's ``nW`` windows of one image, consecutive in the batch)
+    Windows: the ``G > 1`` groups of a ``bias`` (Swin's ``nW`` windows of one image, consecutive in the batch)
     are folded into the head axis, ``q, k, v`` ``(B' / G, G * H, n, d)`` against a ``(1, G * H, n, n)``
     bias, so that the fused kernel broadcasts it over the images without a copy.
 
@@ -75,39 +61,31 @@ def attend(q: Tensor, k: Tensor, v: Tensor, scale: float, *, bias: Optional[Tens
     if bias is not None and attention_map is not None:
         raise ValueError('attend takes a bias or an attention_map, not both')
     B, H, n = q.shape[:3]
-    if bias is not None:  # a decision on the bias, not on its shape, which jit tracing would freeze
+    # windows: a decision on the bias's groups (a window layout's, which jit tracing may freeze), never on B
+    fold = bias is not None and bias.shape[0] > 1
+    if fold:
         G = bias.shape[0]
         q, k, v = (t.reshape(B // G, G * H, n, -1) for t in (q, k, v))
         bias = bias.reshape(1, G * H, n, n)
     attn = None
-    # PyTorch's CPU SDPA takes a bias that needs a gradient (Swin's training) through its unfused math path
-    cpu_bias_grad = bias is not None and bias.requires_grad and q.device.type == 'cpu'
-    if attention_map is not None or need_attn or ride is not None and dropout_p > 0 or cpu_bias_grad:
+    if attention_map is not None or need_attn or ride is not None and (dropout_p > 0 or not ride.fits):
         if attention_map is None:
             attn = softmax_map(q, k, scale, bias)
             x = (F.dropout(attn, dropout_p) if dropout_p > 0 else attn) @ v
         else:
             attn = attention_map(q, k)
             x = attn @ v
-        if bias is not None:
+        if fold:
             attn = attn.view(B, H, n, n)
         if ride is not None:
             mix_map(ride, attn)
-    elif ride is not None and ride.fits and q.device.type != 'cpu':
-        x = attend_widened(q, k, v, ride, scale, H, None if bias is None else bias.to(q.dtype))
-    elif (ride is not None and ride.fits and bias is None and q.dtype == torch.float32
-          and (ops := cpu_flash_attention_ops()) is not None):
-        x = attend_cpu_kernel(q, k, v, ride, scale, ops)
     else:
-        x = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=None if bias is None else bias.to(q.dtype), dropout_p=dropout_p, scale=scale)
-        if ride is not None:
-            mix_beside(ride, q, k, scale, bias, H)
-    if bias is not None:
+        mask = None if bias is None else bias.to(q.dtype)
+        x = (F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+             if ride is None else attend_widened(q, k, v, ride, scale, H, mask))
+    if fold:
         x = x.reshape(B, H, n, -1)
     return x, attn if need_attn else None
-
-
 
 
 class MultiheadSelfAttention(nn.Module):
@@ -127,9 +105,8 @@ class MultiheadSelfAttention(nn.Module):
     materialised); with ``need_attn=True`` the explicit softmax map, returned too. Subclasses that change
     the map (re-attention, talking heads) override :meth:`attention_map` and set ``fused = False``: their
     map is always explicit. A :class:`~mmvitreg.models.layers.Ride` (``ride``, values ``(B, N, D)``) gets
-    the head-mean map applied to its values by the same fused kernel call (a ride wider than
-    ``RIDE_CHANNELS``: beside it), or, on the explicit path (and with attention dropout active in
-    training), from the map before dropout.
+    the head-mean map applied to its values by the same fused kernel call, or, on the explicit path (a ride
+    wider than ``RIDE_CHANNELS``, attention dropout active in training), from the map before dropout.
 
     Args:
         embed_dims (int): Token channels ``C``.

@@ -6,8 +6,9 @@ from mmcv.cnn.bricks.drop import build_dropout
 from mmcv.cnn.bricks.transformer import FFN
 from torch import Tensor, nn
 
-from .ride import Ride
 from .attention import MultiheadSelfAttention
+from .drop_path import drop_path
+from .ride import Ride
 from .re_attention import ReAttention
 from .talking_heads import TalkingHeadsAttention
 
@@ -36,7 +37,9 @@ class TransformerBlock(nn.Module):
     (:class:`ReAttention`), ``'talking_heads'`` (:class:`TalkingHeadsAttention`). Keys and layout as
     mmpretrain's ``TransformerEncoderLayer``: ``ln1``, ``attn.qkv``, ``attn.proj``, ``ln2``, ``ffn.layers.0.0``,
     ``ffn.layers.1``; each branch's stochastic depth sits where mmpretrain keeps it, ``attn.out_drop`` and
-    ``ffn.dropout_layer``.
+    ``ffn.dropout_layer`` (mmcv's ``DropPath``, whose ``drop_prob`` a schedule may change), and is applied as
+    timm applies it (:func:`~mmvitreg.models.layers.drop_path.drop_path`: the same distribution in fewer
+    operators), so the FFN's layers run here, without mmcv's ``FFN.forward``.
 
     Args:
         embed_dims (int): Token channels ``C``.
@@ -95,8 +98,9 @@ class TransformerBlock(nn.Module):
         h = self.attn(self.ln1(x * a if a != 1 else x), need_attn=need_attn, ride=ride)
         if need_attn:
             h, attn = h
-        h = self.attn.out_drop(h)
+        h = drop_path(h, self.attn.out_drop)
         x = x + (h / d if d != 1 else h)
-        h = self.ffn(self.ln2(x * a if a != 1 else x))  # drop path included (ffn.dropout_layer)
+        h = self.ffn.gamma2(self.ffn.layers(self.ln2(x * a if a != 1 else x)))  # mmcv's FFN without identity
+        h = drop_path(h, self.ffn.dropout_layer)
         x = x + (h / d if d != 1 else h)
         return (x, attn) if need_attn else x

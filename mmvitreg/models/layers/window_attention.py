@@ -31,9 +31,8 @@ class WindowAttention(BaseModule):
     with the bias as additive mask (the map is never returned); with ``need_attn=True`` the map
     explicitly, as mmpretrain computes it, returned too (the softmax, before attention dropout). A
     :class:`~mmvitreg.models.layers.Ride` (values ``(B * nW, N, D)`` in windows) rides in the same fused
-    call as extra value channels (a wide one takes the head-mean map from the detached ``q, k`` beside
-    it), or, on the explicit path and with attention dropout active in training, takes the map before
-    dropout.
+    call as extra value channels, or, on the explicit path (a wide ride, attention dropout active in
+    training), takes the map before dropout.
 
     Args:
         embed_dims (int): Token channels ``C``.

@@ -49,13 +49,13 @@ class TLAlign(BaseModule):
     **How the labels travel.** TLAlign is a :class:`~mmvitreg.models.trace.TokenStream`: the backbone
     carries the labels block by block (see :class:`~mmvitreg.models.layers.Ride`). Blocks keep their
     fused attention kernel and no ``(B, heads, N, N)`` map is kept for the backward: the 2 label
-    channels ride as extra value channels of the block's own fused call (on a GPU, windows included;
-    on the CPU a ViT block's float32 call), so the map is computed once; the C-dimensional labels and
-    Swin's windows on the CPU form the head-mean map from the detached ``q, k`` beside the call, in
-    float32; blocks whose map is explicit anyway (re-attention) multiply the labels by it. The
-    official code records every map in the autograd graph and multiplies ``(B, N, C)`` labels. Labels
-    are kept in float32 between blocks; inside a fused GPU call under AMP they are mixed in the
-    autocast dtype, as the official AMP training mixes them with its fp16 maps.
+    channels ride as extra value channels of the block's own public fused call
+    (``F.scaled_dot_product_attention``, on every device, windows included), so the map is computed once;
+    the C-dimensional labels (``representation='labels'``) and blocks whose map is explicit anyway
+    (re-attention, attention dropout) multiply the labels by the explicit map, as the official code, which
+    records every map in the autograd graph and multiplies ``(B, N, C)`` labels. Labels are kept in float32
+    between blocks; inside a fused call under AMP they are mixed in the autocast dtype, as the official AMP
+    training mixes them with its fp16 maps.
 
     **Representation.** Two-image mixing starts every token at ``w y_own + (1 - w) y_partner`` and
     each step above is a convex combination, so labels keep that form. ``representation='weights'``
@@ -133,7 +133,7 @@ class TLAlign(BaseModule):
         no mass keeps the token's label."""
         mass = mixed.sum(-1, keepdim=True)
         aligned = torch.where(mass > 0, mixed / mass.clamp(min=torch.finfo(mass.dtype).tiny), labels)
-        return 0.5 * (aligned + labels)
+        return labels.lerp(aligned, 0.5)  # (aligned + labels) / 2 in one operator
 
     @staticmethod
     def resize(labels: Tensor, grid: Tuple[int, int], merged: Tuple[int, int]) -> Tensor:

@@ -1,0 +1,21 @@
+"""Stochastic depth in the fewest operators, for the blocks whose forward mmvitreg runs itself."""
+from torch import Tensor, nn
+
+
+def drop_path(x: Tensor, module: nn.Module) -> Tensor:
+    """``x`` ``(B, ...)`` through the stochastic depth of ``module`` (mmcv's ``DropPath``, as mmpretrain's and
+    mmvitreg's blocks build it, or ``nn.Identity``), computed as timm's ``drop_path``.
+
+    `Deep Networks with Stochastic Depth <https://arxiv.org/abs/1603.09382>`_: in training each sample's branch
+    is kept with probability ``k = 1 - module.drop_prob`` and scaled by ``1 / k``, ``x * Bernoulli(k) / k``.
+    mmcv's ``DropPath`` draws the same mask as ``floor(k + U(0, 1))`` and divides ``x`` (``rand``, ``add``,
+    ``floor_``, ``div``, ``mul``; two operators in the backward); here one ``bernoulli_`` draws it and the
+    ``1 / k`` goes onto the ``(B, 1, ...)`` mask (``empty``, ``bernoulli_``, ``div_``, ``mul``; one in the
+    backward). The same distribution; ``module.drop_prob`` is read at every call, so that a schedule
+    (:class:`~mmvitreg.engine.DropPathScheduleHook`) that changes it holds; the module's ``training`` decides.
+    """
+    p = getattr(module, 'drop_prob', 0.)
+    if p == 0. or not module.training:
+        return x
+    keep = 1. - p
+    return x * x.new_empty((x.shape[0], ) + (1, ) * (x.ndim - 1)).bernoulli_(keep).div_(keep)
