@@ -31,6 +31,7 @@ import importlib.util
 import json
 import os
 import random
+import shlex
 import signal
 import sys
 import tempfile
@@ -234,13 +235,13 @@ class _SourceFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 class _Recorder:
-    """pytest plugin + trace function: which test (node id) executes which line of one file."""
+    """pytest plugin + trace function: which test (node id) executes which line of the files."""
 
-    IMPORT = '<import>'
+    IMPORT = '<import>'  # collection, module and session set-up: a mutant there runs the whole files
 
-    def __init__(self, filename: str):
-        self.filename, self.current = filename, self.IMPORT
-        self.lines: Dict[int, Set[str]] = defaultdict(set)
+    def __init__(self, filenames: List[str]):
+        self.current = self.IMPORT
+        self.lines: Dict[str, Dict[int, Set[str]]] = {f: defaultdict(set) for f in filenames}
 
     def pytest_runtest_logstart(self, nodeid, location):
         self.current = nodeid
@@ -249,15 +250,17 @@ class _Recorder:
         self.current = self.IMPORT
 
     def trace(self, frame, event, arg):
-        if frame.f_code.co_filename != self.filename:
+        lines = self.lines.get(frame.f_code.co_filename)
+        if lines is None:
             return None
-        self.lines[frame.f_lineno].add(self.current)
-        return self._line
 
-    def _line(self, frame, event, arg):
-        if event == 'line':
-            self.lines[frame.f_lineno].add(self.current)
-        return self._line
+        def line(frame, event, arg):
+            if event == 'line':
+                lines[frame.f_lineno].add(self.current)
+            return line
+
+        lines[frame.f_lineno].add(self.current)
+        return line
 
 
 def module_name(path: Path) -> str:
@@ -265,9 +268,13 @@ def module_name(path: Path) -> str:
     return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
 
 
-def run_child(path: Path, source: str, tests: List[str], timeout: float, log: Path,
-              coverage_out: Optional[Path] = None) -> str:
-    """Run pytest on ``tests`` in a forked child with ``source`` as the module: 'passed', 'failed' or 'timeout'."""
+def run_child(tests: List[str], timeout: float, log: Path, pytest_args: List[str] = (),
+              mutated: Optional[tuple] = None, coverage: Optional[tuple] = None) -> str:
+    """Run pytest on ``tests`` in a forked child: 'passed', 'failed' or 'timeout'.
+
+    ``mutated``: ``(path, source)``, the module imported from ``source``; ``coverage``: ``(paths, json_file)``,
+    record which test executes which line of ``paths`` into ``json_file``.
+    """
     pid = os.fork()
     if pid == 0:  # child
         rc = 3
@@ -275,17 +282,19 @@ def run_child(path: Path, source: str, tests: List[str], timeout: float, log: Pa
             fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.dup2(fd, 1)
             os.dup2(fd, 2)
-            sys.meta_path.insert(0, _SourceFinder(module_name(path), path, source))
+            if mutated is not None:
+                sys.meta_path.insert(0, _SourceFinder(module_name(mutated[0]), *mutated))
             import pytest
             plugins = []
-            if coverage_out is not None:
-                recorder = _Recorder(str(path))
+            if coverage is not None:
+                recorder = _Recorder([str(p) for p in coverage[0]])
                 plugins.append(recorder)
                 sys.settrace(recorder.trace)
-            rc = int(pytest.main(['-x', '-q', '-p', 'no:cacheprovider', *tests], plugins=plugins))
+            rc = int(pytest.main(['-x', '-q', '-p', 'no:cacheprovider', *pytest_args, *tests], plugins=plugins))
             sys.settrace(None)
-            if coverage_out is not None:
-                coverage_out.write_text(json.dumps({line: sorted(ids) for line, ids in recorder.lines.items()}))
+            if coverage is not None:
+                coverage[1].write_text(json.dumps({f: {n: sorted(ids) for n, ids in lines.items()}
+                                                   for f, lines in recorder.lines.items()}))
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -302,25 +311,18 @@ def run_child(path: Path, source: str, tests: List[str], timeout: float, log: Pa
         time.sleep(0.05)
 
 
-def score_module(path: Path, tests: List[str], max_mutants: int, seed: int, timeout: Optional[float],
-                 logdir: Path) -> List[Mutant]:
-    """Run the (sampled) mutants of one module; returns them with their status."""
+def sample(path: Path, max_mutants: int, seed: int) -> List[Mutant]:
+    """The mutants of ``path`` to run: all, or a sample of ``max_mutants`` fixed by ``seed`` and the module."""
     mutants = enumerate_mutants(path)
-    total = len(mutants)
-    if max_mutants and total > max_mutants:
+    if max_mutants and len(mutants) > max_mutants:
         rng = random.Random(f'{seed}:{module_name(path)}')
-        mutants = [mutants[i] for i in sorted(rng.sample(range(total), max_mutants))]
-    cov_file = logdir / 'coverage.json'
-    t0 = time.monotonic()
-    base = run_child(path, path.read_text(), tests, 3600, logdir / 'baseline.log', cov_file)
-    base_time = time.monotonic() - t0
-    if base != 'passed':
-        raise SystemExit(f'the tests fail on the unmutated {path.name} (see {logdir / "baseline.log"}); '
-                         'fix them before scoring')
-    limit = timeout or 2 * base_time + 20
-    coverage = {int(line): set(ids) for line, ids in json.loads(cov_file.read_text()).items()}
-    print(f'{module_name(path)}: {total} mutants, running {len(mutants)}; baseline {base_time:.1f} s, '
-          f'timeout {limit:.0f} s', flush=True)
+        mutants = [mutants[i] for i in sorted(rng.sample(range(len(mutants)), max_mutants))]
+    return mutants
+
+
+def score_module(path: Path, mutants: List[Mutant], coverage: Dict[int, Set[str]], tests: List[str],
+                 limit: float, logdir: Path, pytest_args: List[str] = ()):
+    """Run the mutants of one module one at a time; sets their status."""
     for n, mutant in enumerate(mutants, 1):
         ids = set().union(*(coverage.get(line, set()) for line in mutant.stmt_lines))
         if not ids:
@@ -329,16 +331,15 @@ def score_module(path: Path, tests: List[str], max_mutants: int, seed: int, time
             source = mutated_source(path, mutant)
             selected = tests if _Recorder.IMPORT in ids else sorted(ids)
             mutant.tests_run = len(selected)
-            log = logdir / f'mutant-{mutant.index}-{mutant.kind}.log'
-            result = run_child(path, source, selected, limit, log)
+            log = logdir / f'{module_name(path)}-{mutant.index}-{mutant.kind}.log'
+            result = run_child(selected, limit, log, pytest_args, mutated=(path, source))
             if result == 'passed' and selected is not tests:  # confirm on the whole files
-                result = run_child(path, source, tests, limit, log)
+                result = run_child(tests, limit, log, pytest_args, mutated=(path, source))
             mutant.status = {'passed': 'survived', 'failed': 'killed', 'timeout': 'timeout'}[result]
             if mutant.status != 'survived':
                 log.unlink(missing_ok=True)
         print(f'  [{n}/{len(mutants)}] {mutant.status:8s} {mutant.module}:{mutant.line} {mutant.kind} '
               f'`{mutant.before}` -> `{mutant.after}`', flush=True)
-    return mutants
 
 
 def summary(results: Dict[str, dict]) -> str:
@@ -364,10 +365,12 @@ def main(argv=None):
                         help='per module, a deterministic sample of this many (0: all). Defaults to 50')
     parser.add_argument('--seed', type=int, default=0, help='seed of the sample. Defaults to 0')
     parser.add_argument('--timeout', type=float, default=None,
-                        help='seconds per mutant run. Defaults to twice the baseline + 20 s')
+                        help='seconds per mutant run. Defaults to twice the (traced) baseline + 20 s')
+    parser.add_argument('--pytest-args', default='',
+                        help="more pytest options, e.g. -k 'not trains' to leave out slow tests")
     parser.add_argument('--preimport', default='torch,mmengine,mmpretrain.models',
                         help='modules the parent imports once before forking (never mmvitreg)')
-    parser.add_argument('--list', action='store_true', help='list the mutants and exit, running nothing')
+    parser.add_argument('--list', action='store_true', help='list the (sampled) mutants and exit, running nothing')
     parser.add_argument('--json', type=Path, default=None, help='write every mutant and its status here')
     args = parser.parse_args(argv)
     paths = [p.resolve() for p in args.modules]
@@ -376,7 +379,7 @@ def main(argv=None):
             parser.error(f'{p} is not a module file of this repository')
     if args.list:
         for p in paths:
-            for m in enumerate_mutants(p):
+            for m in sample(p, args.max_mutants, args.seed):
                 print(f'{m.module}:{m.line}  {m.kind}  `{m.before}` -> `{m.after}`')
         return
     os.chdir(REPO)
@@ -386,13 +389,26 @@ def main(argv=None):
         __import__(name)
     if any(name == 'mmvitreg' or name.startswith('mmvitreg.') for name in sys.modules):
         raise SystemExit('--preimport imported mmvitreg; the mutants must be imported after the fork')
+    pytest_args = shlex.split(args.pytest_args)
     results = {}
     with tempfile.TemporaryDirectory(prefix='mutation-') as tmp:
+        logdir = Path(tmp)
+        t0 = time.monotonic()
+        base = run_child(args.tests, 3600, logdir / 'baseline.log', pytest_args,
+                         coverage=(paths, logdir / 'coverage.json'))
+        base_time = time.monotonic() - t0
+        if base != 'passed':
+            log = (logdir / 'baseline.log').read_text()
+            raise SystemExit(f'the tests fail on the unmutated modules; fix them first:\n{log[-3000:]}')
+        coverage = json.loads((logdir / 'coverage.json').read_text())
+        limit = args.timeout or 2 * base_time + 20
         for p in paths:
-            logdir = Path(tmp) / module_name(p)
-            logdir.mkdir()
+            mutants = sample(p, args.max_mutants, args.seed)
             total = len(enumerate_mutants(p))
-            mutants = score_module(p, args.tests, args.max_mutants, args.seed, args.timeout, logdir)
+            print(f'{module_name(p)}: {total} mutants, running {len(mutants)}; baseline {base_time:.1f} s, '
+                  f'timeout {limit:.0f} s', flush=True)
+            lines = {int(n): set(ids) for n, ids in coverage[str(p)].items()}
+            score_module(p, mutants, lines, args.tests, limit, logdir, pytest_args)
             results[module_name(p)] = {'total': total, 'mutants': [asdict(m) for m in mutants]}
             if args.json:
                 args.json.parent.mkdir(parents=True, exist_ok=True)
