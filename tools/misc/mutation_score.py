@@ -321,11 +321,14 @@ def sample(path: Path, max_mutants: int, seed: int) -> List[Mutant]:
 
 
 def score_module(path: Path, mutants: List[Mutant], coverage: Dict[int, Set[str]], tests: List[str],
-                 limit: float, logdir: Path, pytest_args: List[str] = ()):
-    """Run the mutants of one module one at a time; sets their status."""
+                 limit: float, logdir: Path, pytest_args: List[str] = (), killed: Set[tuple] = frozenset()):
+    """Run the mutants of one module one at a time; sets their status (``killed``: (index, kind) of mutants
+    known killed by a previous run, not run again)."""
     for n, mutant in enumerate(mutants, 1):
         ids = set().union(*(coverage.get(line, set()) for line in mutant.stmt_lines))
-        if not ids:
+        if (mutant.index, mutant.kind) in killed:
+            mutant.status = 'killed'
+        elif not ids:
             mutant.status = 'no cov'
         else:
             source = mutated_source(path, mutant)
@@ -371,6 +374,9 @@ def main(argv=None):
     parser.add_argument('--preimport', default='torch,mmengine,mmpretrain.models',
                         help='modules the parent imports once before forking (never mmvitreg)')
     parser.add_argument('--list', action='store_true', help='list the (sampled) mutants and exit, running nothing')
+    parser.add_argument('--rerun', type=Path, default=None,
+                        help='the --json of an earlier run with the same sample: run only its survivors (the tests '
+                             'only grew, so its killed mutants stay killed)')
     parser.add_argument('--json', type=Path, default=None, help='write every mutant and its status here')
     args = parser.parse_args(argv)
     paths = [p.resolve() for p in args.modules]
@@ -390,6 +396,7 @@ def main(argv=None):
     if any(name == 'mmvitreg' or name.startswith('mmvitreg.') for name in sys.modules):
         raise SystemExit('--preimport imported mmvitreg; the mutants must be imported after the fork')
     pytest_args = shlex.split(args.pytest_args)
+    earlier = json.loads(args.rerun.read_text()) if args.rerun else {}
     results = {}
     with tempfile.TemporaryDirectory(prefix='mutation-') as tmp:
         logdir = Path(tmp)
@@ -408,7 +415,9 @@ def main(argv=None):
             print(f'{module_name(p)}: {total} mutants, running {len(mutants)}; baseline {base_time:.1f} s, '
                   f'timeout {limit:.0f} s', flush=True)
             lines = {int(n): set(ids) for n, ids in coverage[str(p)].items()}
-            score_module(p, mutants, lines, args.tests, limit, logdir, pytest_args)
+            killed = {(m['index'], m['kind']) for m in earlier.get(module_name(p), {}).get('mutants', [])
+                      if m['status'] in ('killed', 'timeout')}
+            score_module(p, mutants, lines, args.tests, limit, logdir, pytest_args, killed)
             results[module_name(p)] = {'total': total, 'mutants': [asdict(m) for m in mutants]}
             if args.json:
                 args.json.parent.mkdir(parents=True, exist_ok=True)
