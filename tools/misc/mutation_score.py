@@ -98,8 +98,8 @@ def _skipped_nodes(tree: ast.Module, lines: List[str]) -> Set[int]:
     return skip
 
 
-def _kinds(node: ast.AST, parent: Optional[ast.AST]) -> List[str]:
-    """The mutations that apply to ``node`` (``parent``: the node holding it)."""
+def _kinds(node: ast.AST) -> List[str]:
+    """The mutations that apply to ``node``."""
     kinds = []
     if isinstance(node, ast.BinOp) and type(node.op) in BINOPS:
         kinds.append('binop')
@@ -191,7 +191,7 @@ def enumerate_mutants(path: Path) -> List[Mutant]:
     for index, node in enumerate(ast.walk(tree)):
         if id(node) in skip or isinstance(node, ast.Module):
             continue
-        for kind in _kinds(node, parents.get(id(node))):
+        for kind in _kinds(node):
             stmt = _statement(node, parents)
             # a compound statement's own lines are its header (its body's statements are mutants of their own)
             end = stmt.body[0].lineno - 1 if hasattr(stmt, 'body') and isinstance(stmt.body, list) \
