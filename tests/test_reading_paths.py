@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-READMES = [REPO / 'configs' / 'lvvit' / 'README.md']
+READMES = [REPO / 'configs' / name / 'README.md' for name in ('lvvit', 'tlalign', 'drloc', 'diversepatch', 'deepvit')]
 ROW = re.compile(r'^\| \d+ \| `([^`]+)` \| ([\d\-, ]+) \| (\d+) \|', re.M)
 STARTS = ('"""', 'r"""', '@', 'def ', 'class ', '    def ', '    @')
 

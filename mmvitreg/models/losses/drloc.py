@@ -71,27 +71,16 @@ class DRLoc(BaseModule):
 
     Defaults follow the **paper**: normalised targets ``|Δ|/k``, the L1 norm over the two axes,
     the mean over the ``m`` pairs of an image, **summed** over the batch, ``m = 64`` distinct pairs
-    per image drawn uniformly, a fixed ``λ``. The **official code** (yhlleo/VTs-Drloc) differs,
-    each difference an option here:
-
-    * ``target='abs'``: raw ``|Δ|`` in grid cells (the official runs pass ``--use_abs``);
-      ``target='signed'``: ``Δ + (k - 1)`` (the official default without ``--use_abs``);
-    * ``reduction='mean'``: ``F.l1_loss`` mean over ``B·m·2`` (so the paper's loss is ``2·B`` times
-      the official one on the same targets); ``ce`` / ``cbr`` sum the two axes' means, as official.
-      The paper's sum over the images scales with the per-GPU batch ``B``: the dense configs
-      (segmentation, 2 images per GPU; detection) use the official ``reduction='mean'``;
-    * ``replacement=True``: both endpoints drawn independently, with replacement (``Δ = 0`` occurs);
-    * ``mode='ce'`` (cross-entropy over offset bins per axis) and ``mode='cbr'`` (cycle-back
-      regression: the softmax expectation of the bin index with a variance-aware squared error
-      ``(μ - t)^2 / σ^2 + 0.001 log σ^2``), both with the 3-layer trunk and two bin heads of the
-      official code, on integer targets (``abs`` or ``signed``); the paper's main text uses ``l1``;
-    * ``grid_pool='avg3x3'``: the official ``AvgPool2d(3, 2, 1, count_include_pad=False)`` that takes
-      T2T / CvT from 14x14 to 7x7, where the paper says 2x2 average pooling (``'avg2x2'``);
-    * the λ warm-up/decay schedule of the official ``main.py`` is
-      :class:`~mmvitreg.engine.hooks.DRLocWeightScheduleHook`, which sets :attr:`loss_weight`;
-    * multi-scale (official ``--use_multiscale`` on Swin): several feature maps, one MLP each, their
-      losses summed (each weighted by λ), as in the official ``losses.py``; the official maps are the
-      Swin stages' outputs after patch merging, ``stages=(0, 1, 2, 3)``.
+    per image drawn uniformly, a fixed ``λ``. The official code's forms (yhlleo/VTs-Drloc; configs/drloc/README.md,
+    Deviations) are options: ``target='abs'`` (raw ``|Δ|``, ``--use_abs``) or ``'signed'`` (``Δ + (k - 1)``);
+    ``reduction='mean'`` (``F.l1_loss`` over ``B·m·2``, so the paper's loss is ``2·B`` times it; the dense
+    configs' choice, as the paper's sum grows with the per-GPU batch); ``replacement=True`` (independent
+    endpoints); ``mode='ce'`` (cross-entropy over offset bins per axis) or ``'cbr'`` (cycle-back regression:
+    ``(μ - t)^2 / σ^2 + 0.001 log σ^2`` with ``μ, σ^2`` of the softmax over the bins), each axis's mean summed,
+    with the official 3-layer trunk and two bin heads, on integer targets; ``grid_pool='avg3x3'`` (T2T / CvT
+    14x14 -> 7x7; the paper's 2x2 is ``'avg2x2'``); several maps, one MLP each, their losses summed
+    (``--use_multiscale``, ``stages``). The λ schedule is :class:`~mmvitreg.engine.hooks.DRLocWeightScheduleHook`,
+    which sets :attr:`loss_weight`.
 
     **Where the grid comes from** (one mechanism for every backbone):
 
