@@ -68,12 +68,18 @@ def attend_widened(q: Tensor, k: Tensor, v: Tensor, ride: Ride, scale: float, he
     B0, GH, n, d = k.shape
     D = ride.values.shape[-1]
     P = -(d + D) // 8 * -8 - d  # D rounded up so that d + P is a multiple of 8
-    values = F.pad(ride.values, (0, P - D)).to(v.dtype).view(B0, -1, 1, n, P)
-    values = values.expand(-1, -1, heads, -1, -1).reshape(B0, GH, n, P)  # a view without windows (G = 1)
+    windows = GH != heads  # G > 1: the windows of one image sit in the head axis; G = 1 needs no reshapes
+    values = F.pad(ride.values, (0, P - D)).to(v.dtype)
+    if windows:
+        values = values.view(B0, -1, 1, n, P).expand(-1, -1, heads, -1, -1).reshape(B0, GH, n, P)
+    else:
+        values = values.unsqueeze(1).expand(-1, heads, -1, -1)
     out = F.scaled_dot_product_attention(F.pad(q, (0, P)), F.pad(k, (0, P)), torch.cat((v, values), -1),
                                          attn_mask=bias, scale=scale)
     with torch.no_grad():
-        ride.mixed = out[..., d:d + D].view(B0, -1, heads, out.shape[2], D).mean(2).flatten(0, 1).float()
+        mixed = out[..., d:d + D]
+        mixed = mixed.view(B0, -1, heads, out.shape[2], D).mean(2).flatten(0, 1) if windows else mixed.mean(1)
+        ride.mixed = mixed.float()
     return out[..., :d]
 
 
