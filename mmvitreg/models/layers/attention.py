@@ -20,8 +20,8 @@ def softmax_map(q: Tensor, k: Tensor, scale: float, bias: Optional[Tensor] = Non
     return (logits if bias is None else logits + bias).softmax(dim=-1)
 
 
-def attend(q: Tensor, k: Optional[Tensor], v: Optional[Tensor], scale: float, *, bias: Optional[Tensor] = None, dropout_p: float = 0.,
-           need_attn: bool = False, ride: Optional[Ride] = None,
+def attend(q: Tensor, k: Optional[Tensor], v: Optional[Tensor], scale: float, *, bias: Optional[Tensor] = None,
+           dropout_p: float = 0., need_attn: bool = False, ride: Optional[Ride] = None,
            attention_map: Optional[Callable[[Tensor, Tensor], Tensor]] = None) -> Tuple[Tensor, Optional[Tensor]]:
     """The core of every attention layer: ``A v`` with ``A = Softmax(q k^T * scale + bias)`` after dropout, or
     ``A = attention_map(q, k)``; fills ``ride.mixed`` from ``A`` before dropout (an ``attention_map``'s ``A``
