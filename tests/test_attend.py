@@ -163,6 +163,31 @@ def test_widened_call_gives_the_unwidened_output_gradients_and_mixed_values(chan
     assert (ride.mixed - maps.detach() @ values).abs().max() <= 1e-6
 
 
+@pytest.mark.parametrize('windows', [1, 3])
+def test_packed_projection_widens_to_the_same_call(windows):
+    """A layer hands :func:`~mmvitreg.models.layers.attend` its qkv projection ``(B', n, 3, H, d)`` packed, and a
+    ride widens it in one op (windows folded after): the output, its gradient on the projection and ``ride.mixed``
+    equal the widened call on the separate, folded ``q, k, v``."""
+    torch.manual_seed(0)
+    heads, n, d = 2, 9, 12
+    qkv = torch.randn(2 * windows, n, 3, heads, d, requires_grad=True)
+    bias = torch.randn(windows, heads, n, n) if windows > 1 else None
+    values = torch.rand(2 * windows, n, 2)
+    grad = torch.randn(2 * windows, heads, n, d)
+    outs = []
+    for packed in (True, False):
+        ride = Ride(values)
+        if packed:
+            out, _ = attend(qkv, None, None, 0.3, bias=bias, ride=ride)
+        else:
+            q, k, v = (t.reshape(2, windows * heads, n, d) for t in qkv.permute(2, 0, 3, 1, 4).unbind(0))
+            folded = None if bias is None else bias.reshape(1, windows * heads, n, n)
+            out = ride_module.attend_widened(q, k, v, ride, 0.3, heads, folded).reshape(2 * windows, heads, n, d)
+        outs.append((out, torch.autograd.grad((out * grad).sum(), qkv)[0], ride.mixed))
+    for got, want in zip(*outs):
+        assert got.shape == want.shape and torch.equal(got, want)
+
+
 def test_widened_call_under_bf16_autocast_mixes_with_the_bf16_map():
     """Under bf16 autocast the ride rides in bf16 (the official AMP code mixes its labels with the low-precision
     map too): ``ride.mixed`` is float32 and within bf16 rounding of the float32 reference; the output is the

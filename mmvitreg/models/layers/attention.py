@@ -20,8 +20,8 @@ def softmax_map(q: Tensor, k: Tensor, scale: float, bias: Optional[Tensor] = Non
     return (logits if bias is None else logits + bias).softmax(dim=-1)
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, scale: float, *, bias: Optional[Tensor] = None, dropout_p: float = 0.,
-           need_attn: bool = False, ride: Optional[Ride] = None,
+def attend(q: Tensor, k: Optional[Tensor], v: Optional[Tensor], scale: float, *, bias: Optional[Tensor] = None,
+           dropout_p: float = 0., need_attn: bool = False, ride: Optional[Ride] = None,
            attention_map: Optional[Callable[[Tensor, Tensor], Tensor]] = None) -> Tuple[Tensor, Optional[Tensor]]:
     """The core of every attention layer: ``A v`` with ``A = Softmax(q k^T * scale + bias)`` after dropout, or
     ``A = attention_map(q, k)``; fills ``ride.mixed`` from ``A`` before dropout (an ``attention_map``'s ``A``
@@ -42,7 +42,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, scale: float, *, bias: Optional[Tens
     bias, so that the fused kernel broadcasts it over the images without a copy.
 
     Args:
-        q, k, v (Tensor): ``(B', H, n, d)``.
+        q, k, v (Tensor): ``(B', H, n, d)``; or ``q`` the qkv projection ``(B', n, 3, H, d)`` and ``k = v = None``
+            (a ride then widens it in one op).
         scale (float): Multiplies ``q k^T``.
         bias (Tensor, optional): Additive logits ``(G, H, n, n)`` (``G`` divides ``B'``; batch entry
             ``b`` takes group ``b % G``), e.g. Swin's relative position bias plus shift mask. Not with
@@ -60,15 +61,24 @@ def attend(q: Tensor, k: Tensor, v: Tensor, scale: float, *, bias: Optional[Tens
     """
     if bias is not None and attention_map is not None:
         raise ValueError('attend takes a bias or an attention_map, not both')
-    B, H, n = q.shape[:3]
+    explicit = attention_map is not None or need_attn or ride is not None and (dropout_p > 0 or not ride.fits)
+    packed = k is None  # q is the qkv projection (B', n, 3, H, d)
+    if packed:
+        B, n, _, H = q.shape[:4]
+    else:
+        B, H, n = q.shape[:3]
     # windows: a decision on the bias's groups (a window layout's, which jit tracing may freeze), never on B
     fold = bias is not None and bias.shape[0] > 1
     if fold:
         G = bias.shape[0]
-        q, k, v = (t.reshape(B // G, G * H, n, -1) for t in (q, k, v))
         bias = bias.reshape(1, G * H, n, n)
+    if packed and (explicit or ride is None):  # else a ride widens the packed projection (attend_widened)
+        qkv = q.permute(2, 0, 3, 1, 4)  # (3, B', H, n, d)
+        q, k, v = (qkv.reshape(3, B // G, G * H, n, -1) if fold else qkv).unbind(0)
+    elif fold and not packed:
+        q, k, v = (t.reshape(B // G, G * H, n, -1) for t in (q, k, v))
     attn = None
-    if attention_map is not None or need_attn or ride is not None and (dropout_p > 0 or not ride.fits):
+    if explicit:
         if attention_map is None:
             attn = softmax_map(q, k, scale, bias)
             x = (F.dropout(attn, dropout_p) if dropout_p > 0 else attn) @ v
@@ -152,8 +162,8 @@ class MultiheadSelfAttention(nn.Module):
         MHSA the softmax before attention dropout; for subclasses the :meth:`attention_map`); fill
         ``ride.mixed`` when a ride is given."""
         B, N, C = x.shape
-        q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims).permute(2, 0, 3, 1, 4).unbind(0)
-        x, attn = attend(q, k, v, self.scale, dropout_p=self.attn_drop.p if self.training else 0.,
+        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims)
+        x, attn = attend(qkv, None, None, self.scale, dropout_p=self.attn_drop.p if self.training else 0.,
                          need_attn=need_attn, ride=ride, attention_map=None if self.fused else self.attention_map)
         x = self.proj_drop(self.proj(x.transpose(1, 2).reshape(B, N, C)))
         return (x, attn) if need_attn else x

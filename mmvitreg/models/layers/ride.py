@@ -52,28 +52,43 @@ class Ride:
         return self.values.shape[-1] <= RIDE_CHANNELS
 
 
-def attend_widened(q: Tensor, k: Tensor, v: Tensor, ride: Ride, scale: float, heads: int,
+def attend_widened(q: Tensor, k: Optional[Tensor], v: Optional[Tensor], ride: Ride, scale: float, heads: int,
                    bias: Optional[Tensor] = None) -> Tensor:
     """``Softmax(q k^T * scale + bias) v`` ``(B0, G * heads, n, d)`` by ``F.scaled_dot_product_attention``, with
     the ride's values as extra value channels of the same call; sets ``ride.mixed`` ``(B', n, D)``.
 
     ``q, k, v`` are ``(B0, G * heads, n, d)`` (``G`` windows folded into the head axis, ``B' = B0 * G``; ``G = 1``
     without windows; ``q`` may have another number of tokens than ``k, v``) and ``ride.values`` ``(B', n, D)``
-    on the tokens of ``k, v``. ``q, k`` get ``P`` zero channels and ``v`` the values (zero-padded to ``P``,
-    ``d + P`` a multiple of 8 as the fused kernels prefer, broadcast over the heads): the logits, the map and the
-    first ``d`` output channels are those of the unwidened call, the next ``D`` the per-head maps applied to the
-    values, whose head mean is ``ride.mixed``. The values carry no gradient; the backward is the kernel's own at
-    width ``d + P``.
+    on the tokens of ``k, v``; or ``q`` is a qkv projection's ``(B', n, 3, heads, d)`` with ``k = v = None``,
+    widened in one op and folded here (``G = bias.shape[1] // heads``). ``q, k`` get ``P`` zero channels and
+    ``v`` the values (zero-padded to ``P``, ``d + P`` a multiple of 8 as the fused kernels prefer, broadcast over
+    the heads): the logits, the map and the first ``d`` output channels are those of the unwidened call, the next
+    ``D`` the per-head maps applied to the values, whose head mean is ``ride.mixed``. The values carry no
+    gradient; the backward is the kernel's own at width ``d + P``.
     """
-    B0, GH, n, d = k.shape
     D = ride.values.shape[-1]
+    d = q.shape[-1]
     P = -(d + D) // 8 * -8 - d  # D rounded up so that d + P is a multiple of 8
-    values = F.pad(ride.values, (0, P - D)).to(v.dtype).view(B0, -1, 1, n, P)
-    values = values.expand(-1, -1, heads, -1, -1).reshape(B0, GH, n, P)  # a view without windows (G = 1)
-    out = F.scaled_dot_product_attention(F.pad(q, (0, P)), F.pad(k, (0, P)), torch.cat((v, values), -1),
-                                         attn_mask=bias, scale=scale)
+    if k is None:  # packed: zeros for q, k and the values for v, beside every head, by one cat
+        Bw, n = q.shape[:2]
+        values = F.pad(ride.values.view(Bw, n, 1, 1, D), (0, P - D, 0, 0, 2, 0)).to(q.dtype)  # (B', n, 3, 1, P)
+        qkv = torch.cat((q, values.expand(-1, -1, -1, heads, -1)), -1).permute(2, 0, 3, 1, 4)  # (3, B', H, n, d+P)
+        G = 1 if bias is None else bias.shape[1] // heads
+        q, k, v = (qkv if G == 1 else qkv.reshape(3, Bw // G, G * heads, n, d + P)).unbind(0)
+        B0, GH = q.shape[:2]
+    else:
+        B0, GH, n = k.shape[:3]
+        values = F.pad(ride.values, (0, P - D)).to(v.dtype)
+        if GH != heads:  # G > 1: the windows of one image sit in the head axis
+            values = values.view(B0, -1, 1, n, P).expand(-1, -1, heads, -1, -1).reshape(B0, GH, n, P)
+        else:
+            values = values.unsqueeze(1).expand(-1, heads, -1, -1)
+        q, k, v = F.pad(q, (0, P)), F.pad(k, (0, P)), torch.cat((v, values), -1)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
     with torch.no_grad():
-        ride.mixed = out[..., d:d + D].view(B0, -1, heads, out.shape[2], D).mean(2).flatten(0, 1).float()
+        mixed = out[..., d:d + D]
+        mixed = mixed.view(B0, -1, heads, out.shape[2], D).mean(2).flatten(0, 1) if GH != heads else mixed.mean(1)
+        ride.mixed = mixed.float()
     return out[..., :d]
 
 

@@ -95,11 +95,11 @@ class WindowAttention(BaseModule):
         if C % self.num_heads:  # checked here, not when built: mmpretrain's WindowMSA builds such an arch too
             raise ValueError(f'embed_dims ({C}) must be divisible by num_heads ({self.num_heads}): '
                              'give every stage a number of heads that divides its channels')
-        q, k, v = self.qkv(x).reshape(B_, N, 3, self.num_heads, C // self.num_heads).permute(2, 0, 3, 1, 4).unbind(0)
+        qkv = self.qkv(x).reshape(B_, N, 3, self.num_heads, C // self.num_heads)
         bias = self.position_bias().unsqueeze(0)  # (1, heads, N, N)
         if mask is not None:
             bias = bias + mask.unsqueeze(1).to(bias.dtype)  # (nW, heads, N, N)
-        x, attn = attend(q, k, v, self.scale, bias=bias, dropout_p=self.attn_drop.p if self.training else 0.,
-                         need_attn=need_attn, ride=ride)
+        x, attn = attend(qkv, None, None, self.scale, bias=bias,
+                         dropout_p=self.attn_drop.p if self.training else 0., need_attn=need_attn, ride=ride)
         x = self.proj_drop(self.proj(x.transpose(1, 2).reshape(B_, N, C)))
         return (x, attn) if need_attn else x

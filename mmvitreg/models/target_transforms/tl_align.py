@@ -130,9 +130,9 @@ class TLAlign(BaseModule):
         """Eq. 9 + 11: ``(Norm(A) Y + Y) / 2`` from ``Y`` and ``mixed = max(0, mean_h A) Y``, ``(B, N, D)``.
 
         Norm divides each row by its label mass (the real tokens it attends, Table 10); a row with
-        no mass keeps the token's label."""
+        no mass keeps the token's label (its ``0 / 0`` is never selected; labels carry no gradient)."""
         mass = mixed.sum(-1, keepdim=True)
-        aligned = torch.where(mass > 0, mixed / mass.clamp(min=torch.finfo(mass.dtype).tiny), labels)
+        aligned = torch.where(mass > 0, mixed / mass, labels)
         return labels.lerp(aligned, 0.5)  # (aligned + labels) / 2 in one operator
 
     @staticmethod
