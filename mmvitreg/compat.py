@@ -23,11 +23,11 @@ bound says so and the patch is removed once the oldest supported mmengine has it
    re-checked on mmengine 0.11). Without CUDA we initialise the process group with gloo and skip
    ``set_device``; the DDP wrapper drops ``device_ids`` and reverts SyncBN to BN for a CPU module.
    With CUDA both fall through to mmengine's own code.
-3. ``package_lookup`` (mmengine < 0.11) - ``_base_ = 'mmseg::...'`` goes through
+3. ``package_lookup`` (mmengine < 0.11 without ``pkg_resources``) - ``_base_ = 'mmseg::...'`` goes through
    ``mmengine.utils.is_installed`` / ``get_installed_path``, which import ``pkg_resources``;
-   setuptools >= 82 no longer ships it, and mmengine reloads it on every lookup (seconds per config).
-   mmengine PR #1676 (``main`` only). We answer both questions with ``importlib.metadata`` /
-   ``importlib.util``.
+   setuptools >= 82 no longer ships it, and the lookup fails. mmengine PR #1676 (``main`` only). Where
+   ``pkg_resources`` is missing we answer both questions with ``importlib.metadata`` / ``importlib.util``;
+   where it exists, mmengine's own lookup runs.
 4. ``mmvitreg_config_scope`` (any mmengine that does not know ``mmvitreg``) - ``_base_ =
    'mmvitreg::lvvit/...'`` in a config of one's own: mmengine resolves ``pkg::`` only for the packages of
    its fixed table ``MODULE2PACKAGE``, so we add ``mmvitreg`` to it. mmengine also stamps
@@ -54,24 +54,22 @@ bound says so and the patch is removed once the oldest supported mmengine has it
    builds. mmpretrain 1.2.0 is its latest release (no upstream fix). We set ``WITH_MULTIMODAL`` to False
    before mmpretrain's models or data sets are imported (they then register mmpretrain's own
    "install the multimodal extras" placeholders) and warn once, naming both versions.
-7. ``mmvitreg_model_loading`` (any mmengine: it has no per-model checkpoint conversion) - official releases
-   (LV-ViT, DeepViT, DiversePatch, DeiT, Swin) converted on load and a fit check, for **mmvitreg's models only**
-   (``init_cfg``, a training's start: the fine-tuning policy, which refuses a checkpoint that leaves the backbone
-   random or drops its own parameters; ``load_checkpoint``, inference: every parameter must load, unless inside
-   ``mmvitreg.engine.partial_loading()``)
-   (:func:`is_mmvitreg_model`: the model or one of its modules is an mmvitreg class): mmengine's
-   ``PretrainedInit`` (``init_cfg=dict(type='Pretrained')``) and its ``_load_checkpoint_to_model`` (mmengine's
-   ``load_checkpoint``, mmpretrain's ``get_model`` and inferencers, mmengine's ``BaseInferencer``) hand such
-   a model to ``mmvitreg.Pretrained`` (:class:`mmvitreg.engine.checkpoint.Pretrained`, reached through
-   mmengine's ``WEIGHT_INITIALIZERS`` registry, so this module imports nothing above it); every other model
-   loads as mmengine loads it. A config can ask for the conversion on any model with
-   ``init_cfg=dict(type='Pretrained', _scope_='mmvitreg', ...)`` (the type stays ``'Pretrained'``, which
-   mmengine's and mmpretrain's ``init_weights`` test to keep the loaded weights from being re-initialised).
+7. ``mmvitreg_model_loading`` (any mmengine: it has no per-model checkpoint conversion) - strict inference loading
+   of **mmvitreg's models only** (:func:`is_mmvitreg_model`: the model or one of its modules is an mmvitreg class):
+   mmengine's ``load_checkpoint`` (mmpretrain's ``get_model`` and inferencers) and mmengine's ``BaseInferencer``
+   hand the read checkpoint to a private function, ``_load_checkpoint_to_model``, which loads whatever fits with
+   one warning. For an mmvitreg model, and only for one, it goes to ``mmvitreg.Pretrained.load_checkpoint_dict``
+   (an official release converted, every parameter must load unless inside ``mmvitreg.engine.partial_loading()``);
+   any other model calls mmengine's own function with the same arguments. ``mmengine.infer.infer`` imports that
+   function by name, so it is imported here and patched too, whatever the import order. This is the one patch
+   without an upstream defect: a model cannot choose how ``load_checkpoint`` fills it (a load-state-dict hook sees
+   neither the release layout nor the whole model's missing keys). ``init_cfg=dict(type='Pretrained')`` is *not*
+   patched: mmvitreg's backbones send their own to ``mmvitreg.Pretrained`` (their ``init_weights`` adds
+   ``_scope_='mmvitreg'``), and any other model's config can ask for it the same way.
 """
 import importlib.metadata
 import importlib.util
 import os.path as osp
-import sys
 import warnings
 from dataclasses import dataclass
 from typing import Callable, List, Optional
@@ -140,7 +138,7 @@ def _patch_checkpoint_loading():
 
 
 def is_mmvitreg_model(model: torch.nn.Module) -> bool:
-    """Whether ``model`` or one of its modules is an mmvitreg class (patch 6 applies to it)."""
+    """Whether ``model`` or one of its modules is an mmvitreg class (patch 7 applies to it)."""
     return any(type(m).__module__.startswith('mmvitreg.') for m in model.modules())
 
 
@@ -151,28 +149,18 @@ def _mmvitreg_pretrained():
 
 
 def _patch_mmvitreg_model_loading():
+    import mmengine.infer.infer as infer
     import mmengine.runner.checkpoint as runner_checkpoint
-    from mmengine.model.weight_init import PretrainedInit
 
-    init, load_to_model = PretrainedInit.__call__, runner_checkpoint._load_checkpoint_to_model
-
-    def init_mmvitreg_models(self, module):
-        if not is_mmvitreg_model(module):
-            return init(self, module)
-        pretrained = _mmvitreg_pretrained()(checkpoint=self.checkpoint, prefix=self.prefix,
-                                            map_location=self.map_location)
-        return pretrained(module)
+    load_to_model = runner_checkpoint._load_checkpoint_to_model
 
     def load_to_mmvitreg_models(model, checkpoint, strict=False, logger=None, revise_keys=[(r'^module.', '')]):
         if not is_mmvitreg_model(model):
             return load_to_model(model, checkpoint, strict, logger, revise_keys)
         return _mmvitreg_pretrained().load_checkpoint_dict(model, checkpoint, strict, revise_keys)
 
-    PretrainedInit.__call__ = init_mmvitreg_models
     runner_checkpoint._load_checkpoint_to_model = load_to_mmvitreg_models
-    infer = sys.modules.get('mmengine.infer.infer')  # imports the function by name: patched there if already loaded
-    if infer is not None:
-        infer._load_checkpoint_to_model = load_to_mmvitreg_models
+    infer._load_checkpoint_to_model = load_to_mmvitreg_models  # imported by name there: patched in both places
 
 
 def _patch_cpu_distributed():
@@ -243,6 +231,11 @@ def _register_mmvitreg_config_scope():
         return path, (None if scope == 'mmvitreg' else scope)
 
     Config._get_cfg_path = staticmethod(get_cfg_path_unscoped)
+
+
+def _pkg_resources_missing() -> bool:
+    """Whether ``pkg_resources`` is absent (setuptools >= 82), without importing it (part of patch 3's gate)."""
+    return importlib.util.find_spec('pkg_resources') is None
 
 
 def _mmengine_lacks_mmvitreg() -> bool:
@@ -320,7 +313,7 @@ PATCHES = (
     Patch('cpu_distributed', 'not fixed upstream (mmengine 0.10.7)',
           lambda: _below('mmengine', '0.11'), _patch_cpu_distributed),
     Patch('package_lookup', 'mmengine PR #1676 (mmengine 0.11)',
-          lambda: _below('mmengine', '0.11'), _patch_package_lookup),
+          lambda: _below('mmengine', '0.11') and _pkg_resources_missing(), _patch_package_lookup),
     Patch('mmvitreg_config_scope', 'mmengine MODULE2PACKAGE has a fixed list of packages',
           _mmengine_lacks_mmvitreg, _register_mmvitreg_config_scope),
     Patch('compile_model_loss', 'not fixed upstream (mmengine 0.10.7 compiles the whole train_step)',

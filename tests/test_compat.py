@@ -30,20 +30,32 @@ def fake_versions(**versions):
 
 # --- the gates -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize('torch_version, mmengine_version, expected', [
-    ('2.14.1', '0.10.7', ALL),                                                    # the quick start
-    ('2.6.0', '0.10.3', ALL),                                                     # first weights_only torch
-    ('2.5.1', '0.10.7', ALL[1:]),                                                 # torch before weights_only
-    ('2.1.2', '0.10.3', ALL[1:]),                                                 # the oldest stack
-    ('2.14.1', '0.11.0', [ALL[0], 'mmvitreg_config_scope', ALL[-1]]),             # mmengine with the fixes: our
+@pytest.mark.parametrize('torch_version, mmengine_version, pkg_resources, expected', [
+    ('2.14.1', '0.10.7', False, ALL),                                             # the quick start, setuptools 82
+    ('2.14.1', '0.10.7', True, ALL[:2] + ALL[3:]),                                # pkg_resources there: mmengine's
+                                                                                  # own package lookup
+    ('2.6.0', '0.10.3', False, ALL),                                              # first weights_only torch
+    ('2.5.1', '0.10.7', False, ALL[1:]),                                          # torch before weights_only
+    ('2.1.2', '0.10.3', True, [ALL[1]] + ALL[3:]),                                # the oldest stack
+    ('2.14.1', '0.11.0', False, [ALL[0], 'mmvitreg_config_scope', ALL[-1]]),      # mmengine with the fixes: our
                                                                                   # allow-list still decides, our
                                                                                   # models still convert releases
 ])
-def test_gates_read_the_installed_versions(monkeypatch, torch_version, mmengine_version, expected):
+def test_gates_read_the_installed_versions(monkeypatch, torch_version, mmengine_version, pkg_resources, expected):
     fake = {'torch': Version(torch_version), 'mmengine': Version(mmengine_version)}
     monkeypatch.setattr(compat, 'installed_version', fake.get)
+    monkeypatch.setattr(compat, '_pkg_resources_missing', lambda: not pkg_resources)
     monkeypatch.setattr('mmengine.config.utils.MODULE2PACKAGE', {'mmpretrain': 'mmpretrain'})
     assert [p.name for p in compat.PATCHES if p.needed()] == expected
+
+
+def test_package_lookup_gate_reads_whether_pkg_resources_is_importable(monkeypatch):
+    """Patch 3 asks the import system, without importing ``pkg_resources``: blocked (``sys.modules`` entry
+    ``None``, as setuptools >= 82 leaves it absent) it is missing; on this stack it is whatever is installed."""
+    import importlib.util
+    assert compat._pkg_resources_missing() is (importlib.util.find_spec('pkg_resources') is None)
+    monkeypatch.setitem(sys.modules, 'pkg_resources', None)
+    assert compat._pkg_resources_missing()
 
 
 def test_config_scope_gate_reads_mmengine_package_table(monkeypatch):

@@ -21,11 +21,12 @@ name). Every checkpoint mmvitreg's tools and models read goes through one pass i
    filled by the hook and only checked (:func:`check_copy`).
 
 Who calls it: :class:`~mmvitreg.engine.runner.GuardedRunner` (``load_from``, ``--resume``, ``tools/test.py``),
-:class:`Pretrained` (``init_cfg``: the *backbone* policy, a training's start; and, through ``mmvitreg.compat``'s
-``mmvitreg_model_loading`` patch, mmpretrain's ``get_model`` / inferencers and mmengine's ``load_checkpoint`` for
-mmvitreg's models: *strict*, :func:`partial_loading` the opt-out), :func:`load_weights` (the analysis tools,
-``tools/deployment/pytorch2onnx.py``: *strict*, ``--allow-partial`` the opt-out) and :func:`converter_cli`
-(``tools/model_converters/``).
+:class:`Pretrained` (``init_cfg``: the *backbone* policy, a training's start, for mmvitreg's backbones, whose
+``init_weights`` scope their ``type='Pretrained'`` to mmvitreg; and, through ``mmvitreg.compat``'s
+``mmvitreg_model_loading`` patch of ``_load_checkpoint_to_model``, mmpretrain's ``get_model`` / inferencers and
+mmengine's ``load_checkpoint`` for models containing an mmvitreg module: *strict*, :func:`partial_loading` the
+opt-out), :func:`load_weights` (the analysis tools, ``tools/deployment/pytorch2onnx.py``: *strict*,
+``--allow-partial`` the opt-out) and :func:`converter_cli` (``tools/model_converters/``).
 
 Also here: :class:`AtomicLocalBackend` (mmengine's local file backend writing through
 :func:`mmvitreg.fileio.atomic_write`) and :func:`resume_candidates` (what ``--resume auto`` may take).
@@ -420,8 +421,9 @@ class Pretrained(PretrainedInit):
     is converted before the prefix is selected, and a checkpoint that would leave the backbone random, or drop
     parameters of its own, stops the run. mmengine's own loads whatever fits with one warning per key.
 
-    mmvitreg's models get it for ``init_cfg=dict(type='Pretrained')`` too (``mmvitreg.compat``'s
-    ``mmvitreg_model_loading`` patch); any other model only when its config asks for it with ``_scope_``
+    mmvitreg's backbones get it for ``init_cfg=dict(type='Pretrained')`` too (their ``init_weights`` adds the
+    ``_scope_``: :func:`~mmvitreg.models.backbones.init_cfg.own_pretrained`); any other model only when its config
+    asks for it with ``_scope_``
     (``type='mmvitreg.Pretrained'`` names the same class, but mmengine's and mmpretrain's ``init_weights`` keep
     loaded weights only for ``type='Pretrained'``, and re-initialise e.g. the position embedding otherwise).
     """

@@ -12,6 +12,7 @@ from mmvitreg.registry import MODELS
 from ..layers import attend
 from ..trace import TokenTrace, TraceSpec
 from .arch import check_drop_path_rate
+from .init_cfg import own_pretrained
 
 
 class QuickGELU(nn.Module):
@@ -223,6 +224,7 @@ class CvT(BaseBackbone):
         self._freeze_stages()
 
     def init_weights(self):
+        self.init_cfg = own_pretrained(self.init_cfg)
         super().init_weights()
         if not (isinstance(self.init_cfg, dict) and self.init_cfg.get('type') == 'Pretrained'):
             trunc_normal_(self.stages[-1].cls_token, std=.02)

@@ -14,6 +14,7 @@ from ..layers import Ride, WindowAttention, WindowLayout
 from ..layers.drop_path import drop_path
 from ..trace import TokenTrace, TraceSpec
 from .arch import BackboneValueError, check_arch, check_drop_path_rate
+from .init_cfg import own_pretrained
 
 
 @MODELS.register_module()
@@ -91,6 +92,11 @@ class SwinTransformer(MMPretrainSwinTransformer):
             block_cfgs = dict(block_cfgs, attn_cfgs=dict(block_cfgs.get('attn_cfgs', {}), window_msa=WindowAttention))
         cfg['block_cfgs'] = block_cfgs
         return cfg
+
+    def init_weights(self):
+        """mmpretrain's ``init_weights``, an ``init_cfg=dict(type='Pretrained')`` loaded by ``mmvitreg.Pretrained``."""
+        self.init_cfg = own_pretrained(self.init_cfg)
+        super().init_weights()
 
     def train(self, mode: bool = True) -> 'SwinTransformer':
         """mmpretrain's ``train`` (keeps frozen stages frozen), returning ``self`` as ``nn.Module`` does."""

@@ -14,6 +14,7 @@ from mmvitreg.registry import MODELS
 from ..layers import ConvStem, TransformerBlock, token_grid
 from ..trace import TokenTrace, TraceSpec, resolve_indices
 from .arch import BackboneValueError, check_arch, check_drop_path_rate
+from .init_cfg import own_pretrained
 
 ESSENTIAL_ARCH_KEYS = ('embed_dims', 'num_layers', 'num_heads', 'feedforward_channels')
 # Optional architecture keys of an arch dict and their defaults (the plain ViT).
@@ -204,6 +205,7 @@ class VisionTransformer(MMPretrainVisionTransformer):
         return self
 
     def init_weights(self):
+        self.init_cfg = own_pretrained(self.init_cfg)
         super().init_weights()
         pretrained = isinstance(self.init_cfg, dict) and self.init_cfg.get('type') == 'Pretrained'
         if not pretrained and self.cls_token is not None:
