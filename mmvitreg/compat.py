@@ -23,11 +23,14 @@ bound says so and the patch is removed once the oldest supported mmengine has it
    re-checked on mmengine 0.11). Without CUDA we initialise the process group with gloo and skip
    ``set_device``; the DDP wrapper drops ``device_ids`` and reverts SyncBN to BN for a CPU module.
    With CUDA both fall through to mmengine's own code.
-3. ``package_lookup`` (mmengine < 0.11 without ``pkg_resources``) - ``_base_ = 'mmseg::...'`` goes through
-   ``mmengine.utils.is_installed`` / ``get_installed_path``, which import ``pkg_resources``;
-   setuptools >= 82 no longer ships it, and the lookup fails. mmengine PR #1676 (``main`` only). Where
-   ``pkg_resources`` is missing we answer both questions with ``importlib.metadata`` / ``importlib.util``;
-   where it exists, mmengine's own lookup runs.
+3. ``package_lookup`` (mmengine < 0.11 without ``pkg_resources``, or mmvitreg installed editable) -
+   ``_base_ = 'mmseg::...'`` goes through ``mmengine.utils.is_installed`` / ``get_installed_path``, which
+   import ``pkg_resources``; setuptools >= 82 no longer ships it, and the lookup fails. mmengine PR #1676
+   (``main`` only). An editable install of mmvitreg (the quick start's) is the other case: ``pkg_resources``
+   answers the folder of its metadata in site-packages, whose ``.mim`` holds pointers into the checkout
+   (``setup.py``) that mmengine's metafile reader cannot follow (``KeyError: 'Models'``), while the package
+   imported is the checkout's. There we answer both questions with ``importlib.metadata`` /
+   ``importlib.util`` (the module that imports); elsewhere mmengine's own lookup runs.
 4. ``mmvitreg_config_scope`` (any mmengine that does not know ``mmvitreg``) - ``_base_ =
    'mmvitreg::lvvit/...'`` in a config of one's own: mmengine resolves ``pkg::`` only for the packages of
    its fixed table ``MODULE2PACKAGE``, so we add ``mmvitreg`` to it. mmengine also stamps
@@ -69,6 +72,7 @@ bound says so and the patch is removed once the oldest supported mmengine has it
 """
 import importlib.metadata
 import importlib.util
+import json
 import os.path as osp
 import warnings
 from dataclasses import dataclass
@@ -238,6 +242,15 @@ def _pkg_resources_missing() -> bool:
     return importlib.util.find_spec('pkg_resources') is None
 
 
+def _mmvitreg_editable() -> bool:
+    """Whether mmvitreg is an editable install (PEP 610 ``direct_url.json``; part of patch 3's gate)."""
+    try:
+        direct_url = importlib.metadata.distribution('mmvitreg').read_text('direct_url.json') or '{}'
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return bool(json.loads(direct_url).get('dir_info', {}).get('editable'))
+
+
 def _mmengine_lacks_mmvitreg() -> bool:
     from mmengine.config.utils import MODULE2PACKAGE
     return 'mmvitreg' not in MODULE2PACKAGE
@@ -313,7 +326,8 @@ PATCHES = (
     Patch('cpu_distributed', 'not fixed upstream (mmengine 0.10.7)',
           lambda: _below('mmengine', '0.11'), _patch_cpu_distributed),
     Patch('package_lookup', 'mmengine PR #1676 (mmengine 0.11)',
-          lambda: _below('mmengine', '0.11') and _pkg_resources_missing(), _patch_package_lookup),
+          lambda: _below('mmengine', '0.11') and (_pkg_resources_missing() or _mmvitreg_editable()),
+          _patch_package_lookup),
     Patch('mmvitreg_config_scope', 'mmengine MODULE2PACKAGE has a fixed list of packages',
           _mmengine_lacks_mmvitreg, _register_mmvitreg_config_scope),
     Patch('compile_model_loss', 'not fixed upstream (mmengine 0.10.7 compiles the whole train_step)',

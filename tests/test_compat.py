@@ -45,6 +45,7 @@ def test_gates_read_the_installed_versions(monkeypatch, torch_version, mmengine_
     fake = {'torch': Version(torch_version), 'mmengine': Version(mmengine_version)}
     monkeypatch.setattr(compat, 'installed_version', fake.get)
     monkeypatch.setattr(compat, '_pkg_resources_missing', lambda: not pkg_resources)
+    monkeypatch.setattr(compat, '_mmvitreg_editable', lambda: False)
     monkeypatch.setattr('mmengine.config.utils.MODULE2PACKAGE', {'mmpretrain': 'mmpretrain'})
     assert [p.name for p in compat.PATCHES if p.needed()] == expected
 
@@ -56,6 +57,28 @@ def test_package_lookup_gate_reads_whether_pkg_resources_is_importable(monkeypat
     assert compat._pkg_resources_missing() is (importlib.util.find_spec('pkg_resources') is None)
     monkeypatch.setitem(sys.modules, 'pkg_resources', None)
     assert compat._pkg_resources_missing()
+
+
+def test_package_lookup_gate_reads_whether_mmvitreg_is_editable(monkeypatch):
+    """Patch 3 also runs for an editable mmvitreg, whose site-packages ``.mim`` is pointers that mmengine's
+    metafile reader cannot follow: read from PEP 610's ``direct_url.json``, whatever ``pkg_resources`` does."""
+    import importlib.metadata as md
+
+    class Dist:
+        def __init__(self, text):
+            self.text = text
+
+        def read_text(self, name):
+            return self.text if name == 'direct_url.json' else None
+
+    for text, editable in (('{"dir_info": {"editable": true}, "url": "file:///x"}', True),
+                           ('{"dir_info": {}, "url": "file:///x"}', False), (None, False)):
+        with monkeypatch.context() as m:
+            m.setattr(md, 'distribution', lambda name, text=text: Dist(text))
+            assert compat._mmvitreg_editable() is editable
+    monkeypatch.setattr(compat, '_pkg_resources_missing', lambda: False)
+    monkeypatch.setattr(compat, '_mmvitreg_editable', lambda: True)
+    assert next(p for p in compat.PATCHES if p.name == 'package_lookup').needed()
 
 
 def test_config_scope_gate_reads_mmengine_package_table(monkeypatch):
