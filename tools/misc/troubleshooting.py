@@ -79,10 +79,12 @@ CASES: List[Case] = [
     Case('label-map-grid', 'data', '`TokenLabelTarget.token_label_size` that is not the backbone\'s token grid',
          'token_label must be (2, k, S, S) per sample with (S, S) the token grid',
          'Set `token_label_size = img_size // patch_size`.'),
-    Case('mixtoken-patch-size', 'train', "MixToken's `patch_size` that is not the backbone's token stride",
-         'the mixing mask covers a',
-         "Give MixToken the backbone's `patch_size`."),
     # ---- model composition
+    Case('mixtoken-patch-size', 'model', "a mix's `patch_size` that is not the backbone's token stride (MixToken, "
+         "or the plan TL-Align starts from)",
+         'draws its plan on 8-pixel patches but SwinTransformer embeds 4-pixel patches',
+         "Set the mix's `patch_size` to the backbone's token stride, as the message says (checked when the model is "
+         "built, before the run starts)."),
     Case('mixtoken-backbone', 'model', 'MixToken on a backbone that takes no token trace (mmpretrain ResNet)',
          'MixToken needs a backbone that takes a token trace',
          'Use an mmvitreg backbone (VisionTransformer, DeepViT, LVViT, SwinTransformer) or image-level CutMix.'),
