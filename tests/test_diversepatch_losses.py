@@ -147,6 +147,19 @@ def tiny_classifier(backbone, embed_dims, aux_losses, token_mix):
         return MMPRETRAIN_MODELS.build(cfg)
 
 
+def predict_on_digits(mixing, batch_size):
+    """A tiny DeiT TokenClassifier with ``mixing`` as its aux loss, in eval: its predictions on ``batch_size`` digits
+    and, from the same images, the backbone's final tokens ``(B, 1 + N, C)`` and the model."""
+    model = tiny_classifier(dict(type='mmvitreg.VisionTransformer', arch=TINY_ARCH, img_size=32, patch_size=8),
+                            32, [mixing], None).eval()
+    data = model.data_preprocessor(digits_batch(batch_size), False)
+    with torch.no_grad():
+        out = model.predict(data['inputs'], data['data_samples'])
+        trace = TokenTrace(points={'final'})
+        model.backbone(data['inputs'], trace=trace)
+    return out, trace.final, model
+
+
 ALL_THREE = [dict(type='mmvitreg.PatchCosineLoss'), dict(type='mmvitreg.PatchContrastiveLoss'),
              dict(type='mmvitreg.PatchMixingLoss', num_classes=10, in_channels=32)]
 TINY_ARCH = dict(embed_dims=32, num_layers=3, num_heads=2, feedforward_channels=64)
@@ -199,15 +212,10 @@ def test_ensemble_prediction_averages_the_cls_head_and_the_patch_head():
     """ensemble=True (official t_acc): the prediction is (softmax(cls head) + softmax(g(mean patch))) / 2."""
     mixing = dict(type='mmvitreg.PatchMixingLoss', num_classes=10, in_channels=32, tokens='final_norm',
                   ensemble=True)
-    model = tiny_classifier(dict(type='mmvitreg.VisionTransformer', arch=TINY_ARCH, img_size=32, patch_size=8),
-                            32, [mixing], None).eval()
-    data = model.data_preprocessor(digits_batch(4), False)
+    out, final, model = predict_on_digits(mixing, 4)
     with torch.no_grad():
-        out = model.predict(data['inputs'], data['data_samples'])
-        trace = TokenTrace(points={'final'})
-        model.backbone(data['inputs'], trace=trace)
-        cls = model.head.layers.head(trace.final[:, 0])
-        patch = model.aux_losses[0].patch_head(trace.final[:, 1:].mean(1))
+        cls = model.head.layers.head(final[:, 0])
+        patch = model.aux_losses[0].patch_head(final[:, 1:].mean(1))
         expected = (cls.softmax(-1) + patch.softmax(-1)) / 2
     torch.testing.assert_close(torch.stack([s.pred_score for s in out]), expected)
     assert [int(s.pred_label) for s in out] == expected.argmax(-1).tolist()

@@ -69,17 +69,10 @@ def test_patch_contrastive_paper_form_is_the_exact_log_softmax_without_the_offic
 def test_patch_mixing_loss_joins_the_prediction_only_when_asked():
     """DiversePatch's paper predicts with the class head alone: a default PatchMixingLoss (ensemble=False) leaves
     the TokenClassifier's scores the head's softmax (the official t_acc ensemble is an opt-in)."""
-    from test_attention_cosine_loss import digits_batch
-    from test_diversepatch_losses import TINY_ARCH, tiny_classifier
-    mixing = dict(type='mmvitreg.PatchMixingLoss', num_classes=10, in_channels=32)
-    model = tiny_classifier(dict(type='mmvitreg.VisionTransformer', arch=TINY_ARCH, img_size=32, patch_size=8),
-                            32, [mixing], None).eval()
-    data = model.data_preprocessor(digits_batch(2), False)
+    from test_diversepatch_losses import predict_on_digits
+    out, final, model = predict_on_digits(dict(type='mmvitreg.PatchMixingLoss', num_classes=10, in_channels=32), 2)
     with torch.no_grad():
-        out = model.predict(data['inputs'], data['data_samples'])
-        trace = TokenTrace(points={'final'})
-        model.backbone(data['inputs'], trace=trace)
-        expected = model.head.layers.head(trace.final[:, 0]).softmax(-1)
+        expected = model.head.layers.head(final[:, 0]).softmax(-1)
     torch.testing.assert_close(torch.stack([s.pred_score for s in out]), expected)
 
 
