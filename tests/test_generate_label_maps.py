@@ -190,3 +190,28 @@ def test_two_processes_annotate_disjoint_shards_like_one_process(tmp_path):
         dist_map, single_map = (load_label_map(str(root / name), num_classes=10) for root in roots.values())
         assert dist_map.dtype == single_map.dtype == np.float16 and dist_map.shape == (2, 3, 2, 2)
         assert dist_map.tobytes() == single_map.tobytes(), name
+
+
+def test_a_teacher_checkpoint_without_its_head_stops_the_run(tmp_path, capsys):
+    """The teacher writes the training targets: a checkpoint that fills the backbone but not the head (the head
+    would stay random, and so would every map) stops with one line naming the missing keys and the opt-out; with
+    ``--allow-partial`` it annotates."""
+    from mmengine.registry import init_default_scope
+    from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
+    data_root = str(tmp_path / 'digits')
+    build_imagenet(data_root, num_train=4, num_val=2)
+    config, model_cfg = write_config(tmp_path, data_root, 'cnn')
+    init_default_scope('mmpretrain')
+    state_dict = MMPRETRAIN_MODELS.build(model_cfg).state_dict()
+    checkpoint = str(tmp_path / 'backbone_only.pth')
+    torch.save(dict(state_dict={k: v for k, v in state_dict.items() if not k.startswith('head.')}), checkpoint)
+    argv = [config, checkpoint, str(tmp_path / 'labels'), '--img-size', '64', '--batch-size', '4',
+            '--num-workers', '0', '--topk', '3']
+    tool = load_tool()
+    with pytest.raises(SystemExit) as stop:
+        tool.main(argv)
+    message = str(stop.value.code)
+    assert message.startswith('error: ') and 'head.fc.weight' in message and '--allow-partial' in message
+    assert not (tmp_path / 'labels').exists()
+    tool.main([*argv, '--allow-partial'])
+    assert 'wrote 4 label maps' in capsys.readouterr().out

@@ -2,7 +2,7 @@
 
     python tools/generate_label_maps.py CONFIG CHECKPOINT LABEL_ROOT [--split train] [--img-size 224]
         [--region full|center_square] [--topk 5] [--batch-size 32] [--num-workers 4]
-        [--cfg-options k=v ...] [--launcher none|pytorch|slurm]
+        [--allow-partial] [--cfg-options k=v ...] [--launcher none|pytorch|slurm]
 
 Token labeling (`Jiang et al. 2021 <https://arxiv.org/abs/2104.10858>`_, §4.1 "Re-labeling", after
 `ReLabel <https://arxiv.org/abs/2101.05022>`_): a trained classifier (the teacher; the paper uses
@@ -21,7 +21,8 @@ or short-side resized and centre-cropped (``--region center_square``, the offici
 view); the top-``k`` logits and class indices of every map cell are saved as a ``(2, k, H, W)``
 float16 tensor at ``LABEL_ROOT/<image path relative to the data prefix, suffix .pt>`` (format:
 :mod:`mmvitreg.datasets.label_maps`). Files are written atomically and existing ones are skipped, so
-an interrupted run resumes where it stopped. With ``--launcher pytorch|slurm`` every rank annotates
+an interrupted run resumes where it stopped. The teacher loads strictly: a checkpoint that leaves any of its
+parameters (a head) at their initial values stops the run with one line (``--allow-partial`` takes what fits). With ``--launcher pytorch|slurm`` every rank annotates
 its own shard. Pack the finished folder into a memory-mapped store for training
 (``tools/dataset_converters/pack_label_maps.py``: 3-4x cheaper to load). The last line
 reports how often the pooled map's top class agrees with the ground truth (a check of the teacher
@@ -44,7 +45,7 @@ import torch
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
 from mmvitreg.datasets.label_maps import REGIONS, label_map_path, save_label_map
-from mmvitreg.utils import ConfigError, load_config, parse_tool_args
+from mmvitreg.utils import PARTIAL_HINT, ConfigError, load_config, parse_tool_args
 
 
 def parse_args(argv=None):
@@ -60,6 +61,9 @@ def parse_args(argv=None):
     parser.add_argument('--topk', type=int, default=5, help='classes stored per map cell (default: 5)')
     parser.add_argument('--batch-size', type=int, default=32)
     parser.add_argument('--num-workers', type=int, default=4)
+    parser.add_argument('--allow-partial', action='store_true',
+                        help='annotate although the checkpoint leaves some of the teacher\'s parameters (e.g. its '
+                             'head) at their initial values (default: every parameter must load)')
     return parse_tool_args(parser, argv)
 
 
@@ -167,7 +171,9 @@ def main(argv=None):
 
     classifier = build_classifier(cfg)
     try:
-        load_weights(classifier, args.checkpoint, 'backbone')
+        # the teacher writes the targets: every parameter must come from the file (a random head would write
+        # random maps), as for tools/test.py
+        load_weights(classifier, args.checkpoint, 'partial' if args.allow_partial else 'strict', hint=PARTIAL_HINT)
     except CheckpointError as e:
         sys.exit(f'error: {e}')
     device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
