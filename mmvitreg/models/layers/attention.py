@@ -21,6 +21,13 @@ def softmax_map(q: Tensor, k: Tensor, scale: float, bias: Optional[Tensor] = Non
     return (logits if bias is None else logits + bias).softmax(dim=-1)
 
 
+def head_logits(q: Tensor, k: Tensor, scale: float, num_heads: int) -> Tensor:
+    """``q k^T * scale`` ``(B, H, n, n)`` for ``q, k`` ``(B H, n, d)`` (the heads of each batch entry consecutive),
+    as one batched matmul: the logits of the maps the fused kernel cannot make."""
+    n = q.shape[1]
+    return torch.bmm(q * scale, k.transpose(1, 2)).view(-1, num_heads, n, n)
+
+
 def attend(q: Tensor, k: Optional[Tensor], v: Optional[Tensor], scale: float, *, bias: Optional[Tensor] = None,
            dropout_p: float = 0., need_attn: bool = False, ride: Optional[Ride] = None,
            attention_map: Optional[Callable[[Tensor, Tensor], Tensor]] = None) -> Tuple[Tensor, Optional[Tensor]]:
@@ -161,8 +168,7 @@ class MultiheadSelfAttention(nn.Module):
         """The ``(B, H, N, N)`` map that multiplies ``V`` for ``q, k`` ``(B H, N, d)`` (the heads of each image
         consecutive): ``Softmax(Q K^T * scale)``, then dropout; the map of the kinds that are not ``fused``
         (their subclasses build on or replace it)."""
-        N = q.shape[1]
-        return self.attn_drop(torch.bmm(q * self.scale, k.transpose(1, 2)).softmax(-1)).view(-1, self.num_heads, N, N)
+        return self.attn_drop(head_logits(q, k, self.scale, self.num_heads).softmax(-1))
 
     def forward(self, x: Tensor, need_attn: bool = False,
                 ride: Optional[Ride] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:

@@ -1,10 +1,9 @@
 """Talking-heads attention."""
 from typing import Optional
 
-import torch
 from torch import Tensor, nn
 
-from .attention import MultiheadSelfAttention
+from .attention import MultiheadSelfAttention, head_logits
 
 
 class TalkingHeadsAttention(MultiheadSelfAttention):
@@ -51,7 +50,6 @@ class TalkingHeadsAttention(MultiheadSelfAttention):
 
     def attention_map(self, q: Tensor, k: Tensor) -> Tensor:
         """``P_post(Softmax(P_pre(Q K^T * scale)))``, then dropout, ``(B, H, N, N)`` for ``q, k`` ``(B H, N, d)``."""
-        N = q.shape[1]
-        logits = torch.bmm(q * self.scale, k.transpose(1, 2)).view(-1, self.num_heads, N, N).permute(0, 2, 3, 1)
+        logits = head_logits(q, k, self.scale, self.num_heads).permute(0, 2, 3, 1)
         attn = self.proj_pre(logits).softmax(dim=-2)
         return self.attn_drop(self.proj_post(attn).permute(0, 3, 1, 2))
