@@ -91,9 +91,9 @@ def test_reattention_map_costs_its_own_ops_only(x):
     """Issue 36 (re-attention <= 1.10x MSA in aten ops): in training, a re-attention forward dispatches, beyond a
     fused MSA forward, only its map's work: one copy of the packed q, k, v in and one of the output out (each a
     clone), the scale's mul, k's transpose, two 3-D bmms for one SDPA, the softmax, Θ as one convolution,
-    BatchNorm (its counter's add_, empty, native_batch_norm), reatten_scale's mul and three views between
-    (B H, n, n) and (B, H, n, n): at most 15 ops. Fails when a matmul is decomposed (its expands), Θ is
-    restated around the conv or the scale costs more than one op."""
+    BatchNorm (its counter's add_, empty, native_batch_norm), reatten_scale's mul and three views between the
+    batched-matmul shapes (B H, ...) and (B, H, ...): at most 15 ops. Fails when a matmul is decomposed (its
+    expands), Θ is restated around the conv or the scale costs more than one op."""
     torch.manual_seed(0)
     counts = {}
     for name, layer in (('msa', MultiheadSelfAttention(C, H)), ('reatt', ReAttention(C, H, transform_scale=True))):
