@@ -17,7 +17,7 @@ spec.loader.exec_module(pytorch2onnx)
 # name: (config, --cfg-options, (H, W)); the tiny digits models of each technique
 CASES = {
     'vit': (CONFIGS / 'tlalign' / 'deit-tiny_1xb64_cutmix-tlalign_digits.py', {}, None),
-    # DeepViT-S's re-attention: BatchNorm with the scale folded into its affine (the functional_call path)
+    # DeepViT-S's re-attention: Θ as a 1x1 conv, BatchNorm, then the reatten_scale (transform_scale)
     'deepvit-reattention': (CONFIGS / 'deepvit' / 'deepvit-tiny_1xb64_digits.py',
                             {'model.backbone.arch.attn_cfgs': dict(reattn=dict(transform_scale=True))}, None),
     'talking-heads': (CONFIGS / 'diversepatch' / 'deit-deep-narrow_1xb64_diversepatch_digits.py',

@@ -7,6 +7,7 @@ calls :func:`attend` for ``Softmax(q k^T * scale + bias) v``: :func:`attend` hol
 """
 from typing import Callable, Optional, Tuple, Union
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -20,6 +21,13 @@ def softmax_map(q: Tensor, k: Tensor, scale: float, bias: Optional[Tensor] = Non
     return (logits if bias is None else logits + bias).softmax(dim=-1)
 
 
+def head_logits(q: Tensor, k: Tensor, scale: float, num_heads: int) -> Tensor:
+    """``q k^T * scale`` ``(B, H, n, n)`` for ``q, k`` ``(B H, n, d)`` (the heads of each batch entry consecutive),
+    as one batched matmul: the logits of the maps the fused kernel cannot make."""
+    n = q.shape[1]
+    return torch.bmm(q * scale, k.transpose(1, 2)).view(-1, num_heads, n, n)
+
+
 def attend(q: Tensor, k: Optional[Tensor], v: Optional[Tensor], scale: float, *, bias: Optional[Tensor] = None,
            dropout_p: float = 0., need_attn: bool = False, ride: Optional[Ride] = None,
            attention_map: Optional[Callable[[Tensor, Tensor], Tensor]] = None) -> Tuple[Tensor, Optional[Tensor]]:
@@ -30,9 +38,10 @@ def attend(q: Tensor, k: Optional[Tensor], v: Optional[Tensor], scale: float, *,
     One switch, the same on every device and dtype (timm's ``fused_attn``):
 
     * **explicit** where a map is needed: ``attention_map`` is given (a map the fused kernel cannot make:
-      re-attention, talking heads), ``need_attn``, or a ride that needs the map itself (values wider than
-      ``RIDE_CHANNELS``, or attention dropout active, as the ride sees the map before dropout). ``A`` is
-      materialised, ``x = dropout(A) v``, the ride takes the head mean of ``A`` (never kept for the backward).
+      re-attention, talking heads; ``q, k, v`` then go to batched matmuls as ``(B' H, n, d)``), ``need_attn``,
+      or a ride that needs the map itself (values wider than ``RIDE_CHANNELS``, or attention dropout active, as
+      the ride sees the map before dropout). ``A`` is materialised, ``x = dropout(A) v``, the ride takes the
+      head mean of ``A`` (never kept for the backward).
     * **fused** otherwise: PyTorch's public ``F.scaled_dot_product_attention`` with ``bias`` as its additive
       mask; a ride rides in the same call as extra value channels (:func:`~mmvitreg.models.layers.ride.
       attend_widened`), so the map is computed once and never materialised.
@@ -52,8 +61,9 @@ def attend(q: Tensor, k: Optional[Tensor], v: Optional[Tensor], scale: float, *,
             own. Defaults to 0.
         need_attn (bool): Return the map. Defaults to False.
         ride (Ride, optional): Values ``(B', n, D)`` to mix with the head-mean map; ``ride.mixed`` is set.
-        attention_map (Callable, optional): ``(q, k) -> A`` ``(B', H, n, n)``, dropout included; replaces
-            the softmax map and always takes the explicit path.
+        attention_map (Callable, optional): ``(q, k) -> A`` ``(B', H, n, n)`` for ``q, k`` ``(B' H, n, d)``
+            (the heads of each batch entry consecutive), dropout included; replaces the softmax map and always
+            takes the explicit path.
 
     Returns:
         Tuple[Tensor, Optional[Tensor]]: ``x`` ``(B', H, n, d)`` and, with ``need_attn``, the map
@@ -72,7 +82,10 @@ def attend(q: Tensor, k: Optional[Tensor], v: Optional[Tensor], scale: float, *,
     if fold:
         G = bias.shape[0]
         bias = bias.reshape(1, G * H, n, n)
-    if packed and (explicit or ride is None):  # else a ride widens the packed projection (attend_widened)
+    if attention_map is not None:  # q, k, v (B' H, n, d) for batched matmuls: one copy of a packed projection
+        q, k, v = (q.permute(2, 0, 3, 1, 4).reshape(3, B * H, n, -1).unbind(0) if packed else
+                   (t.reshape(B * H, n, -1) for t in (q, k, v)))
+    elif packed and (explicit or ride is None):  # else a ride widens the packed projection (attend_widened)
         qkv = q.permute(2, 0, 3, 1, 4)  # (3, B', H, n, d)
         q, k, v = (qkv.reshape(3, B // G, G * H, n, -1) if fold else qkv).unbind(0)
     elif fold and not packed:
@@ -84,7 +97,7 @@ def attend(q: Tensor, k: Optional[Tensor], v: Optional[Tensor], scale: float, *,
             x = (F.dropout(attn, dropout_p) if dropout_p > 0 else attn) @ v
         else:
             attn = attention_map(q, k)
-            x = attn @ v
+            x = torch.bmm(attn.reshape(B * H, n, n), v).view(B, H, n, -1)
         if fold:
             attn = attn.view(B, H, n, n)
         if ride is not None:
@@ -152,9 +165,10 @@ class MultiheadSelfAttention(nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
 
     def attention_map(self, q: Tensor, k: Tensor) -> Tensor:
-        """The ``(B, H, N, N)`` map that multiplies ``V`` for ``q, k`` ``(B, H, N, d)``: ``Softmax(Q K^T * scale)``,
-        then dropout; the map of the kinds that are not ``fused`` (their subclasses build on or replace it)."""
-        return self.attn_drop(softmax_map(q, k, self.scale))
+        """The ``(B, H, N, N)`` map that multiplies ``V`` for ``q, k`` ``(B H, N, d)`` (the heads of each image
+        consecutive): ``Softmax(Q K^T * scale)``, then dropout; the map of the kinds that are not ``fused``
+        (their subclasses build on or replace it)."""
+        return self.attn_drop(head_logits(q, k, self.scale, self.num_heads).softmax(-1))
 
     def forward(self, x: Tensor, need_attn: bool = False,
                 ride: Optional[Ride] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:

@@ -1,9 +1,7 @@
 """Re-attention of DeepViT."""
 from typing import Optional
 
-import torch
 from torch import Tensor, nn
-from torch.func import functional_call
 
 from .attention import MultiheadSelfAttention
 
@@ -32,9 +30,8 @@ class ReAttention(MultiheadSelfAttention):
       ``reatten_scale``, used by DeepViT-S).
 
     With ``Θ = I``, zero bias and ``norm=None`` this is plain MHSA (the paper's special case).
-    The map is always computed explicitly (the fused kernel cannot mix heads after the softmax).
-    For speed, ``Θ`` runs as a batched matmul on the conv's weight and bias, and ``reatten_scale`` is
-    folded into the norm's affine: the same values with fewer passes over the map.
+    The map is always computed explicitly (the fused kernel cannot mix heads after the softmax), ``Θ``
+    as the official code runs it: one 1×1 convolution.
 
     Args:
         embed_dims (int): Token channels ``C``.
@@ -76,30 +73,11 @@ class ReAttention(MultiheadSelfAttention):
         self.reatten_scale = self.scale if transform_scale else 1.
 
     def attention_map(self, q: Tensor, k: Tensor) -> Tensor:
-        """``Norm(Θ^T A) * reatten_scale`` with ``A`` the (dropped-out) softmax map, ``(B, H, N, N)``."""
-        attn = super().attention_map(q, k)
-        B, H, N, _ = attn.shape
-        theta_t = self.reatten_matrix.weight.view(1, H, H).expand(B, H, H)
-        bias = self.reatten_matrix.bias
-        attn = attn.reshape(B, H, N * N)
-        attn = torch.bmm(theta_t, attn) if bias is None else torch.baddbmm(bias.view(1, H, 1), theta_t, attn)
-        attn = attn.view(B, H, N, N)
+        """``Norm(Θ^T A) * reatten_scale`` ``(B, H, N, N)`` with ``A`` the (dropped-out) softmax map of ``q, k``
+        ``(B H, N, d)``."""
+        attn = self.reatten_matrix(super().attention_map(q, k))
         if self.norm == 'bn':
-            return self._scaled_norm(attn)
-        if self.norm == 'ln':
-            return self._scaled_norm(attn.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+            attn = self.var_norm(attn)
+        elif self.norm == 'ln':
+            attn = self.var_norm(attn.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
         return attn * self.reatten_scale if self.reatten_scale != 1. else attn
-
-    def _scaled_norm(self, x: Tensor) -> Tensor:
-        """``var_norm(x) * reatten_scale``: the module runs with its affine weight and bias times the scale
-        (its running statistics, momentum and any SyncBN conversion behave as usual).
-
-        Under ``torch.jit`` tracing (the TorchScript ONNX exporter) ``functional_call`` is refused
-        ("The stateless API can't be used with Jitted modules"), so there the scale multiplies the
-        norm's output: the same values, one more pass over the map."""
-        if self.reatten_scale == 1.:
-            return self.var_norm(x)
-        if torch.jit.is_tracing():
-            return self.var_norm(x) * self.reatten_scale
-        scaled = {name: getattr(self.var_norm, name) * self.reatten_scale for name in ('weight', 'bias')}
-        return functional_call(self.var_norm, scaled, (x, ))

@@ -3,7 +3,7 @@ from typing import Optional
 
 from torch import Tensor, nn
 
-from .attention import MultiheadSelfAttention
+from .attention import MultiheadSelfAttention, head_logits
 
 
 class TalkingHeadsAttention(MultiheadSelfAttention):
@@ -49,7 +49,7 @@ class TalkingHeadsAttention(MultiheadSelfAttention):
         self.proj_post = nn.Linear(num_heads, num_heads, bias=bias)
 
     def attention_map(self, q: Tensor, k: Tensor) -> Tensor:
-        """``P_post(Softmax(P_pre(Q K^T * scale)))``, then dropout, ``(B, H, N, N)``."""
-        logits = ((q * self.scale) @ k.transpose(-2, -1)).permute(0, 2, 3, 1)
+        """``P_post(Softmax(P_pre(Q K^T * scale)))``, then dropout, ``(B, H, N, N)`` for ``q, k`` ``(B H, N, d)``."""
+        logits = head_logits(q, k, self.scale, self.num_heads).permute(0, 2, 3, 1)
         attn = self.proj_pre(logits).softmax(dim=-2)
         return self.attn_drop(self.proj_post(attn).permute(0, 3, 1, 2))

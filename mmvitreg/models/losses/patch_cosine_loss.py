@@ -26,7 +26,7 @@ def patch_cosine_similarity(h: Tensor, eps: float = 1e-8) -> Tensor:
         raise ValueError(f'the patch-wise cosine similarity needs at least 2 patch tokens, got {n}')
     with torch.autocast(h.device.type, enabled=False):
         hn = F.normalize(h.float(), dim=-1, eps=eps)
-        gram = (hn @ hn.transpose(1, 2)).abs()
+        gram = torch.bmm(hn, hn.transpose(1, 2)).abs()
     return (gram.sum((1, 2)) - gram.diagonal(dim1=1, dim2=2).sum(1)) / (n * (n - 1))
 
 

@@ -115,7 +115,7 @@ class PatchMixingLoss(BaseModule):
         if self.form == 'paper':
             logp = F.log_softmax(self.patch_head(self.dropout(h)).float(), dim=-1)  # (B, n, K)
             pick = lambda y: logp.gather(-1, y.view(-1, 1, 1).expand(-1, logp.shape[1], 1)).squeeze(-1)  # noqa: E731
-            loss = -(w * pick(own) + (1 - w) * pick(partner)).mean()
+            loss = -torch.lerp(pick(partner), pick(own), w).mean()  # w log p[y_b] + (1 - w) log p[y_index[b]]
         else:
             loss = h.new_zeros(())
             for region, label in ((w, own), (1 - w, partner)):
