@@ -38,6 +38,10 @@ class Ride:
     bf16 / fp16 autocast the map itself is bf16 / fp16, as in the official TL-Align code's AMP training,
     which mixes its labels with the fp16 map), the explicit path in float32.
 
+    ``stochastic`` (set with ``mixed``) says whether every row of the map that mixed the values is known to sum
+    to 1, so that a row of ``mixed`` keeps the mass of the values it mixes: True for a fused call (a softmax
+    map), False for the explicit path (a map of another kind, e.g. re-attention's, may not).
+
     Args:
         values (Tensor): ``(B', n, D)``.
     """
@@ -45,6 +49,7 @@ class Ride:
     def __init__(self, values: Tensor):
         self.values = (values.detach() if values.requires_grad else values).float()
         self.mixed: Optional[Tensor] = None
+        self.stochastic = False
 
     @property
     def fits(self) -> bool:
@@ -88,11 +93,13 @@ def attend_widened(q: Tensor, k: Optional[Tensor], v: Optional[Tensor], ride: Ri
     with torch.no_grad():
         mixed = out[..., d:d + D]
         mixed = mixed.view(B0, -1, heads, out.shape[2], D).mean(2).flatten(0, 1) if GH != heads else mixed.mean(1)
-        ride.mixed = mixed.float()
+        ride.mixed, ride.stochastic = mixed.float(), True
     return out[..., :d]
 
 
 def mix_map(ride: Ride, attn: Tensor) -> None:
-    """Set ``ride.mixed`` from a map ``(B', heads, n, n)`` taken before attention dropout."""
+    """Set ``ride.mixed`` from a map ``(B', heads, n, n)`` taken before attention dropout (``ride.stochastic``
+    False: the map may be one whose rows do not sum to 1)."""
     with torch.autocast(attn.device.type, enabled=False):
         ride.mixed = attn.detach().float().mean(1).clamp_(min=0) @ ride.values
+    ride.stochastic = False
