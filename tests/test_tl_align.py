@@ -119,6 +119,17 @@ def test_swin_labels_follow_shift_padding_and_merging():
     assert torch.allclose(ours.sum(1), torch.ones(4))
 
 
+def test_swin_labels_without_padding_skip_norm_and_merge_by_the_mean():
+    """Swin whose windows and merging need no padding (12x12 tokens, windows of 3): every map is a softmax
+    over real tokens, so the stream mixes unnormalised (Norm is the identity) and merges four tokens by their
+    mean; the target still equals the reference, which normalises every map and every merge."""
+    ours, ref, trace = aligned_vs_reference(tiny_swin(48), 48, 4, (12, 12))
+    layouts = [trace.windows[i] for i in range(4)]
+    assert all(lay.padded == lay.grid for lay in layouts) and layouts[1].shift > 0 and layouts[2].grid == (6, 6)
+    assert (ours - ref.float()).abs().max() <= 1e-6
+    assert torch.allclose(ours.sum(1), torch.ones(4))
+
+
 def test_deepvit_reattention_norm_equals_reference():
     """DeepViT-S preset (re-attention in the last 5 of 16 blocks, BatchNorm'd maps with negative entries):
     Table 10's Norm(W) gives the same target in both representations and keeps labels on the simplex."""
