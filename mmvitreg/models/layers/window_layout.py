@@ -23,18 +23,19 @@ def _shift_mask(padded: Tuple[int, int], window: int, shift: int, device: torch.
 
 @functools.lru_cache(maxsize=64)
 def _slot_sources(layout: 'WindowLayout', device: torch.device) -> Tensor:
-    """``(nW * w * w,)`` long: the grid token of every window slot, ``H * W`` (an appended token) on padding."""
+    """``(nW, w * w)`` long: the grid token of every window slot, ``H * W`` (an appended token) on padding."""
     H, W = layout.grid
-    return layout.grid_index(device).flatten().remainder(H * W + 1)  # -1 (padding) -> H * W
+    return layout.grid_index(device).remainder(H * W + 1)  # -1 (padding) -> H * W
 
 
 @functools.lru_cache(maxsize=64)
-def _token_slots(layout: 'WindowLayout', device: torch.device) -> Tensor:
-    """``(H * W,)`` long: the window slot of every grid token (padding bottom/right, shift ``-s`` cyclic)."""
+def _token_slots(layout: 'WindowLayout', device: torch.device) -> Tuple[Tensor, Tensor]:
+    """``(H * W,)`` long twice: the window and the slot in it of every grid token (padding bottom/right, shift
+    ``-s`` cyclic)."""
     (H, W), (Hp, Wp), w = layout.grid, layout.padded, layout.window
     rows = (torch.arange(H, device=device) - layout.shift).remainder(Hp).view(H, 1)
     cols = (torch.arange(W, device=device) - layout.shift).remainder(Wp).view(1, W)
-    return ((rows // w * (Wp // w) + cols // w) * w * w + rows % w * w + cols % w).flatten()
+    return (rows // w * (Wp // w) + cols // w).flatten(), (rows % w * w + cols % w).flatten()
 
 
 @dataclass(frozen=True)
@@ -107,22 +108,22 @@ class WindowLayout:
         return x[:, :H, :W].reshape(x.shape[0], H * W, *rest)
 
     def gather_windows(self, x: Tensor) -> Tensor:
-        """:meth:`partition` with padding 0 as one gather: grid tokens ``(B, H * W, *rest)`` -> window tokens
-        ``(B * nW, w * w, *rest)``, by a slot index cached per layout and device (a padded layout gathers its
-        padding from a zero token appended to the grid); for values carried beside the tokens (a stream's)."""
-        B, L, *rest = x.shape
+        """:meth:`partition` with padding 0 as one gather, per image: grid tokens ``(B, H * W, *rest)`` -> each
+        image's windows ``(B, nW, w * w, *rest)`` (a view of partition's ``(B * nW, w * w, *rest)``), by a slot
+        index cached per layout and device (a padded layout gathers its padding from a zero token appended to the
+        grid); for values carried beside the tokens (a stream's)."""
+        L = x.shape[1]
         if L != self.grid[0] * self.grid[1]:
             raise ValueError(f'{L} tokens do not fill the {self.grid} grid of this window layout')
         if self.padded != self.grid:
-            x = F.pad(x, (0, 0) * len(rest) + (0, 1))
-        return x.index_select(1, _slot_sources(self, x.device)).view(-1, self.window**2, *rest)
+            x = F.pad(x, (0, 0) * (x.dim() - 2) + (0, 1))
+        return x[:, _slot_sources(self, x.device)]
 
     def gather_grid(self, windows: Tensor) -> Tensor:
-        """:meth:`reverse` as one gather: window tokens ``(B * nW, w * w, *rest)`` -> grid tokens ``(B, H * W,
-        *rest)`` (padding dropped), by a token index cached per layout and device."""
-        rest = windows.shape[2:]
-        x = windows.view(-1, self.num_windows * self.window**2, *rest)
-        return x.index_select(1, _token_slots(self, x.device))
+        """:meth:`reverse` as one gather, per image: windows ``(B, nW, w * w, *rest)`` (as :meth:`gather_windows`
+        gives them) -> grid tokens ``(B, H * W, *rest)`` (padding dropped), by indices cached per layout and
+        device."""
+        return windows[(slice(None), ) + _token_slots(self, windows.device)]
 
     def attn_mask(self, device=None) -> Optional[Tensor]:
         """``(nW, w * w, w * w)`` additive mask of a shifted layout (0 within a region, -100
