@@ -33,8 +33,9 @@ class TLAlign(BaseModule):
     * ``A_h^l``: the attention map of head ``h``, detached, taken before attention dropout
       (re-attention: after ``Θ`` and its norm, whose dropout comes first), cls row and column
       included; the mean over heads (Eq. 9);
-    * ``Norm`` (Table 10) scales each row to sum 1. A softmax row already does, so for ViT/DeiT this
-      is the official code's ``A Y`` (up to float rounding). A **re-attention** map is not
+    * ``Norm`` (Table 10) scales each row to sum 1. A softmax row already does, so where the map is a
+      softmax over real tokens (ViT/DeiT, Swin windows without padding) the stream skips it: the official
+      code's ``A Y`` (:meth:`step`, ``stochastic``). A **re-attention** map is not
       row-stochastic (``Θ``, its bias and the BatchNorm make entries negative): negative weights are
       set to 0 before the row is scaled, because a negative weight would take label mass away and
       leave the simplex; a row with no positive weight keeps the token's label;
@@ -43,7 +44,7 @@ class TLAlign(BaseModule):
     * Swin: labels follow the tokens' padding, cyclic shift and window partition (the block's
       :class:`~mmvitreg.models.layers.WindowLayout`); padding tokens carry no label, so a row is
       normalised over the real tokens it attends; patch merging sums the labels of the 2x2 merged
-      tokens (real ones only) and normalises (Table 10);
+      tokens (real ones only) and normalises (Table 10; the mean where all four are real);
     * stop-gradient (Eq. 12): labels ride on detached values and never enter autograd.
 
     **How the labels travel.** TLAlign is a :class:`~mmvitreg.models.trace.TokenStream`: the backbone
