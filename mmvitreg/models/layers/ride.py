@@ -95,7 +95,7 @@ def attend_widened(q: Tensor, k: Optional[Tensor], v: Optional[Tensor], ride: Ri
             values = values.unsqueeze(1).expand(-1, heads, -1, -1)
         q, k, v = F.pad(q, (0, P)), F.pad(k, (0, P)), torch.cat((v, values), -1)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
-    with torch.no_grad():
+    with torch.no_grad():  # (one split op would give both slices but costs three ops in the backward, not one)
         mixed = out[..., d:d + D]
         mixed = mixed.view(B0, -1, heads, out.shape[2], D).mean(2) if GH != heads else mixed.mean(1)
         layout = (*ride.values.shape[:-2], *mixed.shape[-2:])  # the windows as the values hold them

@@ -107,6 +107,12 @@ class WindowLayout:
             x = torch.roll(x, (self.shift, self.shift), (1, 2))
         return x[:, :H, :W].reshape(x.shape[0], H * W, *rest)
 
+    @property
+    def is_grid(self) -> bool:
+        """Whether the windows are the grid itself (one window, no padding, no shift): window tokens ``(B, 1, w * w,
+        ...)`` are then a view of the grid tokens ``(B, H * W, ...)``, in the same order."""
+        return not self.shift and self.padded == tuple(self.grid) == (self.window, self.window)
+
     def gather_windows(self, x: Tensor) -> Tensor:
         """:meth:`partition` with padding 0 as one gather, per image: grid tokens ``(B, H * W, *rest)`` -> each
         image's windows ``(B, nW, w * w, *rest)`` (a view of partition's ``(B * nW, w * w, *rest)``), by a slot

@@ -1,4 +1,5 @@
 """TL-Align: token-label alignment, the training target of a mixed image carried along with the tokens."""
+import functools
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -117,7 +118,7 @@ class TLAlign(BaseModule):
         extra = trace.num_extra_tokens
         w = mask.view(len(mask), -1, 1)  # (B, Hg * Wg, 1)
         if extra:  # the extra tokens' share is the area lam, the mean of the mask
-            w = torch.cat([w.mean(1, keepdim=True).expand(-1, extra, -1), w], 1)
+            w = torch.cat([w.mean(1, keepdim=True)] * extra + [w], 1)
         if self.representation == 'weights':
             return torch.cat([w, 1 - w], -1)
         if not trace.samples or any('gt_label' not in s for s in trace.samples):
@@ -149,7 +150,7 @@ class TLAlign(BaseModule):
             raise ValueError(f'TLAlign follows 2x2 patch merging, but the grid changes from {grid} to {merged}')
         D = labels.shape[-1]
         if (2 * H2, 2 * W2) == (H, W):  # four real tokens, each of mass 1: normalising is the mean
-            return labels.view(-1, H2, 2, W2, 2, D).mean((2, 4)).view(-1, H2 * W2, D)
+            return labels[:, _merged_tokens(grid, labels.device)].mean(2)
         x = F.pad(labels.view(-1, H, W, D), (0, 0, 0, 2 * W2 - W, 0, 2 * H2 - H))
         x = x.view(-1, H2, 2, W2, 2, D).sum((2, 4)).flatten(1, 2)
         return x / x.sum(-1, keepdim=True)
@@ -193,6 +194,15 @@ class TLAlign(BaseModule):
         if self.representation != 'weights':
             raise ValueError("aligned_weights reads the weight stream: build TLAlign(representation='weights')")
         return self.aligned_labels(trace)[:, 0]
+
+
+@functools.lru_cache(maxsize=16)
+def _merged_tokens(grid: Tuple[int, int], device: torch.device) -> Tensor:
+    """``(H / 2 * W / 2, 4)`` long: the grid tokens of every 2x2 group of an even ``grid`` ``(H, W)``, merged
+    tokens row-major (cached per grid and device)."""
+    H, W = grid
+    corner = (torch.arange(H // 2, device=device).view(-1, 1) * 2 * W + torch.arange(W // 2, device=device) * 2)
+    return corner.view(-1, 1) + torch.tensor([0, 1, W, W + 1], device=device)
 
 
 def _one_hot(data_samples, num_classes: int, device) -> Tensor:

@@ -142,12 +142,14 @@ class TokenTrace:
 
         ``need_attn`` is True for a tapped attention map; ``ride`` carries the stream's values (in the
         block's windows with a ``layout``, padding 0, moved by :meth:`WindowLayout.gather_windows
-        <mmvitreg.models.layers.WindowLayout.gather_windows>`). Records ``grids[index] = grid``, the tokens and the
-        map of tapped blocks (and the ``layout`` of a tapped map) and the stream's next values."""
+        <mmvitreg.models.layers.WindowLayout.gather_windows>`; as they are where the one window is the grid).
+        Records ``grids[index] = grid``, the tokens and the map of tapped blocks (and the ``layout`` of a tapped
+        map) and the stream's next values."""
         need_attn = index in self._attn_taps
+        moves = layout is not None and not layout.is_grid  # the values move into windows and back
         ride = None
         if self.stream is not None:
-            ride = Ride(layout.gather_windows(self._values) if layout is not None else self._values)
+            ride = Ride(layout.gather_windows(self._values) if moves else self._values)
         out = run(x, need_attn, ride)
         x, attn = out if need_attn else (out, None)
         self.grids[index] = tuple(grid)
@@ -158,7 +160,7 @@ class TokenTrace:
             if layout is not None:
                 self.windows[index] = layout
         if ride is not None:
-            mixed = layout.gather_grid(ride.mixed) if layout is not None else ride.mixed
+            mixed = layout.gather_grid(ride.mixed) if moves else ride.mixed
             # padding tokens carry no values: a row that attends them does not keep its mass
             stochastic = ride.stochastic and (layout is None or layout.padded == layout.grid)
             self._values = self.streamed[index] = self.stream.step(self, index, self._values, mixed, stochastic)
