@@ -67,10 +67,11 @@ def attend_widened(q: Tensor, k: Optional[Tensor], v: Optional[Tensor], ride: Ri
 
     ``q, k, v`` are ``(B0, G * heads, n, d)`` (``G`` windows folded into the head axis, ``B' = B0 * G``; ``G = 1``
     without windows; ``q`` may have another number of tokens than ``k, v``) and ``ride.values`` ``(B', n, D)``
-    (or ``(B0, G, n, D)``) on the tokens of ``k, v``; or ``q`` is a qkv projection's ``(B', n, 3, heads, d)`` with ``k = v = None``,
-    widened in one op and folded here (``G = bias.shape[1] // heads``). ``q, k`` get ``P`` zero channels and
-    ``v`` the values (zero-padded to ``P``, ``d + P`` a multiple of 8 as the fused kernels prefer, broadcast over
-    the heads): the logits, the map and the first ``d`` output channels are those of the unwidened call, the next
+    (or ``(B0, G, n, D)``) on the tokens of ``k, v``; or ``q`` is a qkv projection's ``(B', n, 3, heads, d)``
+    with ``k = v = None``, widened in one op (``F.pad`` to ``3P`` channels per token, seen by ``as_strided`` as
+    ``(B', n, 3, heads, P)``) and folded here (``G = bias.shape[1] // heads``). ``q, k`` get ``P`` zero channels
+    and ``v`` the values (zero-padded to ``P``, ``d + P`` a multiple of 8 as the fused kernels prefer, broadcast
+    over the heads): the logits, the map and the first ``d`` output channels are those of the unwidened call, the next
     ``D`` the per-head maps applied to the values, whose head mean is ``ride.mixed``. The values carry no
     gradient; the backward is the kernel's own at width ``d + P``.
     """
