@@ -187,6 +187,9 @@ def test_window_layout_partitions_like_mmpretrain_and_reverses():
         index = layout.grid_index()
         assert index.shape == (6, 16) and set(index[index >= 0].tolist()) == set(range(70))
         assert (index < 0).sum() == 96 - 70
+        # the one-gather moves of a stream's values: the same windows (padding 0) and the same grid back
+        assert torch.equal(layout.gather_windows(x), windows.view(2, 6, 16, 3))
+        assert torch.equal(layout.gather_grid(windows.view(2, 6, 16, 3)), x)
 
 
 def test_window_attention_placed_on_the_grid():

@@ -119,6 +119,19 @@ def test_swin_labels_follow_shift_padding_and_merging():
     assert torch.allclose(ours.sum(1), torch.ones(4))
 
 
+def test_swin_labels_without_padding_skip_norm_and_merge_by_the_mean():
+    """Swin whose windows and merging need no padding (6x6 tokens, windows of 3; after merging one 3x3 window,
+    the grid itself): every map is a softmax over real tokens, so the stream mixes unnormalised (Norm is the
+    identity), merges four tokens by their mean and leaves the values of a one-window stage in place; the target
+    still equals the reference, which normalises every map and every merge."""
+    ours, ref, trace = aligned_vs_reference(tiny_swin(24), 24, 4, (6, 6))
+    layouts = [trace.windows[i] for i in range(4)]
+    assert all(lay.padded == lay.grid for lay in layouts) and layouts[1].shift > 0 and not layouts[1].is_grid
+    assert layouts[2].grid == (3, 3) and layouts[2].is_grid and layouts[3].is_grid
+    assert (ours - ref.float()).abs().max() <= 1e-6
+    assert torch.allclose(ours.sum(1), torch.ones(4))
+
+
 def test_deepvit_reattention_norm_equals_reference():
     """DeepViT-S preset (re-attention in the last 5 of 16 blocks, BatchNorm'd maps with negative entries):
     Table 10's Norm(W) gives the same target in both representations and keeps labels on the simplex."""

@@ -26,7 +26,10 @@ class Ride:
     """Per-token values that ride along with one attention call, and what the attention made of them.
 
     Holds ``values`` ``(B', n, D)`` on the attention's token layout (``B' = B`` in a ViT, ``B * nW``
-    windows in a Swin); :func:`~mmvitreg.models.layers.attend` sets ``mixed`` ``(B', n, D)``:
+    windows in a Swin), or in a Swin the same per image ``(B, nW, n, D)`` (as
+    :meth:`~mmvitreg.models.layers.WindowLayout.gather_windows` gives them);
+    :func:`~mmvitreg.models.layers.attend` sets ``mixed`` in the layout of ``values`` (on the queries'
+    tokens):
 
     .. math::
         \\mathrm{mixed} = \\max\\big(0, \\tfrac{1}{H}\\textstyle\\sum_h A_h\\big)\\, \\mathrm{values},
@@ -38,13 +41,18 @@ class Ride:
     bf16 / fp16 autocast the map itself is bf16 / fp16, as in the official TL-Align code's AMP training,
     which mixes its labels with the fp16 map), the explicit path in float32.
 
+    ``stochastic`` (set with ``mixed``) says whether every row of the map that mixed the values is known to sum
+    to 1, so that a row of ``mixed`` keeps the mass of the values it mixes: True for a fused call (a softmax
+    map), False for the explicit path (a map of another kind, e.g. re-attention's, may not).
+
     Args:
-        values (Tensor): ``(B', n, D)``.
+        values (Tensor): ``(B', n, D)`` or ``(B, nW, n, D)``.
     """
 
     def __init__(self, values: Tensor):
         self.values = (values.detach() if values.requires_grad else values).float()
         self.mixed: Optional[Tensor] = None
+        self.stochastic = False
 
     @property
     def fits(self) -> bool:
@@ -55,14 +63,15 @@ class Ride:
 def attend_widened(q: Tensor, k: Optional[Tensor], v: Optional[Tensor], ride: Ride, scale: float, heads: int,
                    bias: Optional[Tensor] = None) -> Tensor:
     """``Softmax(q k^T * scale + bias) v`` ``(B0, G * heads, n, d)`` by ``F.scaled_dot_product_attention``, with
-    the ride's values as extra value channels of the same call; sets ``ride.mixed`` ``(B', n, D)``.
+    the ride's values as extra value channels of the same call; sets ``ride.mixed`` (in its values' layout).
 
     ``q, k, v`` are ``(B0, G * heads, n, d)`` (``G`` windows folded into the head axis, ``B' = B0 * G``; ``G = 1``
     without windows; ``q`` may have another number of tokens than ``k, v``) and ``ride.values`` ``(B', n, D)``
-    on the tokens of ``k, v``; or ``q`` is a qkv projection's ``(B', n, 3, heads, d)`` with ``k = v = None``,
-    widened in one op and folded here (``G = bias.shape[1] // heads``). ``q, k`` get ``P`` zero channels and
-    ``v`` the values (zero-padded to ``P``, ``d + P`` a multiple of 8 as the fused kernels prefer, broadcast over
-    the heads): the logits, the map and the first ``d`` output channels are those of the unwidened call, the next
+    (or ``(B0, G, n, D)``) on the tokens of ``k, v``; or ``q`` is a qkv projection's ``(B', n, 3, heads, d)``
+    with ``k = v = None``, widened in one op (``F.pad`` to ``3P`` channels per token, seen by ``as_strided`` as
+    ``(B', n, 3, heads, P)``) and folded here (``G = bias.shape[1] // heads``). ``q, k`` get ``P`` zero channels
+    and ``v`` the values (zero-padded to ``P``, ``d + P`` a multiple of 8 as the fused kernels prefer, broadcast
+    over the heads): the logits, the map and the first ``d`` output channels are those of the unwidened call, the next
     ``D`` the per-head maps applied to the values, whose head mean is ``ride.mixed``. The values carry no
     gradient; the backward is the kernel's own at width ``d + P``.
     """
@@ -71,8 +80,10 @@ def attend_widened(q: Tensor, k: Optional[Tensor], v: Optional[Tensor], ride: Ri
     P = -(d + D) // 8 * -8 - d  # D rounded up so that d + P is a multiple of 8
     if k is None:  # packed: zeros for q, k and the values for v, beside every head, by one cat
         Bw, n = q.shape[:2]
-        values = F.pad(ride.values.view(Bw, n, 1, 1, D), (0, P - D, 0, 0, 2, 0)).to(q.dtype)  # (B', n, 3, 1, P)
-        qkv = torch.cat((q, values.expand(-1, -1, -1, heads, -1)), -1).permute(2, 0, 3, 1, 4)  # (3, B', H, n, d+P)
+        values = F.pad(ride.values, (2 * P, P - D)).to(q.dtype)  # B' n tokens of 3P: zeros for q, k; v's P
+        # seen as (B', n, 3, H, P), the same P channels for every head (stride 0): one view op, not three
+        values = values.as_strided((Bw, n, 3, heads, P), (n * 3 * P, 3 * P, P, 0, 1))
+        qkv = torch.cat((q, values), -1).permute(2, 0, 3, 1, 4)  # (3, B', H, n, d+P)
         G = 1 if bias is None else bias.shape[1] // heads
         q, k, v = (qkv if G == 1 else qkv.reshape(3, Bw // G, G * heads, n, d + P)).unbind(0)
         B0, GH = q.shape[:2]
@@ -85,14 +96,19 @@ def attend_widened(q: Tensor, k: Optional[Tensor], v: Optional[Tensor], ride: Ri
             values = values.unsqueeze(1).expand(-1, heads, -1, -1)
         q, k, v = F.pad(q, (0, P)), F.pad(k, (0, P)), torch.cat((v, values), -1)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
-    with torch.no_grad():
+    with torch.no_grad():  # (one split op would give both slices but costs three ops in the backward, not one)
         mixed = out[..., d:d + D]
-        mixed = mixed.view(B0, -1, heads, out.shape[2], D).mean(2).flatten(0, 1) if GH != heads else mixed.mean(1)
-        ride.mixed = mixed.float()
+        mixed = mixed.view(B0, -1, heads, out.shape[2], D).mean(2) if GH != heads else mixed.mean(1)
+        layout = (*ride.values.shape[:-2], *mixed.shape[-2:])  # the windows as the values hold them
+        ride.mixed, ride.stochastic = (mixed if mixed.shape == layout else mixed.view(layout)).float(), True
     return out[..., :d]
 
 
 def mix_map(ride: Ride, attn: Tensor) -> None:
-    """Set ``ride.mixed`` from a map ``(B', heads, n, n)`` taken before attention dropout."""
+    """Set ``ride.mixed`` from a map ``(B', heads, n, n)`` taken before attention dropout (``ride.stochastic``
+    False: the map may be one whose rows do not sum to 1)."""
+    values = ride.values.view(attn.shape[0], attn.shape[-1], -1)  # (B', n, D)
     with torch.autocast(attn.device.type, enabled=False):
-        ride.mixed = attn.detach().float().mean(1).clamp_(min=0) @ ride.values
+        mixed = attn.detach().float().mean(1).clamp_(min=0) @ values  # (B', n_q, D)
+    ride.mixed = mixed.view(*ride.values.shape[:-2], *mixed.shape[-2:])
+    ride.stochastic = False

@@ -21,6 +21,23 @@ def _shift_mask(padded: Tuple[int, int], window: int, shift: int, device: torch.
     return mask.masked_fill(mask != 0, -100.).masked_fill(mask == 0, 0.)
 
 
+@functools.lru_cache(maxsize=64)
+def _slot_sources(layout: 'WindowLayout', device: torch.device) -> Tensor:
+    """``(nW, w * w)`` long: the grid token of every window slot, ``H * W`` (an appended token) on padding."""
+    H, W = layout.grid
+    return layout.grid_index(device).remainder(H * W + 1)  # -1 (padding) -> H * W
+
+
+@functools.lru_cache(maxsize=64)
+def _token_slots(layout: 'WindowLayout', device: torch.device) -> Tuple[Tensor, Tensor]:
+    """``(H * W,)`` long twice: the window and the slot in it of every grid token (padding bottom/right, shift
+    ``-s`` cyclic)."""
+    (H, W), (Hp, Wp), w = layout.grid, layout.padded, layout.window
+    rows = (torch.arange(H, device=device) - layout.shift).remainder(Hp).view(H, 1)
+    cols = (torch.arange(W, device=device) - layout.shift).remainder(Wp).view(1, W)
+    return (rows // w * (Wp // w) + cols // w).flatten(), (rows % w * w + cols % w).flatten()
+
+
 @dataclass(frozen=True)
 class WindowLayout:
     """How a windowed block (Swin) places its ``(H, W)`` token grid into attention windows.
@@ -89,6 +106,30 @@ class WindowLayout:
         if self.shift:
             x = torch.roll(x, (self.shift, self.shift), (1, 2))
         return x[:, :H, :W].reshape(x.shape[0], H * W, *rest)
+
+    @property
+    def is_grid(self) -> bool:
+        """Whether the windows are the grid itself (one window, no padding, no shift): window tokens ``(B, 1, w * w,
+        ...)`` are then a view of the grid tokens ``(B, H * W, ...)``, in the same order."""
+        return not self.shift and self.padded == tuple(self.grid) == (self.window, self.window)
+
+    def gather_windows(self, x: Tensor) -> Tensor:
+        """:meth:`partition` with padding 0 as one gather, per image: grid tokens ``(B, H * W, *rest)`` -> each
+        image's windows ``(B, nW, w * w, *rest)`` (a view of partition's ``(B * nW, w * w, *rest)``), by a slot
+        index cached per layout and device (a padded layout gathers its padding from a zero token appended to the
+        grid); for values carried beside the tokens (a stream's)."""
+        L = x.shape[1]
+        if L != self.grid[0] * self.grid[1]:
+            raise ValueError(f'{L} tokens do not fill the {self.grid} grid of this window layout')
+        if self.padded != self.grid:
+            x = F.pad(x, (0, 0) * (x.dim() - 2) + (0, 1))
+        return x[:, _slot_sources(self, x.device)]
+
+    def gather_grid(self, windows: Tensor) -> Tensor:
+        """:meth:`reverse` as one gather, per image: windows ``(B, nW, w * w, *rest)`` (as :meth:`gather_windows`
+        gives them) -> grid tokens ``(B, H * W, *rest)`` (padding dropped), by indices cached per layout and
+        device."""
+        return windows[(slice(None), ) + _token_slots(self, windows.device)]
 
     def attn_mask(self, device=None) -> Optional[Tensor]:
         """``(nW, w * w, w * w)`` additive mask of a shifted layout (0 within a region, -100

@@ -1,4 +1,5 @@
 """TL-Align: token-label alignment, the training target of a mixed image carried along with the tokens."""
+import functools
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -33,8 +34,9 @@ class TLAlign(BaseModule):
     * ``A_h^l``: the attention map of head ``h``, detached, taken before attention dropout
       (re-attention: after ``Θ`` and its norm, whose dropout comes first), cls row and column
       included; the mean over heads (Eq. 9);
-    * ``Norm`` (Table 10) scales each row to sum 1. A softmax row already does, so for ViT/DeiT this
-      is the official code's ``A Y`` (up to float rounding). A **re-attention** map is not
+    * ``Norm`` (Table 10) scales each row to sum 1. A softmax row already does, so where the map is a
+      softmax over real tokens (ViT/DeiT, Swin windows without padding) the stream skips it: the official
+      code's ``A Y`` (:meth:`step`, ``stochastic``). A **re-attention** map is not
       row-stochastic (``Θ``, its bias and the BatchNorm make entries negative): negative weights are
       set to 0 before the row is scaled, because a negative weight would take label mass away and
       leave the simplex; a row with no positive weight keeps the token's label;
@@ -43,7 +45,7 @@ class TLAlign(BaseModule):
     * Swin: labels follow the tokens' padding, cyclic shift and window partition (the block's
       :class:`~mmvitreg.models.layers.WindowLayout`); padding tokens carry no label, so a row is
       normalised over the real tokens it attends; patch merging sums the labels of the 2x2 merged
-      tokens (real ones only) and normalises (Table 10);
+      tokens (real ones only) and normalises (Table 10; the mean where all four are real);
     * stop-gradient (Eq. 12): labels ride on detached values and never enter autograd.
 
     **How the labels travel.** TLAlign is a :class:`~mmvitreg.models.trace.TokenStream`: the backbone
@@ -112,11 +114,11 @@ class TLAlign(BaseModule):
         plan = trace.mix
         if plan is None:
             raise ValueError(NO_PLAN)
-        w = plan.mask.flatten(1).float()  # (B, Hg * Wg)
+        mask = plan.mask.float()  # (B, Hg, Wg)
         extra = trace.num_extra_tokens
-        if extra:
-            w = torch.cat([plan.lam.float().unsqueeze(1).expand(-1, extra), w], 1)
-        w = w.unsqueeze(-1)
+        w = mask.view(len(mask), -1, 1)  # (B, Hg * Wg, 1)
+        if extra:  # the extra tokens' share is the area lam, the mean of the mask
+            w = torch.cat([w.mean(1, keepdim=True)] * extra + [w], 1)
         if self.representation == 'weights':
             return torch.cat([w, 1 - w], -1)
         if not trace.samples or any('gt_label' not in s for s in trace.samples):
@@ -126,14 +128,18 @@ class TLAlign(BaseModule):
         return w * own + (1 - w) * own[plan.index]
 
     @staticmethod
-    def step(trace: TokenTrace, layer: int, labels: Tensor, mixed: Tensor) -> Tensor:
+    def step(trace: TokenTrace, layer: int, labels: Tensor, mixed: Tensor, stochastic: bool = False) -> Tensor:
         """Eq. 9 + 11: ``(Norm(A) Y + Y) / 2`` from ``Y`` and ``mixed = max(0, mean_h A) Y``, ``(B, N, D)``.
 
         Norm divides each row by its label mass (the real tokens it attends, Table 10); a row with
-        no mass keeps the token's label (its ``0 / 0`` is never selected; labels carry no gradient)."""
-        mass = mixed.sum(-1, keepdim=True)
-        aligned = torch.where(mass > 0, mixed / mass, labels)
-        return labels.lerp(aligned, 0.5)  # (aligned + labels) / 2 in one operator
+        no mass keeps the token's label (its ``0 / 0`` is never selected; labels carry no gradient). With
+        ``stochastic`` (a softmax map without padding tokens: every label sums to 1 and every row of the map
+        too) each row's mass is already 1 and Norm is the identity, as in the official code, which mixes
+        ``A Y`` unnormalised: one operator."""
+        if not stochastic:
+            mass = mixed.sum(-1, keepdim=True)
+            mixed = torch.where(mass > 0, mixed / mass, labels)
+        return labels.lerp(mixed, 0.5)  # (aligned + labels) / 2 in one operator
 
     @staticmethod
     def resize(labels: Tensor, grid: Tuple[int, int], merged: Tuple[int, int]) -> Tensor:
@@ -143,6 +149,8 @@ class TLAlign(BaseModule):
         if (H2, W2) != (-(-H // 2), -(-W // 2)):
             raise ValueError(f'TLAlign follows 2x2 patch merging, but the grid changes from {grid} to {merged}')
         D = labels.shape[-1]
+        if (2 * H2, 2 * W2) == (H, W):  # four real tokens, each of mass 1: normalising is the mean
+            return labels[:, _merged_tokens(grid, labels.device)].mean(2)
         x = F.pad(labels.view(-1, H, W, D), (0, 0, 0, 2 * W2 - W, 0, 2 * H2 - H))
         x = x.view(-1, H2, 2, W2, 2, D).sum((2, 4)).flatten(1, 2)
         return x / x.sum(-1, keepdim=True)
@@ -161,17 +169,16 @@ class TLAlign(BaseModule):
             raise ValueError(NO_PLAN)
         if any('gt_label' not in s for s in data_samples):
             raise ValueError('TLAlign builds the targets from gt_label, which the data samples lack')
-        labels = self.aligned_labels(trace)
+        labels = self.aligned_labels(trace)  # carries no gradient (the stream never enters autograd)
         num_classes = data_samples[0].gt_score.shape[-1]
         own = _one_hot(data_samples, num_classes, labels.device)
+        partner = own[trace.mix.index]
         if self.representation == 'weights':
-            w = labels[:, :1]
-            labels = w * own + (1 - w) * own[trace.mix.index]
-        lam = trace.mix.lam.float().unsqueeze(1)
-        area = lam * own + (1 - lam) * own[trace.mix.index]
+            labels = partner.lerp(own, labels[:, :1])  # w * own + (1 - w) * partner
+        area = partner.lerp(own, trace.mix.lam.float().unsqueeze(1))
         for sample, target in zip(data_samples, labels):
             sample.set_gt_score(target)
-        return {'tla_shift': 0.5 * (labels - area).abs().sum(1).mean().detach()}
+        return {'tla_shift': torch.dist(labels, area, 1) * (0.5 / len(labels))}  # the batch mean of 0.5 |.|_1
 
     def aligned_labels(self, trace: TokenTrace) -> Tensor:
         """``(B, D)``: the cls token's label after the last block, or the mean over tokens without a cls
@@ -189,8 +196,17 @@ class TLAlign(BaseModule):
         return self.aligned_labels(trace)[:, 0]
 
 
+@functools.lru_cache(maxsize=16)
+def _merged_tokens(grid: Tuple[int, int], device: torch.device) -> Tensor:
+    """``(H / 2 * W / 2, 4)`` long: the grid tokens of every 2x2 group of an even ``grid`` ``(H, W)``, merged
+    tokens row-major (cached per grid and device)."""
+    H, W = grid
+    corner = (torch.arange(H // 2, device=device).view(-1, 1) * 2 * W + torch.arange(W // 2, device=device) * 2)
+    return corner.view(-1, 1) + torch.tensor([0, 1, W, W + 1], device=device)
+
+
 def _one_hot(data_samples, num_classes: int, device) -> Tensor:
     """``(B, num_classes)`` float one-hot rows of the samples' ``gt_label`` (a scatter: unlike ``F.one_hot`` on
     the CPU, no range check that reads the labels on the host)."""
-    labels = torch.cat([s.gt_label for s in data_samples]).to(device)
-    return torch.zeros(len(labels), num_classes, device=device).scatter_(1, labels.view(-1, 1), 1.)
+    labels = torch.stack([s.gt_label for s in data_samples]).to(device)  # (B, 1)
+    return torch.zeros(len(labels), num_classes, device=device).scatter_(1, labels, 1.)

@@ -20,8 +20,11 @@ class TokenStream(Protocol):
         """The values of the tokens that enter the first block (``trace.grid``, ``trace.mix``,
         ``trace.num_extra_tokens`` and ``trace.samples`` are set)."""
 
-    def step(self, trace: 'TokenTrace', layer: int, values: Tensor, mixed: Tensor) -> Tensor:
-        """The values after block ``layer``, from those before it and what its attention ``mixed``."""
+    def step(self, trace: 'TokenTrace', layer: int, values: Tensor, mixed: Tensor, stochastic: bool = False
+             ) -> Tensor:
+        """The values after block ``layer``, from those before it and what its attention ``mixed``;
+        ``stochastic``: every row of the map that mixed them sums to 1 over the tokens that carry values (a
+        softmax map, no padding token in the block's windows), so a row of ``mixed`` keeps the mass it mixes."""
 
     def resize(self, values: Tensor, grid: Tuple[int, int], new_grid: Tuple[int, int]) -> Tensor:
         """The values after a downsampling between blocks (Swin's patch merging) from ``grid`` to ``new_grid``."""
@@ -138,12 +141,15 @@ class TokenTrace:
         """Run block ``index`` as ``run(x, need_attn, ride)`` and record it; returns its output tokens.
 
         ``need_attn`` is True for a tapped attention map; ``ride`` carries the stream's values (in the
-        block's windows with a ``layout``, padding 0). Records ``grids[index] = grid``, the tokens and the
-        map of tapped blocks (and the ``layout`` of a tapped map) and the stream's next values."""
+        block's windows with a ``layout``, padding 0, moved by :meth:`WindowLayout.gather_windows
+        <mmvitreg.models.layers.WindowLayout.gather_windows>`; as they are where the one window is the grid).
+        Records ``grids[index] = grid``, the tokens and the map of tapped blocks (and the ``layout`` of a tapped
+        map) and the stream's next values."""
         need_attn = index in self._attn_taps
+        moves = layout is not None and not layout.is_grid  # the values move into windows and back
         ride = None
         if self.stream is not None:
-            ride = Ride(layout.partition(self._values) if layout is not None else self._values)
+            ride = Ride(layout.gather_windows(self._values) if moves else self._values)
         out = run(x, need_attn, ride)
         x, attn = out if need_attn else (out, None)
         self.grids[index] = tuple(grid)
@@ -154,8 +160,10 @@ class TokenTrace:
             if layout is not None:
                 self.windows[index] = layout
         if ride is not None:
-            mixed = layout.reverse(ride.mixed) if layout is not None else ride.mixed
-            self._values = self.streamed[index] = self.stream.step(self, index, self._values, mixed)
+            mixed = layout.gather_grid(ride.mixed) if moves else ride.mixed
+            # padding tokens carry no values: a row that attends them does not keep its mass
+            stochastic = ride.stochastic and (layout is None or layout.padded == layout.grid)
+            self._values = self.streamed[index] = self.stream.step(self, index, self._values, mixed, stochastic)
         return x
 
     def downsample(self, grid: Tuple[int, int], new_grid: Tuple[int, int]) -> None:
