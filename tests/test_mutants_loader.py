@@ -1,0 +1,138 @@
+"""Behaviours of the loader (``mmvitreg/engine/checkpoint.py``, ``mmvitreg/fileio.py``) that the mutation run
+(``tools/misc/mutation_score.py``, docs/mutation.md) found untested: the HistoryBuffer ``getattr`` allow-list, the
+errors a module reports while loading, what a refused file looks like, the EMA copy check, the backbone policy's
+share and ``--resume auto``'s candidates. Tiny ``nn.Linear`` models, files in ``tmp_path``; no training."""
+import os
+import pickle
+
+import pytest
+import torch
+from mmengine.logging import HistoryBuffer
+from torch import nn
+
+from mmvitreg.engine.checkpoint import (CheckpointError, _looks_like, check_copy, check_fit, judge,
+                                        load_state_dict_checked, resume_candidates)
+from mmvitreg.fileio import _history_buffer_statistic
+
+
+class Net(nn.Module):
+    def __init__(self, classes=3):
+        super().__init__()
+        self.backbone = nn.Linear(4, 8)
+        self.bn = nn.BatchNorm1d(8)
+        self.head = nn.Linear(8, classes)
+
+
+# ---------------------------------------------------------------- fileio
+
+
+def test_getattr_is_allowed_for_a_history_buffer_statistic_and_nothing_else():
+    """A HistoryBuffer pickle names getattr(HistoryBuffer, 'min'); any other attribute, or any other class, is
+    refused (both conditions are needed: getattr(HistoryBuffer, 'update') or getattr(dict, 'min') would hand the
+    pickle a callable it has no business with)."""
+    assert _history_buffer_statistic(HistoryBuffer, 'min') is HistoryBuffer.min
+    assert _history_buffer_statistic(HistoryBuffer, 'mean') is HistoryBuffer.mean
+    for owner, name in ((HistoryBuffer, 'update'), (HistoryBuffer, '__init__'), (dict, 'min'), (HistoryBuffer, 'x')):
+        with pytest.raises(pickle.UnpicklingError, match='is not a HistoryBuffer statistic'):
+            _history_buffer_statistic(owner, name)
+
+
+# ---------------------------------------------------------------- the key report
+
+
+class Refusing(nn.Linear):
+    """A module that reports an error while loading (as a module with its own ``_load_from_state_dict`` may)."""
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing, unexpected, error_msgs):
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing, unexpected, error_msgs)
+        error_msgs.append('the kernel is stored transposed')
+
+
+def test_a_modules_own_load_error_is_reported_and_mmengines_key_lines_are_not():
+    """mmengine logs its missing / unexpected key lists in the same message as the modules' errors: the report keeps
+    the key lists apart and only the other lines as errors."""
+    source = Net().state_dict()
+    source['extra.weight'] = torch.zeros(1)
+    del source['head.bias']
+    report = load_state_dict_checked(Net(), source)
+    assert report.missing == ['head.bias'] and report.unexpected == ['extra.weight'] and report.errors == []
+    model = Net()
+    model.head = Refusing(8, 3)
+    report = load_state_dict_checked(model, Net().state_dict())
+    assert report.errors == ['the kernel is stored transposed'] and not report.clean
+    assert report.missing == [] and report.unexpected == [] and report.resized == {}
+    assert 'error: the kernel is stored transposed' in report.describe()
+    with pytest.raises(CheckpointError, match='does not fit the model Net .*error: the kernel'):
+        judge(model, report, 'f.pth', {}, 'strict', 'hint')
+    assert judge(model, report, 'f.pth', {}, 'partial', 'hint') is report
+
+
+# ---------------------------------------------------------------- what a file looks like
+
+
+def test_a_refused_file_is_described_by_its_layout_its_top_level_modules_or_its_first_keys():
+    meta = {'official_layout': 'DeepViT', 'official_model': 'deepvit-s'}
+    assert _looks_like({'meta': meta}, {}) == 'the DeepViT release layout, converted on load for deepvit-s'
+    assert _looks_like({}, {'backbone.a': 0, 'head.b': 0, 'neck.c': 0}) == (
+        'a checkpoint of another model (top-level modules: backbone, head, neck)')
+    assert _looks_like({'meta': None}, {'blocks.0.w': 0, 'cls_token': 0}) == (
+        'a state dict of no known layout (first keys: blocks.0.w, cls_token)')
+
+
+# ---------------------------------------------------------------- the backbone policy
+
+
+def test_the_backbone_policy_needs_ninety_percent_of_the_backbone_and_no_dropped_parameter():
+    """check_fit: at least MIN_BACKBONE_SHARE (0.9) of the backbone's tensors filled (missing or resized ones are
+    not), counted on model.backbone's keys when there is one; an unexpected parameter stops the load."""
+    model = Net()
+    clean = load_state_dict_checked(model, Net().state_dict())
+    check_fit(model, clean, 'f.pth', {}, 'hint')
+    head_only = load_state_dict_checked(model, {k: v for k, v in Net(7).state_dict().items() if 'backbone' in k})
+    check_fit(model, head_only, 'f.pth', {}, 'hint')  # the head may be missing or resized: backbone is full
+    half = load_state_dict_checked(model, {'backbone.weight': torch.zeros(8, 4)})
+    with pytest.raises(CheckpointError, match=r'would fill 1 of the 2 backbone tensors \(at least 90% needed'):
+        check_fit(model, half, 'f.pth', {}, 'hint')
+    extra = load_state_dict_checked(model, {**Net().state_dict(), 'blocks.0.attn.proj_pre.weight': torch.zeros(1)})
+    with pytest.raises(CheckpointError, match='has 1 parameters the model Net has no place for'):
+        check_fit(model, extra, 'f.pth', {}, 'hint')
+
+
+# ---------------------------------------------------------------- the EMA copy check
+
+
+def test_the_ema_copy_check_matches_each_tensor_in_the_state_dict_or_the_ema_state_dict():
+    """check_copy: a tensor equal to the same key in state_dict or ema_state_dict (module. dropped) is matched, one
+    whose key has another shape in every source resized, any other missing; derived buffers are skipped."""
+    copy = Net()
+    state = {k: v.clone() for k, v in copy.state_dict().items()}
+    checkpoint = {'state_dict': {**state, 'backbone.weight': state['backbone.weight'] + 1, 'head.bias': torch.zeros(5)},
+                  'ema_state_dict': {'module.backbone.weight': state['backbone.weight']}}
+    del checkpoint['state_dict']['bn.num_batches_tracked']
+    report = check_copy(copy, checkpoint, 'f.pth', 'partial', 'hint')
+    assert 'backbone.weight' in report.matched and 'bn.num_batches_tracked' not in report.matched + report.missing
+    assert report.resized == {'head.bias': ((5, ), (3, ))} and report.missing == []
+    no_ema = {'state_dict': checkpoint['state_dict'], 'ema_state_dict': None}
+    report = check_copy(copy, no_ema, 'f.pth', 'partial', 'hint')
+    assert report.missing == ['backbone.weight'] and 'backbone.bias' in report.matched
+    with pytest.raises(CheckpointError, match="does not fit EMAHook's EMA copy of Net .*missing: backbone.weight"):
+        check_copy(copy, no_ema, 'f.pth', 'strict', 'hint')
+
+
+# ---------------------------------------------------------------- --resume auto
+
+
+def test_resume_candidates_put_the_file_last_checkpoint_names_first_once(tmp_path):
+    for name in ('epoch_2.pth', 'iter_30.pth', 'epoch_10.pth', 'best_epoch_3.pth'):
+        (tmp_path / name).write_bytes(b'x')
+    other = str(tmp_path / 'elsewhere' / 'best.pth')
+    (tmp_path / 'last_checkpoint').write_text(other + '\n')
+    assert resume_candidates(str(tmp_path)) == [other] + [str(tmp_path / n) for n in (
+        'iter_30.pth', 'epoch_10.pth', 'epoch_2.pth')]
+    (tmp_path / 'last_checkpoint').write_text(str(tmp_path / 'sub' / '..' / 'epoch_10.pth'))
+    assert [os.path.basename(p) for p in resume_candidates(str(tmp_path))] == [
+        'epoch_10.pth', 'iter_30.pth', 'epoch_2.pth']  # the same file named another way is listed once
+    (tmp_path / 'last_checkpoint').write_text('  \n')
+    assert [os.path.basename(p) for p in resume_candidates(str(tmp_path))] == [
+        'iter_30.pth', 'epoch_10.pth', 'epoch_2.pth']
+    assert resume_candidates(str(tmp_path / 'missing')) == []
