@@ -3,6 +3,8 @@ docs/mutation.md) found untested: the mixing plan's formulas and grid checks, th
 backbone (which block is tapped, which values a stream is stepped with, which points are filled), the one index
 resolver and every branch of the one check between a backbone's spec and a user's request. No backbone, no
 training: random tensors and a recording stream."""
+import dataclasses
+
 import pytest
 import torch
 
@@ -95,6 +97,9 @@ def test_a_spec_defaults_to_every_block_tappable_and_refuses_inconsistent_facts(
     assert spec.tappable == (0, 1, 2) and spec.num_stages == 2 and spec.services == frozenset({'mix'})
     assert spec.tappable_text == '0..2' and TraceSpec(4, (1, ) * 4, tappable=(1, 3)).tappable_text == '1, 3'
     assert TraceSpec(3, (8, ) * 3).num_stages == 0
+    assert TraceSpec(2, [8, 16], tappable=[1]).channels == (8, 16) and spec.tappable == (0, 1, 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):  # a backbone's spec is fixed when it is built
+        spec.num_blocks = 4
     with pytest.raises(ValueError, match=r"unknown trace services \['mixx'\]; known: \['attn', 'mix', 'stream'\]"):
         TraceSpec(1, (8, ), services={'mixx'})
     with pytest.raises(ValueError, match='unknown trace facts'):
@@ -116,6 +121,13 @@ def test_a_request_implies_its_services_points_and_whether_it_needs_a_trace():
     assert TraceRequest(stages=(-1, )).points == frozenset({'stages'})
     assert TraceRequest(attn_layers=(1, ), services={'mix'}, stream=stream).all_services == {'mix', 'attn', 'stream'}
     assert TraceRequest(token_layers=(1, )).all_services == frozenset()
+    lists = TraceRequest(token_layers=[1, -1], attn_layers=[0], stages=[0], outputs=[0], out_channels=[8])
+    assert (lists.token_layers, lists.attn_layers, lists.stages, lists.outputs, lists.out_channels) == (
+        (1, -1), (0, ), (0, ), (0, ), (8, ))  # tuples, so a request is hashable and compares equal to its copy
+    assert hash(lists) == hash(TraceRequest(token_layers=(1, -1), attn_layers=(0, ), stages=(0, ), outputs=(0, ),
+                                            out_channels=(8, )))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        lists.token_layers = (2, )
     with pytest.raises(ValueError, match=r'token_channels \(8,\) need one entry per entry of token_layers \(0, 1\)'):
         TraceRequest(token_layers=(0, 1), token_channels=(8, ))
     with pytest.raises(ValueError, match='stage_channels'):
@@ -230,11 +242,11 @@ def test_a_tap_of_another_width_is_a_channel_error_naming_the_widths():
 def test_a_stream_for_another_depth_and_a_plan_on_another_patch_size_are_refused():
     with pytest.raises(TraceStreamError, match='num_layers=3 blocks but Net has 4: set num_layers=4') as error:
         check(stream=type('S', (), {'num_layers': 3})())
-    assert error.value.reason == '4 blocks, not 3'
+    assert error.value.reason == '4 blocks, not 3' and error.value.settable
     with pytest.raises(TraceGridError, match="plan on 32-pixel patches but Net embeds 16-pixel patches: set the "
                                              "plan's patch_size=16") as error:
         check(patch_size=32)
-    assert error.value.reason == 'patch_size 16'
+    assert error.value.reason == 'patch_size 16' and error.value.settable
     check_request(TraceSpec(1, (8, )), TraceRequest(patch_size=32), 'User', 'Net')  # no stride stated: unchecked
 
 
