@@ -4,13 +4,15 @@ errors a module reports while loading, what a refused file looks like, the EMA c
 share and ``--resume auto``'s candidates. Tiny ``nn.Linear`` models, files in ``tmp_path``; no training."""
 import os
 import pickle
+from collections import defaultdict
 
 import pytest
 import torch
 from mmengine.logging import HistoryBuffer
 from torch import nn
 
-from mmvitreg.engine.checkpoint import (CheckpointError, _looks_like, check_copy, check_fit, judge,
+from mmvitreg.engine.checkpoint import (CheckpointError, KeyReport, Pretrained, _looks_like, check_copy, check_fit,
+                                        convert_checkpoint_file, converter_cli, first_readable, fit, judge,
                                         load_state_dict_checked, resume_candidates)
 from mmvitreg.fileio import _history_buffer_statistic
 
@@ -65,6 +67,19 @@ def test_a_modules_own_load_error_is_reported_and_mmengines_key_lines_are_not():
     with pytest.raises(CheckpointError, match='does not fit the model Net .*error: the kernel'):
         judge(model, report, 'f.pth', {}, 'strict', 'hint')
     assert judge(model, report, 'f.pth', {}, 'partial', 'hint') is report
+
+
+def test_a_report_lists_the_first_five_keys_of_each_kind_and_counts_the_rest():
+    five = [f'k{i}' for i in range(5)]
+    assert KeyReport(missing=five).describe() == (
+        '0 matched, 5 missing, 0 unexpected, 0 resized keys; missing: k0, k1, k2, k3, k4')
+    assert KeyReport(unexpected=five + ['k5', 'k6']).describe().endswith(
+        'unexpected: k0, k1, k2, k3, k4, ... (2 more)')
+
+
+def test_fit_refuses_an_unknown_policy():
+    with pytest.raises(ValueError, match=r"a load policy is one of \('strict', 'backbone', 'partial'\), not 'lenient'"):
+        fit(Net(), Net().state_dict(), 'f.pth', {}, 'lenient', 'hint')
 
 
 # ---------------------------------------------------------------- what a file looks like
@@ -136,3 +151,48 @@ def test_resume_candidates_put_the_file_last_checkpoint_names_first_once(tmp_pat
     assert [os.path.basename(p) for p in resume_candidates(str(tmp_path))] == [
         'iter_30.pth', 'epoch_10.pth', 'epoch_2.pth']
     assert resume_candidates(str(tmp_path / 'missing')) == []
+
+
+def test_first_readable_skips_unreadable_candidates_with_a_warning_and_fails_when_none_reads(tmp_path):
+    good, bad = tmp_path / 'epoch_1.pth', tmp_path / 'epoch_2.pth'
+    torch.save({'state_dict': {'w': torch.ones(1)}}, good)
+    bad.write_bytes(b'')
+    warned = []
+    path, checkpoint = first_readable([str(bad), str(good)], warned.append)
+    assert path == str(good) and torch.equal(checkpoint['state_dict']['w'], torch.ones(1))
+    assert len(warned) == 1 and f'skipping {bad}' in warned[0]
+    assert first_readable([], warned.append) is None
+    with pytest.raises(CheckpointError, match=r'no readable checkpoint to resume from: checkpoint .*epoch_2.pth: '
+                                              r'empty file .* \| checkpoint .*missing.pth: no such file'):
+        first_readable([str(bad), str(tmp_path / 'missing.pth')], warned.append)
+
+
+# ---------------------------------------------------------------- init_cfg and the converters
+
+
+def test_pretrained_records_the_load_in_mmengines_init_info(tmp_path):
+    """mmengine logs, per parameter, what initialised it: a Pretrained load updates the entries of the parameters it
+    changed (a module without the record, a backbone built alone, loads as well)."""
+    path = tmp_path / 'net.pth'
+    torch.save({'state_dict': {k: v + 1 if v.is_floating_point() else v for k, v in Net().state_dict().items()}},
+               path)
+    model = Net()
+    model._params_init_info = defaultdict(dict)
+    for param in model.parameters():
+        model._params_init_info[param].update(init_info='before', tmp_mean_value=param.data.mean())
+    Pretrained(checkpoint=str(path))(model)
+    assert {v['init_info'] for v in model._params_init_info.values()} == {f'Pretrained: load from {path}'}
+    plain = Net()
+    Pretrained(checkpoint=str(path))(plain)
+    assert not hasattr(plain, '_params_init_info')
+    assert torch.equal(plain.head.bias, torch.load(path)['state_dict']['head.bias'])
+
+
+def test_a_converter_takes_the_trained_weights_unless_ema_and_reports_what_it_saved(tmp_path, capsys):
+    src, dst = tmp_path / 'official.pth', tmp_path / 'converted.pth'
+    torch.save({'model': {'w': torch.zeros(2)}, 'model_ema': {'w': torch.ones(2)}}, src)
+    assert torch.equal(convert_checkpoint_file(str(src), str(dst), dict)['w'], torch.zeros(2))
+    assert torch.equal(convert_checkpoint_file(str(src), str(dst), dict, ema=True)['w'], torch.ones(2))
+    converter_cli(dict, 'Convert.\nMore.', [str(src), str(dst)])
+    assert capsys.readouterr().out == f'saved 1 tensors to {dst}\n'
+    assert torch.equal(torch.load(dst)['state_dict']['w'], torch.zeros(2))
