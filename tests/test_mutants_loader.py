@@ -14,7 +14,7 @@ from torch import nn
 from mmvitreg.engine.checkpoint import (CheckpointError, KeyReport, Pretrained, _looks_like, check_copy, check_fit,
                                         convert_checkpoint_file, converter_cli, first_readable, fit, judge,
                                         load_state_dict_checked, resume_candidates)
-from mmvitreg.fileio import _history_buffer_statistic
+from mmvitreg.fileio import _history_buffer_statistic, load_checkpoint
 
 
 class Net(nn.Module):
@@ -37,6 +37,23 @@ def test_getattr_is_allowed_for_a_history_buffer_statistic_and_nothing_else():
     for owner, name in ((HistoryBuffer, 'update'), (HistoryBuffer, '__init__'), (dict, 'min'), (HistoryBuffer, 'x')):
         with pytest.raises(pickle.UnpicklingError, match='is not a HistoryBuffer statistic'):
             _history_buffer_statistic(owner, name)
+
+
+def test_what_mmengine_and_numpy_put_in_a_checkpoint_loads_through_the_allow_list(tmp_path):
+    """The allow-list holds numpy's array and scalar rebuild functions and dtypes (a HistoryBuffer's history, a
+    numpy RNG state, numpy scalars in meta) and argparse.Namespace (timm-era official checkpoints' args)."""
+    import argparse
+    import numpy as np
+    buffer = HistoryBuffer()
+    buffer.update(0.5)
+    buffer.update(1.5)
+    saved = {'state_dict': {'w': torch.ones(1)}, 'history': buffer, 'rng': np.random.RandomState(0).get_state(),
+             'eta': np.float64(2.5), 'steps': np.arange(3, dtype=np.int16), 'args': argparse.Namespace(lr=0.1)}
+    torch.save(saved, tmp_path / 'ckpt.pth')
+    loaded = load_checkpoint(str(tmp_path / 'ckpt.pth'), unsafe=False)
+    assert loaded['history'].mean() == 1.0 and loaded['history'].min() == 0.5
+    assert loaded['eta'] == 2.5 and loaded['steps'].dtype == np.int16 and loaded['steps'].tolist() == [0, 1, 2]
+    assert (loaded['rng'][1] == saved['rng'][1]).all() and loaded['args'].lr == 0.1
 
 
 # ---------------------------------------------------------------- the key report
