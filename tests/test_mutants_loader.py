@@ -11,10 +11,10 @@ import torch
 from mmengine.logging import HistoryBuffer
 from torch import nn
 
-from mmvitreg.engine.checkpoint import (CheckpointError, KeyReport, Pretrained, _looks_like, check_copy, check_fit,
-                                        convert_checkpoint_file, converter_cli, first_readable, fit, judge,
-                                        load_state_dict_checked, resume_candidates)
-from mmvitreg.fileio import _history_buffer_statistic, load_checkpoint
+from mmvitreg.engine.checkpoint import (ATOMIC_BACKEND, AtomicLocalBackend, CheckpointError, KeyReport, Pretrained,
+                                        _looks_like, check_copy, check_fit, convert_checkpoint_file, converter_cli,
+                                        first_readable, fit, judge, load_state_dict_checked, resume_candidates)
+from mmvitreg.fileio import UnsafeCheckpointError, _history_buffer_statistic, atomic_write, load_checkpoint
 
 
 class Net(nn.Module):
@@ -54,6 +54,33 @@ def test_what_mmengine_and_numpy_put_in_a_checkpoint_loads_through_the_allow_lis
     assert loaded['history'].mean() == 1.0 and loaded['history'].min() == 0.5
     assert loaded['eta'] == 2.5 and loaded['steps'].dtype == np.int16 and loaded['steps'].tolist() == [0, 1, 2]
     assert (loaded['rng'][1] == saved['rng'][1]).all() and loaded['args'].lr == 0.1
+
+
+def test_an_object_array_is_refused_by_the_allow_list(tmp_path):
+    """numpy's object dtype (and void) is left out of the allow-list: an object array unpickles arbitrary objects."""
+    import numpy as np
+    torch.save({'state_dict': {'w': torch.ones(1)}, 'a': np.array([1, 'x'], dtype=object)}, tmp_path / 'obj.pth')
+    with pytest.raises(UnsafeCheckpointError, match='obj.pth: refused to unpickle'):
+        load_checkpoint(str(tmp_path / 'obj.pth'), unsafe=False)
+
+
+def test_a_failed_atomic_write_removes_its_temporary_keeps_the_old_file_and_raises(tmp_path):
+    target = tmp_path / 'last_checkpoint'
+    atomic_write(str(target), lambda f: f.write(b'old'))
+
+    def fail(f):
+        f.write(b'half')
+        raise OSError('disk full')
+
+    with pytest.raises(OSError, match='disk full'):
+        atomic_write(str(target), fail)
+    assert target.read_bytes() == b'old' and os.listdir(tmp_path) == ['last_checkpoint']
+
+
+def test_the_atomic_backend_is_registered_with_mmengine():
+    """A config's backend_args=dict(backend='mmvitreg_atomic_local') builds the atomic backend."""
+    from mmengine.fileio import get_file_backend
+    assert isinstance(get_file_backend(backend_args=dict(backend=ATOMIC_BACKEND)), AtomicLocalBackend)
 
 
 # ---------------------------------------------------------------- the key report
