@@ -7,11 +7,14 @@ import dataclasses
 
 import pytest
 import torch
+from torch import nn
 
 from mmvitreg.models.layers import WindowLayout
 from mmvitreg.models.trace import (MixPlan, TokenTrace, TraceCapabilityError, TraceChannelError, TraceFormatError,
                                    TraceGridError, TraceRequest, TraceSpec, TraceStreamError, TraceTapError,
                                    check_request, check_trace_user, resolve_indices, trace_request_of)
+from mmvitreg.models.trace_users import (ImageTargetError, TraceUsers, check_image_target, pop_mix, refusal, serves,
+                                         user_label, users_without_image_target)
 
 INDEX = torch.tensor([2, 0, 1])  # no sample is its own partner, and index is not its own inverse
 MASK = torch.tensor([[[1., .25, 0.], [.5, 1., 0.]],
@@ -417,3 +420,118 @@ def test_readers_resolve_negative_layers_and_drop_the_extra_tokens():
     torch.testing.assert_close(smap[:, :, 2, 1], s[:, 5])
     with pytest.raises(IndexError, match='stage index 2 is out of range for a backbone with 2 stages'):
         trace.stage_map(2)
+
+
+# ---------------------------------------------------------------- trace_users: the composition rule
+
+
+class User(nn.Module):
+    """A trace user with a given request, image target and terms."""
+
+    def __init__(self, request=TraceRequest(), image_target=False, terms=None, patch_size=16):
+        super().__init__()
+        self.trace_request, self.image_target, self.terms, self.patch_size = request, image_target, terms, patch_size
+
+    def loss(self, feats, data_samples, trace):
+        return dict(self.terms)
+
+    def transform(self, trace, data_samples):
+        return dict(self.terms)
+
+
+class Backbone(nn.Module):
+    trace_spec = TraceSpec(2, (4, 4), services={'mix', 'stream'}, patch_stride=16)
+
+    def forward(self, x, **kw):
+        self.called_with = kw
+        return (x, )
+
+
+class Model(TraceUsers, nn.Module):
+    image_targets = True
+
+    def __init__(self, head=None, **kw):
+        nn.Module.__init__(self)
+        self.backbone, self.head = Backbone(), head
+        self.init_trace_users(fixed_users=[head] if head is not None else (), **kw)
+
+    def model_losses(self, feats, data_samples, trace):
+        return {'loss_cls': feats[0].sum()}
+
+
+def test_pop_mix_takes_mix_or_its_deprecated_name_and_refuses_both():
+    cfg = dict(mix='a', other=1)
+    assert pop_mix(cfg) == 'a' and cfg == dict(other=1) and pop_mix(cfg) is None
+    cfg = dict(token_mix='b')
+    with pytest.warns(DeprecationWarning, match='train_cfg.token_mix is deprecated'):
+        assert pop_mix(cfg) == 'b' and cfg == {}
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match='gives both mix and token_mix'):
+        pop_mix(dict(mix='a', token_mix='b'))
+
+
+def test_a_users_label_names_its_arguments_and_serves_tells_settable_misfits_from_missing_services():
+    assert user_label('PatchContrastiveLoss', {}) == 'PatchContrastiveLoss'
+    assert user_label('X', dict(form='official', k=2)) == "X(form='official', k=2)"
+    backbone = Backbone()
+    assert refusal(backbone, TraceRequest(token_layers=(1, ))) is None and serves(backbone, TraceRequest())
+    assert isinstance(refusal(backbone, TraceRequest(token_layers=(5, ))), TraceTapError)
+    assert serves(backbone, TraceRequest(token_layers=(5, )))  # a tap is the user's argument
+    assert not serves(backbone, TraceRequest(points={'final'}))  # a point the backbone never records
+    assert not serves(object(), TraceRequest(trace=True))
+
+
+def test_an_image_target_user_is_refused_only_by_a_kind_without_image_targets():
+    check_image_target(User(image_target=True), 'ImageClassifier', True)
+    check_image_target(User(), 'EncoderDecoder', False)
+    with pytest.raises(ImageTargetError, match=r'User trains with an image-level target .* which EncoderDecoder does '
+                                               r'not have .*a token loss that needs no label here \((.+)\)') as error:
+        check_image_target(User(image_target=True), 'EncoderDecoder', False, Backbone())
+    assert error.value.reason == 'image target' and isinstance(error.value, ValueError)
+    assert error.value.args[0].endswith(f"({', '.join(users_without_image_target(Backbone()))})")
+
+
+def test_a_trace_is_made_only_for_a_user_or_a_plan_the_backbone_mixes():
+    assert TraceUsers.make_trace(TraceRequest()) is None
+    assert TraceUsers.make_trace(TraceRequest(), plan(pixel_mask=torch.ones(3, 4, 6))) is None
+    trace = TraceUsers.make_trace(TraceRequest(), plan(), ['s'])
+    assert trace.mix is not None and trace.samples == ['s']
+    trace = TraceUsers.make_trace(TraceRequest(token_layers=(1, )), plan(pixel_mask=torch.ones(3, 4, 6)))
+    assert trace.token_layers == (1, ) and trace.mix.in_pixels
+
+
+def test_the_users_terms_are_added_once_each_under_their_own_names():
+    losses = {'loss_cls': 1}
+    TraceUsers.add_terms(losses, User(), {'loss_a': 2})
+    assert losses == {'loss_cls': 1, 'loss_a': 2}
+    with pytest.raises(KeyError, match="User returns a term named 'loss', the name of the logged total"):
+        TraceUsers.add_terms(losses, User(), {'loss': 3})
+    with pytest.raises(KeyError, match="User returns the loss 'loss_a', which another part"):
+        TraceUsers.add_terms(losses, User(), {'loss_b': 3, 'loss_a': 4})
+
+
+def test_a_model_checks_its_users_unions_their_requests_and_runs_the_backbone_once():
+    head = User(TraceRequest(token_layers=(0, )), terms={})
+    aux = User(TraceRequest(token_layers=(1, )), terms={'loss_aux': torch.tensor(2.)})
+    transform = User(terms={'shift': torch.tensor(.5)})
+    model = Model(head, aux_losses=[aux], target_transform=[transform])
+    assert model.train_users == [head, aux, transform] and model.train_request.token_layers == (0, 1)
+    assert Model(User(), aux_losses=[aux]).train_users == [aux]  # a head that reads no trace is no trace user
+    losses = model.loss(torch.ones(2, 3), ['s'])
+    assert losses == {'loss_cls': torch.tensor(6.), 'shift': torch.tensor(.5), 'loss_aux': torch.tensor(2.)}
+    assert model.backbone.called_with['trace'].token_layers == (0, 1)
+    assert Model(target_transform=[]).target_transform is None
+    model = Model()
+    model.run_backbone(torch.ones(1))
+    assert model.backbone.called_with == {}  # no user: an ordinary backbone call
+    with pytest.raises(ValueError, match=r"at most one target transform .* got 2: \['TLAlign', 'TokenLabel'\]"):
+        Model(target_transform=[dict(type='TLAlign'), dict(type='TokenLabel')])
+    with pytest.raises(TraceTapError, match='User taps the tokens of a block that Backbone does not have'):
+        Model(aux_losses=[User(TraceRequest(token_layers=(2, )))])
+
+
+def test_the_plan_a_stream_starts_from_is_checked_against_the_backbones_patch_stride():
+    streaming = User(TraceRequest(stream=object()))
+    Model(aux_losses=[streaming], mix=User(patch_size=16))
+    Model(aux_losses=[User()], mix=User(patch_size=32))  # no stream: only the plan's own request is checked
+    with pytest.raises(TraceGridError, match='User, the plan object starts from, draws its plan on 32-pixel patches'):
+        Model(aux_losses=[streaming], mix=User(patch_size=32))
