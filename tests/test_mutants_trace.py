@@ -463,8 +463,13 @@ def test_pop_mix_takes_mix_or_its_deprecated_name_and_refuses_both():
     cfg = dict(mix='a', other=1)
     assert pop_mix(cfg) == 'a' and cfg == dict(other=1) and pop_mix(cfg) is None
     cfg = dict(token_mix='b')
-    with pytest.warns(DeprecationWarning, match='train_cfg.token_mix is deprecated'):
-        assert pop_mix(cfg) == 'b' and cfg == {}
+
+    def model_init(train_cfg):  # pop_mix's caller: a model's __init__
+        return pop_mix(train_cfg)
+
+    with pytest.warns(DeprecationWarning, match='train_cfg.token_mix is deprecated') as record:
+        assert model_init(cfg) == 'b' and cfg == {}
+    assert record[0].filename == __file__  # the warning points at the code that builds the model
     with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match='gives both mix and token_mix'):
         pop_mix(dict(mix='a', token_mix='b'))
 
