@@ -1,8 +1,9 @@
-"""Behaviours of the token trace (``mmvitreg/models/trace``) that the mutation run (``tools/misc/mutation_score.py``,
-docs/mutation.md) found untested: the mixing plan's formulas and grid checks, the recording API driven by a fake
-backbone (which block is tapped, which values a stream is stepped with, which points are filled), the one index
-resolver and every branch of the one check between a backbone's spec and a user's request. No backbone, no
-training: random tensors and a recording stream."""
+"""Behaviours of the token trace (``mmvitreg/models/trace``) and of the composition rule of its users
+(``mmvitreg/models/trace_users.py``) that the mutation run (``tools/misc/mutation_score.py``, docs/mutation.md) found
+untested: the mixing plan's formulas and grid checks, the recording API driven by a fake backbone (which block is
+tapped, which values a stream is stepped with, which points are filled), the one index resolver, every branch of
+the one check between a backbone's spec and a user's request, and how a model checks, unions and runs its users.
+No real backbone, no training: random tensors, a recording stream and fake users."""
 import dataclasses
 
 import pytest
@@ -266,7 +267,7 @@ def test_check_trace_user_reads_the_backbones_spec_and_name():
 
 
 class RecordingStream:
-    """A stream whose values start at ``trace.grid``-independent random values and add what each block mixed."""
+    """A stream that records its calls: it starts from given values and adds what each block's attention mixed."""
 
     def __init__(self, start):
         self.start_values, self.calls = start, []
