@@ -13,7 +13,8 @@ from torch import nn
 
 from mmvitreg.engine.checkpoint import (ATOMIC_BACKEND, AtomicLocalBackend, CheckpointError, KeyReport, Pretrained,
                                         _looks_like, check_copy, check_fit, convert_checkpoint_file, converter_cli,
-                                        first_readable, fit, judge, load_state_dict_checked, resume_candidates)
+                                        first_readable, fit, judge, load_state_dict_checked, normalise_checkpoint,
+                                        resume_candidates)
 from mmvitreg.fileio import UnsafeCheckpointError, _history_buffer_statistic, atomic_write, load_checkpoint
 
 
@@ -240,3 +241,25 @@ def test_a_converter_takes_the_trained_weights_unless_ema_and_reports_what_it_sa
     converter_cli(dict, 'Convert.\nMore.', [str(src), str(dst)])
     assert capsys.readouterr().out == f'saved 1 tensors to {dst}\n'
     assert torch.equal(torch.load(dst)['state_dict']['w'], torch.zeros(2))
+
+
+# ---------------------------------------------------------------- step 2: revise, detect and convert
+
+
+def test_a_release_is_converted_with_one_log_line_and_a_file_that_does_not_convert_names_its_layout(caplog):
+    import logging
+    from test_official_checkpoint_loading import LAYOUTS
+    release = LAYOUTS['deit'][0]()
+    caplog.set_level(logging.INFO, logger='test_mutants_loader')
+    converted = normalise_checkpoint({'model': release}, 'deit.pth', logger=logging.getLogger('test_mutants_loader'))
+    lines = [r.getMessage() for r in caplog.records if r.name == 'test_mutants_loader']
+    assert converted['meta']['official_layout'].startswith('timm / DeiT ViT') and 'backbone.cls_token' in converted[
+        'state_dict']
+    assert len(lines) == 1 and lines[0].startswith('checkpoint deit.pth: timm / DeiT ViT') and 'converted on load by' \
+        in lines[0]
+    with pytest.raises(CheckpointError, match=r"checkpoint f.pth looks like the timm / DeiT ViT .* release layout but "
+                                              r"does not convert: keys with no mmvitreg counterpart: \['blocks.0.x'\]"):
+        normalise_checkpoint({'model': {**release, 'blocks.0.x': torch.zeros(1)}}, 'f.pth')
+    with pytest.raises(CheckpointError, match=r"checkpoint f.pth: no state dict found in the checkpoint .* top-level "
+                                              r"keys: \['epoch', 'meta'\]"):
+        normalise_checkpoint({'meta': {}, 'epoch': 3}, 'f.pth')
