@@ -13,8 +13,8 @@ from torch import nn
 
 from mmvitreg.engine.checkpoint import (ATOMIC_BACKEND, AtomicLocalBackend, CheckpointError, KeyReport, Pretrained,
                                         _looks_like, check_copy, check_fit, convert_checkpoint_file, converter_cli,
-                                        first_readable, fit, judge, load_state_dict_checked, normalise_checkpoint,
-                                        resume_candidates)
+                                        first_readable, fit, judge, load_state_dict_checked, load_weights,
+                                        normalise_checkpoint, partial_loading, resume_candidates)
 from mmvitreg.fileio import UnsafeCheckpointError, _history_buffer_statistic, atomic_write, load_checkpoint
 
 
@@ -263,3 +263,63 @@ def test_a_release_is_converted_with_one_log_line_and_a_file_that_does_not_conve
     with pytest.raises(CheckpointError, match=r"checkpoint f.pth: no state dict found in the checkpoint .* top-level "
                                               r"keys: \['epoch', 'meta'\]"):
         normalise_checkpoint({'meta': {}, 'epoch': 3}, 'f.pth')
+
+
+# ---------------------------------------------------------------- the whole pass: prefix, log line, opt-outs
+
+
+class Wide(nn.Module):
+    """A model whose backbone has ten tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.ModuleList(nn.Linear(2, 2) for _ in range(5))
+
+
+def test_the_backbone_policy_accepts_exactly_ninety_percent():
+    """MIN_BACKBONE_SHARE is a lower bound: 9 of 10 backbone tensors filled pass, 8 do not."""
+    full = Wide().state_dict()
+    nine = {k: v for k, v in full.items() if k != 'backbone.4.bias'}
+    check_fit(Wide(), load_state_dict_checked(Wide(), nine), 'f.pth', {}, 'hint')
+    eight = {k: v for k, v in nine.items() if k != 'backbone.4.weight'}
+    with pytest.raises(CheckpointError, match='would fill 8 of the 10 backbone tensors'):
+        check_fit(Wide(), load_state_dict_checked(Wide(), eight), 'f.pth', {}, 'hint')
+
+
+def test_load_weights_selects_the_prefix_logs_one_line_and_refuses_a_prefix_with_no_key(tmp_path, caplog):
+    import logging
+    path = tmp_path / 'classifier.pth'
+    source = Net()
+    torch.save({'state_dict': {f'backbone.{k}': v for k, v in source.backbone.state_dict().items()}}, path)
+    target = nn.Linear(4, 8)
+    caplog.set_level(logging.INFO, logger='test_mutants_loader')
+    report = load_weights(target, str(path), prefix='backbone', logger=logging.getLogger('test_mutants_loader'))
+    assert report.clean and torch.equal(target.weight, source.backbone.weight)
+    assert [r.getMessage() for r in caplog.records if r.name == 'test_mutants_loader'] == [
+        f'{path} (backbone.): 2 matched, 0 missing, 0 unexpected, 0 resized keys']
+    with pytest.raises(CheckpointError, match=r"has no key under the prefix='neck.'; the file looks like a checkpoint "
+                                              r'of another model \(top-level modules: backbone\); use a checkpoint'):
+        load_weights(target, str(path), prefix='neck.')
+
+
+def test_partial_loading_is_the_opt_out_only_inside_its_block():
+    checkpoint = {'state_dict': {k: v for k, v in Net().state_dict().items() if not k.startswith('head.')}}
+    with partial_loading():
+        Pretrained.load_checkpoint_dict(Net(), dict(checkpoint))
+    with pytest.raises(CheckpointError, match='does not fit the model Net .*missing: head.weight, head.bias'):
+        Pretrained.load_checkpoint_dict(Net(), dict(checkpoint))
+
+
+def test_a_converter_refuses_a_refused_global_by_default_and_names_keys_it_does_not_know(tmp_path):
+    import numpy as np
+    src, dst = tmp_path / 'official.pth', tmp_path / 'converted.pth'
+    torch.save({'model': {'w': torch.zeros(2)}, 'a': np.array([1, 'x'], dtype=object)}, src)
+    with pytest.raises(CheckpointError, match='official.pth: refused to unpickle'):
+        convert_checkpoint_file(str(src), str(dst), dict)
+    assert torch.equal(convert_checkpoint_file(str(src), str(dst), dict, unsafe_load=True)['w'], torch.zeros(2))
+
+    def convert(state_dict):
+        raise KeyError("keys with no mmvitreg counterpart: ['w']")
+
+    with pytest.raises(CheckpointError, match=r"official.pth does not convert: keys with no mmvitreg counterpart"):
+        convert_checkpoint_file(str(src), str(dst), convert, unsafe_load=True)
