@@ -393,6 +393,7 @@ def test_downsample_resizes_the_stream_and_points_are_filled_only_when_asked():
     stream = RecordingStream(torch.rand(2, 4, 3))
     trace = TokenTrace(stream=stream)
     trace.start(TraceSpec(1, (4, ), services={'stream'}), torch.rand(2, 4, 4), (2, 2))
+    assert trace.num_extra_tokens == 0  # a spec that states no extra tokens has none (Swin)
     trace.downsample(torch.Size([2, 2]), [1, 1])
     assert stream.calls[-1] == ('resize', (2, 2), (1, 1))
     torch.testing.assert_close(trace._values, stream.start_values[:, :1] * 10)
