@@ -276,8 +276,8 @@ class RecordingStream:
         self.calls.append(('start', trace.grid, trace.num_extra_tokens, trace.mix))
         return self.start_values
 
-    def step(self, trace, layer, values, mixed):
-        self.calls.append(('step', layer, values, mixed))
+    def step(self, trace, layer, values, mixed, stochastic=False):
+        self.calls.append(('step', layer, values, mixed, stochastic))
         return values + mixed
 
     def resize(self, values, grid, new_grid):
@@ -353,8 +353,8 @@ def test_blocks_record_the_tapped_tokens_and_maps_and_step_the_stream_with_what_
     assert trace.grids == {0: (2, 3), 1: (2, 3), 2: (2, 3)} and trace.last_grid == (2, 3)
     values = start
     for i in range(3):
-        _, layer, before, mixed = stream.calls[i + 1]
-        assert layer == i
+        _, layer, before, mixed, stochastic = stream.calls[i + 1]
+        assert layer == i and stochastic is False  # the ride did not say its map is a softmax
         torch.testing.assert_close(before, values)
         torch.testing.assert_close(mixed, values * 2 + 1)
         values = values + mixed
@@ -377,16 +377,34 @@ def test_a_windowed_block_rides_its_windows_and_records_the_layout_of_a_tapped_m
 
     def run(x, need_attn, ride):
         seen.append(ride.values)
-        ride.mixed = ride.values * 2 + 1
+        ride.mixed, ride.stochastic = ride.values * 2 + 1, True
         return x, torch.zeros(1)
 
     trace.block(0, run, torch.rand(2, 9, 4), (3, 3), layout)
-    torch.testing.assert_close(seen[0], layout.partition(start))
+    torch.testing.assert_close(seen[0].flatten(0, 1), layout.partition(start))  # (B, nW, n, D) per image
     torch.testing.assert_close(stream.calls[1][3], start * 2 + 1)
+    assert stream.calls[1][4] is False  # a softmax map, but the 3x3 grid is padded to 4x4: rows lose mass
     assert trace.windows == {0: layout}
     trace.block(1, lambda x, need_attn, ride: (ride.__setattr__('mixed', ride.values), x)[1], torch.rand(2, 9, 4),
                 (3, 3), layout)
     assert set(trace.windows) == {0}
+
+
+def test_a_softmax_ride_without_padding_tells_the_stream_its_rows_keep_their_mass():
+    """``stochastic`` reaches the stream only where the ride says its map is a softmax and no window pads."""
+    for layout, grid, expect in ((None, (2, 2), True), (WindowLayout((4, 4), 2, shift=1), (4, 4), True),
+                                 (WindowLayout((3, 3), 2), (3, 3), False)):
+        n = grid[0] * grid[1]
+        stream = RecordingStream(torch.rand(2, n, 2))
+        trace = TokenTrace(stream=stream)
+        trace.start(TraceSpec(1, (4, ), services={'stream'}), torch.rand(2, n, 4), grid)
+
+        def run(x, need_attn, ride):
+            ride.mixed, ride.stochastic = ride.values, True
+            return x
+
+        trace.block(0, run, torch.rand(2, n, 4), grid, layout)
+        assert stream.calls[-1][4] is expect, (layout, grid)
 
 
 def test_downsample_resizes_the_stream_and_points_are_filled_only_when_asked():
