@@ -550,6 +550,8 @@ def test_a_model_checks_its_users_unions_their_requests_and_runs_the_backbone_on
     assert model.backbone.called_with == {}  # no user: an ordinary backbone call
     with pytest.raises(ValueError, match=r"at most one target transform .* got 2: \['TLAlign', 'TokenLabel'\]"):
         Model(target_transform=[dict(type='TLAlign'), dict(type='TokenLabel')])
+    with pytest.raises(ValueError, match=r"got 2: \['User', 'TokenLabel'\]"):  # built modules are named by class
+        Model(target_transform=[User(), dict(type='TokenLabel')])
     with pytest.raises(TraceTapError, match='User taps the tokens of a block that Backbone does not have'):
         Model(aux_losses=[User(TraceRequest(token_layers=(2, )))])
 

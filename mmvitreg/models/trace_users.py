@@ -160,7 +160,8 @@ class TraceUsers:
         if isinstance(target_transform, Sequence):
             if len(target_transform) > 1:
                 raise ValueError(f'a model takes at most one target transform (each replaces the training target); '
-                                 f'got {len(target_transform)}: {[t.get("type", t) for t in target_transform]}')
+                                 f'got {len(target_transform)}: '
+                                 f'{[t.get("type", t) if isinstance(t, dict) else type(t).__name__ for t in target_transform]}')
             target_transform = target_transform[0] if target_transform else None
         self.aux_losses = ModuleList(build_user(cfg) for cfg in aux_losses or ())
         self.target_transform = build_user(target_transform) if target_transform is not None else None
