@@ -30,12 +30,13 @@ def _slot_sources(layout: 'WindowLayout', device: torch.device) -> Tensor:
 
 @functools.lru_cache(maxsize=64)
 def _token_slots(layout: 'WindowLayout', device: torch.device) -> Tuple[Tensor, Tensor]:
-    """``(H * W,)`` long twice: the window and the slot in it of every grid token (padding bottom/right, shift
-    ``-s`` cyclic)."""
-    (H, W), (Hp, Wp), w = layout.grid, layout.padded, layout.window
-    rows = (torch.arange(H, device=device) - layout.shift).remainder(Hp).view(H, 1)
-    cols = (torch.arange(W, device=device) - layout.shift).remainder(Wp).view(1, W)
-    return (rows // w * (Wp // w) + cols // w).flatten(), (rows % w * w + cols % w).flatten()
+    """``(H * W,)`` long twice: the window and the slot in it of every grid token, the inverse of
+    :func:`_slot_sources` (so of :meth:`WindowLayout.partition`): its ``H * W`` real sources are distinct and
+    sort below the padding's ``H * W``."""
+    H, W = layout.grid
+    positions = _slot_sources(layout, device).flatten().argsort()[:H * W]  # the flat slot holding each token
+    n = layout.window**2
+    return positions // n, positions % n
 
 
 @dataclass(frozen=True)
