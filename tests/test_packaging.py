@@ -456,3 +456,54 @@ def test_the_quick_start_installs_the_whole_stack_and_its_stack_hash_covers_ever
     needed = set().union(*map(with_includes, installed | {'mminstall.txt'}))
     assert needed <= hashed, sorted(needed - hashed)
 
+
+def script(name, *args, env=None, cwd=REPO):
+    return subprocess.run(['bash', str(Path(cwd) / 'tools' / name), *args], capture_output=True, text=True,
+                          timeout=60, env=env, cwd=cwd)
+
+
+def test_setup_env_names_one_environment_per_mmcv_and_refuses_unknown_arguments(tmp_path):
+    """``tools/setup_env.sh --print-venv`` prints the environment it sets up and changes nothing: mmcv-lite's by
+    default, the compiled ops' with ``--with-ops`` (another one, so that switching never reinstalls); each has
+    its variable. An unknown argument stops it (exit 2) naming the ones it takes."""
+    home = tmp_path / 'home'
+    env = {k: v for k, v in os.environ.items() if k not in ('MMVITREG_VENV', 'MMVITREG_OPS_VENV')}
+    env['HOME'] = str(home)
+    printed = {args: script('setup_env.sh', '--print-venv', *args, env=env).stdout.strip()
+               for args in ((), ('--with-ops',))}
+    assert printed == {(): f'{home}/.cache/mmvitreg/venv', ('--with-ops',): f'{home}/.cache/mmvitreg/venv-ops'}
+    env.update(MMVITREG_VENV=str(tmp_path / 'lite'), MMVITREG_OPS_VENV=str(tmp_path / 'ops'))
+    assert script('setup_env.sh', '--with-ops', '--print-venv', env=env).stdout == f'{tmp_path / "ops"}\n'
+    assert script('setup_env.sh', '--print-venv', env=env).stdout == f'{tmp_path / "lite"}\n'
+    assert not home.exists() and not (tmp_path / 'lite').exists() and not (tmp_path / 'ops').exists()
+    bad = script('setup_env.sh', '--with-op', env=env)
+    assert bad.returncode == 2 and "unknown argument '--with-op'" in bad.stderr and '--with-ops' in bad.stderr
+
+
+def test_run_tests_passes_with_ops_to_the_set_up_and_everything_else_to_pytest(tmp_path):
+    """``tools/run_tests.sh [--with-ops] [pytest args]``: ``--with-ops``, wherever it stands, selects the set-up and
+    the environment that pytest runs in; the other arguments reach pytest in their order (the set-up script and the
+    environment's python here record what they were given)."""
+    (tmp_path / 'tools').mkdir()
+    shutil.copy(REPO / 'tools' / 'run_tests.sh', tmp_path / 'tools')
+    log = tmp_path / 'calls.log'
+    (tmp_path / 'tools' / 'setup_env.sh').write_text(
+        f'echo "setup $*" >> {log}\n'
+        f'case " $* " in *" --print-venv "*) case " $* " in *" --with-ops "*) echo {tmp_path}/ops ;; '
+        f'*) echo {tmp_path}/lite ;; esac ;; esac\n')
+    for venv in ('lite', 'ops'):
+        python = tmp_path / venv / 'bin' / 'python'
+        python.parent.mkdir(parents=True)
+        python.write_text(f'#!/usr/bin/env bash\necho "{venv} python $*" >> {log}\n')
+        python.chmod(0o755)
+
+    def calls(*args):
+        log.unlink(missing_ok=True)
+        assert script('run_tests.sh', *args, cwd=tmp_path).returncode == 0
+        return log.read_text().splitlines()
+
+    assert calls('-x', '-k', 'wheel') == ['setup ', 'setup --print-venv',
+                                          'lite python -m pytest tests -q -p no:cacheprovider -x -k wheel']
+    assert calls('-x', '--with-ops', 'tests/test_a.py') == [
+        'setup --with-ops', 'setup --print-venv --with-ops',
+        'ops python -m pytest tests -q -p no:cacheprovider -x tests/test_a.py']
