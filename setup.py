@@ -4,9 +4,8 @@ Dependencies are the ranges the code supports, split as the OpenMMLab libraries 
 ``pip install /path/to/mmvitreg`` is classification (``requirements/runtime.txt``: mmpretrain and what the package
 imports); the extras ``seg``, ``det`` and ``all`` add mmsegmentation and mmdet (``requirements/{seg,det,all}.txt``).
 mmcv is chosen by what the environment holds (:func:`mmcv_requirement`): mmcv-lite, no compiler, unless an ``mmcv``
-is installed, which is kept. The ``mim`` extra is mmcv with its compiled ops (``requirements/mminstall.txt``). The
-exact stack of the quick start is a constraints file that ``tools/setup_env.sh`` installs with
-(``requirements/constraints-quickstart.txt``).
+is installed, which is kept; its range is ``requirements/mminstall.txt``. The exact stack of the quick start is a
+constraints file that ``tools/setup_env.sh`` installs with (``requirements/constraints-quickstart.txt``).
 
 Like mmpretrain, mmseg and mmdet, the package carries its configs, tools and model index under
 ``mmvitreg/.mim/``, which is what ``_base_ = 'mmvitreg::<folder>/<file>.py'``, ``mim train mmvitreg``
@@ -131,7 +130,7 @@ setup(
     python_requires='>=3.10',
     install_requires=requirements('runtime.txt') + [mmcv_requirement()],
     extras_require={'seg': requirements('seg.txt'), 'det': requirements('det.txt'), 'all': requirements('all.txt'),
-                    'tests': requirements('tests.txt'), 'mim': requirements('mminstall.txt')},
+                    'tests': requirements('tests.txt')},
     cmdclass={'build_py': BuildPyWithMim},
     options={'editable_wheel': {'mode': 'compat'}},  # see the module's docstring
     license='Apache-2.0',
