@@ -1,10 +1,11 @@
 """mmvitreg: OpenMMLab 2.x plugin for regularising and training deep ViTs.
 
 Dependencies are the ranges the code supports, split as the OpenMMLab libraries split theirs:
-``pip install mmvitreg`` is classification (``requirements/runtime.txt``: mmpretrain and what the package
-imports); the extras ``seg``, ``det`` and ``all`` add mmsegmentation and mmdet (``requirements/{seg,det,all}.txt``);
-mmcv is the ``mim`` extra (``requirements/mminstall.txt``). The exact stack of the quick start is a constraints
-file that ``tools/setup_env.sh`` installs with (``requirements/constraints-quickstart.txt``).
+``pip install /path/to/mmvitreg`` is classification (``requirements/runtime.txt``: mmpretrain and what the package
+imports); the extras ``seg``, ``det`` and ``all`` add mmsegmentation and mmdet (``requirements/{seg,det,all}.txt``).
+mmcv is chosen by what the environment holds (:func:`mmcv_requirement`): mmcv-lite, no compiler, unless an ``mmcv``
+is installed, which is kept; its range is ``requirements/mminstall.txt``. The exact stack of the quick start is a
+constraints file that ``tools/setup_env.sh`` installs with (``requirements/constraints-quickstart.txt``).
 
 Like mmpretrain, mmseg and mmdet, the package carries its configs, tools and model index under
 ``mmvitreg/.mim/``, which is what ``_base_ = 'mmvitreg::<folder>/<file>.py'``, ``mim train mmvitreg``
@@ -25,6 +26,8 @@ in which the checkout's package wins over it on import (in the default finder mo
 """
 import json
 import shutil
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -42,6 +45,22 @@ def requirements(name):
         line = line.split('#')[0].strip()
         found += requirements(line[2:].strip()) if line.startswith('-r') else [line] if line else []
     return found
+
+
+def mmcv_requirement():
+    """The mmcv that mmvitreg asks for. mmcv and mmcv-lite are two distributions of one ``mmcv`` package that pip
+    cannot tell apart: asking for mmcv-lite where a compiled mmcv is installed would write mmcv-lite's files over it,
+    and asking for mmcv where it is not would build mmcv's ops from its sdist (a compiler, and no wheel for today's
+    torch). So: ``mmcv`` as it is (any version: it is kept, never rebuilt; mmseg and mmdet check its range when
+    imported) where an ``mmcv`` distribution is installed, else mmcv-lite in mmcv's range (requirements/mminstall.txt:
+    mmvitreg serves the compiled ops its dense configs call from torchvision's kernels), as mmcv's own setup.py picks
+    its OpenCV distribution by what is installed. The environment is the one of the interpreter that runs pip,
+    asked in a subprocess: ``-E`` drops the variables of pip's isolated build, whose ``sys.path`` hides it."""
+    probe = 'import importlib.metadata as md; md.distribution("mmcv")'
+    if subprocess.run([sys.executable, '-E', '-c', probe], capture_output=True).returncode == 0:
+        return 'mmcv'
+    mmcv, = requirements('mminstall.txt')
+    return 'mmcv-lite' + mmcv[len('mmcv'):]
 
 
 class BuildPyWithMim(build_py):
@@ -109,10 +128,9 @@ setup(
     long_description_content_type='text/markdown',
     packages=find_packages(include=['mmvitreg', 'mmvitreg.*']),
     python_requires='>=3.10',
-    install_requires=requirements('runtime.txt'),
-    # mmcv is the `mim` extra, not a requirement: an installed mmcv-lite serves classification (mminstall.txt)
+    install_requires=requirements('runtime.txt') + [mmcv_requirement()],
     extras_require={'seg': requirements('seg.txt'), 'det': requirements('det.txt'), 'all': requirements('all.txt'),
-                    'tests': requirements('tests.txt'), 'mim': requirements('mminstall.txt')},
+                    'tests': requirements('tests.txt')},
     cmdclass={'build_py': BuildPyWithMim},
     options={'editable_wheel': {'mode': 'compat'}},  # see the module's docstring
     license='Apache-2.0',

@@ -5,9 +5,13 @@ unchanged and no checkpoint was written. docs/troubleshooting.md is generated fr
 Cases that depend on the model run for every config in guard_helpers.TECHNIQUES (a checkpoint of
 another technique, a NaN loss), so a new technique is covered by adding its config there."""
 import itertools
+import os
 import re
 import shutil
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -16,7 +20,7 @@ from mmengine.config import Config
 from mmengine.registry import DefaultScope
 from torch import nn
 
-from conftest import REPO
+from conftest import REPO, TOOLS, tool_env
 from guard_helpers import TECHNIQUES, build_workspace, files_of, run_options, tool, train
 from troubleshooting import CASES, render_markdown
 
@@ -96,6 +100,38 @@ def broken_copy(ctx, name, what='digits'):
 
 def first_train_image(data):
     return data / 'train' / (data / 'meta' / 'train.txt').read_text().split()[0]
+
+
+# ---------------------------------------------------------------- install
+def run_without(ctx, name, hidden, cmd, distributions=()):
+    """``python cmd`` in a process of its own (in ``ctx.ws``) that sees neither the modules ``hidden`` nor the
+    ``distributions``, as in an environment without them (tests/test_env_imports.py); it must stop: its stderr."""
+    from test_env_imports import hiding
+    env = tool_env()
+    env['PYTHONPATH'] = os.pathsep.join([str(hiding(ctx.ws.parent / name, *hidden, distributions=distributions)),
+                                         env['PYTHONPATH']])
+
+    def run():
+        proc = subprocess.run([sys.executable, *map(str, cmd)], cwd=ctx.ws, env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert proc.returncode != 0, proc.stdout[-3000:]
+        return proc.stderr
+    return run
+
+
+@scenario('extra-missing')
+def _(ctx):
+    from test_env_imports import SEG_DEMO
+    return run_without(ctx, 'without_mmseg', ['mmseg'], [TOOLS / 'train.py', SEG_DEMO, '--work-dir', ctx.ws / 'seg'],
+                       distributions=['mmsegmentation'])
+
+
+@scenario('pkg-resources-missing')
+def _(ctx):
+    import mmpretrain
+    from test_env_imports import DEMO
+    train = Path(mmpretrain.__file__).parent / '.mim' / 'tools' / 'train.py'  # mmpretrain's own, as pip installs it
+    return run_without(ctx, 'without_pkg_resources', ['pkg_resources'], [train, DEMO, '--work-dir', ctx.ws / 'own'])
 
 
 # ---------------------------------------------------------------- config and tools

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
 
 from conftest import REPO
 
@@ -94,18 +95,71 @@ def test_wheel_ships_configs_tools_and_model_index_as_real_files(installed):
     assert core and not [r for r in core if '==' in r], core
     for name in ('torch', 'torchvision', 'mmengine', 'mmpretrain', 'numpy'):
         assert any(re.match(rf'{name}\s*[<>]', r) for r in core), (name, core)
-    # `pip install mmvitreg` is classification: mmseg, mmdet and what they pull in are the extras
+    # `pip install /path/to/mmvitreg` is classification: mmseg, mmdet and what they pull in are the extras
     assert not [r for r in core if re.match(r'(mmsegmentation|mmdet|pycocotools|ftfy|regex)\b', r)], core
     extras = {name: sorted(re.match(r'[\w-]+', r).group() for r in requires if f'extra == "{name}"' in r)
               for name in ('seg', 'det', 'all')}
     assert extras == {'seg': ['ftfy', 'mmsegmentation', 'regex'], 'det': ['mmdet', 'pycocotools'],
                       'all': ['ftfy', 'mmdet', 'mmsegmentation', 'pycocotools', 'regex']}, extras
-    # mmcv as the OpenMMLab libraries declare it: an extra, so that an installed mmcv-lite is kept
-    assert not [r for r in core if re.match(r'mmcv\b', r)], core
-    assert any(re.match(r'mmcv\s*[<>].*extra == "mim"', r) for r in requires), requires
+    # mmcv: the installed `mmcv` as it is where there is one, else mmcv-lite in mmcv's range (setup.py), and no extra
+    # that would add mmcv beside that mmcv-lite
+    assert [str(Requirement(r)) for r in core if re.match(r'mmcv\b', r)] == [the_mmcv_requirement_here()], core
+    assert not [r for r in requires if re.match(r'mmcv\b', r) and 'extra ==' in r], requires
     assert 'Requires-Python: >=3.10' in metadata
     assert re.findall(r'^Classifier: Programming Language :: Python :: (3\.\d+)$', metadata, re.M) == [
         '3.10', '3.11', '3.12']
+
+
+def the_mmcv_requirement_here():
+    """The Requires-Dist line of mmcv that a wheel built in this environment carries."""
+    import importlib.metadata as md
+    try:
+        md.distribution('mmcv')
+        return 'mmcv'
+    except md.PackageNotFoundError:
+        return f'mmcv-lite{read_requirements("mminstall.txt")["mmcv"].specifier}'
+
+
+def run_setup_py(monkeypatch):
+    """``setup.py``'s namespace and the arguments it gives ``setuptools.setup`` (which is not run)."""
+    import runpy
+
+    import setuptools
+    given = {}
+    monkeypatch.setattr(setuptools, 'setup', lambda **kwargs: given.update(kwargs))
+    return runpy.run_path(str(REPO / 'setup.py'), run_name='setup_under_test'), given
+
+
+def test_mmcv_requirement_keeps_an_installed_mmcv_and_else_asks_for_mmcv_lite(tmp_path, monkeypatch):
+    """mmcv and mmcv-lite are one ``mmcv`` package to pip: setup.py asks for the ``mmcv`` distribution that the
+    interpreter running pip has (any version: it is kept, never rebuilt or overwritten), else for mmcv-lite in mmcv's
+    range, also when mmcv-lite is installed. It asks that interpreter itself, past the ``PYTHONPATH`` with which
+    pip's isolated build hides the environment's site-packages (here a ``sitecustomize`` that empties them)."""
+    namespace, given = run_setup_py(monkeypatch)
+    # the choice is a requirement of the package
+    assert the_mmcv_requirement_here() in [str(Requirement(r)) for r in given['install_requires']]
+    venv = tmp_path / 'venv'
+    subprocess.run([sys.executable, '-m', 'venv', '--without-pip', venv], check=True, timeout=120)
+    site, = venv.glob('lib/python*/site-packages')
+    isolation = tmp_path / 'isolation'
+    isolation.mkdir()
+    (isolation / 'sitecustomize.py').write_text("import sys\nsys.path[:] = [p for p in sys.path if 'site-packages' "
+                                                "not in p]\n")
+    monkeypatch.setenv('PYTHONPATH', str(isolation))
+    monkeypatch.setattr(sys, 'executable', str(venv / 'bin' / 'python'))
+    lite = f'mmcv-lite{read_requirements("mminstall.txt")["mmcv"].specifier}'
+
+    def install(name):
+        info = site / f'{name.replace("-", "_")}-2.1.0.dist-info'
+        info.mkdir()
+        (info / 'METADATA').write_text(f'Metadata-Version: 2.1\nName: {name}\nVersion: 2.1.0\n')
+
+    choose = namespace['mmcv_requirement']
+    assert str(Requirement(choose())) == lite  # nothing installed
+    install('mmcv-lite')
+    assert str(Requirement(choose())) == lite
+    install('mmcv')
+    assert choose() == 'mmcv'
 
 
 def test_model_index_and_metafiles_are_found_in_the_installed_package(installed):
@@ -342,7 +396,6 @@ def test_mim_search_train_and_test_in_an_editable_install(editable, digits_works
 
 def read_requirements(name):
     """``{distribution: Requirement}`` of ``requirements/<name>`` (its ``-r`` includes followed)."""
-    from packaging.requirements import Requirement
     found = {}
     for line in (REPO / 'requirements' / name).read_text().splitlines():
         line = line.split('#')[0].strip()
@@ -355,17 +408,16 @@ def read_requirements(name):
 
 
 def test_the_offline_wheelhouse_asks_for_the_package_s_ranges_and_never_for_torch():
-    """``requirements/wheelhouse.txt`` (docs/gpu.md, the offline GPU box): every runtime requirement but torch
-    and torchvision with its range, mmcv-lite with mmcv's, and no distribution that pulls torch in (the box keeps
-    its image's torch, and ``pip download`` would fetch gigabytes of it); what it lists is checked against the
-    metadata of the installed distributions."""
+    """``requirements/wheelhouse.txt`` (docs/gpu.md, the offline GPU box): every requirement of the package and of
+    its extra ``all`` (segmentation and detection) but torch and torchvision with its range, mmcv-lite with mmcv's,
+    and no distribution that pulls torch in (the box keeps its image's torch, and ``pip download`` would fetch
+    gigabytes of it); what it lists is checked against the metadata of the installed distributions."""
     import importlib.metadata as md
 
-    from packaging.requirements import Requirement
     box = read_requirements('wheelhouse.txt')
-    runtime = read_requirements('runtime.txt')
-    assert {n for n in runtime if n not in ('torch', 'torchvision')} <= set(box), sorted(runtime)
-    for name, req in runtime.items():
+    package = {**read_requirements('runtime.txt'), **read_requirements('all.txt')}
+    assert {n for n in package if n not in ('torch', 'torchvision')} <= set(box), sorted(package)
+    for name, req in package.items():
         if name in box:
             assert box[name].specifier == req.specifier, (name, box[name], req)
     assert box['mmcv-lite'].specifier == read_requirements('mminstall.txt')['mmcv'].specifier
@@ -403,3 +455,55 @@ def test_the_quick_start_installs_the_whole_stack_and_its_stack_hash_covers_ever
 
     needed = set().union(*map(with_includes, installed | {'mminstall.txt'}))
     assert needed <= hashed, sorted(needed - hashed)
+
+
+def script(name, *args, env=None, cwd=REPO):
+    return subprocess.run(['bash', str(Path(cwd) / 'tools' / name), *args], capture_output=True, text=True,
+                          timeout=60, env=env, cwd=cwd)
+
+
+def test_setup_env_names_one_environment_per_mmcv_and_refuses_unknown_arguments(tmp_path):
+    """``tools/setup_env.sh --print-venv`` prints the environment it sets up and changes nothing: mmcv-lite's by
+    default, the compiled ops' with ``--with-ops`` (another one, so that switching never reinstalls); each has
+    its variable. An unknown argument stops it (exit 2) naming the ones it takes."""
+    home = tmp_path / 'home'
+    env = {k: v for k, v in os.environ.items() if k not in ('MMVITREG_VENV', 'MMVITREG_OPS_VENV')}
+    env['HOME'] = str(home)
+    printed = {args: script('setup_env.sh', '--print-venv', *args, env=env).stdout.strip()
+               for args in ((), ('--with-ops',))}
+    assert printed == {(): f'{home}/.cache/mmvitreg/venv', ('--with-ops',): f'{home}/.cache/mmvitreg/venv-ops'}
+    env.update(MMVITREG_VENV=str(tmp_path / 'lite'), MMVITREG_OPS_VENV=str(tmp_path / 'ops'))
+    assert script('setup_env.sh', '--with-ops', '--print-venv', env=env).stdout == f'{tmp_path / "ops"}\n'
+    assert script('setup_env.sh', '--print-venv', env=env).stdout == f'{tmp_path / "lite"}\n'
+    assert not home.exists() and not (tmp_path / 'lite').exists() and not (tmp_path / 'ops').exists()
+    bad = script('setup_env.sh', '--with-op', env=env)
+    assert bad.returncode == 2 and "unknown argument '--with-op'" in bad.stderr and '--with-ops' in bad.stderr
+
+
+def test_run_tests_passes_with_ops_to_the_set_up_and_everything_else_to_pytest(tmp_path):
+    """``tools/run_tests.sh [--with-ops] [pytest args]``: ``--with-ops``, wherever it stands, selects the set-up and
+    the environment that pytest runs in; the other arguments reach pytest in their order (the set-up script and the
+    environment's python here record what they were given)."""
+    (tmp_path / 'tools').mkdir()
+    shutil.copy(REPO / 'tools' / 'run_tests.sh', tmp_path / 'tools')
+    log = tmp_path / 'calls.log'
+    (tmp_path / 'tools' / 'setup_env.sh').write_text(
+        f'echo "setup $*" >> {log}\n'
+        f'case " $* " in *" --print-venv "*) case " $* " in *" --with-ops "*) echo {tmp_path}/ops ;; '
+        f'*) echo {tmp_path}/lite ;; esac ;; esac\n')
+    for venv in ('lite', 'ops'):
+        python = tmp_path / venv / 'bin' / 'python'
+        python.parent.mkdir(parents=True)
+        python.write_text(f'#!/usr/bin/env bash\necho "{venv} python $*" >> {log}\n')
+        python.chmod(0o755)
+
+    def calls(*args):
+        log.unlink(missing_ok=True)
+        assert script('run_tests.sh', *args, cwd=tmp_path).returncode == 0
+        return log.read_text().splitlines()
+
+    assert calls('-x', '-k', 'wheel') == ['setup ', 'setup --print-venv',
+                                          'lite python -m pytest tests -q -p no:cacheprovider -x -k wheel']
+    assert calls('-x', '--with-ops', 'tests/test_a.py') == [
+        'setup --with-ops', 'setup --print-venv --with-ops',
+        'ops python -m pytest tests -q -p no:cacheprovider -x tests/test_a.py']

@@ -9,9 +9,10 @@
 # The stack is a constraints file (default requirements/constraints-oldest.txt: Python 3.10,
 # torch 2.1.2 + torchvision 0.16.2, mmengine 0.10.3, mmcv-lite 2.1.0, mmpretrain 1.2.0,
 # mmsegmentation 1.2.2, mmdet 3.3.0, numpy 1.26). The package's own requirements (with the extras `all`)
-# and test requirements are installed under it. With mmcv-lite there are no compiled mmcv ops, so the tests
-# that need them (mmseg / mmdet models) are skipped with that reason (tests/conftest.py); a
-# constraints file that pins full mmcv instead builds it from source (~20 min on 2 cores).
+# and test requirements are installed under it. With mmcv-lite mmvitreg serves the compiled ops that its dense
+# configs call from torchvision's kernels, so the mmseg / mmdet tests run too; only those comparing them with
+# mmcv's compiled ops are skipped, with that reason. A constraints file that pins full mmcv instead builds it
+# from source (~20 min on 2 cores).
 # mmvitreg itself is tested from this checkout (PYTHONPATH), not installed.
 # Not part of CI (installing torch takes minutes); the last result is in the README's compatibility table.
 #
@@ -34,13 +35,12 @@ start=$SECONDS
 PY=$VENV/bin/python
 PIP=("$PY" -m pip --disable-pip-version-check -q)
 
-# mmcv or mmcv-lite, as the constraints say (mmcv is no runtime requirement: requirements/mminstall.txt;
-# mmcv-lite is mmcv's pure-Python distribution, same `mmcv` module; pip cannot tell they are one)
+# mmcv or mmcv-lite, as the constraints say (the requirements files name neither: setup.py chooses one by what is
+# installed; mmcv-lite is mmcv's pure-Python distribution, same `mmcv` module; pip cannot tell they are one)
 MMCV_DIST=$(grep -oE '^mmcv(-lite)?==' "$CONSTRAINTS" | head -n1 | tr -d '=')
 [ -n "$MMCV_DIST" ] || { echo "$CONSTRAINTS pins neither mmcv nor mmcv-lite" >&2; exit 1; }
 reqs=$(mktemp)
-cat "$REPO"/requirements/{runtime,seg,det}.txt | grep -vE '^mmcv([^-]|$)' >"$reqs"
-echo "$MMCV_DIST" >>"$reqs"
+{ cat "$REPO"/requirements/{runtime,seg,det}.txt; echo "$MMCV_DIST"; } >"$reqs"
 
 log "installing the stack of $(basename "$CONSTRAINTS")"
 "${PIP[@]}" install --upgrade pip
@@ -64,9 +64,9 @@ for d in ('torch', 'torchvision', 'numpy', 'mmengine', 'mmcv', 'mmcv-lite', 'mmp
         pass
 try:
     import mmcv._ext  # noqa: F401
-    print('  mmcv ops: yes')
+    print('  mmcv compiled ops: yes')
 except ImportError:
-    print('  mmcv ops: no (tests that need them are skipped)')
+    print('  mmcv compiled ops: no (mmvitreg serves the ones its configs call; comparisons with mmcv skipped)')
 PYEOF
 PYTHONPATH=$REPO "$PY" -c 'from mmvitreg import compat
 print("mmvitreg.compat: needed", compat.needed(), "applied", compat.applied())'

@@ -6,7 +6,7 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 bash tools/setup_env.sh
-VENV=${MMVITREG_VENV:-$HOME/.cache/mmvitreg/venv}
+VENV=$(bash tools/setup_env.sh --print-venv)
 PY=$VENV/bin/python
 CONFIG=${1:-configs/demo/deit-tiny_1xb64_digits.py}
 WORK=work_dirs/quickstart

@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# The full test suite: set up the stack if needed (with mmcv's compiled ops, which the mmseg and mmdet tests
-# need: built once, ~16-20 min on 2 cores, then cached), then run pytest on tests/.
-#   bash tools/run_tests.sh [pytest args...]
+# The full test suite: set up the stack if needed (tools/setup_env.sh), then run pytest on tests/.
+#   bash tools/run_tests.sh [--with-ops] [pytest args...]
+# By default on mmcv-lite, with no compiler: mmvitreg serves the compiled ops that its segmentation and detection
+# configs call from torchvision's kernels, so every test runs there (a fresh machine's set-up takes minutes, a
+# later one seconds). --with-ops runs the same suite on mmcv built with its compiled ops, in an environment of its
+# own (~/.cache/mmvitreg/venv-ops, MMVITREG_OPS_VENV; built once, ~16-20 min on 2 cores), where the tests that
+# compare mmvitreg's ops with mmcv's run instead of skipping. Every other argument goes to pytest.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
-bash tools/setup_env.sh --with-ops
-VENV=${MMVITREG_VENV:-$HOME/.cache/mmvitreg/venv}
+SETUP=() PYTEST=()
+for arg in "$@"; do
+  if [ "$arg" = --with-ops ]; then SETUP=(--with-ops); else PYTEST+=("$arg"); fi
+done
+bash tools/setup_env.sh ${SETUP[@]+"${SETUP[@]}"}
+VENV=$(bash tools/setup_env.sh --print-venv ${SETUP[@]+"${SETUP[@]}"})
 export PATH="$VENV/bin:$PATH" PYTHON="$VENV/bin/python"
-exec "$VENV/bin/python" -m pytest tests -q -p no:cacheprovider "$@"
+exec "$VENV/bin/python" -m pytest tests -q -p no:cacheprovider ${PYTEST[@]+"${PYTEST[@]}"}

@@ -1,24 +1,29 @@
 #!/usr/bin/env bash
 # Set up the quick start's OpenMMLab stack for mmvitreg in a virtual environment.
 #
-#   bash tools/setup_env.sh              # creates/refreshes the environment, prints its path
-#   bash tools/setup_env.sh --with-ops   # the same with mmcv's compiled ops (segmentation, detection, tests)
+#   bash tools/setup_env.sh                  # mmcv-lite (no compiler): creates/refreshes the environment
+#   bash tools/setup_env.sh --with-ops       # mmcv built WITH its compiled ops, in an environment of its own
+#   bash tools/setup_env.sh --print-venv [--with-ops]   # print that environment's path; change nothing
 #
 # The stack is requirements/constraints-quickstart.txt (exact pins: Python 3.11, torch 2.14.1 +
-# torchvision 0.29.1, mmengine 0.10.7, mmcv 2.1.0 built from the PyPI sdist WITH its ops or mmcv-lite 2.1.0,
+# torchvision 0.29.1, mmengine 0.10.7, mmcv-lite 2.1.0 or mmcv 2.1.0 built from the PyPI sdist with its ops,
 # mmpretrain 1.2.0, mmsegmentation 1.2.2, mmdet 3.3.0, ...); mmvitreg's own requirements
 # (requirements/runtime.txt, and the extras `all`: requirements/all.txt) are ranges, installed under those
 # constraints. Why each pin:
 # the README's "The stack" and mmvitreg/compat.py. To use mmvitreg in an environment of your own,
 # see the README's "Install into your environment" instead.
 #
-# mmcv: without --with-ops, mmcv-lite (pure Python, seconds: classification needs no compiled op) unless a
-# built mmcv wheel is cached, which is then installed instead; --with-ops builds mmcv with its ops once
-# (~16-20 min on 2 cores; tools/run_tests.sh asks for it) and caches the wheel. mmcv and mmcv-lite are one
-# `mmcv` package to pip, never installed together: the switch to ops uninstalls mmcv-lite first.
+# mmcv: by default mmcv-lite (pure Python, seconds): classification needs no compiled op, and mmvitreg serves the
+# few that its segmentation and detection configs call from torchvision's kernels (mmvitreg/mmcv_ops.py). That is
+# what tools/run_tests.sh, tools/quickstart.sh and CI use, and what a fresh machine gets. --with-ops builds mmcv
+# with its ops once (~16-20 min on 2 cores; cached as a wheel) into a second environment, so that switching
+# between the two never reinstalls; `tools/run_tests.sh --with-ops` runs the tests there, where those comparing
+# mmvitreg's ops with mmcv's compiled ones run. mmcv and mmcv-lite are one `mmcv` package to pip, never installed
+# together: an environment switched from one to the other loses the other first.
 #
-# Idempotent: the environment and the built mmcv wheel are cached, so a second run takes seconds.
-#   MMVITREG_VENV   the environment          (default: ~/.cache/mmvitreg/venv)
+# Idempotent: the environments and the built mmcv wheel are cached, so a second run takes seconds.
+#   MMVITREG_VENV      the environment with mmcv-lite  (default: ~/.cache/mmvitreg/venv)
+#   MMVITREG_OPS_VENV  the one with --with-ops         (default: ~/.cache/mmvitreg/venv-ops)
 #   MMVITREG_CACHE  the built mmcv wheels    (default: ~/.cache/mmvitreg/wheels)
 #   PYTHON          the interpreter to use   (default: python3.11, else python3)
 #   FORCE_CUDA      1: mmcv with CUDA ops, 0: CPU ops only; unset: CUDA ops when a GPU is visible
@@ -26,23 +31,27 @@
 #   MMCV_PREBUILT_URL      a pip --find-links page of prebuilt mmcv wheels to try before compiling
 #                          (default on CUDA: OpenMMLab's page for the installed CUDA and torch)
 #
-# On a machine with CUDA, mmcv's CUDA ops are needed (mmseg/mmdet models run them on the GPU): the
+# On a machine with CUDA, --with-ops needs mmcv's CUDA ops (mmseg/mmdet models run them on the GPU): the
 # script first tries a prebuilt mmcv wheel matching torch and CUDA, else compiles mmcv with
-# FORCE_CUDA=1 (needs nvcc: CUDA_HOME or nvcc on PATH), and says which it did.
+# FORCE_CUDA=1 (needs nvcc: CUDA_HOME or nvcc on PATH), and says which it did. Without --with-ops a GPU
+# machine gets mmcv-lite too: torchvision's CUDA kernels serve the ops there.
 set -euo pipefail
 
-WITH_OPS=0
+WITH_OPS=0 PRINT_VENV=0
 for arg in "$@"; do
   case $arg in
     --with-ops) WITH_OPS=1 ;;
-    *) echo "tools/setup_env.sh: unknown argument '$arg' (the only one is --with-ops)" >&2; exit 2 ;;
+    --print-venv) PRINT_VENV=1 ;;
+    *) echo "tools/setup_env.sh: unknown argument '$arg' (it takes --with-ops and --print-venv)" >&2; exit 2 ;;
   esac
 done
+if [ "$WITH_OPS" = 1 ]; then VENV=${MMVITREG_OPS_VENV:-$HOME/.cache/mmvitreg/venv-ops}
+else VENV=${MMVITREG_VENV:-$HOME/.cache/mmvitreg/venv}; fi
+if [ "$PRINT_VENV" = 1 ]; then echo "$VENV"; exit 0; fi
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CONSTRAINTS=$REPO/requirements/constraints-quickstart.txt
 CACHE=${MMVITREG_CACHE:-$HOME/.cache/mmvitreg/wheels}
-VENV=${MMVITREG_VENV:-$HOME/.cache/mmvitreg/venv}
 PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
 
 pin() { grep -E "^$1==" "$CONSTRAINTS" | head -n1 | cut -d= -f3; }
@@ -55,13 +64,10 @@ elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -
 else
   FLAVOUR=cpu
 fi
-# a wheel built (or fetched) by an earlier --with-ops run is as quick to install as mmcv-lite, and serves more
-if ls "$CACHE"/mmcv-"$MMCV"-torch"$TORCH"-"$FLAVOUR"*/mmcv-"$MMCV"-*.whl >/dev/null 2>&1; then WITH_OPS=1; fi
 MMCV_KIND=$([ "$WITH_OPS" = 1 ] && echo ops || echo lite)
 STAMP=$VENV/.mmvitreg-stack
 HASH=$(cat "$CONSTRAINTS" "$REPO"/requirements/{runtime,seg,det,all,mminstall,tests,bench}.txt | sha1sum | cut -c1-12)
 STACK_ID="$FLAVOUR|mmcv-$MMCV_KIND|$HASH"
-OPS_STACK_ID="$FLAVOUR|mmcv-ops|$HASH"  # also serves a run without --with-ops
 
 log() { printf '[setup %(%H:%M:%S)T] %s\n' -1 "$*"; }
 start=$SECONDS
@@ -137,11 +143,12 @@ print(";".join(f"{a}.{b}" for a, b in caps))')}
   "${PIP[@]}" install --no-deps --force-reinstall "$wheel_dir"/mmcv-"$MMCV"-*.whl
 }
 
+# what the stack must import: mmcv with its compiled ops, or mmcv-lite's `mmcv` without them
+if [ "$MMCV_KIND" = ops ]; then IMPORTS='from mmcv.ops import nms, RoIAlign; import mmdet, mmseg, mmpretrain'
+else IMPORTS='import importlib.util as u, mmcv, mmdet, mmseg, mmpretrain; assert not u.find_spec("mmcv._ext")'; fi
 stamp=$(cat "$STAMP" 2>/dev/null || true)
-stack_ready() {  # the stamped stack is this one (or one with ops where lite is asked for) and it imports
-  if [ "$stamp" = "$OPS_STACK_ID" ]; then "$PY" -c 'import mmcv.ops, mmdet, mmseg, mmpretrain' 2>/dev/null
-  elif [ "$stamp" = "$STACK_ID" ]; then "$PY" -c 'import mmcv, mmpretrain' 2>/dev/null
-  else return 1; fi
+stack_ready() {  # the stamped stack is this one, and it imports
+  [ "$stamp" = "$STACK_ID" ] && "$PY" -c "$IMPORTS" 2>/dev/null
 }
 if stack_ready; then
   log "stack already installed in $VENV ($(cut -d'|' -f2 <<<"$stamp"))"
@@ -156,8 +163,9 @@ else
     install_mmcv
     cp "$REPO/requirements/runtime.txt" "$reqs"
   else
-    log "mmcv: installing mmcv-lite $MMCV (no compiled ops: enough for classification; --with-ops adds them)"
-    # mmcv is no runtime requirement (requirements/mminstall.txt): mmcv-lite is the same `mmcv` package
+    "$PY" -m pip uninstall -y -q mmcv 2>/dev/null || true  # the same `mmcv` package: never both
+    log "mmcv: installing mmcv-lite $MMCV (no compiled ops: mmvitreg serves those its configs call; --with-ops builds mmcv's)"
+    # as setup.py asks for it where no mmcv is installed (mmcv_requirement)
     { cat "$REPO/requirements/runtime.txt"; echo mmcv-lite; } >"$reqs"
   fi
 
@@ -165,12 +173,7 @@ else
   # the whole stack: classification (runtime.txt) and the extras `all` (mmseg, mmdet: requirements/all.txt)
   "${PIP[@]}" install -c "$CONSTRAINTS" -r "$reqs" -r "$REPO/requirements/all.txt" -r "$REPO/requirements/tests.txt"
   rm -f "$reqs"
-  if [ "$MMCV_KIND" = ops ]; then
-    "$PY" -c 'from mmcv.ops import nms, RoIAlign; import mmdet, mmseg, mmpretrain' \
-      || { echo "the stack does not import; see the messages above" >&2; exit 1; }
-  else
-    "$PY" -c 'import mmcv, mmpretrain' || { echo "the stack does not import; see the messages above" >&2; exit 1; }
-  fi
+  "$PY" -c "$IMPORTS" || { echo "the stack does not import; see the messages above" >&2; exit 1; }
   if [ "$FLAVOUR" = cuda ] && [ "$MMCV_KIND" = ops ]; then
     "$PY" -c 'import torch; from mmcv.ops import nms
 b = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.]], device="cuda"); s = torch.tensor([.9, .8], device="cuda")

@@ -499,7 +499,7 @@ def _polygon_annotation(mask: np.ndarray) -> dict:
         from pycocotools import mask as mask_utils  # here: only the COCO set needs pycocotools
     except ImportError as error:
         raise ImportError(f'{error}: the COCO masks are written with pycocotools; pip install pycocotools '
-                          '(or "mmvitreg[det]")') from None
+                          '(or mmvitreg\'s extra: pip install "/path/to/mmvitreg[det]")') from None
     double = cv2.resize(mask.astype(np.uint8), None, fx=2, fy=2, interpolation=cv2.INTER_NEAREST)
     contours, _ = cv2.findContours(double, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
     polygons = [(c.reshape(-1) / 2.0).tolist() for c in contours if len(c) >= 3]

@@ -15,8 +15,8 @@ class Case:
 
     Attributes:
         id (str): Short name; the scenario of the same name in ``tests/test_bad_inputs.py``.
-        stage (str): Where it is caught: ``config``, ``model``, ``data``, ``checkpoint``, ``train``
-            or ``tools``.
+        stage (str): Where it is caught: ``install``, ``config``, ``model``, ``data``, ``checkpoint``,
+            ``train`` or ``tools``.
         what (str): What the user did.
         message (str): The fixed part of what the run prints (the test looks for it verbatim).
         fix (str): What to do.
@@ -30,6 +30,19 @@ class Case:
 
 
 CASES: List[Case] = [
+    # ---- install
+    Case('extra-missing', 'install', 'an mmseg or mmdet config where mmsegmentation / mmdet is not installed (a '
+         'classification install)',
+         'is a config of mmseg, which is not installed',
+         "Install the extra from mmvitreg's checkout (mmvitreg is not on PyPI): `pip install \"/path/to/mmvitreg[seg]\"` "
+         '(`pip install ".[seg]"` inside it; `[det]` for an mmdet config, `[all]` for both). Nothing is compiled: '
+         'mmcv-lite comes with it where no mmcv is installed, and mmvitreg serves the compiled ops its configs call.'),
+    Case('pkg-resources-missing', 'install', 'a config with an `mmpretrain::` base read before mmvitreg is imported '
+         "(mmpretrain's own `tools/train.py`) where setuptools >= 82 left out `pkg_resources`",
+         "No module named 'pkg_resources'",
+         'mmengine 0.10 finds the library of an `mmpretrain::` base through `pkg_resources` (fixed on its main branch '
+         'only, PR #1676): `pip install "setuptools<82"`, which mmvitreg asks for (installing mmvitreg from its '
+         "checkout brings it back). mmvitreg's own `tools/train.py` reads such configs either way."),
     # ---- config
     Case('config-missing', 'config', 'a config path that does not exist (typo, wrong working directory)',
          'config file not found',
@@ -190,7 +203,7 @@ CASES: List[Case] = [
 
 def render_markdown(cases: List[Case] = CASES) -> str:
     """``docs/troubleshooting.md``: one section per stage, one entry per case."""
-    stages = dict(config='Configs', tools='Tool options', model='Building the model', data='Data',
+    stages = dict(install='Installing', config='Configs', tools='Tool options', model='Building the model', data='Data',
                   checkpoint='Checkpoints', train='Training')
     lines = ['# Troubleshooting', '',
              '<!-- generated from tools/misc/troubleshooting.py by tools/misc/gen_troubleshooting.py; '
