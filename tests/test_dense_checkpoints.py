@@ -8,7 +8,7 @@ model has no place for (talking heads) and one that lacks weights the model need
 file: the model of the backbone's classification config (the one the dense config's comment names), shrunk to a
 tiny arch and saved as mmengine's CheckpointHook saves it. The smoke test starts every segmentation and detection
 config of configs/ at tiny size from such a file through the config's own ``init_cfg`` (same prefix), then takes one
-training step (mmseg's and mmdet's models: it needs their ops)."""
+training step (on mmseg's and mmdet's models: reported skipped where they do not import, see conftest)."""
 import copy
 import functools
 import re
