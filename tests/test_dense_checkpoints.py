@@ -179,6 +179,21 @@ def test_the_backbone_policy_still_refuses_another_architecture_a_dropped_parame
         assert 'talking' not in source or 'ln1' not in str(e.value)  # the left-out final norm is not refused
 
 
+def test_a_swin_backbone_leaves_out_the_norms_of_the_stages_it_does_not_output(classifiers):
+    """A Swin's stage norms exist for its ``out_indices`` only: one outputting stages 0-2 starts from a saved Swin
+    classifier (its norm3) with norm3 reported unexpected (left out) and its own norm0-2 missing (new)."""
+    from mmvitreg.engine.checkpoint import load_weights
+    from mmvitreg.registry import MODELS
+    ckpt = classifiers('mmpretrain::swin_transformer/swin-tiny_16xb64_in1k.py', TINY_SWIN)
+    swin = MODELS.build(dict(type='mmvitreg.SwinTransformer', arch=TINY_SWIN, out_indices=(0, 1, 2),
+                             init_cfg=dict(type='Pretrained', checkpoint=str(ckpt), prefix='backbone.')))
+    assert swin.left_out == ('norm3', )
+    swin.init_weights()
+    report = load_weights(swin, str(ckpt), 'backbone', 'backbone.')
+    assert report.unexpected == ['norm3.weight', 'norm3.bias']
+    assert sorted(report.missing) == [f'norm{i}.{p}' for i in range(3) for p in ('bias', 'weight')]
+
+
 @functools.lru_cache()
 def demo_cascade_heads() -> dict:
     """The neck and heads of the demo cascade (read once: its bases are looked up in mmdet's metafiles)."""
