@@ -1,6 +1,7 @@
 """UperNet configs of the repository shrunk to tiny backbones and heads reading the bundled digits sets (ADE20K
 or Cityscapes layout), written as one file: shared by the segmentation tests."""
 from pathlib import Path
+from typing import Sequence
 
 from mmengine.config import Config
 
@@ -18,11 +19,13 @@ def digits_layout(cfg: Config) -> str:
     return 'cityscapes' if 'Cityscapes' in cfg.test_dataloader.dataset.type else 'ade20k'
 
 
-def shrunk_config(seg_config: Path, path: Path, arch: dict = None) -> Path:
+def shrunk_config(seg_config: Path, path: Path, arch: dict = None, keep: Sequence[str] = ()) -> Path:
     """The UperNet config ``seg_config`` with a tiny backbone (``arch``, a ViT-family arch dict; a Swin gets
-    :data:`TINY_SWIN`) and heads, reading the digits set of its data's layout, written to ``path``.
+    :data:`TINY_SWIN`) and heads, reading the digits set of its data's layout, written to ``path`` (a ``.json``
+    path writes it fastest: a ``.py`` one is formatted by yapf).
 
-    The backbone keeps its other settings (its ``drop_path_rate`` for a drop-path schedule, say); 2 training
+    The backbone keeps its other settings (its ``drop_path_rate`` for a drop-path schedule, say), and those of
+    ``keep`` as the config has them (``init_cfg``, a Swin's ``window_size``; absent stays absent); 2 training
     iterations; the whole image at test time."""
     import mmvitreg  # noqa: F401  (mmseg:: bases need mmvitreg.compat)
     cfg = Config.fromfile(str(seg_config))
@@ -33,6 +36,7 @@ def shrunk_config(seg_config: Path, path: Path, arch: dict = None) -> Path:
     cfg.train_dataloader.batch_size = 2
     cfg.model.data_preprocessor.size = digits.crop_size
     backbone = cfg.model.backbone
+    own = {key: backbone[key] for key in keep if key in backbone}
     if 'Swin' in backbone.type:
         backbone.update(arch=TINY_SWIN, img_size=digits.crop_size, window_size=4, init_cfg=None)
         widths = [16, 32, 64, 128]
@@ -44,6 +48,9 @@ def shrunk_config(seg_config: Path, path: Path, arch: dict = None) -> Path:
         else:  # the side layers: one token width in, a wider fourth level out
             cfg.model.neck.update(in_channels=32, out_channels=64)
             widths = [32, 32, 32, 64]
+    for key in keep:
+        backbone.pop(key, None)
+    backbone.update(own)
     cfg.model.decode_head.update(in_channels=widths, channels=32, num_classes=NUM_CLASSES)
     cfg.model.auxiliary_head.update(in_channels=widths[cfg.model.auxiliary_head.in_index], channels=16,
                                     num_classes=NUM_CLASSES)

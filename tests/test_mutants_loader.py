@@ -144,7 +144,8 @@ def test_a_refused_file_is_described_by_its_layout_its_top_level_modules_or_its_
 
 def test_the_backbone_policy_needs_ninety_percent_of_the_backbone_and_no_dropped_parameter():
     """check_fit: at least MIN_BACKBONE_SHARE (0.9) of the backbone's tensors filled (missing or resized ones are
-    not), counted on model.backbone's keys when there is one; an unexpected parameter stops the load."""
+    not), counted on model.backbone's keys when there is one; an unexpected backbone parameter stops the load, one
+    outside the backbone (a head the model does not have) does not."""
     model = Net()
     clean = load_state_dict_checked(model, Net().state_dict())
     check_fit(model, clean, 'f.pth', {}, 'hint')
@@ -153,9 +154,33 @@ def test_the_backbone_policy_needs_ninety_percent_of_the_backbone_and_no_dropped
     half = load_state_dict_checked(model, {'backbone.weight': torch.zeros(8, 4)})
     with pytest.raises(CheckpointError, match=r'would fill 1 of the 2 backbone tensors \(at least 90% needed'):
         check_fit(model, half, 'f.pth', {}, 'hint')
-    extra = load_state_dict_checked(model, {**Net().state_dict(), 'blocks.0.attn.proj_pre.weight': torch.zeros(1)})
-    with pytest.raises(CheckpointError, match='has 1 parameters the model Net has no place for'):
+    extra = load_state_dict_checked(model, {**Net().state_dict(), 'backbone.proj_pre.weight': torch.zeros(1)})
+    with pytest.raises(CheckpointError, match=r'has 1 parameters the model Net has no place for \(backbone.proj_pre'):
         check_fit(model, extra, 'f.pth', {}, 'hint')
+    other_head = load_state_dict_checked(model, {**Net().state_dict(), 'head.pre_logits.weight': torch.zeros(1)})
+    assert other_head.unexpected == ['head.pre_logits.weight']
+    check_fit(model, other_head, 'f.pth', {}, 'hint')
+
+
+class LeftOut(nn.Linear):
+    """A backbone whose options left its output norm ``norm`` out."""
+    left_out = ('norm', )
+
+
+def test_the_backbone_policy_accepts_the_keys_of_the_modules_the_backbone_leaves_out_and_no_other():
+    """check_fit: a checkpoint's keys under a module of the backbone's ``left_out`` are accepted, in a backbone
+    loaded alone (init_cfg) and under ``backbone.`` in a model; a key of another module (also one whose name
+    starts with the left-out one's) is still refused."""
+    weights = LeftOut(4, 8).state_dict()
+    alone = LeftOut(4, 8)
+    check_fit(alone, load_state_dict_checked(alone, {**weights, 'norm.weight': torch.ones(8)}), 'f.pth', {}, 'hint')
+    model = Net()
+    model.backbone = LeftOut(4, 8)
+    state = {**Net().state_dict(), 'backbone.norm.weight': torch.ones(8), 'backbone.norm.bias': torch.ones(8)}
+    check_fit(model, load_state_dict_checked(model, state), 'f.pth', {}, 'hint')
+    for key in ('norm_pre.weight', 'proj.weight'):
+        with pytest.raises(CheckpointError, match=rf'has 1 parameters the model LeftOut has no place for \({key}\)'):
+            check_fit(alone, load_state_dict_checked(alone, {**weights, key: torch.ones(8)}), 'f.pth', {}, 'hint')
 
 
 # ---------------------------------------------------------------- the EMA copy check

@@ -6,8 +6,8 @@ _base_ = 'mmseg::vit/vit_vit-b16_mln_upernet_8xb2-160k_ade20k-512x512.py'
 
 crop_size = (512, 512)
 embed_dims = 396  # DeepViT-S
-# the ImageNet DeepViT checkpoint, converted with tools/model_converters/deepvit_to_mmvitreg.py
-# (or trained with configs/deepvit/deepvit-s_8xb32_in1k.py)
+# the checkpoint of configs/deepvit/deepvit-s_8xb32_in1k.py, as trained, or the official DeepViT-S release converted
+# (python tools/model_converters/deepvit_to_mmvitreg.py SRC pretrain/deepvit-s_8xb32_in1k.pth)
 checkpoint = 'pretrain/deepvit-s_8xb32_in1k.pth'
 
 # DeepViT is pre-trained with mean = std = 0.5 (official default_cfg), not the ImageNet statistics

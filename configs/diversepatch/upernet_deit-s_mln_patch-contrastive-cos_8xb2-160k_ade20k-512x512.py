@@ -12,6 +12,7 @@
 _base_ = 'mmseg::vit/vit_deit-s16_mln_upernet_8xb2-160k_ade20k-512x512.py'
 
 crop_size = (512, 512)
+# mmpretrain's DeiT-S release, the checkpoint of its config mmpretrain::deit/deit-small_4xb256_in1k.py
 checkpoint = 'https://download.openmmlab.com/mmclassification/v0/deit/deit-small_pt-4xb256_in1k_20220218-9425b9bb.pth'  # noqa
 model = dict(
     type='mmvitreg.TokenSegmentor',

@@ -7,7 +7,10 @@
 # only changes the stored position-embedding size.)
 _base_ = './upernet_lvvit-s_mln_8xb2-160k_ade20k-512x512.py'
 
-checkpoint = 'pretrain/lvvit-l.pth'
+# the checkpoint of configs/lvvit/lvvit-l_8xb64_tl_in1k-448px.py, as trained, or the official LV-ViT-L release (448,
+# the only one) converted (python tools/model_converters/lvvit_to_mmvitreg.py lvvit_l-150M-448-86.2.pth.tar
+# pretrain/lvvit-l_8xb64_tl_in1k-448px.pth)
+checkpoint = 'pretrain/lvvit-l_8xb64_tl_in1k-448px.pth'
 embed_dims = 768
 model = dict(
     backbone=dict(arch='l', out_indices=(14, 17, 20, 23), drop_path_rate=0.5,

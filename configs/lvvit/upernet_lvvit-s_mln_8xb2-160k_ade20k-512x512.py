@@ -6,9 +6,9 @@
 # MultiLevelNeck (x4, x2, x1, x0.5) does that, as in mmseg's ViT recipe.
 _base_ = 'mmseg::vit/vit_vit-b16_mln_upernet_8xb2-160k_ade20k-512x512.py'
 
-# An ImageNet LV-ViT-S checkpoint converted to mmvitreg's keys
-# (python tools/model_converters/lvvit_to_mmvitreg.py lvvit_s-26M-224-83.3.pth.tar pretrain/lvvit-s.pth)
-checkpoint = 'pretrain/lvvit-s.pth'
+# the checkpoint of configs/lvvit/lvvit-s_8xb128_tl_in1k.py, as trained, or the official LV-ViT-S release converted
+# (python tools/model_converters/lvvit_to_mmvitreg.py lvvit_s-26M-224-83.3.pth.tar pretrain/lvvit-s_8xb128_tl_in1k.pth)
+checkpoint = 'pretrain/lvvit-s_8xb128_tl_in1k.pth'
 embed_dims = 384
 model = dict(
     pretrained=None,

@@ -16,9 +16,9 @@ name). Every checkpoint mmvitreg's tools and models read goes through one pass i
    ``{'state_dict': ...}`` form;
 3. **fit** - :func:`fit`: :func:`load_state_dict_checked` (mmengine's ``load_state_dict`` walk, so load-time hooks
    such as mmpretrain's position-embedding resize run, listened to for a :class:`KeyReport`), and the policy
-   decides (:func:`judge`): *strict* (every key fits), *backbone* (:func:`check_fit`: most of the backbone filled
-   and none of the checkpoint's own parameters dropped) or *partial* (whatever fits). An ``EMAHook``'s copy is
-   filled by the hook and only checked (:func:`check_copy`).
+   decides (:func:`judge`): *strict* (every key fits), *backbone* (:func:`check_fit`: most of the backbone filled,
+   no backbone parameter of the file dropped but those the backbone's options leave out) or *partial* (whatever
+   fits). An ``EMAHook``'s copy is filled by the hook and only checked (:func:`check_copy`).
 
 Who calls it: :class:`~mmvitreg.engine.runner.GuardedRunner` (``load_from``, ``--resume``, ``tools/test.py``),
 :class:`Pretrained` (``init_cfg``: the *backbone* policy, a training's start, for mmvitreg's backbones, whose
@@ -296,21 +296,22 @@ def _looks_like(checkpoint: dict, state_dict: Dict[str, torch.Tensor]) -> str:
 
 def check_fit(model: nn.Module, report: KeyReport, filename: str, checkpoint: dict, hint: str) -> None:
     """The *backbone* policy: raise unless the load filled at least :data:`MIN_BACKBONE_SHARE` of the backbone's
-    tensors and found a place for every parameter of the checkpoint.
+    tensors and found a place in the backbone for every backbone parameter of the checkpoint.
 
-    The backbone is ``model.backbone``'s keys when the model has one, else all of the model's keys
-    (a backbone loaded through ``init_cfg``); its tensors that the report lists as missing or resized
-    count as not filled. The head may differ in shape (fine-tuning on other classes), but a parameter the
-    model has no place for (a talking-heads file in a model without them) would be dropped, and the
-    model would not compute what was trained: the error names the keys and what takes them
+    The backbone is ``model.backbone`` when the model has one, else the model (a backbone loaded through
+    ``init_cfg``); its tensors that the report lists as missing or resized count as not filled. The rest of the
+    model may differ (a classifier's head in a segmentor, other classes), and so may the modules the backbone's own
+    options leave out (its ``left_out``: a final norm with ``final_norm=False``), but any other parameter the
+    backbone has no place for (a talking-heads file in a model without them) would be dropped, and the model
+    would not compute what was trained: the error names the keys and what takes them
     (:func:`~mmvitreg.models.converters.where_keys_belong`).
 
     Raises:
         CheckpointError: naming the file, what does not fit, the layout the file looks like and ``hint``.
     """
-    keys = [k for k in model.state_dict() if not is_derived(k)]
-    if hasattr(model, 'backbone'):
-        keys = [k for k in keys if k.startswith('backbone.')]
+    backbone = model.backbone if hasattr(model, 'backbone') else model
+    prefix = 'backbone.' if backbone is not model else ''
+    keys = [k for k in model.state_dict() if not is_derived(k) and k.startswith(prefix)]
     empty = set(report.missing) | set(report.resized)
     filled = sum(k not in empty for k in keys)
     state_dict = checkpoint.get('state_dict', checkpoint)
@@ -320,12 +321,14 @@ def check_fit(model: nn.Module, report: KeyReport, filename: str, checkpoint: di
             f'{len(keys)} backbone tensors (at least {MIN_BACKBONE_SHARE:.0%} needed; {report.summary()}); the file '
             f'looks like {_looks_like(checkpoint, state_dict)}. Use a checkpoint of this architecture or a config '
             f'built for this one; {hint}')
-    if report.unexpected:
-        takers = where_keys_belong(report.unexpected)
+    left_out = tuple(f'{prefix}{name}.' for name in getattr(backbone, 'left_out', ()))
+    dropped = [k for k in report.unexpected if k.startswith(prefix) and not k.startswith(left_out)]
+    if dropped:
+        takers = where_keys_belong(dropped)
         belong = '; '.join(takers) or f'another model (the file looks like {_looks_like(checkpoint, state_dict)})'
         raise CheckpointError(
-            f'checkpoint {filename} has {len(report.unexpected)} parameters the model {type(model).__name__} has no '
-            f'place for ({_shown(report.unexpected)}): without them it would not compute what was trained. They '
+            f'checkpoint {filename} has {len(dropped)} parameters the model {type(model).__name__} has no '
+            f'place for ({_shown(dropped)}): without them it would not compute what was trained. They '
             f'belong to {belong}: use that config; {hint}')
 
 

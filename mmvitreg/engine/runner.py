@@ -37,10 +37,10 @@ class GuardedRunner(Runner):
       are loaded, but a load that fills less than
       :data:`~mmvitreg.engine.checkpoint.MIN_BACKBONE_SHARE` of the backbone's tensors (a checkpoint
       of another model, no key matched) stops the run, naming the file and the layout it looks like;
-      *partial*: the keys that fit are loaded, whatever their share. *backbone* also stops at a parameter of
-      the checkpoint the model has no place for (a talking-heads file in a model without them), naming the
-      config that takes it. *backbone* and *partial* log one line with the counts of matched, missing,
-      unexpected and resized keys (derived buffers such as ``num_batches_tracked`` not counted).
+      *partial*: the keys that fit are loaded, whatever their share. *backbone* also stops at a backbone parameter
+      of the checkpoint the backbone has no place for (talking heads in a model without them; not a module its
+      options leave out, as a final norm), naming the config that takes it. *backbone* and *partial* log one line
+      with the counts of matched, missing, unexpected and resized keys (derived buffers not counted).
       ``tools/test.py`` loads strictly; ``--allow-partial`` (``tools/test.py``, ``tools/train.py``) makes the
       load partial. An ``EMAHook`` (mmengine's, mmpretrain's or a subclass) fills its EMA copy itself, by its own
       rule, from the same converted, revised checkpoint; the copy is then checked against the file by the same

@@ -1,5 +1,8 @@
-"""mmvitreg's backbones load their own ``init_cfg=dict(type='Pretrained')`` through ``mmvitreg.Pretrained``."""
-from typing import List, Optional, Union
+"""mmvitreg's backbones load their own ``init_cfg=dict(type='Pretrained')`` through ``mmvitreg.Pretrained``, and
+name the output norms their configuration leaves out, whose keys a classifier's checkpoint still holds."""
+from typing import Iterable, List, Optional, Tuple, Union
+
+from torch import nn
 
 InitCfg = Optional[Union[dict, List[dict]]]
 
@@ -16,3 +19,12 @@ def own_pretrained(init_cfg: InitCfg) -> InitCfg:
     if isinstance(init_cfg, list):
         return [own_pretrained(cfg) for cfg in init_cfg]
     return init_cfg
+
+
+def unbuilt(backbone: nn.Module, output_norms: Iterable[str]) -> Tuple[str, ...]:
+    """The ``output_norms`` (names of the norms after the last block or stage, which feed nothing inside the
+    backbone) that ``backbone``'s options did not build, or built without weights (``nn.Identity``): a backbone's
+    ``left_out``. A checkpoint's keys under them (a classifier's final norm in a dense backbone with
+    ``final_norm=False``) fit nowhere while every block still computes what was trained, so the *backbone* load
+    policy (:func:`~mmvitreg.engine.checkpoint.check_fit`) accepts them."""
+    return tuple(name for name in output_norms if not list(getattr(backbone, name, nn.Identity()).parameters()))

@@ -14,7 +14,7 @@ from ..layers import Ride, WindowAttention, WindowLayout
 from ..layers.drop_path import drop_path
 from ..trace import TokenTrace, TraceSpec
 from .arch import BackboneValueError, check_arch, check_drop_path_rate
-from .init_cfg import own_pretrained
+from .init_cfg import own_pretrained, unbuilt
 
 
 @MODELS.register_module()
@@ -97,6 +97,12 @@ class SwinTransformer(MMPretrainSwinTransformer):
         """mmpretrain's ``init_weights``, an ``init_cfg=dict(type='Pretrained')`` loaded by ``mmvitreg.Pretrained``."""
         self.init_cfg = own_pretrained(self.init_cfg)
         super().init_weights()
+
+    @property
+    def left_out(self) -> Tuple[str, ...]:
+        """The stage output norms this configuration does not build: ``norm{i}`` of a stage ``i`` not in
+        ``out_indices``, or all with ``norm_cfg=None`` (:func:`~mmvitreg.models.backbones.init_cfg.unbuilt`)."""
+        return unbuilt(self, (f'norm{i}' for i in range(self.num_layers)))
 
     def train(self, mode: bool = True) -> 'SwinTransformer':
         """mmpretrain's ``train`` (keeps frozen stages frozen), returning ``self`` as ``nn.Module`` does."""

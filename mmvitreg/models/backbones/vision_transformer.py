@@ -14,7 +14,7 @@ from mmvitreg.registry import MODELS
 from ..layers import ConvStem, TransformerBlock, token_grid
 from ..trace import TokenTrace, TraceSpec, resolve_indices
 from .arch import BackboneValueError, check_arch, check_drop_path_rate
-from .init_cfg import own_pretrained
+from .init_cfg import own_pretrained, unbuilt
 
 ESSENTIAL_ARCH_KEYS = ('embed_dims', 'num_layers', 'num_heads', 'feedforward_channels')
 # Optional architecture keys of an arch dict and their defaults (the plain ViT).
@@ -192,6 +192,12 @@ class VisionTransformer(MMPretrainVisionTransformer):
         if len(spec) != self.num_layers:
             raise ValueError(f'attn_types lists {len(spec)} blocks but the arch has {self.num_layers}')
         return [('reattn' if t else 'msa') if isinstance(t, bool) else t for t in spec]
+
+    @property
+    def left_out(self) -> Tuple[str, ...]:
+        """The output norms this configuration does not build: ``ln1`` with ``final_norm=False``, ``ln2`` unless
+        ``out_type='avg_featmap'`` (:func:`~mmvitreg.models.backbones.init_cfg.unbuilt`)."""
+        return unbuilt(self, ('ln1', 'ln2'))
 
     def token_grid(self, input_size) -> Tuple[int, int]:
         """Token grid ``(Hg, Wg)`` of an input of ``input_size`` (int or ``(H, W)``)."""
