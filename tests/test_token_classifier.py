@@ -160,10 +160,10 @@ def test_real_lvvit_mixes_patch_tokens_before_the_position_embedding():
     captured = {}
     model.backbone.patch_embed.register_forward_hook(lambda m, i, o: captured.update(embed=o))
     model.backbone.layers[0].register_forward_pre_hook(lambda m, a: captured.update(block_in=a[0]))
-    np.random.seed(2)
+    np.random.seed(3)  # a box of a quarter of the grid (seed 2 drew none: nothing was mixed)
     data = model.data_preprocessor(make_data(), training=True)
     plan = data['mix_plan']
-    assert (plan.mask == 0).any() or plan.lam.eq(1).all()
+    assert (plan.mask == 0).any() and (plan.mask == 1).any()  # a box of partner tokens, and own tokens
     losses = model(**data, mode='loss')
     expected = plan.mix(captured['embed']).flatten(2).transpose(1, 2) + model.backbone.pos_embed[:, 1:]
     torch.testing.assert_close(captured['block_in'][:, 1:], expected)
