@@ -107,7 +107,7 @@ CELLS = [  # the part of the request the check refuses, in its order, in a few w
     (dict(out_type='featmap'), SPEC, f"{OK} out_type='featmap'"),
     (dict(out_type='cls_token'), SPEC, 'no cls_token output'),
     (dict(outputs=(2, )), SPEC, 'only 2 outputs'),
-    (dict(token_layers=(0, -1), token_channels=(8, 8)), SPEC, '8, 16 channels'),
+    (dict(token_layers=(0, -1), token_channels=(8, 8)), TraceSpec(4, (8, 8, 16, 16)), '8, 16 channels'),
     (dict(stages=(-1, ), stage_channels=(8, )), SPEC, '16 channels'),
     (dict(outputs=(0, ), out_channels=(16, )), SPEC, '8 channels'),
     (dict(stream=type('S', (), {'num_layers': 3})()), SPEC, '4 blocks, not 3'),
