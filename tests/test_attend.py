@@ -106,7 +106,7 @@ def test_attend_gives_the_reference_on_every_path(monkeypatch, kind, path):
     if kind == 'reattention':  # its map (which builds on the softmax map) is the one spied
         monkeypatch.setattr(layer, 'attention_map', spy('map', layer.attention_map))
     else:
-        monkeypatch.setattr(attention_module, 'softmax_map', spy('map', attention_module.softmax_map))
+        monkeypatch.setattr(attention_module, 'head_logits', spy('map', attention_module.head_logits))
     monkeypatch.setattr(attention_module, 'attend_widened', spy('widened', attention_module.attend_widened))
     monkeypatch.setattr(F, 'scaled_dot_product_attention', spy('sdpa', F.scaled_dot_product_attention))
 
@@ -129,63 +129,45 @@ def test_attend_gives_the_reference_on_every_path(monkeypatch, kind, path):
 
 
 def test_attend_refuses_a_bias_with_an_attention_map():
-    q = torch.zeros(1, 1, 3, 2)
+    qkv = torch.zeros(1, 3, 3, 1, 2)
     with pytest.raises(ValueError, match='bias or an attention_map'):
-        attend(q, q, q, 1., bias=torch.zeros(1, 1, 3, 3), attention_map=lambda q, k: q @ k.transpose(-2, -1))
+        attend(qkv, None, None, 1., bias=torch.zeros(1, 1, 3, 3), attention_map=lambda q, k: q @ k.transpose(-2, -1))
+
+
+def test_cvts_unpacked_call_is_the_fused_kernel():
+    """CvT, the one layer with its own q, k, v projections (keys and values of another length than the
+    queries), hands them unpacked: the public fused kernel."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 3, 9, 4), torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 4)
+    out, attn = attend(q, k, v, 0.3)
+    assert attn is None and torch.equal(out, F.scaled_dot_product_attention(q, k, v, scale=0.3))
 
 
 @pytest.mark.parametrize('windows', [1, 3])
 @pytest.mark.parametrize('channels', [1, 2, 8])
 def test_widened_call_gives_the_unwidened_output_gradients_and_mixed_values(channels, windows):
-    """The public fused path of a ride (the GPU's): ``q, k`` zero-padded, ``v`` carrying the values, one
-    ``F.scaled_dot_product_attention`` call. Its output and the ``q, k, v`` gradients equal the plain call's, and
-    ``ride.mixed`` equals the head-mean map applied to the values (with windows folded into the head axis against
-    a bias, and keys of another length than the queries, as CvT's)."""
-    torch.manual_seed(0)
-    heads, n, nk, d = 2, 9, 9 if windows > 1 else 5, 12
-    q = torch.randn(2, windows * heads, n, d, requires_grad=True)
-    k, v = (torch.randn(2, windows * heads, nk, d, requires_grad=True) for _ in range(2))
-    bias = torch.randn(1, windows * heads, n, nk) if windows > 1 else None
-    values = torch.rand(2 * windows, nk, channels)
-    grad = torch.randn(2, windows * heads, n, d)
-    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=0.3)
-    expected_grads = torch.autograd.grad((expected * grad).sum(), (q, k, v))
-    ride = Ride(values)
-    out = ride_module.attend_widened(q, k, v, ride, 0.3, heads, bias)
-    grads = torch.autograd.grad((out * grad).sum(), (q, k, v))
-    assert out.shape == expected.shape and (out - expected).abs().max() <= 1e-6
-    for got, want in zip(grads, expected_grads):
-        assert (got - want).abs().max() <= 1e-5
-    logits = (q * 0.3) @ k.transpose(-2, -1) + (0 if bias is None else bias)
-    maps = logits.softmax(-1).view(2, windows, heads, n, nk).mean(2).flatten(0, 1)
-    assert ride.mixed.dtype == torch.float32 and not ride.mixed.requires_grad
-    assert ride.mixed.shape == (2 * windows, n, channels)
-    assert (ride.mixed - maps.detach() @ values).abs().max() <= 1e-6
-
-
-@pytest.mark.parametrize('windows', [1, 3])
-def test_packed_projection_widens_to_the_same_call(windows):
-    """A layer hands :func:`~mmvitreg.models.layers.attend` its qkv projection ``(B', n, 3, H, d)`` packed, and a
-    ride widens it in one op (windows folded after): the output, its gradient on the projection and ``ride.mixed``
-    equal the widened call on the separate, folded ``q, k, v``."""
+    """The public fused path of a ride (the GPU's): the qkv projection ``(B', n, 3, H, d)`` widened in one op, ``q, k``
+    by zeros and ``v`` by the values, one ``F.scaled_dot_product_attention`` call (windows folded into the head axis
+    against a bias). Its output and the projection's gradient equal the plain call's, and ``ride.mixed`` equals the
+    head-mean map applied to the values."""
     torch.manual_seed(0)
     heads, n, d = 2, 9, 12
     qkv = torch.randn(2 * windows, n, 3, heads, d, requires_grad=True)
-    bias = torch.randn(windows, heads, n, n) if windows > 1 else None
-    values = torch.rand(2 * windows, n, 2)
-    grad = torch.randn(2 * windows, heads, n, d)
-    outs = []
-    for packed in (True, False):
-        ride = Ride(values)
-        if packed:
-            out, _ = attend(qkv, None, None, 0.3, bias=bias, ride=ride)
-        else:
-            q, k, v = (t.reshape(2, windows * heads, n, d) for t in qkv.permute(2, 0, 3, 1, 4).unbind(0))
-            folded = None if bias is None else bias.reshape(1, windows * heads, n, n)
-            out = ride_module.attend_widened(q, k, v, ride, 0.3, heads, folded).reshape(2 * windows, heads, n, d)
-        outs.append((out, torch.autograd.grad((out * grad).sum(), qkv)[0], ride.mixed))
-    for got, want in zip(*outs):
-        assert got.shape == want.shape and torch.equal(got, want)
+    bias = torch.randn(1, windows * heads, n, n) if windows > 1 else None
+    values = torch.rand(2 * windows, n, channels)
+    grad = torch.randn(2, windows * heads, n, d)
+    q, k, v = (t.reshape(2, windows * heads, n, d) for t in qkv.permute(2, 0, 3, 1, 4).unbind(0))
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=0.3)
+    expected_grad = torch.autograd.grad((expected * grad).sum(), qkv)[0]
+    ride = Ride(values)
+    out = ride_module.attend_widened(qkv, ride, 0.3, bias)
+    assert out.shape == expected.shape and (out - expected).abs().max() <= 1e-6
+    assert (torch.autograd.grad((out * grad).sum(), qkv)[0] - expected_grad).abs().max() <= 1e-5
+    logits = (q * 0.3) @ k.transpose(-2, -1) + (0 if bias is None else bias)
+    maps = logits.softmax(-1).view(2, windows, heads, n, n).mean(2).flatten(0, 1)
+    assert ride.mixed.dtype == torch.float32 and not ride.mixed.requires_grad
+    assert ride.mixed.shape == (2 * windows, n, channels)
+    assert (ride.mixed - maps.detach() @ values).abs().max() <= 1e-6
 
 
 def test_widened_call_under_bf16_autocast_mixes_with_the_bf16_map():
@@ -193,11 +175,12 @@ def test_widened_call_under_bf16_autocast_mixes_with_the_bf16_map():
     map too): ``ride.mixed`` is float32 and within bf16 rounding of the float32 reference; the output is the
     plain bf16 call's."""
     torch.manual_seed(0)
-    q, k, v = (torch.randn(2, 3, 16, 8) for _ in range(3))
+    qkv = torch.randn(2, 16, 3, 3, 8)
+    q, k, v = qkv.permute(2, 0, 3, 1, 4)
     values = torch.rand(2, 16, 2)
     ride = Ride(values)
     with torch.autocast('cpu', dtype=torch.bfloat16):
-        out = ride_module.attend_widened(q, k, v, ride, 0.5, 3)
+        out = ride_module.attend_widened(qkv, ride, 0.5)
         plain = F.scaled_dot_product_attention(q, k, v, scale=0.5)
     assert out.dtype == torch.bfloat16 and (out.float() - plain.float()).abs().max() <= 2e-2
     reference = ((q * 0.5) @ k.transpose(-2, -1)).softmax(-1).mean(1) @ values
@@ -211,7 +194,7 @@ def test_a_ride_takes_the_widened_call_on_every_device(monkeypatch, kind, device
     most ``RIDE_CHANNELS`` channels rides in the public fused call on widened ``q, k, v``, with or without a
     bias, and no map is formed."""
     ran = []
-    monkeypatch.setattr(attention_module, 'softmax_map', lambda *a: ran.append('map'))
+    monkeypatch.setattr(attention_module, 'head_logits', lambda *a: ran.append('map'))
     widened = attention_module.attend_widened
     monkeypatch.setattr(attention_module, 'attend_widened', lambda *a: ran.append('widened') or widened(*a))
 
@@ -220,10 +203,10 @@ def test_a_ride_takes_the_widened_call_on_every_device(monkeypatch, kind, device
         def device(self):
             return torch.device(device, 0)
 
-    q = torch.randn(2, 4, 16, 8).as_subclass(OnDevice)
+    qkv = torch.randn(2, 16, 3, 4, 8).as_subclass(OnDevice)
     bias = torch.randn(2, 4, 16, 16) if kind == 'window' else None  # two windows of one image
     ride = Ride(torch.rand(2, 16, 2))
-    attend(q, torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8), 0.5, bias=bias, ride=ride)
+    attend(qkv, None, None, 0.5, bias=bias, ride=ride)
     assert ran == ['widened'] and ride.mixed.shape == (2, 16, 2)
 
 
@@ -234,7 +217,7 @@ def test_a_trained_window_bias_rides_in_the_fused_call(monkeypatch):
     layer, x, mask = build('shifted-window')
     layer.eval()
     ran, widened = [], attention_module.attend_widened
-    monkeypatch.setattr(attention_module, 'softmax_map', lambda *a: ran.append('map'))
+    monkeypatch.setattr(attention_module, 'head_logits', lambda *a: ran.append('map'))
     monkeypatch.setattr(attention_module, 'attend_widened', lambda *a: ran.append('widened') or widened(*a))
     x.requires_grad_(True)
     ride = Ride(torch.rand(*x.shape[:2], 2))

@@ -9,9 +9,9 @@ from mmengine.registry import DefaultScope
 from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 from mmpretrain.structures import DataSample
 
-from mmvitreg.analysis.trace_support import support_table
-from mmvitreg.models.trace import TraceRequest
+from mmvitreg.models.trace import TraceRequest, TraceUserError
 from mmvitreg.registry import MODELS
+from studies.trace_support import support_table
 
 C, IMG, P = 5, 16, 4
 G = IMG // P
@@ -224,13 +224,13 @@ def test_feature_map_users_work_on_backbones_without_a_trace(backbone, in_channe
 
 def test_users_the_backbone_cannot_serve_fail_at_build_time_naming_both():
     resnet = dict(type='mmpretrain.ResNet', depth=18, num_stages=2, strides=(1, 2), dilations=(1, 1), out_indices=(1, ))
-    with pytest.raises(TypeError, match='TokenNormLoss.*ResNet'):
+    with pytest.raises(TraceUserError, match='TokenNormLoss.*ResNet'):
         build(resnet, linear_head(128), aux_losses=[dict(type='mmvitreg.ToyTokenNormLoss')], token_mix=False)
-    with pytest.raises(TypeError, match='MixToken.*ResNet'):
+    with pytest.raises(TraceUserError, match='MixToken.*ResNet'):
         build(resnet, linear_head(128))
-    with pytest.raises(TypeError, match=r"TokenLabelHead needs the fact \['cls_token'\].*SwinTransformer"):
+    with pytest.raises(TraceUserError, match=r"TokenLabelHead needs the fact \['cls_token'\].*SwinTransformer"):
         build(tiny_swin(), token_label_head())
-    with pytest.raises(IndexError, match='TokenNormLoss taps the tokens of a block that LVViT does not have'):
+    with pytest.raises(TraceUserError, match='TokenNormLoss taps the tokens of a block that LVViT does not have'):
         build(tiny_lvvit(), token_label_head(), aux_losses=[dict(type='mmvitreg.ToyTokenNormLoss', layer=7)])
     with pytest.raises(ValueError, match='at most one target transform'):
         build(tiny_lvvit(), token_label_head(), target_transform=[dict(type='mmvitreg.ToySmoothTarget')] * 2)

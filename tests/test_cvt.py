@@ -5,7 +5,7 @@ import torch
 
 from mmvitreg.models.backbones import CvT
 from mmvitreg.models.losses import DRLoc
-from mmvitreg.models.trace import TokenTrace, check_trace_user
+from mmvitreg.models.trace import TokenTrace, TraceUserError, check_trace_user
 
 
 def test_cvt13_has_the_published_size_and_grids():
@@ -45,5 +45,5 @@ def test_trace_serves_the_last_stage_map_with_the_cls_head():
     model.out_type = 'featmap'
     torch.testing.assert_close(trace.token_map(-1), model(x)[0])
     assert drloc.loss((), [], trace)['loss_drloc'] > 0
-    with pytest.raises(IndexError, match=r'CvT traces only blocks 1\.\.2 \(of 0\.\.2\)'):
+    with pytest.raises(TraceUserError, match=r'CvT traces only blocks 1\.\.2 \(of 0\.\.2\)'):
         model(x, trace=TokenTrace(token_layers=(0, )))

@@ -11,7 +11,7 @@ from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 from mmpretrain.structures import DataSample
 
 from mmvitreg.models.losses import PatchContrastiveLoss, PatchCosineLoss, PatchMixingLoss
-from mmvitreg.models.trace import MixPlan, TokenTrace
+from mmvitreg.models.trace import MixPlan, TokenTrace, TraceUserError
 from test_attention_cosine_loss import digits_batch
 
 G = torch.Generator().manual_seed(0)
@@ -204,7 +204,7 @@ def test_swin_takes_cosine_and_mixing_on_the_last_stage_and_refuses_contrastive(
     assert set(log) == {'loss', 'loss_cls', 'loss_patch_cos', 'loss_patch_mixing'}
     trace = seen[0]
     assert trace.patch_tokens(-1).shape == (8, 4, 64) and trace.mix.mask.shape[-2:] == (2, 2)
-    with pytest.raises(TypeError, match="PatchContrastiveLoss needs the fact \\['isotropic'\\]"):
+    with pytest.raises(TraceUserError, match="PatchContrastiveLoss needs the fact \\['isotropic'\\]"):
         tiny_classifier(swin, 64, [dict(type='mmvitreg.PatchContrastiveLoss')], None)
 
 
@@ -222,7 +222,7 @@ def test_ensemble_prediction_averages_the_cls_head_and_the_patch_head():
 
 
 def test_support_table_shows_the_contrastive_loss_only_on_isotropic_backbones():
-    from mmvitreg.analysis.trace_support import support_table
+    from studies.trace_support import support_table
     table = support_table(users=['PatchCosineLoss', 'PatchContrastiveLoss', 'PatchMixingLoss'])
     for backbone in ('VisionTransformer', 'DeepViT', 'LVViT'):
         assert list(table[backbone].values()) == ['✓'] * 6  # each loss at its defaults and its other form

@@ -12,7 +12,7 @@ too) is read from the source. The layers, bottom up:
    ``data_preprocessors`` and ``models.trace_users`` (the composition skeleton)
 5. the composed models: ``models.classifiers``, ``segmentors``, ``detectors`` and ``mmvitreg.models`` itself
 6. ``engine``: runner, loading, hooks, optimizer wrappers, schedulers
-7. ``utils``, ``analysis`` and ``mmvitreg`` itself: what the tools use
+7. ``utils`` and ``mmvitreg`` itself: what the tools use
 """
 import ast
 from pathlib import Path
@@ -32,7 +32,7 @@ LAYERS = (
      'mmvitreg.models.trace_users'),
     ('mmvitreg.models.classifiers', 'mmvitreg.models.segmentors', 'mmvitreg.models.detectors', 'mmvitreg.models'),
     ('mmvitreg.engine', ),
-    ('mmvitreg.utils', 'mmvitreg.analysis', 'mmvitreg'),
+    ('mmvitreg.utils', 'mmvitreg'),
 )
 
 

@@ -25,7 +25,7 @@ from mmvitreg.models import mixing
 from mmvitreg.models.backbones import VisionTransformer
 from mmvitreg.models.data_preprocessors import TokenClsDataPreprocessor
 from mmvitreg.models.mixing import batch_mix as mix
-from mmvitreg.models.trace import TraceGridError, TraceRequest, check_trace_user
+from mmvitreg.models.trace import TraceRequest, TraceUserError, check_trace_user
 from mmvitreg.registry import MODELS
 
 _SPEC = importlib.util.spec_from_file_location('snapshot_mix_draws', REPO / 'tests/data/snapshot_mix_draws.py')
@@ -145,30 +145,6 @@ def test_a_batch_mix_is_recognised_by_type():
                                     'Mixup/CutMix go in train_cfg.augments')
 
 
-def test_the_old_names_work_for_one_release_with_a_deprecation_warning():
-    """Issue 38.2: the base of the pixel and token mixes is ``BatchMix`` (it draws a ``MixPlan``), the config key
-    ``train_cfg.mix``; ``TokenMix``, ``train_cfg.token_mix`` and the preprocessor's ``token_mix`` still work, each
-    with a DeprecationWarning that names the new name, and give what the new names give."""
-    with pytest.warns(DeprecationWarning, match='TokenMix is deprecated .*: use BatchMix'):
-        assert mixing.TokenMix is mixing.BatchMix
-    with pytest.warns(DeprecationWarning, match="token_mix is deprecated .*: name it mix"):
-        pre = TokenClsDataPreprocessor(num_classes=3, token_mix=dict(type='mmvitreg.PixelMixup', patch_size=8))
-    assert type(pre.mix) is mixing.PixelMixup
-    with pytest.warns(DeprecationWarning, match='token_mix is deprecated .*: read its mix'):
-        assert pre.token_mix is pre.mix
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match='got both mix and token_mix'):
-        TokenClsDataPreprocessor(num_classes=3, mix=dict(type='mmvitreg.PixelMixup'),
-                                 token_mix=dict(type='mmvitreg.PixelMixup'))
-    old_cfg = dict(token_mix=dict(type='mmvitreg.MixToken', patch_size=8, partner='permute'))
-    with pytest.warns(DeprecationWarning, match='train_cfg.token_mix is deprecated .*: name it train_cfg.mix'):
-        old = grid_model('MixToken', 8, train_cfg=old_cfg)
-    new = grid_model('MixToken', 8, train_cfg=dict(mix=old_cfg['token_mix']))
-    assert type(old.data_preprocessor.mix) is type(new.data_preprocessor.mix) is mixing.MixToken
-    assert old.data_preprocessor.mix.partner == new.data_preprocessor.mix.partner == 'permute'
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match='train_cfg gives both mix and token_mix'):
-        grid_model('MixToken', 8, train_cfg=dict(mix=old_cfg['token_mix'], **old_cfg))
-
-
 @pytest.mark.parametrize('name,cls_name,kwargs', snapshot.CASES, ids=[c[0] for c in snapshot.CASES])
 def test_one_token_grid_rule_as_the_backbones(name, cls_name, kwargs):
     """An input that is not a multiple of the patch size: every plan covers the grid the backbone pads it to
@@ -262,7 +238,7 @@ def test_the_backbones_check_pixel_and_token_plans_by_what_they_mix():
     for name in PIXEL_PLANS:
         for backbone in (cvt, resnet):
             check_trace_user(backbone, MODELS.build(dict(type=f'mmvitreg.{name}')).trace_request, name)
-    with pytest.raises(TypeError, match=r"MixToken needs the service \['mix'\].*CvT"):
+    with pytest.raises(TraceUserError, match=r"MixToken needs the service \['mix'\].*CvT"):
         check_trace_user(cvt, mixing.MixToken().trace_request, 'MixToken')
 
 
@@ -325,15 +301,15 @@ def test_a_plan_of_another_patch_size_is_refused_when_the_model_is_built():
     backbone's token grid, so its patch size is now checked against the backbone's token stride when the model is
     built, naming the fix; a pixel plan that nothing reads on that grid (DiversePatch's coarser boxes on Swin)
     stays free."""
-    with pytest.raises(TraceGridError) as error:
+    with pytest.raises(TraceUserError) as error:
         grid_model('PatchCutMix', 5, tl_align=True)
     assert str(error.value) == ("PatchCutMix, the plan TLAlign starts from, draws its plan on 5-pixel patches but "
                                 "VisionTransformer embeds 8-pixel patches: set the plan's patch_size=8 (the "
                                 "backbone's token stride)")
-    with pytest.raises(TraceGridError, match="^MixToken draws its plan on 5-pixel patches but VisionTransformer "
+    with pytest.raises(TraceUserError, match="^MixToken draws its plan on 5-pixel patches but VisionTransformer "
                                              "embeds 8-pixel patches: set the plan's patch_size=8"):
         grid_model('MixToken', 5)
-    with pytest.raises(TraceGridError, match="^PixelMixup, the plan TLAlign starts from, draws its plan on 8-pixel "
+    with pytest.raises(TraceUserError, match="^PixelMixup, the plan TLAlign starts from, draws its plan on 8-pixel "
                                              "patches but SwinTransformer embeds 4-pixel patches"):
         grid_model('PixelMixup', 8, 'swin', tl_align=True)
     for args in (('PatchCutMix', 8, 'vit', True), ('MixToken', 8, 'vit'), ('PatchCutMix', 4, 'swin', True),

@@ -160,8 +160,9 @@ def test_drloc_distinct_draws_on_a_large_grid_are_distinct_and_in_range():
 def test_patch_mixing_loss_needs_an_image_label_and_a_known_form():
     """The mixing loss classifies every patch by its image's label (image_target): a model kind without image labels
     (a segmentor) refuses it when built; an unknown form fails naming the two (paper, official)."""
-    from mmvitreg.models.trace_users import ImageTargetError, check_image_target
-    with pytest.raises(ImageTargetError, match='PatchMixingLoss trains with an image-level target'):
+    from mmvitreg.models.trace import TraceUserError
+    from mmvitreg.models.trace_users import check_image_target
+    with pytest.raises(TraceUserError, match='PatchMixingLoss trains with an image-level target'):
         check_image_target(PatchMixingLoss(num_classes=10, in_channels=4), 'TokenSegmentor', image_targets=False)
     check_image_target(PatchMixingLoss(num_classes=10, in_channels=4), 'TokenClassifier', image_targets=True)
     with pytest.raises(ValueError, match=r"form must be one of \('paper', 'official'\)"):

@@ -13,7 +13,7 @@ from mmpretrain.structures import DataSample
 
 from mmvitreg.models.target_transforms import TLAlign
 from mmvitreg.models.layers import Ride, attend
-from mmvitreg.models.trace import MixPlan, TokenTrace, TraceStreamError
+from mmvitreg.models.trace import MixPlan, TokenTrace, TraceUserError
 from mmvitreg.registry import MODELS
 from mmvitreg.utils import check_plugin_types
 
@@ -150,8 +150,8 @@ def test_table10_norm_drops_negative_weights_and_keeps_label_of_rows_without_pos
                           [0.2, 0.3, 0.5]]]).view(1, 1, 3, 3)
     w = torch.tensor([[1., 0., 0.25]]).unsqueeze(-1)
     ride = Ride(torch.cat([w, 1 - w], -1))
-    qkv = torch.zeros(1, 1, 3, 1)
-    attend(qkv, qkv, qkv, 1., ride=ride, attention_map=lambda q, k: attn)
+    qkv = torch.zeros(1, 3, 3, 1, 1)
+    attend(qkv, None, None, 1., ride=ride, attention_map=lambda q, k: attn)
     out = TLAlign.step(TokenTrace(), 0, ride.values, ride.mixed)[..., 0]
     aligned = torch.tensor([[(0.5 * 1 + 0.7 * 0.25) / 1.2, 0., 0.2 + 0.5 * 0.25]])
     assert torch.allclose(out, 0.5 * (aligned + w[..., 0]))
@@ -223,7 +223,7 @@ def test_depth_comes_from_the_trace_and_a_given_depth_is_checked_at_build_time()
         targets.append(torch.stack([s.gt_score for s in data['data_samples']]))
     torch.testing.assert_close(targets[0], targets[1], rtol=0, atol=0)
     for num_layers in (3, 5):
-        with pytest.raises(TraceStreamError) as error:
+        with pytest.raises(TraceUserError) as error:
             build_classifier(num_layers=num_layers)
         assert str(error.value) == (f'TLAlign carries its stream through num_layers={num_layers} blocks but '
                                     'VisionTransformer has 4: set num_layers=4 or leave it out (the depth is taken '
@@ -243,7 +243,7 @@ def test_tl_align_errors_name_the_fix():
     x = torch.randn(2, 3, 32, 32)
     trace = TokenTrace.for_request(TLAlign(num_layers=3).trace_request, mix=MixPlan(torch.tensor([1, 0]),
                                                                                      torch.ones(2, 4, 4)))
-    with pytest.raises(TraceStreamError, match=r'this trace carries its stream through num_layers=3 blocks but '
+    with pytest.raises(TraceUserError, match=r'this trace carries its stream through num_layers=3 blocks but '
                                                'VisionTransformer has 4: set num_layers=4 or leave it out'):
         model.backbone(x, trace=trace)
     trace = TokenTrace.for_request(model.target_transform.trace_request,
@@ -489,12 +489,12 @@ def test_fused_attention_carries_the_ride_in_its_own_kernel_call(monkeypatch, ch
     expected_grad, qkv.grad = qkv.grad, None
     values = torch.rand(B, N, channels)
     ran = []
-    softmax_map = attention_module.softmax_map
-    monkeypatch.setattr(attention_module, 'softmax_map', lambda *a: ran.append('map') or softmax_map(*a))
+    head_logits = attention_module.head_logits
+    monkeypatch.setattr(attention_module, 'head_logits', lambda *a: ran.append('map') or head_logits(*a))
     widened = attention_module.attend_widened
     monkeypatch.setattr(attention_module, 'attend_widened', lambda *a: ran.append('widened') or widened(*a))
     ride = Ride(values)
-    out, _ = attend(q, k, v, 0.3, ride=ride)
+    out, _ = attend(qkv, None, None, 0.3, ride=ride)
     (out * grad).sum().backward()
     assert ran == ['widened' if channels <= ride_module.RIDE_CHANNELS else 'map']
     assert (out - expected).abs().max() <= 1e-6 and (qkv.grad - expected_grad).abs().max() <= 1e-6

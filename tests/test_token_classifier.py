@@ -8,7 +8,7 @@ from mmpretrain.models.heads import ClsHead
 from mmpretrain.structures import DataSample
 
 from mmvitreg.models.classifiers import TokenClassifier
-from mmvitreg.models.trace import MixPlan, TokenTrace, TraceGridError, TraceRequest, TraceSpec
+from mmvitreg.models.trace import MixPlan, TokenTrace, TraceRequest, TraceSpec, TraceUserError
 
 C, D, P, IMG = 5, 8, 4, 16  # classes, token dim, patch size, image size
 G = IMG // P
@@ -137,9 +137,9 @@ def test_plain_head_with_mix_token_trains_on_eq10_targets():
 
 
 def test_errors():
-    with pytest.raises(TypeError, match='MixToken needs a backbone that takes a token trace.*PlainBackbone'):
+    with pytest.raises(TraceUserError, match='MixToken needs a backbone that takes a token trace.*PlainBackbone'):
         build(backbone=PlainBackbone(), head=dict(type='mmpretrain.LinearClsHead', num_classes=C, in_channels=D))
-    with pytest.raises(TypeError, match='TokenLabelHead'):
+    with pytest.raises(TraceUserError, match='TokenLabelHead'):
         build(backbone=PlainBackbone(), token_mix=False)
     model = build()
     np.random.seed(0)
@@ -160,10 +160,10 @@ def test_real_lvvit_mixes_patch_tokens_before_the_position_embedding():
     captured = {}
     model.backbone.patch_embed.register_forward_hook(lambda m, i, o: captured.update(embed=o))
     model.backbone.layers[0].register_forward_pre_hook(lambda m, a: captured.update(block_in=a[0]))
-    np.random.seed(2)
+    np.random.seed(3)  # a box of a quarter of the grid (seed 2 drew none: nothing was mixed)
     data = model.data_preprocessor(make_data(), training=True)
     plan = data['mix_plan']
-    assert (plan.mask == 0).any() or plan.lam.eq(1).all()
+    assert (plan.mask == 0).any() and (plan.mask == 1).any()  # a box of partner tokens, and own tokens
     losses = model(**data, mode='loss')
     expected = plan.mix(captured['embed']).flatten(2).transpose(1, 2) + model.backbone.pos_embed[:, 1:]
     torch.testing.assert_close(captured['block_in'][:, 1:], expected)
@@ -178,7 +178,7 @@ def test_real_lvvit_train_step_and_grid_mismatch():
     optim = OptimWrapper(torch.optim.AdamW(model.parameters(), lr=1e-3))
     log = model.train_step(make_data(), optim)
     assert set(log) == {'loss', 'loss_cls', 'loss_token'}
-    with pytest.raises(TraceGridError, match=f"^MixToken draws its plan on {2 * P}-pixel patches but LVViT embeds "
+    with pytest.raises(TraceUserError, match=f"^MixToken draws its plan on {2 * P}-pixel patches but LVViT embeds "
                                              f"{P}-pixel patches: set the plan's patch_size={P}"):
         TokenClassifier(backbone=tiny_lvvit(), head=token_label_head(),
                         train_cfg=dict(mix=dict(type='mmvitreg.MixToken', patch_size=2 * P)),

@@ -9,10 +9,9 @@ from mmengine.registry import DefaultScope
 from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 
 from conftest import REPO, TOOLS, run_tool
-from mmvitreg.analysis.trace_support import MMPRETRAIN, OK, support_table
-from mmvitreg.models.trace import TraceRequest, TraceUserError
-from mmvitreg.models.trace_users import USER_ARGS, USER_MODULES
+from mmvitreg.models.trace import TraceRequest, TraceSpec, TraceUserError
 from mmvitreg.registry import MODELS
+from studies.trace_support import MMPRETRAIN, OK, USER_ARGS, USER_MODULES, cell, support_table, user_label
 
 
 _SPEC = importlib.util.spec_from_file_location('trace_support_tool', TOOLS / 'analysis_tools' / 'trace_support.py')
@@ -89,7 +88,52 @@ def test_a_cell_is_what_building_the_model_raises():
     with DefaultScope.overwrite_default_scope('mmpretrain'), pytest.raises(TraceUserError) as error:
         MMPRETRAIN_MODELS.build(cfg)
     assert "TLAlign needs the service ['stream']" in str(error.value) and 'CvT' in str(error.value)
-    assert error.value.reason == support_table(['TLAlign'], ['CvT'])['CvT']['TLAlign']
+    assert support_table(['TLAlign'], ['CvT'])['CvT']['TLAlign'] == 'no stream'
+
+
+SPEC = TraceSpec(4, (8, 8, 16, 16), tappable=(2, 3), num_extra_tokens=1, services={'attn', 'mix', 'stream'},
+                 points={'embed', 'stages'}, facts={'cls_token'}, out_types=('featmap', 'raw'), out_type='raw',
+                 stage_channels=(8, 16), out_channels=(8, 16), patch_stride=16)
+CELLS = [  # the part of the request the check refuses, in its order, in a few words
+    (dict(trace=True), None, 'no trace'),
+    (dict(outputs=(0, )), None, OK),
+    (dict(stream=object()), dict(services={'mix'}), 'no stream'),
+    (dict(points={'final'}, facts={'isotropic'}), SPEC, 'no final, isotropic'),
+    (dict(services={'stream'}, points={'final'}), dict(), 'no stream, final'),
+    (dict(token_layers=(4, )), SPEC, 'only 4 blocks'),
+    (dict(attn_layers=(-5, )), SPEC, 'only 4 blocks'),
+    (dict(stages=(2, )), SPEC, 'only 2 stages'),
+    (dict(token_layers=(3, 1)), SPEC, 'taps 2..3 only'),
+    (dict(out_type='featmap'), SPEC, f"{OK} out_type='featmap'"),
+    (dict(out_type='cls_token'), SPEC, 'no cls_token output'),
+    (dict(outputs=(2, )), SPEC, 'only 2 outputs'),
+    (dict(token_layers=(0, -1), token_channels=(8, 8)), TraceSpec(4, (8, 8, 16, 16)), '8, 16 channels'),
+    (dict(stages=(-1, ), stage_channels=(8, )), SPEC, '16 channels'),
+    (dict(outputs=(0, ), out_channels=(16, )), SPEC, '8 channels'),
+    (dict(stream=type('S', (), {'num_layers': 3})()), SPEC, '4 blocks, not 3'),
+    (dict(patch_size=32), SPEC, 'patch_size 16'),
+    (dict(token_layers=(-1, ), attn_layers=(2, ), points={'embed'}, out_type='raw', patch_size=16), SPEC, OK),
+]
+
+
+@pytest.mark.parametrize('request_args, spec, words', CELLS)
+def test_a_cell_words_the_first_part_of_the_request_the_check_refuses(request_args, spec, words):
+    """Each part of a request checked on its own, in the check's order, is what a cell says. A registered row's
+    widths and patch size are the user's defaults, set per model (not judged); a user that needs an image-level
+    target in a model kind without one reads 'image target' first."""
+    spec = TraceSpec(1, (8, ), **spec) if isinstance(spec, dict) else spec
+    backbone = type('Net', (), {'trace_spec': spec})()
+    user = type('User', (), {'trace_request': TraceRequest(**request_args)})()
+    assert cell(backbone, user, registered=False) == words
+    if words.endswith(('channels', 'patch_size 16')):
+        assert cell(backbone, user) == OK
+    user.image_target = True
+    assert cell(backbone, user, 'TokenSegmentor', image_targets=False) == 'image target'
+
+
+def test_a_users_label_names_its_arguments():
+    assert user_label('PatchContrastiveLoss', {}) == 'PatchContrastiveLoss'
+    assert user_label('X', dict(form='official', k=2)) == "X(form='official', k=2)"
 
 
 def test_the_tool_prints_help_filters_and_rejects_unknown_names():

@@ -258,13 +258,13 @@ def test_without_trace_every_block_stays_fused(monkeypatch):
     running, calls = [], []
     for layer in model.layers:
         layer.attn.register_forward_pre_hook(lambda attn, args: running.append(attn))
-    original = attention_module.softmax_map
+    original = attention_module.head_logits
 
     def spy(*args):
         calls.append(running[-1])
         return original(*args)
 
-    monkeypatch.setattr(attention_module, 'softmax_map', spy)
+    monkeypatch.setattr(attention_module, 'head_logits', spy)
     model(torch.randn(1, 3, 32, 32))
     assert calls == []
     model(torch.randn(1, 3, 32, 32), TokenTrace(attn_layers=(2, ), token_layers=(0, 1, 2, 3)))

@@ -21,10 +21,9 @@ transform, the model kind's own losses on those outputs (:meth:`TraceUsers.model
 ``loss`` unchanged, handed the outputs as :class:`BackboneOutputs`), then every user's named terms.
 
 Users that need an image-level target (``image_target = True``) serve only a model kind that has one
-(:attr:`TraceUsers.image_targets`); the others refuse them when built, naming the users that would serve.
+(:attr:`TraceUsers.image_targets`); the others refuse them when built.
 """
 import copy
-import warnings
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from mmengine.model import ModuleList
@@ -33,99 +32,24 @@ from torch import Tensor, nn
 from mmvitreg.registry import MODELS
 from .trace import MixPlan, TokenTrace, TraceRequest, TraceUserError, check_trace_user, trace_request_of
 
-#: the modules whose registered components are trace users (heads, losses, target transforms, batch mixes)
-USER_MODULES = tuple(f'mmvitreg.models.{m}.' for m in ('heads', 'losses', 'target_transforms', 'mixing'))
-#: the arguments a registered trace user cannot be built without: the widths of DeiT-S at ImageNet's classes (its
-#: request's taps do not depend on them; a width is checked per model)
-USER_ARGS: Dict[str, dict] = {
-    'DRLoc': dict(in_channels=384),
-    'PatchMixingLoss': dict(num_classes=1000, in_channels=384),
-    'TokenLabelHead': dict(num_classes=1000, in_channels=384),
-}
-
-
-def pop_mix(train_cfg) -> Optional[dict]:
-    """Take the batch mix's config out of a model's ``train_cfg`` (a dict, changed in place): its key ``mix``, or
-    ``token_mix``, the key's old name, which works for one release with a ``DeprecationWarning``.
-
-    Raises:
-        ValueError: both keys given.
-    """
-    if 'token_mix' in train_cfg:
-        warnings.warn('train_cfg.token_mix is deprecated and will be removed in the next release: name it '
-                      'train_cfg.mix', DeprecationWarning, stacklevel=3)
-        if 'mix' in train_cfg:
-            raise ValueError('train_cfg gives both mix and token_mix (its deprecated name): keep only mix')
-        return train_cfg.pop('token_mix')
-    return train_cfg.pop('mix', None)
-
 
 def build_user(cfg):
     """A trace user from its config (mmvitreg's ``MODELS``), or the module itself."""
     return cfg if isinstance(cfg, nn.Module) else MODELS.build(cfg)
 
 
-def user_label(name: str, args: dict) -> str:
-    """A user's name with its arguments: ``'PatchContrastiveLoss'``, ``"PatchContrastiveLoss(form='official')"``."""
-    return name + (f'({", ".join(f"{k}={v!r}" for k, v in args.items())})' if args else '')
-
-
-def registered_users(variants: Optional[Dict[str, List[dict]]] = None) -> List[Tuple[str, object]]:
-    """``(label, instance)`` of every registered trace user of mmvitreg (an instance with a ``trace_request``):
-    each at its defaults (plus :data:`USER_ARGS`) and at each setting of ``variants[name]`` (labelled by
-    :func:`user_label`), by label."""
-    MODELS.import_from_location()
-    users = []
-    for name, cls in MODELS.module_dict.items():
-        if cls.__module__.startswith(USER_MODULES):
-            for variant in [{}] + (variants or {}).get(name, []):
-                user = cls(**USER_ARGS.get(name, {}), **variant)
-                if isinstance(getattr(user, 'trace_request', None), TraceRequest):
-                    users.append((user_label(name, variant), user))
-    return sorted(users, key=lambda row: row[0])
-
-
-def refusal(backbone, request: TraceRequest, user_name: str = 'user') -> Optional[TraceUserError]:
-    """The error :func:`~mmvitreg.models.trace.check_trace_user` raises for ``request`` on ``backbone``, or None."""
-    try:
-        check_trace_user(backbone, request, user_name)
-    except TraceUserError as error:
-        return error
-    return None
-
-
-def serves(backbone, request: TraceRequest) -> bool:
-    """Whether ``backbone`` can serve ``request`` at some setting of the user: fits, or fails only on what the
-    user's or the backbone's arguments change (a tap, a width, a depth, the backbone's ``out_type``:
-    :attr:`~mmvitreg.models.trace.TraceUserError.settable`)."""
-    error = refusal(backbone, request)
-    return error is None or error.settable
-
-
-def users_without_image_target(backbone=None) -> List[str]:
-    """The registered trace users that need no image-level target (at their defaults) and ``backbone`` serves
-    (:func:`serves`; every one when ``backbone`` is None), by name."""
-    return [name for name, user in registered_users() if not getattr(user, 'image_target', False)
-            and (backbone is None or serves(backbone, user.trace_request))]
-
-
-class ImageTargetError(TraceUserError, ValueError):
-    """A user that trains with an image-level target in a model kind that has none (a segmentor, a detector)."""
-
-
-def check_image_target(user, model_name: str, image_targets: bool, backbone=None) -> None:
+def check_image_target(user, model_name: str, image_targets: bool) -> None:
     """Refuse ``user`` when it needs an image-level target (``image_target = True``) and the model kind
-    ``model_name`` has none (``image_targets=False``); the message names the users ``backbone`` serves instead.
+    ``model_name`` has none (``image_targets=False``).
 
     Raises:
-        ImageTargetError: the refusal, saying why and what to use instead; ``reason`` is ``'image target'``.
+        TraceUserError (ValueError): the refusal, saying why and what to use instead.
     """
     if not image_targets and getattr(user, 'image_target', False):
-        others = ', '.join(users_without_image_target(backbone))
-        raise ImageTargetError(f'{type(user).__name__} trains with an image-level target (one label per image), '
-                               f'which {model_name} does not have (its targets are per pixel or per box): use it '
-                               'in an image classifier (mmvitreg.TokenClassifier), or a token loss that needs no '
-                               f'label here ({others})', 'image target')
+        raise TraceUserError(f'{type(user).__name__} trains with an image-level target (one label per image), which '
+                             f'{model_name} does not have (its targets are per pixel or per box): use it in an image '
+                             'classifier (mmvitreg.TokenClassifier), or a token loss that needs no label here (python '
+                             'tools/analysis_tools/trace_support.py --model-kind seg lists them)')
 
 
 class BackboneOutputs(tuple):
@@ -152,10 +76,10 @@ class TraceUsers:
         token grid, so its ``patch_size`` is checked then too.
 
         Raises:
-            TraceUserError: a user the backbone cannot serve (:class:`~mmvitreg.models.trace.TraceGridError`: a
-                plan the backbone mixes, or a stream starts from, of another patch size than the backbone's).
+            TraceUserError (ValueError): a user the backbone cannot serve (also a plan the backbone mixes, or a
+                stream starts from, of another patch size than the backbone's), or one that needs an image-level
+                target in a kind without one.
             ValueError: more than one target transform.
-            ImageTargetError (ValueError): a user that needs an image-level target in a kind without one.
         """
         if isinstance(target_transform, Sequence):
             if len(target_transform) > 1:
@@ -168,7 +92,7 @@ class TraceUsers:
         checked = [u for u in [*fixed_users, mix] if u is not None] + list(self.aux_losses)
         checked += [self.target_transform] if self.target_transform is not None else []
         for user in checked:
-            check_image_target(user, type(self).__name__, self.image_targets, self.backbone)
+            check_image_target(user, type(self).__name__, self.image_targets)
             check_trace_user(self.backbone, trace_request_of(user), type(user).__name__)
         self.train_request = TraceRequest.union(trace_request_of(u) for u in self.train_users)
         stream = self.train_request.stream
@@ -259,8 +183,7 @@ class DenseTraceUsers(TraceUsers):
     ``train_cfg.mix`` (which the library would otherwise ignore).
 
     Raises:
-        TraceUserError: a user the backbone cannot serve, or (:class:`ImageTargetError`) one that needs an
-            image-level target.
+        TraceUserError (ValueError): a user the backbone cannot serve, or one that needs an image-level target.
     """
 
     image_targets = False
@@ -269,7 +192,7 @@ class DenseTraceUsers(TraceUsers):
         mix = None
         if kwargs.get('train_cfg') is not None:
             kwargs['train_cfg'] = train_cfg = copy.deepcopy(kwargs['train_cfg'])
-            mix = pop_mix(train_cfg)
+            mix = train_cfg.pop('mix', None)
             mix = build_user(mix) if mix is not None else None
         super().__init__(*args, **kwargs)
         self.init_trace_users(aux_losses, target_transform, mix=mix)

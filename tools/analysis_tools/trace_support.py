@@ -7,7 +7,7 @@ Prints a table with a row per trace user and a column per backbone: ``✓``, or 
 would not build. Every cell is the verdict of the checks a model of the kind (``--model-kind``: ``cls``
 ``mmvitreg.TokenClassifier``, the default; ``seg`` ``mmvitreg.TokenSegmentor``; ``det`` ``mmvitreg.TokenCascadeRCNN``
 and the other ``mmvitreg.Token*`` detectors; with ``--config`` the kind of its model) makes when it is built
-(:mod:`mmvitreg.analysis.trace_support`), with the user built (at its defaults, at the settings that ask for
+(``studies/trace_support.py``, next to this script), with the user built (at its defaults, at the settings that ask for
 other taps, or, with ``--config``, as the config's model sets it) and the backbone at its default architecture
 (with ``--config``: the config's own backbone at its sizes, then only the ``--backbone`` columns asked for).
 Under the table: the users the model kind serves and those it refuses (``seg`` and ``det`` have no image-level
@@ -17,8 +17,8 @@ import argparse
 import sys
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
-from mmvitreg.analysis.trace_support import MODEL_KINDS, config_model_kind, format_table, support_table
 from mmvitreg.utils import ConfigError
+from studies.trace_support import MODEL_KINDS, config_model_kind, format_table, support_table
 
 
 def parse_args(argv=None):

@@ -5,16 +5,91 @@ from typing import Mapping, Optional, Sequence, Tuple
 
 import torch.utils.checkpoint as cp
 from mmpretrain.models.backbones import SwinTransformer as MMPretrainSwinTransformer
-from mmpretrain.models.utils import resize_pos_embed
+from mmpretrain.models.backbones.swin_transformer import SwinBlock as MMPretrainSwinBlock
+from mmpretrain.models.backbones.swin_transformer import SwinBlockSequence
+from mmpretrain.models.utils import ShiftWindowMSA, resize_pos_embed
 from torch import Tensor
 
 from mmvitreg.registry import MODELS
 from ..converters import OfficialLayout, converter_tool, register_layout, rename_keys
 from ..layers import Ride, WindowAttention, WindowLayout
-from ..layers.drop_path import drop_path
+from ..layers.drop_path import FFN, drop_path
 from ..trace import TokenTrace, TraceSpec
 from .arch import BackboneValueError, check_arch, check_drop_path_rate
 from .init_cfg import own_pretrained, unbuilt
+
+
+class ShiftWindowAttention(ShiftWindowMSA):
+    """mmpretrain's ``ShiftWindowMSA`` (its arguments, keys and modules) that places the tokens by a
+    :class:`~mmvitreg.models.layers.WindowLayout` (:meth:`layout`; its shift mask built once per input size and
+    device) and applies its ``drop`` by :func:`~mmvitreg.models.layers.drop_path.drop_path`.
+
+    ``forward(query, hw_shape, need_attn=False, ride=None)``: ``(B, H * W, C)`` -> ``(B, H * W, C)``, with
+    ``need_attn`` also the window maps ``(B * nW, heads, w * w, w * w)``; a ``ride`` holds values in windows.
+    """
+
+    def layout(self, hw_shape: Tuple[int, int]) -> WindowLayout:
+        """The windows on ``hw_shape``, with mmpretrain's rules for maps as small as a window."""
+        window, shift = self.window_size, self.shift_size
+        if min(hw_shape) < window and not self.pad_small_map:
+            raise BackboneValueError(f'The input shape {tuple(hw_shape)} is smaller than the window size ({window}): '
+                                     'set pad_small_map=True (downstream use) or a smaller window_size')
+        if min(hw_shape) == window and not self.pad_small_map:
+            shift = 0  # the official classification behaviour: no shift when one window covers the map
+        return WindowLayout(tuple(hw_shape), window, shift)
+
+    def forward(self, query: Tensor, hw_shape, need_attn: bool = False, ride: Optional[Ride] = None):
+        layout = self.layout(hw_shape)
+        h = self.w_msa(layout.partition(query), mask=layout.attn_mask(query.device), need_attn=need_attn, ride=ride)
+        h, attn = h if need_attn else (h, None)
+        h = drop_path(layout.reverse(h), self.drop)
+        return (h, attn) if need_attn else h
+
+
+class SwinBlock(MMPretrainSwinBlock):
+    """mmpretrain's ``SwinBlock`` (pre-norm W-MSA/SW-MSA and FFN, both residual; ``with_cp`` non-reentrant) run
+    by its modules, :class:`ShiftWindowAttention` and :class:`~mmvitreg.models.layers.drop_path.FFN`.
+
+    ``forward(x, hw_shape, need_attn=False, ride=None)``: ``(B, H * W, C)`` -> ``(B, H * W, C)``, with
+    ``need_attn`` also the window maps.
+    """
+
+    def forward(self, x: Tensor, hw_shape, need_attn: bool = False, ride: Optional[Ride] = None):
+        if self.with_cp and x.requires_grad:
+            return cp.checkpoint(self._forward, x, hw_shape, need_attn, ride, use_reentrant=False)
+        return self._forward(x, hw_shape, need_attn, ride)
+
+    def _forward(self, x: Tensor, hw_shape, need_attn: bool, ride: Optional[Ride]):
+        h = self.attn(self.norm1(x), hw_shape, need_attn=need_attn, ride=ride)
+        h, attn = h if need_attn else (h, None)
+        x = x + h
+        x = self.ffn(self.norm2(x), identity=x)
+        return (x, attn) if need_attn else x
+
+
+class SwinStage(SwinBlockSequence):
+    """mmpretrain's ``SwinBlockSequence`` whose ``forward(x, in_shape, do_downsample=True, trace=None,
+    first_block=0)`` also runs its blocks through a trace (numbered from ``first_block``) and tells it of the patch
+    merging (:meth:`merge`)."""
+
+    def forward(self, x: Tensor, in_shape, do_downsample: bool = True, trace: Optional[TokenTrace] = None,
+                first_block: int = 0):
+        for i, block in enumerate(self.blocks):
+            if trace is None:
+                x = block(x, in_shape)
+            else:
+                run = lambda x, need_attn, ride: block(x, in_shape, need_attn=need_attn, ride=ride)  # noqa: E731
+                x = trace.block(first_block + i, run, x, in_shape, block.attn.layout(in_shape))
+        if self.downsample is not None and do_downsample:
+            return self.merge(x, in_shape, trace)
+        return x, in_shape
+
+    def merge(self, x: Tensor, in_shape, trace: Optional[TokenTrace] = None):
+        """Patch merging of the tokens ``(B, H * W, C)`` (and of a trace's stream)."""
+        x, out_shape = self.downsample(x, in_shape)
+        if trace is not None:
+            trace.downsample(in_shape, out_shape)
+        return x, out_shape
 
 
 @MODELS.register_module()
@@ -31,14 +106,15 @@ class SwinTransformer(MMPretrainSwinTransformer):
     give their behaviour, for UperNet and Cascade Mask R-CNN); official Swin releases go through
     :func:`convert_swin` (``tools/model_converters/swin_to_mmvitreg.py``).
 
-    ``forward(x, trace=None)`` computes what mmpretrain's forward computes (its embedding, stages, patch
-    merging and norms, each block's pre-norm shifted-window attention and FFN), block by block with mmpretrain's
-    modules, in fewer operators than mmpretrain's ``SwinBlock``: the shifted-window mask is built once per
-    input size and device (:meth:`~mmvitreg.models.layers.WindowLayout.attn_mask`, cached; mmpretrain builds it
-    in every block's forward), stochastic depth is timm's (:func:`~mmvitreg.models.layers.drop_path.drop_path`),
-    the attention the fused one of :class:`~mmvitreg.models.layers.WindowAttention`; no key changes (the same
-    outputs as mmpretrain's Swin, tested). mmpretrain's code still runs the patch embedding, the patch merging
-    (mmcv's ``PatchMerging``, through ``nn.Unfold``) and the FFN layers. With a
+    ``forward(x, trace=None)`` runs mmpretrain's modules as modules (every hook a user puts on a stage, a block,
+    its attention or FFN fires as in mmpretrain's Swin), given mmvitreg's ``forward`` of each in fewer operators:
+    :class:`SwinStage`, :class:`SwinBlock`, :class:`ShiftWindowAttention` (the shifted-window mask built once per
+    input size and device, :meth:`~mmvitreg.models.layers.WindowLayout.attn_mask`; mmpretrain builds it in every
+    block's forward), :class:`~mmvitreg.models.layers.drop_path.FFN` (timm's stochastic depth) and the fused
+    attention of :class:`~mmvitreg.models.layers.WindowAttention`; mmpretrain's constructor builds them (no key
+    changes; the same outputs as mmpretrain's Swin, tested), and mmpretrain's code still runs the patch embedding
+    and the patch merging (mmcv's ``PatchMerging``, through ``nn.Unfold``). ``with_cp`` checkpoints every block
+    as mmpretrain does (non-reentrant), with or without a trace. With a
     :class:`~mmvitreg.models.trace.TokenTrace` it calls the trace's recording API (what it offers:
     :attr:`trace_spec`):
 
@@ -68,6 +144,10 @@ class SwinTransformer(MMPretrainSwinTransformer):
         check_drop_path_rate(kwargs.get('drop_path_rate', 0.1))  # mmpretrain's default
         super().__init__(arch=check_arch(arch, self.arch_zoo, ('embed_dims', 'depths', 'num_heads')),
                          stage_cfgs=self._with_window_attention(stage_cfgs), **kwargs)
+        for stage in self.stages:  # built by mmpretrain's constructor, run by mmvitreg's forward (no new keys)
+            stage.__class__ = SwinStage
+            for block in stage.blocks:
+                block.__class__, block.attn.__class__, block.ffn.__class__ = SwinBlock, ShiftWindowAttention, FFN
         self.blocks = [block for stage in self.stages for block in stage.blocks]  # plain list: no new keys
         # what a trace gets: every block (numbered across stages), all services, 'final' and 'stages'
         self.trace_spec = TraceSpec(
@@ -109,41 +189,8 @@ class SwinTransformer(MMPretrainSwinTransformer):
         super().train(mode)
         return self
 
-    def window_layout(self, block, grid: Tuple[int, int]) -> WindowLayout:
-        """The layout of ``block`` on ``grid``, with mmpretrain's rules for maps as small as a window."""
-        window, shift = block.attn.window_size, block.attn.shift_size
-        if min(grid) < window and not block.attn.pad_small_map:
-            raise BackboneValueError(f'The input shape {tuple(grid)} is smaller than the window size ({window}): '
-                                     'set pad_small_map=True (downstream use) or a smaller window_size')
-        if min(grid) == window and not block.attn.pad_small_map:
-            shift = 0  # the official classification behaviour: no shift when one window covers the map
-        return WindowLayout(tuple(grid), window, shift)
-
-    @staticmethod
-    def _block(block, layout: WindowLayout, x: Tensor, need_attn: bool = False, ride: Optional[Ride] = None):
-        """What mmpretrain's ``SwinBlock`` computes on ``x`` ``(B, H * W, C)`` (pre-norm W-MSA/SW-MSA and FFN,
-        both residual, each with its stochastic depth), with its modules: with ``need_attn`` also the window
-        attention maps; a ``ride`` holds values in windows."""
-        h = layout.partition(block.norm1(x))
-        h = block.attn.w_msa(h, mask=layout.attn_mask(x.device), need_attn=need_attn, ride=ride)
-        h, attn = h if need_attn else (h, None)
-        x = x + drop_path(layout.reverse(h), block.attn.drop)
-        h = block.ffn.gamma2(block.ffn.layers(block.norm2(x)))  # mmcv's FFN before its identity and drop path
-        x = x + drop_path(h, block.ffn.dropout_layer)
-        return (x, attn) if need_attn else x
-
-    def _run(self, block, layout: WindowLayout):
-        """``run(x, need_attn, ride)`` of ``block`` on ``layout``: :meth:`_block`, through activation checkpointing
-        when the block asks for it (``with_cp``) and no map is returned."""
-        def run(x: Tensor, need_attn: bool = False, ride: Optional[Ride] = None):
-            if block.with_cp and x.requires_grad and not need_attn:
-                return cp.checkpoint(self._block, block, layout, x, False, ride, use_reentrant=False)
-            return self._block(block, layout, x, need_attn, ride)
-        return run
-
     def forward(self, x: Tensor, trace: Optional[TokenTrace] = None) -> Tuple[Tensor, ...]:
-        """Embed ``x`` ``(B, 3, H, W)`` and run the stages block by block (:meth:`_run`); ``(B, C_i, H_i, W_i)``
-        per ``out_indices``."""
+        """Embed ``x`` ``(B, 3, H, W)`` and run the stages; ``(B, C_i, H_i, W_i)`` per ``out_indices``."""
         x, hw = self.patch_embed(x)
         if trace is not None:
             x = trace.start(self.trace_spec, x, hw, type(self).__name__)
@@ -152,33 +199,20 @@ class SwinTransformer(MMPretrainSwinTransformer):
                                      self.num_extra_tokens)
         x = self.drop_after_pos(x)
 
-        outs, index = [], 0
+        outs, first_block = [], 0
         for i, stage in enumerate(self.stages):
-            for block in stage.blocks:
-                layout = self.window_layout(block, hw)
-                run = self._run(block, layout)
-                x = run(x) if trace is None else trace.block(index, run, x, hw, layout)
-                index += 1
-            if stage.downsample is not None and self.out_after_downsample:
-                x, hw = self._downsample(stage, x, hw, trace)
+            x, hw = stage(x, hw, do_downsample=self.out_after_downsample, trace=trace, first_block=first_block)
+            first_block += len(stage.blocks)
             if i in self.out_indices:
                 out = getattr(self, f'norm{i}')(x)
                 outs.append(out.view(-1, *hw, self.num_features[i]).permute(0, 3, 1, 2).contiguous())
             if trace is not None and i == len(self.stages) - 1:
                 trace.end(out if i in self.out_indices else x)
             if stage.downsample is not None and not self.out_after_downsample:
-                x, hw = self._downsample(stage, x, hw, trace)
+                x, hw = stage.merge(x, hw, trace)
             if trace is not None:
                 trace.stage(i, x, hw)
         return tuple(outs)
-
-    @staticmethod
-    def _downsample(stage, x: Tensor, hw, trace: Optional[TokenTrace]):
-        """Patch merging of the tokens (and of a trace's stream)."""
-        x, new_hw = stage.downsample(x, hw)
-        if trace is not None:
-            trace.downsample(hw, new_hw)
-        return x, new_hw
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
         """mmpretrain's upgrade of version-1/2 Swin checkpoints (``norm.`` -> ``norm{last}.``, no

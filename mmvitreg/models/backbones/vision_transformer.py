@@ -92,6 +92,8 @@ class VisionTransformer(MMPretrainVisionTransformer):
             not with a conv stem). Defaults to an empty dict.
         pre_norm (bool): Norm the tokens before the first block (CLIP; the linear patch embedding then has
             no bias), as mmpretrain. Defaults to False.
+        with_cp (bool): Activation checkpointing in every block, as mmseg's ViT (recomputed in the backward,
+            with or without a trace). Defaults to False.
         init_cfg (dict | list, optional): Defaults to the timm/DeiT init (truncated normal 0.02 on
             Linear weights, zero biases, LayerNorm 1/0; ``cls_token`` and ``pos_embed`` truncated
             normal 0.02); convolutions and BatchNorms keep PyTorch's init, as in the official codes.
@@ -118,6 +120,7 @@ class VisionTransformer(MMPretrainVisionTransformer):
                  interpolate_mode: str = 'bicubic',
                  patch_cfg: dict = dict(),
                  pre_norm: bool = False,
+                 with_cp: bool = False,
                  init_cfg=TIMM_INIT_CFG):
         settings = {**ARCH_OPTIONS, **check_arch(arch, self.arch_zoo, ESSENTIAL_ARCH_KEYS, ARCH_OPTIONS)}
         check_drop_path_rate(drop_path_rate)
@@ -158,7 +161,8 @@ class VisionTransformer(MMPretrainVisionTransformer):
                 drop_path_rate=float(dpr[i]),
                 norm_cfg=norm_cfg,
                 scale_adjustment=settings['scale_adjustment'],
-                skip_lam=settings['skip_lam']) for i in range(num_layers))
+                skip_lam=settings['skip_lam'],
+                with_cp=with_cp) for i in range(num_layers))
         if frozen_stages > 0:
             self._freeze_stages()
 

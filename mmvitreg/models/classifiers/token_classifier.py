@@ -7,7 +7,7 @@ from mmpretrain.structures import DataSample
 
 from mmvitreg.registry import MODELS
 from ..trace import MixPlan, TokenTrace, TraceRequest, trace_request_of
-from ..trace_users import BackboneOutputs, TraceUsers, pop_mix
+from ..trace_users import BackboneOutputs, TraceUsers
 
 
 @MODELS.register_module()
@@ -46,14 +46,13 @@ class TokenClassifier(TraceUsers, ImageClassifier):
         target_transform (dict, optional): The target transform. Defaults to None.
         train_cfg (dict, optional): As :class:`ImageClassifier` (``augments``, ``probs``) plus
             ``mix``: config of a batch mix (:class:`~mmvitreg.models.mixing.BatchMix`, e.g.
-            ``dict(type='mmvitreg.MixToken')``) handed to the data preprocessor (``token_mix``, the key's old
-            name, works for one release with a ``DeprecationWarning``). Defaults to None.
+            ``dict(type='mmvitreg.MixToken')``) handed to the data preprocessor. Defaults to None.
         data_preprocessor (dict, optional): Defaults to
             ``dict(type='mmvitreg.TokenClsDataPreprocessor')``.
         **kwargs: ``neck``, ``head``, ``pretrained``, ``init_cfg`` as :class:`ImageClassifier`.
 
     Raises:
-        TypeError / IndexError: a user the backbone cannot serve (see above).
+        TraceUserError (ValueError): a user the backbone cannot serve (see above).
         ValueError: more than one target transform.
     """
 
@@ -65,7 +64,7 @@ class TokenClassifier(TraceUsers, ImageClassifier):
                  data_preprocessor: Optional[dict] = None,
                  **kwargs):
         train_cfg = dict(train_cfg or {})
-        mix = pop_mix(train_cfg)
+        mix = train_cfg.pop('mix', None)
         data_preprocessor = data_preprocessor or {}
         if isinstance(data_preprocessor, dict):
             data_preprocessor = dict(data_preprocessor)

@@ -1,5 +1,4 @@
 """Classification data preprocessor that also reads token labels and draws a batch mix's plan."""
-import warnings
 from typing import Optional
 
 import torch
@@ -43,8 +42,6 @@ class TokenClsDataPreprocessor(ClsDataPreprocessor):
         mix (dict | BatchMix, optional): A batch mix (:class:`~mmvitreg.models.mixing.BatchMix`) or its config,
             built from mmvitreg's ``MODELS`` (e.g. ``dict(type='mmvitreg.MixToken')``). It replaces image-level
             Mixup/CutMix, so it cannot be combined with ``batch_augments``. Defaults to None.
-        token_mix (dict | BatchMix, optional): ``mix``'s old name: works for one release, with a
-            ``DeprecationWarning``. Defaults to None.
         **kwargs: The arguments of :class:`ClsDataPreprocessor` (``mean``, ``std``, ``to_rgb``,
             ``num_classes``, ...). ``num_classes`` is needed with ``mix``.
 
@@ -53,13 +50,7 @@ class TokenClsDataPreprocessor(ClsDataPreprocessor):
             ``batch_augments``).
     """
 
-    def __init__(self, mix: Optional[dict] = None, token_mix: Optional[dict] = None, **kwargs):
-        if token_mix is not None:
-            warnings.warn("TokenClsDataPreprocessor's token_mix is deprecated and will be removed in the next "
-                          'release: name it mix', DeprecationWarning, stacklevel=2)
-            if mix is not None:
-                raise ValueError('got both mix and token_mix (its deprecated name): keep only mix')
-            mix = token_mix
+    def __init__(self, mix: Optional[dict] = None, **kwargs):
         if mix is not None and kwargs.get('batch_augments'):
             raise ValueError('mix replaces the image-level batch augments (Mixup/CutMix); '
                              f'got both mix={mix} and batch_augments={kwargs["batch_augments"]}')
@@ -72,13 +63,6 @@ class TokenClsDataPreprocessor(ClsDataPreprocessor):
                                 f'PixelMixup, ...), got {type(self.mix).__name__}; image-level augments such as '
                                 "mmpretrain's Mixup/CutMix go in train_cfg.augments")
             self.to_onehot = True
-
-    @property
-    def token_mix(self) -> Optional[BatchMix]:
-        """:attr:`mix`'s old name: works for one release, with a ``DeprecationWarning``."""
-        warnings.warn("TokenClsDataPreprocessor.token_mix is deprecated and will be removed in the next release: "
-                      'read its mix', DeprecationWarning, stacklevel=2)
-        return self.mix
 
     def forward(self, data: dict, training: bool = False) -> dict:
         """Preprocess as :class:`ClsDataPreprocessor`, read the token labels; in training also draw

@@ -14,16 +14,9 @@ from torch import Tensor, nn
 from .ride import Ride, attend_widened, mix_map
 
 
-def softmax_map(q: Tensor, k: Tensor, scale: float, bias: Optional[Tensor] = None) -> Tensor:
-    """``Softmax(q k^T * scale + bias)`` ``(B, H, n, n)`` for ``q, k`` ``(B, H, n, d)``, ``bias`` broadcastable
-    to the logits (in the autograd graph, in the dtype of ``q, k``)."""
-    logits = (q * scale) @ k.transpose(-2, -1)
-    return (logits if bias is None else logits + bias).softmax(dim=-1)
-
-
 def head_logits(q: Tensor, k: Tensor, scale: float, num_heads: int) -> Tensor:
     """``q k^T * scale`` ``(B, H, n, n)`` for ``q, k`` ``(B H, n, d)`` (the heads of each batch entry consecutive),
-    as one batched matmul: the logits of the maps the fused kernel cannot make."""
+    as one batched matmul: the one form of the logits of every map the fused kernel does not make."""
     n = q.shape[1]
     return torch.bmm(q * scale, k.transpose(1, 2)).view(-1, num_heads, n, n)
 
@@ -38,21 +31,22 @@ def attend(q: Tensor, k: Optional[Tensor], v: Optional[Tensor], scale: float, *,
     One switch, the same on every device and dtype (timm's ``fused_attn``):
 
     * **explicit** where a map is needed: ``attention_map`` is given (a map the fused kernel cannot make:
-      re-attention, talking heads; ``q, k, v`` then go to batched matmuls as ``(B' H, n, d)``), ``need_attn``,
-      or a ride that needs the map itself (values wider than ``RIDE_CHANNELS``, or attention dropout active, as
-      the ride sees the map before dropout). ``A`` is materialised, ``x = dropout(A) v``, the ride takes the
-      head mean of ``A`` (never kept for the backward).
+      re-attention, talking heads), ``need_attn``, or a ride that needs the map itself (values wider than
+      ``RIDE_CHANNELS``, or attention dropout active, as the ride sees the map before dropout). ``q, k, v`` go to
+      batched matmuls as ``(B' H, n, d)`` (one copy of the projection), the logits by :func:`head_logits`, ``A``
+      is materialised, ``x = dropout(A) v``, the ride takes the head mean of ``A`` (never kept for the backward).
     * **fused** otherwise: PyTorch's public ``F.scaled_dot_product_attention`` with ``bias`` as its additive
       mask; a ride rides in the same call as extra value channels (:func:`~mmvitreg.models.layers.ride.
       attend_widened`), so the map is computed once and never materialised.
 
     Windows: the ``G > 1`` groups of a ``bias`` (Swin's ``nW`` windows of one image, consecutive in the batch)
-    are folded into the head axis, ``q, k, v`` ``(B' / G, G * H, n, d)`` against a ``(1, G * H, n, n)``
-    bias, so that the fused kernel broadcasts it over the images without a copy.
+    are folded into the head axis, ``(B' / G, G * H, n, ...)`` against a ``(1, G * H, n, n)`` bias, so that the
+    kernel broadcasts it over the images without a copy.
 
     Args:
-        q, k, v (Tensor): ``(B', H, n, d)``; or ``q`` the qkv projection ``(B', n, 3, H, d)`` and ``k = v = None``
-            (a ride then widens it in one op).
+        q (Tensor): The qkv projection ``(B', n, 3, H, d)`` (``k = v = None``); or CvT's own queries
+            ``(B', H, n_q, d)`` with ``k, v`` ``(B', H, n, d)``: the fused kernel, with nothing else.
+        k, v (Tensor, optional): See ``q``.
         scale (float): Multiplies ``q k^T``.
         bias (Tensor, optional): Additive logits ``(G, H, n, n)`` (``G`` divides ``B'``; batch entry
             ``b`` takes group ``b % G``), e.g. Swin's relative position bias plus shift mask. Not with
@@ -69,46 +63,36 @@ def attend(q: Tensor, k: Optional[Tensor], v: Optional[Tensor], scale: float, *,
         Tuple[Tensor, Optional[Tensor]]: ``x`` ``(B', H, n, d)`` and, with ``need_attn``, the map
         ``(B', H, n, n)`` (the softmax before dropout, or ``attention_map``'s), else None.
     """
+    if k is not None:  # CvT: its own projections, always fused
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale), None
     if bias is not None and attention_map is not None:
         raise ValueError('attend takes a bias or an attention_map, not both')
-    explicit = attention_map is not None or need_attn or ride is not None and (dropout_p > 0 or not ride.fits)
-    packed = k is None  # q is the qkv projection (B', n, 3, H, d)
-    if packed:
-        B, n, _, H = q.shape[:4]
-    else:
-        B, H, n = q.shape[:3]
+    B, n, _, H = q.shape[:4]
     # windows: a decision on the bias's groups (a window layout's, which jit tracing may freeze), never on B
-    fold = bias is not None and bias.shape[0] > 1
-    if fold:
-        G = bias.shape[0]
+    G = 1 if bias is None else bias.shape[0]
+    if bias is not None:
         bias = bias.reshape(1, G * H, n, n)
-    if attention_map is not None:  # q, k, v (B' H, n, d) for batched matmuls: one copy of a packed projection
-        q, k, v = (q.permute(2, 0, 3, 1, 4).reshape(3, B * H, n, -1).unbind(0) if packed else
-                   (t.reshape(B * H, n, -1) for t in (q, k, v)))
-    elif packed and (explicit or ride is None):  # else a ride widens the packed projection (attend_widened)
-        qkv = q.permute(2, 0, 3, 1, 4)  # (3, B', H, n, d)
-        q, k, v = (qkv.reshape(3, B // G, G * H, n, -1) if fold else qkv).unbind(0)
-    elif fold and not packed:
-        q, k, v = (t.reshape(B // G, G * H, n, -1) for t in (q, k, v))
-    attn = None
-    if explicit:
+    if attention_map is not None or need_attn or ride is not None and (dropout_p > 0 or not ride.fits):
+        q, k, v = q.permute(2, 0, 3, 1, 4).reshape(3, B * H, n, -1).unbind(0)
         if attention_map is None:
-            attn = softmax_map(q, k, scale, bias)
-            x = (F.dropout(attn, dropout_p) if dropout_p > 0 else attn) @ v
+            logits = head_logits(q, k, scale, G * H)
+            attn = (logits if bias is None else logits + bias).softmax(-1)
+            dropped = F.dropout(attn, dropout_p) if dropout_p > 0 else attn
         else:
-            attn = attention_map(q, k)
-            x = torch.bmm(attn.reshape(B * H, n, n), v).view(B, H, n, -1)
-        if fold:
-            attn = attn.view(B, H, n, n)
+            attn = dropped = attention_map(q, k)
+        x = torch.bmm(dropped.reshape(B * H, n, n), v).view(B, H, n, -1)
+        attn = attn.view(B, H, n, n) if G > 1 else attn
         if ride is not None:
             mix_map(ride, attn)
+        return x, attn if need_attn else None
+    mask = None if bias is None else bias.to(q.dtype)
+    if ride is not None:
+        x = attend_widened(q, ride, scale, mask)
     else:
-        mask = None if bias is None else bias.to(q.dtype)
-        x = (F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
-             if ride is None else attend_widened(q, k, v, ride, scale, H, mask))
-    if fold:
-        x = x.reshape(B, H, n, -1)
-    return x, attn if need_attn else None
+        qkv = q.permute(2, 0, 3, 1, 4)  # (3, B', H, n, d)
+        q, k, v = (qkv.reshape(3, B // G, G * H, n, -1) if G > 1 else qkv).unbind(0)
+        x = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+    return x.reshape(B, H, n, -1) if G > 1 else x, None
 
 
 class MultiheadSelfAttention(nn.Module):

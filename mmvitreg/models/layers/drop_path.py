@@ -1,4 +1,5 @@
-"""Stochastic depth in the fewest operators, for the blocks whose forward mmvitreg runs itself."""
+"""Stochastic depth in the fewest operators, for the blocks whose forward mmvitreg runs itself, and their FFN."""
+from mmcv.cnn.bricks.transformer import FFN as MMCVFFN
 from torch import Tensor, nn
 
 
@@ -19,3 +20,15 @@ def drop_path(x: Tensor, module: nn.Module) -> Tensor:
         return x
     keep = 1. - p
     return x * x.new_empty((x.shape[0], ) + (1, ) * (x.ndim - 1)).bernoulli_(keep).div_(keep)
+
+
+class FFN(MMCVFFN):
+    """mmcv's ``FFN`` (its arguments, keys and modules) whose ``forward`` applies its ``dropout_layer`` by
+    :func:`drop_path`: ``identity + drop_path(gamma2(layers(x)))``, or without the identity when built with
+    ``add_identity=False``. A module call, so its hooks fire as on mmcv's; ``(B, N, C)`` -> ``(B, N, C)``."""
+
+    def forward(self, x: Tensor, identity: Tensor = None) -> Tensor:
+        out = drop_path(self.gamma2(self.layers(x)), self.dropout_layer)
+        if not self.add_identity:
+            return out
+        return (x if identity is None else identity) + out

@@ -27,9 +27,8 @@ class Ride:
 
     Holds ``values`` ``(B', n, D)`` on the attention's token layout (``B' = B`` in a ViT, ``B * nW``
     windows in a Swin), or in a Swin the same per image ``(B, nW, n, D)`` (as
-    :meth:`~mmvitreg.models.layers.WindowLayout.gather_windows` gives them);
-    :func:`~mmvitreg.models.layers.attend` sets ``mixed`` in the layout of ``values`` (on the queries'
-    tokens):
+    :meth:`~mmvitreg.models.layers.WindowLayout.partition` gives them); :func:`~mmvitreg.models.layers.attend`
+    sets ``mixed`` in the layout of ``values`` (on the queries' tokens):
 
     .. math::
         \\mathrm{mixed} = \\max\\big(0, \\tfrac{1}{H}\\textstyle\\sum_h A_h\\big)\\, \\mathrm{values},
@@ -60,55 +59,42 @@ class Ride:
         return self.values.shape[-1] <= RIDE_CHANNELS
 
 
-def attend_widened(q: Tensor, k: Optional[Tensor], v: Optional[Tensor], ride: Ride, scale: float, heads: int,
-                   bias: Optional[Tensor] = None) -> Tensor:
+def attend_widened(qkv: Tensor, ride: Ride, scale: float, bias: Optional[Tensor] = None) -> Tensor:
     """``Softmax(q k^T * scale + bias) v`` ``(B0, G * heads, n, d)`` by ``F.scaled_dot_product_attention``, with
     the ride's values as extra value channels of the same call; sets ``ride.mixed`` (in its values' layout).
 
-    ``q, k, v`` are ``(B0, G * heads, n, d)`` (``G`` windows folded into the head axis, ``B' = B0 * G``; ``G = 1``
-    without windows; ``q`` may have another number of tokens than ``k, v``) and ``ride.values`` ``(B', n, D)``
-    (or ``(B0, G, n, D)``) on the tokens of ``k, v``; or ``q`` is a qkv projection's ``(B', n, 3, heads, d)``
-    with ``k = v = None``, widened in one op (``F.pad`` to ``3P`` channels per token, seen by ``as_strided`` as
-    ``(B', n, 3, heads, P)``) and folded here (``G = bias.shape[1] // heads``). ``q, k`` get ``P`` zero channels
-    and ``v`` the values (zero-padded to ``P``, ``d + P`` a multiple of 8 as the fused kernels prefer, broadcast
-    over the heads): the logits, the map and the first ``d`` output channels are those of the unwidened call, the next
-    ``D`` the per-head maps applied to the values, whose head mean is ``ride.mixed``. The values carry no
-    gradient; the backward is the kernel's own at width ``d + P``.
+    ``qkv`` is a qkv projection ``(B', n, 3, heads, d)`` and ``ride.values`` ``(B', n, D)`` (or ``(B0, G, n, D)``); a
+    ``bias``
+    ``(1, G * heads, n, n)`` folds ``G`` windows into the head axis (``B' = B0 * G``; ``G = 1`` without one). The
+    projection is widened in one op (``F.pad`` of the values to ``3P`` channels per token, seen by ``as_strided`` as
+    ``(B', n, 3, heads, P)``, the same ``P`` channels for every head): ``q, k`` get ``P`` zero channels and ``v``
+    the values (zero-padded to ``P``, ``d + P`` a multiple of 8 as the fused kernels prefer), so the logits, the
+    map and the first ``d`` output channels are those of the unwidened call, the next ``D`` the per-head maps
+    applied to the values, whose head mean is ``ride.mixed``. The values carry no gradient; the backward is the
+    kernel's own at width ``d + P``.
     """
+    Bw, n, _, heads, d = qkv.shape
     D = ride.values.shape[-1]
-    d = q.shape[-1]
     P = -(d + D) // 8 * -8 - d  # D rounded up so that d + P is a multiple of 8
-    if k is None:  # packed: zeros for q, k and the values for v, beside every head, by one cat
-        Bw, n = q.shape[:2]
-        values = F.pad(ride.values, (2 * P, P - D)).to(q.dtype)  # B' n tokens of 3P: zeros for q, k; v's P
-        # seen as (B', n, 3, H, P), the same P channels for every head (stride 0): one view op, not three
-        values = values.as_strided((Bw, n, 3, heads, P), (n * 3 * P, 3 * P, P, 0, 1))
-        qkv = torch.cat((q, values), -1).permute(2, 0, 3, 1, 4)  # (3, B', H, n, d+P)
-        G = 1 if bias is None else bias.shape[1] // heads
-        q, k, v = (qkv if G == 1 else qkv.reshape(3, Bw // G, G * heads, n, d + P)).unbind(0)
-        B0, GH = q.shape[:2]
-    else:
-        B0, GH, n = k.shape[:3]
-        values = F.pad(ride.values, (0, P - D)).to(v.dtype)
-        if GH != heads:  # G > 1: the windows of one image sit in the head axis
-            values = values.view(B0, -1, 1, n, P).expand(-1, -1, heads, -1, -1).reshape(B0, GH, n, P)
-        else:
-            values = values.unsqueeze(1).expand(-1, heads, -1, -1)
-        q, k, v = F.pad(q, (0, P)), F.pad(k, (0, P)), torch.cat((v, values), -1)
+    values = F.pad(ride.values, (2 * P, P - D)).to(qkv.dtype)  # B' n tokens of 3P: zeros for q, k; v's P
+    values = values.as_strided((Bw, n, 3, heads, P), (n * 3 * P, 3 * P, P, 0, 1))
+    qkv = torch.cat((qkv, values), -1).permute(2, 0, 3, 1, 4)  # (3, B', H, n, d+P)
+    G = 1 if bias is None else bias.shape[1] // heads
+    q, k, v = (qkv if G == 1 else qkv.reshape(3, Bw // G, G * heads, n, d + P)).unbind(0)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
     with torch.no_grad():  # (one split op would give both slices but costs three ops in the backward, not one)
         mixed = out[..., d:d + D]
-        mixed = mixed.view(B0, -1, heads, out.shape[2], D).mean(2) if GH != heads else mixed.mean(1)
-        layout = (*ride.values.shape[:-2], *mixed.shape[-2:])  # the windows as the values hold them
-        ride.mixed, ride.stochastic = (mixed if mixed.shape == layout else mixed.view(layout)).float(), True
+        mixed = mixed.mean(1) if G == 1 else mixed.view(Bw // G, G, heads, n, D).mean(2)
+        ride.mixed = (mixed if mixed.shape == ride.values.shape else mixed.view(ride.values.shape)).float()
+        ride.stochastic = True
     return out[..., :d]
 
 
 def mix_map(ride: Ride, attn: Tensor) -> None:
     """Set ``ride.mixed`` from a map ``(B', heads, n, n)`` taken before attention dropout (``ride.stochastic``
     False: the map may be one whose rows do not sum to 1)."""
-    values = ride.values.view(attn.shape[0], attn.shape[-1], -1)  # (B', n, D)
+    values = ride.values if ride.values.dim() == 3 else ride.values.view(attn.shape[0], attn.shape[-1], -1)
     with torch.autocast(attn.device.type, enabled=False):
-        mixed = attn.detach().float().mean(1).clamp_(min=0) @ values  # (B', n_q, D)
-    ride.mixed = mixed.view(*ride.values.shape[:-2], *mixed.shape[-2:])
+        mixed = attn.detach().float().mean(1).clamp_(min=0) @ values  # (B', n, D)
+    ride.mixed = mixed if values is ride.values else mixed.view(ride.values.shape)
     ride.stochastic = False

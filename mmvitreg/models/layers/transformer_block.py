@@ -1,13 +1,13 @@
 """Pre-norm transformer encoder block with a choice of attention and residual scaling."""
 from typing import Optional, Tuple, Union
 
+import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.drop import build_dropout
-from mmcv.cnn.bricks.transformer import FFN
 from torch import Tensor, nn
 
 from .attention import MultiheadSelfAttention
-from .drop_path import drop_path
+from .drop_path import FFN, drop_path
 from .ride import Ride
 from .re_attention import ReAttention
 from .talking_heads import TalkingHeadsAttention
@@ -39,7 +39,9 @@ class TransformerBlock(nn.Module):
     ``ffn.layers.1``; each branch's stochastic depth sits where mmpretrain keeps it, ``attn.out_drop`` and
     ``ffn.dropout_layer`` (mmcv's ``DropPath``, whose ``drop_prob`` a schedule may change), and is applied as
     timm applies it (:func:`~mmvitreg.models.layers.drop_path.drop_path`: the same distribution in fewer
-    operators), so the FFN's layers run here, without mmcv's ``FFN.forward``.
+    operators; the FFN is mmcv's with that drop path, :class:`~mmvitreg.models.layers.drop_path.FFN`).
+    ``with_cp`` recomputes the block in the backward instead of keeping its activations (mmseg's ViT and
+    mmpretrain's Swin: ``torch.utils.checkpoint``, non-reentrant), also when it returns its map or fills a ride.
 
     Args:
         embed_dims (int): Token channels ``C``.
@@ -56,6 +58,8 @@ class TransformerBlock(nn.Module):
         act_cfg (dict): FFN activation. Defaults to ``dict(type='GELU')``.
         scale_adjustment (float): DeepViT's ``a``. Defaults to 1.
         skip_lam (float): LV-ViT's ``λ``. Defaults to 1.
+        with_cp (bool): Activation checkpointing (less memory, one more forward in the backward). Defaults to
+            False.
 
     Shapes:
         ``(B, N, C)`` -> ``(B, N, C)``; with ``need_attn`` also the ``(B, heads, N, N)`` map.
@@ -74,8 +78,10 @@ class TransformerBlock(nn.Module):
                  norm_cfg: dict = dict(type='LN', eps=1e-6),
                  act_cfg: dict = dict(type='GELU'),
                  scale_adjustment: float = 1.,
-                 skip_lam: float = 1.):
+                 skip_lam: float = 1.,
+                 with_cp: bool = False):
         super().__init__()
+        self.with_cp = with_cp
         if attn_type not in ATTENTION_TYPES:
             raise ValueError(f'unknown attention type {attn_type!r}; choose from {sorted(ATTENTION_TYPES)}')
         self.scale_adjustment = scale_adjustment
@@ -94,13 +100,17 @@ class TransformerBlock(nn.Module):
                 ride: Optional[Ride] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
         """Run the block on ``x`` ``(B, N, C)``; with ``need_attn`` also return the attention map; a
         ``ride`` goes to the attention."""
+        if self.with_cp and x.requires_grad:
+            return cp.checkpoint(self._forward, x, need_attn, ride, use_reentrant=False)
+        return self._forward(x, need_attn, ride)
+
+    def _forward(self, x: Tensor, need_attn: bool, ride: Optional[Ride]) -> Union[Tensor, Tuple[Tensor, Tensor]]:
         a, d = self.scale_adjustment, self.branch_divisor
         h = self.attn(self.ln1(x * a if a != 1 else x), need_attn=need_attn, ride=ride)
         if need_attn:
             h, attn = h
         h = drop_path(h, self.attn.out_drop)
         x = x + (h / d if d != 1 else h)
-        h = self.ffn.gamma2(self.ffn.layers(self.ln2(x * a if a != 1 else x)))  # mmcv's FFN without identity
-        h = drop_path(h, self.ffn.dropout_layer)
+        h = self.ffn(self.ln2(x * a if a != 1 else x))
         x = x + (h / d if d != 1 else h)
         return (x, attn) if need_attn else x

@@ -45,7 +45,7 @@ class WindowAttention(BaseModule):
         init_cfg (dict, optional): Defaults to None.
 
     Shapes:
-        ``x``: ``(B * nW, N, C)`` -> ``(B * nW, N, C)``; ``mask``: ``(nW, N, N)``; the map is
+        ``x``: ``(B * nW, N, C)`` or per image ``(B, nW, N, C)`` -> the same; ``mask``: ``(nW, N, N)``; the map is
         ``(B * nW, heads, N, N)``.
     """
 
@@ -89,17 +89,17 @@ class WindowAttention(BaseModule):
 
     def forward(self, x: Tensor, mask: Optional[Tensor] = None, need_attn: bool = False,
                 ride: Optional[Ride] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
-        """Attend inside every window of ``x`` ``(B * nW, N, C)``; ``mask`` ``(nW, N, N)`` or None; fill
-        ``ride.mixed`` when a ride is given."""
-        B_, N, C = x.shape
+        """Attend inside every window of ``x`` ``(B * nW, N, C)`` or ``(B, nW, N, C)``; ``mask`` ``(nW, N, N)`` or
+        None; fill ``ride.mixed`` when a ride is given."""
+        *lead, N, C = x.shape
         if C % self.num_heads:  # checked here, not when built: mmpretrain's WindowMSA builds such an arch too
             raise ValueError(f'embed_dims ({C}) must be divisible by num_heads ({self.num_heads}): '
                              'give every stage a number of heads that divides its channels')
-        qkv = self.qkv(x).reshape(B_, N, 3, self.num_heads, C // self.num_heads)
+        qkv = self.qkv(x).reshape(-1, N, 3, self.num_heads, C // self.num_heads)
         bias = self.position_bias().unsqueeze(0)  # (1, heads, N, N)
         if mask is not None:
             bias = bias + mask.unsqueeze(1).to(bias.dtype)  # (nW, heads, N, N)
         x, attn = attend(qkv, None, None, self.scale, bias=bias,
                          dropout_p=self.attn_drop.p if self.training else 0., need_attn=need_attn, ride=ride)
-        x = self.proj_drop(self.proj(x.transpose(1, 2).reshape(B_, N, C)))
+        x = self.proj_drop(self.proj(x.transpose(1, 2).reshape(*lead, N, C)))
         return (x, attn) if need_attn else x

@@ -23,7 +23,7 @@ def _shift_mask(padded: Tuple[int, int], window: int, shift: int, device: torch.
 
 @functools.lru_cache(maxsize=64)
 def _slot_sources(layout: 'WindowLayout', device: torch.device) -> Tensor:
-    """``(nW, w * w)`` long: the grid token of every window slot, ``H * W`` (an appended token) on padding."""
+    """``(nW, w * w)`` long: the grid token of every window slot, ``H * W`` (an appended zero token) on padding."""
     H, W = layout.grid
     return layout.grid_index(device).remainder(H * W + 1)  # -1 (padding) -> H * W
 
@@ -31,12 +31,10 @@ def _slot_sources(layout: 'WindowLayout', device: torch.device) -> Tensor:
 @functools.lru_cache(maxsize=64)
 def _token_slots(layout: 'WindowLayout', device: torch.device) -> Tuple[Tensor, Tensor]:
     """``(H * W,)`` long twice: the window and the slot in it of every grid token, the inverse of
-    :func:`_slot_sources` (so of :meth:`WindowLayout.partition`): its ``H * W`` real sources are distinct and
-    sort below the padding's ``H * W``."""
+    :func:`_slot_sources`: its ``H * W`` real sources are distinct and sort below the padding's ``H * W``."""
     H, W = layout.grid
     positions = _slot_sources(layout, device).flatten().argsort()[:H * W]  # the flat slot holding each token
-    n = layout.window**2
-    return positions // n, positions % n
+    return positions // layout.window**2, positions % layout.window**2
 
 
 @dataclass(frozen=True)
@@ -56,8 +54,8 @@ class WindowLayout:
         shift (int): Cyclic shift (0 for a regular window block).
 
     Shapes:
-        tokens on the grid ``(B, H * W, ...)``; in windows ``(B * nW, w * w, ...)``, batch-major
-        (``b * nW + window``); a window attention map ``(B * nW, heads, w * w, w * w)``.
+        tokens on the grid ``(B, H * W, ...)``; in windows ``(B, nW, w * w, ...)``, per image (a view of
+        mmpretrain's batch-major ``(B * nW, w * w, ...)``); a window attention map ``(B * nW, heads, w * w, w * w)``.
     """
 
     grid: Tuple[int, int]
@@ -84,53 +82,30 @@ class WindowLayout:
         x = x.view(B, Hp // window, window, Wp // window, window, *rest).transpose(2, 3)
         return x.reshape(-1, window, window, *rest)
 
-    def partition(self, x: Tensor, pad_value: float = 0.) -> Tensor:
-        """Grid tokens ``(B, H * W, *rest)`` -> window tokens ``(B * nW, w * w, *rest)``.
-
-        Pads with ``pad_value`` (the tokens' own padding is 0, after the block's first norm)."""
-        B, L, *rest = x.shape
-        (H, W), (Hp, Wp) = self.grid, self.padded
-        if L != H * W:
-            raise ValueError(f'{L} tokens do not fill the {self.grid} grid of this window layout')
-        x = x.view(B, H, W, *rest)
-        if (Hp, Wp) != (H, W):
-            x = F.pad(x, (0, 0) * len(rest) + (0, Wp - W, 0, Hp - H), value=pad_value)
-        if self.shift:
-            x = torch.roll(x, (-self.shift, -self.shift), (1, 2))
-        return self.cut(x, self.window).flatten(1, 2)
-
-    def reverse(self, windows: Tensor) -> Tensor:
-        """Window tokens ``(B * nW, w * w, *rest)`` -> grid tokens ``(B, H * W, *rest)`` (padding dropped)."""
-        w, (H, W), (Hp, Wp) = self.window, self.grid, self.padded
-        rest = windows.shape[2:]
-        x = windows.view(-1, Hp // w, Wp // w, w, w, *rest).transpose(2, 3).reshape(-1, Hp, Wp, *rest)
-        if self.shift:
-            x = torch.roll(x, (self.shift, self.shift), (1, 2))
-        return x[:, :H, :W].reshape(x.shape[0], H * W, *rest)
-
     @property
     def is_grid(self) -> bool:
-        """Whether the windows are the grid itself (one window, no padding, no shift): window tokens ``(B, 1, w * w,
-        ...)`` are then a view of the grid tokens ``(B, H * W, ...)``, in the same order."""
+        """Whether the windows are the grid itself (one window, no padding, no shift): window tokens
+        ``(B * 1, w * w, ...)`` are then the grid tokens ``(B, H * W, ...)``, in the same order."""
         return not self.shift and self.padded == tuple(self.grid) == (self.window, self.window)
 
-    def gather_windows(self, x: Tensor) -> Tensor:
-        """:meth:`partition` with padding 0 as one gather, per image: grid tokens ``(B, H * W, *rest)`` -> each
-        image's windows ``(B, nW, w * w, *rest)`` (a view of partition's ``(B * nW, w * w, *rest)``), by a slot
-        index cached per layout and device (a padded layout gathers its padding from a zero token appended to the
-        grid); for values carried beside the tokens (a stream's)."""
-        L = x.shape[1]
+    def partition(self, x: Tensor) -> Tensor:
+        """Grid tokens ``(B, H * W, *rest)`` -> each image's window tokens ``(B, nW, w * w, *rest)``, padding 0 (the
+        tokens' own, after the block's first norm): one gather by a slot index cached per layout and device (a
+        padded layout gathers its padding from a zero token appended to the grid); ``x`` itself when
+        :attr:`is_grid`."""
+        L, rest = x.shape[1], x.shape[2:]
         if L != self.grid[0] * self.grid[1]:
             raise ValueError(f'{L} tokens do not fill the {self.grid} grid of this window layout')
+        if self.is_grid:
+            return x
         if self.padded != self.grid:
-            x = F.pad(x, (0, 0) * (x.dim() - 2) + (0, 1))
+            x = F.pad(x, (0, 0) * len(rest) + (0, 1))
         return x[:, _slot_sources(self, x.device)]
 
-    def gather_grid(self, windows: Tensor) -> Tensor:
-        """:meth:`reverse` as one gather, per image: windows ``(B, nW, w * w, *rest)`` (as :meth:`gather_windows`
-        gives them) -> grid tokens ``(B, H * W, *rest)`` (padding dropped), by indices cached per layout and
-        device."""
-        return windows[(slice(None), ) + _token_slots(self, windows.device)]
+    def reverse(self, windows: Tensor) -> Tensor:
+        """Each image's window tokens ``(B, nW, w * w, *rest)`` -> grid tokens ``(B, H * W, *rest)`` (padding
+        dropped): one gather, the inverse of :meth:`partition` (``windows`` itself when :attr:`is_grid`)."""
+        return windows if self.is_grid else windows[(slice(None), ) + _token_slots(self, windows.device)]
 
     def attn_mask(self, device=None) -> Optional[Tensor]:
         """``(nW, w * w, w * w)`` additive mask of a shifted layout (0 within a region, -100
@@ -140,10 +115,12 @@ class WindowLayout:
         return _shift_mask(self.padded, self.window, self.shift, torch.device(device or 'cpu'))
 
     def grid_index(self, device=None) -> Tensor:
-        """``(nW, w * w)`` long: the flat grid index ``h * W + w`` of every window slot, -1 on padding."""
-        H, W = self.grid
-        idx = torch.arange(H * W, device=device, dtype=torch.float64).view(1, H * W)
-        return self.partition(idx, pad_value=-1.).long().view(self.num_windows, -1)
+        """``(nW, w * w)`` long: the flat grid index ``h * W + w`` of every window slot, -1 on padding (the rows and
+        columns of the padded grid rolled by ``-shift``, cut into windows)."""
+        (H, W), (Hp, Wp) = self.grid, self.padded
+        rows, cols = ((torch.arange(n, device=device) + self.shift) % n for n in (Hp, Wp))
+        index = torch.where((rows[:, None] < H) & (cols[None, :] < W), rows[:, None] * W + cols[None, :], -1)
+        return self.cut(index.view(1, Hp, Wp), self.window).flatten(1)
 
     def to_dense(self, attn: Tensor) -> Tensor:
         """Window attention ``(B * nW, heads, w * w, w * w)`` -> grid attention ``(B, heads, H * W, H * W)``.

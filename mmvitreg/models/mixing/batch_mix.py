@@ -36,8 +36,6 @@ class BatchMix:
     patch tokens (service ``'mix'``). It draws the masks (:meth:`masks`): a pixel mask exactly when it mixes
     pixels (:meth:`plan` checks it).
 
-    ``TokenMix`` is this class's old name: it works for one release, with a ``DeprecationWarning``.
-
     Args:
         alpha (float, optional): Beta parameter of ``lam``; positive. None for a mix that draws no ``lam``
             of its own (:class:`~mmvitreg.models.mixing.MixupCutMixSwitch`).

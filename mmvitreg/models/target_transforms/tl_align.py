@@ -84,7 +84,7 @@ class TLAlign(BaseModule):
         num_classes (int, optional): ``C``, needed by ``representation='labels'``.
 
     Raises:
-        TraceStreamError / TraceGridError (ValueError): (when the model is built) a backbone with another
+        TraceUserError (ValueError): (when the model is built) a backbone with another
             number of blocks than a given ``num_layers``; a mixing plan of another ``patch_size`` than the
             backbone's token stride.
         ValueError: (at the first step) no mixing plan, or samples without ``gt_label``.

@@ -44,18 +44,16 @@ block's windows, when it attends in windows). The stream updates its values betw
 (``stream.step``) and at patch merging (``stream.resize``); ``trace.streamed[i]`` holds them after
 block ``i``.
 
-**Modules.** ``capabilities`` (the spec, the request, the one check and its errors, the one index
+**Modules.** ``capabilities`` (the spec, the request, the one check and its error, the one index
 resolver), ``mix_plan`` (:class:`MixPlan`, whose grid it checks itself: :meth:`MixPlan.check_grid`),
 ``token_trace`` (:class:`TokenTrace`, :class:`TokenStream`).
 """
-from .capabilities import (FACTS, POINTS, SERVICES, TraceCapabilityError, TraceChannelError, TraceFormatError,
-                           TraceGridError, TraceRequest, TraceSpec, TraceStreamError, TraceTapError, TraceUserError,
-                           check_request, check_trace_user, resolve_indices, trace_request_of)
+from .capabilities import (FACTS, POINTS, SERVICES, TraceRequest, TraceSpec, TraceUserError, check_request,
+                           check_trace_user, resolve_indices, trace_request_of)
 from .mix_plan import MixPlan
 from .token_trace import BlockRun, TokenStream, TokenTrace
 
 __all__ = [
-    'FACTS', 'POINTS', 'SERVICES', 'BlockRun', 'MixPlan', 'TokenStream', 'TokenTrace', 'TraceCapabilityError',
-    'TraceChannelError', 'TraceFormatError', 'TraceGridError', 'TraceRequest', 'TraceSpec', 'TraceStreamError',
-    'TraceTapError', 'TraceUserError', 'check_request', 'check_trace_user', 'resolve_indices', 'trace_request_of'
+    'FACTS', 'POINTS', 'SERVICES', 'BlockRun', 'MixPlan', 'TokenStream', 'TokenTrace', 'TraceRequest', 'TraceSpec',
+    'TraceUserError', 'check_request', 'check_trace_user', 'resolve_indices', 'trace_request_of'
 ]

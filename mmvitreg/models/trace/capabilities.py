@@ -1,7 +1,7 @@
 """What a backbone offers a trace (:class:`TraceSpec`), what a user asks of it (:class:`TraceRequest`) and the
 one check between them (:func:`check_request`), whose errors name user, backbone and fix."""
 from dataclasses import dataclass
-from typing import FrozenSet, Iterable, List, Optional, Sequence, Tuple
+from typing import FrozenSet, Iterable, Optional, Sequence, Tuple
 
 #: What a trace-taking backbone may do for a user besides recording block tokens (which all do).
 SERVICES = {
@@ -208,61 +208,9 @@ def trace_request_of(user) -> TraceRequest:
     return getattr(user, 'trace_request', None) or TraceRequest()
 
 
-class TraceUserError(Exception):
-    """A trace user the backbone cannot serve (:func:`check_request`); raised as one of the
-    subclasses below, which are also a ``TypeError``, ``IndexError`` or ``ValueError``.
-
-    Args:
-        message (str): The error, naming the user, the backbone and the fix.
-        reason (str): The same in a few words, for a table cell (``'no cls_token'``).
-
-    Attributes:
-        settable (bool): Whether an argument of the user or the backbone fixes it (a tap, a width, a depth, an
-            ``out_type`` the backbone offers), so that the backbone serves the user at another setting.
-    """
-
-    settable = False
-
-    def __init__(self, message: str, reason: str):
-        super().__init__(message)
-        self.reason = reason
-
-
-class TraceCapabilityError(TraceUserError, TypeError):
-    """The backbone takes no trace or lacks a service, point or fact the user needs."""
-
-
-class TraceTapError(TraceUserError, IndexError):
-    """The user taps a block or stage, or reads an output, the backbone does not have or cannot tap."""
-
-    settable = True
-
-
-class TraceStreamError(TraceUserError, ValueError):
-    """The user's stream is meant for another number of blocks."""
-
-    settable = True
-
-
-class TraceChannelError(TraceUserError, ValueError):
-    """A tapped block's tokens, a stage's output or a backbone output have another width than the user expects."""
-
-    settable = True
-
-
-class TraceGridError(TraceUserError, ValueError):
-    """The user's mixing plan is drawn on another token grid than the backbone embeds (another patch size)."""
-
-    settable = True
-
-
-class TraceFormatError(TraceUserError, ValueError):
-    """The user reads a backbone output format (``out_type``) the backbone lacks or is not built with;
-    ``settable`` says whether setting the backbone's ``out_type`` fixes it."""
-
-    def __init__(self, message: str, reason: str, settable: bool):
-        super().__init__(message, reason)
-        self.settable = settable
+class TraceUserError(ValueError):
+    """A trace user the backbone cannot serve (:func:`check_request`): the message names the user, the backbone and
+    the fix."""
 
 
 def check_request(spec: Optional[TraceSpec], request: TraceRequest, user_name: str, backbone_name: str) -> None:
@@ -270,94 +218,73 @@ def check_request(spec: Optional[TraceSpec], request: TraceRequest, user_name: s
 
     The one check behind :func:`check_trace_user` (build time) and
     :meth:`~mmvitreg.models.trace.TokenTrace.start` (every traced forward: a message is built only for the error
-    raised). Every error is a :class:`TraceUserError` with ``reason``, a few words for a table cell.
+    raised), in this order: a trace at all; the services, points and facts; the block and stage taps; the output
+    format; the outputs read; the widths; the stream's depth; the plan's patch size.
 
     Raises:
-        TraceCapabilityError (TypeError): no trace (``spec`` None), or a missing service, point or fact.
-        TraceTapError (IndexError): a tap of a block or stage the backbone does not have or cannot tap, or an
-            output it does not give.
-        TraceFormatError (ValueError): the user's ``out_type`` is not the backbone's.
-        TraceChannelError (ValueError): a tapped block, a stage output or a backbone output is not as wide as
-            the user expects (``token_channels``, ``stage_channels``, ``out_channels``).
-        TraceStreamError (ValueError): the stream is meant for another number of blocks (its ``num_layers``).
-        TraceGridError (ValueError): the user's plan has another patch size than the backbone's patch stride.
+        TraceUserError (ValueError): the first of these the backbone does not serve.
     """
     user, backbone = user_name, backbone_name
     if spec is None:
         if request.needs_trace:
-            raise TraceCapabilityError(
+            raise TraceUserError(
                 f'{user} needs a backbone that takes a token trace; {backbone} does not: use an mmvitreg backbone '
                 '(mmvitreg.VisionTransformer, DeepViT, LVViT, SwinTransformer, CvT) or a user that reads only the '
-                'backbone outputs', 'no trace')
+                'backbone outputs')
         return
     kinds = (('service', request.all_services, spec.services, SERVICES),
              ('point', request.points, spec.points, POINTS), ('fact', request.facts, spec.facts, FACTS))
-    if any(wanted - offered for _, wanted, offered, _ in kinds):
-        raise _missing(kinds, user, backbone)
+    missing = [(kind, sorted(wanted - offered), known) for kind, wanted, offered, known in kinds if wanted - offered]
+    if missing:
+        needs = ' and '.join(f'the {kind} {names} (' + '; '.join(known[n] for n in names) + ')'
+                             for kind, names, known in missing)
+        offers = ', '.join(f'{kind}s {sorted(offered)}' for kind, _, offered, _ in kinds)
+        raise TraceUserError(f'{user} needs {needs} but {backbone} offers {offers}')
     taps = (('tokens', 'block', request.token_layers, spec.num_blocks), ('attention maps', 'block',
             request.attn_layers, spec.num_blocks), ('outputs', 'stage', request.stages, spec.num_stages))
     for what, kind, indices, count in taps:
         bad = _first_out_of_range(indices, count)
         if bad is not None:
-            raise TraceTapError(f'{user} taps the {what} of a {kind} that {backbone} does not have: '
-                                f'{_range_text(bad, count, kind)}', f'only {count} {kind}s')
-        if kind == 'block' and not set(resolve_indices(indices, count)) <= set(spec.tappable):
-            raise _untappable(spec, what, indices, user, backbone)
-    if request.out_type is not None and request.out_type != spec.out_type:
-        raise _format(spec, request.out_type, user, backbone)
+            raise TraceUserError(f'{user} taps the {what} of a {kind} that {backbone} does not have: '
+                                 f'{_range_text(bad, count, kind)}')
+        outside = [i for i, j in zip(indices, resolve_indices(indices, count)) if j not in spec.tappable]
+        if kind == 'block' and outside:
+            raise TraceUserError(f'{user} taps the {what} of blocks {outside}, but {backbone} traces only blocks '
+                                 f'{spec.tappable_text} (of 0..{spec.num_blocks - 1}): tap one of those (-1 is the '
+                                 'last block)')
+    out_type = request.out_type
+    if out_type is not None and out_type != spec.out_type:
+        if out_type in spec.out_types:
+            raise TraceUserError(f"{user} reads the backbone's out_type={out_type!r} output but {backbone} is built "
+                                 f"with out_type={spec.out_type!r}: set the backbone's out_type={out_type!r}")
+        raise TraceUserError(f"{user} reads the backbone's out_type={out_type!r} output, which {backbone} does not "
+                             f'produce (it offers {list(spec.out_types)}): use a backbone with out_type={out_type!r} '
+                             '(mmvitreg.VisionTransformer, DeepViT, LVViT)')
     outputs = len(spec.out_channels)
     if outputs and _first_out_of_range(request.outputs, outputs) is not None:
-        raise TraceTapError(f'{user} reads the backbone outputs {list(request.outputs)}, but {backbone} gives '
-                            f'{outputs}: set its out_indices or the outputs the user reads', f'only {outputs} outputs')
+        raise TraceUserError(f'{user} reads the backbone outputs {list(request.outputs)}, but {backbone} gives '
+                             f'{outputs}: set its out_indices or the outputs the user reads')
     widths = (('the tokens of blocks', request.token_layers, request.token_channels, spec.channels),
               ('the outputs of stages', request.stages, request.stage_channels, spec.stage_channels),
               ('its outputs', request.outputs, request.out_channels, spec.out_channels))
     for where, indices, expected, offered in widths:
         actual = [offered[i] for i in resolve_indices(indices, len(offered))] if expected and offered else []
         if list(expected) != actual and actual:
-            raise TraceChannelError(f'{user} expects {list(expected)} channels in {where} {list(indices)} but '
-                                    f'{backbone} has {actual}: set its in_channels to {actual}',
-                                    f'{", ".join(map(str, actual))} channels')
+            raise TraceUserError(f'{user} expects {list(expected)} channels in {where} {list(indices)} but '
+                                 f'{backbone} has {actual}: set its in_channels to {actual}')
     stream_blocks = getattr(request.stream, 'num_layers', None)  # None: the stream takes the trace's depth
     if stream_blocks is not None and stream_blocks != spec.num_blocks:
-        raise TraceStreamError(
+        raise TraceUserError(
             f'{user} carries its stream through num_layers={stream_blocks} blocks but {backbone} has '
             f'{spec.num_blocks}: set num_layers={spec.num_blocks} or leave it out (the depth is taken from the '
-            'backbone)', f'{spec.num_blocks} blocks, not {stream_blocks}')
+            'backbone)')
     stride = spec.patch_stride
     if request.patch_size is not None and stride is not None and request.patch_size != stride:
-        raise TraceGridError(f"{user} draws its plan on {request.patch_size}-pixel patches but {backbone} embeds "
+        raise TraceUserError(f"{user} draws its plan on {request.patch_size}-pixel patches but {backbone} embeds "
                              f"{stride}-pixel patches: set the plan's patch_size={stride} (the backbone's token "
-                             'stride)', f'patch_size {stride}')
+                             'stride)')
 
 
 def check_trace_user(backbone, request: TraceRequest, user_name: str) -> None:
     """:func:`check_request` for a built backbone (its ``trace_spec``; none: it takes no trace)."""
     check_request(getattr(backbone, 'trace_spec', None), request, user_name, type(backbone).__name__)
-
-
-def _missing(kinds, user: str, backbone: str) -> TraceCapabilityError:
-    missing = [(kind, sorted(wanted - offered), known) for kind, wanted, offered, known in kinds if wanted - offered]
-    needs = ' and '.join(f'the {kind} {names} (' + '; '.join(known[n] for n in names) + ')'
-                         for kind, names, known in missing)
-    offers = ', '.join(f'{kind}s {sorted(offered)}' for kind, _, offered, _ in kinds)
-    return TraceCapabilityError(f'{user} needs {needs} but {backbone} offers {offers}',
-                                'no ' + ', '.join(n for _, names, _ in missing for n in names))
-
-
-def _untappable(spec: TraceSpec, what: str, indices: Sequence[int], user: str, backbone: str) -> TraceTapError:
-    outside: List[int] = [i for i, j in zip(indices, resolve_indices(indices, spec.num_blocks))
-                          if j not in spec.tappable]
-    return TraceTapError(f'{user} taps the {what} of blocks {outside}, but {backbone} traces only blocks '
-                         f'{spec.tappable_text} (of 0..{spec.num_blocks - 1}): tap one of those (-1 is the last '
-                         'block)', f'taps {spec.tappable_text} only')
-
-
-def _format(spec: TraceSpec, out_type: str, user: str, backbone: str) -> TraceFormatError:
-    if out_type in spec.out_types:
-        return TraceFormatError(f"{user} reads the backbone's out_type={out_type!r} output but {backbone} is built "
-                                f"with out_type={spec.out_type!r}: set the backbone's out_type={out_type!r}",
-                                f'needs out_type={out_type!r}', True)
-    return TraceFormatError(f"{user} reads the backbone's out_type={out_type!r} output, which {backbone} does not "
-                            f'produce (it offers {list(spec.out_types)}): use a backbone with out_type={out_type!r} '
-                            '(mmvitreg.VisionTransformer, DeepViT, LVViT)', f'no {out_type} output', False)

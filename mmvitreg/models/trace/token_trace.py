@@ -141,15 +141,13 @@ class TokenTrace:
         """Run block ``index`` as ``run(x, need_attn, ride)`` and record it; returns its output tokens.
 
         ``need_attn`` is True for a tapped attention map; ``ride`` carries the stream's values (in the
-        block's windows with a ``layout``, padding 0, moved by :meth:`WindowLayout.gather_windows
-        <mmvitreg.models.layers.WindowLayout.gather_windows>`; as they are where the one window is the grid).
-        Records ``grids[index] = grid``, the tokens and the map of tapped blocks (and the ``layout`` of a tapped
+        block's windows with a ``layout``: :meth:`WindowLayout.partition
+        <mmvitreg.models.layers.WindowLayout.partition>`, padding 0). Records ``grids[index] = grid``, the tokens and the map of tapped blocks (and the ``layout`` of a tapped
         map) and the stream's next values."""
         need_attn = index in self._attn_taps
-        moves = layout is not None and not layout.is_grid  # the values move into windows and back
         ride = None
         if self.stream is not None:
-            ride = Ride(layout.gather_windows(self._values) if moves else self._values)
+            ride = Ride(self._values if layout is None else layout.partition(self._values))
         out = run(x, need_attn, ride)
         x, attn = out if need_attn else (out, None)
         self.grids[index] = tuple(grid)
@@ -160,7 +158,7 @@ class TokenTrace:
             if layout is not None:
                 self.windows[index] = layout
         if ride is not None:
-            mixed = layout.gather_grid(ride.mixed) if moves else ride.mixed
+            mixed = ride.mixed if layout is None else layout.reverse(ride.mixed)
             # padding tokens carry no values: a row that attends them does not keep its mass
             stochastic = ride.stochastic and (layout is None or layout.padded == layout.grid)
             self._values = self.streamed[index] = self.stream.step(self, index, self._values, mixed, stochastic)

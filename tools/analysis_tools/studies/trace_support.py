@@ -1,35 +1,32 @@
-"""Which trace user fits which backbone: the build-time check of every pair, as a table.
+"""Which trace user fits which backbone: the build-time check of every pair, as a table
+(``tools/analysis_tools/trace_support.py`` prints it).
 
 A *trace user* is a component of mmvitreg (a head, an auxiliary loss, a target transform or a batch mix)
 whose instance carries a ``trace_request`` (:class:`~mmvitreg.models.trace.TraceRequest`); the request
 follows the instance's arguments (``PatchContrastiveLoss(form='official')`` asks for other taps than the
-paper form). So every row is a built instance: each registered user at its defaults
-(:func:`~mmvitreg.models.trace_users.registered_users`, with the arguments a user cannot do without), the
-settings of :data:`USER_VARIANTS` that ask for something else, or, with ``config``, every trace user of a model
-config as configured. A *trace backbone* is a registered backbone of mmvitreg whose ``forward`` takes a ``trace``.
-For every pair :func:`support_table` runs :func:`~mmvitreg.models.trace.check_trace_user`
-(:func:`~mmvitreg.models.trace_users.refusal`), the check a
-:class:`~mmvitreg.models.classifiers.TokenClassifier` makes when it is built, on the backbone built
-with :data:`BACKBONE_PRESETS` (its default architecture), or, with ``config``, on the config's own
-``model.backbone`` as configured (its sizes: the one column), and keeps the check's short reason.
-mmpretrain's backbones take no trace: they share one column, checked on a ResNet-18.
+paper form). So every row is a built instance: each registered user at its defaults (:func:`registered_users`,
+with the arguments a user cannot do without, :data:`USER_ARGS`), the settings of :data:`USER_VARIANTS` that ask
+for something else, or, with ``config``, every trace user of a model config as configured. A *trace backbone* is a
+registered backbone of mmvitreg whose ``forward`` takes a ``trace``. For every pair :func:`support_table` runs
+:func:`~mmvitreg.models.trace.check_request`, the check a :class:`~mmvitreg.models.classifiers.TokenClassifier`
+makes when it is built, on the backbone built with :data:`BACKBONE_PRESETS` (its default architecture), or, with
+``config``, on the config's own ``model.backbone`` as configured (its sizes: the one column), and words the part
+of the request that fails in a few words (:func:`cell`). mmpretrain's backbones take no trace: they share one
+column, checked on a ResNet-18.
 
 A *model kind* (:data:`MODEL_KINDS`: ``cls`` the image classifier, ``seg`` the segmentor, ``det`` the
 detectors) adds its own check, the one its models make first: a kind without an image-level target (``seg``,
-``det``) refuses the users that need one (:func:`~mmvitreg.models.trace_users.check_image_target`, reason
-``'image target'``). ``tools/analysis_tools/trace_support.py`` prints the table and, per model kind, the users
-it serves.
+``det``) refuses the users that need one (:func:`~mmvitreg.models.trace_users.check_image_target`, cell
+``'image target'``).
 """
 import functools
+import inspect
 from typing import Dict, List, Optional, Tuple
 
 import torch
 
-import inspect
-
-from mmvitreg.models.trace import (FACTS, POINTS, SERVICES, TraceChannelError, TraceFormatError, TraceGridError,
-                                   TraceRequest, TraceUserError, trace_request_of)
-from mmvitreg.models.trace_users import check_image_target, pop_mix, refusal, registered_users, user_label
+from mmvitreg.models.trace import FACTS, POINTS, SERVICES, TraceRequest, TraceUserError, check_request, resolve_indices
+from mmvitreg.models.trace_users import check_image_target
 
 #: the settings each trace backbone is checked with (its default architecture: the block count
 #: decides whether a default tap exists); a registered trace backbone missing here is an error
@@ -74,14 +71,43 @@ USER_VARIANTS: Dict[str, List[dict]] = {
     'PatchCosineLoss': [dict(tokens='final_norm')],
     'PatchMixingLoss': [dict(tokens='final_norm')],
 }
+#: the modules whose registered components are trace users (heads, losses, target transforms, batch mixes)
+USER_MODULES = tuple(f'mmvitreg.models.{m}.' for m in ('heads', 'losses', 'target_transforms', 'mixing'))
+#: the arguments a registered trace user cannot be built without: the widths of DeiT-S at ImageNet's classes (its
+#: request's taps do not depend on them; a width is checked per model)
+USER_ARGS: Dict[str, dict] = {
+    'DRLoc': dict(in_channels=384),
+    'PatchMixingLoss': dict(num_classes=1000, in_channels=384),
+    'TokenLabelHead': dict(num_classes=1000, in_channels=384),
+}
+
+
+def user_label(name: str, args: dict) -> str:
+    """A user's name with its arguments: ``'PatchContrastiveLoss'``, ``"PatchContrastiveLoss(form='official')"``."""
+    return name + (f'({", ".join(f"{k}={v!r}" for k, v in args.items())})' if args else '')
+
+
+def registered_users() -> List[Tuple[str, object]]:
+    """``(label, instance)`` of every registered trace user of mmvitreg (an instance with a ``trace_request``):
+    each at its defaults (plus :data:`USER_ARGS`) and at each setting of :data:`USER_VARIANTS` (labelled by
+    :func:`user_label`), by label."""
+    from mmvitreg.registry import MODELS
+    MODELS.import_from_location()
+    users = []
+    for name, cls in MODELS.module_dict.items():
+        if cls.__module__.startswith(USER_MODULES):
+            for variant in [{}] + USER_VARIANTS.get(name, []):
+                user = cls(**USER_ARGS.get(name, {}), **variant)
+                if isinstance(getattr(user, 'trace_request', None), TraceRequest):
+                    users.append((user_label(name, variant), user))
+    return sorted(users, key=lambda row: row[0])
 
 
 def trace_users(config: Optional[str] = None) -> List[Tuple[str, object]]:
-    """``(row, built instance)`` for every trace user: each registered user of mmvitreg at its
-    defaults and :data:`USER_VARIANTS` (:func:`~mmvitreg.models.trace_users.registered_users`), by name; with
-    ``config`` (a model config file, ``mmvitreg::`` or a path) instead the trace users of its ``model`` as
+    """``(row, built instance)`` for every trace user: each registered user of mmvitreg (:func:`registered_users`);
+    with ``config`` (a model config file, ``mmvitreg::`` or a path) instead the trace users of its ``model`` as
     configured (head, auxiliary losses, target transform, batch mix), named after their place in the config."""
-    return registered_users(USER_VARIANTS) if config is None else _config_users(config)
+    return registered_users() if config is None else _config_users(config)
 
 
 def _config_users(config: str) -> List[Tuple[str, TraceRequest]]:
@@ -91,7 +117,7 @@ def _config_users(config: str) -> List[Tuple[str, TraceRequest]]:
     cfg = load_config(config)
     model = cfg.model
     places = [('head', model.get('head')), ('target_transform', model.get('target_transform')),
-              ('mix', pop_mix(dict(model.get('train_cfg') or {})))]
+              ('mix', (model.get('train_cfg') or {}).get('mix'))]
     places += [(f'aux_losses[{i}]', cfg) for i, cfg in enumerate(model.get('aux_losses') or ())]
     users = []
     for place, part in places:
@@ -196,19 +222,67 @@ def support_table(users: Optional[List[str]] = None, backbones: Optional[List[st
         row = table[name] = {}
         for user, instance in all_users:
             if user in chosen_users:
-                try:
-                    check_image_target(instance, model_name, image_targets)
-                except TraceUserError as error:
-                    row[user] = error.reason
-                    continue
-                error = refusal(backbone, trace_request_of(instance), user)
-                if error is None or (isinstance(error, (TraceChannelError, TraceGridError)) and config is None):
-                    row[user] = OK  # a registered row's widths and patch size are its defaults, set per model
-                elif isinstance(error, TraceFormatError) and error.settable:  # the preset's format, not its ability
-                    row[user] = f'{OK} {error.reason[len("needs "):]}'
-                else:
-                    row[user] = error.reason
+                row[user] = cell(backbone, instance, model_name, image_targets, registered=config is None)
     return table
+
+
+def cell(backbone, user, model_name: str = 'TokenClassifier', image_targets: bool = True,
+         registered: bool = True) -> str:
+    """The verdict of building ``user`` with ``backbone`` in a model ``model_name``: ``'✓'``, ``"✓ out_type='raw'"``
+    (fits once the backbone is built with that output format), or the part of the request the check refuses in a
+    few words, found by checking each part on its own in the check's order. A ``registered`` row's widths and
+    patch size are its defaults, set per model: they are not judged."""
+    try:
+        check_image_target(user, model_name, image_targets)
+    except TraceUserError:
+        return IMAGE_TARGET
+    spec, request = getattr(backbone, 'trace_spec', None), getattr(user, 'trace_request', None) or TraceRequest()
+    fails = lambda **part: _refused(spec, TraceRequest(**part))  # noqa: E731
+    if spec is None:
+        return 'no trace' if request.needs_trace else OK
+    missing = [n for kind, names in (('services', request.all_services), ('points', request.points),
+                                     ('facts', request.facts)) for n in sorted(names) if fails(**{kind: {n}})]
+    if missing:
+        return 'no ' + ', '.join(missing)
+    for part, indices, count, kind in (('token_layers', request.token_layers, spec.num_blocks, 'block'),
+                                       ('attn_layers', request.attn_layers, spec.num_blocks, 'block'),
+                                       ('stages', request.stages, spec.num_stages, 'stage')):
+        if fails(**{part: indices}):
+            return f'only {count} {kind}s' if _out_of_range(indices, count) else f'taps {spec.tappable_text} only'
+    if fails(out_type=request.out_type):
+        settable = request.out_type in spec.out_types
+        return f'{OK} out_type={request.out_type!r}' if settable else f'no {request.out_type} output'
+    if fails(outputs=request.outputs):
+        return f'only {len(spec.out_channels)} outputs'
+    for part, offered in ((dict(token_layers=request.token_layers, token_channels=request.token_channels),
+                           spec.channels), (dict(stages=request.stages, stage_channels=request.stage_channels),
+                                            spec.stage_channels),
+                          (dict(outputs=request.outputs, out_channels=request.out_channels), spec.out_channels)):
+        if fails(**part):
+            indices = next(iter(part.values()))
+            return OK if registered else ', '.join(str(offered[i]) for i in resolve_indices(indices, len(offered))) \
+                + ' channels'
+    if fails(stream=request.stream):
+        return f'{spec.num_blocks} blocks, not {request.stream.num_layers}'
+    if fails(patch_size=request.patch_size):
+        return OK if registered else f'patch_size {spec.patch_stride}'
+    return OK
+
+
+def _refused(spec, request: TraceRequest) -> bool:
+    try:
+        check_request(spec, request, 'user', 'backbone')
+    except TraceUserError:
+        return True
+    return False
+
+
+def _out_of_range(indices, count: int) -> bool:
+    try:
+        resolve_indices(indices, count)
+    except IndexError:
+        return True
+    return False
 
 
 def _select(wanted: Optional[List[str]], known: List[str], what: str) -> List[str]:
