@@ -7,22 +7,21 @@ finder before it) is always the one used; only where there is none is ``mmcv._ex
 called by mmcv's own Python as it calls the compiled ones (outputs written into the tensors it passes). Every other
 name of ``_ext`` exists, for ``load_ext``, and raises when called: one line naming the op and :func:`build_hint`.
 
-The ops the package's dense configs call, recorded at tiny size (a training step, a test step, mmseg's ``--tta``)
-on every mmseg and mmdet config of ``configs/``; one Cascade Mask R-CNN (3 stages) training step of 2 images:
+The ops the package's dense configs call: every mmseg and mmdet config of ``configs/`` (25 UperNet, 8 Cascade Mask
+R-CNN) at tiny size through ``tools/train.py`` (one step of 2 images), ``tools/test.py`` and, for mmseg, ``--tta``,
+on a stand-in that recorded each call. The UperNets call none. The Cascade Mask R-CNNs call three ops from four
+sites, always with ``pool_mode`` 1 (mean), ``aligned=True``, ``sampling_ratio`` 0, ``offset`` 0; calls in the 8
+training steps / the 8 tests (2 images each):
 
-============================  ==========================================================  ==============
-op (``mmcv._ext``)            called by                                                   calls
-============================  ==========================================================  ==============
-``nms``                       ``mmcv.ops.nms`` <- ``batched_nms`` <- mmdet's RPN proposals  2 (1 / image)
-``roi_align_forward``         ``mmcv.ops.RoIAlign`` <- ``SingleRoIExtractor`` (boxes 7x7,   24
-                              masks 14x14; one per FPN level that holds RoIs)
-``roi_align_forward``         ``mmcv.ops.roi_align`` <- mmdet's ``mask_target``             6 (1 / image / stage)
-                              (``BitmapMasks.crop_and_resize``, 28x28)
-``roi_align_backward``        the backward of the 24 ``RoIAlign`` calls                     24
-============================  ==========================================================  ==============
+- ``nms`` <- mmcv's ``nms`` <- ``batched_nms`` <- mmdet's RPN ``_bbox_post_process``: 16 / 16, one per image;
+- ``nms`` <- the same <- mmdet's ``multiclass_nms`` (the last stage's boxes): 0 / 16, one per image;
+- ``roi_align_forward`` <- mmcv's ``RoIAlign`` <- mmdet's ``SingleRoIExtractor`` (boxes 7x7, masks 14x14): 69 /
+  150, one per FPN level holding RoIs, per head and stage;
+- ``roi_align_forward`` <- mmcv's ``roi_align`` <- mmdet's ``mask_target`` (``BitmapMasks.crop_and_resize``: binary
+  masks, 28x28, scale 1): 48 / 0, one per image and stage;
+- ``roi_align_backward`` <- ``RoIAlign``'s backward (the extractor's): 69 / 0.
 
-A test step adds ``nms`` in ``multiclass_nms`` (per-class ``batched_nms`` of the last stage's boxes). The UperNet
-configs, their ``--tta`` included, call none. ``pool_mode='max'`` RoIAlign is not provided.
+``pool_mode='max'`` RoIAlign is not provided; ``aligned=False``, ``sampling_ratio`` > 0 and ``offset`` 1 are.
 """
 import importlib.abc
 import importlib.machinery
