@@ -35,12 +35,15 @@ PROVIDED = ('nms', 'roi_align_forward', 'roi_align_backward')
 
 def nms(boxes: Tensor, scores: Tensor, iou_threshold: float, offset: int) -> Tensor:
     """mmcv's ``nms``: the indices (K,) int64 of the boxes (N, 4) ``(x1, y1, x2, y2)`` greedy NMS keeps, by
-    decreasing score (N,); a box goes when its IoU with a kept one is > ``iou_threshold``, sides ``x2 - x1 +
-    offset`` (0 or 1)."""
+    decreasing score (N,) in the order of mmcv's kernels (``scores.sort(0, descending=True)``, not stable: tied
+    scores as mmcv orders them, where torchvision's stable sort would not); a box goes when its IoU with a kept one
+    is > ``iou_threshold``, sides ``x2 - x1 + offset`` (0 or 1)."""
     from torchvision.ops import nms as torchvision_nms
+    order = scores.sort(0, descending=True)[1]
+    boxes = boxes[order]
     if offset:  # the +1 of mmcv's legacy box sides, on every side and intersection alike
         boxes = torch.cat([boxes[:, :2], boxes[:, 2:] + offset], 1)
-    return torchvision_nms(boxes, scores, iou_threshold)
+    return order[torchvision_nms(boxes, scores[order], iou_threshold)]
 
 
 def _roi_align(input: Tensor, rois: Tensor, aligned_height: int, aligned_width: int, spatial_scale: float,

@@ -71,6 +71,13 @@ def roi_align_both_ways(ext, feats, rois, size, scale, ratio, aligned, grad_out)
     return out, grad
 
 
+@pytest.fixture
+def tied_scores():
+    """400 boxes (every box twice), 11 distinct scores."""
+    boxes, _ = make_boxes(200)
+    return torch.cat([boxes, boxes]), torch.rand(400, generator=torch.Generator().manual_seed(3)).round(decimals=1)
+
+
 def bilinear(image, y, x):
     """mmcv's ``bilinear_interpolate`` of ``image`` (C, H, W) at ``(y, x)``: 0 beyond one pixel outside, else the
     border pixel clamps."""
@@ -106,13 +113,15 @@ def reference_roi_align(feats, rois, size, spatial_scale, sampling_ratio, aligne
     return torch.stack(out)
 
 
-def reference_nms(boxes, scores, iou_threshold, offset):
-    """Greedy NMS: by decreasing score (ties: the lower index first), keep a box unless its IoU (box sides ``x2 -
-    x1 + offset``) with a kept one exceeds ``iou_threshold``; the kept indices in that order."""
-    boxes, scores = boxes.tolist(), scores.tolist()
+def reference_nms(boxes, scores, iou_threshold, offset, order=None):
+    """Greedy NMS: in ``order`` (default: mmcv's kernels', ``scores.sort(0, descending=True)``, whose tied scores come
+    in no fixed index order), keep a box unless its IoU (box sides ``x2 - x1 + offset``) with a kept one exceeds
+    ``iou_threshold``; the kept indices in that order."""
+    order = scores.sort(0, descending=True)[1].tolist() if order is None else order
+    boxes = boxes.tolist()
     area = [(b[2] - b[0] + offset) * (b[3] - b[1] + offset) for b in boxes]
     keep = []
-    for i in sorted(range(len(boxes)), key=lambda i: -scores[i]):
+    for i in order:
         def iou(k):
             w = max(0.0, min(boxes[i][2], boxes[k][2]) - max(boxes[i][0], boxes[k][0]) + offset)
             h = max(0.0, min(boxes[i][3], boxes[k][3]) - max(boxes[i][1], boxes[k][1]) + offset)
@@ -192,15 +201,15 @@ def test_nms_offset_1_counts_the_last_pixel():
     assert ext.nms(boxes, scores, iou_threshold=0.35, offset=1).tolist() == [0]
 
 
-def test_nms_ties_keep_the_lower_index_and_nothing_is_empty():
-    """Equal scores: the lower index comes first (and suppresses its duplicate); no boxes: no indices."""
-    ext = stand_in_ext()
-    boxes, _ = make_boxes(40)
-    boxes = torch.cat([boxes, boxes])  # every box twice
-    scores = torch.arange(80).remainder(40).div(40).flip(0).float().round(decimals=1)  # 4 boxes per score at most
-    keep = ext.nms(boxes, scores, iou_threshold=0.5, offset=0)
+def test_nms_takes_tied_scores_in_mmcvs_order_and_nothing_is_empty(tied_scores):
+    """Equal scores are taken in the order of mmcv's sort, which is not the index order torchvision's stable sort
+    would give (here the two keep different boxes); no boxes: no indices."""
+    boxes, scores = tied_scores
+    keep = stand_in_ext().nms(boxes, scores, iou_threshold=0.5, offset=0)
     assert keep.tolist() == reference_nms(boxes, scores, 0.5, 0)
-    assert ext.nms(boxes[:0], scores[:0], iou_threshold=0.5, offset=0).shape == (0, )
+    by_index = sorted(range(len(scores)), key=lambda i: -scores[i])
+    assert keep.tolist() != reference_nms(boxes, scores, 0.5, 0, by_index)
+    assert stand_in_ext().nms(boxes[:0], scores[:0], iou_threshold=0.5, offset=0).shape == (0, )
 
 
 def test_mmdets_batched_nms_runs_per_class(stand_in):

@@ -12,7 +12,8 @@ import torch
 from conftest import CONFIGS, needs_compiled_ops
 from mmvitreg.mmcv_ops import StandIn
 from test_env_imports import run_py
-from test_mmcv_ops import HOST, ROI_CASES, make_boxes, make_rois, roi_align_both_ways, run_hidden, stand_in_ext
+from test_mmcv_ops import (HOST, ROI_CASES, make_boxes, make_rois, roi_align_both_ways, run_hidden, stand_in_ext,
+                           tied_scores)  # noqa: F401  (a fixture)
 
 pytestmark = needs_compiled_ops
 
@@ -46,12 +47,11 @@ def test_nms_equals_the_compiled(compiled, offset, n, iou_threshold):
     assert ours.tolist() == compiled.nms(boxes, scores, iou_threshold=iou_threshold, offset=offset).tolist()
 
 
-def test_nms_equals_the_compiled_on_tied_scores(compiled):
-    boxes, _ = make_boxes(200)
-    boxes = torch.cat([boxes, boxes])
-    scores = torch.rand(400, generator=torch.Generator().manual_seed(3)).round(decimals=1)  # 11 distinct values
-    ours = stand_in_ext().nms(boxes, scores, iou_threshold=0.5, offset=0)
-    assert ours.tolist() == compiled.nms(boxes, scores, iou_threshold=0.5, offset=0).tolist()
+@pytest.mark.parametrize('offset', [0, 1])
+def test_nms_equals_the_compiled_on_tied_scores(compiled, tied_scores, offset):
+    boxes, scores = tied_scores
+    ours = stand_in_ext().nms(boxes, scores, iou_threshold=0.5, offset=offset)
+    assert ours.tolist() == compiled.nms(boxes, scores, iou_threshold=0.5, offset=offset).tolist()
 
 
 STEPS = '''

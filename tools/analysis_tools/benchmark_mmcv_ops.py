@@ -4,9 +4,9 @@ a Cascade Mask R-CNN step gives them.
     python tools/analysis_tools/benchmark_mmcv_ops.py [--device cpu] [--threads N] [--repeats 10] [--warmup 2]
 
 Each op is called as mmcv calls it (outputs allocated by the caller): RPN ``nms`` over 2,000 and 10,000 boxes,
-RoIAlign 7x7 of 512 RoIs on a stride-4 FPN map of a 1344x800 image (256 channels; forward and backward: the
-stand-in's backward runs torchvision's forward again, under autograd), and mmdet's mask-target RoIAlign 28x28 of
-128 binary masks. Prints the median milliseconds of each and the stand-in / compiled ratio; where mmcv has no
+RoIAlign 7x7 of 512 RoIs (8 to 112 pixels a side: those mmdet pools from this level) on the stride-4 FPN map of a
+1344x800 image (256 channels; forward and backward: the stand-in's backward runs torchvision's forward again, under
+autograd), and mmdet's mask-target RoIAlign 28x28 of 128 binary masks. Prints the median milliseconds of each and the stand-in / compiled ratio; where mmcv has no
 compiled ops (mmcv-lite) only the stand-in's column is filled.
 """
 import argparse
@@ -21,10 +21,10 @@ import mmvitreg  # noqa: F401  (serves mmcv._ext where mmcv has none)
 from mmvitreg.mmcv_ops import StandIn
 
 
-def boxes(n, size, generator, device):
-    """``n`` boxes (n, 4) in a ``size`` (w, h) image, 8 to 200 pixels a side."""
+def boxes(n, size, generator, device, longest=200):
+    """``n`` boxes (n, 4) in a ``size`` (w, h) image, 8 to ``longest`` pixels a side."""
     xy = torch.rand(n, 2, generator=generator) * torch.tensor(size)
-    return torch.cat([xy, xy + 8 + torch.rand(n, 2, generator=generator) * 192], 1).to(device)
+    return torch.cat([xy, xy + 8 + torch.rand(n, 2, generator=generator) * (longest - 8)], 1).to(device)
 
 
 def cases(device):
@@ -33,7 +33,7 @@ def cases(device):
     nms_inputs = {n: (boxes(n, (1344, 800), g, device), torch.rand(n, generator=g).to(device)) for n in (2000, 10000)}
     feats = torch.randn(2, 256, 200, 336, generator=g).to(device)
     rois = torch.cat([torch.randint(0, 2, (512, 1), generator=g).float().to(device),
-                      boxes(512, (1344, 800), g, device)], 1)
+                      boxes(512, (1344, 800), g, device, longest=112)], 1)  # mmdet's stride-4 level: < 112
     pooled = torch.randn(512, 256, 7, 7, generator=g).to(device)
     masks = (torch.rand(128, 1, 400, 672, generator=g) > 0.5).float().to(device)
     mask_rois = torch.cat([torch.arange(128.).view(-1, 1).to(device), boxes(128, (600, 320), g, device)], 1)
