@@ -14,5 +14,5 @@ from .mmcv_ops import install as _install_mmcv_ops
 
 __version__ = '0.1.0'
 
+_install_mmcv_ops()  # before any host import: mmcv.cnn's transformer bricks look for mmcv.ops once, when imported
 _apply_compat()
-_install_mmcv_ops()

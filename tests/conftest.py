@@ -1,5 +1,5 @@
 """Shared fixtures: the repository paths, a runner for the tools, the bundled digits data sets, and the mark of
-the tests that compare mmvitreg's stand-in for mmcv's compiled ops with the compiled ones (skipped on mmcv-lite).
+the tests that need mmcv's compiled ops (skipped on mmcv-lite, where mmvitreg/mmcv_ops.py serves the others).
 """
 import importlib.machinery
 import importlib.util
@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+import mmvitreg  # noqa: F401  (first, as every tool: on mmcv-lite it serves mmcv._ext before a test imports a host)
 
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = REPO / 'tools'
@@ -59,7 +61,8 @@ def _compiled_mmcv_ops() -> bool:
     return bool(mmcv and importlib.machinery.PathFinder.find_spec('mmcv._ext', mmcv.submodule_search_locations))
 
 
-#: mark of the compiled tier: the tests that need mmcv's compiled ops beside the stand-in
+#: mark of the compiled tier: the tests that need mmcv's compiled ops (the stand-in compared with them; a host
+#: import before mmvitreg's)
 needs_compiled_ops = pytest.mark.skipif(
-    not _compiled_mmcv_ops(), reason="compares mmvitreg/mmcv_ops.py with mmcv's compiled ops, which this mmcv "
-    'lacks (mmcv-lite): bash tools/run_tests.sh --with-ops')
+    not _compiled_mmcv_ops(), reason="needs mmcv's compiled ops, which this mmcv lacks (mmcv-lite): bash "
+    'tools/run_tests.sh --with-ops')
