@@ -9,10 +9,9 @@
 # The stack is a constraints file (default requirements/constraints-oldest.txt: Python 3.10,
 # torch 2.1.2 + torchvision 0.16.2, mmengine 0.10.3, mmcv-lite 2.1.0, mmpretrain 1.2.0,
 # mmsegmentation 1.2.2, mmdet 3.3.0, numpy 1.26). The package's own requirements (with the extras `all`)
-# and test requirements are installed under it. With mmcv-lite there are no compiled mmcv ops: mmvitreg/mmcv_ops.py
-# serves the ones mmseg's and mmdet's models run (torchvision's kernels), and only the tests comparing it with the
-# compiled ops are skipped (tests/conftest.py); a constraints file that pins full mmcv instead builds it from source
-# (~20 min on 2 cores).
+# and test requirements are installed under it. With mmcv-lite there are no compiled mmcv ops, so the tests
+# that need them (mmseg / mmdet models) are skipped with that reason (tests/conftest.py); a
+# constraints file that pins full mmcv instead builds it from source (~20 min on 2 cores).
 # mmvitreg itself is tested from this checkout (PYTHONPATH), not installed.
 # Not part of CI (installing torch takes minutes); the last result is in the README's compatibility table.
 #
@@ -63,10 +62,13 @@ for d in ('torch', 'torchvision', 'numpy', 'mmengine', 'mmcv', 'mmcv-lite', 'mmp
         print(f'  {d} {md.version(d)}')
     except md.PackageNotFoundError:
         pass
+try:
+    import mmcv._ext  # noqa: F401
+    print('  mmcv ops: yes')
+except ImportError:
+    print('  mmcv ops: no (tests that need them are skipped)')
 PYEOF
 PYTHONPATH=$REPO "$PY" -c 'from mmvitreg import compat
-from mmvitreg.mmcv_ops import backend
-print(" ", backend())
 print("mmvitreg.compat: needed", compat.needed(), "applied", compat.applied())'
 
 log "running the tests"
