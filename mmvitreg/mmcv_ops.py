@@ -76,7 +76,7 @@ def build_hint() -> str:
     """How to build mmcv's compiled ops into the running environment (the installed mmcv's version; its setup.py
     needs ``pkg_resources``; ``--force-reinstall`` also rebuilds a compiled mmcv that does not load)."""
     import mmcv
-    return (f'pip uninstall -y mmcv-lite && pip install "setuptools<81" && MMCV_WITH_OPS=1 pip install '
+    return (f'pip uninstall -y mmcv-lite && pip install "setuptools<82" && MMCV_WITH_OPS=1 pip install '
             f'--no-build-isolation --no-binary mmcv --no-deps --force-reinstall "mmcv=={mmcv.__version__}" '
             "(a torch whose headers need C++20: docs/troubleshooting.md)")
 
