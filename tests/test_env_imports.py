@@ -13,7 +13,7 @@ import textwrap
 import pytest
 from packaging.version import Version
 
-from conftest import CONFIGS, TOOLS, tool_env
+from conftest import CONFIGS, TOOLS, needs_compiled_ops, tool_env
 from mmvitreg import compat
 
 DEMO = CONFIGS / 'demo' / 'deit-tiny_1xb64_digits.py'
@@ -369,14 +369,19 @@ def test_the_digits_builder_without_scikit_learn_says_what_to_install(tmp_path):
 
 # --- classification leaves mmseg and mmdet alone ----------------------------------------------------------------
 
-def test_classification_import_leaves_mmseg_and_mmdet_until_a_dense_model_is_asked_for():
+@pytest.mark.parametrize('first', ['mmvitreg', pytest.param('mmpretrain', marks=needs_compiled_ops)])
+def test_classification_import_leaves_mmseg_and_mmdet_until_a_dense_model_is_asked_for(first):
     """``import mmvitreg.models`` imports nothing of mmseg and nothing of mmdet beyond what ``import
     mmpretrain.models`` imports itself (mmpretrain 1.2.0's ``ResLayerExtraNorm`` tries mmdet's ``ResLayer``); the
     segmentor and detectors still resolve by name from ``mmvitreg.registry`` and from mmseg's and mmdet's
-    registries, importing their library then."""
-    proc = run_py('''
+    registries, importing their library then. With ``import mmvitreg`` first (as every tool), on any mmcv; with
+    mmpretrain's models first, only on compiled mmcv: they import mmcv's transformer bricks, which look for
+    ``mmcv.ops`` once, and on mmcv-lite without the stand-in in place they lose the ``MultiScaleDeformableAttention``
+    mmdet's models import."""
+    proc = run_py(f'''
         import json, sys
         hosts = lambda: sorted(m for m in sys.modules if m.split('.')[0] in ('mmseg', 'mmdet'))
+        import {first}
         import mmpretrain.models
         out = dict(mmpretrain=hosts())
         import mmvitreg.models
