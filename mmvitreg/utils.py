@@ -214,23 +214,26 @@ def _has_trace_users(model_type) -> bool:
 def build_runner(cfg):
     """The runner a config asks for (``runner_type``), else mmengine's ``Runner``.
 
+    An mmseg or mmdet run logs which code serves mmcv's ops (:func:`mmvitreg.mmcv_ops.backend`).
+
     Raises:
-        ConfigError: an mmseg or mmdet config where mmcv has no compiled ops (mmcv-lite), a trace user the
-            backbone cannot serve (:func:`check_trace_users`), or a component that refuses its settings while the
-            runner builds it (e.g. ``num_classes=0``, ``drop_path_rate=1.5``): one line, the component's message.
+        ConfigError: a trace user the backbone cannot serve (:func:`check_trace_users`), or a component that
+            refuses its settings while the runner builds it (e.g. ``num_classes=0``, ``drop_path_rate=1.5``): one
+            line, the component's message.
     """
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
-    if cfg.get('default_scope') in ('mmseg', 'mmdet') and importlib.util.find_spec('mmcv._ext') is None:
-        raise ConfigError(f"{cfg.default_scope}'s models need mmcv's compiled ops, which this mmcv lacks (No module "
-                          "named 'mmcv._ext': mmcv-lite?); build them once with `bash tools/setup_env.sh --with-ops`")
     check_trace_users(cfg)
     try:
-        return RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
+        runner = RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
     except (ValueError, TypeError, KeyError, AssertionError) as e:  # a component's own check of its settings
         text = (e.args[0] if isinstance(e, KeyError) and e.args else str(e)).strip().splitlines()
         raise ConfigError(f'the config does not build ({type(e).__name__}): {text[0] if text else type(e).__name__}'
                           '; fix the setting it names') from e
+    if cfg.get('default_scope') in ('mmseg', 'mmdet'):
+        from mmvitreg.mmcv_ops import backend
+        runner.logger.info(backend())
+    return runner
 
 
 def parse_tool_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:

@@ -1,23 +1,27 @@
 """`type='mmvitreg.X'` builds from mmpretrain, mmseg and mmdet registries under each library's own
-default_scope, with no custom_imports and no import of mmvitreg by the caller (stack notes, §1.1)."""
+default_scope, with no custom_imports and no import of mmvitreg by the caller (stack notes, §1.1). mmseg's and
+mmdet's registries import their models, and with them ``mmcv.ops``, before they look a scope up: without mmcv's
+compiled ops (mmcv-lite) that needs mmvitreg's stand-in in place, so there the caller imports mmvitreg first."""
 import subprocess
 import sys
 
 import pytest
 
-from conftest import tool_env
+from conftest import needs_compiled_ops, tool_env
 
 TINY_DEEPVIT = "dict(type='mmvitreg.DeepViT', arch=dict(embed_dims=32, num_layers=2, num_heads=2, " \
                "feedforward_channels=64, attn_types='reattn'), img_size=32, patch_size=16, out_type='featmap')"
 
 
-def build_in_fresh_interpreter(scope, registry, cfg):
+def build_in_fresh_interpreter(scope, registry, cfg, first=False):
+    """Build ``cfg`` from ``scope``'s ``registry`` in a fresh interpreter, importing mmvitreg ``first`` or never."""
     code = f"""
 import sys
+{'import mmvitreg' if first else ''}
 from mmengine.registry import init_default_scope
 init_default_scope('{scope}')
 from {scope}.registry import {registry}
-assert 'mmvitreg' not in sys.modules
+assert ('mmvitreg' in sys.modules) is {first}
 obj = {registry}.build({cfg})
 print(type(obj).__module__, type(obj).__name__)
 """
@@ -26,9 +30,17 @@ print(type(obj).__module__, type(obj).__name__)
     return proc.stdout.split()[-2:]
 
 
-@pytest.mark.parametrize('scope', ['mmpretrain', 'mmseg', 'mmdet'])
+@pytest.mark.parametrize('scope', ['mmpretrain', pytest.param('mmseg', marks=needs_compiled_ops),
+                                   pytest.param('mmdet', marks=needs_compiled_ops)])
 def test_backbone_builds_from_each_library_models_registry(scope):
     module, name = build_in_fresh_interpreter(scope, 'MODELS', TINY_DEEPVIT)
+    assert (module, name) == ('mmvitreg.models.backbones.deepvit', 'DeepViT')
+
+
+@pytest.mark.parametrize('scope', ['mmseg', 'mmdet'])
+def test_backbone_builds_from_the_dense_registries_after_import_mmvitreg(scope):
+    """The caller of a tool's kind (it imports mmvitreg first) on any mmcv, mmcv-lite included."""
+    module, name = build_in_fresh_interpreter(scope, 'MODELS', TINY_DEEPVIT, first=True)
     assert (module, name) == ('mmvitreg.models.backbones.deepvit', 'DeepViT')
 
 

@@ -2,7 +2,8 @@
 
 mmseg and mmdet are extras (``pip install "mmvitreg[seg]"``, ``"mmvitreg[det]"``, ``"mmvitreg[all]"``): a
 classification install has neither. And their model packages import mmcv's compiled ops, which mmcv-lite (the
-oldest stack checked, ``tools/check_stack.sh``) lacks. mmvitreg's classes built on them
+oldest stack checked, ``tools/check_stack.sh``) lacks, unless :mod:`mmvitreg.mmcv_ops` serves them; a compiled
+``mmcv._ext`` built for another torch does not load. mmvitreg's classes built on them
 (:class:`~mmvitreg.models.segmentors.TokenSegmentor`, the detectors of :mod:`mmvitreg.models.detectors`) are then
 registered as builders that raise the import error with their name and its fix (:func:`install_hint`): every
 other component still imports, and a config that uses one of them stops saying why.
@@ -20,12 +21,13 @@ EXTRA_MODULES = {'mmseg': ('mmseg', 'ftfy', 'regex'), 'mmdet': ('mmdet', 'pycoco
 
 def install_hint(library: str, error: ImportError) -> str:
     """The fix for ``error``, raised importing ``library``'s models (``'mmseg'`` or ``'mmdet'``): the extra
-    that installs the library, or mmcv's compiled ops; ``''`` when neither is the cause."""
+    that installs the library, or a rebuild of mmcv's compiled ops; ``''`` when neither is the cause."""
     missing = (getattr(error, 'name', None) or '').split('.')[0]
     if missing in EXTRA_MODULES[library]:
         return f'pip install "mmvitreg[{EXTRAS[library]}]"'
-    if 'mmcv._ext' in str(error):
-        return "build mmcv's compiled ops once: bash tools/setup_env.sh --with-ops"
+    if 'mmcv/_ext' in str(error):  # a compiled mmcv._ext that does not load (built for another torch)
+        from mmvitreg.mmcv_ops import build_hint
+        return f"rebuild mmcv's compiled ops here: {build_hint()}"
     return ''
 
 
