@@ -55,9 +55,8 @@ def check_plugin_types(cfg) -> None:
 
 
 def _library_missing(path: str, library: str) -> str:
-    from mmvitreg.models.unavailable import EXTRAS
-    return (f'{path} is a config of {library}, which is not installed: '
-            f'pip install "mmvitreg[{EXTRAS[library]}]"')
+    from mmvitreg.models.unavailable import extra_command
+    return f'{path} is a config of {library}, which is not installed: {extra_command(library)}'
 
 
 def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:

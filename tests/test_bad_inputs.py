@@ -134,6 +134,18 @@ def _(ctx):
     return run_without(ctx, 'without_pkg_resources', ['pkg_resources'], [train, DEMO, '--work-dir', ctx.ws / 'own'])
 
 
+@scenario('op-not-served')
+def _(ctx):
+    return run_without(ctx, 'without_ext', ['mmcv._ext'], ['-c', (
+        "import mmvitreg, torch; from mmcv.ops import RoIAlign; "
+        "RoIAlign(2, 1.0, 2, pool_mode='max')(torch.zeros(1, 1, 4, 4), torch.tensor([[0., 0., 0., 3., 3.]]))")])
+
+
+@scenario('host-imported-first')
+def _(ctx):
+    return run_without(ctx, 'without_ext_host_first', ['mmcv._ext'], ['-c', 'import mmpretrain.models, mmvitreg, mmdet.models'])
+
+
 # ---------------------------------------------------------------- config and tools
 @scenario('config-missing')
 def _(ctx):

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 from packaging.version import Version
 
-from conftest import CONFIGS, TOOLS, needs_compiled_ops, tool_env
+from conftest import CONFIGS, REPO, TOOLS, needs_compiled_ops, tool_env
 from mmvitreg import compat
 
 DEMO = CONFIGS / 'demo' / 'deit-tiny_1xb64_digits.py'
@@ -336,7 +336,7 @@ def test_a_dense_config_without_its_library_stops_with_one_line_naming_the_extra
     assert proc.returncode != 0
     assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]  # (mmcv-lite may warn before it)
     assert proc.stderr.strip().splitlines()[-1] == (f'error: {config} is a config of {library}, which is not '
-                                                    f'installed: pip install "mmvitreg[{extra}]"'), proc.stderr[-3000:]
+                                                    f'installed: pip install "{REPO}[{extra}]"'), proc.stderr[-3000:]
     assert not (tmp_path / 'work').exists()
 
     component = 'TokenSegmentor' if library == 'mmseg' else 'TokenCascadeRCNN'
@@ -351,7 +351,7 @@ def test_a_dense_config_without_its_library_stops_with_one_line_naming_the_extra
     assert built.returncode == 0, built.stderr[-3000:]
     message = built.stdout.strip().splitlines()[-1]
     assert message.startswith(f"mmvitreg.{component} is built on {library}'s models, which do not import here")
-    assert message.endswith(f'; pip install "mmvitreg[{extra}]"'), message
+    assert message.endswith(f'; pip install "{REPO}[{extra}]"'), message
 
 
 def test_the_digits_builder_without_scikit_learn_says_what_to_install(tmp_path):

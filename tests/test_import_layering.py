@@ -3,8 +3,9 @@
 Every import of a module of mmvitreg (at the top of a file or inside a function: a lazy import is a dependency
 too) is read from the source. The layers, bottom up:
 
-0. ``registry``, ``fileio``, ``compat``: what every other part stands on (the allow-listed reader and the atomic
-   writer, which the data sets and the engine share; the workarounds import nothing of the package but ``fileio``)
+0. ``registry``, ``fileio``, ``compat``, ``mmcv_ops``: what every other part stands on (the allow-listed reader and
+   the atomic writer, which the data sets and the engine share; the workarounds import nothing of the package but
+   ``fileio``; the stand-in for mmcv's compiled ops imports nothing of it)
 1. ``datasets``: transforms and data sets
 2. ``models.layers``, ``models.converters`` (release layouts, registered by the backbones), ``models.unavailable``
 3. ``models.trace``: capabilities, mixing plans, the token trace
@@ -23,7 +24,7 @@ import mmvitreg
 
 ROOT = Path(mmvitreg.__file__).parent
 LAYERS = (
-    ('mmvitreg.registry', 'mmvitreg.fileio', 'mmvitreg.compat'),
+    ('mmvitreg.registry', 'mmvitreg.fileio', 'mmvitreg.compat', 'mmvitreg.mmcv_ops'),
     ('mmvitreg.datasets', ),
     ('mmvitreg.models.layers', 'mmvitreg.models.converters', 'mmvitreg.models.unavailable'),
     ('mmvitreg.models.trace', ),

@@ -1,13 +1,14 @@
 """Components built on a library's models that cannot be imported here, and the one line that says why.
 
-mmseg and mmdet are extras (``pip install "mmvitreg[seg]"``, ``"mmvitreg[det]"``, ``"mmvitreg[all]"``): a
-classification install has neither. And their model packages import mmcv's compiled ops, which mmcv-lite (the
+mmseg and mmdet are extras (``pip install "/path/to/mmvitreg[seg]"``, ``[det]``, ``[all]``: mmvitreg is not on
+PyPI, :func:`extra_command`): a classification install has neither. And their model packages import mmcv's compiled ops, which mmcv-lite (the
 oldest stack checked, ``tools/check_stack.sh``) lacks, unless :mod:`mmvitreg.mmcv_ops` serves them; a compiled
 ``mmcv._ext`` built for another torch does not load. mmvitreg's classes built on them
 (:class:`~mmvitreg.models.segmentors.TokenSegmentor`, the detectors of :mod:`mmvitreg.models.detectors`) are then
 registered as builders that raise the import error with their name and its fix (:func:`install_hint`): every
 other component still imports, and a config that uses one of them stops saying why.
 """
+from pathlib import Path
 from typing import Iterable
 
 from mmvitreg.registry import MODELS
@@ -19,12 +20,21 @@ EXTRA_MODULES = {'mmseg': ('mmseg', 'ftfy', 'regex'), 'mmdet': ('mmdet', 'pycoco
 """The top-level modules each extra brings: one of them missing is fixed by installing the extra."""
 
 
+def extra_command(library: str) -> str:
+    """The pip command that installs ``library``'s extra (``'mmseg'`` or ``'mmdet'``) into this environment: from the
+    checkout this package runs from where there is one (an editable install), else from a checkout or built wheel
+    the user names (mmvitreg is not on PyPI, so ``pip install "mmvitreg[seg]"`` would fail)."""
+    checkout = Path(__file__).resolve().parents[2]
+    source = checkout if (checkout / 'setup.py').is_file() else '/path/to/mmvitreg'
+    return f'pip install "{source}[{EXTRAS[library]}]"'
+
+
 def install_hint(library: str, error: ImportError) -> str:
     """The fix for ``error``, raised importing ``library``'s models (``'mmseg'`` or ``'mmdet'``): the extra
     that installs the library, or a rebuild of mmcv's compiled ops; ``''`` when neither is the cause."""
     missing = (getattr(error, 'name', None) or '').split('.')[0]
     if missing in EXTRA_MODULES[library]:
-        return f'pip install "mmvitreg[{EXTRAS[library]}]"'
+        return extra_command(library)
     if 'mmcv/_ext' in str(error):  # a compiled mmcv._ext that does not load (built for another torch)
         from mmvitreg.mmcv_ops import build_hint
         return f"rebuild mmcv's compiled ops here: {build_hint()}"

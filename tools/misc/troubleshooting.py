@@ -43,6 +43,19 @@ CASES: List[Case] = [
          'mmengine 0.10 finds the library of an `mmpretrain::` base through `pkg_resources` (fixed on its main branch '
          'only, PR #1676): `pip install "setuptools<82"`, which mmvitreg asks for (installing mmvitreg from its '
          "checkout brings it back). mmvitreg's own `tools/train.py` reads such configs either way."),
+    Case('op-not-served', 'install', "an mmcv op that needs mmcv's compiled ops on mmcv-lite, where mmvitreg serves "
+         'only the ops its configs call (`nms`, `roi_align_forward`, `roi_align_backward`)',
+         "is not provided by mmvitreg's stand-in for mmcv's compiled ops",
+         "No mmvitreg config calls such an op. To use it, build mmcv's compiled ops into this environment with the "
+         'command the message prints (a C++ compiler; about 20 minutes on 2 cores). On a torch whose headers need '
+         "C++20 (2.10 and newer), mmcv 2.1.0's `setup.py` still passes `-std=c++17`: build through a compiler "
+         'wrapper that rewrites the flag, as `make_compiler_wrappers` in `tools/setup_env.sh` does (`bash '
+         'tools/setup_env.sh --with-ops` builds such an environment of its own).'),
+    Case('host-imported-first', 'install', "on mmcv-lite, mmpretrain's or mmcv's models imported before mmvitreg in "
+         "a script of one's own, then mmdet's or mmseg's models",
+         "cannot import name 'MultiScaleDeformableAttention'",
+         "`import mmvitreg` first, as mmvitreg's tools and `mim train mmvitreg` do: mmcv's transformer bricks look "
+         "for mmcv's ops once, when first imported, and on mmcv-lite mmvitreg serves them from then on."),
     # ---- config
     Case('config-missing', 'config', 'a config path that does not exist (typo, wrong working directory)',
          'config file not found',
