@@ -106,8 +106,9 @@ class GuardedRunner(Runner):
         (each ``EMAHook`` fills its copy by its own rule: mmengine's, mmpretrain's or a subclass's), load the model
         by the checkpoint policy (``resume`` while resuming, else ``load_from``; ``strict=True`` always strict) and
         check every EMA copy against the file by the same policy (:func:`check_copy`; nothing is loaded twice).
-        Resuming, a weights-only file stops with one line naming ``load_from``, and what the config changes
-        against the checkpoint's is one warning (:func:`~mmvitreg.engine.resume_diff.resume_changes`).
+        Resuming, after the fit (another model's file is named as such first): a weights-only file stops with one
+        line naming ``load_from``, so does a change the resumed state cannot follow, and the rest of what the config
+        changes against the checkpoint's is one warning (:meth:`_check_resumable`).
 
         Raises:
             CheckpointError: the file cannot be read, holds no training state to resume, or the load breaks the
@@ -119,8 +120,6 @@ class GuardedRunner(Runner):
         else:
             checkpoint = load_checkpoint_file(filename, map_location, logger=self.logger, rules=revise_keys)
         purpose = 'resume' if self._resuming else 'load_from'
-        if self._resuming:
-            self._check_resumable(filename, checkpoint)
         emas = [hook for hook in self.hooks if isinstance(hook, EMAHook) and hasattr(hook, 'ema_model')]
         unpaired = [k for k in checkpoint.get('ema_state_dict') or {}
                     if k.startswith('module.') and k[len('module.'):] not in checkpoint['state_dict']]
@@ -139,6 +138,8 @@ class GuardedRunner(Runner):
                 raise CheckpointError(f'checkpoint {filename}: {type(hook).__name__} loaded none of its tensors into '
                                       f'its EMA copy ({copied.summary()}), which would be evaluated with random '
                                       'weights; use a checkpoint of this config, or drop the hook (custom_hooks=[])')
+        if self._resuming:  # after the fit: a checkpoint of another model is named as such first
+            self._check_resumable(filename, checkpoint)
         self.logger.log(logging.INFO if report.clean else logging.WARNING,
                         f'{purpose} {filename}: {report.describe()}')
         self._has_loaded = True
