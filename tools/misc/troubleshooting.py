@@ -76,8 +76,8 @@ CASES: List[Case] = [
          'class index 12',
          'Use maps made for this data set (the teacher must predict the same classes); '
          '`LoadTokenLabelMap(num_classes=...)` checks every map.'),
-    Case('label-map-bounds', 'data', 'a crafted label map whose size, stride or offset reach past its storage (read in a '
-         'DataLoader worker)',
+    Case('label-map-bounds', 'data',
+         'a crafted label map whose size, stride or offset reach past its storage (read in a DataLoader worker)',
          'ends at value',
          'The message names the file (also from a worker) and what it declares: nothing past the stored values was '
          'read. Regenerate the map with `tools/generate_label_maps.py`, which rewrites every invalid one.'),
@@ -88,7 +88,8 @@ CASES: List[Case] = [
          '(negative, or beyond `num_classes`)',
          'holds class indices',
          'The message names the map and the store: pack it again from valid maps '
-         '(`tools/dataset_converters/pack_label_maps.py`); `LoadTokenLabelMap(num_classes=...)` checks every map read.'),
+         '(`tools/dataset_converters/pack_label_maps.py`); `LoadTokenLabelMap(num_classes=...)` checks every map '
+         'read.'),
     Case('label-map-grid', 'data', '`TokenLabelTarget.token_label_size` that is not the backbone\'s token grid',
          'token_label must be (2, k, S, S) per sample with (S, S) the token grid',
          'Set `token_label_size = img_size // patch_size`.'),
