@@ -18,7 +18,7 @@ import os
 import os.path as osp
 import pickle
 import re
-import tempfile
+import secrets
 from typing import Callable, IO, List, Optional
 
 import torch
@@ -26,8 +26,8 @@ import torch
 #: environment variable that lets :func:`load_checkpoint` unpickle anything (``--unsafe-load`` sets it)
 UNSAFE_LOAD_ENV = 'MMVITREG_UNSAFE_LOAD'
 #: the help of every tool's ``--unsafe-load`` flag
-UNSAFE_LOAD_HELP = (f'unpickle checkpoints without the allow-list of what checkpoints hold (as {UNSAFE_LOAD_ENV}=1 '
-                    'does): a pickle can run code, so only for files you trust')
+UNSAFE_LOAD_HELP = (f'unpickle checkpoints and token label maps without the allow-list of what checkpoints hold (as '
+                    f'{UNSAFE_LOAD_ENV}=1 does): a pickle can run code, so only for files you trust')
 _REFUSED_GLOBAL = re.compile(r'GLOBAL (\S+)')  # torch's wording varies ('Unsupported global: GLOBAL x.y', ...)
 _WEIGHTS_ONLY_ERROR = re.compile(r'WeightsUnpickler error:\s*([^\n]+)')
 
@@ -121,13 +121,14 @@ def load_checkpoint(file, map_location=None, name: Optional[str] = None, unsafe:
             f'(tools/train.py, tools/test.py, the converters) or set {UNSAFE_LOAD_ENV}=1') from None
 
 
-#: what :func:`atomic_write` names its temporaries: ``.<final name>.<mkstemp's random part>.tmp``
+#: what :func:`atomic_write` names its temporaries: ``.<final name>.<8 random hex digits>.tmp``
 _TEMPORARY = re.compile(r'^\..+\.[A-Za-z0-9_]{8}\.tmp$')
 
 
 def atomic_write(path: str, write: Callable[[IO[bytes]], None]) -> None:
-    """Write ``path`` atomically: ``write(f)`` fills a temporary file in the same folder, which is flushed to disk
-    and ``os.replace``-d over ``path``; on any error the temporary is removed and the error raised. A writer of few
+    """Write ``path`` atomically: ``write(f)`` fills a temporary file in the same folder (created with the mode
+    ``open(path, 'wb')`` would give, as mmengine's writers do: the umask honoured), which is flushed to disk and
+    ``os.replace``-d over ``path``; on any error the temporary is removed and the error raised. A writer of few
     files (the checkpoint backend) removes what killed writes left with :func:`remove_stale_temporaries`.
 
     Args:
@@ -137,7 +138,8 @@ def atomic_write(path: str, write: Callable[[IO[bytes]], None]) -> None:
     path = str(path)
     folder = osp.dirname(osp.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f'.{osp.basename(path)}.', suffix='.tmp', dir=folder)
+    tmp = osp.join(folder, f'.{osp.basename(path)}.{secrets.token_hex(4)}.tmp')
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the mode open() gives: 0o666 less the umask
     try:
         with os.fdopen(fd, 'wb') as f:
             write(f)

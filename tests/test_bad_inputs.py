@@ -11,9 +11,11 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from mmengine.config import Config
@@ -21,6 +23,7 @@ from mmengine.registry import DefaultScope
 from torch import nn
 
 from conftest import REPO, TOOLS, tool_env
+from crafted_maps import craft_map
 from guard_helpers import TECHNIQUES, build_workspace, files_of, run_options, tool, train
 from troubleshooting import CASES, render_markdown
 
@@ -222,14 +225,53 @@ def _(ctx):
     return stops(run_train(ctx, LVVIT_TL, **{'train_dataloader.dataset.pipeline.1.label_root': ctx.ws / 'no_maps'}))
 
 
-def broken_maps(ctx, name, label_map):
+def broken_maps(ctx, name, label_map, **options):
+    """A copy of the maps whose first training image's map is ``label_map`` (saved), or what ``label_map(path)``
+    writes; the run trains on that image."""
     maps = broken_copy(ctx, name, 'label_maps')
     data = ctx.ws / 'digits'
     image = first_train_image(data)
     target = maps / image.relative_to(data / 'train').with_suffix('.pt')
-    torch.save(label_map, target)
+    label_map(target) if callable(label_map) else torch.save(label_map, target)
     return run_train(ctx, LVVIT_TL, **{'train_dataloader.dataset.pipeline.1.label_root': maps,
-                                       'train_dataloader.dataset.indices': 1, 'train_dataloader.batch_size': 1}), target
+                                       'train_dataloader.dataset.indices': 1, 'train_dataloader.batch_size': 1,
+                                       **options}), target
+
+
+def one_line_naming(path):
+    def check(message):
+        _names(message, path)
+        assert '\n' not in message.strip(), message
+    return check
+
+
+@scenario('label-map-bounds')
+def _(ctx):
+    run, target = broken_maps(ctx, 'maps_bounds', lambda path: craft_map(path, (2, 5, 4, 4), (1 << 40, 16, 4, 1),
+                                                                       numel=160),
+                              **{'train_dataloader.num_workers': 1})
+    return stops(run, check=one_line_naming(target))
+
+
+@scenario('label-map-compressed')
+def _(ctx):
+    run, target = broken_maps(ctx, 'maps_compressed', lambda path: craft_map(
+        path, (2, 5, 4, 4), (80, 16, 4, 1), compress=zipfile.ZIP_DEFLATED))
+    return stops(run, check=one_line_naming(target))
+
+
+@scenario('label-map-store-classes')
+def _(ctx):
+    from mmvitreg.datasets.label_map_store import pack_label_maps
+    store = ctx.ws / 'store_classes'
+    if not store.exists():
+        pack_label_maps(str(ctx.ws / 'label_maps'), str(store), progress=False)
+        maps = np.load(store / 'maps.npy', mmap_mode='r+')
+        maps[:, 1, 0] = 12  # each map's top class, after packing: packed.json still says max_class 9
+        maps.flush()
+        del maps
+    return stops(run_train(ctx, LVVIT_TL, **{'train_dataloader.dataset.pipeline.1.label_root': store}),
+                 check=one_line_naming(store))
 
 
 @scenario('label-map-shape')
@@ -383,6 +425,42 @@ def _(ctx):
     return lambda: '\n'.join(stop_message(run) for run in runs)
 
 
+@scenario('checkpoint-non-finite')
+def _(ctx):
+    checkpoint = torch.load(ctx.ckpt[DEEPVIT], weights_only=False)
+    next(v for v in checkpoint['state_dict'].values() if v.is_floating_point()).view(-1)[0] = float('nan')
+    torch.save(checkpoint, ctx.ws / 'nan_weights.pth')
+    return stops(run_test(ctx, DEEPVIT, ctx.ws / 'nan_weights.pth'), check=one_line_naming(ctx.ws / 'nan_weights.pth'))
+
+
+@scenario('resume-state-mismatch')
+def _(ctx):
+    cfg = derived(ctx, 'deepvit_steplr', DEEPVIT, """
+        param_scheduler = [dict(type='LinearLR', start_factor=1e-3, by_epoch=True, end=2, convert_to_iter_based=True),
+                           dict(type='StepLR', step_size=1, gamma=0.1, by_epoch=True, begin=2, end=30)]
+    """)
+    return stops(run_train(ctx, cfg, '--resume', ctx.ckpt[DEEPVIT]), check=one_line_naming(ctx.ckpt[DEEPVIT]))
+
+
+@scenario('ema-copy-empty')
+def _(ctx):
+    cfg = derived(ctx, 'deepvit_lazy_ema', DEEPVIT, """
+        custom_hooks = [dict(type='test_honest_weights.LazyEMAHook', priority='ABOVE_NORMAL')]
+        custom_imports = dict(imports=['test_honest_weights'], allow_failed_imports=False)
+    """)
+    return stops(run_test(ctx, cfg, ctx.ckpt[DEEPVIT], '--allow-partial'), check=one_line_naming(ctx.ckpt[DEEPVIT]))
+
+
+@scenario('ema-unpaired')
+def _(ctx):
+    checkpoint = torch.load(ctx.ckpt[DEEPVIT], weights_only=False)
+    checkpoint['ema_state_dict'] = {**{'module.' + k: v for k, v in checkpoint['state_dict'].items()},
+                                    'module.backbone.extra': torch.zeros(3)}
+    torch.save(checkpoint, ctx.ws / 'unpaired_ema.pth')
+    cfg = derived(ctx, 'deepvit_ema', DEEPVIT, "custom_hooks = [dict(type='EMAHook', priority='ABOVE_NORMAL')]\n")
+    return stops(run_test(ctx, cfg, ctx.ws / 'unpaired_ema.pth'), check=one_line_naming(ctx.ws / 'unpaired_ema.pth'))
+
+
 @scenario('resume-other-model')
 def _(ctx):
     return stops(run_train(ctx, DEEPVIT, '--resume', ctx.ckpt[LVVIT_TL]))
@@ -500,6 +578,19 @@ def _(ctx):
     def check(message):
         assert re.search(r'non-finite loss at iteration \d+ \(epoch 1\): loss\w* = (nan|-?inf)', message), message
     return lambda: '\n'.join(stops(run, check)() for run in runs)
+
+
+@scenario('nan-weights')
+def _(ctx):
+    # a step whose loss is finite but whose update leaves a weight NaN (the test hook plays the overflowing step)
+    cfg = derived(ctx, 'deepvit_poisoned', DEEPVIT, """
+        custom_hooks = [dict(type='test_non_finite_weights.PoisonHook', at=1, when='iter')]
+        custom_imports = dict(imports=['test_non_finite_weights'], allow_failed_imports=False)
+    """)
+    def check(message):
+        assert 'is not written and the run stops; this run has no checkpoint yet' in message, message
+        assert '\n' not in message.strip(), message
+    return stops(run_train(ctx, cfg), check=check)
 
 
 # ---------------------------------------------------------------- the tests

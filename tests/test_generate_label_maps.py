@@ -215,3 +215,42 @@ def test_a_teacher_checkpoint_without_its_head_stops_the_run(tmp_path, capsys):
     assert not (tmp_path / 'labels').exists()
     tool.main([*argv, '--allow-partial'])
     assert 'wrote 4 label maps' in capsys.readouterr().out
+
+
+class _RunsCode:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return exec, (f'open({self.marker!r}, "w").close()', )
+
+
+def test_existing_maps_are_skipped_only_once_they_read_as_valid(tmp_path, capsys):
+    """A second run used to count every existing file as "already there": a truncated map, a pickle that runs code,
+    a map of another teacher (class 99 of 10) and one of another top-k are now read by the training reader, and
+    written again (nothing of the pickle runs); the valid ones are kept untouched."""
+    from mmengine.registry import init_default_scope
+    from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
+    data_root = str(tmp_path / 'digits')
+    build_imagenet(data_root, num_train=8, num_val=2)
+    config, model_cfg = write_config(tmp_path, data_root, 'cnn')
+    init_default_scope('mmpretrain')
+    torch.save(dict(state_dict=MMPRETRAIN_MODELS.build(model_cfg).state_dict()), tmp_path / 'teacher.pth')
+    argv = [config, str(tmp_path / 'teacher.pth'), str(tmp_path / 'labels'), '--img-size', '64', '--batch-size',
+            '4', '--num-workers', '0', '--topk', '3']
+    tool = load_tool()
+    tool.main(argv)
+    maps = sorted((tmp_path / 'labels').rglob('*.pt'))
+    maps[0].write_bytes(maps[0].read_bytes()[:300])
+    torch.save([torch.zeros(2, 3, 2, 2), _RunsCode(str(tmp_path / 'ran'))], maps[1])
+    torch.save(torch.stack([torch.ones(3, 2, 2), torch.full((3, 2, 2), 99.)]).half(), maps[2])
+    torch.save(torch.stack([torch.ones(5, 2, 2), torch.zeros(5, 2, 2)]).half(), maps[3])
+    kept = {p: p.read_bytes() for p in maps[4:]}
+    capsys.readouterr()
+    tool.main(argv)
+    out = capsys.readouterr().out
+    assert '4 existing label maps are not valid and are written again; the first: ' in out
+    assert 'wrote 4 label maps' in out and '(4 valid ones were there and kept, 4 invalid ones rewritten)' in out
+    assert not (tmp_path / 'ran').exists() and {p: p.read_bytes() for p in maps[4:]} == kept
+    for path in maps:
+        assert load_label_map(str(path), num_classes=10).shape == (2, 3, 2, 2)

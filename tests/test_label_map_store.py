@@ -88,9 +88,9 @@ def test_packing_refuses_mixed_shapes_and_out_of_range_classes(tmp_path):
     pack_label_maps(str(tmp_path / 'labels'), str(tmp_path / 'store'), progress=False)
     with pytest.raises(FileExistsError, match='already exists'):
         pack_label_maps(str(tmp_path / 'labels'), str(tmp_path / 'store'), progress=False)
-    # the loader checks the store's classes once, at construction
-    with pytest.raises(ValueError, match=re.escape(f'label-map store {tmp_path / "store"} holds class index')):
-        loader(tmp_path / 'store', num_classes=2)
+    # the loader checks each map's classes as it reads it from the store
+    with pytest.raises(ValueError, match=re.escape(f"('n01/a_1') in the store {tmp_path / 'store'} holds class")):
+        load(loader(tmp_path / 'store', num_classes=2), IMAGES[0])
     with pytest.raises(ValueError, match='memory maps'):
         loader(tmp_path / 'store', backend_args=dict(backend='petrel'))
 

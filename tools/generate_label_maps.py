@@ -20,8 +20,9 @@ Each image is resized to ``--img-size`` squared (``--region full``: the map cove
 or short-side resized and centre-cropped (``--region center_square``, the official generator's
 view); the top-``k`` logits and class indices of every map cell are saved as a ``(2, k, H, W)``
 float16 tensor at ``LABEL_ROOT/<image path relative to the data prefix, suffix .pt>`` (format:
-:mod:`mmvitreg.datasets.label_maps`). Files are written atomically and existing ones are skipped, so
-an interrupted run resumes where it stopped. The teacher loads strictly: a checkpoint that leaves any of its
+:mod:`mmvitreg.datasets.label_maps`). Files are written atomically and existing ones are skipped once they
+read as valid maps of ``--topk`` classes within the teacher's ``num_classes`` (a truncated, foreign or refused file
+is written again, and counted), so an interrupted run resumes where it stopped. The teacher loads strictly: a checkpoint that leaves any of its
 parameters (a head) at their initial values stops the run with one line (``--allow-partial`` takes what fits). With ``--launcher pytorch|slurm`` every rank annotates
 its own shard. Pack the finished folder into a memory-mapped store for training
 (``tools/dataset_converters/pack_label_maps.py``: 3-4x cheaper to load). The last line
@@ -44,7 +45,7 @@ import sys
 import torch
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
-from mmvitreg.datasets.label_maps import REGIONS, label_map_path, save_label_map
+from mmvitreg.datasets.label_maps import REGIONS, label_map_path, load_label_map, save_label_map
 from mmvitreg.utils import PARTIAL_HINT, ConfigError, load_config, parse_tool_args
 
 
@@ -106,6 +107,19 @@ class DenseAnnotator(torch.nn.Module):
         return self.classify(tokens).reshape(b, h, w, -1)
 
 
+def existing_map_problem(path, topk, num_classes):
+    """Why the map at ``path`` must be written (again), or None to skip it: it is missing, does not read as a
+    valid map (truncated by a killed copy, another format, a pickle that is refused: :func:`load_label_map`, the
+    reader training uses), holds another top-k, or class indices outside the teacher's ``num_classes``."""
+    if not os.path.exists(path):
+        return 'missing'
+    try:
+        label_map = load_label_map(path, num_classes)
+    except Exception as e:  # the reader's refusals name the file
+        return str(e).strip().splitlines()[-1]
+    return None if label_map.shape[1] == topk else f'{path} holds a top-{label_map.shape[1]}, not --topk {topk}'
+
+
 def _annotation_pipeline(dataset_cfg, img_size, region):
     load = next((t for t in dataset_cfg.get('pipeline', []) if t['type'].endswith('LoadImageFromFile')),
                 dict(type='LoadImageFromFile'))
@@ -160,12 +174,18 @@ def main(argv=None):
 
     dataset = build_dataset(cfg, args.split, args.img_size, args.region)
     prefix = dataset.data_prefix['img_path']
-    todo, done = [], 0
+    num_classes = (cfg.model.get('head') or {}).get('num_classes')
+    todo, done, invalid = [], 0, []
     for i in range(len(dataset)):
-        if os.path.exists(label_map_path(args.label_root, dataset.get_data_info(i)['img_path'], prefix)):
+        path = label_map_path(args.label_root, dataset.get_data_info(i)['img_path'], prefix)
+        problem = existing_map_problem(path, args.topk, num_classes)
+        if problem is None:
             done += 1
         else:
             todo.append(i)
+            invalid += [problem] if os.path.exists(path) else []
+    if invalid and rank == 0:
+        print(f'{len(invalid)} existing label maps are not valid and are written again; the first: {invalid[0]}')
     barrier()  # every rank scans before any writes, so all shard the same todo list
     todo = todo[rank::world_size]
 
@@ -203,7 +223,8 @@ def main(argv=None):
         print()
     agreement = f'{100. * agree / labelled:.2f}%' if labelled else 'n/a'
     print(f'rank {rank}/{world_size}: wrote {len(todo)} label maps to {args.label_root} '
-          f'({done} already there); pooled-map top-1 agreement with the ground truth: {agreement}')
+          f'({done} valid ones were there and kept, {len(invalid)} invalid ones rewritten); pooled-map top-1 agreement '
+          f'with the ground truth: {agreement}')
 
 
 if __name__ == '__main__':

@@ -16,7 +16,9 @@ The checkpoint is loaded strictly: a missing, unexpected or size-mismatched key 
 the file's name and the first keys of each kind (``--allow-partial`` evaluates the keys that fit). An
 official release (LV-ViT, DeepViT, DiversePatch, timm DeiT / TL-Align, Swin; raw or wrapped) is
 converted on load, with one log line naming its layout; an EMA recipe's copy is filled by its hook
-(mmengine's, mmpretrain's or a subclass's rule: the score is mmengine's Runner's) and checked against the file.
+(mmengine's, mmpretrain's or a subclass's rule: the score is mmengine's Runner's; under ``--tta`` too) and checked
+against the file: a copy that loaded nothing stops the run even with ``--allow-partial``. A checkpoint whose weights
+hold NaN or infinity stops the run with one line naming the first such tensor (no flag scores it).
 A config error a component raises while the runner builds it is one ``error:`` line. A remote checkpoint (``https://``, ``s3://``, ...) is fetched through mmengine's file backends. It is
 unpickled with ``weights_only=True`` and
 an allow-list of what checkpoints hold (:func:`mmvitreg.fileio.load_checkpoint`); ``--unsafe-load``

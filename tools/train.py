@@ -13,8 +13,9 @@ converted on load; a file that fills less than 90% of the backbone, or has param
 for, stops the run unless ``--allow-partial``; remote files are fetched through mmengine's file backends),
 checkpoints are written
 atomically, the random generators are part of them (exact resume), and a non-finite loss stops the run.
-Checkpoints are unpickled with ``weights_only=True`` and an allow-list of what checkpoints hold
-(:func:`mmvitreg.fileio.load_checkpoint`); ``--unsafe-load`` unpickles anything, for trusted files only.
+Checkpoints and token label maps are unpickled with ``weights_only=True`` and an allow-list of what checkpoints
+hold (:func:`mmvitreg.fileio.load_checkpoint`); ``--unsafe-load`` unpickles anything, for trusted files only. A
+refused checkpoint, label map or non-finite loss or weights is one ``error:`` line, also from a DataLoader worker.
 """
 import argparse
 import logging
@@ -26,6 +27,7 @@ import torch
 from mmengine.logging import print_log
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
+from mmvitreg.datasets.label_maps import LabelMapError
 from mmvitreg.fileio import UNSAFE_LOAD_ENV, UNSAFE_LOAD_HELP
 from mmvitreg.engine import CheckpointError, NonFiniteLossError
 from mmvitreg.engine.checkpoint import is_local
@@ -100,9 +102,11 @@ def main(argv=None):
         sys.exit(f'error: {e}')
     try:
         runner.train()
-    except (CheckpointError, NonFiniteLossError) as e:
-        print_log(f'error: {e}', logger='current', level=logging.ERROR)
-        sys.exit(f'error: {e}')
+    except (CheckpointError, LabelMapError, NonFiniteLossError) as e:
+        # from a DataLoader worker the error comes as the worker's traceback, whose last line is the error's own
+        message = str(e).strip().splitlines()[-1].split(f'{type(e).__name__}: ', 1)[-1]
+        print_log(f'error: {message}', logger='current', level=logging.ERROR)
+        sys.exit(f'error: {message}')
 
 
 if __name__ == '__main__':

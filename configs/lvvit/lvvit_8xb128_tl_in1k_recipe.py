@@ -39,7 +39,8 @@ bgr_std = [57.375, 57.12, 58.395]
 # ComposeWithLabel: flip, RandAugment, then the random resized crop.
 train_pipeline = [
     dict(type='LoadImageFromFile'),
-    dict(type='mmvitreg.LoadTokenLabelMap', label_root=label_root),
+    # num_classes: each map's class indices are checked as it is read (a foreign map fails naming its file)
+    dict(type='mmvitreg.LoadTokenLabelMap', label_root=label_root, num_classes=1000),
     dict(type='mmvitreg.RandomFlipWithLabelMap', prob=0.5, direction='horizontal'),  # official hflip 0.5
     # paper RandAug 9/0.5 (official rand-m9-mstd0.5-inc1): 2 ops, magnitude 9 of 10, std 0.5
     dict(

@@ -27,7 +27,7 @@ from typing import Optional
 
 import numpy as np
 
-from mmvitreg.datasets.label_maps import label_map_key, load_label_map
+from mmvitreg.datasets.label_maps import LabelMapError, label_map_key, load_label_map
 
 FORMAT, VERSION = 'mmvitreg.label_maps', 1
 INDEX = 'packed.json'
@@ -44,15 +44,19 @@ class LabelMapStore:
     The arrays are memory-mapped on first use in each process (data-loader workers open their own
     maps; pickling drops them), so opening costs nothing and the maps are shared through the page cache.
 
+    The store's files are checked against ``packed.json`` when opened, and every map's class indices when it is
+    read (one float16 min / max; the ``max_class`` of ``packed.json`` is the packer's word, not the file's).
+
     Args:
         root (str): The store folder.
+        num_classes (int, optional): If given, class indices must be below it (and non-negative anyway).
 
     Attributes:
         meta (dict): The content of ``packed.json``.
     """
 
-    def __init__(self, root: str):
-        self.root = root
+    def __init__(self, root: str, num_classes: Optional[int] = None):
+        self.root, self.num_classes = root, num_classes
         try:
             with open(osp.join(root, INDEX)) as f:
                 self.meta = json.load(f)
@@ -68,10 +72,11 @@ class LabelMapStore:
         keys = np.load(osp.join(self.root, 'keys.npy'), mmap_mode='r')
         maps = np.load(osp.join(self.root, 'maps.npy'), mmap_mode='r')
         count, shape = self.meta['count'], tuple(self.meta['map_shape'])
-        if len(keys) != count or maps.shape != (count, ) + shape or str(maps.dtype) != self.meta['dtype']:
-            raise ValueError(f'label-map store {self.root} is inconsistent: packed.json says {count} maps '
-                             f'of {shape} {self.meta["dtype"]}, keys.npy holds {len(keys)} keys and maps.npy '
-                             f'{maps.shape} {maps.dtype}; pack it again')
+        if (len(keys) != count or maps.shape != (count, ) + shape or str(maps.dtype) != self.meta['dtype']
+                or maps.dtype not in (np.float16, np.float32) or len(shape) != 4 or shape[0] != 2):
+            raise LabelMapError(f'label-map store {self.root} is inconsistent: packed.json says {count} maps '
+                                f'of {shape} {self.meta["dtype"]}, keys.npy holds {len(keys)} keys and maps.npy '
+                                f'{maps.shape} {maps.dtype} (maps are (2, k, h, w) float16 / float32); pack it again')
         self._keys, self._maps = keys.view(np.ndarray), maps.view(np.ndarray)  # plain views index faster
 
     def __len__(self) -> int:
@@ -95,7 +100,13 @@ class LabelMapStore:
             raise LookupError(f'the token label map of {img_path or key} ({key!r}) is not in the store '
                               f'{self.root}, packed from {self.meta["source"]} with {len(self)} maps; generate '
                               'the missing maps and pack the store again, or check img_prefix')
-        return np.array(self._maps[i])
+        label_map = np.array(self._maps[i])
+        low, high = label_map[1].min(), label_map[1].max()
+        if not (low >= 0 and (self.num_classes is None or high < self.num_classes)):  # NaN fails too
+            raise LabelMapError(f'the token label map of {img_path or key} ({key!r}) in the store {self.root} holds '
+                                f'class indices {low:g}..{high:g}, out of range for num_classes={self.num_classes}; '
+                                'pack the store again from valid maps')
+        return label_map
 
     def __getstate__(self):
         return dict(self.__dict__, _keys=None, _maps=None)

@@ -40,6 +40,7 @@ cv2's resize uses the same convention, and cv2's warp matrices (index coordinate
 """
 import collections
 import io
+import math
 import os
 import os.path as osp
 import pickle
@@ -91,6 +92,10 @@ def label_map_path(label_root: str, img_path: str, img_prefix: Optional[str] = N
     return osp.join(label_root, label_map_key(img_path, img_prefix) + '.pt')
 
 
+class LabelMapError(ValueError):
+    """A token label map that cannot be used; the message (one line) names the file and what is wrong."""
+
+
 def check_label_map(label_map, path: str, num_classes: Optional[int] = None) -> np.ndarray:
     """Validate a loaded map; every error names the file.
 
@@ -105,44 +110,32 @@ def check_label_map(label_map, path: str, num_classes: Optional[int] = None) -> 
     expect = 'a (2, k, H, W) float16/float32 tensor of top-k teacher logits and class indices'
     if isinstance(label_map, Tensor):
         if label_map.dtype not in (torch.float16, torch.float32):
-            raise ValueError(f'malformed token label map {path}: expected {expect}, '
+            raise LabelMapError(f'malformed token label map {path}: expected {expect}, '
                              f'got dtype {label_map.dtype}')
         label_map = label_map.numpy()
     if not isinstance(label_map, np.ndarray):
-        raise ValueError(f'malformed token label map {path}: expected {expect}, '
+        raise LabelMapError(f'malformed token label map {path}: expected {expect}, '
                          f'got a {type(label_map).__name__}')
     if label_map.ndim != 4 or label_map.shape[0] != 2 or label_map.size == 0:
-        raise ValueError(f'malformed token label map {path}: expected {expect}, '
+        raise LabelMapError(f'malformed token label map {path}: expected {expect}, '
                          f'got shape {tuple(label_map.shape)}')
     if label_map.dtype not in (np.float16, np.float32):
-        raise ValueError(f'malformed token label map {path}: expected {expect}, got dtype {label_map.dtype}')
+        raise LabelMapError(f'malformed token label map {path}: expected {expect}, got dtype {label_map.dtype}')
     # few numpy calls (numpy's float16 arithmetic is slow): a sum is finite iff every value is
     if not np.isfinite(label_map.sum(dtype=np.float64)):
-        raise ValueError(f'malformed token label map {path}: it holds NaN or infinite values')
+        raise LabelMapError(f'malformed token label map {path}: it holds NaN or infinite values')
     index = label_map[1]
     classes = index.astype(np.int64)
     if classes.min() < 0 or (classes != index).any():
-        raise ValueError(f'malformed token label map {path}: [1] must hold class indices '
+        raise LabelMapError(f'malformed token label map {path}: [1] must hold class indices '
                          '(non-negative integers)')
     if num_classes is not None and classes.max() >= num_classes:
-        raise ValueError(f'malformed token label map {path}: class index {int(classes.max())} '
+        raise LabelMapError(f'malformed token label map {path}: class index {int(classes.max())} '
                          f'is out of range for num_classes={num_classes}')
     return label_map
 
 
-_STORAGE_DTYPES = {'HalfStorage': np.float16, 'FloatStorage': np.float32}
-
-
-def _rebuild_tensor(storage, offset, size, stride, requires_grad, hooks, metadata=None):
-    """``torch._utils._rebuild_tensor_v2`` on a numpy storage: the (strided) view of it that the tensor is."""
-    contiguous, numel = [], 1
-    for n in reversed(size):
-        contiguous.insert(0, numel)
-        numel *= n
-    if list(stride) == contiguous:  # a plain view, cheaper than as_strided
-        return storage[offset:offset + numel].reshape(size)
-    return np.lib.stride_tricks.as_strided(storage[offset:], tuple(size),
-                                           tuple(s * storage.itemsize for s in stride))
+_STORAGE_DTYPES = {'HalfStorage': np.dtype(np.float16), 'FloatStorage': np.dtype(np.float32)}
 
 
 class _TensorUnpickler(pickle.Unpickler):
@@ -152,16 +145,19 @@ class _TensorUnpickler(pickle.Unpickler):
 
     Only the globals a label map needs are allowed (fewer than ``torch.load(weights_only=True)``); anything
     else raises ``pickle.UnpicklingError`` before it runs, and :func:`_read_tensor` hands the file to
-    :func:`mmvitreg.fileio.load_checkpoint`.
+    :func:`mmvitreg.fileio.load_checkpoint`. The file's numbers are untrusted: a storage's member must hold
+    exactly the bytes its persistent id declares, and a tensor's size, stride and offset must end exactly at its
+    storage's end (:meth:`rebuild`), both checked before the member is read, so no view reaches past what was read
+    and nothing is read beyond what the tensor needs (:class:`LabelMapError` otherwise).
     """
 
-    def __init__(self, archive: zipfile.ZipFile, prefix: str):
+    def __init__(self, archive: zipfile.ZipFile, prefix: str, path: str):
         super().__init__(io.BytesIO(archive.read(prefix + 'data.pkl')))
-        self.archive, self.prefix = archive, prefix
+        self.archive, self.prefix, self.path, self.storages = archive, prefix, path, {}
 
     def find_class(self, module, name):
         if (module, name) == ('torch._utils', '_rebuild_tensor_v2'):
-            return _rebuild_tensor
+            return self.rebuild
         if (module, name) == ('collections', 'OrderedDict'):
             return collections.OrderedDict
         if module == 'torch' and name in _STORAGE_DTYPES:
@@ -169,26 +165,59 @@ class _TensorUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f'{module}.{name} is not part of a label map')
 
     def persistent_load(self, pid):
-        kind, storage_type, key = pid[:3]
-        if kind != 'storage' or storage_type not in _STORAGE_DTYPES:
+        if len(pid) != 5 or pid[0] != 'storage' or pid[1] not in _STORAGE_DTYPES:
             raise pickle.UnpicklingError(f'unexpected storage {pid}')
-        storage = bytearray(self.archive.read(f'{self.prefix}data/{key}'))  # writable: the maps become tensors
-        return np.frombuffer(storage, _STORAGE_DTYPES[storage_type])
+        member, numel = self.archive.getinfo(f'{self.prefix}data/{pid[2]}'), pid[4]
+        if member.file_size != numel * _STORAGE_DTYPES[pid[1]].itemsize:
+            raise LabelMapError(f'malformed token label map {self.path}: its storage {pid[2]} declares {numel} '
+                                f'values, its member holds {member.file_size} bytes')
+        return member, _STORAGE_DTYPES[pid[1]], numel
+
+    def rebuild(self, storage, offset, size, stride, *_):
+        """``torch._utils._rebuild_tensor_v2`` on a numpy storage: the (strided) view of it that the tensor is, once
+        its geometry is inside the storage, ends at its end and has no more elements than it (no expanded or
+        overlapping view: the element count stays bounded by the file); each member is read once."""
+        (member, dtype, numel), size, stride = storage, tuple(size), tuple(stride)
+        if (len(size) != len(stride) or not all(type(n) is int and n >= 0 for n in (offset, *size, *stride))
+                or not 0 < math.prod(size) <= numel - offset):
+            raise LabelMapError(f'malformed token label map {self.path}: size {size}, stride {stride} and offset '
+                                f'{offset} do not make a tensor of distinct values of its {numel}-value storage')
+        end = offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1
+        if end != numel:
+            raise LabelMapError(f'malformed token label map {self.path}: its tensor (size {size}, stride {stride}, '
+                                f'offset {offset}) ends at value {end} of its {numel}-value storage')
+        if member.filename not in self.storages:  # writable: the maps become tensors
+            self.storages[member.filename] = np.frombuffer(bytearray(self.archive.read(member)), dtype)
+        values = self.storages[member.filename][offset:]
+        if stride == tuple(math.prod(size[i + 1:]) for i in range(len(size))):  # a plain view, cheaper
+            return values.reshape(size)
+        return np.lib.stride_tricks.as_strided(values, size, tuple(s * dtype.itemsize for s in stride))
 
 
 def _read_tensor(data: bytes, path: str):
-    """The content of a ``torch.save`` file: a float tensor read with ``zipfile`` and
-    :class:`_TensorUnpickler` as a numpy array; anything else (another object, torch's pre-1.6 format, a
-    big-endian archive) through :func:`mmvitreg.fileio.load_checkpoint` (``weights_only=True`` and its
-    allow-list, as for checkpoints)."""
+    """The content of a ``torch.save`` file: a float tensor read with ``zipfile`` and :class:`_TensorUnpickler`
+    as a numpy array; anything else (another object, a big-endian archive, torch's pre-1.6 format) through
+    :func:`mmvitreg.fileio.load_checkpoint` (``weights_only=True`` and its allow-list, as for checkpoints). An
+    archive with a compressed member (``torch.save`` never compresses) is refused before anything is read: a
+    stored member cannot hold more than the file, so neither reader decompresses a bomb."""
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except zipfile.BadZipFile:  # torch's pre-1.6 format: the storages lie in the file as they are
+        return load_checkpoint(io.BytesIO(data), map_location='cpu', name=path)
+    with archive:
+        packed = [m.filename for m in archive.infolist() if m.compress_type != zipfile.ZIP_STORED]
+        if packed:
+            raise LabelMapError(f'malformed token label map {path}: its member {packed[0]} is compressed, which '
+                                'torch.save never does; regenerate it with tools/generate_label_maps.py')
+        try:
             prefix = next(n for n in archive.namelist() if n.endswith('/data.pkl'))[:-len('data.pkl')]
             if prefix + 'byteorder' in archive.NameToInfo and archive.read(prefix + 'byteorder') != b'little':
                 raise ValueError('big-endian archive')
-            return _TensorUnpickler(archive, prefix).load()
-    except Exception:  # not one float tensor in a zip archive: let torch decide
-        return load_checkpoint(io.BytesIO(data), map_location='cpu', name=path)
+            return _TensorUnpickler(archive, prefix, path).load()
+        except LabelMapError:
+            raise
+        except Exception:  # not one float tensor: let torch decide
+            return load_checkpoint(io.BytesIO(data), map_location='cpu', name=path)
 
 
 def load_label_map(path: str, num_classes: Optional[int] = None,
@@ -196,9 +225,9 @@ def load_label_map(path: str, num_classes: Optional[int] = None,
     """Read one map file (ours or an official one) and validate it.
 
     A ``torch.save`` file holding one float tensor is read with ``zipfile`` and a restricted
-    ``pickle.Unpickler`` (about 2x faster than ``torch.load``, and no global outside the tensor's own runs);
-    anything else goes through :func:`mmvitreg.fileio.load_checkpoint` (``weights_only=True`` and its
-    allow-list).
+    ``pickle.Unpickler`` (faster than ``torch.load``: ``tests/test_label_map_bounds.py`` measures it, and no global
+    outside the tensor's own runs), every size, stride, offset and member length checked before it is read;
+    anything else goes through :func:`mmvitreg.fileio.load_checkpoint` (``weights_only=True`` and its allow-list).
 
     Args:
         path (str): The ``.pt`` file.
@@ -207,6 +236,9 @@ def load_label_map(path: str, num_classes: Optional[int] = None,
 
     Returns:
         np.ndarray: ``(2, k, H, W)`` float16 or float32, as stored.
+
+    Raises:
+        LabelMapError: the file is not a valid map (one line naming it, also from a DataLoader worker).
     """
     try:
         data = read_bytes(path, backend_args=backend_args)
@@ -215,8 +247,11 @@ def load_label_map(path: str, num_classes: Optional[int] = None,
                                 'tools/generate_label_maps.py or check label_root') from None
     try:
         label_map = _read_tensor(data, path)
+    except LabelMapError:
+        raise
     except Exception as e:
-        raise ValueError(f'malformed token label map {path}: torch.load failed ({e})') from e
+        raise LabelMapError(f'malformed token label map {path}: torch.load failed ({type(e).__name__}: '
+                            f'{(str(e).strip().splitlines() or [""])[0]})') from e
     return check_label_map(label_map, path, num_classes)
 
 

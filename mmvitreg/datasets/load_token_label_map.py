@@ -40,8 +40,8 @@ class LoadTokenLabelMap(BaseTransform):
             ``tools/generate_label_maps.py``; what the official training code assumes) or
             ``'center_square'`` (what the official generator actually fed its teacher).
             Defaults to ``'full'``.
-        num_classes (int, optional): If given, every stored class index is checked to be below
-            it. Defaults to None.
+        num_classes (int, optional): If given, every class index is checked to be below it as its map
+            is read (from a file or the store; negative indices are refused anyway). Defaults to None.
         backend_args (dict, optional): mmengine file backend arguments for ``.pt`` maps (a store
             is memory-mapped from a local or mounted file system). Defaults to None.
     """
@@ -55,15 +55,10 @@ class LoadTokenLabelMap(BaseTransform):
         self.region = region
         self.num_classes = num_classes
         self.backend_args = backend_args
-        self.store = LabelMapStore(label_root) if is_label_map_store(label_root) else None
-        if self.store is not None:
-            if backend_args is not None:
-                raise ValueError(f'{label_root} is a packed label-map store, read with memory maps: '
-                                 f'backend_args={backend_args} cannot apply; copy it to a local file system')
-            max_class = self.store.meta['max_class']
-            if num_classes is not None and max_class >= num_classes:
-                raise ValueError(f'the label-map store {label_root} holds class index {max_class}, out of '
-                                 f'range for num_classes={num_classes}')
+        self.store = LabelMapStore(label_root, num_classes) if is_label_map_store(label_root) else None
+        if self.store is not None and backend_args is not None:
+            raise ValueError(f'{label_root} is a packed label-map store, read with memory maps: '
+                             f'backend_args={backend_args} cannot apply; copy it to a local file system')
 
     def transform(self, results: dict) -> dict:
         img_shape = results['img'].shape[:2]

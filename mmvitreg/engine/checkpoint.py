@@ -143,14 +143,23 @@ def read_checkpoint(filename: str, map_location='cpu', unsafe: Optional[bool] = 
         return _read_local(local, filename, map_location, unsafe)
 
 
+def non_finite(*state_dicts: dict) -> List[str]:
+    """The keys of the floating-point tensors of ``state_dicts`` holding a NaN or an infinity: one ``isfinite().all()``
+    per tensor, stacked into one flag vector that the host reads once."""
+    tensors = [(k, v) for sd in state_dicts for k, v in sd.items() if torch.is_tensor(v) and v.is_floating_point()]
+    finite = torch.stack([torch.isfinite(v).all() for _, v in tensors]) if tensors else torch.ones(0, dtype=torch.bool)
+    return [] if bool(finite.all()) else [tensors[i][0] for i in (~finite).nonzero().flatten().tolist()]
+
+
 def normalise_checkpoint(checkpoint: dict, filename: str, logger='current', rules: Sequence = REVISE_KEYS) -> dict:
     """Step 2 of the pass: ``checkpoint`` in mmengine's form, its keys revised by ``rules`` (default: DDP's
     ``module.`` dropped; :func:`~mmvitreg.models.converters.revise_keys`, the one place keys are revised), an
     official release converted (one log line naming its layout and converter).
 
     Raises:
-        CheckpointError: the checkpoint holds no state dict, or looks like an official release that its
-            converter cannot convert (the message names the keys).
+        CheckpointError: the checkpoint holds no state dict, looks like an official release that its converter
+            cannot convert (the message names the keys), or holds weights that are not finite (:func:`non_finite`,
+            of ``state_dict`` and ``ema_state_dict``: the message names the first; no opt-out).
     """
     try:
         converted, layout = convert_official(checkpoint, rules)
@@ -160,6 +169,10 @@ def normalise_checkpoint(checkpoint: dict, filename: str, logger='current', rule
         layout = detect_layout(revise_keys(unwrap_checkpoint(checkpoint), rules))
         raise CheckpointError(f'checkpoint {filename} looks like the {layout.name} release layout but does not '
                               f'convert: {e}') from None
+    bad = non_finite(converted['state_dict'], converted.get('ema_state_dict') or {})
+    if bad:
+        raise CheckpointError(f'checkpoint {filename}: {bad[0]} holds NaN or infinite values ({len(bad)} tensors do): '
+                              'the training had diverged when it was saved; use an earlier checkpoint')
     if layout is not None:
         converted['meta'] = dict(official_layout=layout.name, official_model=layout.model)
         print_log(f'checkpoint {filename}: {layout.name} release layout, converted on load by '
@@ -523,11 +536,26 @@ def converter_cli(convert: Callable[[Dict[str, torch.Tensor]], Dict[str, torch.T
 class AtomicLocalBackend(LocalBackend):
     """mmengine's :class:`LocalBackend` whose writes are atomic (:func:`mmvitreg.fileio.atomic_write`): a reader sees
     the old file or the complete new one, a process killed while writing leaves at most a hidden ``.<name>.*.tmp``
-    file, never a truncated file under the final name, and the next write removes such leftovers."""
+    file, never a truncated file under the final name, and the next write removes such leftovers. A file it is
+    asked to remove (mmengine's ``max_keep_ckpts`` and best checkpoint, each removed just before the save that
+    replaces it) goes when the next write into its folder completes, so a save that fails or is refused (weights
+    that are not finite) never costs the previous checkpoint."""
+
+    #: folder -> the files whose removal waits for the next completed write there (the checkpoint hook removes
+    #: through its own instance, the runner writes through another)
+    pending: Dict[str, List[str]] = {}
+
+    def remove(self, filepath) -> None:
+        path = osp.abspath(str(filepath))
+        self.pending.setdefault(osp.dirname(path), []).append(path)
 
     def put(self, obj: bytes, filepath) -> None:
-        atomic_write(filepath, lambda f: f.write(obj))
-        remove_stale_temporaries(osp.dirname(osp.abspath(str(filepath))))
+        path = osp.abspath(str(filepath))
+        atomic_write(path, lambda f: f.write(obj))
+        for doomed in self.pending.pop(osp.dirname(path), []):
+            if doomed != path and osp.isfile(doomed):
+                os.remove(doomed)
+        remove_stale_temporaries(osp.dirname(path))
 
     def put_text(self, obj: str, filepath, encoding: str = 'utf-8') -> None:
         self.put(obj.encode(encoding), filepath)

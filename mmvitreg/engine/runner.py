@@ -1,15 +1,19 @@
 """mmengine's Runner with checked checkpoint loading, atomic saving and the training guards."""
 import logging
-from typing import Optional
+import os.path as osp
+from typing import List, Optional
 
 from mmengine.dist import master_only
 from mmengine.hooks import CheckpointHook, EMAHook
-from mmengine.runner import Runner
+from mmengine.model import BaseTTAModel
+from mmengine.optim import OptimWrapper, OptimWrapperDict
+from mmengine.runner import EpochBasedTrainLoop, Runner
 
 from mmvitreg.registry import RUNNERS
 from .checkpoint import (ATOMIC_BACKEND, POLICIES, CheckpointError, check_copy, first_readable, fit, is_local,
-                         load_checkpoint_file, normalise_checkpoint, remove_stale_temporaries, resume_candidates)
-from .hooks import LossGuardHook, RNGStateHook, unwrap_model
+                         load_checkpoint_file, non_finite, normalise_checkpoint, remove_stale_temporaries,
+                         resume_candidates)
+from .hooks import LossGuardHook, NonFiniteLossError, RNGStateHook, unwrap_model
 from .resume_diff import resume_changes
 
 _HINTS = {
@@ -51,7 +55,9 @@ class GuardedRunner(Runner):
     * **Saving**: checkpoints and ``last_checkpoint`` are written to a temporary file and moved
       over the final name (:class:`~mmvitreg.engine.checkpoint.AtomicLocalBackend`), so a killed
       process never leaves a truncated file under a checkpoint's name; the next save removes the temporaries of
-      one that was killed.
+      one that was killed. Weights that are not finite are never written (:meth:`call_hook`): the run stops
+      naming :attr:`last_finite_checkpoint` (as :class:`~mmvitreg.engine.hooks.LossGuardHook` does), so
+      ``last_checkpoint``, ``--resume`` and ``tools/test.py`` need no rule to skip such a file.
     * **Auto-resume** (``--resume`` without a file): the newest checkpoint that reads; an
       unreadable newest one is skipped with a warning naming it.
     * **Hooks**: :class:`~mmvitreg.engine.hooks.RNGStateHook` (exact resume) and
@@ -65,6 +71,10 @@ class GuardedRunner(Runner):
 
     Args: as :class:`~mmengine.runner.Runner` (``randomness`` by keyword); the policy is the config's
     ``checkpoint_policy``.
+
+    Attributes:
+        last_finite_checkpoint (str | None): the last checkpoint this run wrote or resumed from (all its weights
+            finite), None before the first.
     """
 
     def __init__(self, *args, randomness: Optional[dict] = None, **kwargs):
@@ -79,6 +89,7 @@ class GuardedRunner(Runner):
         self.checkpoint_policy = policy
         self._resuming = False
         self._preloaded = None
+        self.last_finite_checkpoint = self._saving = None
         present = {type(h) for h in self.hooks}
         for hook in (RNGStateHook, LossGuardHook):
             if hook not in present:
@@ -95,8 +106,9 @@ class GuardedRunner(Runner):
         (each ``EMAHook`` fills its copy by its own rule: mmengine's, mmpretrain's or a subclass's), load the model
         by the checkpoint policy (``resume`` while resuming, else ``load_from``; ``strict=True`` always strict) and
         check every EMA copy against the file by the same policy (:func:`check_copy`; nothing is loaded twice).
-        Resuming, a weights-only file stops with one line naming ``load_from``, and what the config changes
-        against the checkpoint's is one warning (:func:`~mmvitreg.engine.resume_diff.resume_changes`).
+        Resuming, after the fit (another model's file is named as such first): a weights-only file stops with one
+        line naming ``load_from``, so does a change the resumed state cannot follow, and the rest of what the config
+        changes against the checkpoint's is one warning (:meth:`_check_resumable`).
 
         Raises:
             CheckpointError: the file cannot be read, holds no training state to resume, or the load breaks the
@@ -108,39 +120,83 @@ class GuardedRunner(Runner):
         else:
             checkpoint = load_checkpoint_file(filename, map_location, logger=self.logger, rules=revise_keys)
         purpose = 'resume' if self._resuming else 'load_from'
-        if self._resuming:
-            self._check_resumable(filename, checkpoint)
+        emas = [hook for hook in self.hooks if isinstance(hook, EMAHook) and hasattr(hook, 'ema_model')]
+        unpaired = [k for k in checkpoint.get('ema_state_dict') or {}
+                    if k.startswith('module.') and k[len('module.'):] not in checkpoint['state_dict']]
+        if emas and unpaired:  # the hooks swap each module.<key> with state_dict[<key>]: a KeyError
+            raise CheckpointError(f'checkpoint {filename}: its ema_state_dict has {len(unpaired)} weights its '
+                                  f'state_dict lacks (first: {unpaired[0]}), which {type(emas[0]).__name__} cannot '
+                                  'pair; use a checkpoint an EMA hook saved, or drop the hook (custom_hooks=[])')
         self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
         policy = 'strict' if strict else self.checkpoint_policy[purpose]
         # after the hooks: resuming, EMAHook swaps the model's and its copy's weights in the checkpoint
         report = fit(unwrap_model(self.model), checkpoint['state_dict'], filename, checkpoint, policy, _HINTS[purpose])
-        for hook in self.hooks:
-            if isinstance(hook, EMAHook) and hasattr(hook, 'ema_model'):
-                check_copy(hook.ema_model.module, checkpoint, filename, policy, _HINTS[purpose],
-                           f"{type(hook).__name__}'s EMA copy of")
+        for hook in emas:
+            copied = check_copy(hook.ema_model.module, checkpoint, filename, policy, _HINTS[purpose],
+                                f"{type(hook).__name__}'s EMA copy of")
+            if not copied.matched:  # whatever the policy: an EMA copy at its initialisation is never tested
+                raise CheckpointError(f'checkpoint {filename}: {type(hook).__name__} loaded none of its tensors into '
+                                      f'its EMA copy ({copied.summary()}), which would be evaluated with random '
+                                      'weights; use a checkpoint of this config, or drop the hook (custom_hooks=[])')
+        if self._resuming:  # after the fit: a checkpoint of another model is named as such first
+            self._check_resumable(filename, checkpoint)
         self.logger.log(logging.INFO if report.clean else logging.WARNING,
                         f'{purpose} {filename}: {report.describe()}')
         self._has_loaded = True
         return checkpoint
 
     def _check_resumable(self, filename: str, checkpoint: dict) -> None:
-        """Stop at a file without a training state (one line naming ``load_from``); warn once about what the
-        config changes against the checkpoint's (``meta['cfg']``); remove an interrupted save's temporaries."""
+        """Stop with one line at a file without a training state (naming ``load_from``) or at a change the resumed
+        state cannot follow (:func:`resume_changes`, :meth:`_unfollowed_state`); warn once about the other changes
+        and, when the config lost the file's EMA hook, which weights the run continues from; remove an interrupted
+        save's temporaries."""
         meta = checkpoint.get('meta') or {}
+        fresh = (f'start a new training from its weights with load_from={filename} (tools/train.py CONFIG '
+                 f'--cfg-options load_from={filename})')
         if 'iter' not in meta or 'epoch' not in meta:
-            raise CheckpointError(
-                f'--resume {filename}: a weights-only file (no epoch / iter in its meta: not saved by a training '
-                f'run), so there is nothing to resume; start a new training from its weights with '
-                f'load_from={filename} (tools/train.py CONFIG --cfg-options load_from={filename})')
+            raise CheckpointError(f'--resume {filename}: a weights-only file (no epoch / iter in its meta: not saved '
+                                  f'by a training run), so there is nothing to resume; {fresh}')
         removed = remove_stale_temporaries(self.work_dir) if is_local(self.work_dir) else []
         if removed:
             self.logger.info(f'resume: removed {len(removed)} temporary file(s) of an interrupted save: '
                              f'{", ".join(removed)}')
-        if isinstance(meta.get('cfg'), str):
-            changes = resume_changes(meta['cfg'], self.cfg, filename, meta['iter'], meta['epoch'],
-                                     len(self.train_loop.dataloader))
-            if changes:
-                self.logger.warning(changes)
+        notes = () if 'ema_state_dict' not in checkpoint or any(isinstance(h, EMAHook) for h in self.hooks) else (
+            "this config has no EMA hook, so the run continues from the file's state_dict, which holds the EMA "
+            "copy its hook saved, not from the trained weights (its ema_state_dict) that the optimizer state "
+            'belongs to; keep the hook to continue from those', )
+        refused, warning = resume_changes(meta.get('cfg'), self.cfg, notes)
+        refused += self._unfollowed_state(checkpoint)
+        if refused:
+            raise CheckpointError(f'--resume {filename}: the resumed state does not fit the new config: '
+                                  f'{"; ".join(refused)}; resume with the checkpoint\'s settings, or {fresh}')
+        if warning:
+            self.logger.warning(f'resume {filename}: {warning}')
+
+    def _unfollowed_state(self, checkpoint: dict) -> List[str]:
+        """What the built run cannot take of the file's optimizer and scheduler states: parameter groups of other
+        sizes (``paramwise_cfg`` added or removed; torch raises a ValueError), or a new epoch length while a scheduler
+        converted from epochs (``convert_to_iter_based``) still has the old epochs' iterations to count."""
+        found, saved, wrapper = [], checkpoint.get('optimizer'), self.optim_wrapper
+        if isinstance(saved, dict) and isinstance(wrapper, OptimWrapper):
+            pairs = ([(saved[k], w) for k, w in wrapper.items()] if isinstance(wrapper, OptimWrapperDict)
+                     else [(saved, wrapper)])
+            for state, built in pairs:
+                was, now = ([len(g['params']) for g in groups]
+                            for groups in (state['param_groups'], built.optimizer.param_groups))
+                if was != now:
+                    found.append(f'the optimizer state has {len(was)} parameter groups, the new optimizer '
+                                 f'{len(now)} (optim_wrapper.paramwise_cfg makes them)')
+        info = (checkpoint.get('message_hub') or {}).get('runtime_info', {})
+        configs, states = self.cfg.get('param_scheduler') or [], checkpoint.get('param_schedulers')
+        configs = [configs] if isinstance(configs, dict) else configs
+        if isinstance(self.train_loop, EpochBasedTrainLoop) and info.get('max_epochs') and isinstance(states, list):
+            was, now = info['max_iters'] // info['max_epochs'], len(self.train_loop.dataloader)
+            ends = [state.get('end', 0) for cfg, state in zip(configs, states)
+                    if cfg.get('convert_to_iter_based') and state.get('end', 0) > checkpoint['meta']['iter']]
+            if was != now and ends:
+                found.append(f'an epoch is now {now} iterations (was {was}; train_dataloader), while the resumed '
+                             f'schedulers count the old epochs\' iterations up to iteration {max(ends)}')
+        return found
 
     def resume(self, filename: str, *args, **kwargs) -> None:
         """As :meth:`Runner.resume`, loading by the ``resume`` policy (strict unless allowed)."""
@@ -149,6 +205,7 @@ class GuardedRunner(Runner):
             super().resume(filename, *args, **kwargs)
         finally:
             self._resuming = False
+        self.last_finite_checkpoint = filename  # the load pass refuses weights that are not finite
 
     def load_or_resume(self) -> None:
         """As :meth:`Runner.load_or_resume`; ``resume=True`` without ``load_from`` takes the newest
@@ -168,9 +225,41 @@ class GuardedRunner(Runner):
     def save_checkpoint(self, out_dir: str, filename: str, file_client_args=None, save_optimizer: bool = True,
                         save_param_scheduler: bool = True, meta=None, by_epoch: bool = True,
                         backend_args=None) -> None:
-        """As :meth:`Runner.save_checkpoint`; a local file is written atomically."""
+        """As :meth:`Runner.save_checkpoint`; a local file is written atomically, weights that are not all finite
+        are not written (:meth:`call_hook`)."""
         if file_client_args is None and backend_args is None and is_local(out_dir):
             backend_args = dict(backend=ATOMIC_BACKEND)
+        self._saving = osp.join(out_dir, filename)
         super().save_checkpoint(out_dir, filename, file_client_args=file_client_args, save_optimizer=save_optimizer,
                                 save_param_scheduler=save_param_scheduler, meta=meta, by_epoch=by_epoch,
                                 backend_args=backend_args)
+        self.last_finite_checkpoint = self._saving
+
+    def call_hook(self, fn_name: str, **kwargs) -> None:
+        """As :meth:`Runner.call_hook`, with two additions.
+
+        * After ``before_run``: an ``EMAHook`` copies ``runner.model``, under ``tools/test.py --tta`` the TTA wrapper,
+          whose keys no file has; its copy and source become the models inside, so the hook fills the copy from the
+          file by its own rule and tests the EMA weights, as without ``--tta``.
+        * After the last ``before_save_checkpoint`` hook (an EMA hook's swap included): a checkpoint whose
+          ``state_dict`` or ``ema_state_dict`` holds a NaN or an infinity stops the run unwritten; the check reads
+          the CPU copies mmengine is about to save (no device synchronisation), once per save.
+
+        Raises:
+            NonFiniteLossError: naming the iteration, the first non-finite tensor, the file not written and
+                :attr:`last_finite_checkpoint`.
+        """
+        super().call_hook(fn_name, **kwargs)
+        if fn_name == 'before_run':  # under --tta an EMA hook copied the TTA wrapper: it keeps the model it wraps
+            for hook in self.hooks:
+                if isinstance(hook, EMAHook) and isinstance(getattr(hook, 'src_model', None), BaseTTAModel):
+                    hook.src_model, hook.ema_model.module = hook.src_model.module, hook.ema_model.module.module
+        if fn_name != 'before_save_checkpoint':
+            return
+        checkpoint = kwargs['checkpoint']
+        bad = non_finite(checkpoint['state_dict'], checkpoint.get('ema_state_dict') or {})
+        if bad:
+            raise NonFiniteLossError(
+                f"non-finite weights after iteration {checkpoint['meta']['iter']}: {bad[0]} holds NaN or infinite "
+                f'values ({len(bad)} tensors do), although every loss was finite; {self._saving} is not written and '
+                f'the run stops; {LossGuardHook.last_finite(self)} ({LossGuardHook.hint(self.model)})')

@@ -102,6 +102,20 @@ CASES: List[Case] = [
          'class index 12',
          'Use maps made for this data set (the teacher must predict the same classes); '
          '`LoadTokenLabelMap(num_classes=...)` checks every map.'),
+    Case('label-map-bounds', 'data',
+         'a crafted label map whose size, stride or offset reach past its storage (read in a DataLoader worker)',
+         'ends at value',
+         'The message names the file (also from a worker) and what it declares: nothing past the stored values was '
+         'read. Regenerate the map with `tools/generate_label_maps.py`, which rewrites every invalid one.'),
+    Case('label-map-compressed', 'data', 'a label map with a compressed member (a zip bomb: 1 MB inflating to 1 GiB)',
+         'is compressed, which torch.save never does',
+         'Nothing was inflated. The message names the file: regenerate it with `tools/generate_label_maps.py`.'),
+    Case('label-map-store-classes', 'data', 'a packed label-map store whose maps hold class indices out of range '
+         '(negative, or beyond `num_classes`)',
+         'holds class indices',
+         'The message names the map and the store: pack it again from valid maps '
+         '(`tools/dataset_converters/pack_label_maps.py`); `LoadTokenLabelMap(num_classes=...)` checks every map '
+         'read.'),
     Case('label-map-grid', 'data', '`TokenLabelTarget.token_label_size` that is not the backbone\'s token grid',
          'token_label must be (2, k, S, S) per sample with (S, S) the token grid',
          'Set `token_label_size = img_size // patch_size`.'),
@@ -170,6 +184,25 @@ CASES: List[Case] = [
     Case('resume-unreadable-newest', 'checkpoint', '`--resume` when the newest checkpoint is unreadable',
          '--resume auto: skipping',
          'Nothing: the run resumes from the previous checkpoint (the warning names the skipped file).'),
+    Case('checkpoint-non-finite', 'checkpoint', '`tools/test.py`, an inferencer, `load_from` or `--resume` with a '
+         'checkpoint whose weights hold NaN or infinity',
+         'holds NaN or infinite values',
+         'The message names the first such tensor: the training had diverged when the file was saved. Use an earlier '
+         'checkpoint (`tools/train.py` never writes such a file); there is no opt-out.'),
+    Case('resume-state-mismatch', 'checkpoint', '`--resume` with a config the resumed state cannot follow (another '
+         'scheduler or optimizer type, `paramwise_cfg` removed, a new epoch length during the warm-up)',
+         'the resumed state does not fit the new config',
+         "The message lists what does not fit: resume with the checkpoint's settings for those, or start a new "
+         'training from its weights with `load_from`.'),
+    Case('ema-copy-empty', 'checkpoint', 'an EMA hook whose copy loads none of the checkpoint\'s tensors (a broken '
+         'hook), even with `--allow-partial`',
+         'loaded none of its tensors into its EMA copy',
+         "Use a checkpoint of this config, or drop the hook (`--cfg-options custom_hooks=[]`) to test the model's own "
+         'weights.'),
+    Case('ema-unpaired', 'checkpoint', 'a checkpoint whose `ema_state_dict` holds a weight its `state_dict` lacks (an '
+         'edited file) with an EMA hook in the config',
+         'which EMAHook cannot pair',
+         'Use a checkpoint an EMA hook saved, or drop the hook (`--cfg-options custom_hooks=[]`).'),
     Case('load-from-other-model', 'checkpoint',
          '`load_from` a checkpoint that would leave the backbone random (another architecture, an official release '
          'of another model, no key matching)',
@@ -209,8 +242,13 @@ CASES: List[Case] = [
     # ---- training
     Case('nan-loss', 'train', 'a loss that becomes NaN or infinite (lr too high, broken data)',
          'non-finite loss at iteration',
-         'The message names the iteration and the loss term: lower the lr, add `optim_wrapper.clip_grad`, or '
-         'check that batch\'s data; resume from the last checkpoint (no later one was written).'),
+         'The message names the iteration, the loss term and the last checkpoint with finite weights: lower the lr, '
+         'add `optim_wrapper.clip_grad`, or check that batch\'s data; resume from that checkpoint.'),
+    Case('nan-weights', 'train', 'a step with a finite loss that leaves the weights NaN or infinite (lr far too high)',
+         'non-finite weights after iteration',
+         'Nothing was written: the message names the first non-finite tensor and the last checkpoint with finite '
+         'weights (mmengine\'s `max_keep_ckpts` did not remove it). Lower the lr or add `optim_wrapper.clip_grad`, '
+         'and resume from that checkpoint.'),
 ]
 
 

@@ -26,8 +26,8 @@ class LossGuardHook(Hook):
     weights over the last good checkpoint's successors. This hook reads the logged loss terms of
     every training iteration (``loss`` and each named term, e.g. ``loss_cls``, ``loss_token``) and
     raises :class:`NonFiniteLossError` naming the iteration (1-based, as the logger counts), the
-    epoch and every non-finite term, before any later hook (logger, checkpoint) runs, so nothing is
-    written after the bad step. In a distributed run every rank stops at the same iteration (the
+    epoch, every non-finite term and the last checkpoint whose weights are all finite (:meth:`last_finite`),
+    before any later hook (logger, checkpoint) runs, so nothing is written after the bad step. In a distributed run every rank stops at the same iteration (the
     finding is all-reduced), so no rank waits forever for the others.
 
     The error's hint names drop path first when the model's largest stochastic-depth rate (the backbone's
@@ -68,7 +68,16 @@ class LossGuardHook(Hook):
             terms = ', '.join(f'{name} = {value}' for name, value in bad.items())
             raise NonFiniteLossError(
                 f'non-finite loss at iteration {runner.iter + 1} (epoch {runner.epoch + 1}): {terms}; the run stops '
-                f'before this step is logged or checkpointed ({self.hint(runner.model)})')
+                f'before this step is logged or checkpointed; {self.last_finite(runner)} ({self.hint(runner.model)})')
+
+    @staticmethod
+    def last_finite(runner) -> str:
+        """Where to go on from: the runner's ``last_finite_checkpoint`` (:class:`~mmvitreg.engine.GuardedRunner`
+        writes none whose weights are not finite; another runner's files are not known to be sound)."""
+        if not hasattr(runner, 'last_finite_checkpoint'):
+            return 'this runner writes checkpoints unchecked: check their weights before resuming'
+        last = runner.last_finite_checkpoint
+        return f'the last checkpoint with finite weights is {last}' if last else 'this run has no checkpoint yet'
 
     @staticmethod
     def hint(model) -> str:
