@@ -11,7 +11,10 @@ from typing import Iterable, Iterator, Optional, Tuple
 
 import torch
 from mmengine.config import Config, DictAction
+from mmengine.model import MMDistributedDataParallel, revert_sync_batchnorm
 from torch import nn
+
+from mmvitreg.registry import MODEL_WRAPPERS
 
 SCOPES = ('mmpretrain', 'mmseg', 'mmdet')
 
@@ -22,7 +25,7 @@ class ConfigError(ValueError):
 
 def _plugin_registries():
     from mmvitreg import registry
-    return (registry.MODELS, registry.DATASETS, registry.TRANSFORMS, registry.HOOKS,
+    return (registry.MODELS, registry.DATASETS, registry.TRANSFORMS, registry.HOOKS, registry.MODEL_WRAPPERS,
             registry.OPTIM_WRAPPERS, registry.PARAM_SCHEDULERS, registry.RUNNERS)
 
 
@@ -94,8 +97,8 @@ def set_run_args(cfg: Config, args: argparse.Namespace) -> None:
     """Set the launcher and the work dir (``--work-dir``, else the config's, else
     ``./work_dirs/<config name>``), as every OpenMMLab train/test tool does, and apply the dataloader
     flags a tool has: ``--no-pin-memory`` / ``--no-persistent-workers`` switch the option off in every
-    dataloader of the config (as mmpretrain's tools do; without them the config decides). Without CUDA
-    the process group's backend is gloo (the configs' default NCCL needs GPUs)."""
+    dataloader of the config (as mmpretrain's tools do; without them the config decides). A distributed run
+    without CUDA gets :func:`init_cpu_distributed`."""
     cfg.launcher = args.launcher
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
         './work_dirs', osp.splitext(osp.basename(args.config))[0])
@@ -104,10 +107,30 @@ def set_run_args(cfg: Config, args: argparse.Namespace) -> None:
         loader = cfg.get(f'{split}_dataloader')
         if loader:
             loader.update({opt: False for opt in off})
-    if not torch.cuda.is_available():
-        dist_cfg = cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})
-        if dist_cfg.get('backend', 'nccl') == 'nccl':
-            dist_cfg['backend'] = 'gloo'
+    if args.launcher == 'pytorch' and not torch.cuda.is_available():
+        init_cpu_distributed(cfg)
+
+
+@MODEL_WRAPPERS.register_module()
+class CPUDistributedDataParallel(MMDistributedDataParallel):
+    """mmengine's DDP wrapper for a CPU module: without the ``device_ids`` mmengine's Runner passes (DDP refuses them
+    for a CPU module) and with SyncBN reverted to BN (SyncBN refuses CPU tensors)."""
+
+    def __init__(self, module: nn.Module, device_ids=None, **kwargs):
+        super().__init__(module=revert_sync_batchnorm(module), **kwargs)
+
+
+def init_cpu_distributed(cfg: Config) -> None:
+    """The tools' distributed run without CUDA (``--launcher pytorch``): mmengine 0.10's ``init_dist`` calls
+    ``torch.cuda.set_device`` and its Runner gives DDP ``device_ids``, so the gloo process group is made here (the
+    Runner then keeps it) and the model is wrapped by :class:`CPUDistributedDataParallel` (with the arguments
+    mmengine's ``wrap_model`` gives its own wrapper) unless the config names another wrapper."""
+    if not torch.distributed.is_initialized():
+        torch.distributed.init_process_group(backend='gloo')
+    wrapper = cfg.get('model_wrapper_cfg') or dict(
+        broadcast_buffers=False, find_unused_parameters=cfg.get('find_unused_parameters', False))
+    if wrapper.get('type', 'MMDistributedDataParallel') == 'MMDistributedDataParallel':
+        cfg.model_wrapper_cfg = {**wrapper, 'type': 'mmvitreg.CPUDistributedDataParallel'}
 
 
 IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png', '.ppm', '.bmp', '.pgm', '.tif', '.tiff', '.webp')
