@@ -97,8 +97,9 @@ def set_run_args(cfg: Config, args: argparse.Namespace) -> None:
     """Set the launcher and the work dir (``--work-dir``, else the config's, else
     ``./work_dirs/<config name>``), as every OpenMMLab train/test tool does, and apply the dataloader
     flags a tool has: ``--no-pin-memory`` / ``--no-persistent-workers`` switch the option off in every
-    dataloader of the config (as mmpretrain's tools do; without them the config decides). A distributed run
-    without CUDA gets :func:`init_cpu_distributed`."""
+    dataloader of the config (as mmpretrain's tools do; without them the config decides). Without CUDA the
+    process group's backend is gloo (the configs' default NCCL needs GPUs), and ``--launcher pytorch`` gets
+    :func:`init_cpu_distributed`."""
     cfg.launcher = args.launcher
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
         './work_dirs', osp.splitext(osp.basename(args.config))[0])
@@ -107,8 +108,12 @@ def set_run_args(cfg: Config, args: argparse.Namespace) -> None:
         loader = cfg.get(f'{split}_dataloader')
         if loader:
             loader.update({opt: False for opt in off})
-    if args.launcher == 'pytorch' and not torch.cuda.is_available():
-        init_cpu_distributed(cfg)
+    if not torch.cuda.is_available():
+        dist_cfg = cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})
+        if dist_cfg.get('backend', 'nccl') == 'nccl':
+            dist_cfg['backend'] = 'gloo'
+        if args.launcher == 'pytorch':
+            init_cpu_distributed(cfg)
 
 
 @MODEL_WRAPPERS.register_module()
@@ -122,11 +127,11 @@ class CPUDistributedDataParallel(MMDistributedDataParallel):
 
 def init_cpu_distributed(cfg: Config) -> None:
     """The tools' distributed run without CUDA (``--launcher pytorch``): mmengine 0.10's ``init_dist`` calls
-    ``torch.cuda.set_device`` and its Runner gives DDP ``device_ids``, so the gloo process group is made here (the
-    Runner then keeps it) and the model is wrapped by :class:`CPUDistributedDataParallel` (with the arguments
-    mmengine's ``wrap_model`` gives its own wrapper) unless the config names another wrapper."""
+    ``torch.cuda.set_device`` and its Runner gives DDP ``device_ids``, so the process group of ``env_cfg.dist_cfg``'s
+    backend is made here (the Runner then keeps it) and the model is wrapped by :class:`CPUDistributedDataParallel`
+    (with the arguments mmengine's ``wrap_model`` gives its own wrapper) unless the config names another wrapper."""
     if not torch.distributed.is_initialized():
-        torch.distributed.init_process_group(backend='gloo')
+        torch.distributed.init_process_group(backend=cfg['env_cfg']['dist_cfg']['backend'])
     wrapper = cfg.get('model_wrapper_cfg') or dict(
         broadcast_buffers=False, find_unused_parameters=cfg.get('find_unused_parameters', False))
     if wrapper.get('type', 'MMDistributedDataParallel') == 'MMDistributedDataParallel':
