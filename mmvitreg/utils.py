@@ -11,6 +11,7 @@ from typing import Iterable, Iterator, Optional, Tuple
 
 import torch
 from mmengine.config import Config, DictAction
+from mmengine.dist import init_dist as mmengine_init_dist
 from mmengine.model import MMDistributedDataParallel, revert_sync_batchnorm
 from torch import nn
 
@@ -98,8 +99,8 @@ def set_run_args(cfg: Config, args: argparse.Namespace) -> None:
     ``./work_dirs/<config name>``), as every OpenMMLab train/test tool does, and apply the dataloader
     flags a tool has: ``--no-pin-memory`` / ``--no-persistent-workers`` switch the option off in every
     dataloader of the config (as mmpretrain's tools do; without them the config decides). Without CUDA the
-    process group's backend is gloo (the configs' default NCCL needs GPUs), and ``--launcher pytorch`` gets
-    :func:`init_cpu_distributed`."""
+    process group's backend is gloo (the configs' default NCCL needs GPUs); a distributed run then makes it here
+    (:func:`init_dist`) and wraps the model in :class:`CPUDistributedDataParallel`."""
     cfg.launcher = args.launcher
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
         './work_dirs', osp.splitext(osp.basename(args.config))[0])
@@ -112,30 +113,32 @@ def set_run_args(cfg: Config, args: argparse.Namespace) -> None:
         dist_cfg = cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})
         if dist_cfg.get('backend', 'nccl') == 'nccl':
             dist_cfg['backend'] = 'gloo'
-        if args.launcher == 'pytorch':
-            init_cpu_distributed(cfg)
+        if args.launcher != 'none':  # mmengine's Runner keeps this process group, and DDP takes no device_ids here
+            init_dist(args.launcher, **dist_cfg)
+            wrapper = cfg.get('model_wrapper_cfg') or dict(  # what mmengine's wrap_model gives its own wrapper
+                broadcast_buffers=False, find_unused_parameters=cfg.get('find_unused_parameters', False))
+            if wrapper.get('type', 'MMDistributedDataParallel') == 'MMDistributedDataParallel':
+                cfg.model_wrapper_cfg = {**wrapper, 'type': 'mmvitreg.CPUDistributedDataParallel'}
+
+
+def init_dist(launcher: str, **dist_cfg) -> None:
+    """mmengine's ``init_dist``, but for ``--launcher pytorch`` without CUDA, where mmengine 0.10's calls
+    ``torch.cuda.set_device``, the gloo process group of ``torch.distributed.run``'s environment: the one CPU
+    fallback of the tools (:func:`set_run_args`, ``tools/generate_label_maps.py``)."""
+    if launcher == 'pytorch' and not torch.cuda.is_available():
+        torch.distributed.init_process_group(backend='gloo')
+    else:
+        mmengine_init_dist(launcher, **dist_cfg)
 
 
 @MODEL_WRAPPERS.register_module()
 class CPUDistributedDataParallel(MMDistributedDataParallel):
-    """mmengine's DDP wrapper for a CPU module: without the ``device_ids`` mmengine's Runner passes (DDP refuses them
-    for a CPU module) and with SyncBN reverted to BN (SyncBN refuses CPU tensors)."""
+    """mmengine's DDP wrapper for a CPU module (:func:`set_run_args` picks it without CUDA): without the
+    ``device_ids`` mmengine's Runner passes (DDP refuses them for a CPU module) and with SyncBN reverted to BN
+    (SyncBN refuses CPU tensors)."""
 
     def __init__(self, module: nn.Module, device_ids=None, **kwargs):
         super().__init__(module=revert_sync_batchnorm(module), **kwargs)
-
-
-def init_cpu_distributed(cfg: Config) -> None:
-    """The tools' distributed run without CUDA (``--launcher pytorch``): mmengine 0.10's ``init_dist`` calls
-    ``torch.cuda.set_device`` and its Runner gives DDP ``device_ids``, so the process group of ``env_cfg.dist_cfg``'s
-    backend is made here (the Runner then keeps it) and the model is wrapped by :class:`CPUDistributedDataParallel`
-    (with the arguments mmengine's ``wrap_model`` gives its own wrapper) unless the config names another wrapper."""
-    if not torch.distributed.is_initialized():
-        torch.distributed.init_process_group(backend=cfg['env_cfg']['dist_cfg']['backend'])
-    wrapper = cfg.get('model_wrapper_cfg') or dict(
-        broadcast_buffers=False, find_unused_parameters=cfg.get('find_unused_parameters', False))
-    if wrapper.get('type', 'MMDistributedDataParallel') == 'MMDistributedDataParallel':
-        cfg.model_wrapper_cfg = {**wrapper, 'type': 'mmvitreg.CPUDistributedDataParallel'}
 
 
 IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png', '.ppm', '.bmp', '.pgm', '.tif', '.tiff', '.webp')
