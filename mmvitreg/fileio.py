@@ -1,10 +1,11 @@
 """Reading and writing files safely: the allow-listed checkpoint unpickler and the atomic writer.
 
-* :func:`load_checkpoint` - ``torch.load`` with ``weights_only=True`` and :func:`checkpoint_safe_globals`, the
-  allow-list of exactly what mmengine's, this package's and the official releases' checkpoints contain; any other
+* :func:`load_checkpoint` - ``torch.load`` with ``weights_only=True``, whose allow-list holds
+  :func:`checkpoint_safe_globals`, exactly what mmengine's, this package's and the official releases' checkpoints
+  contain (:mod:`mmvitreg.compat` adds them to torch's own list, so mmengine's loaders read the same); any other
   global is refused (:class:`UnsafeCheckpointError`, naming the file, the global and the opt-in ``--unsafe-load`` /
   ``MMVITREG_UNSAFE_LOAD=1`` for trusted files). Every checkpoint and token label map the package reads goes
-  through it; :mod:`mmvitreg.compat` registers it as mmengine's checkpoint loader where torch needs it.
+  through it.
 * :func:`atomic_write` - a file written to a hidden temporary beside it, flushed and ``os.replace``-d over the final
   name, so a reader sees the old file or the complete new one; a process killed while writing leaves at most a
   ``.<name>.<random>.tmp`` file, which :func:`remove_stale_temporaries` (the next save, a resume) removes. The
@@ -22,12 +23,16 @@ import secrets
 from typing import Callable, IO, List, Optional
 
 import torch
+from packaging.version import Version
 
 #: environment variable that lets :func:`load_checkpoint` unpickle anything (``--unsafe-load`` sets it)
 UNSAFE_LOAD_ENV = 'MMVITREG_UNSAFE_LOAD'
 #: the help of every tool's ``--unsafe-load`` flag
 UNSAFE_LOAD_HELP = (f'unpickle checkpoints and token label maps without the allow-list of what checkpoints hold (as '
                     f'{UNSAFE_LOAD_ENV}=1 does): a pickle can run code, so only for files you trust')
+#: torch >= 2.6: ``weights_only=True`` by default, allow-list entries by name (the gate of :mod:`mmvitreg.compat`'s
+#: ``checkpoint_weights_only``); an older torch unpickles everything by default, and :func:`load_checkpoint` with it
+TORCH_WEIGHTS_ONLY = Version(torch.__version__).release >= (2, 6)
 _REFUSED_GLOBAL = re.compile(r'GLOBAL (\S+)')  # torch's wording varies ('Unsupported global: GLOBAL x.y', ...)
 _WEIGHTS_ONLY_ERROR = re.compile(r'WeightsUnpickler error:\s*([^\n]+)')
 
@@ -86,11 +91,12 @@ def unsafe_load_allowed() -> bool:
 
 
 def load_checkpoint(file, map_location=None, name: Optional[str] = None, unsafe: Optional[bool] = None):
-    """``torch.load`` of a checkpoint, with ``weights_only=True`` and :func:`checkpoint_safe_globals`.
+    """``torch.load`` of a checkpoint, with ``weights_only=True`` and torch's allow-list, which holds
+    :func:`checkpoint_safe_globals` (:mod:`mmvitreg.compat`'s ``checkpoint_weights_only``; before torch 2.6,
+    :data:`TORCH_WEIGHTS_ONLY`, the file is unpickled as that torch does by default).
 
-    The one function that decides how checkpoints are unpickled: mmengine's local and remote loaders
-    (:mod:`mmvitreg.compat`'s ``checkpoint_weights_only`` patch), :func:`mmvitreg.engine.read_checkpoint`, the
-    offline converters and the token-label-map reader call it.
+    The package's one checkpoint reader: :func:`mmvitreg.engine.read_checkpoint`, the offline converters and the
+    token-label-map reader call it.
 
     Args:
         file (str | file-like): what ``torch.load`` reads.
@@ -104,11 +110,10 @@ def load_checkpoint(file, map_location=None, name: Optional[str] = None, unsafe:
     """
     if unsafe is None:
         unsafe = unsafe_load_allowed()
-    if unsafe or not hasattr(torch.serialization, 'safe_globals'):  # torch < 2.6: no allow-list by name
+    if unsafe or not TORCH_WEIGHTS_ONLY:
         return torch.load(file, map_location=map_location, weights_only=False)
     try:
-        with torch.serialization.safe_globals(checkpoint_safe_globals()):
-            return torch.load(file, map_location=map_location, weights_only=True)
+        return torch.load(file, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
         if 'Weights only load failed' not in str(e) or 'Unsupported operand' in str(e):
             raise  # a damaged file or not a pickle (text read as one), not a refused one

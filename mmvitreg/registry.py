@@ -21,6 +21,7 @@ from typing import Sequence
 
 from mmengine.registry import DATASETS as MMENGINE_DATASETS
 from mmengine.registry import HOOKS as MMENGINE_HOOKS
+from mmengine.registry import MODEL_WRAPPERS as MMENGINE_MODEL_WRAPPERS
 from mmengine.registry import MODELS as MMENGINE_MODELS
 from mmengine.registry import OPTIM_WRAPPERS as MMENGINE_OPTIM_WRAPPERS
 from mmengine.registry import PARAM_SCHEDULERS as MMENGINE_PARAM_SCHEDULERS
@@ -63,6 +64,8 @@ DATASETS = Registry('dataset', parent=MMENGINE_DATASETS, scope='mmvitreg', locat
 TRANSFORMS = Registry(
     'transform', parent=MMENGINE_TRANSFORMS, scope='mmvitreg', locations=['mmvitreg.datasets'])
 HOOKS = Registry('hook', parent=MMENGINE_HOOKS, scope='mmvitreg', locations=['mmvitreg.engine'])
+MODEL_WRAPPERS = Registry(
+    'model_wrapper', parent=MMENGINE_MODEL_WRAPPERS, scope='mmvitreg', locations=['mmvitreg.utils'])
 OPTIM_WRAPPERS = Registry(
     'optim_wrapper', parent=MMENGINE_OPTIM_WRAPPERS, scope='mmvitreg', locations=['mmvitreg.engine'])
 PARAM_SCHEDULERS = Registry(

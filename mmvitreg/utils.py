@@ -11,7 +11,11 @@ from typing import Iterable, Iterator, Optional, Tuple
 
 import torch
 from mmengine.config import Config, DictAction
+from mmengine.dist import init_dist as mmengine_init_dist
+from mmengine.model import MMDistributedDataParallel, revert_sync_batchnorm
 from torch import nn
+
+from mmvitreg.registry import MODEL_WRAPPERS
 
 SCOPES = ('mmpretrain', 'mmseg', 'mmdet')
 
@@ -22,7 +26,7 @@ class ConfigError(ValueError):
 
 def _plugin_registries():
     from mmvitreg import registry
-    return (registry.MODELS, registry.DATASETS, registry.TRANSFORMS, registry.HOOKS,
+    return (registry.MODELS, registry.DATASETS, registry.TRANSFORMS, registry.HOOKS, registry.MODEL_WRAPPERS,
             registry.OPTIM_WRAPPERS, registry.PARAM_SCHEDULERS, registry.RUNNERS)
 
 
@@ -93,8 +97,9 @@ def set_run_args(cfg: Config, args: argparse.Namespace) -> None:
     """Set the launcher and the work dir (``--work-dir``, else the config's, else
     ``./work_dirs/<config name>``), as every OpenMMLab train/test tool does, and apply the dataloader
     flags a tool has: ``--no-pin-memory`` / ``--no-persistent-workers`` switch the option off in every
-    dataloader of the config (as mmpretrain's tools do; without them the config decides). Without CUDA
-    the process group's backend is gloo (the configs' default NCCL needs GPUs)."""
+    dataloader of the config (as mmpretrain's tools do; without them the config decides). Without CUDA the
+    process group's backend is gloo (the configs' default NCCL needs GPUs); a distributed run then makes it here
+    (:func:`init_dist`) and wraps the model in :class:`CPUDistributedDataParallel`."""
     cfg.launcher = args.launcher
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
         './work_dirs', osp.splitext(osp.basename(args.config))[0])
@@ -107,6 +112,32 @@ def set_run_args(cfg: Config, args: argparse.Namespace) -> None:
         dist_cfg = cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})
         if dist_cfg.get('backend', 'nccl') == 'nccl':
             dist_cfg['backend'] = 'gloo'
+        if args.launcher != 'none':  # mmengine's Runner keeps this process group, and DDP takes no device_ids here
+            init_dist(args.launcher, **dist_cfg)
+            wrapper = cfg.get('model_wrapper_cfg') or dict(  # what mmengine's wrap_model gives its own wrapper
+                broadcast_buffers=False, find_unused_parameters=cfg.get('find_unused_parameters', False))
+            if wrapper.get('type', 'MMDistributedDataParallel') == 'MMDistributedDataParallel':
+                cfg.model_wrapper_cfg = {**wrapper, 'type': 'mmvitreg.CPUDistributedDataParallel'}
+
+
+def init_dist(launcher: str, **dist_cfg) -> None:
+    """mmengine's ``init_dist``, but for ``--launcher pytorch`` without CUDA, where mmengine 0.10's calls
+    ``torch.cuda.set_device``, the gloo process group of ``torch.distributed.run``'s environment: the one CPU
+    fallback of the tools (:func:`set_run_args`, ``tools/generate_label_maps.py``)."""
+    if launcher == 'pytorch' and not torch.cuda.is_available():
+        torch.distributed.init_process_group(backend='gloo')
+    else:
+        mmengine_init_dist(launcher, **dist_cfg)
+
+
+@MODEL_WRAPPERS.register_module()
+class CPUDistributedDataParallel(MMDistributedDataParallel):
+    """mmengine's DDP wrapper for a CPU module (:func:`set_run_args` picks it without CUDA): without the
+    ``device_ids`` mmengine's Runner passes (DDP refuses them for a CPU module) and with SyncBN reverted to BN
+    (SyncBN refuses CPU tensors)."""
+
+    def __init__(self, module: nn.Module, device_ids=None, **kwargs):
+        super().__init__(module=revert_sync_batchnorm(module), **kwargs)
 
 
 IMAGE_SUFFIXES = ('.jpg', '.jpeg', '.png', '.ppm', '.bmp', '.pgm', '.tif', '.tiff', '.webp')

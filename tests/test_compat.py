@@ -1,19 +1,19 @@
 """mmvitreg.compat: each workaround fixes the breakage it names, shown against a fresh interpreter
-without it (so these tests fail if the upstream behaviour or the patch changes), and each is applied
-only on the stacks whose versions need it (shown by faking the installed versions)."""
+without it (so these tests fail if the upstream behaviour or the patch changes), each is applied
+only on the stacks whose versions need it (shown by faking the installed versions), and ``import mmvitreg``
+replaces no other host function."""
+import importlib.metadata
+import json
 import subprocess
 import sys
 
 import pytest
-import torch
 from packaging.version import Version
 
-from conftest import CONFIGS, tool_env
+from conftest import tool_env
 from mmvitreg import compat
 
-SEG = CONFIGS / 'deepvit' / 'upernet_deepvit-s_mln_8xb2-160k_ade20k-512x512.py'  # inherits mmseg::
-ALL = ['checkpoint_weights_only', 'cpu_distributed', 'package_lookup', 'mmvitreg_config_scope',
-       'compile_model_loss', 'mmvitreg_model_loading']
+ALL = ['checkpoint_weights_only', 'mmvitreg_config_scope', 'mmvitreg_model_loading']
 
 
 def run_py(code):
@@ -30,55 +30,19 @@ def fake_versions(**versions):
 
 # --- the gates -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize('torch_version, mmengine_version, pkg_resources, expected', [
-    ('2.14.1', '0.10.7', False, ALL),                                             # the quick start, setuptools 82
-    ('2.14.1', '0.10.7', True, ALL[:2] + ALL[3:]),                                # pkg_resources there: mmengine's
-                                                                                  # own package lookup
-    ('2.6.0', '0.10.3', False, ALL),                                              # first weights_only torch
-    ('2.5.1', '0.10.7', False, ALL[1:]),                                          # torch before weights_only
-    ('2.1.2', '0.10.3', True, [ALL[1]] + ALL[3:]),                                # the oldest stack
-    ('2.14.1', '0.11.0', False, [ALL[0], 'mmvitreg_config_scope', ALL[-1]]),      # mmengine with the fixes: our
-                                                                                  # allow-list still decides, our
-                                                                                  # models still convert releases
+@pytest.mark.parametrize('torch_version, mmengine_version, expected', [
+    ('2.14.1', '0.10.7', ALL),     # the quick start
+    ('2.6.0', '0.10.3', ALL),      # first weights_only torch
+    ('2.5.1', '0.10.7', ALL[1:]),  # torch before weights_only: checkpoints load as that torch loads them
+    ('2.1.2', '0.10.3', ALL[1:]),  # the oldest stack
+    ('2.14.1', '0.11.0', ALL),     # mmengine with PR #1670: our globals still on torch's list, our models still
+                                   # convert releases
 ])
-def test_gates_read_the_installed_versions(monkeypatch, torch_version, mmengine_version, pkg_resources, expected):
+def test_gates_read_the_installed_versions(monkeypatch, torch_version, mmengine_version, expected):
     fake = {'torch': Version(torch_version), 'mmengine': Version(mmengine_version)}
     monkeypatch.setattr(compat, 'installed_version', fake.get)
-    monkeypatch.setattr(compat, '_pkg_resources_missing', lambda: not pkg_resources)
-    monkeypatch.setattr(compat, '_mmvitreg_editable', lambda: False)
     monkeypatch.setattr('mmengine.config.utils.MODULE2PACKAGE', {'mmpretrain': 'mmpretrain'})
     assert [p.name for p in compat.PATCHES if p.needed()] == expected
-
-
-def test_package_lookup_gate_reads_whether_pkg_resources_is_importable(monkeypatch):
-    """Patch 3 asks the import system, without importing ``pkg_resources``: blocked (``sys.modules`` entry
-    ``None``, as setuptools >= 82 leaves it absent) it is missing; on this stack it is whatever is installed."""
-    import importlib.util
-    assert compat._pkg_resources_missing() is (importlib.util.find_spec('pkg_resources') is None)
-    monkeypatch.setitem(sys.modules, 'pkg_resources', None)
-    assert compat._pkg_resources_missing()
-
-
-def test_package_lookup_gate_reads_whether_mmvitreg_is_editable(monkeypatch):
-    """Patch 3 also runs for an editable mmvitreg, whose site-packages ``.mim`` is pointers that mmengine's
-    metafile reader cannot follow: read from PEP 610's ``direct_url.json``, whatever ``pkg_resources`` does."""
-    import importlib.metadata as md
-
-    class Dist:
-        def __init__(self, text):
-            self.text = text
-
-        def read_text(self, name):
-            return self.text if name == 'direct_url.json' else None
-
-    for text, editable in (('{"dir_info": {"editable": true}, "url": "file:///x"}', True),
-                           ('{"dir_info": {}, "url": "file:///x"}', False), (None, False)):
-        with monkeypatch.context() as m:
-            m.setattr(md, 'distribution', lambda name, text=text: Dist(text))
-            assert compat._mmvitreg_editable() is editable
-    monkeypatch.setattr(compat, '_pkg_resources_missing', lambda: False)
-    monkeypatch.setattr(compat, '_mmvitreg_editable', lambda: True)
-    assert next(p for p in compat.PATCHES if p.name == 'package_lookup').needed()
 
 
 def test_config_scope_gate_reads_mmengine_package_table(monkeypatch):
@@ -99,20 +63,38 @@ def test_this_stack_applies_exactly_the_patches_it_needs():
     assert 'mmvitreg_config_scope' in compat.applied()
 
 
-def test_a_stack_that_needs_no_patch_gets_none():
-    """Faked torch 2.5 + mmengine 0.11 (which knows nothing of mmvitreg): only the config scope is
-    registered and mmvitreg's models load through mmvitreg (any mmengine); mmengine's checkpoint loader,
-    distributed init and package lookup stay its own."""
-    code = fake_versions(torch='2.5.1', mmengine='0.11.0') + (
-        "import mmengine.dist.utils as du, mmengine.utils.package_utils as pu\n"
-        "from mmengine.runner.checkpoint import CheckpointLoader\n"
-        "before = (du._init_dist_pytorch, pu.is_installed, CheckpointLoader._schemes[''])\n"
-        "import mmvitreg\nfrom mmvitreg import compat\n"
-        "after = (du._init_dist_pytorch, pu.is_installed, CheckpointLoader._schemes[''])\n"
-        "print(compat.applied(), before == after)")
-    proc = run_py(code)
+HOST_FUNCTIONS = '''
+import mmengine.config.config as cc, mmengine.dist.utils as du, mmengine.infer.infer as infer
+import mmengine.runner.checkpoint as rc, mmengine.utils as mu, mmengine.utils.package_utils as pu
+import mmpretrain.utils.dependency as dependency
+from mmengine.model import MMDistributedDataParallel
+from mmengine.runner import Runner
+
+
+def host():
+    return dict(init_dist=du._init_dist_pytorch, ddp_init=MMDistributedDataParallel.__init__,
+                maybe_compile=Runner._maybe_compile, is_installed=(pu.is_installed, mu.is_installed, cc.is_installed),
+                installed_path=(pu.get_installed_path, mu.get_installed_path, cc.get_installed_path),
+                loaders=dict(rc.CheckpointLoader._schemes), multimodal=dependency.WITH_MULTIMODAL,
+                get_cfg_path=cc.Config._get_cfg_path,
+                load_to_model=(rc._load_checkpoint_to_model, infer._load_checkpoint_to_model))
+
+
+before = host()
+import mmvitreg
+print(sorted(k for k, v in host().items() if v != before[k]))
+'''
+
+
+def test_import_replaces_no_host_function_but_the_config_lookup_and_the_model_loading():
+    """In a fresh interpreter, ``import mmvitreg`` leaves mmengine's distributed init, DDP wrapper, compile step,
+    package lookup and every checkpoint loader (local and remote) as they were, and mmpretrain's multimodal switch
+    unless transformers 5 breaks it; it wraps ``Config._get_cfg_path`` (``mmvitreg::`` paths only) and
+    ``_load_checkpoint_to_model`` (mmvitreg's models only: tests/test_no_global_patch.py)."""
+    proc = run_py(HOST_FUNCTIONS)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split('\n')[-2] == "['mmvitreg_config_scope', 'mmvitreg_model_loading'] True"
+    multimodal = ['multimodal'] if 'multimodal_off' in compat.needed() else []
+    assert proc.stdout.split('\n')[-2] == str(sorted(['get_cfg_path', 'load_to_model'] + multimodal))
 
 
 # --- the patches, each against the breakage it names -------------------------------------------
@@ -145,26 +127,6 @@ def test_mmengine_checkpoints_load_where_torch_defaults_to_weights_only(tmp_path
     assert 'epoch 1' in patched.stdout
 
 
-def test_cross_repo_base_without_pkg_resources():
-    """mmengine PR #1676: `_base_ = 'mmseg::...'` imports pkg_resources, gone in setuptools>=82."""
-    code = ("import sys; sys.modules['pkg_resources'] = None\n{imp}"
-            "from mmengine.config import Config\n"
-            f"cfg = Config.fromfile(r'{SEG}')\nprint(cfg.model.type, cfg.model.backbone.type)")
-    broken = run_py(code.format(imp=''))
-    assert broken.returncode != 0 and 'pkg_resources' in broken.stderr
-    fixed = run_py(code.format(imp='import mmvitreg\n'))
-    assert fixed.returncode == 0, fixed.stderr
-    assert 'EncoderDecoder mmvitreg.DeepViT' in fixed.stdout
-
-
-def test_installed_path_lookup_matches_module_location():
-    from mmvitreg.compat import get_installed_path, is_installed
-    import mmseg
-    import os.path as osp
-    assert is_installed('mmseg') and is_installed('mmsegmentation') and not is_installed('no_such_pkg_xyz')
-    assert get_installed_path('mmseg') == get_installed_path('mmsegmentation') == osp.dirname(mmseg.__file__)
-
-
 MMVITREG_BASE = '''
 from mmengine.config import Config
 from mmengine.registry import DATASETS, init_default_scope
@@ -178,15 +140,30 @@ with DATASETS.switch_scope_and_registry(dataset.pop('_scope_', None)) as registr
 '''
 
 
+def editable_install() -> bool:
+    """Whether mmvitreg is installed editable (PEP 610 ``direct_url.json``), as the quick start installs it."""
+    try:
+        text = importlib.metadata.distribution('mmvitreg').read_text('direct_url.json') or '{}'
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return bool(json.loads(text).get('dir_info', {}).get('editable'))
+
+
 def test_mmvitreg_base_resolves_and_keeps_its_library_scope(tmp_path):
     """``_base_ = 'mmvitreg::...'``: mmengine 0.10 knows no package ``mmvitreg``; told only that, it
-    stamps ``_scope_='mmvitreg'`` on the inherited data set, which then is looked up in our registry,
-    where mmpretrain's ``CustomDataset`` does not exist. With mmvitreg imported the base resolves and its data set is mmpretrain's."""
+    looks the package up through ``pkg_resources``, which for an editable install (the quick start's, and this
+    test environment's) answers the site-packages folder of pointers that its metafile reader cannot follow; told
+    where the package is, it stamps ``_scope_='mmvitreg'`` on the inherited data set, which then is looked up in
+    our registry, where mmpretrain's ``CustomDataset`` does not exist. With mmvitreg imported the base resolves
+    from the imported package and its data set is mmpretrain's."""
     def run(setup):
         return run_py(MMVITREG_BASE.format(setup=setup, mine=tmp_path / 'mine.py'))
 
     unknown = run('')
     assert unknown.returncode != 0 and 'mmengine does not support to load mmvitreg config' in unknown.stderr
+    if editable_install():
+        told_the_name = run("from mmengine.config.utils import MODULE2PACKAGE\nMODULE2PACKAGE['mmvitreg'] = 'mmvitreg'")
+        assert told_the_name.returncode != 0 and "KeyError: 'Models'" in told_the_name.stderr
     # mmengine told only the package and where it is (the checkout), without mmvitreg.compat
     stamped = run("import importlib.util, os.path\nimport mmengine.config.config as cc\n"
                   "from mmengine.config.utils import MODULE2PACKAGE\nMODULE2PACKAGE['mmvitreg'] = 'mmvitreg'\n"

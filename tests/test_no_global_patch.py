@@ -1,8 +1,11 @@
-"""Issue 38 item 3: no global patch. A model without an mmvitreg module loads exactly as without mmvitreg, whatever
-the import order (``mmengine.infer`` imported before or after ``import mmvitreg``), and mmvitreg's own models keep
-their loading (official releases converted, strict inference) in either order. Each order runs in a fresh
-interpreter, because the order is what is under test."""
+"""Issue 38 item 3, issue 44 item 2: no global patch. A model without an mmvitreg module loads exactly as without
+mmvitreg, whatever the import order (``mmengine.infer`` imported before or after ``import mmvitreg``), from a local
+file and from a URL (mmengine's own ``load_from_http``, from torch.hub's download cache: nothing is downloaded), and
+mmengine's ``CheckpointLoader`` keeps its own loader of every scheme; mmvitreg's own models keep their loading
+(official releases converted, strict inference) in either order. Each order runs in a fresh interpreter, because
+the order is what is under test."""
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -17,7 +20,16 @@ ORDERS = ('without', 'infer-first', 'mmvitreg-first')
 SCRIPT = textwrap.dedent('''
     import json, logging, sys, warnings
     import torch
+    import torch.hub
     order, ckpt = sys.argv[1:]
+    URL = 'https://download.invalid/not_fitting.pth'  # in torch.hub's cache (TORCH_HOME): mmengine reads it there
+
+
+    def no_download(url, *args, **kwargs):
+        raise RuntimeError(f'tried to download {url}')
+
+
+    torch.hub.download_url_to_file = no_download
     if order == 'infer-first':
         import mmengine.infer  # noqa: F401  (mmengine.infer.infer imports _load_checkpoint_to_model by name)
     if order != 'without':
@@ -26,6 +38,7 @@ SCRIPT = textwrap.dedent('''
     from mmengine.logging import MMLogger
     from mmengine.model.weight_init import PretrainedInit
     from mmengine.runner import load_checkpoint
+    from mmengine.runner.checkpoint import CheckpointLoader
     from mmpretrain.models import ResNet, VisionTransformer
     records = []
     logger = MMLogger.get_instance('mmengine')
@@ -35,8 +48,10 @@ SCRIPT = textwrap.dedent('''
              'vit': lambda init_cfg: VisionTransformer(arch=ARCH, img_size=32, patch_size=16, init_cfg=init_cfg)}
     LOAD = {'init_cfg': lambda model: model.init_weights(),
             'load_checkpoint': lambda model: load_checkpoint(model, ckpt),  # mmpretrain's get_model path
-            'inferencer': lambda model: infer._load_checkpoint_to_model(model, torch.load(ckpt))}  # BaseInferencer
-    outcome = {'PretrainedInit.__call__': PretrainedInit.__call__.__module__}
+            'inferencer': lambda model: infer._load_checkpoint_to_model(model, torch.load(ckpt)),  # BaseInferencer
+            'url': lambda model: load_checkpoint(model, URL)}
+    outcome = {'PretrainedInit.__call__': PretrainedInit.__call__.__module__,
+               'loaders': {scheme: f'{f.__module__}.{f.__qualname__}' for scheme, f in CheckpointLoader._schemes.items()}}
     for name, build in BUILD.items():
         for how, load in LOAD.items():
             torch.manual_seed(0)
@@ -72,12 +87,15 @@ def runs(tmp_path_factory):
     ckpt = tmp / 'not_fitting.pth'
     torch.save({'state_dict': {'conv1.weight': torch.ones(8, 3, 3, 3), 'cls_token': torch.ones(1, 1, 32),
                                'fc9.weight': torch.ones(2)}}, ckpt)
+    cache = tmp / 'torch_home' / 'hub' / 'checkpoints'  # torch.hub's download cache, which mmengine's loader reads
+    cache.mkdir(parents=True)
+    shutil.copy(ckpt, cache / ckpt.name)
     script = tmp / 'load.py'
     script.write_text(SCRIPT)
     out = {}
     for order in ORDERS:
         run = subprocess.run([sys.executable, str(script), order, str(ckpt)], capture_output=True, text=True,
-                             env=tool_env(), timeout=300, cwd=tmp)
+                             env={**tool_env(), 'TORCH_HOME': str(tmp / 'torch_home')}, timeout=300, cwd=tmp)
         assert run.returncode == 0, run.stderr[-3000:]
         out[order] = json.loads(run.stdout.strip().splitlines()[-1])
     return out
@@ -85,12 +103,17 @@ def runs(tmp_path_factory):
 
 @pytest.mark.parametrize('order', ORDERS[1:])
 def test_plain_mmpretrain_models_load_as_without_mmvitreg_in_any_import_order(runs, order):
-    """A ResNet-18 and a ViT of mmpretrain's, through ``init_cfg`` Pretrained, ``load_checkpoint`` and
-    ``BaseInferencer``'s loader: the same result, warnings, log lines and weights as without mmvitreg, and mmengine's
-    ``PretrainedInit`` is its own."""
+    """A ResNet-18 and a ViT of mmpretrain's, through ``init_cfg`` Pretrained, ``load_checkpoint`` (of a file and of
+    a URL) and ``BaseInferencer``'s loader: the same result, warnings, log lines and weights as without mmvitreg;
+    mmengine's ``PretrainedInit`` and the loaders of its ``CheckpointLoader`` are its own (a URL goes to
+    ``load_from_http``, which reads torch.hub's cache and downloads nothing)."""
     mine = {k: v for k, v in runs[order].items() if not k.startswith('mmvitreg ')}
     assert mine == runs['without']
     assert runs[order]['PretrainedInit.__call__'] == 'mmengine.model.weight_init'
+    assert {runs[order]['loaders'][scheme] for scheme in ('', 'http://', 'https://', r'(\S+\:)?s3://')} == {
+        'mmengine.runner.checkpoint.load_from_local', 'mmengine.runner.checkpoint.load_from_http',
+        'mmengine.runner.checkpoint.load_from_ceph'}
+    assert runs[order]['vit url'] == runs[order]['vit load_checkpoint']  # the URL read from mmengine's cache
     vit = runs[order]['vit load_checkpoint']
     assert vit['result'] == 'ok' and vit['state']['cls_token'] == 32.0  # the fitting key did load, non-strictly
 

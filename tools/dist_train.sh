@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Distributed training: bash tools/dist_train.sh CONFIG NUM_PROCESSES [train.py args...]
 # One process per GPU with NCCL where GPUs exist; on a CPU-only machine the processes use gloo
-# (mmvitreg.compat). Multi-node: NNODES, NODE_RANK, MASTER_ADDR, PORT. Interpreter: $PYTHON.
+# (mmvitreg.utils.set_run_args). Multi-node: NNODES, NODE_RANK, MASTER_ADDR, PORT. Interpreter: $PYTHON.
 set -euo pipefail
 CONFIG=$1
 NPROC=$2

@@ -46,7 +46,7 @@ import torch
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
 from mmvitreg.datasets.label_maps import REGIONS, label_map_path, load_label_map, save_label_map
-from mmvitreg.utils import PARTIAL_HINT, ConfigError, load_config, parse_tool_args
+from mmvitreg.utils import PARTIAL_HINT, ConfigError, init_dist, load_config, parse_tool_args
 
 
 def parse_args(argv=None):
@@ -161,7 +161,7 @@ def main(argv=None):
     except ConfigError as e:
         sys.exit(f'error: {e}')
     from mmengine.dataset import pseudo_collate
-    from mmengine.dist import barrier, get_dist_info, init_dist
+    from mmengine.dist import barrier, get_dist_info
     from mmengine.registry import init_default_scope
     from mmengine.utils import ProgressBar
 

@@ -3,9 +3,10 @@ import logging
 import os.path as osp
 from typing import List, Optional
 
+import torch
 from mmengine.dist import master_only
 from mmengine.hooks import CheckpointHook, EMAHook
-from mmengine.model import BaseTTAModel
+from mmengine.model import BaseTTAModel, is_model_wrapper
 from mmengine.optim import OptimWrapper, OptimWrapperDict
 from mmengine.runner import EpochBasedTrainLoop, Runner
 
@@ -63,6 +64,9 @@ class GuardedRunner(Runner):
     * **Hooks**: :class:`~mmvitreg.engine.hooks.RNGStateHook` (exact resume) and
       :class:`~mmvitreg.engine.hooks.LossGuardHook` (stop at a non-finite loss) are added unless
       the config already has them.
+    * **compile**: ``compile=True`` (or a dict of ``torch.compile`` options) compiles ``model.loss``, the training
+      forward (:func:`compile_loss`); mmengine 0.10 compiles the whole ``train_step``, optimizer step included,
+      where dynamo fails (``Adam.step``).
     * **Randomness**: ``randomness.diff_rank_seed`` defaults to True, so every rank seeds its
       generators with ``seed + rank`` and draws its own mixing boxes, drop-path masks and
       augmentations, as the official codes do (``seed + rank``); mmengine's default draws the same
@@ -221,6 +225,15 @@ class GuardedRunner(Runner):
         self.resume(found[0])
         self._has_loaded = True
 
+    def _maybe_compile(self, target: str) -> None:
+        """As :meth:`Runner._maybe_compile`, but ``train_step`` stays eager and ``model.loss`` is compiled."""
+        options = self.cfg.get('compile', None)
+        if target != 'train_step' or options is None or options is False:
+            return super()._maybe_compile(target)
+        compile_loss(self.model, **({} if options is True else dict(options)))
+        self.logger.info('model.loss has been compiled (the optimizer step stays eager); the first iterations will '
+                         'be slow.')
+
     @master_only
     def save_checkpoint(self, out_dir: str, filename: str, file_client_args=None, save_optimizer: bool = True,
                         save_param_scheduler: bool = True, meta=None, by_epoch: bool = True,
@@ -263,3 +276,14 @@ class GuardedRunner(Runner):
                 f"non-finite weights after iteration {checkpoint['meta']['iter']}: {bad[0]} holds NaN or infinite "
                 f'values ({len(bad)} tensors do), although every loss was finite; {self._saving} is not written and '
                 f'the run stops; {LossGuardHook.last_finite(self)} ({LossGuardHook.hint(self.model)})')
+
+
+def compile_loss(model: torch.nn.Module, **options) -> torch.nn.Module:
+    """Compile ``model.loss`` (the training forward: backbone, trace users and losses; mmpretrain, mmseg and mmdet
+    models all route ``mode='loss'`` there) with ``torch.compile(**options)``, in place; a wrapped model (DDP,
+    mmengine's wrappers) has its inner module's ``loss`` compiled. Returns ``model``."""
+    inner = model
+    while is_model_wrapper(inner):
+        inner = inner.module
+    inner.loss = torch.compile(inner.loss, **options)
+    return model

@@ -37,12 +37,12 @@ CASES: List[Case] = [
          "Install the extra from mmvitreg's checkout (mmvitreg is not on PyPI): `pip install \"/path/to/mmvitreg[seg]\"` "
          '(`pip install ".[seg]"` inside it; `[det]` for an mmdet config, `[all]` for both). Nothing is compiled: '
          'mmcv-lite comes with it where no mmcv is installed, and mmvitreg serves the compiled ops its configs call.'),
-    Case('pkg-resources-missing', 'install', 'a config with an `mmpretrain::` base read before mmvitreg is imported '
-         "(mmpretrain's own `tools/train.py`) where setuptools >= 82 left out `pkg_resources`",
+    Case('pkg-resources-missing', 'install', 'a config with an `mmpretrain::` (`mmseg::`, `mmdet::`) base where '
+         'setuptools >= 82 left out `pkg_resources`',
          "No module named 'pkg_resources'",
-         'mmengine 0.10 finds the library of an `mmpretrain::` base through `pkg_resources` (fixed on its main branch '
+         'mmengine 0.10 finds the library of such a base through `pkg_resources` (fixed on its main branch '
          'only, PR #1676): `pip install "setuptools<82"`, which mmvitreg asks for (installing mmvitreg from its '
-         "checkout brings it back). mmvitreg's own `tools/train.py` reads such configs either way."),
+         'checkout brings it back).'),
     Case('op-not-served', 'install', "an mmcv op that needs mmcv's compiled ops on mmcv-lite, where mmvitreg serves "
          'only the ops its configs call (`nms`, `roi_align_forward`, `roi_align_backward`)',
          "is not provided by mmvitreg's stand-in for mmcv's compiled ops",

@@ -11,8 +11,8 @@ as mixed precision trains in a run: on CUDA mmengine's ``AmpOptimWrapper`` (``to
 dynamic ``GradScaler``), on a CPU :class:`mmvitreg.engine.AutocastOptimWrapper` (bfloat16 autocast; what
 ``tools/train.py --amp`` builds there, as ``AmpOptimWrapper`` refuses a CPU; float16 needs a GPU). A case may
 fix one side's precision (``TrainStepCase.amp``). ``compile=True`` compiles each side's ``model.loss`` as
-``compile=True`` in ``tools/train.py`` does (:func:`mmvitreg.compat.compile_loss`, mmvitreg.compat's
-``compile_model_loss``); a config that says ``compile`` is compiled the same way.
+``compile=True`` in ``tools/train.py`` does (:func:`mmvitreg.engine.runner.compile_loss`, as
+``GuardedRunner._maybe_compile``); a config that says ``compile`` is compiled the same way.
 
 Time: both models live in one process; after warm-up steps their steps alternate (the order flips
 every repetition, so slow drifts of the machine hit both alike), each step timed with
@@ -466,7 +466,7 @@ def prepare(case: TrainStepCase, role: str, *, img_size: int, batch_size: int, d
     ops = train_step_ops(model, data) if count_ops else None
     options = case.compile_options(role)
     if compile or options is not None:
-        from mmvitreg.compat import compile_loss
+        from mmvitreg.engine.runner import compile_loss
         compile_loss(model, **(options or {}))
     return Side(model, build_optim_wrapper(model, device, case.precision(role, amp)), data, flops, ops)
 
