@@ -54,11 +54,14 @@ def is_mmvitreg_model(model: torch.nn.Module) -> bool:
 
 
 def _patch_mmvitreg_model_loading():
-    """mmengine's ``load_checkpoint`` and ``BaseInferencer`` hand a read checkpoint to ``_load_checkpoint_to_model``
-    (``mmengine.infer`` imports it by name: patched there too, whatever the import order); a model holding an
-    mmvitreg module goes to ``mmvitreg.Pretrained.load_checkpoint_dict``, any other to mmengine's own function."""
+    """mmengine hands a read checkpoint to ``_load_checkpoint_to_model`` from ``load_checkpoint``, ``BaseInferencer``,
+    ``Runner.load_checkpoint`` (``load_from`` and ``resume`` of mmengine's own Runner, which mmpretrain's, mmseg's and
+    mmdet's tools build) and FlexibleRunner's strategies; ``mmengine.infer`` and ``mmengine.runner.runner`` import it
+    by name, so it is replaced there too, whatever the import order. A model holding an mmvitreg module goes to
+    ``mmvitreg.Pretrained.load_checkpoint_dict``, any other to mmengine's own function."""
     import mmengine.infer.infer as infer
     import mmengine.runner.checkpoint as runner_checkpoint
+    import mmengine.runner.runner as runner
     from mmengine.registry import WEIGHT_INITIALIZERS
 
     load_to_model = runner_checkpoint._load_checkpoint_to_model
@@ -69,8 +72,8 @@ def _patch_mmvitreg_model_loading():
         return WEIGHT_INITIALIZERS.get('mmvitreg.Pretrained').load_checkpoint_dict(model, checkpoint, strict,
                                                                                    revise_keys)
 
-    runner_checkpoint._load_checkpoint_to_model = load_to_mmvitreg_models
-    infer._load_checkpoint_to_model = load_to_mmvitreg_models
+    for module in (runner_checkpoint, infer, runner):
+        module._load_checkpoint_to_model = load_to_mmvitreg_models
 
 
 def _register_mmvitreg_config_scope():
