@@ -16,8 +16,8 @@ and models read goes through one pass instead:
 
 Callers and policies: :class:`~mmvitreg.engine.runner.GuardedRunner` (``checkpoint_policy``, default
 ``dict(load_from='backbone', resume='strict')``; ``tools/test.py`` strict; ``--allow-partial``), :class:`Pretrained`
-(``init_cfg``: *backbone*; through ``mmvitreg.compat``, mmpretrain's ``get_model`` / inferencers and mmengine's
-``load_checkpoint``: *strict*, :func:`partial_loading` the opt-out), :func:`load_weights` (analysis tools, ONNX
+(``init_cfg``: *backbone*; through ``mmvitreg.compat``, mmengine's ``load_checkpoint``, inferencers and plain
+runners: *strict*, :func:`partial_loading` the opt-out), :func:`load_weights` (analysis tools, ONNX
 export: *strict*, ``--allow-partial``) and ``tools/model_converters/``. Saving: :class:`AtomicLocalBackend`.
 """
 import logging
@@ -388,9 +388,9 @@ class Pretrained(PretrainedInit):
     @staticmethod
     def load_checkpoint_dict(model: nn.Module, checkpoint: dict, strict: bool = False,
                              revise_keys: Sequence = REVISE_KEYS) -> dict:
-        """mmengine's ``_load_checkpoint_to_model`` for models holding an mmvitreg module (inference, through
-        ``mmvitreg.compat``): steps 2-3 on a read ``checkpoint``, *strict* whatever ``strict`` says, *partial* inside
-        :func:`partial_loading`.
+        """mmengine's ``_load_checkpoint_to_model`` for models holding an mmvitreg module (through
+        ``mmvitreg.compat``: ``load_checkpoint``, inferencers, plain runners): steps 2-3 on a read ``checkpoint``,
+        *strict* whatever ``strict`` says, *partial* inside :func:`partial_loading`.
 
         Raises:
             CheckpointError: the checkpoint does not convert or does not fill the model (naming the opt-out).
@@ -410,7 +410,7 @@ _INFERENCE_HINT = ('a model predicts only from a checkpoint that fills every par
 
 @contextmanager
 def partial_loading() -> Iterator[None]:
-    """Inside it, inference loading (:meth:`Pretrained.load_checkpoint_dict`) is *partial*, with one warning::
+    """Inside it, :meth:`Pretrained.load_checkpoint_dict` loads by the *partial* policy, with one warning::
 
         with mmvitreg.engine.partial_loading():
             inferencer = ImageClassificationInferencer(config, pretrained=checkpoint_of_another_head)
