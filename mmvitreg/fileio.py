@@ -1,19 +1,6 @@
-"""Reading and writing files safely: the allow-listed checkpoint unpickler and the atomic writer.
-
-* :func:`load_checkpoint` - ``torch.load`` with ``weights_only=True``, whose allow-list holds
-  :func:`checkpoint_safe_globals`, exactly what mmengine's, this package's and the official releases' checkpoints
-  contain (:mod:`mmvitreg.compat` adds them to torch's own list, so mmengine's loaders read the same); any other
-  global is refused (:class:`UnsafeCheckpointError`, naming the file, the global and the opt-in ``--unsafe-load`` /
-  ``MMVITREG_UNSAFE_LOAD=1`` for trusted files). Every checkpoint and token label map the package reads goes
-  through it.
-* :func:`atomic_write` - a file written to a hidden temporary beside it, flushed and ``os.replace``-d over the final
-  name, so a reader sees the old file or the complete new one; a process killed while writing leaves at most a
-  ``.<name>.<random>.tmp`` file, which :func:`remove_stale_temporaries` (the next save, a resume) removes. The
-  checkpoint backend (:class:`mmvitreg.engine.AtomicLocalBackend`) and the token label maps
-  (:func:`mmvitreg.datasets.label_maps.save_label_map`) write through it.
-
-It sits at the bottom of the package (beside :mod:`mmvitreg.registry` and :mod:`mmvitreg.compat`) because both the
-data sets and the engine use it.
+"""Reading and writing files safely, at the bottom of the package (the data sets and the engine use it):
+:func:`load_checkpoint` (``weights_only=True`` and the allow-list of what checkpoints hold) and :func:`atomic_write`
+(a temporary ``os.replace``-d over the final name). How checkpoints are loaded: :mod:`mmvitreg.engine.checkpoint`.
 """
 import os
 import os.path as osp
@@ -93,10 +80,7 @@ def unsafe_load_allowed() -> bool:
 def load_checkpoint(file, map_location=None, name: Optional[str] = None, unsafe: Optional[bool] = None):
     """``torch.load`` of a checkpoint, with ``weights_only=True`` and torch's allow-list, which holds
     :func:`checkpoint_safe_globals` (:mod:`mmvitreg.compat`'s ``checkpoint_weights_only``; before torch 2.6,
-    :data:`TORCH_WEIGHTS_ONLY`, the file is unpickled as that torch does by default).
-
-    The package's one checkpoint reader: :func:`mmvitreg.engine.read_checkpoint`, the offline converters and the
-    token-label-map reader call it.
+    :data:`TORCH_WEIGHTS_ONLY`, the file is unpickled as that torch does by default). The package's one unpickler.
 
     Args:
         file (str | file-like): what ``torch.load`` reads.

@@ -17,8 +17,9 @@ REPO = Path(__file__).resolve().parents[1]
 TOOLS = REPO / 'tools'
 CONFIGS = REPO / 'configs'
 # modules of the tools, imported as the tools import them (a script's folder is first on sys.path): the studies
-# behind the analysis tools (``studies``), the digits builders (``digits``), the troubleshooting catalogue
-for _folder in ('analysis_tools', 'dataset_converters', 'misc'):
+# behind the analysis tools (``studies``), the digits builders (``digits``), the troubleshooting catalogue,
+# the converters' command line (``checkpoint_converter``)
+for _folder in ('analysis_tools', 'dataset_converters', 'misc', 'model_converters'):
     sys.path.insert(0, str(TOOLS / _folder))
 
 

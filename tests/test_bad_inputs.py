@@ -534,7 +534,7 @@ def _(ctx):
 @scenario('converter-other-model')
 def _(ctx):
     from mmpretrain.models import SwinTransformer
-    from mmvitreg.engine.checkpoint import converter_cli
+    from checkpoint_converter import converter_cli
     from mmvitreg.models.backbones.deepvit import convert_deepvit
     src, dst = ctx.ws / 'swin_official.pth', ctx.ws / 'converted.pth'
     torch.save({'model': SwinTransformer(arch='tiny', img_size=32, window_size=4).state_dict()}, src)
@@ -544,7 +544,7 @@ def _(ctx):
 @scenario('converter-unsafe-pickle')
 def _(ctx):
     from test_safe_loading import code_running_checkpoint
-    from mmvitreg.engine.checkpoint import converter_cli
+    from checkpoint_converter import converter_cli
     from mmvitreg.models.backbones.deepvit import convert_deepvit
     marker = ctx.ws.parent / 'converter_pickle_ran'
     src = code_running_checkpoint(ctx.ws / 'unsafe_release.pth', ctx.ckpt[DEEPVIT], marker)

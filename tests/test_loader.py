@@ -155,7 +155,7 @@ def test_a_remote_checkpoint_is_fetched_by_the_file_backend_and_read_by_the_allo
 
 def test_the_converters_refuse_in_one_error_line(tmp_path):
     from test_safe_loading import _RunsCode
-    from mmvitreg.engine.checkpoint import converter_cli
+    from checkpoint_converter import converter_cli
     from mmvitreg.models.backbones.deepvit import convert_deepvit
     torch.save({'model': {'w': torch.zeros(1)}, 'args': _RunsCode('1')}, tmp_path / 'unsafe.pth')
     (tmp_path / 'truncated.pth').write_bytes(save(tmp_path / 'ok.pth', 'deit').read_bytes()[:300])

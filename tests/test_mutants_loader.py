@@ -11,10 +11,11 @@ import torch
 from mmengine.logging import HistoryBuffer
 from torch import nn
 
+from checkpoint_converter import convert_checkpoint_file, converter_cli
 from mmvitreg.engine.checkpoint import (ATOMIC_BACKEND, AtomicLocalBackend, CheckpointError, KeyReport, Pretrained,
-                                        _looks_like, check_copy, check_fit, convert_checkpoint_file, converter_cli,
-                                        first_readable, fit, judge, load_state_dict_checked, load_weights,
-                                        normalise_checkpoint, partial_loading, resume_candidates)
+                                        _looks_like, check_copy, check_fit, fit, load_state_dict_checked, load_weights,
+                                        normalise_checkpoint, partial_loading)
+from mmvitreg.engine.runner import first_readable, resume_candidates
 from mmvitreg.fileio import UnsafeCheckpointError, _history_buffer_statistic, atomic_write, load_checkpoint
 
 
@@ -110,8 +111,8 @@ def test_a_modules_own_load_error_is_reported_and_mmengines_key_lines_are_not():
     assert report.missing == [] and report.unexpected == [] and report.resized == {}
     assert 'error: the kernel is stored transposed' in report.describe()
     with pytest.raises(CheckpointError, match='does not fit the model Net .*error: the kernel'):
-        judge(model, report, 'f.pth', {}, 'strict', 'hint')
-    assert judge(model, report, 'f.pth', {}, 'partial', 'hint') is report
+        fit(model, {}, 'f.pth', 'strict', 'hint', report=report)
+    assert fit(model, {}, 'f.pth', 'partial', 'hint', report=report) is report
 
 
 def test_a_report_lists_the_first_five_keys_of_each_kind_and_counts_the_rest():
@@ -124,7 +125,7 @@ def test_a_report_lists_the_first_five_keys_of_each_kind_and_counts_the_rest():
 
 def test_fit_refuses_an_unknown_policy():
     with pytest.raises(ValueError, match=r"a load policy is one of \('strict', 'backbone', 'partial'\), not 'lenient'"):
-        fit(Net(), Net().state_dict(), 'f.pth', {}, 'lenient', 'hint')
+        fit(Net(), {'state_dict': Net().state_dict()}, 'f.pth', 'lenient', 'hint')
 
 
 # ---------------------------------------------------------------- what a file looks like
@@ -321,7 +322,7 @@ def test_load_weights_selects_the_prefix_logs_one_line_and_refuses_a_prefix_with
     report = load_weights(target, str(path), prefix='backbone', logger=logging.getLogger('test_mutants_loader'))
     assert report.clean and torch.equal(target.weight, source.backbone.weight)
     assert [r.getMessage() for r in caplog.records if r.name == 'test_mutants_loader'] == [
-        f'{path} (backbone.): 2 matched, 0 missing, 0 unexpected, 0 resized keys']
+        f"weights (prefix='backbone.') {path}: 2 matched, 0 missing, 0 unexpected, 0 resized keys"]
     with pytest.raises(CheckpointError, match=r"has no key under the prefix='neck.'; the file looks like a checkpoint "
                                               r'of another model \(top-level modules: backbone\); use a checkpoint'):
         load_weights(target, str(path), prefix='neck.')

@@ -164,7 +164,7 @@ def test_getattr_is_allowed_for_history_buffer_statistics_only(tmp_path):
 
 @refusing
 def test_converter_refuses_the_pickle_unless_unsafe_load(tmp_path):
-    from mmvitreg.engine.checkpoint import converter_cli
+    from checkpoint_converter import converter_cli
     from mmvitreg.models.converters import convert_timm_vit
     from test_model_converters import official_state_dict
     marker = tmp_path / 'ran'

@@ -1,47 +1,34 @@
-"""Checkpoints that are never silently wrong: one loading pass, key reports, atomic writing.
+"""Checkpoints that are never silently wrong: mmvitreg's loading design, told here once.
 
-mmengine 0.10.7 reads a checkpoint with a bare ``torch.load`` (a truncated file ends in an
-``UnpicklingError`` naming no file), loads state dicts non-strictly with one warning line per key
-(``tools/test.py`` given another model's checkpoint evaluates a half-random model and exits 0), and
-writes checkpoints in place (a process killed while saving leaves a truncated file under the final
-name). Every checkpoint mmvitreg's tools and models read goes through one pass instead, each step in one place:
+mmengine 0.10.7 reads a checkpoint with a bare ``torch.load`` (a truncated file: an ``UnpicklingError`` naming no
+file), loads non-strictly with one warning per key (``tools/test.py`` given another model's checkpoint scores a
+half-random model) and writes in place (a killed save leaves a truncated file). Every checkpoint mmvitreg's tools
+and models read goes through one pass instead:
 
-1. **read** - :func:`read_checkpoint`: a local file, or a remote one (``https://``, ``s3://``, any prefix
-   with an mmengine file backend) fetched through ``mmengine.fileio.get_local_path``, unpickled by
-   :func:`mmvitreg.fileio.load_checkpoint` (``weights_only=True`` and its allow-list); one
-   :class:`CheckpointError` line naming the file and what is wrong;
-2. **revise, detect and convert** - :func:`mmvitreg.models.converters.convert_official`: the keys revised once
-   (:func:`~mmvitreg.models.converters.revise_keys`, mmengine's ``revise_keys``: DDP's ``module.`` dropped), an
-   official release converted (one log line): :func:`load_checkpoint_file` returns mmengine's
-   ``{'state_dict': ...}`` form;
-3. **fit** - :func:`fit`: :func:`load_state_dict_checked` (mmengine's ``load_state_dict`` walk, so load-time hooks
-   such as mmpretrain's position-embedding resize run, listened to for a :class:`KeyReport`), and the policy
-   decides (:func:`judge`): *strict* (every key fits), *backbone* (:func:`check_fit`: most of the backbone filled,
-   no backbone parameter of the file dropped but those the backbone's options leave out) or *partial* (whatever
-   fits). An ``EMAHook``'s copy is filled by the hook and only checked (:func:`check_copy`).
+1. **read** (:func:`read_checkpoint`): local or remote, unpickled with ``weights_only=True`` and an allow-list
+   (:func:`mmvitreg.fileio.load_checkpoint`); a bad file is one :class:`CheckpointError` line naming it;
+2. **revise and convert** (:func:`normalise_checkpoint`): DDP's ``module.`` dropped, an official release (LV-ViT,
+   DeepViT, DiversePatch, timm DeiT / TL-Align, Swin) converted with one log line, non-finite weights refused;
+3. **fit and judge** (:func:`fit`): mmengine's ``load_state_dict`` walk (load-time hooks such as position-embedding
+   resize run) gives a :class:`KeyReport`, judged by a policy: *strict* (every key fits), *backbone*
+   (:func:`check_fit`) or *partial* (whatever fits); one log line ``{purpose} {file}: {report}``. An ``EMAHook``'s
+   copy, filled by the hook, is only checked (:func:`check_copy`).
 
-Who calls it: :class:`~mmvitreg.engine.runner.GuardedRunner` (``load_from``, ``--resume``, ``tools/test.py``),
-:class:`Pretrained` (``init_cfg``: the *backbone* policy, a training's start, for mmvitreg's backbones, whose
-``init_weights`` scope their ``type='Pretrained'`` to mmvitreg; and, through ``mmvitreg.compat``'s
-``mmvitreg_model_loading`` patch of ``_load_checkpoint_to_model``, mmpretrain's ``get_model`` / inferencers and
-mmengine's ``load_checkpoint`` for models containing an mmvitreg module: *strict*, :func:`partial_loading` the
-opt-out), :func:`load_weights` (the analysis tools, ``tools/deployment/pytorch2onnx.py``: *strict*,
-``--allow-partial`` the opt-out) and :func:`converter_cli` (``tools/model_converters/``).
-
-Also here: :class:`AtomicLocalBackend` (mmengine's local file backend writing through
-:func:`mmvitreg.fileio.atomic_write`) and :func:`resume_candidates` (what ``--resume auto`` may take).
+Callers and policies: :class:`~mmvitreg.engine.runner.GuardedRunner` (``checkpoint_policy``, default
+``dict(load_from='backbone', resume='strict')``; ``tools/test.py`` strict; ``--allow-partial``), :class:`Pretrained`
+(``init_cfg``: *backbone*; through ``mmvitreg.compat``, mmengine's ``load_checkpoint``, inferencers and plain
+runners: *strict*, :func:`partial_loading` the opt-out), :func:`load_weights` (analysis tools, ONNX
+export: *strict*, ``--allow-partial``) and ``tools/model_converters/``. Saving: :class:`AtomicLocalBackend`.
 """
-import argparse
 import logging
 import os
 import os.path as osp
 import re
-import sys
 from collections import OrderedDict
 from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from mmengine.fileio import LocalBackend, get_local_path, register_backend
@@ -51,8 +38,7 @@ from mmengine.runner.checkpoint import load_state_dict as mmengine_load_state_di
 from torch import nn
 
 import mmvitreg.models.backbones  # noqa: F401  (registers the DeepViT, LV-ViT and Swin release layouts)
-from mmvitreg.fileio import (UNSAFE_LOAD_HELP, UnsafeCheckpointError, atomic_write, load_checkpoint,
-                             remove_stale_temporaries)
+from mmvitreg.fileio import UnsafeCheckpointError, atomic_write, load_checkpoint, remove_stale_temporaries
 from mmvitreg.models.converters import (REVISE_KEYS, convert_official, detect_layout, revise_keys, unwrap_checkpoint,
                                        where_keys_belong)
 from mmvitreg.registry import WEIGHT_INITIALIZERS
@@ -117,19 +103,12 @@ def _read_local(path: str, name: str, map_location, unsafe: Optional[bool]) -> d
 
 
 def read_checkpoint(filename: str, map_location='cpu', unsafe: Optional[bool] = None) -> dict:
-    """Read a checkpoint, local or remote, or raise one :class:`CheckpointError` line that names it.
-
-    A remote file (``https://``, ``s3://``, any prefix that has an mmengine file backend) is fetched by
-    ``mmengine.fileio.get_local_path`` and read as a local one. The file is unpickled by
-    :func:`mmvitreg.fileio.load_checkpoint` (``weights_only=True`` and the allow-list of what checkpoints
-    hold, unless ``unsafe`` or the user's ``--unsafe-load``).
-
-    Returns:
-        dict: the checkpoint (``{'state_dict': ..., 'meta': ..., ...}`` or a bare state dict).
+    """Step 1 of the pass: read ``filename``, local or remote (fetched by ``mmengine.fileio.get_local_path``),
+    unpickled by :func:`mmvitreg.fileio.load_checkpoint` (the allow-list unless ``unsafe`` or ``--unsafe-load``).
 
     Raises:
-        CheckpointError: the file cannot be fetched, does not exist, is empty, is truncated or not a
-            PyTorch file, holds something other than a checkpoint dict, or names a global outside the allow-list.
+        CheckpointError: the file cannot be fetched, is missing, empty, truncated, not a PyTorch checkpoint dict, or
+            names a global outside the allow-list.
     """
     filename = str(filename)
     if is_local(filename):
@@ -152,14 +131,12 @@ def non_finite(*state_dicts: dict) -> List[str]:
 
 
 def normalise_checkpoint(checkpoint: dict, filename: str, logger='current', rules: Sequence = REVISE_KEYS) -> dict:
-    """Step 2 of the pass: ``checkpoint`` in mmengine's form, its keys revised by ``rules`` (default: DDP's
-    ``module.`` dropped; :func:`~mmvitreg.models.converters.revise_keys`, the one place keys are revised), an
-    official release converted (one log line naming its layout and converter).
+    """Step 2 of the pass: ``checkpoint`` in mmengine's form, its keys revised by ``rules``
+    (:func:`~mmvitreg.models.converters.revise_keys`), an official release converted (one log line).
 
     Raises:
-        CheckpointError: the checkpoint holds no state dict, looks like an official release that its converter
-            cannot convert (the message names the keys), or holds weights that are not finite (:func:`non_finite`,
-            of ``state_dict`` and ``ema_state_dict``: the message names the first; no opt-out).
+        CheckpointError: no state dict, a release its converter cannot convert (naming the keys), or weights that are
+            not finite (:func:`non_finite` of ``state_dict`` and ``ema_state_dict``; no opt-out).
     """
     try:
         converted, layout = convert_official(checkpoint, rules)
@@ -182,15 +159,8 @@ def normalise_checkpoint(checkpoint: dict, filename: str, logger='current', rule
 
 
 def load_checkpoint_file(filename: str, map_location=None, logger='current', rules: Sequence = REVISE_KEYS) -> dict:
-    """Read ``filename`` (:func:`read_checkpoint`) and return it in mmengine's form (:func:`normalise_checkpoint`:
-    keys revised by ``rules``, an official release converted).
-
-    It is deliberately not mmengine's ``CheckpointLoader.load_checkpoint``: mmseg's and mmdet's own Swin read
-    official Swin files through that with ``convert_weights=True`` and convert them themselves.
-
-    Raises:
-        CheckpointError: the file cannot be read or converted.
-    """
+    """Steps 1-2 of the pass: :func:`read_checkpoint`, then :func:`normalise_checkpoint`. Not mmengine's
+    ``CheckpointLoader``: mmseg's and mmdet's Swin read official files through it and convert them themselves."""
     return normalise_checkpoint(read_checkpoint(filename, map_location), filename, logger, rules)
 
 
@@ -201,16 +171,10 @@ def _shown(keys: List[str]) -> str:
 
 @dataclass
 class KeyReport:
-    """How a state dict fitted a model; derived buffers (:data:`DERIVED_BUFFERS`) are in no list.
-
-    Attributes:
-        matched (List[str]): checkpoint keys loaded into the model.
-        missing (List[str]): model keys the checkpoint lacks.
-        unexpected (List[str]): checkpoint keys the model does not have.
-        resized (Dict[str, Tuple[tuple, tuple]]): key -> (checkpoint shape, model shape) for keys
-            whose shapes still differ after the modules' load-time hooks; they are not loaded.
-        errors (List[str]): any other error a module reported while loading.
-    """
+    """How a state dict fitted a model: ``matched`` (checkpoint keys loaded), ``missing`` (model keys the file
+    lacks), ``unexpected`` (file keys the model lacks), ``resized`` (key -> (file shape, model shape), still
+    different after the load-time hooks; not loaded) and ``errors`` (other errors of the modules). Derived buffers
+    (:data:`DERIVED_BUFFERS`) are in no list."""
 
     matched: List[str] = field(default_factory=list)
     missing: List[str] = field(default_factory=list)
@@ -244,8 +208,6 @@ class KeyReport:
 
 _SIZE_MISMATCH = re.compile(r'size mismatch for (\S+): copying a param with shape torch\.Size\((\[.*?\])\) from '
                             r'checkpoint, the shape in current model is torch\.Size\((\[.*?\])\)')
-
-
 #: the lines of mmengine's message that the key lists already hold
 _MMENGINE_LINES = ('The model and loaded state dict do not match', 'unexpected key in source', 'missing keys in source')
 
@@ -266,15 +228,10 @@ class _Messages(logging.Logger):
 
 
 def load_state_dict_checked(model: nn.Module, state_dict: Dict[str, torch.Tensor]) -> KeyReport:
-    """Copy ``state_dict`` into ``model`` wherever it fits (mmengine's
-    :func:`~mmengine.runner.checkpoint.load_state_dict`, non-strict) and report what did not.
-
-    mmengine walks the modules (each module's ``_load_from_state_dict`` with its pre-hooks, e.g. mmpretrain's
-    position-embedding resize, then the post-hooks) and skips size-mismatched tensors; this wrapper only listens:
-    a post-hook on ``model`` (called last, with mmengine's missing / unexpected lists) and the message mmengine
-    logs (its size mismatches; mmengine logs them on rank 0 only, so another rank's report lists none and the
-    rank-0 error stops the run). Derived buffers (:data:`DERIVED_BUFFERS`) are not counted.
-    """
+    """Copy ``state_dict`` into ``model`` wherever it fits (mmengine's non-strict
+    :func:`~mmengine.runner.checkpoint.load_state_dict`, so load-time pre- and post-hooks run) and report what did
+    not: a post-hook on ``model`` hears mmengine's missing / unexpected lists, the message it logs the size
+    mismatches (rank 0 only: another rank lists none, and rank 0's error stops the run)."""
     found = {}
     model = unwrap_model(model)  # mmengine's walk starts inside the wrappers: the post-hook goes where it starts
     handle = model.register_load_state_dict_post_hook(lambda module, keys: found.update(keys=keys))
@@ -308,16 +265,10 @@ def _looks_like(checkpoint: dict, state_dict: Dict[str, torch.Tensor]) -> str:
 
 
 def check_fit(model: nn.Module, report: KeyReport, filename: str, checkpoint: dict, hint: str) -> None:
-    """The *backbone* policy: raise unless the load filled at least :data:`MIN_BACKBONE_SHARE` of the backbone's
-    tensors and found a place in the backbone for every backbone parameter of the checkpoint.
-
-    The backbone is ``model.backbone`` when the model has one, else the model (a backbone loaded through
-    ``init_cfg``); its tensors that the report lists as missing or resized count as not filled. The rest of the
-    model may differ (a classifier's head in a segmentor, other classes), and so may the modules the backbone's own
-    options leave out (its ``left_out``: a final norm with ``final_norm=False``), but any other parameter the
-    backbone has no place for (a talking-heads file in a model without them) would be dropped, and the model
-    would not compute what was trained: the error names the keys and what takes them
-    (:func:`~mmvitreg.models.converters.where_keys_belong`).
+    """The *backbone* policy: raise unless the load filled :data:`MIN_BACKBONE_SHARE` of the backbone's
+    tensors (``model.backbone``, else the model) and dropped no backbone parameter of the file but those its options
+    leave out (``left_out``, e.g. a final norm); the error names the keys and what takes them
+    (:func:`~mmvitreg.models.converters.where_keys_belong`). The rest of the model may differ.
 
     Raises:
         CheckpointError: naming the file, what does not fit, the layout the file looks like and ``hint``.
@@ -345,43 +296,36 @@ def check_fit(model: nn.Module, report: KeyReport, filename: str, checkpoint: di
             f'belong to {belong}: use that config; {hint}')
 
 
-def fit(model: nn.Module, state_dict: Dict[str, torch.Tensor], filename: str, checkpoint: dict, policy: str,
-        hint: str, what: str = 'the model') -> KeyReport:
-    """Step 3 of the pass: load ``state_dict`` into ``model`` (:func:`load_state_dict_checked`) and apply ``policy``:
-    *strict* raises on any key that does not fit, *backbone* is :func:`check_fit`, *partial* takes what fits.
+def fit(model: nn.Module, checkpoint: dict, filename: str, policy: str, hint: str, purpose: Optional[str] = None,
+        what: str = 'the model', report: Optional[KeyReport] = None, logger='current') -> KeyReport:
+    """Step 3 of the pass: load ``checkpoint['state_dict']`` into ``model`` (:func:`load_state_dict_checked`), or
+    take the ``report`` of a copy already filled (:func:`check_copy`); judge it by ``policy``; given a ``purpose``,
+    log the load's one line, ``{purpose} {filename}: {report.describe()}`` (INFO if clean, else WARNING).
 
     Raises:
         CheckpointError: the load breaks the policy (the message names the file, ``what`` was loaded and ``hint``).
     """
     if policy not in POLICIES:
         raise ValueError(f'a load policy is one of {POLICIES}, not {policy!r}')
-    return judge(model, load_state_dict_checked(model, state_dict), filename, checkpoint, policy, hint, what)
-
-
-def judge(model: nn.Module, report: KeyReport, filename: str, checkpoint: dict, policy: str, hint: str,
-          what: str = 'the model') -> KeyReport:
-    """Apply ``policy`` to ``report`` (how a load into ``model`` went): *strict* raises on any key that does not fit,
-    *backbone* is :func:`check_fit`, *partial* takes what fits. Returns ``report``.
-
-    Raises:
-        CheckpointError: the load breaks the policy (the message names the file, ``what`` was loaded and ``hint``).
-    """
+    if report is None:
+        report = load_state_dict_checked(model, checkpoint['state_dict'])
     if policy == 'strict' and not report.clean:
         raise CheckpointError(f'checkpoint {filename} does not fit {what} {type(model).__name__} '
                               f'({report.describe()}); {hint}')
     if policy == 'backbone':
         check_fit(model, report, filename, checkpoint, hint)
+    if purpose:
+        print_log(f'{purpose} {filename}: {report.describe()}', logger=logger,
+                  level=logging.INFO if report.clean else logging.WARNING)
     return report
 
 
 def check_copy(copy: nn.Module, checkpoint: dict, filename: str, policy: str, hint: str,
                what: str = "EMAHook's EMA copy of") -> KeyReport:
-    """Check, without loading anything, that ``copy`` (an ``EMAHook``'s ``ema_model.module``, after the hook's
-    ``after_load_checkpoint`` loaded it by its own rule) holds the file's weights: each of its tensors must equal the
-    same key's tensor in ``checkpoint['state_dict']`` or ``checkpoint['ema_state_dict']`` (``module.`` dropped), as
-    they stand after the hooks. Which of the two the hook took is the hook's business (mmengine's and mmpretrain's
-    hooks differ): a tensor found in neither is *missing*, one whose key is there with another shape *resized*,
-    and ``policy`` judges the report as :func:`fit` does.
+    """Check, loading nothing, that ``copy`` (an ``EMAHook``'s ``ema_model.module``, filled by the hook's own
+    rule) holds the file's weights: each tensor equal to the same key's in ``checkpoint['state_dict']`` or its
+    ``ema_state_dict`` (``module.`` dropped); one found in neither is *missing*, one of another shape *resized*, and
+    :func:`fit` judges the report by ``policy``.
 
     Raises:
         CheckpointError: the copy breaks the policy (the message names the file, ``what`` was checked and ``hint``).
@@ -400,13 +344,14 @@ def check_copy(copy: nn.Module, checkpoint: dict, filename: str, policy: str, hi
             report.resized[key] = (tuple(given[0].shape), tuple(tensor.shape))
         else:
             report.missing.append(key)
-    return judge(copy, report, filename, checkpoint, policy, hint, what)
+    return fit(copy, checkpoint, filename, policy, hint, what=what, report=report)
 
 
 def load_weights(model: nn.Module, filename: str, policy: str = 'strict', prefix: Optional[str] = None,
-                 map_location='cpu', hint: str = 'use a checkpoint of this model', logger='current') -> KeyReport:
+                 map_location='cpu', hint: str = 'use a checkpoint of this model', logger='current',
+                 purpose: str = 'weights') -> KeyReport:
     """The whole pass for a tool or an init: read and convert ``filename`` (:func:`load_checkpoint_file`), keep
-    the keys under ``prefix`` (without it), :func:`fit` them into ``model`` by ``policy`` and log one line.
+    the keys under ``prefix`` (without it) and :func:`fit` them into ``model`` by ``policy`` (one log line).
 
     Raises:
         CheckpointError: the file cannot be read, holds no key under ``prefix``, or breaks the policy.
@@ -419,11 +364,8 @@ def load_weights(model: nn.Module, filename: str, policy: str = 'strict', prefix
         if not selected:
             raise CheckpointError(f"checkpoint {filename} has no key under the prefix='{prefix}'; the file "
                                   f'looks like {_looks_like(checkpoint, state_dict)}; {hint}')
-        state_dict = selected
-    report = fit(model, state_dict, filename, {**checkpoint, 'state_dict': state_dict}, policy, hint)
-    print_log(f'{filename}' + (f' ({prefix})' if prefix else '') + f': {report.describe()}', logger=logger,
-              level=logging.INFO if report.clean else logging.WARNING)
-    return report
+        purpose, state_dict = f"{purpose} (prefix='{prefix}')", selected
+    return fit(model, {**checkpoint, 'state_dict': state_dict}, filename, policy, hint, purpose, logger=logger)
 
 
 _INIT_HINT = ("check init_cfg's checkpoint and prefix (prefix='backbone.' loads a classifier checkpoint's backbone "
@@ -433,40 +375,29 @@ _INIT_HINT = ("check init_cfg's checkpoint and prefix (prefix='backbone.' loads 
 @WEIGHT_INITIALIZERS.register_module(name='Pretrained')
 class Pretrained(PretrainedInit):
     """``init_cfg=dict(type='Pretrained', _scope_='mmvitreg', checkpoint=..., prefix=...)``: mmengine's
-    ``PretrainedInit`` through the one pass, with the *backbone* policy (:func:`load_weights`): an official release
-    is converted before the prefix is selected, and a checkpoint that would leave the backbone random, or drop
-    parameters of its own, stops the run. mmengine's own loads whatever fits with one warning per key.
-
-    mmvitreg's backbones get it for ``init_cfg=dict(type='Pretrained')`` too (their ``init_weights`` adds the
-    ``_scope_``: :func:`~mmvitreg.models.backbones.init_cfg.own_pretrained`); any other model only when its config
-    asks for it with ``_scope_``
-    (``type='mmvitreg.Pretrained'`` names the same class, but mmengine's and mmpretrain's ``init_weights`` keep
-    loaded weights only for ``type='Pretrained'``, and re-initialise e.g. the position embedding otherwise).
-    """
+    ``PretrainedInit`` through the one pass (:func:`load_weights`, the *backbone* policy). mmvitreg's backbones get it
+    for ``type='Pretrained'`` too (:func:`~mmvitreg.models.backbones.init_cfg.own_pretrained`); other models only
+    with ``_scope_`` (mmengine and mmpretrain keep loaded weights only for ``type='Pretrained'``)."""
 
     def __call__(self, module: nn.Module) -> None:
-        load_weights(module, self.checkpoint, 'backbone', self.prefix, self.map_location, _INIT_HINT)
+        load_weights(module, self.checkpoint, 'backbone', self.prefix, self.map_location, _INIT_HINT,
+                     purpose='init_cfg')
         if hasattr(module, '_params_init_info'):
             update_init_info(module, init_info=self._get_init_info())
 
     @staticmethod
     def load_checkpoint_dict(model: nn.Module, checkpoint: dict, strict: bool = False,
                              revise_keys: Sequence = REVISE_KEYS) -> dict:
-        """mmengine's ``_load_checkpoint_to_model`` for mmvitreg's models (mmpretrain's ``get_model`` and inferencers,
-        mmengine's ``load_checkpoint`` and ``BaseInferencer``: inference, never a training's start): steps 2-3 of
-        the pass on an already read ``checkpoint``, *strict* whatever ``strict`` says (mmengine passes False by
-        default), *partial* inside :func:`partial_loading`.
+        """mmengine's ``_load_checkpoint_to_model`` for models holding an mmvitreg module (through
+        ``mmvitreg.compat``: ``load_checkpoint``, inferencers, plain runners): steps 2-3 on a read ``checkpoint``,
+        *strict* whatever ``strict`` says, *partial* inside :func:`partial_loading`.
 
         Raises:
-            CheckpointError: the checkpoint does not convert, or does not fill every parameter of the model (one
-                line naming what is missing and the opt-out).
+            CheckpointError: the checkpoint does not convert or does not fill the model (naming the opt-out).
         """
         name = 'given to load_checkpoint'
         checkpoint = normalise_checkpoint(checkpoint, name, rules=revise_keys)
-        report = fit(model, checkpoint['state_dict'], name, checkpoint, 'partial' if _PARTIAL.get() else 'strict',
-                     _INFERENCE_HINT)
-        print_log(f'checkpoint {name}: {report.describe()}', logger='current',
-                  level=logging.INFO if report.clean else logging.WARNING)
+        fit(model, checkpoint, name, 'partial' if _PARTIAL.get() else 'strict', _INFERENCE_HINT, 'checkpoint')
         return checkpoint
 
 
@@ -479,9 +410,7 @@ _INFERENCE_HINT = ('a model predicts only from a checkpoint that fills every par
 
 @contextmanager
 def partial_loading() -> Iterator[None]:
-    """The opt-out of strict inference loading: inside it, mmpretrain's ``get_model`` / inferencers and mmengine's
-    ``load_checkpoint`` load an mmvitreg model from whatever keys of the checkpoint fit (one warning with the
-    counts) instead of stopping at the first missing, unexpected or size-mismatched key::
+    """Inside it, :meth:`Pretrained.load_checkpoint_dict` loads by the *partial* policy, with one warning::
 
         with mmvitreg.engine.partial_loading():
             inferencer = ImageClassificationInferencer(config, pretrained=checkpoint_of_another_head)
@@ -493,56 +422,13 @@ def partial_loading() -> Iterator[None]:
         _PARTIAL.reset(token)
 
 
-def convert_checkpoint_file(src: str, dst: str, convert: Callable[[Dict[str, torch.Tensor]], Dict[str, torch.Tensor]],
-                            ema: bool = False, unsafe_load: bool = False) -> Dict[str, torch.Tensor]:
-    """Read an official checkpoint (:func:`read_checkpoint`: local or remote, the allow-list unless
-    ``unsafe_load``), convert its state dict with ``convert`` and save ``{'state_dict': converted}`` to ``dst``
-    (loadable by ``load_from`` and by ``init_cfg=dict(type='Pretrained', checkpoint=dst)``, with
-    ``prefix='backbone.'`` for a backbone alone).
-
-    Raises:
-        CheckpointError: ``src`` cannot be read, or holds keys ``convert`` does not know (they are listed).
-    """
-    checkpoint = read_checkpoint(src, 'cpu', unsafe=unsafe_load or None)
-    try:
-        converted = convert(revise_keys(unwrap_checkpoint(checkpoint, ema=ema)))
-    except (KeyError, ValueError) as e:
-        raise CheckpointError(f'checkpoint {src} does not convert: {e.args[0]}') from None
-    torch.save({'state_dict': converted}, dst)
-    return converted
-
-
-def converter_cli(convert: Callable[[Dict[str, torch.Tensor]], Dict[str, torch.Tensor]], description: str,
-                  argv: Optional[Sequence[str]] = None, configure: Callable = None) -> None:
-    """Command line ``SRC DST [--ema] [--unsafe-load]`` of the tools in ``tools/model_converters/``; a refusal
-    is one ``error:`` line. ``configure(parser)`` adds a tool's own options and returns, from the parsed
-    arguments, the converter to use (default: ``convert``)."""
-    parser = argparse.ArgumentParser(description=description.strip().splitlines()[0])
-    parser.add_argument('src', help='official checkpoint (.pth / .pth.tar; a local path or a URL)')
-    parser.add_argument('dst', help='output checkpoint')
-    parser.add_argument('--ema', action='store_true',
-                        help='convert the EMA weights (state_dict_ema / model_ema) if present')
-    parser.add_argument('--unsafe-load', action='store_true', help=UNSAFE_LOAD_HELP)
-    pick = configure(parser) if configure else None
-    args = parser.parse_args(argv)
-    try:
-        converted = convert_checkpoint_file(args.src, args.dst, pick(args) if pick else convert, ema=args.ema,
-                                            unsafe_load=args.unsafe_load)
-    except CheckpointError as e:
-        sys.exit(f'error: {e}')
-    print(f'saved {len(converted)} tensors to {args.dst}')
-
-
 class AtomicLocalBackend(LocalBackend):
-    """mmengine's :class:`LocalBackend` whose writes are atomic (:func:`mmvitreg.fileio.atomic_write`): a reader sees
-    the old file or the complete new one, a process killed while writing leaves at most a hidden ``.<name>.*.tmp``
-    file, never a truncated file under the final name, and the next write removes such leftovers. A file it is
-    asked to remove (mmengine's ``max_keep_ckpts`` and best checkpoint, each removed just before the save that
-    replaces it) goes when the next write into its folder completes, so a save that fails or is refused (weights
-    that are not finite) never costs the previous checkpoint."""
+    """mmengine's :class:`LocalBackend` writing through :func:`mmvitreg.fileio.atomic_write`: a killed write
+    leaves at most a hidden ``.<name>.*.tmp`` (the next write removes it), never a truncated file under the final name.
+    A file it is asked to remove (``max_keep_ckpts``, the old best) goes when the next write into its folder completes,
+    so a failed or refused save never costs the previous checkpoint."""
 
-    #: folder -> the files whose removal waits for the next completed write there (the checkpoint hook removes
-    #: through its own instance, the runner writes through another)
+    #: folder -> files to remove at its next completed write (shared: the hook removes, the runner writes)
     pending: Dict[str, List[str]] = {}
 
     def remove(self, filepath) -> None:
@@ -562,43 +448,3 @@ class AtomicLocalBackend(LocalBackend):
 
 
 register_backend(ATOMIC_BACKEND, AtomicLocalBackend, force=True)
-
-_STEP = re.compile(r'^(?:epoch|iter)_(\d+)\.pth$')
-
-
-def resume_candidates(work_dir: str) -> List[str]:
-    """Checkpoints ``--resume auto`` may resume from, newest first: the one ``last_checkpoint``
-    names, then ``epoch_N.pth`` / ``iter_N.pth`` of ``work_dir`` by decreasing ``N``."""
-    candidates = []
-    pointer = osp.join(work_dir, 'last_checkpoint')
-    if osp.isfile(pointer):
-        with open(pointer) as f:
-            named = f.read().strip()
-        if named:
-            candidates.append(named)
-    if osp.isdir(work_dir):
-        steps = [(int(m.group(1)), name) for name in os.listdir(work_dir) if (m := _STEP.match(name))]
-        for _, name in sorted(steps, reverse=True):
-            path = osp.join(work_dir, name)
-            if not any(osp.abspath(path) == osp.abspath(c) for c in candidates):
-                candidates.append(path)
-    return candidates
-
-
-def first_readable(candidates: List[str], warn) -> Optional[Tuple[str, dict]]:
-    """The first candidate that reads as a checkpoint, and the checkpoint; ``warn(message)`` for
-    each one skipped. None when there is no candidate.
-
-    Raises:
-        CheckpointError: there were candidates, but none could be read.
-    """
-    problems = []
-    for path in candidates:
-        try:
-            return path, read_checkpoint(path)
-        except CheckpointError as e:
-            problems.append(str(e))
-            warn(f'--resume auto: skipping {path}, which cannot be read ({e}); trying the previous checkpoint')
-    if problems:
-        raise CheckpointError('--resume auto: no readable checkpoint to resume from: ' + ' | '.join(problems))
-    return None

@@ -68,11 +68,8 @@ class AutocastOptimWrapper(OptimWrapper):
 
     DTYPES = ('float16', 'bfloat16')
 
-    def __init__(self,
-                 dtype: Union[str, torch.dtype, None] = None,
-                 loss_scale: Union[str, float, dict] = 'dynamic',
-                 device_type: Optional[str] = None,
-                 **kwargs):
+    def __init__(self, dtype: Union[str, torch.dtype, None] = None, loss_scale: Union[str, float, dict] = 'dynamic',
+                 device_type: Optional[str] = None, **kwargs):
         super().__init__(**kwargs)
         self.device_type = device_type or ('cuda' if torch.cuda.is_available() else 'cpu')
         if self.device_type not in ('cuda', 'cpu'):

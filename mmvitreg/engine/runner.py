@@ -1,7 +1,8 @@
 """mmengine's Runner with checked checkpoint loading, atomic saving and the training guards."""
-import logging
+import os
 import os.path as osp
-from typing import List, Optional
+import re
+from typing import List, Optional, Tuple
 
 import torch
 from mmengine.dist import master_only
@@ -9,11 +10,11 @@ from mmengine.hooks import CheckpointHook, EMAHook
 from mmengine.model import BaseTTAModel, is_model_wrapper
 from mmengine.optim import OptimWrapper, OptimWrapperDict
 from mmengine.runner import EpochBasedTrainLoop, Runner
+from mmengine.runner.checkpoint import find_latest_checkpoint
 
 from mmvitreg.registry import RUNNERS
-from .checkpoint import (ATOMIC_BACKEND, POLICIES, CheckpointError, check_copy, first_readable, fit, is_local,
-                         load_checkpoint_file, non_finite, normalise_checkpoint, remove_stale_temporaries,
-                         resume_candidates)
+from .checkpoint import (ATOMIC_BACKEND, POLICIES, CheckpointError, check_copy, fit, is_local, load_checkpoint_file,
+                         non_finite, normalise_checkpoint, read_checkpoint, remove_stale_temporaries)
 from .hooks import LossGuardHook, NonFiniteLossError, RNGStateHook, unwrap_model
 from .resume_diff import resume_changes
 
@@ -29,49 +30,22 @@ class GuardedRunner(Runner):
 
     What it changes (``tools/train.py`` and ``tools/test.py`` build every run with it):
 
-    * **Reading** a checkpoint: a missing, empty, truncated or non-checkpoint file stops the run
-      with one :class:`~mmvitreg.engine.checkpoint.CheckpointError` line naming the file and the
-      problem (mmengine: a bare ``UnpicklingError``).
-    * **Converting** an official release (LV-ViT, DeepViT, DiversePatch, timm DeiT / TL-Align, Swin;
-      raw or wrapped) on load, with one log line naming its layout
-      (:func:`~mmvitreg.engine.checkpoint.load_checkpoint_file`).
-    * **Loading** it into the model, by the config's ``checkpoint_policy``:
-      ``dict(load_from='backbone', resume='strict')`` by default. *strict*: any missing, unexpected
-      or size-mismatched key (after the modules' load-time hooks, e.g. position-embedding resize)
-      stops the run, naming the file and the first keys of each kind; *backbone*: the keys that fit
-      are loaded, but a load that fills less than
-      :data:`~mmvitreg.engine.checkpoint.MIN_BACKBONE_SHARE` of the backbone's tensors (a checkpoint
-      of another model, no key matched) stops the run, naming the file and the layout it looks like;
-      *partial*: the keys that fit are loaded, whatever their share. *backbone* also stops at a backbone parameter
-      of the checkpoint the backbone has no place for (talking heads in a model without them; not a module its
-      options leave out, as a final norm), naming the config that takes it. *backbone* and *partial* log one line
-      with the counts of matched, missing, unexpected and resized keys (derived buffers not counted).
-      ``tools/test.py`` loads strictly; ``--allow-partial`` (``tools/test.py``, ``tools/train.py``) makes the
-      load partial. An ``EMAHook`` (mmengine's, mmpretrain's or a subclass) fills its EMA copy itself, by its own
-      rule, from the same converted, revised checkpoint; the copy is then checked against the file by the same
-      policy, so ``tools/test.py`` scores what mmengine's Runner scores and never an EMA copy that did not load.
-    * **Resuming**: a weights-only file stops with one line naming ``load_from``; what the config changes
-      against the checkpoint's (``meta['cfg']``) is one warning naming what the resumed state overrides and what
-      the resume cannot honour; an interrupted save's temporaries are removed.
-    * **Saving**: checkpoints and ``last_checkpoint`` are written to a temporary file and moved
-      over the final name (:class:`~mmvitreg.engine.checkpoint.AtomicLocalBackend`), so a killed
-      process never leaves a truncated file under a checkpoint's name; the next save removes the temporaries of
-      one that was killed. Weights that are not finite are never written (:meth:`call_hook`): the run stops
-      naming :attr:`last_finite_checkpoint` (as :class:`~mmvitreg.engine.hooks.LossGuardHook` does), so
-      ``last_checkpoint``, ``--resume`` and ``tools/test.py`` need no rule to skip such a file.
-    * **Auto-resume** (``--resume`` without a file): the newest checkpoint that reads; an
-      unreadable newest one is skipped with a warning naming it.
+    * **Checkpoints**: loaded through the one pass of :mod:`mmvitreg.engine.checkpoint` (where the design is told),
+      by the config's ``checkpoint_policy`` (:meth:`load_checkpoint`); an ``EMAHook``'s copy is checked against
+      the file by the same policy. Resuming: a weights-only file stops naming ``load_from``, a config change the
+      resumed state cannot follow stops, the others are one warning (:meth:`_check_resumable`). ``--resume``
+      without a file takes the newest checkpoint that reads (:func:`resume_candidates`). Saved atomically
+      (:class:`~mmvitreg.engine.checkpoint.AtomicLocalBackend`), never with weights that are not finite
+      (:meth:`call_hook`).
     * **Hooks**: :class:`~mmvitreg.engine.hooks.RNGStateHook` (exact resume) and
       :class:`~mmvitreg.engine.hooks.LossGuardHook` (stop at a non-finite loss) are added unless
       the config already has them.
     * **compile**: ``compile=True`` (or a dict of ``torch.compile`` options) compiles ``model.loss``, the training
       forward (:func:`compile_loss`); mmengine 0.10 compiles the whole ``train_step``, optimizer step included,
       where dynamo fails (``Adam.step``).
-    * **Randomness**: ``randomness.diff_rank_seed`` defaults to True, so every rank seeds its
-      generators with ``seed + rank`` and draws its own mixing boxes, drop-path masks and
-      augmentations, as the official codes do (``seed + rank``); mmengine's default draws the same
-      box on every GPU. The data sampler's seed is still shared by all ranks (mmengine broadcasts
-      it), so the shards stay disjoint. ``randomness.diff_rank_seed=False`` restores mmengine's.
+    * **Randomness**: ``randomness.diff_rank_seed`` defaults to True: each rank seeds ``seed + rank`` and draws its
+      own mixing boxes, drop-path masks and augmentations, as the official codes do (mmengine's default draws the
+      same box on every GPU); the sampler's seed stays shared, so the shards stay disjoint.
 
     Args: as :class:`~mmengine.runner.Runner` (``randomness`` by keyword); the policy is the config's
     ``checkpoint_policy``.
@@ -105,14 +79,10 @@ class GuardedRunner(Runner):
 
     def load_checkpoint(self, filename: str, map_location='cpu', strict: bool = False,
                         revise_keys: list = [(r'^module.', '')]) -> dict:
-        """As :meth:`Runner.load_checkpoint`, through the one pass: read ``filename`` (:func:`load_checkpoint_file`:
-        its keys revised by ``revise_keys``, an official release converted), run the ``after_load_checkpoint`` hooks
-        (each ``EMAHook`` fills its copy by its own rule: mmengine's, mmpretrain's or a subclass's), load the model
-        by the checkpoint policy (``resume`` while resuming, else ``load_from``; ``strict=True`` always strict) and
-        check every EMA copy against the file by the same policy (:func:`check_copy`; nothing is loaded twice).
-        Resuming, after the fit (another model's file is named as such first): a weights-only file stops with one
-        line naming ``load_from``, so does a change the resumed state cannot follow, and the rest of what the config
-        changes against the checkpoint's is one warning (:meth:`_check_resumable`).
+        """As :meth:`Runner.load_checkpoint`, through the one pass of :mod:`mmvitreg.engine.checkpoint`: the
+        ``after_load_checkpoint`` hooks first (each ``EMAHook`` fills its copy by its own rule), the model fitted by
+        the policy (``resume`` while resuming, else ``load_from``; ``strict=True``: strict), every EMA copy checked
+        (:func:`check_copy`) and, resuming, :meth:`_check_resumable`.
 
         Raises:
             CheckpointError: the file cannot be read, holds no training state to resume, or the load breaks the
@@ -134,7 +104,7 @@ class GuardedRunner(Runner):
         self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
         policy = 'strict' if strict else self.checkpoint_policy[purpose]
         # after the hooks: resuming, EMAHook swaps the model's and its copy's weights in the checkpoint
-        report = fit(unwrap_model(self.model), checkpoint['state_dict'], filename, checkpoint, policy, _HINTS[purpose])
+        fit(unwrap_model(self.model), checkpoint, filename, policy, _HINTS[purpose], purpose, logger=self.logger)
         for hook in emas:
             copied = check_copy(hook.ema_model.module, checkpoint, filename, policy, _HINTS[purpose],
                                 f"{type(hook).__name__}'s EMA copy of")
@@ -144,8 +114,6 @@ class GuardedRunner(Runner):
                                       'weights; use a checkpoint of this config, or drop the hook (custom_hooks=[])')
         if self._resuming:  # after the fit: a checkpoint of another model is named as such first
             self._check_resumable(filename, checkpoint)
-        self.logger.log(logging.INFO if report.clean else logging.WARNING,
-                        f'{purpose} {filename}: {report.describe()}')
         self._has_loaded = True
         return checkpoint
 
@@ -287,3 +255,39 @@ def compile_loss(model: torch.nn.Module, **options) -> torch.nn.Module:
         inner = inner.module
     inner.loss = torch.compile(inner.loss, **options)
     return model
+
+
+_STEP = re.compile(r'^(?:epoch|iter)_(\d+)\.pth$')
+
+
+def resume_candidates(work_dir: str) -> List[str]:
+    """Checkpoints ``--resume auto`` may resume from, newest first: the one ``last_checkpoint``
+    names, then ``epoch_N.pth`` / ``iter_N.pth`` of ``work_dir`` by decreasing ``N``."""
+    named = find_latest_checkpoint(work_dir)
+    candidates = [named] if named else []
+    if osp.isdir(work_dir):
+        steps = [(int(m.group(1)), name) for name in os.listdir(work_dir) if (m := _STEP.match(name))]
+        for _, name in sorted(steps, reverse=True):
+            path = osp.join(work_dir, name)
+            if not any(osp.abspath(path) == osp.abspath(c) for c in candidates):
+                candidates.append(path)
+    return candidates
+
+
+def first_readable(candidates: List[str], warn) -> Optional[Tuple[str, dict]]:
+    """The first candidate that reads as a checkpoint, and the checkpoint; ``warn(message)`` for
+    each one skipped. None when there is no candidate.
+
+    Raises:
+        CheckpointError: there were candidates, but none could be read.
+    """
+    problems = []
+    for path in candidates:
+        try:
+            return path, read_checkpoint(path)
+        except CheckpointError as e:
+            problems.append(str(e))
+            warn(f'--resume auto: skipping {path}, which cannot be read ({e}); trying the previous checkpoint')
+    if problems:
+        raise CheckpointError('--resume auto: no readable checkpoint to resume from: ' + ' | '.join(problems))
+    return None

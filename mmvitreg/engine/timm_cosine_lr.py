@@ -23,11 +23,8 @@ class TimmCosineLR(CosineAnnealingLR):
 
     ``delay`` is the official loops' lateness: DeiT / TL-Align step timm's scheduler after each epoch
     (``t_in_epochs``), so epoch ``e`` trains with the LR of epoch ``e - 1`` (``delay=1``; epochs 0 and 1
-    both at the warm-up start). Examples: DRLoc (``W = 20``, ``T_max = 300`` epochs, per iteration)
-    LR/peak 0.988 at epoch 21 and 0.753 at epoch 100, where ``CosineAnnealingLR(begin=20, T_max=280)``
-    gives 1.000 and 0.814; TL-Align DeiT (``W = 5``, ``T_max = 300``, per epoch, ``delay=1``) 1e-6 at
-    epochs 0-1 and 8.0e-4 at epoch 5. Closed form: it is meant to be the only scheduler of its
-    parameter.
+    both at the warm-up start; the recipes' curves: configs/drloc, configs/tlalign). Closed form: it is meant to be
+    the only scheduler of its parameter.
 
     Args:
         T_max (int): The cosine's period, from step 0 (timm's ``t_initial``).

@@ -1,19 +1,10 @@
-"""Conversion of foreign checkpoints (timm-layout ViTs, official Swin) to mmvitreg classifier state dicts.
+"""Conversion of foreign checkpoints (timm-layout ViTs, official Swin) to mmvitreg classifier state dicts: the
+*detect* and *convert* steps of the loading pass (:mod:`mmvitreg.engine.checkpoint`); this module reads no file.
 
-The official DeepViT, LV-ViT, DeiT and DiversePatch codes all keep timm's ViT layout
-(``patch_embed.proj``, ``blocks.{i}.norm1`` / ``attn`` / ``norm2`` / ``mlp.fc1`` / ``mlp.fc2``,
-``norm``, ``head``). The per-model converters beside the presets
-(:func:`~mmvitreg.models.backbones.deepvit.convert_deepvit`,
-:func:`~mmvitreg.models.backbones.lvvit.convert_lvvit`) call :func:`convert_timm_vit`.
-
-Each release layout is an :class:`OfficialLayout` registered with :func:`register_layout`: the timm / DeiT and
-DiversePatch layouts here, the DeepViT, LV-ViT and Swin ones by their backbone modules, beside their converters
-(so this module imports no backbone: ``import mmvitreg.models`` registers them all). :func:`detect_layout`
-recognises a release by its keys; :func:`convert_official` turns any checkpoint into mmengine's
-``{'state_dict': ...}`` form, converting an official release on the way. It is the *detect* and *convert* steps
-of the one loading pass, :func:`mmvitreg.engine.checkpoint.load_checkpoint_file` (read -> detect -> convert),
-which ``load_from``, ``--resume``, ``init_cfg``, ``tools/test.py``, the converters and the other tools call.
-This module reads no file.
+The official DeepViT, LV-ViT, DeiT and DiversePatch codes keep timm's ViT layout, converted by
+:func:`convert_timm_vit`. Each release layout is an :class:`OfficialLayout` (:func:`register_layout`): the timm /
+DeiT and DiversePatch ones here, the DeepViT, LV-ViT and Swin ones beside their backbones (this module imports no
+backbone). :func:`detect_layout` recognises a release by its keys; :func:`convert_official` converts it.
 """
 import re
 from collections import OrderedDict

@@ -7,7 +7,7 @@ head=dict(type='VisionTransformerClsHead', ...))``; official DeepViT models expe
 normalised with mean = std = 0.5.
 """
 from mmvitreg.models.backbones.deepvit import convert_deepvit
-from mmvitreg.engine.checkpoint import converter_cli
+from checkpoint_converter import converter_cli
 
 if __name__ == '__main__':
     converter_cli(convert_deepvit, __doc__)

@@ -11,7 +11,7 @@ the official code evaluates). ``load_from`` / ``init_cfg`` / ``tools/test.py`` t
 """
 from functools import partial
 
-from mmvitreg.engine.checkpoint import converter_cli
+from checkpoint_converter import converter_cli
 from mmvitreg.models.converters import convert_diversepatch
 
 

@@ -6,7 +6,7 @@ Keys: ``backbone.*`` for ``mmvitreg.LVViT``, ``head.layers.head.*`` for the cls-
 ``head.aux_head.*`` for the token-labeling aux head.
 """
 from mmvitreg.models.backbones.lvvit import convert_lvvit
-from mmvitreg.engine.checkpoint import converter_cli
+from checkpoint_converter import converter_cli
 
 if __name__ == '__main__':
     converter_cli(convert_lvvit, __doc__)

@@ -7,7 +7,7 @@ reordered for mmcv's ``PatchMerging``) and ``head.fc.*`` for mmpretrain's ``Line
 mmseg and mmdet Swin checkpoints need no conversion: they load as they are.
 """
 from mmvitreg.models.backbones.swin_transformer import convert_swin
-from mmvitreg.engine.checkpoint import converter_cli
+from checkpoint_converter import converter_cli
 
 if __name__ == '__main__':
     converter_cli(convert_swin, __doc__)

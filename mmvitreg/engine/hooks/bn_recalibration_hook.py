@@ -14,23 +14,12 @@ from .unwrap import unwrap_model
 class BNRecalibrationHook(Hook):
     """Before every validation, recompute every BatchNorm's running statistics on training images.
 
-    DeepViT's official training (zhoudaquan/dvit_repo ``train.py`` + ``utils/misc.py:
-    bn_calibration``; not in the paper) runs, before each validation, ``max_iter=50`` batches of
-    training images read **without augmentation** (the evaluation transform) through the model in
-    evaluation mode with its BatchNorms in training mode, after resetting their statistics and
-    setting ``momentum=None``, so that each running mean / variance becomes the cumulative
-    (equal-weight) average of the 50 batch statistics. In DeepViT the BatchNorms are the conv
-    stem's and the re-attention norms over the heads, whose training-time statistics drift with the
-    attention maps.
-
-    This hook does the same in ``before_val_epoch`` on the model about to be validated. With
-    ``EMAHook`` (higher priority, it swaps the averaged weights in first) that is the EMA weights,
-    which mmengine validates in place of the raw ones; the official code recalibrates the raw model
-    (the one it validates first). The official code leaves ``momentum=None`` in place for the rest
-    of training; ``restore_momentum=True`` puts each norm's momentum back afterwards.
-
-    Every ``torch.nn`` BatchNorm (``_BatchNorm``, SyncBN included) is recalibrated; the official
-    code touches ``BatchNorm2d``, the only kind in DeepViT.
+    DeepViT's official training (zhoudaquan/dvit_repo ``utils/misc.py: bn_calibration``; not in the paper) runs,
+    before each validation, ``max_iter=50`` un-augmented training batches through the model in evaluation mode
+    with its BatchNorms (every ``torch.nn`` kind here) in training mode, statistics reset and ``momentum=None``
+    (a cumulative average). This hook does so in ``before_val_epoch`` on the model about to be validated (with
+    ``EMAHook``, which swaps first, the EMA weights; the official code recalibrates the raw model);
+    ``restore_momentum=True`` puts each momentum back afterwards (the official code leaves ``None``).
 
     Not mmpretrain's ``PreciseBNHook``: it runs after a training epoch on the augmented training batches with
     the whole model in training mode (drop path on) and restores the momentum; DeepViT's calibration is before

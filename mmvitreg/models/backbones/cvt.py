@@ -176,16 +176,9 @@ class CvT(BaseBackbone):
     }
     OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap')
 
-    def __init__(self,
-                 arch: Union[str, dict] = '13',
-                 in_channels: int = 3,
-                 embed_kernels: Sequence[int] = (7, 3, 3),
-                 embed_strides: Sequence[int] = (4, 2, 2),
-                 embed_paddings: Sequence[int] = (2, 1, 1),
-                 kv_stride: int = 2,
-                 mlp_ratio: float = 4.,
-                 drop_path_rate: float = 0.1,
-                 out_type: str = 'cls_token',
+    def __init__(self, arch: Union[str, dict] = '13', in_channels: int = 3, embed_kernels: Sequence[int] = (7, 3, 3),
+                 embed_strides: Sequence[int] = (4, 2, 2), embed_paddings: Sequence[int] = (2, 1, 1),
+                 kv_stride: int = 2, mlp_ratio: float = 4., drop_path_rate: float = 0.1, out_type: str = 'cls_token',
                  frozen_stages: int = -1,
                  init_cfg: Optional[dict] = dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.)):
         super().__init__(init_cfg=init_cfg)

@@ -50,10 +50,7 @@ class LVViT(VisionTransformer):
         'l': lvvit_arch(768, 24, 12, 3., stem_channels=128),
     }
 
-    def __init__(self,
-                 arch: Union[str, dict] = 's',
-                 qkv_bias: bool = False,
-                 norm_cfg: dict = dict(type='LN', eps=1e-5),
+    def __init__(self, arch: Union[str, dict] = 's', qkv_bias: bool = False, norm_cfg: dict = dict(type='LN', eps=1e-5),
                  **kwargs):
         super().__init__(arch=arch, qkv_bias=qkv_bias, norm_cfg=norm_cfg, **kwargs)
 

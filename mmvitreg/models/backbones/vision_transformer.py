@@ -102,26 +102,12 @@ class VisionTransformer(MMPretrainVisionTransformer):
         patch_stride (int): Input pixels per token side (16 for every preset).
     """
 
-    def __init__(self,
-                 arch: Union[str, dict] = 'base',
-                 img_size=224,
-                 patch_size: int = 16,
-                 in_channels: int = 3,
-                 out_indices: Union[int, Sequence[int]] = -1,
-                 drop_rate: float = 0.,
-                 attn_drop_rate: float = 0.,
-                 drop_path_rate: float = 0.,
-                 qkv_bias: bool = True,
-                 norm_cfg: dict = dict(type='LN', eps=1e-6),
-                 final_norm: bool = True,
-                 out_type: str = 'cls_token',
-                 with_cls_token: bool = True,
-                 frozen_stages: int = -1,
-                 interpolate_mode: str = 'bicubic',
-                 patch_cfg: dict = dict(),
-                 pre_norm: bool = False,
-                 with_cp: bool = False,
-                 init_cfg=TIMM_INIT_CFG):
+    def __init__(self, arch: Union[str, dict] = 'base', img_size=224, patch_size: int = 16, in_channels: int = 3,
+                 out_indices: Union[int, Sequence[int]] = -1, drop_rate: float = 0., attn_drop_rate: float = 0.,
+                 drop_path_rate: float = 0., qkv_bias: bool = True, norm_cfg: dict = dict(type='LN', eps=1e-6),
+                 final_norm: bool = True, out_type: str = 'cls_token', with_cls_token: bool = True,
+                 frozen_stages: int = -1, interpolate_mode: str = 'bicubic', patch_cfg: dict = dict(),
+                 pre_norm: bool = False, with_cp: bool = False, init_cfg=TIMM_INIT_CFG):
         settings = {**ARCH_OPTIONS, **check_arch(arch, self.arch_zoo, ESSENTIAL_ARCH_KEYS, ARCH_OPTIONS)}
         check_drop_path_rate(drop_path_rate)
         num_layers = settings['num_layers']

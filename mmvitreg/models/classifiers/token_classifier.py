@@ -56,13 +56,9 @@ class TokenClassifier(TraceUsers, ImageClassifier):
         ValueError: more than one target transform.
     """
 
-    def __init__(self,
-                 backbone: dict,
-                 aux_losses: Optional[Sequence[dict]] = None,
-                 target_transform: Optional[Union[dict, Sequence[dict]]] = None,
-                 train_cfg: Optional[dict] = None,
-                 data_preprocessor: Optional[dict] = None,
-                 **kwargs):
+    def __init__(self, backbone: dict, aux_losses: Optional[Sequence[dict]] = None,
+                 target_transform: Optional[Union[dict, Sequence[dict]]] = None, train_cfg: Optional[dict] = None,
+                 data_preprocessor: Optional[dict] = None, **kwargs):
         train_cfg = dict(train_cfg or {})
         mix = train_cfg.pop('mix', None)
         data_preprocessor = data_preprocessor or {}
@@ -98,10 +94,7 @@ class TokenClassifier(TraceUsers, ImageClassifier):
     def _head_kwargs(self, trace: Optional[TokenTrace]) -> dict:
         return dict(trace=trace) if self.head_request.needs_trace else {}
 
-    def forward(self,
-                inputs: torch.Tensor,
-                data_samples: Optional[List[DataSample]] = None,
-                mode: str = 'tensor',
+    def forward(self, inputs: torch.Tensor, data_samples: Optional[List[DataSample]] = None, mode: str = 'tensor',
                 mix_plan: Optional[MixPlan] = None):
         """As :meth:`ImageClassifier.forward`; ``mix_plan`` (training, ``mode='loss'``) comes from the
         data preprocessor."""

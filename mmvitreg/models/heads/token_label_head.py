@@ -70,17 +70,10 @@ class TokenLabelHead(VisionTransformerClsHead):
     trace_request = TraceRequest(facts={'cls_token'}, out_type='raw')
     image_target = True  # the class token's loss
 
-    def __init__(self,
-                 num_classes: int,
-                 in_channels: int,
-                 beta: float = 0.5,
-                 token_label_smooth_val: float = 0.1,
-                 cls_target: str = 'gt',
-                 label_smooth_form: str = 'standard',
-                 aux_pred_weight: float = 0.5,
+    def __init__(self, num_classes: int, in_channels: int, beta: float = 0.5, token_label_smooth_val: float = 0.1,
+                 cls_target: str = 'gt', label_smooth_form: str = 'standard', aux_pred_weight: float = 0.5,
                  loss: dict = dict(type='mmpretrain.LabelSmoothLoss', label_smooth_val=0.1, mode='original'),
-                 init_cfg: dict = dict(type='TruncNormal', layer='Linear', std=.02, bias=0.),
-                 **kwargs):
+                 init_cfg: dict = dict(type='TruncNormal', layer='Linear', std=.02, bias=0.), **kwargs):
         super().__init__(num_classes=num_classes, in_channels=in_channels, loss=loss, init_cfg=init_cfg,
                          **kwargs)
         if cls_target not in self.CLS_TARGETS:

@@ -129,13 +129,8 @@ class MultiheadSelfAttention(nn.Module):
 
     fused = True
 
-    def __init__(self,
-                 embed_dims: int,
-                 num_heads: int,
-                 qkv_bias: bool = True,
-                 qk_scale: Optional[float] = None,
-                 attn_drop: float = 0.,
-                 proj_drop: float = 0.):
+    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True, qk_scale: Optional[float] = None,
+                 attn_drop: float = 0., proj_drop: float = 0.):
         super().__init__()
         if embed_dims % num_heads:
             raise ValueError(f'embed_dims ({embed_dims}) must be divisible by num_heads ({num_heads})')

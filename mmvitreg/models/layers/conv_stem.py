@@ -31,13 +31,8 @@ class ConvStem(nn.Module):
         ``(B, in_channels, H, W)`` -> ``(B, C, H / p, W / p)`` for ``H, W`` multiples of ``p``.
     """
 
-    def __init__(self,
-                 in_channels: int = 3,
-                 embed_dims: int = 768,
-                 channels: int = 64,
-                 num_convs: int = 3,
-                 patch_size: int = 16,
-                 img_size=224):
+    def __init__(self, in_channels: int = 3, embed_dims: int = 768, channels: int = 64, num_convs: int = 3,
+                 patch_size: int = 16, img_size=224):
         super().__init__()
         if num_convs < 1 or patch_size % 2:
             raise ValueError(f'ConvStem needs num_convs >= 1 and an even patch_size, got {num_convs}, {patch_size}')

@@ -51,15 +51,8 @@ class ReAttention(MultiheadSelfAttention):
     fused = False
     NORMS = ('bn', 'ln', None)
 
-    def __init__(self,
-                 embed_dims: int,
-                 num_heads: int,
-                 qkv_bias: bool = True,
-                 qk_scale: Optional[float] = None,
-                 attn_drop: float = 0.,
-                 proj_drop: float = 0.,
-                 norm: Optional[str] = 'bn',
-                 bias: bool = True,
+    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True, qk_scale: Optional[float] = None,
+                 attn_drop: float = 0., proj_drop: float = 0., norm: Optional[str] = 'bn', bias: bool = True,
                  transform_scale: bool = False):
         super().__init__(embed_dims, num_heads, qkv_bias, qk_scale, attn_drop, proj_drop)
         if norm not in self.NORMS:

@@ -36,14 +36,8 @@ class TalkingHeadsAttention(MultiheadSelfAttention):
 
     fused = False
 
-    def __init__(self,
-                 embed_dims: int,
-                 num_heads: int,
-                 qkv_bias: bool = True,
-                 qk_scale: Optional[float] = None,
-                 attn_drop: float = 0.,
-                 proj_drop: float = 0.,
-                 bias: bool = False):
+    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True, qk_scale: Optional[float] = None,
+                 attn_drop: float = 0., proj_drop: float = 0., bias: bool = False):
         super().__init__(embed_dims, num_heads, qkv_bias, qk_scale, attn_drop, proj_drop)
         self.proj_pre = nn.Linear(num_heads, num_heads, bias=bias)
         self.proj_post = nn.Linear(num_heads, num_heads, bias=bias)

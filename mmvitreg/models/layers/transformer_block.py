@@ -65,20 +65,10 @@ class TransformerBlock(nn.Module):
         ``(B, N, C)`` -> ``(B, N, C)``; with ``need_attn`` also the ``(B, heads, N, N)`` map.
     """
 
-    def __init__(self,
-                 embed_dims: int,
-                 num_heads: int,
-                 feedforward_channels: int,
-                 attn_type: str = 'msa',
-                 attn_cfg: Optional[dict] = None,
-                 qkv_bias: bool = True,
-                 drop_rate: float = 0.,
-                 attn_drop_rate: float = 0.,
-                 drop_path_rate: float = 0.,
-                 norm_cfg: dict = dict(type='LN', eps=1e-6),
-                 act_cfg: dict = dict(type='GELU'),
-                 scale_adjustment: float = 1.,
-                 skip_lam: float = 1.,
+    def __init__(self, embed_dims: int, num_heads: int, feedforward_channels: int, attn_type: str = 'msa',
+                 attn_cfg: Optional[dict] = None, qkv_bias: bool = True, drop_rate: float = 0.,
+                 attn_drop_rate: float = 0., drop_path_rate: float = 0., norm_cfg: dict = dict(type='LN', eps=1e-6),
+                 act_cfg: dict = dict(type='GELU'), scale_adjustment: float = 1., skip_lam: float = 1.,
                  with_cp: bool = False):
         super().__init__()
         self.with_cp = with_cp

@@ -49,14 +49,8 @@ class WindowAttention(BaseModule):
         ``(B * nW, heads, N, N)``.
     """
 
-    def __init__(self,
-                 embed_dims: int,
-                 window_size: Tuple[int, int],
-                 num_heads: int,
-                 qkv_bias: bool = True,
-                 qk_scale: Optional[float] = None,
-                 attn_drop: float = 0.,
-                 proj_drop: float = 0.,
+    def __init__(self, embed_dims: int, window_size: Tuple[int, int], num_heads: int, qkv_bias: bool = True,
+                 qk_scale: Optional[float] = None, attn_drop: float = 0., proj_drop: float = 0.,
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg)
         self.embed_dims = embed_dims

@@ -140,22 +140,12 @@ class DRLoc(BaseModule):
     """
 
 
-    def __init__(self,
-                 in_channels: Union[int, Sequence[int]],
-                 layers: Optional[Sequence[int]] = None,
-                 stages: Optional[Sequence[int]] = None,
-                 feat_indices: Sequence[int] = (-1, ),
-                 num_extra_tokens: int = 1,
-                 num_pairs: int = 64,
-                 loss_weight: float = 0.5,
-                 mode: str = 'l1',
-                 target: str = 'normalized',
-                 reduction: str = 'sum',
-                 replacement: bool = False,
-                 grid_pool: Optional[str] = None,
-                 hidden_channels: int = 512,
-                 num_bins: Optional[Union[int, Sequence[int]]] = None,
-                 loss_name: str = 'loss_drloc',
+    def __init__(self, in_channels: Union[int, Sequence[int]], layers: Optional[Sequence[int]] = None,
+                 stages: Optional[Sequence[int]] = None, feat_indices: Sequence[int] = (-1, ),
+                 num_extra_tokens: int = 1, num_pairs: int = 64, loss_weight: float = 0.5, mode: str = 'l1',
+                 target: str = 'normalized', reduction: str = 'sum', replacement: bool = False,
+                 grid_pool: Optional[str] = None, hidden_channels: int = 512,
+                 num_bins: Optional[Union[int, Sequence[int]]] = None, loss_name: str = 'loss_drloc',
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
         for name, value, allowed in (('mode', mode, MODES), ('target', target, TARGETS),

@@ -63,14 +63,8 @@ class PatchMixingLoss(BaseModule):
     FORMS = ('paper', 'official')
     image_target = True  # every patch predicts its image's label
 
-    def __init__(self,
-                 num_classes: int,
-                 in_channels: int,
-                 loss_weight: float = 1.,
-                 form: str = 'paper',
-                 tokens: str = 'block',
-                 drop_rate: float = 0.,
-                 ensemble: bool = False,
+    def __init__(self, num_classes: int, in_channels: int, loss_weight: float = 1., form: str = 'paper',
+                 tokens: str = 'block', drop_rate: float = 0., ensemble: bool = False,
                  init_cfg: Optional[dict] = dict(type='TruncNormal', layer='Linear', std=.02, bias=0.)):
         super().__init__(init_cfg=init_cfg)
         if form not in self.FORMS:

@@ -52,10 +52,7 @@ class MixToken(BoxMix):
     space = 'tokens'  # the backbone mixes its patch tokens (service 'mix')
     REDRAW_FULL = False  # the official code draws lam once
 
-    def __init__(self,
-                 alpha: float = 1.0,
-                 patch_size: int = 16,
-                 partner: str = 'flip',
+    def __init__(self, alpha: float = 1.0, patch_size: int = 16, partner: str = 'flip',
                  cutmix_minmax: Optional[List[float]] = None):
         super().__init__(alpha=alpha, patch_size=patch_size, partner=partner, cutmix_minmax=cutmix_minmax)
 
