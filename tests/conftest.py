@@ -13,6 +13,10 @@ import pytest
 
 import mmvitreg  # noqa: F401  (first, as every tool: on mmcv-lite it serves mmcv._ext before a test imports a host)
 
+if os.environ.get('PYTEST_XDIST_WORKER_COUNT'):  # tools/run_tests.sh's workers share the cores between them
+    import torch
+    torch.set_num_threads(max(1, torch.get_num_threads() // int(os.environ['PYTEST_XDIST_WORKER_COUNT'])))
+
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = REPO / 'tools'
 CONFIGS = REPO / 'configs'

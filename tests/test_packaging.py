@@ -503,7 +503,7 @@ def test_run_tests_passes_with_ops_to_the_set_up_and_everything_else_to_pytest(t
         return log.read_text().splitlines()
 
     assert calls('-x', '-k', 'wheel') == ['setup ', 'setup --print-venv',
-                                          'lite python -m pytest tests -q -p no:cacheprovider -x -k wheel']
+                                          'lite python -m pytest tests -q -p no:cacheprovider -n 2 --dist loadfile -x -k wheel']
     assert calls('-x', '--with-ops', 'tests/test_a.py') == [
         'setup --with-ops', 'setup --print-venv --with-ops',
-        'ops python -m pytest tests -q -p no:cacheprovider -x tests/test_a.py']
+        'ops python -m pytest tests -q -p no:cacheprovider -n 2 --dist loadfile -x tests/test_a.py']
