@@ -7,6 +7,7 @@ import logging
 import os
 import os.path as osp
 import sys
+import warnings
 from typing import Iterable, Iterator, Optional, Tuple
 
 import torch
@@ -74,7 +75,9 @@ def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
     if not osp.isfile(path):
         raise ConfigError(f'config file not found: {path!r} (working directory: {osp.abspath(".")})')
     try:
-        cfg = Config.fromfile(path)
+        with warnings.catch_warnings():  # mmengine 0.10 finds a `pkg::` base through pkg_resources, which warns
+            warnings.filterwarnings('ignore', 'pkg_resources is deprecated', UserWarning)
+            cfg = Config.fromfile(path)
     except ModuleNotFoundError as error:  # `_base_ = 'mmseg::...'`: mmengine names the missing distribution
         from mmengine.config.utils import MODULE2PACKAGE
         for library in ('mmseg', 'mmdet'):

@@ -26,7 +26,17 @@ READER = '''
 import json, resource, sys
 import numpy as np, torch
 from mmvitreg.datasets.label_maps import load_label_map
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def peak_mb():  # this image's peak RSS (VmHWM): ru_maxrss keeps the parent's peak across fork and exec
+    try:
+        with open('/proc/self/status') as f:
+            return next(int(line.split()[1]) for line in f if line.startswith('VmHWM')) / 1024
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+before = peak_mb()
 for path in sys.argv[1:]:
     try:
         ours = load_label_map(path)
@@ -39,8 +49,7 @@ for path in sys.argv[1:]:
         theirs = 'torch.load refuses: ' + str(e).splitlines()[0]
     same = isinstance(theirs, np.ndarray) and theirs.dtype == ours.dtype and np.array_equal(theirs, ours)
     print(json.dumps(dict(path=path, accepted=True, same_as_torch=bool(same), torch=str(theirs)[:200])), flush=True)
-print(json.dumps(dict(peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                      rss_before_mb=before / 1024)))
+print(json.dumps(dict(peak_rss_mb=peak_mb(), rss_before_mb=before)))
 '''
 
 
