@@ -146,7 +146,8 @@ def _(ctx):
 
 @scenario('host-imported-first')
 def _(ctx):
-    return run_without(ctx, 'without_ext_host_first', ['mmcv._ext'], ['-c', 'import mmpretrain.models, mmvitreg, mmdet.models'])
+    return run_without(ctx, 'without_ext_host_first', ['mmcv._ext'],
+                       ['-c', 'import mmpretrain.models, mmvitreg, mmdet.models'])
 
 
 # ---------------------------------------------------------------- config and tools

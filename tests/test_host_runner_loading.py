@@ -4,21 +4,17 @@ that ``mmengine.runner.runner`` imported by name; an mmvitreg model gets there t
 mmengine's ``load_checkpoint`` and inferencers (``Pretrained.load_checkpoint_dict``): a file that leaves a
 parameter unfilled stops the run with one line before any step, and an official release is converted and loads
 exactly the converter's weights."""
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
 
-from conftest import REPO, tool_env
-from guard_helpers import TECHNIQUES, build_workspace, run_options
+from guard_helpers import TECHNIQUES, build_workspace
 from model_helpers import random_checkpoint
 from mmengine.config import Config
 from mmvitreg.models.backbones.deepvit import convert_deepvit
 from test_model_converters import official_state_dict
-from test_plain_models import MMPRETRAIN_TRAIN
+from test_plain_models import mmpretrain_train
 
 DEEPVIT = TECHNIQUES[0]
 DROPPED = 'backbone.layers.0.ffn.layers.0.0.weight'
@@ -40,15 +36,6 @@ def ws(tmp_path_factory):
     return ws
 
 
-def mmpretrain_train(ws, config, work, load_from):
-    """mmpretrain's own tools/train.py (no ``import mmvitreg`` but the config's own), one epoch of 8 images."""
-    cmd = [sys.executable, str(MMPRETRAIN_TRAIN), str(config), '--work-dir', str(work),
-           *run_options(config, ws, work, load_from=load_from, **{
-               'train_dataloader.batch_size': 8, 'train_dataloader.dataset.indices': 8, 'train_cfg.max_epochs': 1})]
-    env = {**tool_env(), 'PYTHONPATH': os.pathsep.join([str(REPO), str(ws)])}
-    return subprocess.run(cmd, cwd=ws, env=env, capture_output=True, text=True, timeout=900)
-
-
 def test_a_partial_file_stops_mmpretrains_own_train_py_before_any_step(ws, tmp_path):
     """mmengine's Runner alone loads it with a warning and trains a model with a random FFN weight."""
     full = random_checkpoint(Config.fromfile(str(DEEPVIT)), tmp_path / 'full.pth')
@@ -56,7 +43,7 @@ def test_a_partial_file_stops_mmpretrains_own_train_py_before_any_step(ws, tmp_p
     del state['state_dict'][DROPPED]
     partial = tmp_path / 'partial.pth'
     torch.save(state, partial)
-    proc = mmpretrain_train(ws, DEEPVIT, tmp_path / 'work', partial)
+    proc = mmpretrain_train(ws, DEEPVIT, tmp_path / 'work', False, load_from=partial)
     assert proc.returncode != 0, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert 'CheckpointError' in last and DROPPED in last, proc.stderr[-3000:]
@@ -66,7 +53,7 @@ def test_a_partial_file_stops_mmpretrains_own_train_py_before_any_step(ws, tmp_p
 def test_an_official_release_trains_from_its_converted_weights_in_mmpretrains_own_train_py(ws, tmp_path):
     release = official_state_dict(dim=36, depth=4, heads=12, reattn=(2, 3), stem=(8, 2), classes=10, img_size=32)
     torch.save(release, tmp_path / 'release.pth')
-    proc = mmpretrain_train(ws, ws / 'release_sized.py', tmp_path / 'work', tmp_path / 'release.pth')
+    proc = mmpretrain_train(ws, 'release_sized.py', tmp_path / 'work', False, load_from=tmp_path / 'release.pth')
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = next((tmp_path / 'work').rglob('*.log')).read_text()
     assert 'official DeepViT' in log  # the conversion's own line

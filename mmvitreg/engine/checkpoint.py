@@ -403,9 +403,10 @@ class Pretrained(PretrainedInit):
 
 #: whether :func:`partial_loading` is active (inference from a checkpoint that does not fill the model)
 _PARTIAL = ContextVar('mmvitreg_partial_loading', default=False)
-_INFERENCE_HINT = ("mmengine's loaders fill an mmvitreg model only from a file that fills every parameter: use a checkpoint "
-                   'of this config, or load the keys that fit inside `with mmvitreg.engine.partial_loading():` '
-                   "(a training: mmvitreg's tools/train.py, whose load_from takes what fits the backbone)")
+_INFERENCE_HINT = ("mmengine's loaders fill an mmvitreg model only from a file that fills every parameter: use a "
+                   'checkpoint of this config, or load the keys that fit inside '
+                   "`with mmvitreg.engine.partial_loading():` (a training: mmvitreg's tools/train.py, whose load_from "
+                   'takes what fits the backbone)')
 
 
 @contextmanager

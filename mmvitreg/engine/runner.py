@@ -7,7 +7,7 @@ from typing import List, Optional, Tuple
 import torch
 from mmengine.dist import master_only
 from mmengine.hooks import CheckpointHook, EMAHook
-from mmengine.model import BaseTTAModel, is_model_wrapper
+from mmengine.model import BaseTTAModel
 from mmengine.optim import OptimWrapper, OptimWrapperDict
 from mmengine.runner import EpochBasedTrainLoop, Runner
 from mmengine.runner.checkpoint import find_latest_checkpoint
@@ -249,10 +249,8 @@ class GuardedRunner(Runner):
 def compile_loss(model: torch.nn.Module, **options) -> torch.nn.Module:
     """Compile ``model.loss`` (the training forward: backbone, trace users and losses; mmpretrain, mmseg and mmdet
     models all route ``mode='loss'`` there) with ``torch.compile(**options)``, in place; a wrapped model (DDP,
-    mmengine's wrappers) has its inner module's ``loss`` compiled. Returns ``model``."""
-    inner = model
-    while is_model_wrapper(inner):
-        inner = inner.module
+    mmengine's wrappers) has its inner module's ``loss`` compiled (:func:`unwrap_model`). Returns ``model``."""
+    inner = unwrap_model(model)
     inner.loss = torch.compile(inner.loss, **options)
     return model
 

@@ -1,12 +1,13 @@
 """Components built on a library's models that cannot be imported here, and the one line that says why.
 
 mmseg and mmdet are extras (``pip install "/path/to/mmvitreg[seg]"``, ``[det]``, ``[all]``: mmvitreg is not on
-PyPI, :func:`extra_command`): a classification install has neither. And their model packages import mmcv's compiled ops, which mmcv-lite (the
-oldest stack checked, ``tools/check_stack.sh``) lacks, unless :mod:`mmvitreg.mmcv_ops` serves them; a compiled
-``mmcv._ext`` built for another torch does not load. mmvitreg's classes built on them
-(:class:`~mmvitreg.models.segmentors.TokenSegmentor`, the detectors of :mod:`mmvitreg.models.detectors`) are then
-registered as builders that raise the import error with their name and its fix (:func:`install_hint`): every
-other component still imports, and a config that uses one of them stops saying why.
+PyPI, :func:`extra_command`): a classification install has neither. And their model packages import mmcv's
+compiled ops, which mmcv-lite (the oldest stack checked, ``tools/check_stack.sh``) lacks, unless
+:mod:`mmvitreg.mmcv_ops` serves them; a compiled ``mmcv._ext`` built for another torch does not load. mmvitreg's
+classes built on them (:class:`~mmvitreg.models.segmentors.TokenSegmentor`, the detectors of
+:mod:`mmvitreg.models.detectors`) are then registered as builders that raise the import error with their name
+and its fix (:func:`install_hint`): every other component still imports, and a config that uses one of them stops
+saying why.
 """
 from pathlib import Path
 from typing import Iterable
