@@ -1,7 +1,7 @@
 """The workarounds ``import mmvitreg`` applies to its hosts, each only where the installed versions need it.
 
 What each one changes and why, and what the tools do instead of patching (CPU distributed runs, ``compile``),
-is the README's "Workarounds" paragraph; here each :class:`Patch` has its gate (:attr:`Patch.needed`, reading
+is docs/workarounds.md; here each :class:`Patch` has its gate (:attr:`Patch.needed`, reading
 the *installed* versions through :func:`installed_version`) and the upstream reference. :func:`apply` is
 idempotent; :func:`needed` / :func:`applied` list the patches (``tools/check_stack.sh`` prints both). None of
 them replaces a host function for a model that holds no mmvitreg module (``tests/test_no_global_patch.py``,

@@ -298,12 +298,12 @@ def test_trace_support_checks_a_config_on_its_own_backbone(tmp_path):
     assert preset['target_transform: TLAlign(num_layers=4)'] == '16 blocks, not 4'
 
 
-def test_the_readme_own_config_sets_every_class_count_and_data_root_and_trains_on_digits(ws, tmp_path):
-    """The README's "Your own config" example, as written: every num_classes of the built config is its
+def test_the_docs_own_config_sets_every_class_count_and_data_root_and_trains_on_digits(ws, tmp_path):
+    """docs/configs.md's "Your own config" example, as written: every num_classes of the built config is its
     num_classes and every data root its data_root; trained for one epoch on the digits (data paths pointed at
     the workspace, four images, the model as the example builds it)."""
-    readme = (REPO / 'README.md').read_text()
-    block = '#' + readme.split('```python\n# my_project/lvvit-s_in100.py')[1].split('```')[0]
+    doc = (REPO / 'docs' / 'configs.md').read_text()
+    block = '#' + doc.split('```python\n# my_project/lvvit-s_in100.py')[1].split('```')[0]
     config = tmp_path / 'lvvit-s_in100.py'
     config.write_text(block)
     from mmvitreg.utils import load_config

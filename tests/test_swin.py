@@ -44,7 +44,7 @@ def test_mmpretrain_checkpoints_load_with_every_key_and_give_the_same_features(a
     assert result.missing_keys == [] and result.unexpected_keys == []
     assert list(ours.state_dict()) == list(theirs.state_dict())
     if arch not in ('tiny', 'base'):
-        return  # S and L share T's and B's blocks: keys only here (time); all four measured in the README
+        return  # S and L share T's and B's blocks: keys only here (time); all four measured in configs/swin/README.md
     x = torch.randn(1, 3, 224, 224)
     with torch.no_grad():
         assert (ours(x)[0] - theirs(x)[0]).abs().max() <= 1e-5

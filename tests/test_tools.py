@@ -40,10 +40,10 @@ def val_metric_logged(work_dir, key):
     return logged_scalars(work_dir, key)[-1]
 
 
-def test_quick_start_config_is_seeded_and_the_readme_states_its_figure(digits_workspace, tmp_path):
+def test_quick_start_config_is_seeded_and_the_install_page_states_its_figure(digits_workspace, tmp_path):
     """tools/quickstart.sh trains CLS: seeded (two runs on one machine log the same losses and top-1, its data
     workers and Mixup/CutMix included), not forced deterministic (torch would refuse the non-deterministic CUDA
-    kernels of a GPU run); the README's quick-start paragraph names the seed and the top-1 the run prints."""
+    kernels of a GPU run); docs/install.md's "Seeded figures" names the seed and the top-1 the run prints."""
     assert Config.fromfile(str(CLS)).randomness == dict(seed=0, deterministic=False)
     short = ['train_cfg.max_epochs=1', 'train_dataloader.dataset.indices=128', 'val_dataloader.dataset.indices=64',
              'default_hooks.logger.interval=1']
@@ -53,8 +53,9 @@ def test_quick_start_config_is_seeded_and_the_readme_states_its_figure(digits_wo
     losses = [logged_scalars(work, 'loss') for work in runs]
     assert len(losses[0]) == 128 // 64 and losses[0] == losses[1]
     assert logged_scalars(runs[0], 'accuracy/top1') == logged_scalars(runs[1], 'accuracy/top1') != []
-    readme = (CLS.parents[2] / 'README.md').read_text()
-    quick_start = readme[readme.index('- **`tools/quickstart.sh`**'):readme.index('- **`tools/run_tests.sh`**')]
+    install = (CLS.parents[2] / 'docs' / 'install.md').read_text()
+    start = install.index('### Seeded figures')
+    quick_start = install[start:install.index('\n#', start)]
     assert '`randomness.seed=0`' in quick_start
     assert re.search(r'`accuracy/top1` \d+\.\d+', quick_start)
 

@@ -14,7 +14,7 @@
 # mmcv's compiled ops are skipped, with that reason. A constraints file that pins full mmcv instead builds it
 # from source (~20 min on 2 cores).
 # mmvitreg itself is tested from this checkout (PYTHONPATH), not installed.
-# Not part of CI (installing torch takes minutes); the last result is in the README's compatibility table.
+# Not part of CI (installing torch takes minutes); the last results are in docs/stack.md (Tested stacks).
 #
 #   MMVITREG_VENV         the environment       (default: /tmp/venv-mmvitreg-oldest)
 #   MMVITREG_CONSTRAINTS  the stack             (default: requirements/constraints-oldest.txt)

@@ -10,8 +10,8 @@
 # mmpretrain 1.2.0, mmsegmentation 1.2.2, mmdet 3.3.0, ...); mmvitreg's own requirements
 # (requirements/runtime.txt, and the extras `all`: requirements/all.txt) are ranges, installed under those
 # constraints. Why each pin:
-# the README's "The stack" and mmvitreg/compat.py. To use mmvitreg in an environment of your own,
-# see the README's "Install into your environment" instead.
+# docs/stack.md and mmvitreg/compat.py (docs/workarounds.md). To use mmvitreg in an environment of your own,
+# see docs/install.md instead.
 #
 # mmcv: by default mmcv-lite (pure Python, seconds): classification needs no compiled op, and mmvitreg serves the
 # few that its segmentation and detection configs call from torchvision's kernels (mmvitreg/mmcv_ops.py). That is

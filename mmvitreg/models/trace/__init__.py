@@ -1,5 +1,4 @@
-"""The token trace: what travels with the tokens through an mmvitreg backbone (the design: the README's "The
-token trace" and "Composing techniques").
+"""The token trace: what travels with the tokens through an mmvitreg backbone (the design: docs/token_trace.md).
 
 A backbone declares what it offers in a :class:`TraceSpec` and fills a :class:`TokenTrace` only through its
 recording API (:meth:`TokenTrace.start`, :meth:`~TokenTrace.block`, :meth:`~TokenTrace.downsample` /
