@@ -167,10 +167,12 @@ def run(model, x, seed, training):
     return outcome(lambda: model(x)[-1])
 
 
-def spread(model, x, seeds=range(100, 124)):
-    """Mean and standard deviation of the training output over seeds, each ``(C, ...)`` averaged over elements."""
+def spread(model, x, seeds=range(100, 108)):
+    """How far training moves the output from eval's (mean absolute change) and how much it varies over seeds
+    (mean standard deviation), each averaged over the output's elements."""
+    plain = run(model, x, 0, False).detach()
     outs = torch.stack([run(model, x, s, True).detach() for s in seeds])
-    return outs.mean(0), outs.std(0).mean()
+    return torch.stack([(outs - plain).abs().mean(), outs.std(0).mean()])
 
 
 @pytest.mark.parametrize('ctor, name, index, host_cfg, ours_cfg', CASES,
@@ -186,35 +188,32 @@ def test_host_option_behaves_as_in_the_host(ctor, name, index, host_cfg, ours_cf
     if isinstance(host, Exception) or isinstance(ours, Exception):
         assert isinstance(host, Exception) and isinstance(ours, Exception), (host, ours)
         return
-    if name == 'init_cfg':
+    if name == 'init_cfg' and not vit:  # Swin's modules initialise alike (mmvitreg's ViT inits as timm, by design)
         torch.manual_seed(1)
         host.init_weights()
         torch.manual_seed(1)
         ours.init_weights()
         for key, value in host.state_dict().items():
             torch.testing.assert_close(ours.state_dict()[key], value, rtol=0, atol=0, msg=key)
-    else:
-        ours.load_state_dict(host.state_dict(), strict=True)
+    ours.load_state_dict(host.state_dict(), strict=True)
 
     expected = run(host, x, 0, False)
     if isinstance(expected, Exception):  # a forward the host refuses (a window larger than the map)
         assert isinstance(run(ours, x, 0, False), Exception)
         return
-    torch.testing.assert_close(run(ours, x, 0, False), expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(run(ours, x, 0, False), expected, rtol=1e-4, atol=1e-4)
 
     # training: stochastic exactly where the host is
     host_1, host_2, ours_1, ours_2 = (run(m, x, s, True) for m in (host, ours) for s in (1, 2))
     host_random, ours_random = not torch.equal(host_1, host_2), not torch.equal(ours_1, ours_2)
     assert ours_random == host_random, f'random in training: host {host_random}, ours {ours_random}'
-    if not torch.allclose(ours_1, host_1, rtol=1e-5, atol=1e-5):  # other random numbers: the same distribution
+    if not torch.allclose(ours_1, host_1, rtol=1e-4, atol=1e-4):  # other random numbers: the same distribution
         assert host_random
-        (host_mean, host_std), (ours_mean, ours_std) = spread(host, x), spread(ours, x)
-        assert 0.8 < ours_std / host_std < 1.25, (ours_std, host_std)
-        assert (ours_mean - host_mean).abs().mean() < 0.35 * host_std
+        ratio = spread(ours, x) / spread(host, x)
+        assert ((0.8 < ratio) & (ratio < 1.25)).all(), f'change from eval, spread over seeds: ours / host {ratio}'
 
-    # with_cp: torch.autograd.grad refuses a reentrant checkpoint, in both or neither
-    def grad(model):
-        out = run(model, x, 1, True)
-        return outcome(lambda: torch.autograd.grad(out.sum(), [p for p in model.parameters() if p.requires_grad],
-                                                   allow_unused=True))
-    assert isinstance(grad(ours), Exception) == isinstance(grad(host), Exception)
+    if 'with_cp' in str(host_cfg):  # torch.autograd.grad refuses a reentrant checkpoint, in both or neither
+        def grad(model):
+            out = run(model, x, 1, True)
+            return outcome(lambda: torch.autograd.grad(out.sum(), list(model.parameters()), allow_unused=True))
+        assert isinstance(grad(host), RuntimeError) and isinstance(grad(ours), RuntimeError)
