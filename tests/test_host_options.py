@@ -90,7 +90,7 @@ WALK = {
         pad_small_map=[(ATTN(dict(pad_small_map=True)), None)],
         window_msa=[(ATTN(dict(window_msa=WindowMSA)), None), (ATTN(dict(window_msa=WindowMSAV2)), None)],
         init_cfg=[(ATTN(dict(init_cfg=INIT)), None)],
-        kwargs=[(ATTN(dict(qk_scale=0.25)), None)],  # the window attention's options, walked as WindowMSA's
+        kwargs=[(ATTN(dict(qkv_bias=False, proj_drop=0.5)), None)],  # the window attention's, walked as WindowMSA's
     ),
     WindowMSA: dict(
         embed_dims=PASSED_ON, window_size=PASSED_ON, num_heads=PASSED_ON,

@@ -81,7 +81,7 @@ def attend(qkv: Tensor, scale: float, *, bias: Optional[Tensor] = None, dropout_
         if ride is not None:
             mix_map(ride, attn)
         return x, attn if need_attn else None
-    mask = None if bias is None else bias.to(q.dtype)
+    mask = None if bias is None else bias.to(qkv.dtype)
     if ride is not None:
         x = attend_widened(qkv, ride, scale, mask)
     else:
