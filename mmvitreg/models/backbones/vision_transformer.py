@@ -4,6 +4,7 @@ from typing import Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint as cp
 from mmengine.model import ModuleList
 from mmengine.model.weight_init import trunc_normal_
 from mmpretrain.models.backbones.vision_transformer import TransformerEncoderLayer
@@ -13,7 +14,6 @@ from torch import Tensor
 
 from mmvitreg.registry import MODELS
 from ..layers import ConvStem, TransformerBlock, token_grid
-from ..layers.transformer_block import checkpoint
 from ..trace import TokenTrace, TraceSpec, resolve_indices
 from .arch import BackboneValueError, check_arch, check_drop_path_rate
 from .init_cfg import own_pretrained, unbuilt
@@ -41,9 +41,8 @@ class HostEncoderLayer(TransformerEncoderLayer):
         if need_attn or ride is not None:
             raise BackboneValueError('a trace taps the attention of TransformerBlock, not of a layer built from '
                                      'layer_cfgs or layer_scale_init_value: tap other blocks or drop those options')
-        if self.with_cp and x.requires_grad:
-            return checkpoint(lambda x, need_attn, ride: super(HostEncoderLayer, self).forward(x), x,
-                              need_attn=False, ride=None)
+        if self.with_cp and x.requires_grad:  # reentrant, as mmseg's ViT
+            return cp.checkpoint(super().forward, x, use_reentrant=True)
         return super().forward(x)
 
 
