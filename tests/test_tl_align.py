@@ -81,8 +81,8 @@ def dense_window_map(layout: WindowLayout, attn: torch.Tensor) -> torch.Tensor:
 
 
 def test_window_attention_placed_on_the_grid():
-    """dense_window_map (the reference's) puts each window's map at the grid positions of its tokens: (A_dense @ v) on the grid
-    equals attending inside the windows and reversing, and a row sums to its non-padding weight."""
+    """dense_window_map (the reference's) puts each window's map at the grid positions of its tokens: (A_dense @ v)
+    on the grid equals attending inside the windows and reversing."""
     layout = WindowLayout((5, 6), 4, 2)
     B, heads = 2, 3
     attn = torch.rand(B * layout.num_windows, heads, 16, 16).softmax(-1)
