@@ -131,16 +131,7 @@ def test_attend_gives_the_reference_on_every_path(monkeypatch, kind, path):
 def test_attend_refuses_a_bias_with_an_attention_map():
     qkv = torch.zeros(1, 3, 3, 1, 2)
     with pytest.raises(ValueError, match='bias or an attention_map'):
-        attend(qkv, None, None, 1., bias=torch.zeros(1, 1, 3, 3), attention_map=lambda q, k: q @ k.transpose(-2, -1))
-
-
-def test_cvts_unpacked_call_is_the_fused_kernel():
-    """CvT, the one layer with its own q, k, v projections (keys and values of another length than the
-    queries), hands them unpacked: the public fused kernel."""
-    torch.manual_seed(0)
-    q, k, v = torch.randn(2, 3, 9, 4), torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 4)
-    out, attn = attend(q, k, v, 0.3)
-    assert attn is None and torch.equal(out, F.scaled_dot_product_attention(q, k, v, scale=0.3))
+        attend(qkv, 1., bias=torch.zeros(1, 1, 3, 3), attention_map=lambda q, k: q @ k.transpose(-2, -1))
 
 
 @pytest.mark.parametrize('windows', [1, 3])
@@ -206,7 +197,7 @@ def test_a_ride_takes_the_widened_call_on_every_device(monkeypatch, kind, device
     qkv = torch.randn(2, 16, 3, 4, 8).as_subclass(OnDevice)
     bias = torch.randn(2, 4, 16, 16) if kind == 'window' else None  # two windows of one image
     ride = Ride(torch.rand(2, 16, 2))
-    attend(qkv, None, None, 0.5, bias=bias, ride=ride)
+    attend(qkv, 0.5, bias=bias, ride=ride)
     assert ran == ['widened'] and ride.mixed.shape == (2, 16, 2)
 
 

@@ -189,20 +189,6 @@ def test_window_layout_partitions_like_mmpretrain_and_reverses():
         assert (index < 0).sum() == 96 - 70
 
 
-def test_window_attention_placed_on_the_grid():
-    """to_dense puts each window's map at the grid positions of its tokens: (A_dense @ v) on the grid
-    equals attending inside the windows and reversing, and a row sums to its non-padding weight."""
-    layout = WindowLayout((5, 6), 4, 2)
-    B, heads = 2, 3
-    attn = torch.rand(B * layout.num_windows, heads, 16, 16).softmax(-1)
-    v = torch.randn(B, 30, 1, 4)  # per-token values shared by the heads
-    vw = layout.partition(v).flatten(0, 1).transpose(1, 2).expand(-1, heads, -1, -1)  # (B*nW, heads, 16, 4)
-    windowed = layout.reverse((attn @ vw).transpose(1, 2).unflatten(0, (B, -1)))  # (B, 30, heads, 4)
-    dense = layout.to_dense(attn)
-    assert dense.shape == (B, heads, 30, 30)
-    torch.testing.assert_close(dense @ v[:, :, 0].unsqueeze(1), windowed.transpose(1, 2))
-
-
 def test_trace_taps_grids_windows_and_attention():
     model = nano()
     x = torch.randn(2, 3, 64, 64)

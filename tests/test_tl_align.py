@@ -12,7 +12,7 @@ from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 from mmpretrain.structures import DataSample
 
 from mmvitreg.models.target_transforms import TLAlign
-from mmvitreg.models.layers import Ride, attend
+from mmvitreg.models.layers import Ride, WindowLayout, attend
 from mmvitreg.models.trace import MixPlan, TokenTrace, TraceUserError
 from mmvitreg.registry import MODELS
 from mmvitreg.utils import check_plugin_types
@@ -59,11 +59,39 @@ def reference_targets(trace: TokenTrace, labels: torch.Tensor) -> torch.Tensor:
             grid = (H2, W2)
         attn = trace.attn[i].double()
         if i in trace.windows:
-            attn = trace.windows[i].to_dense(attn)  # (B, heads, HW, HW), padding weights dropped
+            attn = dense_window_map(trace.windows[i], attn)  # (B, heads, HW, HW), padding weights dropped
         A = attn.mean(1).clamp(min=0)
         A = A / A.sum(-1, keepdim=True)  # Table 10 Norm(W)
         Y = 0.5 * (A @ Y + Y)
     return Y[:, 0] if trace.num_extra_tokens else Y.mean(1)
+
+
+def dense_window_map(layout: WindowLayout, attn: torch.Tensor) -> torch.Tensor:
+    """Window attention ``(B * nW, heads, w * w, w * w)`` -> grid attention ``(B, heads, H * W, H * W)``: row ``i``,
+    column ``j`` the weight token ``i`` gives token ``j``, 0 across windows, weights on padding dropped."""
+    nW, n = layout.num_windows, layout.window**2
+    B, heads = attn.shape[0] // nW, attn.shape[1]
+    windows = attn.view(B, nW, heads, n, n)
+    full = attn.new_zeros(B, heads, nW * n, nW * n)
+    for w in range(nW):
+        full[:, :, w * n:(w + 1) * n, w * n:(w + 1) * n] = windows[:, w]
+    index = layout.grid_index().flatten()
+    slots = index.argsort()[int((index < 0).sum()):]  # the slot of grid token 0, 1, ..., H * W - 1
+    return full[:, :, slots][:, :, :, slots]
+
+
+def test_window_attention_placed_on_the_grid():
+    """dense_window_map (the reference's) puts each window's map at the grid positions of its tokens: (A_dense @ v)
+    on the grid equals attending inside the windows and reversing."""
+    layout = WindowLayout((5, 6), 4, 2)
+    B, heads = 2, 3
+    attn = torch.rand(B * layout.num_windows, heads, 16, 16).softmax(-1)
+    v = torch.randn(B, 30, 1, 4)  # per-token values shared by the heads
+    vw = layout.partition(v).flatten(0, 1).transpose(1, 2).expand(-1, heads, -1, -1)  # (B*nW, heads, 16, 4)
+    windowed = layout.reverse((attn @ vw).transpose(1, 2).unflatten(0, (B, -1)))  # (B, 30, heads, 4)
+    dense = dense_window_map(layout, attn)
+    assert dense.shape == (B, heads, 30, 30)
+    torch.testing.assert_close(dense @ v[:, :, 0].unsqueeze(1), windowed.transpose(1, 2))
 
 
 def aligned_vs_reference(backbone_cfg, img, num_layers, grid, B=4, seed=0, representation='weights'):
@@ -151,7 +179,7 @@ def test_table10_norm_drops_negative_weights_and_keeps_label_of_rows_without_pos
     w = torch.tensor([[1., 0., 0.25]]).unsqueeze(-1)
     ride = Ride(torch.cat([w, 1 - w], -1))
     qkv = torch.zeros(1, 3, 3, 1, 1)
-    attend(qkv, None, None, 1., ride=ride, attention_map=lambda q, k: attn)
+    attend(qkv, 1., ride=ride, attention_map=lambda q, k: attn)
     out = TLAlign.step(TokenTrace(), 0, ride.values, ride.mixed)[..., 0]
     aligned = torch.tensor([[(0.5 * 1 + 0.7 * 0.25) / 1.2, 0., 0.2 + 0.5 * 0.25]])
     assert torch.allclose(out, 0.5 * (aligned + w[..., 0]))
@@ -494,7 +522,7 @@ def test_fused_attention_carries_the_ride_in_its_own_kernel_call(monkeypatch, ch
     widened = attention_module.attend_widened
     monkeypatch.setattr(attention_module, 'attend_widened', lambda *a: ran.append('widened') or widened(*a))
     ride = Ride(values)
-    out, _ = attend(qkv, None, None, 0.3, ride=ride)
+    out, _ = attend(qkv, 0.3, ride=ride)
     (out * grad).sum().backward()
     assert ran == ['widened' if channels <= ride_module.RIDE_CHANNELS else 'map']
     assert (out - expected).abs().max() <= 1e-6 and (qkv.grad - expected_grad).abs().max() <= 1e-6

@@ -55,3 +55,35 @@ def test_with_cp_trains_as_without_it_with_a_ride_and_taps(config, tmp_path):
     for name in grads:
         torch.testing.assert_close(grads[name], plain_grads[name], rtol=1e-5, atol=1e-7)
     assert saved < plain_saved / 10  # the blocks' activations are recomputed, not kept
+
+
+def grad_refused(model, x, **kwargs) -> bool:
+    """Whether ``torch.autograd.grad`` refuses the training forward of ``model`` (a reentrant checkpoint does)."""
+    model.train()  # mmpretrain's Swin.train returns None
+    out = model(x, **kwargs)[-1]
+    try:
+        torch.autograd.grad(out.sum(), [p for p in model.parameters() if p.requires_grad], allow_unused=True)
+    except RuntimeError:
+        return True
+    return False
+
+
+def test_checkpoints_are_the_hosts_reentrant_ones_and_non_reentrant_when_tapped():
+    """mmseg's ViT and mmpretrain's Swin call ``cp.checkpoint`` with torch's default, the reentrant variant, which
+    ``torch.autograd.grad`` refuses; mmvitreg's blocks do the same, except blocks a trace taps (non-reentrant: the
+    reentrant forward runs without autograd and would cut the ride's values from the graph)."""
+    from mmpretrain.models import SwinTransformer as HostSwin
+    from mmseg.models.backbones import VisionTransformer as HostViT
+
+    from mmvitreg.models.backbones import SwinTransformer, VisionTransformer
+    from mmvitreg.models.trace import TokenTrace
+    x = torch.randn(2, 3, 32, 32)
+    vit = dict(img_size=32, patch_size=8, embed_dims=16, num_layers=2, num_heads=2, mlp_ratio=2, with_cp=True)
+    swin = dict(arch=dict(embed_dims=16, depths=(2, 2), num_heads=(2, 2)), img_size=32, window_size=4,
+                out_indices=(1, ), with_cp=True)
+    assert grad_refused(HostViT(**vit), x) and grad_refused(HostSwin(**swin), x)
+    ours = [VisionTransformer(arch=dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32),
+                              img_size=32, patch_size=8, with_cp=True), SwinTransformer(**swin)]
+    for model, blocks in zip(ours, (2, 4)):
+        assert grad_refused(model, x)
+        assert not grad_refused(model, x, trace=TokenTrace(attn_layers=tuple(range(blocks))))

@@ -2,6 +2,7 @@
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
+import torch.nn.functional as F
 from mmcv.cnn.bricks import DropPath
 from mmengine.model import BaseModule, ModuleList
 from mmengine.model.weight_init import trunc_normal_
@@ -9,7 +10,6 @@ from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from torch import Tensor, nn
 
 from mmvitreg.registry import MODELS
-from ..layers import attend
 from ..trace import TokenTrace, TraceSpec
 from .arch import check_drop_path_rate
 from .init_cfg import own_pretrained
@@ -39,9 +39,9 @@ class ConvProjection(nn.Sequential):
 class ConvAttention(BaseModule):
     """Convolutional projection attention (CvT §3.2): queries from a stride-1, keys and values from a
     stride-``kv_stride`` depth-wise conv + BN of the token map, then the usual linear projections and
-    multi-head attention (its core through :func:`~mmvitreg.models.layers.attend`: fused). The cls token (if any) skips the
-    convolutions. The official code scales the logits by ``dim ** -0.5`` (the whole width, not the
-    head width); so does this one.
+    multi-head attention (PyTorch's fused ``F.scaled_dot_product_attention``: keys and values are shorter than the
+    queries, and no trace taps this map). The cls token (if any) skips the convolutions. The official code scales
+    the logits by ``dim ** -0.5`` (the whole width, not the head width); so does this one.
 
     Shapes: ``(B, E + H * W, C)`` in and out, ``E`` extra (cls) tokens.
     """
@@ -64,7 +64,8 @@ class ConvAttention(BaseModule):
         q, k, v = (heads(lin(torch.cat((extra, conv(fmap)), dim=1)))
                    for conv, lin in ((self.conv_proj_q, self.proj_q), (self.conv_proj_k, self.proj_k),
                                      (self.conv_proj_v, self.proj_v)))
-        out, _ = attend(q, k, v, self.scale, dropout_p=self.attn_drop if self.training else 0.)
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_drop if self.training else 0.,
+                                             scale=self.scale)
         return self.proj_drop(self.proj(out.transpose(1, 2).flatten(2)))
 
 

@@ -3,17 +3,17 @@ import copy
 from collections import OrderedDict
 from typing import Mapping, Optional, Sequence, Tuple
 
-import torch.utils.checkpoint as cp
 from mmpretrain.models.backbones import SwinTransformer as MMPretrainSwinTransformer
 from mmpretrain.models.backbones.swin_transformer import SwinBlock as MMPretrainSwinBlock
 from mmpretrain.models.backbones.swin_transformer import SwinBlockSequence
-from mmpretrain.models.utils import ShiftWindowMSA, resize_pos_embed
+from mmpretrain.models.utils import ShiftWindowMSA, WindowMSA, resize_pos_embed
 from torch import Tensor
 
 from mmvitreg.registry import MODELS
 from ..converters import OfficialLayout, converter_tool, register_layout, rename_keys
 from ..layers import Ride, WindowAttention, WindowLayout
 from ..layers.drop_path import FFN, drop_path
+from ..layers.transformer_block import checkpoint
 from ..trace import TokenTrace, TraceSpec
 from .arch import BackboneValueError, check_arch, check_drop_path_rate
 from .init_cfg import own_pretrained, unbuilt
@@ -26,6 +26,8 @@ class ShiftWindowAttention(ShiftWindowMSA):
 
     ``forward(query, hw_shape, need_attn=False, ride=None)``: ``(B, H * W, C)`` -> ``(B, H * W, C)``, with
     ``need_attn`` also the window maps ``(B * nW, heads, w * w, w * w)``; a ``ride`` holds values in windows.
+    With a ``window_msa`` of the user's (not :class:`~mmvitreg.models.layers.WindowAttention`) mmpretrain's
+    forward runs, untraced.
     """
 
     def layout(self, hw_shape: Tuple[int, int]) -> WindowLayout:
@@ -39,6 +41,11 @@ class ShiftWindowAttention(ShiftWindowMSA):
         return WindowLayout(tuple(hw_shape), window, shift)
 
     def forward(self, query: Tensor, hw_shape, need_attn: bool = False, ride: Optional[Ride] = None):
+        if not isinstance(self.w_msa, WindowAttention):
+            if need_attn or ride is not None:
+                raise BackboneValueError(f'a trace taps WindowAttention, not {type(self.w_msa).__name__}: drop '
+                                         'attn_cfgs.window_msa from stage_cfgs or tap no block')
+            return super().forward(query, hw_shape)
         layout = self.layout(hw_shape)
         h = self.w_msa(layout.partition(query), mask=layout.attn_mask(query.device), need_attn=need_attn, ride=ride)
         h, attn = h if need_attn else (h, None)
@@ -47,16 +54,17 @@ class ShiftWindowAttention(ShiftWindowMSA):
 
 
 class SwinBlock(MMPretrainSwinBlock):
-    """mmpretrain's ``SwinBlock`` (pre-norm W-MSA/SW-MSA and FFN, both residual; ``with_cp`` non-reentrant) run
-    by its modules, :class:`ShiftWindowAttention` and :class:`~mmvitreg.models.layers.drop_path.FFN`.
+    """mmpretrain's ``SwinBlock`` (pre-norm W-MSA/SW-MSA and FFN, both residual) run by its modules,
+    :class:`ShiftWindowAttention` and :class:`~mmvitreg.models.layers.drop_path.FFN`.
 
     ``forward(x, hw_shape, need_attn=False, ride=None)``: ``(B, H * W, C)`` -> ``(B, H * W, C)``, with
-    ``need_attn`` also the window maps.
+    ``need_attn`` also the window maps. ``with_cp`` checkpoints as mmpretrain does
+    (:func:`~mmvitreg.models.layers.transformer_block.checkpoint`).
     """
 
     def forward(self, x: Tensor, hw_shape, need_attn: bool = False, ride: Optional[Ride] = None):
         if self.with_cp and x.requires_grad:
-            return cp.checkpoint(self._forward, x, hw_shape, need_attn, ride, use_reentrant=False)
+            return checkpoint(self._forward, x, hw_shape, need_attn=need_attn, ride=ride)
         return self._forward(x, hw_shape, need_attn, ride)
 
     def _forward(self, x: Tensor, hw_shape, need_attn: bool, ride: Optional[Ride]):
@@ -113,8 +121,10 @@ class SwinTransformer(MMPretrainSwinTransformer):
     block's forward), :class:`~mmvitreg.models.layers.drop_path.FFN` (timm's stochastic depth) and the fused
     attention of :class:`~mmvitreg.models.layers.WindowAttention`; mmpretrain's constructor builds them (no key
     changes; the same outputs as mmpretrain's Swin, tested), and mmpretrain's code still runs the patch embedding
-    and the patch merging (mmcv's ``PatchMerging``, through ``nn.Unfold``). ``with_cp`` checkpoints every block
-    as mmpretrain does (non-reentrant), with or without a trace. With a
+    and the patch merging (mmcv's ``PatchMerging``, through ``nn.Unfold``). A block built with options the lean
+    forwards do not cover runs mmpretrain's: another ``dropout_layer`` than ``DropPath`` (its own forward), another
+    ``window_msa`` than ``WindowMSA`` (mmpretrain's ``ShiftWindowMSA.forward``; untraced). ``with_cp``
+    checkpoints every block as mmpretrain does, with or without a trace. With a
     :class:`~mmvitreg.models.trace.TokenTrace` it calls the trace's recording API (what it offers:
     :attr:`trace_spec`):
 
@@ -135,7 +145,7 @@ class SwinTransformer(MMPretrainSwinTransformer):
         **kwargs: The arguments of mmpretrain's ``SwinTransformer`` (``arch``, ``img_size``,
             ``patch_size``, ``window_size``, ``drop_path_rate``, ``out_indices``,
             ``out_after_downsample``, ``use_abs_pos_embed``, ``pad_small_map``, ``stage_cfgs``,
-            ...). ``stage_cfgs.block_cfgs.attn_cfgs.window_msa`` is always ``WindowAttention``. Errors start
+            ...). ``stage_cfgs.block_cfgs.attn_cfgs.window_msa`` defaults to ``WindowAttention``. Errors start
             with mmpretrain's wording and name the fix
             (:class:`~mmvitreg.models.backbones.arch.BackboneValueError` where mmpretrain asserts).
     """
@@ -166,12 +176,19 @@ class SwinTransformer(MMPretrainSwinTransformer):
         cfg = copy.deepcopy(dict(stage_cfgs))
         block_cfgs = cfg.get('block_cfgs', {})
         if isinstance(block_cfgs, Sequence):
-            block_cfgs = [dict(b, attn_cfgs=dict(b.get('attn_cfgs', {}), window_msa=WindowAttention))
-                          for b in block_cfgs]
+            cfg['block_cfgs'] = [SwinTransformer._block_window_attention(b) for b in block_cfgs]
         else:
-            block_cfgs = dict(block_cfgs, attn_cfgs=dict(block_cfgs.get('attn_cfgs', {}), window_msa=WindowAttention))
-        cfg['block_cfgs'] = block_cfgs
+            cfg['block_cfgs'] = SwinTransformer._block_window_attention(block_cfgs)
         return cfg
+
+    @staticmethod
+    def _block_window_attention(block_cfg):
+        """``block_cfg`` with ``WindowAttention`` for mmpretrain's default ``WindowMSA`` (the same keys and outputs);
+        a user's other ``window_msa`` stays, run by mmpretrain's forward."""
+        attn_cfgs = dict(block_cfg.get('attn_cfgs', {}))
+        if attn_cfgs.get('window_msa', WindowMSA) is WindowMSA:
+            attn_cfgs['window_msa'] = WindowAttention
+        return dict(block_cfg, attn_cfgs=attn_cfgs)
 
     def init_weights(self):
         """mmpretrain's ``init_weights``, an ``init_cfg=dict(type='Pretrained')`` loaded by ``mmvitreg.Pretrained``."""

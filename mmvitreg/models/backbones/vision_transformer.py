@@ -4,8 +4,10 @@ from typing import Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint as cp
 from mmengine.model import ModuleList
 from mmengine.model.weight_init import trunc_normal_
+from mmpretrain.models.backbones.vision_transformer import TransformerEncoderLayer
 from mmpretrain.models.backbones.vision_transformer import VisionTransformer as MMPretrainVisionTransformer
 from mmpretrain.models.utils import resize_pos_embed, to_2tuple
 from torch import Tensor
@@ -24,6 +26,24 @@ TIMM_INIT_CFG = [
     dict(type='TruncNormal', layer='Linear', std=.02, bias=0.),
     dict(type='Constant', layer='LayerNorm', val=1., bias=0.),
 ]
+
+
+class HostEncoderLayer(TransformerEncoderLayer):
+    """mmpretrain's ``TransformerEncoderLayer``, run by its own forward, for a layer given options that
+    :class:`~mmvitreg.models.layers.TransformerBlock` does not take (``layer_cfgs``, ``layer_scale_init_value``):
+    ``(B, N, C)`` -> ``(B, N, C)``; a trace reads its tokens but taps no attention in it."""
+
+    def __init__(self, with_cp: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.with_cp = with_cp
+
+    def forward(self, x: Tensor, need_attn: bool = False, ride=None) -> Tensor:
+        if need_attn or ride is not None:
+            raise BackboneValueError('a trace taps the attention of TransformerBlock, not of a layer built from '
+                                     'layer_cfgs or layer_scale_init_value: tap other blocks or drop those options')
+        if self.with_cp and x.requires_grad:  # reentrant, as mmseg's ViT
+            return cp.checkpoint(super().forward, x, use_reentrant=True)
+        return super().forward(x)
 
 
 @MODELS.register_module()
@@ -94,6 +114,11 @@ class VisionTransformer(MMPretrainVisionTransformer):
             no bias), as mmpretrain. Defaults to False.
         with_cp (bool): Activation checkpointing in every block, as mmseg's ViT (recomputed in the backward,
             with or without a trace). Defaults to False.
+        layer_scale_init_value (float): mmpretrain's layer scale; not 0 builds every block as
+            :class:`HostEncoderLayer`. Defaults to 0.
+        layer_cfgs (dict | Sequence[dict]): mmpretrain's per-layer options of ``TransformerEncoderLayer``, one
+            dict for all or one per block; a block given any is a :class:`HostEncoderLayer`, run by mmpretrain's
+            forward (plain arch options only). Defaults to an empty dict.
         init_cfg (dict | list, optional): Defaults to the timm/DeiT init (truncated normal 0.02 on
             Linear weights, zero biases, LayerNorm 1/0; ``cls_token`` and ``pos_embed`` truncated
             normal 0.02); convolutions and BatchNorms keep PyTorch's init, as in the official codes.
@@ -107,7 +132,8 @@ class VisionTransformer(MMPretrainVisionTransformer):
                  drop_path_rate: float = 0., qkv_bias: bool = True, norm_cfg: dict = dict(type='LN', eps=1e-6),
                  final_norm: bool = True, out_type: str = 'cls_token', with_cls_token: bool = True,
                  frozen_stages: int = -1, interpolate_mode: str = 'bicubic', patch_cfg: dict = dict(),
-                 pre_norm: bool = False, with_cp: bool = False, init_cfg=TIMM_INIT_CFG):
+                 pre_norm: bool = False, with_cp: bool = False, layer_scale_init_value: float = 0.,
+                 layer_cfgs=dict(), init_cfg=TIMM_INIT_CFG):
         settings = {**ARCH_OPTIONS, **check_arch(arch, self.arch_zoo, ESSENTIAL_ARCH_KEYS, ARCH_OPTIONS)}
         check_drop_path_rate(drop_path_rate)
         num_layers = settings['num_layers']
@@ -134,7 +160,20 @@ class VisionTransformer(MMPretrainVisionTransformer):
         attn_types = self._attn_types(settings['attn_types'])
         attn_cfgs = settings['attn_cfgs'] or {}
         dpr = np.linspace(0, drop_path_rate, num_layers)
+        layer_cfgs = [layer_cfgs] * num_layers if isinstance(layer_cfgs, dict) else list(layer_cfgs)
+        if layer_scale_init_value:
+            layer_cfgs = [dict(dict(layer_scale_init_value=layer_scale_init_value), **cfg) for cfg in layer_cfgs]
+        plain = settings['scale_adjustment'] == settings['skip_lam'] == 1 and not attn_cfgs.get('msa')
+        if any(cfg and not (plain and kind == 'msa') for cfg, kind in zip(layer_cfgs, attn_types)):
+            raise ValueError('layer_cfgs and layer_scale_init_value build mmpretrain\'s plain layers: drop them, or '
+                             'the arch\'s attn_types, attn_cfgs, scale_adjustment and skip_lam')
         self.layers = ModuleList(
+            HostEncoderLayer(with_cp=with_cp, **{
+                **dict(embed_dims=self.embed_dims, num_heads=settings['num_heads'],
+                       feedforward_channels=settings['feedforward_channels'], drop_rate=drop_rate,
+                       attn_drop_rate=attn_drop_rate, drop_path_rate=float(dpr[i]), qkv_bias=qkv_bias,
+                       norm_cfg=norm_cfg),
+                **layer_cfgs[i]}) if layer_cfgs[i] else
             TransformerBlock(
                 self.embed_dims,
                 settings['num_heads'],

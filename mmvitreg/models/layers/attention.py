@@ -1,9 +1,9 @@
 """The one entry point of every attention layer's core, :func:`attend`, and multi-head self-attention.
 
-Every attention layer (:class:`MultiheadSelfAttention`, re-attention, talking heads,
-:class:`~mmvitreg.models.layers.WindowAttention`, CvT's convolutional attention) computes its ``q, k, v`` and
-calls :func:`attend` for ``Softmax(q k^T * scale + bias) v``: :func:`attend` holds the one switch, as timm's
-``fused_attn``, between the explicit map (where a user needs it) and PyTorch's public fused kernel.
+Every attention layer with a packed ``qkv`` projection (:class:`MultiheadSelfAttention`, re-attention, talking
+heads, :class:`~mmvitreg.models.layers.WindowAttention`) calls :func:`attend` for ``Softmax(q k^T * scale + bias) v``:
+:func:`attend` holds the one switch, as timm's ``fused_attn``, between the explicit map (where a user needs it) and
+PyTorch's public fused kernel.
 """
 from typing import Callable, Optional, Tuple, Union
 
@@ -21,8 +21,8 @@ def head_logits(q: Tensor, k: Tensor, scale: float, num_heads: int) -> Tensor:
     return torch.bmm(q * scale, k.transpose(1, 2)).view(-1, num_heads, n, n)
 
 
-def attend(q: Tensor, k: Optional[Tensor], v: Optional[Tensor], scale: float, *, bias: Optional[Tensor] = None,
-           dropout_p: float = 0., need_attn: bool = False, ride: Optional[Ride] = None,
+def attend(qkv: Tensor, scale: float, *, bias: Optional[Tensor] = None, dropout_p: float = 0.,
+           need_attn: bool = False, ride: Optional[Ride] = None,
            attention_map: Optional[Callable[[Tensor, Tensor], Tensor]] = None) -> Tuple[Tensor, Optional[Tensor]]:
     """The core of every attention layer: ``A v`` with ``A = Softmax(q k^T * scale + bias)`` after dropout, or
     ``A = attention_map(q, k)``; fills ``ride.mixed`` from ``A`` before dropout (an ``attention_map``'s ``A``
@@ -44,9 +44,7 @@ def attend(q: Tensor, k: Optional[Tensor], v: Optional[Tensor], scale: float, *,
     kernel broadcasts it over the images without a copy.
 
     Args:
-        q (Tensor): The qkv projection ``(B', n, 3, H, d)`` (``k = v = None``); or CvT's own queries
-            ``(B', H, n_q, d)`` with ``k, v`` ``(B', H, n, d)``: the fused kernel, with nothing else.
-        k, v (Tensor, optional): See ``q``.
+        qkv (Tensor): The qkv projection ``(B', n, 3, H, d)``.
         scale (float): Multiplies ``q k^T``.
         bias (Tensor, optional): Additive logits ``(G, H, n, n)`` (``G`` divides ``B'``; batch entry
             ``b`` takes group ``b % G``), e.g. Swin's relative position bias plus shift mask. Not with
@@ -63,17 +61,15 @@ def attend(q: Tensor, k: Optional[Tensor], v: Optional[Tensor], scale: float, *,
         Tuple[Tensor, Optional[Tensor]]: ``x`` ``(B', H, n, d)`` and, with ``need_attn``, the map
         ``(B', H, n, n)`` (the softmax before dropout, or ``attention_map``'s), else None.
     """
-    if k is not None:  # CvT: its own projections, always fused
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale), None
     if bias is not None and attention_map is not None:
         raise ValueError('attend takes a bias or an attention_map, not both')
-    B, n, _, H = q.shape[:4]
+    B, n, _, H = qkv.shape[:4]
     # windows: a decision on the bias's groups (a window layout's, which jit tracing may freeze), never on B
     G = 1 if bias is None else bias.shape[0]
     if bias is not None:
         bias = bias.reshape(1, G * H, n, n)
     if attention_map is not None or need_attn or ride is not None and (dropout_p > 0 or not ride.fits):
-        q, k, v = q.permute(2, 0, 3, 1, 4).reshape(3, B * H, n, -1).unbind(0)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).reshape(3, B * H, n, -1).unbind(0)
         if attention_map is None:
             logits = head_logits(q, k, scale, G * H)
             attn = (logits if bias is None else logits + bias).softmax(-1)
@@ -85,11 +81,11 @@ def attend(q: Tensor, k: Optional[Tensor], v: Optional[Tensor], scale: float, *,
         if ride is not None:
             mix_map(ride, attn)
         return x, attn if need_attn else None
-    mask = None if bias is None else bias.to(q.dtype)
+    mask = None if bias is None else bias.to(qkv.dtype)
     if ride is not None:
-        x = attend_widened(q, ride, scale, mask)
+        x = attend_widened(qkv, ride, scale, mask)
     else:
-        qkv = q.permute(2, 0, 3, 1, 4)  # (3, B', H, n, d)
+        qkv = qkv.permute(2, 0, 3, 1, 4)  # (3, B', H, n, d)
         q, k, v = (qkv.reshape(3, B // G, G * H, n, -1) if G > 1 else qkv).unbind(0)
         x = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
     return x.reshape(B, H, n, -1) if G > 1 else x, None
@@ -156,7 +152,7 @@ class MultiheadSelfAttention(nn.Module):
         ``ride.mixed`` when a ride is given."""
         B, N, C = x.shape
         qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dims)
-        x, attn = attend(qkv, None, None, self.scale, dropout_p=self.attn_drop.p if self.training else 0.,
+        x, attn = attend(qkv, self.scale, dropout_p=self.attn_drop.p if self.training else 0.,
                          need_attn=need_attn, ride=ride, attention_map=None if self.fused else self.attention_map)
         x = self.proj_drop(self.proj(x.transpose(1, 2).reshape(B, N, C)))
         return (x, attn) if need_attn else x

@@ -1,21 +1,25 @@
 """Stochastic depth in the fewest operators, for the blocks whose forward mmvitreg runs itself, and their FFN."""
+from mmcv.cnn.bricks.drop import DropPath
 from mmcv.cnn.bricks.transformer import FFN as MMCVFFN
 from torch import Tensor, nn
 
 
 def drop_path(x: Tensor, module: nn.Module) -> Tensor:
-    """``x`` ``(B, ...)`` through the stochastic depth of ``module`` (mmcv's ``DropPath``, as mmpretrain's and
-    mmvitreg's blocks build it, or ``nn.Identity``), computed as timm's ``drop_path``.
+    """``x`` ``(B, ...)`` through a block's ``dropout_layer`` ``module``, as the module's own forward would.
 
-    `Deep Networks with Stochastic Depth <https://arxiv.org/abs/1603.09382>`_: in training each sample's branch
-    is kept with probability ``k = 1 - module.drop_prob`` and scaled by ``1 / k``, ``x * Bernoulli(k) / k``.
-    mmcv's ``DropPath`` draws the same mask as ``floor(k + U(0, 1))`` and divides ``x`` (``rand``, ``add``,
-    ``floor_``, ``div``, ``mul``; two operators in the backward); here one ``bernoulli_`` draws it and the
-    ``1 / k`` goes onto the ``(B, 1, ...)`` mask (``empty``, ``bernoulli_``, ``div_``, ``mul``; one in the
-    backward). The same distribution; ``module.drop_prob`` is read at every call, so that a schedule
-    (:class:`~mmvitreg.engine.DropPathScheduleHook`) that changes it holds; the module's ``training`` decides.
+    mmcv's ``DropPath`` (the layer mmpretrain's and mmvitreg's blocks build) runs as timm's ``drop_path``
+    (`Deep Networks with Stochastic Depth <https://arxiv.org/abs/1603.09382>`_): in training each sample's branch
+    is kept with probability ``k = 1 - module.drop_prob`` and scaled by ``1 / k``. mmcv draws the mask as
+    ``floor(k + U(0, 1))`` and divides ``x``; here one ``bernoulli_`` draws it and ``1 / k`` goes onto the
+    ``(B, 1, ...)`` mask: the same distribution in fewer operators. ``drop_prob`` is read at every call, so a
+    schedule (:class:`~mmvitreg.engine.DropPathScheduleHook`) holds. ``nn.Identity`` returns ``x``; any other
+    layer (mmcv's ``Dropout``, a subclass of ``DropPath``, ...) runs its own forward.
     """
-    p = getattr(module, 'drop_prob', 0.)
+    if isinstance(module, nn.Identity):
+        return x
+    if type(module) is not DropPath:
+        return module(x)
+    p = module.drop_prob
     if p == 0. or not module.training:
         return x
     keep = 1. - p

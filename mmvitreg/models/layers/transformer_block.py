@@ -1,5 +1,5 @@
 """Pre-norm transformer encoder block with a choice of attention and residual scaling."""
-from typing import Optional, Tuple, Union
+from typing import Callable, Optional, Tuple, Union
 
 import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
@@ -17,6 +17,18 @@ ATTENTION_TYPES = {
     'reattn': ReAttention,
     'talking_heads': TalkingHeadsAttention,
 }
+
+
+def checkpoint(forward: Callable, x: Tensor, *args, need_attn: bool, ride: Optional[Ride]):
+    """``forward(x, *args, need_attn, ride)`` with its activations recomputed in the backward (``with_cp``).
+
+    Torch's reentrant variant, which mmpretrain's Swin and mmseg's ViT get from ``cp.checkpoint``'s default (so
+    ``torch.autograd.grad`` refuses a checkpointed block in both); the non-reentrant one when a trace taps the
+    block: the reentrant forward runs without autograd, which would cut a ride's mixed values, filled inside it,
+    from the graph.
+    """
+    tapped = need_attn or ride is not None
+    return cp.checkpoint(forward, x, *args, need_attn, ride, use_reentrant=not tapped)
 
 
 class TransformerBlock(nn.Module):
@@ -40,8 +52,8 @@ class TransformerBlock(nn.Module):
     ``ffn.dropout_layer`` (mmcv's ``DropPath``, whose ``drop_prob`` a schedule may change), and is applied as
     timm applies it (:func:`~mmvitreg.models.layers.drop_path.drop_path`: the same distribution in fewer
     operators; the FFN is mmcv's with that drop path, :class:`~mmvitreg.models.layers.drop_path.FFN`).
-    ``with_cp`` recomputes the block in the backward instead of keeping its activations (mmseg's ViT and
-    mmpretrain's Swin: ``torch.utils.checkpoint``, non-reentrant), also when it returns its map or fills a ride.
+    ``with_cp`` recomputes the block in the backward instead of keeping its activations (:func:`checkpoint`, as
+    mmseg's ViT and mmpretrain's Swin), also when it returns its map or fills a ride.
 
     Args:
         embed_dims (int): Token channels ``C``.
@@ -91,7 +103,7 @@ class TransformerBlock(nn.Module):
         """Run the block on ``x`` ``(B, N, C)``; with ``need_attn`` also return the attention map; a
         ``ride`` goes to the attention."""
         if self.with_cp and x.requires_grad:
-            return cp.checkpoint(self._forward, x, need_attn, ride, use_reentrant=False)
+            return checkpoint(self._forward, x, need_attn=need_attn, ride=ride)
         return self._forward(x, need_attn, ride)
 
     def _forward(self, x: Tensor, need_attn: bool, ride: Optional[Ride]) -> Union[Tensor, Tuple[Tensor, Tensor]]:

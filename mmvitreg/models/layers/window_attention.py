@@ -93,7 +93,7 @@ class WindowAttention(BaseModule):
         bias = self.position_bias().unsqueeze(0)  # (1, heads, N, N)
         if mask is not None:
             bias = bias + mask.unsqueeze(1).to(bias.dtype)  # (nW, heads, N, N)
-        x, attn = attend(qkv, None, None, self.scale, bias=bias,
+        x, attn = attend(qkv, self.scale, bias=bias,
                          dropout_p=self.attn_drop.p if self.training else 0., need_attn=need_attn, ride=ride)
         x = self.proj_drop(self.proj(x.transpose(1, 2).reshape(*lead, N, C)))
         return (x, attn) if need_attn else x

@@ -121,23 +121,3 @@ class WindowLayout:
         rows, cols = ((torch.arange(n, device=device) + self.shift) % n for n in (Hp, Wp))
         index = torch.where((rows[:, None] < H) & (cols[None, :] < W), rows[:, None] * W + cols[None, :], -1)
         return self.cut(index.view(1, Hp, Wp), self.window).flatten(1)
-
-    def to_dense(self, attn: Tensor) -> Tensor:
-        """Window attention ``(B * nW, heads, w * w, w * w)`` -> grid attention ``(B, heads, H * W, H * W)``.
-
-        Row ``i``, column ``j`` is the weight token ``i`` gives token ``j`` (0 for tokens in other
-        windows); weights on padding tokens are dropped, so a row sums to 1 minus its padding share.
-        """
-        H, W = self.grid
-        nW, n = self.num_windows, self.window**2
-        heads = attn.shape[1]
-        B = attn.shape[0] // nW
-        index = self.grid_index(attn.device).view(1, nW, n)
-        valid = (index >= 0).view(1, nW, 1, n, 1) & (index >= 0).view(1, nW, 1, 1, n)
-        a = attn.view(B, nW, heads, n, n) * valid
-        rows = index.clamp(min=0).view(1, nW, 1, n, 1).expand(B, nW, heads, n, n)
-        cols = index.clamp(min=0).view(1, nW, 1, 1, n).expand(B, nW, heads, n, n)
-        flat = (rows * (H * W) + cols).permute(0, 2, 1, 3, 4).reshape(B, heads, -1)
-        out = attn.new_zeros(B, heads, H * W * H * W)
-        out.scatter_add_(2, flat, a.permute(0, 2, 1, 3, 4).reshape(B, heads, -1))
-        return out.view(B, heads, H * W, H * W)
