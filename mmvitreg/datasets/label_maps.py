@@ -239,10 +239,11 @@ def read_npy_header(f, path: str, size: int) -> Tuple[tuple, np.dtype, bool]:
 
 
 def _first_line(e: BaseException) -> str:
-    """The line of an error that says what is wrong (torch's weights-only refusal puts it after its advice)."""
-    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    said = next((line for line in lines if line.startswith('WeightsUnpickler error:')), lines[0] if lines else '')
-    return said[:300]
+    """What an error says is wrong, on one line: for torch's weights-only refusal the sentence after its advice."""
+    text = str(e)
+    if 'WeightsUnpickler error:' in text:
+        text = text.split('WeightsUnpickler error:', 1)[1].split('. ', 1)[0]
+    return ' '.join(text.split())[:300]
 
 
 def load_label_map(path: str, num_classes: Optional[int] = None,
