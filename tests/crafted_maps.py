@@ -3,7 +3,7 @@
 ``craft_map``: the archive torch writes (``<name>/data.pkl``, ``<name>/data/0``, ``<name>/byteorder``,
 ``<name>/version``) with whatever tensor geometry, storage size, member size, dtype and compression a test asks for;
 ``craft_tensors``: several tensors over one member, each declaring its own storage dtype, size, offset and strides
-(one member read as float32, then as float16 at another offset); ``memo_bomb``: a 792-byte archive whose pickle asks an
+(one member read as float32, then as float16 at another offset); ``memo_bomb``: a 363-byte archive whose pickle asks an
 unpickler for a 2**26-entry memo; ``craft_npy``: an ``.npy`` header declaring any shape / dtype over any data."""
 import io
 import pickle
@@ -75,7 +75,8 @@ def _pickle(objects, storages, last_only=False):
 
 
 def member_values(numel, storage='HalfStorage', values=None):
-    """``numel`` values of ``storage``'s dtype as bytes: ``values`` repeated (small class-like integers unless given)."""
+    """``numel`` values of ``storage``'s dtype as bytes: ``values`` repeated (small class-like integers unless
+    given)."""
     pattern = torch.arange(10) if values is None else torch.as_tensor(values)
     data = pattern.to(STORAGES[storage]).repeat(numel // len(pattern) + 1)[:numel]
     return (data.view(torch.int16) if data.dtype == torch.bfloat16 else data).numpy().tobytes()
@@ -105,7 +106,7 @@ def craft_tensors(path, tensors, members, last_only=False):
 
 
 def memo_bomb(path):
-    """A ``torch.save`` archive (792 bytes) whose ``data.pkl`` is ``PROTO 2, NONE, LONG_BINPUT 2**26, STOP``: CPython's
+    """A ``torch.save`` archive (363 bytes) whose ``data.pkl`` is ``PROTO 2, NONE, LONG_BINPUT 2**26, STOP``: CPython's
     C unpickler grows its memo to 2**26 entries (512 MB, then a copy) for it. Returns ``path``."""
     return _archive(path, b'\x80\x02N' + b'r' + struct.pack('<I', 1 << 26) + b'.', {})
 
@@ -114,6 +115,7 @@ def craft_npy(path, shape, dtype, data: bytes, fortran=False, version=(1, 0)):
     """An ``.npy`` file whose header (written by numpy) declares ``shape`` / ``dtype`` over ``data``."""
     with open(path, 'wb') as f:
         header = dict(descr=np.lib.format.dtype_to_descr(np.dtype(dtype)), fortran_order=fortran, shape=tuple(shape))
-        np.lib.format._write_array_header(f, header, version)
+        write = np.lib.format.write_array_header_1_0 if version == (1, 0) else np.lib.format.write_array_header_2_0
+        write(f, header)
         f.write(data)
     return path

@@ -21,7 +21,9 @@ more than 2048 classes; the readers accept both.
   (``np.frombuffer``). Chosen over safetensors: no new dependency, one array per file as the official maps, the
   packed store memory-maps the same format, and numpy's reader runs no code and builds no object.
 * ``.pt`` (the official maps, read unchanged): one ``torch.save``-d tensor, read with
-  ``torch.load(weights_only=True)`` and no global added (torch checks every view against its storage);
+  ``torch.load(weights_only=True)`` and no global added (torch checks every view against its storage), once
+  ``zipfile`` found no compressed member in its directory (torch would inflate a zip bomb; torch.save never
+  compresses);
   not memory-mapped: ``mmap=True`` needs a path (re-opened after the checks) and is no faster for 8 KB maps.
 * Packed: a folder of maps packed once into a memory-mapped store (:mod:`mmvitreg.datasets.label_map_store`,
   ``tools/dataset_converters/pack_label_maps.py``), ``.npy`` files too, under the same names
@@ -55,6 +57,7 @@ import io
 import os
 import os.path as osp
 import stat
+import zipfile
 from typing import Optional, Sequence, Tuple
 
 import numpy as np
@@ -246,6 +249,20 @@ def _first_line(e: BaseException) -> str:
     return ' '.join(text.split())[:300]
 
 
+def _refuse_compressed(buffer: io.BytesIO, path: str) -> None:
+    """Refuse a zip archive (torch.save's format) with a compressed member before torch.load inflates it (a 1 MB zip
+    bomb makes a 1 GiB storage): torch.save never compresses. ``zipfile`` reads the central directory only."""
+    if zipfile.is_zipfile(buffer):
+        try:
+            with zipfile.ZipFile(buffer) as archive:
+                packed = next((m.filename for m in archive.infolist() if m.compress_type != zipfile.ZIP_STORED), None)
+        except Exception as e:
+            raise _malformed(path, f'its zip directory is unreadable ({type(e).__name__}: {_first_line(e)})') from None
+        if packed is not None:
+            raise _malformed(path, f'its member {packed} is compressed, which torch.save never does')
+    buffer.seek(0)
+
+
 def load_label_map(path: str, num_classes: Optional[int] = None,
                    map_shape: Optional[Sequence[int]] = None) -> np.ndarray:
     """Read one map file (``.npy``, or an official ``.pt``) and validate it.
@@ -275,6 +292,7 @@ def load_label_map(path: str, num_classes: Optional[int] = None,
         shape, dtype, fortran = read_npy_header(buffer, path, len(data))
         label_map = np.frombuffer(data, dtype, offset=buffer.tell()).reshape(shape, order='F' if fortran else 'C')
     else:
+        _refuse_compressed(buffer, path)
         try:
             label_map = torch.load(buffer, map_location='cpu', weights_only=True)
         except Exception as e:
