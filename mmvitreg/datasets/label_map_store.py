@@ -129,12 +129,12 @@ class LabelMapStore:
         if self._maps is None:
             self._open()
         needle = key.encode()
-        i = int(np.searchsorted(self._keys, needle))
+        i = int(self._keys.searchsorted(needle))
         if i == len(self._keys) or self._keys[i] != needle:
             raise LookupError(f'the token label map of {img_path or key} ({key!r}) is not in the store '
                               f'{self.root}, packed from {self.meta["source"]} with {len(self)} maps; generate '
                               'the missing maps and pack the store again, or check img_prefix')
-        name = f'{osp.join(self.root, "maps.npy")}[{key!r}]' + (f' (of {img_path})' if img_path else '')
+        name = f'{self.root}{os.sep}maps.npy[{key!r}]' + (f' (of {img_path})' if img_path else '')
         return check_label_map(np.array(self._maps[i]), name, self.num_classes, fix=REPACK)
 
     def __getstate__(self):

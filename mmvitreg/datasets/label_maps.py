@@ -54,6 +54,7 @@ cv2's resize uses the same convention, and cv2's warp matrices (index coordinate
 ``(j, i)``) are converted by :func:`warp_to_affine`.
 """
 import io
+import math
 import os
 import os.path as osp
 import stat
@@ -163,13 +164,12 @@ def check_label_map(label_map, path: str, num_classes: Optional[int] = None,
         raise refuse(f'its shape {tuple(label_map.shape)} is not (2, k, H, W) = (2, {", ".join(map(str, map_shape))})')
     # few numpy calls, on float64 (numpy's float16 arithmetic is slow): a sum is finite iff every value is
     values = label_map.astype(np.float64)
-    if not np.isfinite(values.sum()):
+    if not math.isfinite(values.sum()):
         raise refuse('it holds NaN or infinite values')
     index = values[1]
-    classes = index.astype(np.int64)
-    if (classes != index).any():
+    if np.count_nonzero(np.trunc(index) != index):
         raise refuse('[1] holds class indices that are not integers')
-    low, high = int(classes.min()), int(classes.max())
+    low, high = int(index.min()), int(index.max())
     if low < 0 or (num_classes is not None and high >= num_classes):
         raise refuse(f'its class indices {low}..{high} are out of range for num_classes={num_classes}')
     return label_map
@@ -188,7 +188,7 @@ def read_regular_file(path: str, bounds: Tuple[int, int], what: str = 'token lab
     """The bytes of ``path`` once it is known to be a regular file (symlinks followed: a link to a regular file is
     read, one to a FIFO or device is refused, like the FIFO or device itself) of a size within ``bounds``. ``stat``
     decides before the file is opened; the file is opened without blocking (a FIFO swapped in meanwhile) and its
-    descriptor checked again before the read, which stops at ``bounds[1]`` bytes.
+    descriptor checked again before the read, which reads that size (and one byte more, to see a file that grew).
 
     Raises:
         FileNotFoundError: no such file (or a dangling link), naming it.
@@ -210,12 +210,14 @@ def read_regular_file(path: str, bounds: Tuple[int, int], what: str = 'token lab
                                 'tools/generate_label_maps.py or check label_root') from None
     except OSError as e:  # a loop of links, no permission
         raise LabelMapError(f'{what} {path} cannot be opened: {e.strerror}') from None
-    with os.fdopen(fd, 'rb', buffering=0) as f:
-        check(os.fstat(fd))
-        data = bytearray(bounds[1] + 1)
+    with os.fdopen(fd, 'rb') as f:
+        info = os.fstat(fd)
+        check(info)
+        size = info.st_size
+        data = bytearray(size + 1)
         n = f.readinto(data)
-    if n > bounds[1]:
-        raise LabelMapError(f'{what} {path} grew past {bounds[1]} bytes while it was read')
+    if n != size:
+        raise LabelMapError(f'{what} {path} changed size while it was read')
     del data[n:]
     return data
 
