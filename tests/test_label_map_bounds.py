@@ -217,7 +217,8 @@ def special_files(folder):
              craft_npy(folder / 'huge_header.npy', (1 << 40, 2, 5, 4), '<f2', bytes(320)): 'declares',
              craft_map(folder / 'zip_bomb.pt', (2, 1, 2, 2), (4, 4, 2, 1), numel=1 << 29, member_size=1 << 30,
                        compress=zipfile.ZIP_DEFLATED): 'is compressed, which torch.save never does',
-             craft_npy(folder / 'pickled.npy', (2, 5, 4, 4), '|O', bytes(1280)): 'dtype object'}
+             craft_npy(folder / 'pickled.npy', (2, 5, 4, 4), '|O', bytes(1280)): 'dtype object',
+             craft_npy(folder / 'zero_size_dtype.npy', (2, 5, 4, 4), 'V0', b''): 'holds no bytes'}
     for name, size in (('sparse_2gib.pt', 2 << 30), ('sparse_8gib.npy', 8 << 30)):
         with open(folder / name, 'wb') as f:
             f.truncate(size)

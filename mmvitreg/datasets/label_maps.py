@@ -292,6 +292,8 @@ def load_label_map(path: str, num_classes: Optional[int] = None,
     buffer = io.BytesIO(data)
     if path.endswith('.npy'):
         shape, dtype, fortran = read_npy_header(buffer, path, len(data))
+        if dtype.itemsize == 0:  # numpy cannot view bytes as a zero-size dtype
+            raise _malformed(path, f'its dtype {dtype} holds no bytes')
         label_map = np.frombuffer(data, dtype, offset=buffer.tell()).reshape(shape, order='F' if fortran else 'C')
     else:
         _refuse_compressed(buffer, path)
