@@ -233,6 +233,7 @@ def broken_maps(ctx, name, label_map, **options):
     data = ctx.ws / 'digits'
     image = first_train_image(data)
     target = maps / image.relative_to(data / 'train').with_suffix('.pt')
+    target.with_suffix('.npy').unlink(missing_ok=True)  # the generator's map of that image, else read before the .pt
     label_map(target) if callable(label_map) else torch.save(label_map, target)
     return run_train(ctx, LVVIT_TL, **{'train_dataloader.dataset.pipeline.1.label_root': maps,
                                        'train_dataloader.dataset.indices': 1, 'train_dataloader.batch_size': 1,

@@ -280,15 +280,15 @@ def test_registry_and_verdict():
 
 
 def test_data_pipeline_benchmark_compares_store_and_files(tmp_path):
-    """benchmark_data_pipeline.py times the plain pipeline against both label-map sources on the same
-    samples and stops if the packed store and the .pt files give different token labels."""
+    """benchmark_data_pipeline.py times the plain pipeline against the three label-map sources on the same
+    samples and stops if the packed store, the .npy and the .pt files give different token labels."""
     proc = run_tool(['analysis_tools/benchmark_data_pipeline.py', '--num-images', 6, '--rounds', 1,
                      '--batch-size', 8, '--work-dir', tmp_path], cwd=tmp_path)
     out = proc.stdout
-    for name in ('without label maps', 'label maps, packed store', 'label maps, .pt files'):
+    for name in ('without label maps', 'label maps, packed store', 'label maps, .npy files', 'label maps, .pt files'):
         assert re.search(rf'^  {re.escape(name)}: \d+\.\d+ ms/image$', out, flags=re.M)
-    verdicts = re.findall(r'^label maps, (packed store|\.pt files): the data pipeline is -?\d+\.\d+% slower', out,
-                          flags=re.M)
-    assert verdicts == ['packed store', '.pt files']
-    assert 'token labels from the store and from the .pt files: identical' in out
+    verdicts = re.findall(r'^label maps, (packed store|\.npy files|\.pt files): the data pipeline is -?\d+\.\d+% '
+                          'slower', out, flags=re.M)
+    assert verdicts == ['packed store', '.npy files', '.pt files']
+    assert 'token labels from the store, the .npy and the .pt files: identical' in out
     assert (tmp_path / 'labels_packed' / 'packed.json').is_file()

@@ -4,6 +4,7 @@ A tiny mmpretrain classifier annotates the bundled digits set: one (2, k, H, W) 
 and a second run skips every finished file.
 """
 import importlib.util
+import os
 import os.path as osp
 import re
 import subprocess
@@ -84,18 +85,18 @@ def test_generate_maps_for_every_image_and_resume(tmp_path, kind, capsys):
     lines = (tmp_path / 'digits' / 'meta' / 'train.txt').read_text().split('\n')
     images = [line.split()[0] for line in lines if line]
     for name in images:
-        label_map = load_label_map(str(label_root / (osp.splitext(name)[0] + '.pt')), num_classes=10)
+        label_map = load_label_map(str(label_root / (osp.splitext(name)[0] + '.npy')), num_classes=10)
         assert label_map.shape == (2, 3, grid, grid) and label_map.dtype == np.float16
         logits, classes = torch.from_numpy(label_map.astype(np.float32))
         assert (logits[:-1] >= logits[1:]).all()  # sorted, largest first
         assert (classes.sort(0).values[1:] != classes.sort(0).values[:-1]).all()  # k distinct classes
-    mtimes = {p: p.stat().st_mtime_ns for p in label_root.rglob('*.pt')}
+    mtimes = {p: p.stat().st_mtime_ns for p in label_root.rglob('*.npy')}
     assert len(mtimes) == len(images)
     assert not list(label_root.rglob('*.tmp*'))  # atomic writes leave no temporary files
 
     tool.main(argv)
     assert 'wrote 0 label maps' in capsys.readouterr().out
-    assert {p: p.stat().st_mtime_ns for p in label_root.rglob('*.pt')} == mtimes
+    assert {p: p.stat().st_mtime_ns for p in label_root.rglob('*.npy')} == mtimes
 
 
 def test_cnn_annotation_is_the_classifier_per_position(tmp_path):
@@ -181,10 +182,10 @@ def test_two_processes_annotate_disjoint_shards_like_one_process(tmp_path):
     assert f'rank 0/1: wrote {num_images} label maps' in outs['single']
 
     lines = (tmp_path / 'digits' / 'meta' / 'train.txt').read_text().split('\n')
-    names = sorted(osp.splitext(line.split()[0])[0] + '.pt' for line in lines if line)
+    names = sorted(osp.splitext(line.split()[0])[0] + '.npy' for line in lines if line)
     assert len(names) == num_images
     for root in roots.values():
-        assert sorted(str(p.relative_to(root)) for p in root.rglob('*.pt')) == names  # one map per image
+        assert sorted(str(p.relative_to(root)) for p in root.rglob('*.npy')) == names  # one map per image
         assert not list(root.rglob('*.tmp*'))  # atomic writes leave no temporary files
     for name in names:
         dist_map, single_map = (load_label_map(str(root / name), num_classes=10) for root in roots.values())
@@ -217,22 +218,15 @@ def test_a_teacher_checkpoint_without_its_head_stops_the_run(tmp_path, capsys):
     assert 'wrote 4 label maps' in capsys.readouterr().out
 
 
-class _RunsCode:
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        return exec, (f'open({self.marker!r}, "w").close()', )
-
-
 def test_existing_maps_are_skipped_only_once_they_read_as_valid(tmp_path, capsys):
-    """A second run used to count every existing file as "already there": a truncated map, a pickle that runs code,
-    a map of another teacher (class 99 of 10) and one of another top-k are now read by the training reader, and
-    written again (nothing of the pickle runs); the valid ones are kept untouched."""
+    """A second run used to count every existing file as "already there": a truncated map, a pickled object array,
+    a map of another teacher (class 99 of 10), one of another top-k, a FIFO (which would hang a plain read) and a
+    dangling symlink under a map's name are now read by the training reader and written again (nothing is
+    unpickled); the valid ones are kept untouched."""
     from mmengine.registry import init_default_scope
     from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
     data_root = str(tmp_path / 'digits')
-    build_imagenet(data_root, num_train=8, num_val=2)
+    build_imagenet(data_root, num_train=10, num_val=2)
     config, model_cfg = write_config(tmp_path, data_root, 'cnn')
     init_default_scope('mmpretrain')
     torch.save(dict(state_dict=MMPRETRAIN_MODELS.build(model_cfg).state_dict()), tmp_path / 'teacher.pth')
@@ -240,17 +234,22 @@ def test_existing_maps_are_skipped_only_once_they_read_as_valid(tmp_path, capsys
             '4', '--num-workers', '0', '--topk', '3']
     tool = load_tool()
     tool.main(argv)
-    maps = sorted((tmp_path / 'labels').rglob('*.pt'))
-    maps[0].write_bytes(maps[0].read_bytes()[:300])
-    torch.save([torch.zeros(2, 3, 2, 2), _RunsCode(str(tmp_path / 'ran'))], maps[1])
-    torch.save(torch.stack([torch.ones(3, 2, 2), torch.full((3, 2, 2), 99.)]).half(), maps[2])
-    torch.save(torch.stack([torch.ones(5, 2, 2), torch.zeros(5, 2, 2)]).half(), maps[3])
-    kept = {p: p.read_bytes() for p in maps[4:]}
+    maps = sorted((tmp_path / 'labels').rglob('*.npy'))
+    maps[0].write_bytes(maps[0].read_bytes()[:100])
+    np.save(maps[1], np.array([None, 'x'] * 12, dtype=object).reshape(2, 3, 2, 2), allow_pickle=True)
+    np.save(maps[2], np.stack([np.ones((3, 2, 2)), np.full((3, 2, 2), 99.)]).astype(np.float16))
+    np.save(maps[3], np.stack([np.ones((5, 2, 2)), np.zeros((5, 2, 2))]).astype(np.float16))
+    for path in maps[4:6]:
+        path.unlink()
+    os.mkfifo(maps[4])
+    os.symlink(tmp_path / 'nowhere.npy', maps[5])
+    kept = {p: p.read_bytes() for p in maps[6:]}
     capsys.readouterr()
     tool.main(argv)
     out = capsys.readouterr().out
-    assert '4 existing label maps are not valid and are written again; the first: ' in out
-    assert 'wrote 4 label maps' in out and '(4 valid ones were there and kept, 4 invalid ones rewritten)' in out
-    assert not (tmp_path / 'ran').exists() and {p: p.read_bytes() for p in maps[4:]} == kept
+    assert '6 existing label maps are not valid and are written again; the first: ' in out
+    assert 'wrote 6 label maps' in out and '(4 valid ones were there and kept, 6 invalid ones rewritten)' in out
+    assert {p: p.read_bytes() for p in maps[6:]} == kept
     for path in maps:
+        assert path.is_file() and not path.is_symlink()
         assert load_label_map(str(path), num_classes=10).shape == (2, 3, 2, 2)

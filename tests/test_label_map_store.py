@@ -20,11 +20,12 @@ IMAGES = ['n01/a_1.JPEG', 'n01/a_2.JPEG', 'n02/b_1.JPEG', 'n02/sub/é_3.png', 't
 
 
 def write_maps(label_root, names=IMAGES, shape=(3, 4, 5), seed=0):
+    """One map per image: ``.npy`` (the generator's format) and ``.pt`` (the official one) alternately."""
     gen = torch.Generator().manual_seed(seed)
-    for name in names:
+    for i, name in enumerate(names):
         logits = torch.randn(shape, generator=gen).sort(0, descending=True).values
         classes = torch.randperm(40, generator=gen)[:shape[0], None, None].expand(shape).float()
-        save_label_map(osp.join(label_root, osp.splitext(name)[0] + '.pt'), logits, classes)
+        save_label_map(osp.join(label_root, osp.splitext(name)[0] + ('.npy', '.pt')[i % 2]), logits, classes)
 
 
 def loader(label_root, **kwargs):
@@ -70,8 +71,8 @@ def test_image_missing_from_the_store_names_image_and_store(tmp_path):
 
 def test_packing_a_malformed_map_names_it_and_leaves_nothing(tmp_path):
     write_maps(tmp_path / 'labels')
-    bad = tmp_path / 'labels' / 'n02' / 'b_1.pt'
-    torch.save(torch.zeros(3, 3, 4, 5), bad)
+    bad = tmp_path / 'labels' / 'n02' / 'b_1.npy'
+    np.save(bad, np.zeros((3, 3, 4, 5), np.float16))
     with pytest.raises(ValueError, match=re.escape(f'malformed token label map {bad}')):
         pack_label_maps(str(tmp_path / 'labels'), str(tmp_path / 'store'), progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ['labels']  # no store, no temporary folder
@@ -80,26 +81,27 @@ def test_packing_a_malformed_map_names_it_and_leaves_nothing(tmp_path):
 def test_packing_refuses_mixed_shapes_and_out_of_range_classes(tmp_path):
     write_maps(tmp_path / 'labels', IMAGES[:3])
     write_maps(tmp_path / 'labels', ['n03/odd.JPEG'], shape=(3, 6, 6))
-    with pytest.raises(ValueError, match=re.escape(str(tmp_path / 'labels' / 'n03' / 'odd.pt')) + '.*one shape'):
+    with pytest.raises(ValueError, match=re.escape(str(tmp_path / 'labels' / 'n03' / 'odd.npy')) + '.*its shape'):
         pack_label_maps(str(tmp_path / 'labels'), str(tmp_path / 'store'), progress=False)
-    (tmp_path / 'labels' / 'n03' / 'odd.pt').unlink()
+    (tmp_path / 'labels' / 'n03' / 'odd.npy').unlink()
     with pytest.raises(ValueError, match='out of range for num_classes=10'):
         pack_label_maps(str(tmp_path / 'labels'), str(tmp_path / 'store'), num_classes=10, progress=False)
     pack_label_maps(str(tmp_path / 'labels'), str(tmp_path / 'store'), progress=False)
     with pytest.raises(FileExistsError, match='already exists'):
         pack_label_maps(str(tmp_path / 'labels'), str(tmp_path / 'store'), progress=False)
     # the loader checks each map's classes as it reads it from the store
-    with pytest.raises(ValueError, match=re.escape(f"('n01/a_1') in the store {tmp_path / 'store'} holds class")):
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'store' / 'maps.npy'}['n01/a_1'] (of /data/train/"
+                                                   "n01/a_1.JPEG): its class indices")):
         load(loader(tmp_path / 'store', num_classes=2), IMAGES[0])
-    with pytest.raises(ValueError, match='memory maps'):
-        loader(tmp_path / 'store', backend_args=dict(backend='petrel'))
+    with pytest.raises(ValueError, match=r'holds maps of \(2, 3, 4, 5\), not \(2, k, h, w\) = \(2, 3, 4, 4\)'):
+        loader(tmp_path / 'store', map_shape=(3, 4, 4))
 
 
 def test_inconsistent_store_is_an_error(tmp_path):
     write_maps(tmp_path / 'labels')
     pack_label_maps(str(tmp_path / 'labels'), str(tmp_path / 'store'), progress=False)
     np.save(tmp_path / 'store' / 'keys.npy', np.array([b'n01/a_1']))
-    with pytest.raises(ValueError, match='inconsistent.*pack it again'):
+    with pytest.raises(ValueError, match='inconsistent.*pack the store again'):
         LabelMapStore(str(tmp_path / 'store')).get('n01/a_1')
     (tmp_path / 'store' / 'packed.json').write_text('{"format": "something else"}')
     with pytest.raises(ValueError, match='is not a version-1 mmvitreg.label_maps store'):

@@ -14,7 +14,8 @@ import torch
 from mmengine.registry import init_default_scope
 from mmpretrain.registry import TRANSFORMS
 
-from mmvitreg.datasets.label_maps import TokenLabelMap, label_map_path, load_label_map, save_label_map
+from mmvitreg.datasets.label_maps import (LabelMapError, TokenLabelMap, label_map_path, load_label_map,
+                                          save_label_map)
 from mmvitreg.datasets.token_label_target import TokenLabelTarget, token_label_targets
 from mmvitreg.models.data_preprocessors import TokenClsDataPreprocessor
 
@@ -286,7 +287,7 @@ def test_batch_reading_equals_an_exact_dense_reference(k, topk):
 def test_missing_map_names_the_file(tmp_path):
     transform = TRANSFORMS.build(dict(type='mmvitreg.LoadTokenLabelMap', label_root=str(tmp_path)))
     results = dict(img=np.zeros((8, 8, 3), np.uint8), img_path='/data/train/n01/n01_7.JPEG')
-    with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path / 'n01' / 'n01_7.pt'))):
+    with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path / 'n01' / 'n01_7.pt')) + ' does not exist'):
         transform(results)
 
 
@@ -308,7 +309,7 @@ def test_reads_official_format(tmp_path):
     torch.save(torch.stack([value.half(), indices.half()]).permute(0, 3, 1, 2),
                tmp_path / 'n01440764' / 'n01440764_10026.pt')
     img_path = '/data/imagenet/train/n01440764/n01440764_10026.JPEG'
-    assert label_map_path(str(tmp_path), img_path) == str(tmp_path / 'n01440764' / 'n01440764_10026.pt')
+    assert label_map_path(str(tmp_path), img_path, suffix='.pt') == str(tmp_path / 'n01440764' / 'n01440764_10026.pt')
     init_default_scope('mmpretrain')
     load = TRANSFORMS.build(dict(type='mmvitreg.LoadTokenLabelMap', label_root=str(tmp_path),
                                  num_classes=1000))
@@ -358,32 +359,42 @@ class _RunsCode:
 
 @pytest.mark.parametrize('dtype', [torch.float16, torch.float32])
 @pytest.mark.parametrize('layout', ['contiguous', 'strided', 'offset'])
-def test_float_maps_are_read_with_zipfile_without_torch_load(tmp_path, monkeypatch, dtype, layout):
+def test_float_maps_of_every_layout_read_as_torch_reads_them(tmp_path, dtype, layout):
     """A float map (contiguous, a strided view as the official generator's permute saves, or a view into a
-    larger storage) is read by the zipfile + restricted-unpickler path, as a writable array equal to torch's."""
-    import mmvitreg.datasets.label_maps as label_maps
+    larger storage) reads as a writable array equal to torch.load's."""
     label_map = torch.stack([torch.randn(5, 6, 4), torch.randint(0, 1000, (5, 6, 4)).float()]).to(dtype)
     saved = {'contiguous': label_map, 'strided': label_map.permute(0, 1, 3, 2).contiguous().transpose(2, 3),
              'offset': torch.cat([torch.zeros(1, 5, 6, 4, dtype=dtype), label_map])[1:]}[layout]
     torch.save(saved, tmp_path / 'map.pt')
-
-    def no_torch_load(*args, **kwargs):
-        raise AssertionError('the float map went through torch.load')
-
-    monkeypatch.setattr(label_maps, 'load_checkpoint', no_torch_load)
     read = load_label_map(str(tmp_path / 'map.pt'))
     assert read.dtype == saved.numpy().dtype and read.flags.writeable
     np.testing.assert_array_equal(read, torch.load(tmp_path / 'map.pt', weights_only=True).numpy())
 
 
-def test_the_fast_reader_refuses_globals_before_they_run(tmp_path, monkeypatch):
-    """The restricted unpickler names no global outside a tensor's: a code-running pickle is handed over
-    unexecuted (here to a stand-in for the checkpoint reader, which refuses it too: test_safe_loading)."""
-    import mmvitreg.datasets.label_maps as label_maps
+def test_a_code_running_pickle_is_refused_by_torch_before_it_runs(tmp_path):
+    """torch.load(weights_only=True) with no global added refuses exec; the one-line message names the file and
+    the global, and nothing ran."""
     marker = tmp_path / 'ran'
     torch.save([torch.zeros(2, 5, 4, 4), _RunsCode(f'open({str(marker)!r}, "w").close()')], tmp_path / 'map.pt')
-    handed_over = []
-    monkeypatch.setattr(label_maps, 'load_checkpoint', lambda *a, **k: handed_over.append(k['name']) or None)
-    with pytest.raises(ValueError, match='malformed token label map .*got a NoneType'):
+    with pytest.raises(LabelMapError, match=re.escape(f'malformed token label map {tmp_path / "map.pt"}: ')
+                       + '.*Unsupported global: GLOBAL exec') as e:
         load_label_map(str(tmp_path / 'map.pt'))
-    assert not marker.exists() and handed_over == [str(tmp_path / 'map.pt')]
+    assert '\n' not in str(e.value) and not marker.exists()
+
+
+def test_generator_maps_are_npy_files_found_before_pt_ones(tmp_path):
+    """save_label_map writes numpy's format for a .npy path (what the generator writes); the transform finds an
+    image's .npy map before a .pt one of the same name, and falls back to the .pt."""
+    logits, classes = torch.randn(5, 4, 4), torch.randint(0, 1000, (5, 4, 4)).float()
+    npy = label_map_path(str(tmp_path), '/data/n01/a.JPEG', '/data')
+    assert npy == str(tmp_path / 'n01' / 'a.npy')
+    save_label_map(npy, logits, classes)
+    assert np.load(npy, allow_pickle=False).shape == (2, 5, 4, 4)
+    save_label_map(str(tmp_path / 'n01' / 'a.pt'), logits + 1, classes)
+    save_label_map(str(tmp_path / 'n01' / 'b.pt'), logits + 2, classes)
+    init_default_scope('mmpretrain')
+    load = TRANSFORMS.build(dict(type='mmvitreg.LoadTokenLabelMap', label_root=str(tmp_path), img_prefix='/data',
+                                 map_shape=(5, 4, 4)))
+    for name, shift in (('a', 0), ('b', 2)):
+        got = load(dict(img=np.zeros((8, 8, 3), np.uint8), img_path=f'/data/n01/{name}.JPEG'))
+        np.testing.assert_array_equal(got['token_label_map'].label_map[0], (logits + shift).half().numpy())

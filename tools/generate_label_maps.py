@@ -19,12 +19,13 @@ feature, giving a dense ``K``-class score map per image:
 Each image is resized to ``--img-size`` squared (``--region full``: the map covers the whole image)
 or short-side resized and centre-cropped (``--region center_square``, the official generator's
 view); the top-``k`` logits and class indices of every map cell are saved as a ``(2, k, H, W)``
-float16 tensor at ``LABEL_ROOT/<image path relative to the data prefix, suffix .pt>`` (format:
-:mod:`mmvitreg.datasets.label_maps`). Files are written atomically and existing ones are skipped once they
-read as valid maps of ``--topk`` classes within the teacher's ``num_classes`` (a truncated, foreign or refused file
-is written again, and counted), so an interrupted run resumes where it stopped. The teacher loads strictly: a checkpoint that leaves any of its
-parameters (a head) at their initial values stops the run with one line (``--allow-partial`` takes what fits). With ``--launcher pytorch|slurm`` every rank annotates
-its own shard. Pack the finished folder into a memory-mapped store for training
+float16 array at ``LABEL_ROOT/<image path relative to the data prefix, suffix .npy>`` (numpy's format, read without
+pickle: :mod:`mmvitreg.datasets.label_maps`). Files are written atomically and existing ones are skipped once they
+read as valid maps of ``--topk`` classes within the teacher's ``num_classes`` (a truncated, foreign or refused
+file, or a FIFO or device under its name, is written again, and counted), so an interrupted run resumes where it
+stopped. The teacher loads strictly: a checkpoint that leaves any of its parameters (a head) at their initial
+values stops the run with one line (``--allow-partial`` takes what fits). With ``--launcher pytorch|slurm`` every
+rank annotates its own shard. Pack the finished folder into a memory-mapped store for training
 (``tools/dataset_converters/pack_label_maps.py``: 3-4x cheaper to load). The last line
 reports how often the pooled map's top class agrees with the ground truth (a check of the teacher
 and of the loaded checkpoint).
@@ -45,7 +46,7 @@ import sys
 import torch
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
-from mmvitreg.datasets.label_maps import REGIONS, label_map_path, load_label_map, save_label_map
+from mmvitreg.datasets.label_maps import REGIONS, LabelMapError, label_map_path, load_label_map, save_label_map
 from mmvitreg.utils import PARTIAL_HINT, ConfigError, init_dist, load_config, parse_tool_args
 
 
@@ -109,14 +110,15 @@ class DenseAnnotator(torch.nn.Module):
 
 def existing_map_problem(path, topk, num_classes):
     """Why the map at ``path`` must be written (again), or None to skip it: it is missing, does not read as a
-    valid map (truncated by a killed copy, another format, a pickle that is refused: :func:`load_label_map`, the
-    reader training uses), holds another top-k, or class indices outside the teacher's ``num_classes``."""
-    if not os.path.exists(path):
+    valid map (truncated by a killed copy, a FIFO, another format: :func:`load_label_map`, the reader training
+    uses, whose refusals name the file), holds another top-k, or class indices outside the teacher's
+    ``num_classes``."""
+    if not os.path.lexists(path):
         return 'missing'
     try:
         label_map = load_label_map(path, num_classes)
-    except Exception as e:  # the reader's refusals name the file
-        return str(e).strip().splitlines()[-1]
+    except (OSError, LabelMapError) as e:
+        return str(e)
     return None if label_map.shape[1] == topk else f'{path} holds a top-{label_map.shape[1]}, not --topk {topk}'
 
 
@@ -183,7 +185,7 @@ def main(argv=None):
             done += 1
         else:
             todo.append(i)
-            invalid += [problem] if os.path.exists(path) else []
+            invalid += [problem] if os.path.lexists(path) else []
     if invalid and rank == 0:
         print(f'{len(invalid)} existing label maps are not valid and are written again; the first: {invalid[0]}')
     barrier()  # every rank scans before any writes, so all shard the same todo list

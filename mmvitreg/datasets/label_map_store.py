@@ -1,9 +1,8 @@
 """A packed, memory-mapped store of dense label maps: one array per data set instead of one file per image.
 
-Reading a ``.pt`` map costs a file open, a zip and pickle parse and a validation per image (about
-0.1-0.2 ms, some 4% of an ImageNet training pipeline); the store reads a map with one binary search
-and one 6.5 KB copy from a memory map that every data-loader worker shares through the page cache.
-Every map is validated once, when it is packed, and every error there names the map's file.
+Reading a map file costs a file open, a parse and a validation per image; the store reads a map with one binary
+search and one 6.5 KB copy from a memory map that every data-loader worker shares through the page cache, and
+validates it (:func:`~mmvitreg.datasets.label_maps.check_label_map`, the check of every reader) as it reads it.
 
 Layout of a store (a folder, written by :func:`pack_label_maps` /
 ``tools/dataset_converters/pack_label_maps.py``)::
@@ -12,10 +11,13 @@ Layout of a store (a folder, written by :func:`pack_label_maps` /
                            "map_shape": [2, k, h, w], "dtype": "float16", "max_class": C,
                            "source": "<the folder it was packed from>"}
     <store>/keys.npy      (N,) bytes, sorted: the map paths relative to the source folder, without
-                          the ``.pt`` suffix, '/'-separated, UTF-8 ("n01440764/n01440764_10026")
+                          the suffix, '/'-separated, UTF-8 ("n01440764/n01440764_10026")
     <store>/maps.npy      (N, 2, k, h, w) float16 or float32: row i is the map of keys[i], exactly as
-                          the ``.pt`` file held it (format: :mod:`mmvitreg.datasets.label_maps`)
+                          its file held it (format: :mod:`mmvitreg.datasets.label_maps`)
 
+Both arrays are numpy ``.npy`` files (no pickle, no compression: the format the generator writes), their headers
+read by numpy and checked against ``packed.json`` and the files' sizes before they are memory-mapped
+(:func:`~mmvitreg.datasets.label_maps.read_npy_header`); every file of the store must be a regular file.
 ``keys`` are :func:`~mmvitreg.datasets.label_maps.label_map_key` of the image paths, so a store packed
 from a folder answers the same images as the folder.
 """
@@ -23,19 +25,40 @@ import json
 import os
 import os.path as osp
 import shutil
-from typing import Optional
+import stat
+from typing import Optional, Sequence
 
 import numpy as np
 
-from mmvitreg.datasets.label_maps import LabelMapError, label_map_key, load_label_map
+from mmvitreg.datasets.label_maps import (SUFFIXES, LabelMapError, check_label_map, label_map_key, load_label_map,
+                                          read_npy_header, read_regular_file)
 
 FORMAT, VERSION = 'mmvitreg.label_maps', 1
 INDEX = 'packed.json'
+REPACK = 'pack the store again from valid maps (tools/dataset_converters/pack_label_maps.py)'
 
 
 def is_label_map_store(path: str) -> bool:
-    """Whether ``path`` is a packed store (a folder with ``packed.json``) rather than a folder of ``.pt`` maps."""
-    return osp.isfile(osp.join(path, INDEX))
+    """Whether ``path`` is a packed store (a folder with ``packed.json``) rather than a folder of map files."""
+    return osp.lexists(osp.join(path, INDEX))
+
+
+def _memmap(path: str, shape: tuple, dtype: Optional[str] = None) -> np.ndarray:
+    """The ``.npy`` array at ``path``, memory-mapped read-only once it is a regular file whose numpy header declares
+    ``shape`` (and ``dtype`` if given) and exactly its size."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise LabelMapError(f'label-map store file {path} cannot be opened ({e.strerror}); {REPACK}') from None
+    with os.fdopen(fd, 'rb') as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise LabelMapError(f'label-map store file {path} is not a regular file; {REPACK}')
+        found, found_dtype, fortran = read_npy_header(f, path, info.st_size)
+        if found != shape or fortran or (dtype is not None and str(found_dtype) != dtype):
+            raise LabelMapError(f'label-map store {osp.dirname(path)} is inconsistent: {INDEX} says {shape} '
+                                f'{dtype or ""}, {osp.basename(path)} holds {found} {found_dtype}; {REPACK}')
+        return np.memmap(f, found_dtype, 'r', offset=f.tell(), shape=found).view(np.ndarray)  # plain views index faster
 
 
 class LabelMapStore:
@@ -44,46 +67,53 @@ class LabelMapStore:
     The arrays are memory-mapped on first use in each process (data-loader workers open their own
     maps; pickling drops them), so opening costs nothing and the maps are shared through the page cache.
 
-    The store's files are checked against ``packed.json`` when opened, and every map's class indices when it is
-    read (one float16 min / max; the ``max_class`` of ``packed.json`` is the packer's word, not the file's).
+    The store's files are checked against ``packed.json`` when opened, and every map as it is read
+    (:func:`~mmvitreg.datasets.label_maps.check_label_map`: finite logits, integer class indices in range).
 
     Args:
         root (str): The store folder.
         num_classes (int, optional): If given, class indices must be below it (and non-negative anyway).
+        map_shape (Sequence[int], optional): ``(k, h, w)``: if given, the store's maps must have this shape.
 
     Attributes:
         meta (dict): The content of ``packed.json``.
     """
 
-    def __init__(self, root: str, num_classes: Optional[int] = None):
-        self.root, self.num_classes = root, num_classes
+    def __init__(self, root: str, num_classes: Optional[int] = None, map_shape: Optional[Sequence[int]] = None):
+        self.root, self.num_classes, self.map_shape = root, num_classes, map_shape
+        index = osp.join(root, INDEX)
         try:
-            with open(osp.join(root, INDEX)) as f:
-                self.meta = json.load(f)
+            self.meta = json.loads(bytes(read_regular_file(index, (1, 1 << 20), 'label-map store index')))
         except (OSError, ValueError) as e:
-            raise ValueError(f'{root} is not a readable label-map store ({e}); pack one with '
-                             'tools/dataset_converters/pack_label_maps.py') from e
-        if self.meta.get('format') != FORMAT or self.meta.get('version') != VERSION:
-            raise ValueError(f'{osp.join(root, INDEX)} is not a version-{VERSION} {FORMAT} store: '
-                             f'format {self.meta.get("format")!r}, version {self.meta.get("version")!r}')
+            raise LabelMapError(f'{root} is not a readable label-map store ({e}); pack one with '
+                                'tools/dataset_converters/pack_label_maps.py') from None
+        if (not isinstance(self.meta, dict) or self.meta.get('format') != FORMAT
+                or self.meta.get('version') != VERSION):
+            raise LabelMapError(f'{index} is not a version-{VERSION} {FORMAT} store; {REPACK}')
+        count, shape = self.meta.get('count'), self.meta.get('map_shape')
+        if not (type(count) is int and count > 0 and isinstance(shape, list) and len(shape) == 4 and shape[0] == 2
+                and all(type(n) is int and n > 0 for n in shape) and self.meta.get('dtype') in ('float16', 'float32')):
+            raise LabelMapError(f'{index} declares {count} maps of {shape} {self.meta.get("dtype")}, not N > 0 maps '
+                                f'of [2, k, h, w] float16 / float32; {REPACK}')
+        if map_shape is not None and tuple(shape[1:]) != tuple(map_shape):
+            raise LabelMapError(f'label-map store {root} holds maps of {tuple(shape)}, not (2, k, h, w) = '
+                                f'(2, {", ".join(map(str, map_shape))}) as map_shape says')
         self._keys = self._maps = None
 
     def _open(self):
-        keys = np.load(osp.join(self.root, 'keys.npy'), mmap_mode='r')
-        maps = np.load(osp.join(self.root, 'maps.npy'), mmap_mode='r')
         count, shape = self.meta['count'], tuple(self.meta['map_shape'])
-        if (len(keys) != count or maps.shape != (count, ) + shape or str(maps.dtype) != self.meta['dtype']
-                or maps.dtype not in (np.float16, np.float32) or len(shape) != 4 or shape[0] != 2):
-            raise LabelMapError(f'label-map store {self.root} is inconsistent: packed.json says {count} maps '
-                                f'of {shape} {self.meta["dtype"]}, keys.npy holds {len(keys)} keys and maps.npy '
-                                f'{maps.shape} {maps.dtype} (maps are (2, k, h, w) float16 / float32); pack it again')
-        self._keys, self._maps = keys.view(np.ndarray), maps.view(np.ndarray)  # plain views index faster
+        keys = _memmap(osp.join(self.root, 'keys.npy'), (count, ))
+        if keys.dtype.kind != 'S':
+            raise LabelMapError(f'label-map store {self.root} is inconsistent: keys.npy holds {keys.dtype}, not '
+                                f'bytes; {REPACK}')
+        self._maps = _memmap(osp.join(self.root, 'maps.npy'), (count, ) + shape, self.meta['dtype'])
+        self._keys = keys
 
     def __len__(self) -> int:
         return self.meta['count']
 
     def get(self, key: str, img_path: Optional[str] = None) -> np.ndarray:
-        """The map stored under ``key``.
+        """The map stored under ``key``, validated.
 
         Args:
             key (str): :func:`~mmvitreg.datasets.label_maps.label_map_key` of the image.
@@ -91,36 +121,43 @@ class LabelMapStore:
 
         Returns:
             np.ndarray: ``(2, k, h, w)`` float16 or float32, a writable copy.
+
+        Raises:
+            LookupError: no map of that key, naming the image and the store.
+            LabelMapError: the map fails the value check, naming the store, the key and the image.
         """
         if self._maps is None:
             self._open()
         needle = key.encode()
-        i = int(np.searchsorted(self._keys, needle))
+        i = int(self._keys.searchsorted(needle))
         if i == len(self._keys) or self._keys[i] != needle:
             raise LookupError(f'the token label map of {img_path or key} ({key!r}) is not in the store '
                               f'{self.root}, packed from {self.meta["source"]} with {len(self)} maps; generate '
                               'the missing maps and pack the store again, or check img_prefix')
-        label_map = np.array(self._maps[i])
-        low, high = label_map[1].min(), label_map[1].max()
-        if not (low >= 0 and (self.num_classes is None or high < self.num_classes)):  # NaN fails too
-            raise LabelMapError(f'the token label map of {img_path or key} ({key!r}) in the store {self.root} holds '
-                                f'class indices {low:g}..{high:g}, out of range for num_classes={self.num_classes}; '
-                                'pack the store again from valid maps')
-        return label_map
+        name = f'{self.root}{os.sep}maps.npy[{key!r}]' + (f' (of {img_path})' if img_path else '')
+        return check_label_map(np.array(self._maps[i]), name, self.num_classes, fix=REPACK)
 
     def __getstate__(self):
         return dict(self.__dict__, _keys=None, _maps=None)
 
 
 def _map_files(label_root: str):
-    """``[(key, path)]`` of every ``.pt`` file under ``label_root``, sorted by key."""
-    paths = (osp.join(folder, name) for folder, _, files in os.walk(label_root) for name in files
-             if name.endswith('.pt'))
-    return sorted((label_map_key(path, label_root), path) for path in paths)
+    """``[(key, path)]`` of every map file under ``label_root`` (``.npy``, or ``.pt`` where no ``.npy`` of that
+    name is), sorted by key."""
+    found = {}
+    for folder, _, files in os.walk(label_root):
+        for name in files:
+            stem, suffix = osp.splitext(name)
+            if suffix in SUFFIXES:
+                key = label_map_key(osp.join(folder, stem), label_root)
+                if key not in found or suffix == SUFFIXES[0]:
+                    found[key] = osp.join(folder, name)
+    return sorted(found.items())
 
 
-def pack_label_maps(label_root: str, store: str, num_classes: Optional[int] = None, progress: bool = True) -> dict:
-    """Pack a folder of ``.pt`` label maps into a store.
+def pack_label_maps(label_root: str, store: str, num_classes: Optional[int] = None, progress: bool = True,
+                    map_shape: Optional[Sequence[int]] = None) -> dict:
+    """Pack a folder of label maps (``.npy`` or ``.pt`` files) into a store.
 
     Every map is read and validated (:func:`~mmvitreg.datasets.label_maps.load_label_map`); a
     malformed map, or one whose shape or dtype differs from the first map's, is an error naming its
@@ -128,10 +165,12 @@ def pack_label_maps(label_root: str, store: str, num_classes: Optional[int] = No
     leaves no half store.
 
     Args:
-        label_root (str): Folder of ``.pt`` maps (``tools/generate_label_maps.py`` or the official ones).
+        label_root (str): Folder of maps (``tools/generate_label_maps.py`` or the official ones).
         store (str): The store folder to create; it must not exist.
         num_classes (int, optional): If given, class indices must be below it. Defaults to None.
         progress (bool): Show a progress bar. Defaults to True.
+        map_shape (Sequence[int], optional): ``(k, h, w)``: if given, every map must have it (and each file's
+            size is bounded by it). Defaults to None: the first map's shape.
 
     Returns:
         dict: The store's ``packed.json``.
@@ -140,8 +179,8 @@ def pack_label_maps(label_root: str, store: str, num_classes: Optional[int] = No
         raise FileExistsError(f'{store} already exists; remove it to pack again')
     files = _map_files(label_root)
     if not files:
-        raise FileNotFoundError(f'no .pt label maps under {label_root}')
-    first = load_label_map(files[0][1], num_classes)
+        raise FileNotFoundError(f'no .npy or .pt label maps under {label_root}')
+    first = load_label_map(files[0][1], num_classes, map_shape)
     tmp = f'{store.rstrip(os.sep)}.tmp{os.getpid()}'
     os.makedirs(tmp)
     try:
@@ -151,18 +190,17 @@ def pack_label_maps(label_root: str, store: str, num_classes: Optional[int] = No
             from mmengine.utils import ProgressBar
             bar = ProgressBar(len(files))
         for i, (_, path) in enumerate(files):
-            label_map = first if i == 0 else load_label_map(path, num_classes)
-            if label_map.shape != first.shape or label_map.dtype != first.dtype:
-                raise ValueError(f'token label map {path} is {label_map.shape} {label_map.dtype} but '
-                                 f'{files[0][1]} is {first.shape} {first.dtype}: a store holds maps of one '
-                                 'shape and dtype')
+            label_map = first if i == 0 else load_label_map(path, num_classes, first.shape[1:])
+            if label_map.dtype != first.dtype:
+                raise LabelMapError(f'token label map {path} is {label_map.dtype} but {files[0][1]} is {first.dtype}:'
+                                    ' a store holds maps of one shape and dtype')
             maps[i] = label_map
             max_class = max(max_class, int(label_map[1].max()))
             if progress:
                 bar.update()
         maps.flush()
         del maps
-        np.save(osp.join(tmp, 'keys.npy'), np.array([key.encode() for key, _ in files]))
+        np.save(osp.join(tmp, 'keys.npy'), np.array([key.encode() for key, _ in files]), allow_pickle=False)
         meta = dict(format=FORMAT, version=VERSION, count=len(files), map_shape=list(first.shape),
                     dtype=str(first.dtype), max_class=max_class, source=osp.abspath(label_root))
         with open(osp.join(tmp, INDEX), 'w') as f:

@@ -6,25 +6,40 @@ ImageNet <https://arxiv.org/abs/2104.10858>`_ (§3.2 and §4.1 "Re-labeling"): a
 every training image once, offline, with a dense ``K``-class score map; training reads the part of
 the map under the random crop and gives each token the score of its own region.
 
-On-disk format (the format of the official NFNet-F6 maps, read unchanged)
--------------------------------------------------------------------------
-* One ``.pt`` file per image, written with ``torch.save``, holding one tensor of shape
-  ``(2, k, H, W)``: ``[0]`` the teacher's top-``k`` **logits** at every map cell, ``[1]`` their
-  **class indices** (integers stored as floats), sorted by decreasing logit. ``H x W`` is the
-  teacher's output grid, row ``i`` from the top, column ``j`` from the left of the image.
-* dtype float16 (the official maps: ``k = 5``, ``18 x 18`` for NFNet-F6 at 576 px). float16 holds
-  integers exactly up to 2048, so :func:`save_label_map` falls back to float32 for data sets with
-  more than 2048 classes; the reader accepts both.
-* Path: the image path relative to the data prefix, with the image suffix replaced by ``.pt``,
-  under ``label_root``: ``train/n01440764/n01440764_10026.JPEG`` with data prefix ``train`` has its
-  map at ``<label_root>/n01440764/n01440764_10026.pt``. The official generator writes
-  ``<label_root>/<class_dir>/<image_basename>.pt``; both agree on the ImageNet layout, and
-  :func:`label_map_path` without a prefix uses that ``<class_dir>/<image>`` rule.
-* Packed: a folder of maps can be packed once into a memory-mapped store
-  (:mod:`mmvitreg.datasets.label_map_store`, ``tools/dataset_converters/pack_label_maps.py``) that
-  holds the same arrays under the same names (:func:`label_map_key`) and loads 3-4x faster inside a training pipeline.
+On-disk formats
+---------------
+One map per image holds one array of shape ``(2, k, H, W)``: ``[0]`` the teacher's top-``k`` **logits** at
+every map cell, ``[1]`` their **class indices** (integer values stored as floats, in ``[0, num_classes)``),
+sorted by decreasing logit. ``H x W`` is the teacher's output grid, row ``i`` from the top, column ``j`` from
+the left of the image. dtype float16 (the official maps: ``k = 5``, ``18 x 18`` for NFNet-F6 at 576 px);
+float16 holds integers exactly up to 2048, so :func:`save_label_map` falls back to float32 for data sets with
+more than 2048 classes; the readers accept both.
+
+* ``.npy`` (what ``tools/generate_label_maps.py`` writes, :func:`save_label_map`): numpy's format, read without
+  pickle: numpy parses the header (``np.lib.format.read_array_header_*``, its size capped by numpy), the shape,
+  dtype and byte count are checked against the file's size before the data is taken
+  (``np.frombuffer``). Chosen over safetensors: no new dependency, one array per file as the official maps, the
+  packed store memory-maps the same format, and numpy's reader runs no code and builds no object.
+* ``.pt`` (the official maps, read unchanged): one ``torch.save``-d tensor, read with
+  ``torch.load(weights_only=True)`` and no global added (torch checks every view against its storage), once
+  ``zipfile`` found no compressed member in its directory (torch would inflate a zip bomb; torch.save never
+  compresses);
+  not memory-mapped: ``mmap=True`` needs a path (re-opened after the checks) and is no faster for 8 KB maps.
+* Packed: a folder of maps packed once into a memory-mapped store (:mod:`mmvitreg.datasets.label_map_store`,
+  ``tools/dataset_converters/pack_label_maps.py``), ``.npy`` files too, under the same names
+  (:func:`label_map_key`).
+* Path: the image path relative to the data prefix, with the image suffix replaced by ``.npy`` (or ``.pt``),
+  under ``label_root``: ``train/n01440764/n01440764_10026.JPEG`` with data prefix ``train`` has its map at
+  ``<label_root>/n01440764/n01440764_10026.npy``; :func:`find_label_map` takes the ``.npy`` file if there is
+  one, else the ``.pt``. The official generator writes ``<label_root>/<class_dir>/<image_basename>.pt``; both
+  agree on the ImageNet layout, and :func:`label_map_key` without a prefix uses that ``<class_dir>/<image>`` rule.
 * Region: the map covers the whole image (``region='full'``, ``tools/generate_label_maps.py``'s
   default) or its central square (``region='center_square'``, the official maps; configs/lvvit/README.md).
+
+Every file is untrusted (:func:`load_label_map`): it must be a regular file (a symlink to one is followed; a FIFO,
+a device or a symlink to one is refused before it is opened for reading), its size within the bounds of the
+expected shape before a byte is read, and its values pass :func:`check_label_map`, the one value check of every
+reader (the packed store's included). Each refusal is one :class:`LabelMapError` line naming the file.
 
 Geometry
 --------
@@ -38,24 +53,28 @@ pixel ``(row i, col j)`` covers ``[j, j+1) x [i, i+1)``, so its centre is ``(j +
 cv2's resize uses the same convention, and cv2's warp matrices (index coordinates, pixel centre
 ``(j, i)``) are converted by :func:`warp_to_affine`.
 """
-import collections
 import io
 import math
 import os
 import os.path as osp
-import pickle
+import stat
 import zipfile
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 import torch
-from mmengine.fileio import get as read_bytes
 from torch import Tensor
 
-from mmvitreg.fileio import atomic_write, load_checkpoint
+from mmvitreg.fileio import atomic_write
 
 REGIONS = ('full', 'center_square')
+SUFFIXES = ('.npy', '.pt')  # the generator's format first, then the official one
 _FP16_MAX_EXACT_INT = 2048
+_DTYPES = (np.dtype(np.float16), np.dtype(np.float32))
+#: bytes a map file may hold when its shape is not given: a float32 top-10 map of 200 x 200 cells is 3.2 MB
+MAX_BYTES = 16 << 20
+#: what a file holds beyond its values: torch.save's zip records (~1.5 KB) or an .npy header (128 B), with room
+_OVERHEAD = 64 << 10
 
 
 def label_map_key(img_path: str, img_prefix: Optional[str] = None) -> str:
@@ -81,194 +100,231 @@ def label_map_key(img_path: str, img_prefix: Optional[str] = None) -> str:
     return osp.splitext(rel)[0].replace(os.sep, '/')
 
 
-def label_map_path(label_root: str, img_path: str, img_prefix: Optional[str] = None) -> str:
-    """Where the map of ``img_path`` lives: ``<label_root>/<label_map_key(img_path, img_prefix)>.pt``.
+def label_map_path(label_root: str, img_path: str, img_prefix: Optional[str] = None, suffix: str = '.npy') -> str:
+    """Where the map of ``img_path`` is written: ``<label_root>/<label_map_key(img_path, img_prefix)><suffix>``.
 
     Args:
         label_root (str): Root folder of the label maps.
         img_path (str): Path of the image (as in the data set's ``img_path``).
         img_prefix (str, optional): See :func:`label_map_key`. Defaults to None.
+        suffix (str): ``'.npy'`` (the generator's format) or ``'.pt'`` (the official one). Defaults to ``'.npy'``.
     """
-    return osp.join(label_root, label_map_key(img_path, img_prefix) + '.pt')
+    return osp.join(label_root, label_map_key(img_path, img_prefix) + suffix)
+
+
+def find_label_map(label_root: str, img_path: str, img_prefix: Optional[str] = None) -> str:
+    """The map file of ``img_path``: its ``.npy`` path if that name exists (even as a dangling link, which the
+    reader then refuses by name), else its ``.pt`` path (which the reader reports missing if it is)."""
+    path = label_map_path(label_root, img_path, img_prefix)
+    return path if osp.lexists(path) else path[:-len('.npy')] + '.pt'
 
 
 class LabelMapError(ValueError):
     """A token label map that cannot be used; the message (one line) names the file and what is wrong."""
 
 
-def check_label_map(label_map, path: str, num_classes: Optional[int] = None) -> np.ndarray:
-    """Validate a loaded map; every error names the file.
+REGENERATE = 'regenerate it with tools/generate_label_maps.py'
+
+
+def _malformed(path: str, problem: str, fix: str = REGENERATE) -> LabelMapError:
+    return LabelMapError(f'malformed token label map {path}: {problem}; {fix}')
+
+
+def check_label_map(label_map, path: str, num_classes: Optional[int] = None,
+                    map_shape: Optional[Sequence[int]] = None, fix: str = REGENERATE) -> np.ndarray:
+    """The one value check of every reader (``.npy``, ``.pt``, the packed store): a ``(2, k, H, W)`` float16 /
+    float32 array of finite logits and class indices that are integers in ``[0, num_classes)``.
 
     Args:
-        label_map: What the ``.pt`` file held (a tensor or, from the fast reader, an array).
-        path (str): The file, for the messages.
+        label_map: What the file held (a tensor from ``torch.load``, an array from numpy).
+        path (str): The file (or the store and key), for the messages.
         num_classes (int, optional): If given, class indices must be below it.
+        map_shape (Sequence[int], optional): ``(k, H, W)``: if given, the map must have this shape.
+        fix (str): What the messages tell the user to do.
 
     Returns:
         np.ndarray: the map, ``(2, k, H, W)`` float16 or float32.
     """
-    expect = 'a (2, k, H, W) float16/float32 tensor of top-k teacher logits and class indices'
+    def refuse(problem):
+        return _malformed(path, problem, fix)
+
+    expect = 'a (2, k, H, W) float16/float32 array of top-k teacher logits and class indices'
     if isinstance(label_map, Tensor):
-        if label_map.dtype not in (torch.float16, torch.float32):
-            raise LabelMapError(f'malformed token label map {path}: expected {expect}, '
-                             f'got dtype {label_map.dtype}')
-        label_map = label_map.numpy()
+        if (label_map.layout != torch.strided or label_map.is_quantized
+                or label_map.dtype not in (torch.float16, torch.float32)):
+            raise refuse(f'expected {expect}, got a {label_map.layout} {label_map.dtype} tensor')
+        label_map = label_map.detach().numpy()
     if not isinstance(label_map, np.ndarray):
-        raise LabelMapError(f'malformed token label map {path}: expected {expect}, '
-                         f'got a {type(label_map).__name__}')
+        raise refuse(f'expected {expect}, got a {type(label_map).__name__}')
+    if label_map.dtype not in _DTYPES:
+        raise refuse(f'expected {expect}, got dtype {label_map.dtype}')
     if label_map.ndim != 4 or label_map.shape[0] != 2 or label_map.size == 0:
-        raise LabelMapError(f'malformed token label map {path}: expected {expect}, '
-                         f'got shape {tuple(label_map.shape)}')
-    if label_map.dtype not in (np.float16, np.float32):
-        raise LabelMapError(f'malformed token label map {path}: expected {expect}, got dtype {label_map.dtype}')
-    # few numpy calls (numpy's float16 arithmetic is slow): a sum is finite iff every value is
-    if not np.isfinite(label_map.sum(dtype=np.float64)):
-        raise LabelMapError(f'malformed token label map {path}: it holds NaN or infinite values')
-    index = label_map[1]
-    classes = index.astype(np.int64)
-    if classes.min() < 0 or (classes != index).any():
-        raise LabelMapError(f'malformed token label map {path}: [1] must hold class indices '
-                         '(non-negative integers)')
-    if num_classes is not None and classes.max() >= num_classes:
-        raise LabelMapError(f'malformed token label map {path}: class index {int(classes.max())} '
-                         f'is out of range for num_classes={num_classes}')
+        raise refuse(f'expected {expect}, got shape {tuple(label_map.shape)}')
+    if map_shape is not None and label_map.shape[1:] != tuple(map_shape):
+        raise refuse(f'its shape {tuple(label_map.shape)} is not (2, k, H, W) = (2, {", ".join(map(str, map_shape))})')
+    # few numpy calls, on float64 (numpy's float16 arithmetic is slow): a sum is finite iff every value is
+    values = label_map.astype(np.float64)
+    if not math.isfinite(values.sum()):
+        raise refuse('it holds NaN or infinite values')
+    index = values[1]
+    if np.count_nonzero(np.trunc(index) != index):
+        raise refuse('[1] holds class indices that are not integers')
+    low, high = int(index.min()), int(index.max())
+    if low < 0 or (num_classes is not None and high >= num_classes):
+        raise refuse(f'its class indices {low}..{high} are out of range for num_classes={num_classes}')
     return label_map
 
 
-_STORAGE_DTYPES = {'HalfStorage': np.dtype(np.float16), 'FloatStorage': np.dtype(np.float32)}
+def size_bounds(map_shape: Optional[Sequence[int]] = None) -> Tuple[int, int]:
+    """``(fewest, most)`` bytes a map file of ``(2, *map_shape)`` can hold: its values in float16 at least, in
+    float32 plus :data:`_OVERHEAD` at most; without a shape ``(1, MAX_BYTES)``."""
+    if map_shape is None:
+        return 1, MAX_BYTES
+    values = 2 * int(np.prod(map_shape))
+    return 2 * values, 4 * values + _OVERHEAD
 
 
-class _TensorUnpickler(pickle.Unpickler):
-    """The ``data.pkl`` of a ``torch.save`` archive, unpickled with the standard library's restricted
-    ``find_class`` (Python docs, "Restricting Globals"): float16/float32 tensors come back as numpy arrays
-    over the archive's ``data/<key>`` entries.
+def read_regular_file(path: str, bounds: Tuple[int, int], what: str = 'token label map') -> bytearray:
+    """The bytes of ``path`` once it is known to be a regular file (symlinks followed: a link to a regular file is
+    read, one to a FIFO or device is refused, like the FIFO or device itself) of a size within ``bounds``. ``stat``
+    decides before the file is opened; the file is opened without blocking (a FIFO swapped in meanwhile) and its
+    descriptor checked again before the read, which reads that size (and one byte more, to see a file that grew).
 
-    Only the globals a label map needs are allowed (fewer than ``torch.load(weights_only=True)``); anything
-    else raises ``pickle.UnpicklingError`` before it runs, and :func:`_read_tensor` hands the file to
-    :func:`mmvitreg.fileio.load_checkpoint`. The file's numbers are untrusted: a storage's member must hold
-    exactly the bytes its persistent id declares, and a tensor's size, stride and offset must end exactly at its
-    storage's end (:meth:`rebuild`), both checked before the member is read, so no view reaches past what was read
-    and nothing is read beyond what the tensor needs (:class:`LabelMapError` otherwise).
+    Raises:
+        FileNotFoundError: no such file (or a dangling link), naming it.
+        LabelMapError: not a regular file, or a size out of bounds, naming it.
     """
+    def check(info):
+        if not stat.S_ISREG(info.st_mode):
+            raise LabelMapError(f'{what} {path} is not a regular file (a FIFO, device, socket or folder, or a link '
+                                'to one); replace it with the file itself')
+        if not bounds[0] <= info.st_size <= bounds[1]:
+            raise LabelMapError(f'{what} {path} holds {info.st_size} bytes, outside the {bounds[0]}..{bounds[1]} '
+                                'its expected shape allows; regenerate it or check map_shape')
 
-    def __init__(self, archive: zipfile.ZipFile, prefix: str, path: str):
-        super().__init__(io.BytesIO(archive.read(prefix + 'data.pkl')))
-        self.archive, self.prefix, self.path, self.storages = archive, prefix, path, {}
-
-    def find_class(self, module, name):
-        if (module, name) == ('torch._utils', '_rebuild_tensor_v2'):
-            return self.rebuild
-        if (module, name) == ('collections', 'OrderedDict'):
-            return collections.OrderedDict
-        if module == 'torch' and name in _STORAGE_DTYPES:
-            return name
-        raise pickle.UnpicklingError(f'{module}.{name} is not part of a label map')
-
-    def persistent_load(self, pid):
-        if len(pid) != 5 or pid[0] != 'storage' or pid[1] not in _STORAGE_DTYPES:
-            raise pickle.UnpicklingError(f'unexpected storage {pid}')
-        member, numel = self.archive.getinfo(f'{self.prefix}data/{pid[2]}'), pid[4]
-        if member.file_size != numel * _STORAGE_DTYPES[pid[1]].itemsize:
-            raise LabelMapError(f'malformed token label map {self.path}: its storage {pid[2]} declares {numel} '
-                                f'values, its member holds {member.file_size} bytes')
-        return member, _STORAGE_DTYPES[pid[1]], numel
-
-    def rebuild(self, storage, offset, size, stride, *_):
-        """``torch._utils._rebuild_tensor_v2`` on a numpy storage: the (strided) view of it that the tensor is, once
-        its geometry is inside the storage, ends at its end and has no more elements than it (no expanded or
-        overlapping view: the element count stays bounded by the file); each member is read once."""
-        (member, dtype, numel), size, stride = storage, tuple(size), tuple(stride)
-        if (len(size) != len(stride) or not all(type(n) is int and n >= 0 for n in (offset, *size, *stride))
-                or not 0 < math.prod(size) <= numel - offset):
-            raise LabelMapError(f'malformed token label map {self.path}: size {size}, stride {stride} and offset '
-                                f'{offset} do not make a tensor of distinct values of its {numel}-value storage')
-        end = offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1
-        if end != numel:
-            raise LabelMapError(f'malformed token label map {self.path}: its tensor (size {size}, stride {stride}, '
-                                f'offset {offset}) ends at value {end} of its {numel}-value storage')
-        if member.filename not in self.storages:  # writable: the maps become tensors
-            self.storages[member.filename] = np.frombuffer(bytearray(self.archive.read(member)), dtype)
-        values = self.storages[member.filename][offset:]
-        if stride == tuple(math.prod(size[i + 1:]) for i in range(len(size))):  # a plain view, cheaper
-            return values.reshape(size)
-        return np.lib.stride_tricks.as_strided(values, size, tuple(s * dtype.itemsize for s in stride))
-
-
-def _read_tensor(data: bytes, path: str):
-    """The content of a ``torch.save`` file: a float tensor read with ``zipfile`` and :class:`_TensorUnpickler`
-    as a numpy array; anything else (another object, a big-endian archive, torch's pre-1.6 format) through
-    :func:`mmvitreg.fileio.load_checkpoint` (``weights_only=True`` and its allow-list, as for checkpoints). An
-    archive with a compressed member (``torch.save`` never compresses) is refused before anything is read: a
-    stored member cannot hold more than the file, so neither reader decompresses a bomb."""
     try:
-        archive = zipfile.ZipFile(io.BytesIO(data))
-    except zipfile.BadZipFile:  # torch's pre-1.6 format: the storages lie in the file as they are
-        return load_checkpoint(io.BytesIO(data), map_location='cpu', name=path)
-    with archive:
-        packed = [m.filename for m in archive.infolist() if m.compress_type != zipfile.ZIP_STORED]
-        if packed:
-            raise LabelMapError(f'malformed token label map {path}: its member {packed[0]} is compressed, which '
-                                'torch.save never does; regenerate it with tools/generate_label_maps.py')
+        check(os.stat(path))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise FileNotFoundError(f'{what} {path} does not exist; generate the maps with '
+                                'tools/generate_label_maps.py or check label_root') from None
+    except OSError as e:  # a loop of links, no permission
+        raise LabelMapError(f'{what} {path} cannot be opened: {e.strerror}') from None
+    with os.fdopen(fd, 'rb') as f:
+        info = os.fstat(fd)
+        check(info)
+        size = info.st_size
+        data = bytearray(size + 1)
+        n = f.readinto(data)
+    if n != size:
+        raise LabelMapError(f'{what} {path} changed size while it was read')
+    del data[n:]
+    return data
+
+
+def read_npy_header(f, path: str, size: int) -> Tuple[tuple, np.dtype, bool]:
+    """``(shape, dtype, fortran_order)`` of the ``.npy`` file ``f`` (positioned at its start, left at its data),
+    parsed by numpy's own header reader, once the data it declares is exactly the rest of the file's ``size``
+    bytes, so that nothing larger than the file is ever allocated or mapped. Object and structured dtypes (pickles,
+    offsets) are refused; the caller checks the dtype it needs."""
+    try:
+        version = np.lib.format.read_magic(f)
+        read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+        if version not in read_header:  # 3.0 only differs for the names of structured dtypes, refused below
+            raise ValueError(f'format version {version} is not 1.0 or 2.0')
+        shape, fortran, dtype = read_header[version](f)
+    except Exception as e:
+        raise _malformed(path, f'numpy cannot read its .npy header ({type(e).__name__}: {_first_line(e)})') from None
+    if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
+        raise _malformed(path, f'its dtype {dtype} is not a plain number or bytes dtype')
+    if size != f.tell() + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+        raise _malformed(path, f'its header declares {shape} {dtype} but the file holds {size - f.tell()} bytes '
+                               'of data')
+    return shape, dtype, fortran
+
+
+def _first_line(e: BaseException) -> str:
+    """What an error says is wrong, on one line: for torch's weights-only refusal the sentence after its advice."""
+    text = str(e)
+    if 'WeightsUnpickler error:' in text:
+        text = text.split('WeightsUnpickler error:', 1)[1].split('. ', 1)[0]
+    return ' '.join(text.split())[:300]
+
+
+def _refuse_compressed(buffer: io.BytesIO, path: str) -> None:
+    """Refuse a zip archive (torch.save's format) with a compressed member before torch.load inflates it (a 1 MB zip
+    bomb makes a 1 GiB storage): torch.save never compresses. ``zipfile`` reads the central directory only."""
+    if zipfile.is_zipfile(buffer):
         try:
-            prefix = next(n for n in archive.namelist() if n.endswith('/data.pkl'))[:-len('data.pkl')]
-            if prefix + 'byteorder' in archive.NameToInfo and archive.read(prefix + 'byteorder') != b'little':
-                raise ValueError('big-endian archive')
-            return _TensorUnpickler(archive, prefix, path).load()
-        except LabelMapError:
-            raise
-        except Exception:  # not one float tensor: let torch decide
-            return load_checkpoint(io.BytesIO(data), map_location='cpu', name=path)
+            with zipfile.ZipFile(buffer) as archive:
+                packed = next((m.filename for m in archive.infolist() if m.compress_type != zipfile.ZIP_STORED), None)
+        except Exception as e:
+            raise _malformed(path, f'its zip directory is unreadable ({type(e).__name__}: {_first_line(e)})') from None
+        if packed is not None:
+            raise _malformed(path, f'its member {packed} is compressed, which torch.save never does')
+    buffer.seek(0)
 
 
 def load_label_map(path: str, num_classes: Optional[int] = None,
-                   backend_args: Optional[dict] = None) -> np.ndarray:
-    """Read one map file (ours or an official one) and validate it.
+                   map_shape: Optional[Sequence[int]] = None) -> np.ndarray:
+    """Read one map file (``.npy``, or an official ``.pt``) and validate it.
 
-    A ``torch.save`` file holding one float tensor is read with ``zipfile`` and a restricted
-    ``pickle.Unpickler`` (faster than ``torch.load``: ``tests/test_label_map_bounds.py`` measures it, and no global
-    outside the tensor's own runs), every size, stride, offset and member length checked before it is read;
-    anything else goes through :func:`mmvitreg.fileio.load_checkpoint` (``weights_only=True`` and its allow-list).
+    The file must be regular and its size within :func:`size_bounds` before it is read
+    (:func:`read_regular_file`); a ``.npy`` file is read by numpy without pickle (:func:`read_npy_header`, then
+    ``np.frombuffer``), anything else by ``torch.load(weights_only=True)``; the result passes
+    :func:`check_label_map`. Peak memory: the file (at most :data:`MAX_BYTES`, or the bound of ``map_shape``) and
+    the map, about twice (``tests/test_label_map_bounds.py`` measures the worst crafted file).
 
     Args:
-        path (str): The ``.pt`` file.
+        path (str): The ``.npy`` or ``.pt`` file.
         num_classes (int, optional): If given, class indices must be below it.
-        backend_args (dict, optional): mmengine file backend arguments. Defaults to None.
+        map_shape (Sequence[int], optional): ``(k, H, W)``, the maps' top-k and grid: bounds the file's size
+            and must be the map's shape. Defaults to None (any shape, files up to :data:`MAX_BYTES`).
 
     Returns:
-        np.ndarray: ``(2, k, H, W)`` float16 or float32, as stored.
+        np.ndarray: ``(2, k, H, W)`` float16 or float32, as stored, writable.
 
     Raises:
+        FileNotFoundError: the file does not exist, naming it.
         LabelMapError: the file is not a valid map (one line naming it, also from a DataLoader worker).
     """
-    try:
-        data = read_bytes(path, backend_args=backend_args)
-    except FileNotFoundError:
-        raise FileNotFoundError(f'token label map {path} does not exist; generate the maps with '
-                                'tools/generate_label_maps.py or check label_root') from None
-    try:
-        label_map = _read_tensor(data, path)
-    except LabelMapError:
-        raise
-    except Exception as e:
-        raise LabelMapError(f'malformed token label map {path}: torch.load failed ({type(e).__name__}: '
-                            f'{(str(e).strip().splitlines() or [""])[0]})') from e
-    return check_label_map(label_map, path, num_classes)
+    data = read_regular_file(path, size_bounds(map_shape))
+    buffer = io.BytesIO(data)
+    if path.endswith('.npy'):
+        shape, dtype, fortran = read_npy_header(buffer, path, len(data))
+        if dtype.itemsize == 0:  # numpy cannot view bytes as a zero-size dtype
+            raise _malformed(path, f'its dtype {dtype} holds no bytes')
+        label_map = np.frombuffer(data, dtype, offset=buffer.tell()).reshape(shape, order='F' if fortran else 'C')
+    else:
+        _refuse_compressed(buffer, path)
+        try:
+            label_map = torch.load(buffer, map_location='cpu', weights_only=True)
+        except Exception as e:
+            raise _malformed(path, f'torch.load(weights_only=True) refused it ({type(e).__name__}: '
+                                   f'{_first_line(e)})') from None
+    return check_label_map(label_map, path, num_classes, map_shape)
 
 
 def save_label_map(path: str, logits: Tensor, indices: Tensor) -> None:
-    """Write one map atomically (:func:`mmvitreg.fileio.atomic_write`), in the official format.
+    """Write one map atomically (:func:`mmvitreg.fileio.atomic_write`): ``np.save`` for a ``.npy`` path (the
+    generator's format), ``torch.save`` for a ``.pt`` path (the official format).
 
     Args:
-        path (str): Destination ``.pt`` file; parent folders are created.
+        path (str): Destination ``.npy`` or ``.pt`` file; parent folders are created.
         logits (Tensor): ``(k, H, W)`` top-k teacher logits, sorted by decreasing value.
         indices (Tensor): ``(k, H, W)`` their class indices.
     """
     if logits.shape != indices.shape or logits.dim() != 3:
         raise ValueError(f'logits and indices must both be (k, H, W), got {tuple(logits.shape)} '
                          f'and {tuple(indices.shape)}')
+    if not path.endswith(SUFFIXES):
+        raise ValueError(f'a label map is a .npy or .pt file, not {path}')
     dtype = torch.float16 if int(indices.max()) <= _FP16_MAX_EXACT_INT else torch.float32
-    label_map = torch.stack([logits.detach().to('cpu', dtype), indices.detach().to('cpu', dtype)])
-    atomic_write(path, lambda f: torch.save(label_map.contiguous(), f))
+    label_map = torch.stack([logits.detach().to('cpu', dtype), indices.detach().to('cpu', dtype)]).contiguous()
+    if path.endswith('.npy'):
+        atomic_write(path, lambda f: np.save(f, label_map.numpy(), allow_pickle=False))
+    else:
+        atomic_write(path, lambda f: torch.save(label_map, f))
 
 
 def translation_matrix(tx: float, ty: float) -> np.ndarray:

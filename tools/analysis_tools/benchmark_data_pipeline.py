@@ -6,11 +6,12 @@
 Runs mmpretrain's ImageNet training pipeline at 224 px (``RandomResizedCrop`` bicubic, horizontal flip,
 RandAugment ``timm_increasing`` m9 std0.5, ``RandomErasing`` 0.25, as in mmpretrain's Swin/DeiT
 ImageNet configs) and the same pipeline with label maps (``LoadTokenLabelMap``, the label-aware
-crop/flip/RandAugment, ``TokenLabelTarget``, which only packs the map with its matrix), twice: maps
+crop/flip/RandAugment, ``TokenLabelTarget``, which only packs the map with its matrix), three times: maps
 read from a packed store (``tools/dataset_converters/pack_label_maps.py``, the recommended set-up,
-which the target is judged on) and from one ``.pt`` file per image (the official maps as
-downloaded). The three run on the same images, interleaved sample by sample (the order rotating)
-with the same random seed, so all see identical augmentations; the two label-map pipelines must
+which the target is judged on), from one ``.npy`` file per image (what ``tools/generate_label_maps.py`` writes)
+and from one ``.pt`` file per image (the official maps as downloaded, read by ``torch.load(weights_only=True)``).
+The four run on the same images, interleaved sample by sample (the order rotating)
+with the same random seed, so all see identical augmentations; the three label-map pipelines must
 give identical token labels. Images: the bundled digit
 scans upscaled to ImageNet's typical 500x375 with paper-like noise, JPEG; maps at ``--map-size``
 (18: the official NFNet-F6 maps): the top-k of a smooth random teacher output over
@@ -80,8 +81,8 @@ def synthetic_map(map_size, topk, pool, rng):
 
 
 def write_data(root, num_images, map_size, topk, pool, rng):
-    """ImageNet-like JPEGs under ``root/train/<class>/``, synthetic maps under ``root/labels`` and their
-    store at ``root/labels_packed``."""
+    """ImageNet-like JPEGs under ``root/train/<class>/``, synthetic maps under ``root/labels`` (``.npy``) and
+    ``root/labels_pt`` (``.pt``), and their store at ``root/labels_packed``."""
     scans, labels = load_digit_scans()
     paths = []
     for i in range(num_images):
@@ -89,8 +90,9 @@ def write_data(root, num_images, map_size, topk, pool, rng):
         grey = 230. - 200. * ink[..., None] + rng.normal(0., 12., (IMG_H, IMG_W, 3))
         path = osp.join(root, 'train', f'digit_{labels[i]}', f'{i:05d}.JPEG')
         mmcv.imwrite(np.clip(grey, 0, 255).astype(np.uint8), path, params=[cv2.IMWRITE_JPEG_QUALITY, 90])
-        save_label_map(label_map_path(osp.join(root, 'labels'), path, osp.join(root, 'train')),
-                       *synthetic_map(map_size, topk, pool, rng))
+        label_map = synthetic_map(map_size, topk, pool, rng)
+        for folder, suffix in (('labels', '.npy'), ('labels_pt', '.pt')):
+            save_label_map(label_map_path(osp.join(root, folder), path, osp.join(root, 'train'), suffix), *label_map)
         paths.append(path)
     pack_label_maps(osp.join(root, 'labels'), osp.join(root, 'labels_packed'), progress=False)
     return paths
@@ -98,7 +100,7 @@ def write_data(root, num_images, map_size, topk, pool, rng):
 
 def pipelines(root, token_label_size, samples_per_token, reading):
     """``{name: transforms}``: the plain ImageNet pipeline and the same one with label maps from the
-    store and from the ``.pt`` files, built by the registry."""
+    store, the ``.npy`` files and the ``.pt`` files, built by the registry."""
     from mmengine.registry import init_default_scope
     from mmpretrain.registry import TRANSFORMS
     init_default_scope('mmpretrain')
@@ -123,7 +125,8 @@ def pipelines(root, token_label_size, samples_per_token, reading):
                 dict(type='PackInputs', algorithm_keys=['token_label_map'])]
 
     cfgs = {'without label maps': plain, 'label maps, packed store': labelled(osp.join(root, 'labels_packed')),
-            'label maps, .pt files': labelled(osp.join(root, 'labels'))}
+            'label maps, .npy files': labelled(osp.join(root, 'labels')),
+            'label maps, .pt files': labelled(osp.join(root, 'labels_pt'))}
     return {name: [TRANSFORMS.build(t) for t in cfg] for name, cfg in cfgs.items()}
 
 
@@ -190,7 +193,7 @@ def main(argv=None):
             print(f'    {op:32s} {1e3 * seconds / n:8.3f} ms')
     targets = [token_label_targets(p) for p in packed.values()]
     if not all(torch.equal(targets[0], t) for t in targets[1:]):
-        raise RuntimeError('the packed store and the .pt files gave different token labels')
+        raise RuntimeError('the packed store, the .npy and the .pt files gave different token labels')
     base = per_image['without label maps']
     overheads = {name: t / base - 1 for name, t in per_image.items() if name != 'without label maps'}
     for name, overhead in overheads.items():
@@ -198,7 +201,7 @@ def main(argv=None):
         judged = ' (the recommended set-up)' if 'store' in name else ''
         print(f'{name}: the data pipeline is {100 * overhead:.2f}% slower (ratio {1 + overhead:.4f}; '
               f'target <= {100 * TARGET_OVERHEAD:.0f}%: {verdict}){judged}')
-    print('token labels from the store and from the .pt files: identical')
+    print('token labels from the store, the .npy and the .pt files: identical')
     batch_seconds = time_batch_reading(packed['label maps, packed store'], args.batch_size)
     print(f'per-batch token-label reading (TokenClsDataPreprocessor, not in the data pipeline): '
           f'{1e3 * batch_seconds:.1f} ms per batch of {args.batch_size} '

@@ -2,7 +2,7 @@
 
     python tools/dataset_converters/pack_label_maps.py LABEL_ROOT STORE [--num-classes K]
 
-``LABEL_ROOT`` holds one ``.pt`` map per image (``tools/generate_label_maps.py`` or the official
+``LABEL_ROOT`` holds one ``.npy`` or ``.pt`` map per image (``tools/generate_label_maps.py`` or the official
 NFNet-F6 maps, e.g. ``data/imagenet/label_top5_train_nfnet``); ``STORE`` is the folder to create
 (e.g. ``data/imagenet/label_top5_train_nfnet_packed``). Point ``LoadTokenLabelMap``'s ``label_root``
 at the store: it holds the same maps under the same names and loads each 3-4x faster
@@ -16,8 +16,8 @@ from mmvitreg.datasets.label_map_store import pack_label_maps
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description='Pack a folder of .pt label maps into a memory-mapped store')
-    parser.add_argument('label_root', help='folder of .pt label maps')
+    parser = argparse.ArgumentParser(description='Pack a folder of label maps into a memory-mapped store')
+    parser.add_argument('label_root', help='folder of .npy / .pt label maps')
     parser.add_argument('store', help='store folder to create (must not exist)')
     parser.add_argument('--num-classes', type=int, help='check that every class index is below it')
     return parser.parse_args(argv)

@@ -94,28 +94,33 @@ CASES: List[Case] = [
     Case('label-map-missing', 'data', 'an image with no label map under `label_root`',
          'does not exist; generate the maps with tools/generate_label_maps.py',
          'Generate the maps for every training image (`tools/generate_label_maps.py`) and check `label_root` / '
-         '`img_prefix`: the map of `<img_prefix>/<class>/<image>.JPEG` is `<label_root>/<class>/<image>.pt`.'),
-    Case('label-map-shape', 'data', 'a label map that is not a `(2, k, H, W)` tensor',
+         '`img_prefix`: the map of `<img_prefix>/<class>/<image>.JPEG` is `<label_root>/<class>/<image>.npy` (what '
+         'the generator writes) or, where there is none, `<label_root>/<class>/<image>.pt` (the official maps).'),
+    Case('label-map-shape', 'data', 'a label map that is not a `(2, k, H, W)` array',
          'malformed token label map',
-         'The message names the file and the expected format; regenerate it with `tools/generate_label_maps.py`.'),
+         'The message names the file and what is wrong (shape, dtype, NaN or infinite values, class indices that are '
+         'not integers); regenerate it with `tools/generate_label_maps.py`, which rewrites every invalid one.'),
     Case('label-map-classes', 'data', 'label maps of a teacher with more classes than the model',
-         'class index 12',
+         'are out of range for num_classes=10',
          'Use maps made for this data set (the teacher must predict the same classes); '
          '`LoadTokenLabelMap(num_classes=...)` checks every map.'),
     Case('label-map-bounds', 'data',
-         'a crafted label map whose size, stride or offset reach past its storage (read in a DataLoader worker)',
-         'ends at value',
-         'The message names the file (also from a worker) and what it declares: nothing past the stored values was '
-         'read. Regenerate the map with `tools/generate_label_maps.py`, which rewrites every invalid one.'),
+         'a crafted `.pt` label map whose size, stride or offset reach past its storage, or that reads one storage '
+         'with two dtypes (read in a DataLoader worker)',
+         'torch.load(weights_only=True) refused it',
+         'The message names the file (also from a worker) and torch\'s reason: nothing past the stored values was '
+         'read, nothing of the pickle ran. Regenerate the map with `tools/generate_label_maps.py`, which rewrites '
+         'every invalid one. A FIFO, a device or a symlink to one under a map\'s name is refused before it is read '
+         '(`is not a regular file`), and so is a file larger or smaller than its shape allows (`holds N bytes, '
+         'outside`; `LoadTokenLabelMap(map_shape=(k, H, W))` sets the bound, 16 MiB without it).'),
     Case('label-map-compressed', 'data', 'a label map with a compressed member (a zip bomb: 1 MB inflating to 1 GiB)',
          'is compressed, which torch.save never does',
          'Nothing was inflated. The message names the file: regenerate it with `tools/generate_label_maps.py`.'),
-    Case('label-map-store-classes', 'data', 'a packed label-map store whose maps hold class indices out of range '
-         '(negative, or beyond `num_classes`)',
-         'holds class indices',
-         'The message names the map and the store: pack it again from valid maps '
-         '(`tools/dataset_converters/pack_label_maps.py`); `LoadTokenLabelMap(num_classes=...)` checks every map '
-         'read.'),
+    Case('label-map-store-classes', 'data', 'a packed label-map store whose maps fail the value check (class '
+         'indices out of range or not integers, NaN or infinite logits)',
+         "maps.npy['",
+         'The message names the store, the map\'s key and the image: pack it again from valid maps '
+         '(`tools/dataset_converters/pack_label_maps.py`); every map is checked as it is read, as from a file.'),
     Case('label-map-grid', 'data', '`TokenLabelTarget.token_label_size` that is not the backbone\'s token grid',
          'token_label must be (2, k, S, S) per sample with (S, S) the token grid',
          'Set `token_label_size = img_size // patch_size`.'),
