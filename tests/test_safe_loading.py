@@ -176,14 +176,3 @@ def test_converter_refuses_the_pickle_unless_unsafe_load(tmp_path):
     assert not marker.exists() and not dst.exists()
     converter_cli(convert_timm_vit, 'DeiT', argv=[str(src), str(dst), '--unsafe-load'])
     assert marker.exists() and dst.exists()
-
-
-@refusing
-def test_label_maps_read_through_the_same_loader(tmp_path):
-    from mmvitreg.datasets.label_maps import load_label_map
-    marker = tmp_path / 'ran'
-    torch.save({'map': torch.zeros(2, 5, 4, 4), 'x': _RunsCode(f'open({str(marker)!r}, "w").close()')},
-               tmp_path / 'map.pt')
-    with pytest.raises(ValueError, match='refused to unpickle the global exec'):
-        load_label_map(str(tmp_path / 'map.pt'))
-    assert not marker.exists()
