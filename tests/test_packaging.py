@@ -413,6 +413,17 @@ def test_mim_search_train_and_test_in_an_editable_install(editable, digits_works
     assert 0.0 <= metrics['accuracy/top1'] <= 100.0
 
 
+def test_the_editable_install_serves_mmcv_ext_from_interpreter_start(editable, tmp_path):
+    """The quick start's editable install gets the startup hook too: in its environment mmseg's and mmdet's models
+    import with nothing of mmvitreg imported first (on mmcv-lite: the checkout's finder serves ``mmcv._ext``)."""
+    assert (editable.site / '_mmvitreg_mmcv_ext.pth').is_file()
+    code = ('import sys; import mmseg.models, mmdet.models, mmcv._ext, _mmvitreg_mmcv_ext as hook; '
+            'print(hook.__file__); print(isinstance(mmcv._ext.__loader__, hook.StandIn))')
+    out = run_editable(['-c', code], editable, tmp_path).stdout.splitlines()
+    from conftest import _compiled_mmcv_ops
+    assert out == [str(REPO / '_mmvitreg_mmcv_ext.py'), str(not _compiled_mmcv_ops())], out
+
+
 def own_dense_config(library, path):
     """A config of one's own for ``library``'s own ``tools/train.py``: one file (no ``mmvitreg::`` base, which needs
     mmvitreg imported), mmvitreg only as ``type='mmvitreg.SwinTransformer'``, 2 iterations on a digits set."""
