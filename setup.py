@@ -1,5 +1,8 @@
 """mmvitreg: OpenMMLab 2.x plugin for regularising and training deep ViTs.
 
+``pyproject.toml`` declares the build (PEP 517: setuptools' backend) and the static metadata (PEP 621); this file
+gives what is computed: the dependencies (``dynamic``), the ``build_py`` below and the editable mode.
+
 Dependencies are the ranges the code supports, split as the OpenMMLab libraries split theirs:
 ``pip install /path/to/mmvitreg`` is classification (``requirements/runtime.txt``: mmpretrain and what the package
 imports); the extras ``seg``, ``det`` and ``all`` add mmsegmentation and mmdet (``requirements/{seg,det,all}.txt``).
@@ -23,6 +26,10 @@ from the checkout). Edits in the checkout are seen at once; a config or tool *ad
 mim only by its path until the next ``pip install -e .``. That folder has no ``__init__.py``, so the editable
 install is made in setuptools' ``compat`` mode (the checkout on ``sys.path`` through a ``.pth``),
 in which the checkout's package wins over it on import (in the default finder mode it would not).
+
+Both wheels also get ``_mmvitreg_mmcv_ext.pth`` at the top of site-packages: at interpreter start it puts the finder
+of the top-level module ``_mmvitreg_mmcv_ext`` on ``sys.meta_path`` (``mmcv._ext`` served where mmcv has no compiled
+one, for mmseg's and mmdet's own tools: the module's docstring says what it reaches and costs).
 """
 import json
 import shutil
@@ -36,6 +43,7 @@ from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 MIM_ITEMS = ('configs', 'tools', 'model-index.yml')
+STARTUP_HOOK = ('_mmvitreg_mmcv_ext.pth', 'import _mmvitreg_mmcv_ext; _mmvitreg_mmcv_ext.install()\n')
 
 
 def requirements(name):
@@ -65,13 +73,15 @@ def mmcv_requirement():
 
 class BuildPyWithMim(build_py):
     """``build_py`` that also copies ``configs/``, ``tools/`` and ``model-index.yml`` into
-    ``<build>/mmvitreg/.mim/`` (the links of the working tree become files in the wheel)."""
+    ``<build>/mmvitreg/.mim/`` (the links of the working tree become files in the wheel), and writes
+    :data:`STARTUP_HOOK` at the wheel's top."""
 
     def run(self):
         super().run()
         if getattr(self, 'editable_mode', False):
             self.write_editable_mim()
             return
+        Path(self.build_lib, STARTUP_HOOK[0]).write_text(STARTUP_HOOK[1])
         mim = Path(self.build_lib, 'mmvitreg', '.mim')
         if mim.is_symlink() or mim.is_file():
             mim.unlink()
@@ -98,6 +108,7 @@ class BuildPyWithMim(build_py):
                           f'{mode!r}): `mim train/test/search mmvitreg` will not find it; install in compat mode '
                           '(the default here) or not editable for mim')
             return
+        Path(wheel_root, STARTUP_HOOK[0]).write_text(STARTUP_HOOK[1])
         mim = Path(wheel_root, 'mmvitreg', '.mim')
         for name, text in editable_mim_files().items():
             path = mim / name
@@ -121,22 +132,11 @@ def editable_mim_files():
 
 
 setup(
-    name='mmvitreg',
-    version='0.1.0',
-    description='Re-attention, token labeling, DiversePatch, DRLoc and TL-Align for OpenMMLab 2.x',
-    long_description=ROOT.joinpath('README.md').read_text(),
-    long_description_content_type='text/markdown',
-    packages=find_packages(include=['mmvitreg', 'mmvitreg.*']),
-    python_requires='>=3.10',
     install_requires=requirements('runtime.txt') + [mmcv_requirement()],
     extras_require={'seg': requirements('seg.txt'), 'det': requirements('det.txt'), 'all': requirements('all.txt'),
-                    'tests': requirements('tests.txt')},
+                    'mim': requirements('mim.txt'), 'tests': requirements('tests.txt')},
     cmdclass={'build_py': BuildPyWithMim},
     options={'editable_wheel': {'mode': 'compat'}},  # see the module's docstring
+    # here, not in pyproject.toml, whose string form needs setuptools >= 77 and whose table form is deprecated
     license='Apache-2.0',
-    classifiers=[
-        'Programming Language :: Python :: 3.10',
-        'Programming Language :: Python :: 3.11',
-        'Programming Language :: Python :: 3.12',
-    ],
 )

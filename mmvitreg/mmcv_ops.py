@@ -1,11 +1,12 @@
 """mmcv's compiled ops from torchvision's kernels where mmcv has none (mmcv-lite): ``mmcv._ext`` served from here.
 
 mmcv-lite ships mmcv's Python ops (``mmcv/ops/*.py``) without the compiled ``mmcv._ext`` each loads at import
-(``ext_loader.load_ext``), so ``import mmcv.ops``, and mmseg's and mmdet's models with it, fail. ``import
-mmvitreg`` appends :class:`StandIn` to ``sys.meta_path``: last, so a compiled ``mmcv._ext`` (found by the path
-finder before it) is always the one used; only where there is none is ``mmcv._ext`` a module of the ops below,
-called by mmcv's own Python as it calls the compiled ones (outputs written into the tensors it passes). Every other
-name of ``_ext`` exists, for ``load_ext``, and raises when called: one line naming the op and :func:`build_hint`.
+(``ext_loader.load_ext``), so ``import mmcv.ops``, and mmseg's and mmdet's models with it, fail. The finder
+:class:`StandIn` (the top-level ``_mmvitreg_mmcv_ext``: the installed package's ``.pth`` puts it on
+``sys.meta_path`` at interpreter start, ``import mmvitreg`` does too) goes last, so a compiled ``mmcv._ext`` is
+always the one used; only where there is none is ``mmcv._ext`` a module of the ops below (:func:`serve`), called by
+mmcv's own Python as it calls the compiled ones (outputs written into the tensors it passes). Every other name of
+``_ext`` exists, for ``load_ext``, and raises when called: one line naming the op and :func:`build_hint`.
 
 The ops the package's dense configs call: every mmseg and mmdet config of ``configs/`` (25 UperNet, 8 Cascade Mask
 R-CNN) at tiny size through ``tools/train.py`` (one step of 2 images), ``tools/test.py`` and, for mmseg, ``--tta``,
@@ -23,11 +24,10 @@ training steps / the 8 tests (2 images each):
 
 ``pool_mode='max'`` RoIAlign is not provided; ``aligned=False``, ``sampling_ratio`` > 0 and ``offset`` 1 are.
 """
-import importlib.abc
-import importlib.machinery
-import sys
+import os.path as osp
 
 import torch
+from _mmvitreg_mmcv_ext import StandIn
 from torch import Tensor
 
 PROVIDED = ('nms', 'roi_align_forward', 'roi_align_backward')
@@ -39,6 +39,11 @@ def nms(boxes: Tensor, scores: Tensor, iou_threshold: float, offset: int) -> Ten
     scores as mmcv orders them, where torchvision's stable sort would not); a box goes when its IoU with a kept one
     is > ``iou_threshold``, sides ``x2 - x1 + offset`` (0 or 1)."""
     from torchvision.ops import nms as torchvision_nms
+    if boxes.dim() != 2 or boxes.shape[1] != 4:
+        raise ValueError(f'nms: boxes must be (N, 4), got {tuple(boxes.shape)}')
+    if scores.shape != boxes.shape[:1]:
+        raise ValueError(f'nms: scores must be (N,) = ({len(boxes)},) for boxes {tuple(boxes.shape)}, got '
+                         f'{tuple(scores.shape)}')
     order = scores.sort(0, descending=True)[1]
     boxes = boxes[order]
     if offset:  # the +1 of mmcv's legacy box sides, on every side and intersection alike
@@ -72,13 +77,19 @@ def roi_align_backward(grad_output: Tensor, rois: Tensor, argmax_y: Tensor, argm
     grad_input.add_(grad)
 
 
+def troubleshooting(case: str) -> str:
+    """The command printing ``case`` of the troubleshooting catalogue, which the installed package holds
+    (``mmvitreg/.mim/tools/misc/troubleshooting.py``; docs/troubleshooting.md is generated from it)."""
+    return f'python {osp.join(osp.dirname(__file__), ".mim", "tools", "misc", "troubleshooting.py")} {case}'
+
+
 def build_hint() -> str:
     """How to build mmcv's compiled ops into the running environment (the installed mmcv's version; its setup.py
     needs ``pkg_resources``; ``--force-reinstall`` also rebuilds a compiled mmcv that does not load)."""
     import mmcv
     return (f'pip uninstall -y mmcv-lite && pip install "setuptools<82" && MMCV_WITH_OPS=1 pip install '
             f'--no-build-isolation --no-binary mmcv --no-deps --force-reinstall "mmcv=={mmcv.__version__}" '
-            "(a torch whose headers need C++20: docs/troubleshooting.md)")
+            f"(a torch whose headers need C++20: {troubleshooting('op-not-served')})")
 
 
 def not_provided(op: str) -> str:
@@ -98,23 +109,10 @@ def _unprovided(name: str):
     return op
 
 
-class StandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Serves ``mmcv._ext`` (:data:`PROVIDED` and :func:`_unprovided`) when no finder before it has one."""
-
-    def find_spec(self, name, path=None, target=None):
-        return importlib.machinery.ModuleSpec(name, self) if name == 'mmcv._ext' else None
-
-    def create_module(self, spec):
-        return None
-
-    def exec_module(self, module):
-        module.__dict__.update({name: globals()[name] for name in PROVIDED}, __getattr__=_unprovided)
-
-
-def install() -> None:
-    """Append :class:`StandIn` to ``sys.meta_path`` once (``import mmvitreg`` calls it)."""
-    if not any(isinstance(finder, StandIn) for finder in sys.meta_path):
-        sys.meta_path.append(StandIn())
+def serve(module) -> None:
+    """Fill the module ``mmcv._ext`` that :class:`StandIn` loads: :data:`PROVIDED`, and :func:`_unprovided` for
+    every other name."""
+    module.__dict__.update({name: globals()[name] for name in PROVIDED}, __getattr__=_unprovided)
 
 
 def backend() -> str:

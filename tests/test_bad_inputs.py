@@ -144,6 +144,12 @@ def _(ctx):
         "RoIAlign(2, 1.0, 2, pool_mode='max')(torch.zeros(1, 1, 4, 4), torch.tensor([[0., 0., 0., 3., 3.]]))")])
 
 
+@scenario('mmcv-ext-missing')
+def _(ctx):
+    # mmvitreg on PYTHONPATH (no .pth runs): mmseg's models imported first, as mmseg's own tools/train.py does
+    return run_without(ctx, 'without_ext_no_hook', ['mmcv._ext'], ['-c', 'import mmseg.models'])
+
+
 @scenario('host-imported-first')
 def _(ctx):
     return run_without(ctx, 'without_ext_host_first', ['mmcv._ext'],

@@ -13,13 +13,14 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import mmcv
 import pytest
 import torch
 
 from conftest import CONFIGS, tool_env
-from mmvitreg.mmcv_ops import PROVIDED, StandIn, backend, build_hint, not_provided
+from mmvitreg.mmcv_ops import PROVIDED, StandIn, backend, build_hint, not_provided, troubleshooting
 from test_env_imports import hiding
 
 HOST = (6, 5, 24, 20)  # N, C, H, W: 2 images of 5 channels
@@ -232,6 +233,27 @@ def test_an_op_it_does_not_provide_raises_when_called_with_one_line(stand_in):
     with pytest.raises(NotImplementedError) as caught:
         mmcv.ops.RoIAlign(2, 1.0, 0, 'max')(torch.zeros(1, 1, 4, 4), torch.zeros(1, 5))
     assert str(caught.value) == not_provided("roi_align_forward with pool_mode='max'")
+
+
+def test_the_missing_op_line_points_to_the_catalogue_the_installed_package_holds():
+    """The build's C++20 caveat is a command printing the catalogue's case: a file under ``mmvitreg/.mim`` (the
+    wheel's copy of tools/; a wheel has no docs/)."""
+    command = troubleshooting('op-not-served')
+    assert build_hint().endswith(f'(a torch whose headers need C++20: {command})')
+    python, script, case = command.split()
+    assert Path(script).is_file() and f'mmvitreg{os.sep}.mim{os.sep}tools' in script
+    proc = subprocess.run([sys.executable, script, case], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith('op-not-served: ') and '-std=c++17' in proc.stdout
+
+
+def test_nms_with_scores_of_another_shape_blames_the_scores(stand_in):
+    """``nms(boxes, scores[:, None])``: one line naming the scores' shape and the one expected (the boxes are
+    fine); boxes of another shape are named as such."""
+    boxes, scores = make_boxes(5)
+    with pytest.raises(ValueError, match=r'^nms: scores must be \(N,\) = \(5,\) for boxes \(5, 4\), got \(5, 1\)$'):
+        mmcv.ops.nms(boxes, scores[:, None], 0.5)
+    with pytest.raises(ValueError, match=r'^nms: boxes must be \(N, 4\), got \(5, 1, 4\)$'):
+        stand_in.nms(boxes[:, None], scores, iou_threshold=0.5, offset=0)
 
 
 def test_the_missing_op_line_names_the_op_and_a_pip_command_building_mmcv_here():

@@ -89,6 +89,8 @@ def test_wheel_ships_configs_tools_and_model_index_as_real_files(installed):
     assert shipped == repo_files('configs') | repo_files('tools') | {'model-index.yml'}
     assert not links and not any('__pycache__' in n for n in names)
     assert not installed.mim.is_symlink() and (installed.mim / 'tools' / 'train.py').is_file()
+    # the startup hook (tests below) at the top of site-packages, beside the module it imports
+    assert {'_mmvitreg_mmcv_ext.pth', '_mmvitreg_mmcv_ext.py'} <= names
 
     requires = re.findall(r'^Requires-Dist: (.+)$', metadata, re.M)
     core = [r for r in requires if 'extra ==' not in r]
@@ -98,9 +100,9 @@ def test_wheel_ships_configs_tools_and_model_index_as_real_files(installed):
     # `pip install /path/to/mmvitreg` is classification: mmseg, mmdet and what they pull in are the extras
     assert not [r for r in core if re.match(r'(mmsegmentation|mmdet|pycocotools|ftfy|regex)\b', r)], core
     extras = {name: sorted(re.match(r'[\w-]+', r).group() for r in requires if f'extra == "{name}"' in r)
-              for name in ('seg', 'det', 'all')}
+              for name in ('seg', 'det', 'all', 'mim')}
     assert extras == {'seg': ['ftfy', 'mmsegmentation', 'regex'], 'det': ['mmdet', 'pycocotools'],
-                      'all': ['ftfy', 'mmdet', 'mmsegmentation', 'pycocotools', 'regex']}, extras
+                      'all': ['ftfy', 'mmdet', 'mmsegmentation', 'pycocotools', 'regex'], 'mim': ['openmim']}, extras
     # mmcv: the installed `mmcv` as it is where there is one, else mmcv-lite in mmcv's range (setup.py), and no extra
     # that would add mmcv beside that mmcv-lite
     assert [str(Requirement(r)) for r in core if re.match(r'mmcv\b', r)] == [the_mmcv_requirement_here()], core
@@ -335,11 +337,10 @@ def test_checkout_resolves_mmvitreg_configs_through_its_mim_links(tmp_path):
     assert cfg.model.backbone.arch == 't' and cfg.default_scope == 'mmpretrain'
 
 
-@pytest.fixture(scope='module')
-def editable(tmp_path_factory):
-    """``pip install -e`` of this checkout (as the quick start makes it) into a scratch venv that reaches
-    the stack through a ``.pth`` (and so does not touch the stack's own mmvitreg)."""
-    venv = tmp_path_factory.mktemp('editable') / 'venv'
+def stack_venv(root):
+    """A scratch venv that reaches the stack through a ``.pth`` (and so does not touch the stack's own mmvitreg):
+    ``(python, site-packages)``."""
+    venv = root / 'venv'
     subprocess.run([sys.executable, '-m', 'venv', '--without-pip', venv], check=True, timeout=120)
     site, = venv.glob('lib/python*/site-packages')
     stack = [p for p in sys.path if p.endswith('site-packages') and Path(p).is_dir()]
@@ -349,11 +350,29 @@ def editable(tmp_path_factory):
     shims = [Path(p) / 'distutils-precedence.pth' for p in stack if (Path(p) / 'distutils-precedence.pth').is_file()]
     if shims:
         (site / 'zz-distutils-precedence.pth').write_text(shims[0].read_text())
-    python = venv / 'bin' / 'python'
-    pip('--python', python, 'install', '--no-deps', '--no-build-isolation', '--ignore-installed', '-e', REPO)
+    return venv / 'bin' / 'python', site
+
+
+def env_without_checkout():
     keep = [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p and Path(p).resolve() != REPO]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(keep), OMP_NUM_THREADS='1', MKL_NUM_THREADS='1')
-    return SimpleNamespace(python=python, site=site, env=env)
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(keep), OMP_NUM_THREADS='1', MKL_NUM_THREADS='1')
+
+
+@pytest.fixture(scope='module')
+def editable(tmp_path_factory):
+    """``pip install -e`` of this checkout (as the quick start makes it) into a :func:`stack_venv`."""
+    python, site = stack_venv(tmp_path_factory.mktemp('editable'))
+    pip('--python', python, 'install', '--no-deps', '--no-build-isolation', '--ignore-installed', '-e', REPO)
+    return SimpleNamespace(python=python, site=site, env=env_without_checkout())
+
+
+@pytest.fixture(scope='module')
+def venv_installed(installed, tmp_path_factory):
+    """The wheel ``pip install``-ed into a :func:`stack_venv`, as a user's environment has it: its ``.pth`` files
+    run at every interpreter start (they do not in ``installed``'s ``--target`` folder)."""
+    python, site = stack_venv(tmp_path_factory.mktemp('venv_installed'))
+    pip('--python', python, 'install', '--no-deps', '--no-compile', '--ignore-installed', installed.wheel)
+    return SimpleNamespace(python=python, site=site, env=env_without_checkout())
 
 
 def run_editable(args, editable, cwd, timeout=600):
@@ -392,6 +411,91 @@ def test_mim_search_train_and_test_in_an_editable_install(editable, digits_works
     assert f'{mim}/tools/test.py' in test.stdout
     metrics = json.loads([ln for ln in test.stdout.splitlines() if ln.startswith('metrics: ')][-1][9:])
     assert 0.0 <= metrics['accuracy/top1'] <= 100.0
+
+
+def test_the_editable_install_serves_mmcv_ext_from_interpreter_start(editable, tmp_path):
+    """The quick start's editable install gets the startup hook too: in its environment mmseg's and mmdet's models
+    import with nothing of mmvitreg imported first (on mmcv-lite: the checkout's finder serves ``mmcv._ext``)."""
+    assert (editable.site / '_mmvitreg_mmcv_ext.pth').is_file()
+    code = ('import sys; import mmseg.models, mmdet.models, mmcv._ext, _mmvitreg_mmcv_ext as hook; '
+            'print(hook.__file__); print(isinstance(mmcv._ext.__loader__, hook.StandIn))')
+    out = run_editable(['-c', code], editable, tmp_path).stdout.splitlines()
+    from conftest import _compiled_mmcv_ops
+    assert out == [str(REPO / '_mmvitreg_mmcv_ext.py'), str(not _compiled_mmcv_ops())], out
+
+
+def own_dense_config(library, path):
+    """A config of one's own for ``library``'s own ``tools/train.py``: one file (no ``mmvitreg::`` base, which needs
+    mmvitreg imported), mmvitreg only as ``type='mmvitreg.SwinTransformer'``, 2 iterations on a digits set."""
+    import mmvitreg  # noqa: F401  (reads the repository's configs)
+    from mmengine.config import Config
+
+    from seg_helpers import shrunk_config
+    if library == 'mmseg':  # the Swin-T UperNet (mmseg's EncoderDecoder) shrunk, as the segmentation tests do
+        shrunk_config(REPO / 'configs' / 'swin' / 'upernet_swin-t_8xb2-160k_ade20k-512x512.py', path)
+        return path
+    cfg = Config.fromfile(str(REPO / 'configs' / 'demo' / 'cascade-mask-rcnn_swin-nano_fpn_1xb4-12e_digits-coco.py'))
+    cfg.optim_wrapper.type = 'OptimWrapper'  # the recipe's AmpOptimWrapper needs a GPU (mmvitreg's tools swap it)
+    cfg.optim_wrapper.pop('loss_scale', None)
+    cfg.train_cfg.update(max_epochs=1)
+    cfg.train_dataloader.update(batch_size=2, num_workers=0, persistent_workers=False)
+    cfg.train_dataloader.dataset.indices = 4
+    cfg.dump(str(path))  # (.py: a .json dump turns the pipelines' tuples into lists, which they refuse)
+    return path
+
+
+@pytest.mark.parametrize('library, layout, iteration', [('mmseg', 'ade20k', 'Iter(train) [2/2]'),
+                                                        ('mmdet', 'coco', 'Epoch(train) [1][2/2]')])
+def test_the_libraries_own_train_scripts_run_mmvitreg_components_on_mmcv_lite(venv_installed, installed, tmp_path,
+                                                                             library, layout, iteration):
+    """mmseg's and mmdet's own ``tools/train.py`` (as pip installs them: ``<library>/.mim/tools``), which import
+    ``mmcv.ops`` long before their registry imports mmvitreg for ``type='mmvitreg.SwinTransformer'``, train a config
+    of one's own in the environment the wheel was pip-installed into: its ``_mmvitreg_mmcv_ext.pth`` serves
+    ``mmcv._ext`` from interpreter start. Without that file running (the ``--target`` install: no ``.pth`` runs
+    there), the same run stops with ``No module named 'mmcv._ext'`` where mmcv has no compiled ops."""
+    digits = REPO / 'tools' / 'dataset_converters' / 'digits.py'
+    run_tool_outside = dict(cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    subprocess.run([sys.executable, digits, layout, '--out', 'data', '--num-train', '4', '--num-val', '2'], check=True,
+                   env=venv_installed.env, **run_tool_outside)
+    config = own_dense_config(library, tmp_path / f'my_{library}.py')
+    train = Path(__import__(library).__file__).parent / '.mim' / 'tools' / 'train.py'
+    proc = subprocess.run([venv_installed.python, train, config, '--work-dir', 'work'], env=venv_installed.env,
+                          **run_tool_outside)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert iteration in proc.stdout + proc.stderr
+
+    from conftest import _compiled_mmcv_ops
+    if not _compiled_mmcv_ops():
+        proc = subprocess.run([sys.executable, train, config, '--work-dir', 'work_target'],
+                              env=outside_env(installed.site), **run_tool_outside)
+        assert proc.returncode != 0 and proc.stderr.strip().endswith("No module named 'mmcv._ext'"), proc.stderr[-3000:]
+
+
+def test_the_startup_hook_imports_nothing_but_its_finder_and_serves_only_mmcv_ext(venv_installed):
+    """The wheel's ``.pth`` runs at every start of the environment's Python: it imports one module of ``sys`` only
+    (no torch, nothing of mmvitreg), puts its finder last on ``sys.meta_path``, and that finder answers only
+    ``mmcv._ext``."""
+    code = ('import sys, _mmvitreg_mmcv_ext as hook; print(sorted(m for m in sys.modules if "torch" in m or '
+            '"mmvitreg" in m or "mmcv" in m)); print(isinstance(sys.meta_path[-1], hook.StandIn)); '
+            'print(hook.StandIn().find_spec("mmcv.ops"), hook.StandIn().find_spec("mmcv._ext").name)')
+    proc = subprocess.run([venv_installed.python, '-c', code], env=venv_installed.env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.stdout.splitlines() == ["['_mmvitreg_mmcv_ext']", 'True', 'None mmcv._ext'], proc.stderr[-3000:]
+    assert (venv_installed.site / '_mmvitreg_mmcv_ext.pth').read_text() == \
+        'import _mmvitreg_mmcv_ext; _mmvitreg_mmcv_ext.install()\n'
+
+
+def test_pyproject_declares_a_pep_517_build_and_the_static_metadata():
+    """``pyproject.toml`` names setuptools' PEP 517 backend (no legacy ``setup.py install`` on any pip) and the
+    PEP 621 metadata; setup.py computes only what is ``dynamic`` (the dependencies: mmcv by what is installed)."""
+    from setuptools.config.pyprojecttoml import load_file  # (Python 3.10 has no tomllib)
+    project = load_file(REPO / 'pyproject.toml')
+    assert project['build-system']['build-backend'] == 'setuptools.build_meta'
+    assert any(r.startswith('setuptools') for r in project['build-system']['requires'])
+    meta = project['project']
+    assert (meta['name'], meta['version'], meta['requires-python']) == ('mmvitreg', '0.1.0', '>=3.10')
+    assert set(meta['dynamic']) == {'dependencies', 'optional-dependencies', 'license'}
+    assert project['tool']['setuptools']['py-modules'] == ['_mmvitreg_mmcv_ext']
 
 
 def read_requirements(name):

@@ -24,7 +24,7 @@ import os.path as osp
 import sys
 
 import torch
-from mmengine.logging import print_log
+from mmengine.logging import MMLogger, print_log
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
 from mmvitreg.datasets.label_maps import LabelMapError
@@ -93,6 +93,39 @@ def build_train_config(args):
     return cfg
 
 
+def init_cfg_keys(node, message: str, key: str = '') -> list:
+    """The config keys (``model.backbone.init_cfg``) of the ``init_cfg`` whose checkpoint ``message`` names."""
+    if isinstance(node, (list, tuple)):
+        return [k for i, item in enumerate(node) for k in init_cfg_keys(item, message, f'{key}.{i}')]
+    if not isinstance(node, dict):
+        return []
+    found = []
+    for name, value in node.items():
+        where = f'{key}.{name}' if key else name
+        checkpoint = value.get('checkpoint') if name == 'init_cfg' and isinstance(value, dict) else None
+        if isinstance(checkpoint, str) and f'checkpoint {checkpoint}:' in message:
+            found.append(where)
+        else:
+            found += init_cfg_keys(value, message, where)
+    return found
+
+
+def stop(cfg, error: Exception):
+    """Exit with the one ``error:`` line of ``error`` (the run's log file gets it too). A checkpoint of an
+    ``init_cfg`` that cannot be read (offline, a missing file) gets the keys that replace or drop it."""
+    # from a DataLoader worker the error comes as the worker's traceback, whose last line is the error's own
+    message = str(error).strip().splitlines()[-1].split(f'{type(error).__name__}: ', 1)[-1]
+    for key in init_cfg_keys({'model': cfg.model}, message):
+        message += f': --cfg-options {key}.checkpoint=<local file>, or {key}=None to start from random weights'
+    logger = MMLogger.get_current_instance()
+    record = logger.makeRecord(logger.name, logging.ERROR, __file__, sys._getframe().f_lineno, f'error: {message}',
+                               None, None, func='stop')
+    for handler in logger.handlers:  # the file only: the console gets the exit line
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+    sys.exit(f'error: {message}')
+
+
 def main(argv=None):
     args = parse_args(argv)
     try:
@@ -103,10 +136,7 @@ def main(argv=None):
     try:
         runner.train()
     except (CheckpointError, LabelMapError, NonFiniteLossError) as e:
-        # from a DataLoader worker the error comes as the worker's traceback, whose last line is the error's own
-        message = str(e).strip().splitlines()[-1].split(f'{type(e).__name__}: ', 1)[-1]
-        print_log(f'error: {message}', logger='current', level=logging.ERROR)
-        sys.exit(f'error: {message}')
+        stop(cfg, e)
 
 
 if __name__ == '__main__':

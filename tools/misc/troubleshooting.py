@@ -1,10 +1,16 @@
 """The catalogue of what can go wrong in a run, the message each case stops with, and what to do.
 
+    python troubleshooting.py [CASE ...]    # the cases named (their ids), or every case, as text
+
+The installed package holds this file (``mmvitreg/.mim/tools/misc/troubleshooting.py``), so messages that stop a run
+point here (:func:`mmvitreg.mmcv_ops.troubleshooting`): a wheel holds no ``docs/``.
+
 Every case is a test (``tests/test_bad_inputs.py`` runs it and checks that the message appears and
 that nothing was written or lost) and a section of ``docs/troubleshooting.md``, which
 ``python tools/misc/gen_troubleshooting.py`` generates from :data:`CASES` (a test keeps the committed
 file up to date). Add a case here, then its scenario to the test; the two lists must match.
 """
+import argparse
 from dataclasses import dataclass
 from typing import List
 
@@ -29,6 +35,9 @@ class Case:
     fix: str
 
 
+#: where the installed package keeps its tools, as a shell expression (an installed wheel has no docs/ nor tools/)
+INSTALLED_MIM = '$(python -c "import mmvitreg, os; print(os.path.dirname(mmvitreg.__file__))")/.mim'
+
 CASES: List[Case] = [
     # ---- install
     Case('extra-missing', 'install', 'an mmseg or mmdet config where mmsegmentation / mmdet is not installed (a '
@@ -49,13 +58,24 @@ CASES: List[Case] = [
          "No mmvitreg config calls such an op. To use it, build mmcv's compiled ops into this environment with the "
          'command the message prints (a C++ compiler; about 20 minutes on 2 cores). On a torch whose headers need '
          "C++20 (2.10 and newer), mmcv 2.1.0's `setup.py` still passes `-std=c++17`: build through a compiler "
-         'wrapper that rewrites the flag, as `make_compiler_wrappers` in `tools/setup_env.sh` does (`bash '
-         'tools/setup_env.sh --with-ops` builds such an environment of its own).'),
+         'wrapper that rewrites the flag, as `make_compiler_wrappers` in `tools/setup_env.sh` does (the installed '
+         f'package holds it: `{INSTALLED_MIM}/tools/setup_env.sh`; `bash tools/setup_env.sh --with-ops` in the '
+         'checkout builds such an environment of its own).'),
+    Case('mmcv-ext-missing', 'install', "on mmcv-lite, mmseg's or mmdet's own tools (or a script that imports "
+         "`mmcv.ops`, `mmseg.models` or `mmdet.models` before mmvitreg) where mmvitreg's startup hook does not run",
+         "No module named 'mmcv._ext'",
+         "mmvitreg serves `mmcv._ext` from torchvision's kernels; installed with pip (`pip install "
+         '"/path/to/mmvitreg[seg]"`, or `pip install -e`), it does so from interpreter start, through the '
+         '`_mmvitreg_mmcv_ext.pth` file the install puts in site-packages. That file does not run where mmvitreg '
+         'is only on `PYTHONPATH`, was installed with `pip install --target`, or under `python -S`: there, '
+         "install it with pip, or import mmvitreg first (`import mmvitreg` in a script; in a config, "
+         "`custom_imports = dict(imports=['mmvitreg'], allow_failed_imports=False)`)."),
     Case('host-imported-first', 'install', "on mmcv-lite, mmpretrain's or mmcv's models imported before mmvitreg in "
          "a script of one's own, then mmdet's or mmseg's models",
          "cannot import name 'MultiScaleDeformableAttention'",
          "`import mmvitreg` first, as mmvitreg's tools and `mim train mmvitreg` do: mmcv's transformer bricks look "
-         "for mmcv's ops once, when first imported, and on mmcv-lite mmvitreg serves them from then on."),
+         "for mmcv's ops once, when first imported, and on mmcv-lite mmvitreg serves them from then on (installed "
+         "with pip, from interpreter start: see `No module named 'mmcv._ext'`)."),
     # ---- config
     Case('config-missing', 'config', 'a config path that does not exist (typo, wrong working directory)',
          'config file not found',
@@ -79,8 +99,14 @@ CASES: List[Case] = [
     # ---- data
     Case('data-root-missing', 'data', 'a data root that does not exist',
          'does not exist',
-         'Build the data set (`python tools/dataset_converters/digits.py imagenet --out data`) or point '
-         '`--cfg-options train_dataloader.dataset.data_root=...` at it.'),
+         "Build the data set the config reads, or point `--cfg-options <key>=<folder>` (the key the message "
+         "names) at yours. The digits sets of mmvitreg's configs come from the builder the installed package "
+         f'holds: `python {INSTALLED_MIM}/tools/dataset_converters/digits.py LAYOUT --out data` (in the '
+         'checkout: '
+         '`python tools/dataset_converters/digits.py LAYOUT --out data`), run in the folder you train from, with '
+         'LAYOUT `imagenet` for a classification config (`data/digits_imagenet`), `ade20k` or `cityscapes` for a '
+         'segmentation one (`data/digits_ade20k`, `data/digits_cityscapes`), `coco` for a detection one '
+         '(`data/digits_coco`), or `all`.'),
     Case('data-root-empty', 'data', 'a data root whose annotation file lists no images',
          'holds no images',
          'Fill the annotation file (one `<image> <label>` line per image) or rebuild the data set.'),
@@ -276,3 +302,22 @@ def render_markdown(cases: List[Case] = CASES) -> str:
             lines += [f'### {case.what[0].upper()}{case.what[1:]}', '', f'You see: {shown}', '',
                       f'What to do: {case.fix}', '']
     return '\n'.join(lines)
+
+
+def render_text(case: Case) -> str:
+    """One case as the command line prints it."""
+    return f'{case.id}: {case.what}\n  you see: {case.message}\n  what to do: {case.fix}'
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description='print cases of the troubleshooting catalogue')
+    parser.add_argument('cases', nargs='*', metavar='CASE', help='ids of the cases to print (default: all)')
+    wanted = parser.parse_args(argv).cases
+    unknown = sorted(set(wanted) - {c.id for c in CASES})
+    if unknown:
+        parser.error(f"no case {', '.join(unknown)}; the cases: {', '.join(c.id for c in CASES)}")
+    print('\n\n'.join(render_text(c) for c in CASES if not wanted or c.id in wanted))
+
+
+if __name__ == '__main__':
+    main()
