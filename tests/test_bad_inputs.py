@@ -589,7 +589,7 @@ def _(ctx):
         custom_imports = dict(imports=['test_non_finite_weights'], allow_failed_imports=False)
     """)
     def check(message):
-        assert 'is not written and the run stops; this run has no checkpoint yet' in message, message
+        assert 'is not written and the run stops; this run has no resumable checkpoint yet' in message, message
         assert '\n' not in message.strip(), message
     return stops(run_train(ctx, cfg), check=check)
 

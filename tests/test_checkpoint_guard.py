@@ -145,7 +145,7 @@ CONCURRENT_SAVES = textwrap.dedent('''
 
 
 def test_two_runs_saving_into_one_work_dir_both_keep_every_checkpoint(tmp_path):
-    """Two processes save 150 checkpoints each into one folder at once: each save's removal of stale temporaries
+    """Two processes save 100 checkpoints each into one folder at once: each save's removal of stale temporaries
     used to delete the other run's temporary while it was being written (its os.replace: FileNotFoundError)."""
     work_dir, control, count = tmp_path / 'work', tmp_path / 'control', 100
     control.mkdir()
