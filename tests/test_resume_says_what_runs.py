@@ -165,3 +165,17 @@ def test_resuming_beyond_max_epochs_is_refused_and_at_max_epochs_says_nothing_tr
     assert f'WARNING - --resume {checkpoint}: it has trained all train_cfg.max_epochs=2 epochs already, so nothing ' \
            'trains; set train_cfg.max_epochs above 2 to train on' in log
     assert not list(work.glob('*.pth'))
+
+
+def test_another_seed_is_overridden_by_the_checkpoints_whole_run_data_order_included(ws, base, tmp_path):
+    """mmengine re-seeds a resumed run with the checkpoint's seed, but the sampler was built from the config's:
+    resuming with seed 1 used to draw another data order (other weights) while the warning said seed 0 was used.
+    Now the run with seed 1 is the run with seed 0, weight for weight, its sampler on the base run's seed."""
+    same, _, lrs = resume(ws, tmp_path / 'same', QUICK_START, base / 'epoch_2.pth', **{'train_cfg.max_epochs': 3})
+    other, warning, other_lrs = resume(ws, tmp_path / 'other', QUICK_START, base / 'epoch_2.pth',
+                                       **{'train_cfg.max_epochs': 3, 'randomness.seed': 1})
+    assert "randomness.seed 0 -> 1 (the whole run follows the checkpoint's seed 0, the data order included)" in warning
+    recorded = torch.load(base / 'epoch_2.pth', weights_only=False)['rng_state']['sampler_seed']
+    assert other.train_dataloader.sampler.seed == same.train_dataloader.sampler.seed == recorded
+    assert other.seed == same.seed == 0 and other_lrs == lrs
+    assert close(other.model, same.model.state_dict())
