@@ -173,7 +173,8 @@ class GuardedRunner(Runner):
     def _resumable_instead(self, filename: str) -> Optional[str]:
         """The newest checkpoint of ``filename``'s folder or of the work dir (:func:`resume_candidates`) that reads
         and holds every state :meth:`lacking_state` asks for; None when there is none."""
-        folders = dict.fromkeys(osp.abspath(folder) for folder in (osp.dirname(filename), self.work_dir))
+        folders = dict.fromkeys(osp.abspath(folder) for folder in (osp.dirname(filename), self.work_dir)
+                                if is_local(folder))
         for path in (path for folder in folders for path in resume_candidates(folder)):
             if osp.abspath(path) == osp.abspath(filename):
                 continue
