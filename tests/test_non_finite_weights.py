@@ -90,14 +90,16 @@ def test_a_non_finite_loss_names_the_last_checkpoint_with_finite_weights(ws, tmp
     assert sorted(p.name for p in work.glob('*.pth')) == ['epoch_2.pth'] and all_finite(work / 'epoch_2.pth')
 
 
-def test_the_stop_names_the_last_checkpoint_that_resumes_not_a_best_one(ws, tmp_path):
-    """Validated each epoch, the run saves epoch_1.pth, then best_accuracy_top1_epoch_1.pth, which holds no
-    optimizer or scheduler state (resuming it is refused): the stop at iteration 2 names epoch_1.pth."""
-    message, work = poisoned_run(ws, tmp_path, 'iter', **{'train_cfg.val_interval': 1})
-    assert sorted(p.name for p in work.glob('*.pth')) == ['best_accuracy_top1_epoch_1.pth', 'epoch_1.pth']
+def test_the_stop_never_names_a_best_checkpoint_which_does_not_resume(ws, tmp_path):
+    """Validated each epoch, checkpointed every 2: after epoch 1 the run has only best_accuracy_top1_epoch_1.pth,
+    which holds no optimizer or scheduler state (resuming it is refused); the stop at iteration 2 used to name it as
+    the last checkpoint with finite weights."""
+    message, work = poisoned_run(ws, tmp_path, 'iter', **{'train_cfg.val_interval': 1,
+                                                          'default_hooks.checkpoint.interval': 2})
+    assert sorted(p.name for p in work.glob('*.pth')) == ['best_accuracy_top1_epoch_1.pth']
     assert message.startswith('error: non-finite weights after iteration 2: ')
-    assert message.endswith(f'the last resumable checkpoint with finite weights is {work / "epoch_1.pth"} '
-                            f'({LossGuardHook.hint(torch.nn.Linear(1, 1))})')
+    assert message.endswith(f'{work / "epoch_2.pth"} is not written and the run stops; this run has no resumable '
+                            f'checkpoint yet ({LossGuardHook.hint(torch.nn.Linear(1, 1))})')
 
 
 def test_the_issues_lr_1e3_run_writes_no_checkpoint_of_non_finite_weights(digits_workspace, tmp_path):
