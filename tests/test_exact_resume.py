@@ -69,7 +69,8 @@ def test_n_then_resume_to_2n_equals_2n_straight(ws, config):
 
 def test_a_resume_puts_the_sampler_and_the_workers_back_on_the_checkpoints_seed():
     """An iteration-based loop made its iterator, and mmengine's InfiniteSampler its order, when built from the
-    config's seed: follow_seed draws them again from the checkpoint's run's, and seeds the workers by runner.seed."""
+    config's seed (a worker has already drawn the first batches): follow_seed draws them again from the checkpoint's
+    run's seed, and seeds the workers by runner.seed."""
     from functools import partial
     from types import SimpleNamespace
 
@@ -82,7 +83,7 @@ def test_a_resume_puts_the_sampler_and_the_workers_back_on_the_checkpoints_seed(
 
     def loader(seed):
         return DataLoader(list(range(64)), batch_size=8, sampler=InfiniteSampler(list(range(64)), seed=seed),
-                          worker_init_fn=partial(worker_init_fn, num_workers=0, rank=0, seed=seed))
+                          num_workers=1, worker_init_fn=partial(worker_init_fn, num_workers=1, rank=0, seed=seed))
 
     built = loader(seed=1)
     loop = SimpleNamespace(dataloader=built, dataloader_iterator=_InfiniteDataloaderIterator(built))
