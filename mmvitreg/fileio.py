@@ -7,7 +7,9 @@ import os.path as osp
 import pickle
 import re
 import secrets
-from typing import Callable, IO, List, Optional
+import socket
+import time
+from typing import Callable, IO, List, Optional, Tuple
 
 import torch
 from packaging.version import Version
@@ -110,44 +112,102 @@ def load_checkpoint(file, map_location=None, name: Optional[str] = None, unsafe:
             f'(tools/train.py, tools/test.py, the converters) or set {UNSAFE_LOAD_ENV}=1') from None
 
 
-#: what :func:`atomic_write` names its temporaries: ``.<final name>.<8 random hex digits>.tmp``
-_TEMPORARY = re.compile(r'^\..+\.[A-Za-z0-9_]{8}\.tmp$')
+#: what :func:`atomic_write` names its temporaries: ``.<final name>.<writer>.<random>.tmp``, the writer being
+#: ``<host>-<pid namespace>-<pid>`` (:func:`_writer`), so that a process removes only the temporaries it can tell
+#: are abandoned; ``.<final name>.<8 random>.tmp``: the names of mmvitreg before it, which say no writer
+_TEMPORARY = re.compile(r'^\..+\.(?P<host>[A-Za-z0-9-]+)-(?P<namespace>\d+)-(?P<pid>\d+)\.[0-9a-f]{8}\.tmp$')
+_OLD_TEMPORARY = re.compile(r'^\..+\.[A-Za-z0-9_]{8}\.tmp$')
+#: an old-format temporary (no writer in its name) unchanged for this long (seconds) is abandoned: a write in
+#: progress changes its file far more often
+OLD_TEMPORARY_AGE = 3600
+#: this process's temporaries while :func:`atomic_write` writes them (none of them is stale)
+_WRITING = set()
+
+
+def _writer() -> Tuple[str, int, int]:
+    """This process as a temporary's name says it: the host (letters, digits and ``-``), the inode of its pid
+    namespace (two containers of one host name do not share their pids; 0 where ``/proc`` has none) and its pid."""
+    host = re.sub(r'[^A-Za-z0-9-]', '-', socket.gethostname()) or 'host'
+    try:
+        namespace = os.stat('/proc/self/ns/pid').st_ino
+    except OSError:
+        namespace = 0
+    return host, namespace, os.getpid()
+
+
+def temporary_path(path: str, pid: Optional[int] = None) -> str:
+    """The temporary :func:`atomic_write` fills for ``path`` (absolute), in its folder:
+    ``.<name>.<host>-<pid namespace>-<pid>.<8 random hex digits>.tmp``; ``pid``: another process's of this host
+    (default: this process's)."""
+    host, namespace, own = _writer()
+    folder, name = osp.split(osp.abspath(str(path)))
+    return osp.join(folder, f'.{name}.{host}-{namespace}-{own if pid is None else pid}.{secrets.token_hex(4)}.tmp')
 
 
 def atomic_write(path: str, write: Callable[[IO[bytes]], None]) -> None:
     """Write ``path`` atomically: ``write(f)`` fills a temporary file in the same folder (created with the mode
     ``open(path, 'wb')`` would give, as mmengine's writers do: the umask honoured), which is flushed to disk and
-    ``os.replace``-d over ``path``; on any error the temporary is removed and the error raised. A writer of few
-    files (the checkpoint backend) removes what killed writes left with :func:`remove_stale_temporaries`.
+    ``os.replace``-d over ``path``; on any error the temporary is removed and the error raised. The temporary is
+    named after its writer (:data:`_TEMPORARY`): a writer of few files (the checkpoint backend) removes what killed
+    writes left with :func:`remove_stale_temporaries`, never what another live process is writing.
 
     Args:
         path (str): The final file; its folder is created.
         write (Callable): Writes the content to the binary file object it is given.
     """
     path = str(path)
-    folder = osp.dirname(osp.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    tmp = osp.join(folder, f'.{osp.basename(path)}.{secrets.token_hex(4)}.tmp')
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the mode open() gives: 0o666 less the umask
+    os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
+    tmp = temporary_path(path)
+    _WRITING.add(tmp)
     try:
-        with os.fdopen(fd, 'wb') as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if osp.exists(tmp):
-            os.remove(tmp)
-        raise
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the mode open() gives: 0o666 less the umask
+        try:
+            with os.fdopen(fd, 'wb') as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if osp.exists(tmp):
+                os.remove(tmp)
+            raise
+    finally:
+        _WRITING.discard(tmp)
+
+
+def _abandoned(folder: str, name: str) -> bool:
+    """Whether the temporary ``name`` of ``folder`` is no write in progress: written on this host (and pid
+    namespace) by this process, outside :func:`atomic_write`, or by a process that no longer exists; of the old
+    format (no writer), unchanged for :data:`OLD_TEMPORARY_AGE` seconds. Another host's are never known to be."""
+    match = _TEMPORARY.match(name)
+    if match is None:
+        try:
+            return time.time() - os.stat(osp.join(folder, name)).st_mtime > OLD_TEMPORARY_AGE
+        except FileNotFoundError:
+            return False
+    host, namespace, pid = _writer()
+    if (match['host'], int(match['namespace'])) != (host, namespace):
+        return False
+    if int(match['pid']) == pid:
+        return osp.join(folder, name) not in _WRITING
+    try:
+        os.kill(int(match['pid']), 0)  # signal 0: sent to no one, only whether the process exists
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # it exists: another user's
+        pass
+    return False
 
 
 def remove_stale_temporaries(folder: str) -> List[str]:
     """Remove the temporaries of :func:`atomic_write` calls that were killed before their ``os.replace``
-    (``.<name>.<random>.tmp`` in ``folder``); returns their names. One process writes a run's folder (mmengine saves
-    on the master rank), so a temporary found there after a write has completed, or at a resume, is stale."""
+    (:func:`_abandoned`: this process's own, a dead process's, an old-format one left for an hour) from ``folder``;
+    returns their names. The temporaries of live writers (another run saving into the same work dir) stay."""
     if not osp.isdir(folder):
         return []
-    stale = sorted(name for name in os.listdir(folder) if _TEMPORARY.match(name))
+    folder = osp.abspath(folder)
+    stale = sorted(name for name in os.listdir(folder)
+                   if (_TEMPORARY.match(name) or _OLD_TEMPORARY.match(name)) and _abandoned(folder, name))
     for name in stale:
         try:
             os.remove(osp.join(folder, name))

@@ -490,6 +490,26 @@ def _(ctx):
     return run
 
 
+@scenario('resume-not-resumable')
+def _(ctx):
+    """As mmengine's CheckpointHook saves a best checkpoint: without the optimizer's and the schedulers' states."""
+    checkpoint = torch.load(ctx.ckpt[DEEPVIT], weights_only=False)
+    del checkpoint['optimizer'], checkpoint['param_schedulers']
+    torch.save(checkpoint, ctx.ws / 'best_accuracy_top1_epoch_1.pth')
+    return stops(run_train(ctx, DEEPVIT, '--resume', ctx.ws / 'best_accuracy_top1_epoch_1.pth'),
+                 check=one_line_naming(ctx.ws / 'best_accuracy_top1_epoch_1.pth'))
+
+
+@scenario('resume-beyond-max-epochs')
+def _(ctx):
+    """A checkpoint after 3 epochs, resumed with max_epochs=1."""
+    checkpoint = torch.load(ctx.ckpt[DEEPVIT], weights_only=False)
+    checkpoint['meta'].update(epoch=3, iter=3 * checkpoint['meta']['iter'])
+    torch.save(checkpoint, ctx.ws / 'epoch_3.pth')
+    return stops(run_train(ctx, DEEPVIT, '--resume', ctx.ws / 'epoch_3.pth'),
+                 check=one_line_naming(ctx.ws / 'epoch_3.pth'))
+
+
 def tiny_lvvit_release(path):
     """An official LV-ViT release (TokenLabeling key names and shapes) much narrower than the digits models."""
     from test_model_converters import official_state_dict
@@ -596,7 +616,7 @@ def _(ctx):
         custom_imports = dict(imports=['test_non_finite_weights'], allow_failed_imports=False)
     """)
     def check(message):
-        assert 'is not written and the run stops; this run has no checkpoint yet' in message, message
+        assert 'is not written and the run stops; this run has no resumable checkpoint yet' in message, message
         assert '\n' not in message.strip(), message
     return stops(run_train(ctx, cfg), check=check)
 

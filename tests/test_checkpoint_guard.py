@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import torch
@@ -127,6 +128,44 @@ def test_atomic_backend_replaces_the_file_in_one_step(tmp_path):
     AtomicLocalBackend().put_text('a/epoch_1.pth', target)
     AtomicLocalBackend().put_text('a/epoch_2.pth', target)
     assert target.read_text() == 'a/epoch_2.pth' and sorted(os.listdir(target.parent)) == ['last_checkpoint']
+
+
+CONCURRENT_SAVES = textwrap.dedent('''
+    import os, sys, time
+    from mmvitreg.engine import AtomicLocalBackend
+    work_dir, control, run, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    backend = AtomicLocalBackend()
+    open(os.path.join(control, run), 'w').close()
+    while not os.path.exists(os.path.join(control, 'go')):
+        time.sleep(0.001)
+    for i in range(count):  # as CheckpointHook saves: the checkpoint, then last_checkpoint
+        backend.put(f'{run} {i} '.encode() * 16384, os.path.join(work_dir, f'{run}_iter_{i}.pth'))
+        backend.put_text(f'{run}_iter_{i}.pth', os.path.join(work_dir, f'{run}_last_checkpoint'))
+''')
+
+
+def test_two_runs_saving_into_one_work_dir_both_keep_every_checkpoint(tmp_path):
+    """Two processes save 100 checkpoints each into one folder at once: each save's removal of stale temporaries
+    used to delete the other run's temporary while it was being written (its os.replace: FileNotFoundError)."""
+    work_dir, control, count = tmp_path / 'work', tmp_path / 'control', 100
+    control.mkdir()
+    script = tmp_path / 'concurrent_saves.py'
+    script.write_text(CONCURRENT_SAVES)
+    env = {**os.environ, 'PYTHONPATH': os.pathsep.join(sys.path)}
+    runs = {run: subprocess.Popen([sys.executable, str(script), str(work_dir), str(control), run, str(count)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            for run in ('a', 'b')}
+    deadline = time.time() + 120
+    while not all((control / run).exists() for run in runs) and time.time() < deadline:
+        time.sleep(0.01)
+    (control / 'go').touch()  # both imported and waiting: their saves overlap
+    results = {run: (proc.wait(timeout=120), proc.communicate()[1]) for run, proc in runs.items()}
+    assert {run: rc for run, (rc, _) in results.items()} == {'a': 0, 'b': 0}, results
+    for run in runs:
+        for i in range(count):
+            assert (work_dir / f'{run}_iter_{i}.pth').read_bytes() == f'{run} {i} '.encode() * 16384
+        assert (work_dir / f'{run}_last_checkpoint').read_text() == f'{run}_iter_{count - 1}.pth'
+    assert not [p.name for p in work_dir.iterdir() if p.name.endswith('.tmp')]  # each run removed its own
 
 
 def test_resume_candidates_newest_first(tmp_path):

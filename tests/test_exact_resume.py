@@ -65,3 +65,29 @@ def test_n_then_resume_to_2n_equals_2n_straight(ws, config):
     if 'lvvit' in config.stem:
         assert {'loss_cls', 'loss_token'} <= set(losses_straight[0])
 
+
+
+def test_a_resume_puts_the_sampler_and_the_workers_back_on_the_checkpoints_seed():
+    """An iteration-based loop made its iterator, and mmengine's InfiniteSampler its order, when built from the
+    config's seed (a worker has already drawn the first batches): follow_seed draws them again from the checkpoint's
+    run's seed, and seeds the workers by runner.seed."""
+    from functools import partial
+    from types import SimpleNamespace
+
+    from mmengine.dataset import InfiniteSampler
+    from mmengine.dataset.utils import worker_init_fn
+    from mmengine.runner.loops import _InfiniteDataloaderIterator
+    from torch.utils.data import DataLoader
+
+    from mmvitreg.engine.hooks.rng_state_hook import follow_seed
+
+    def loader(seed):
+        return DataLoader(list(range(64)), batch_size=8, sampler=InfiniteSampler(list(range(64)), seed=seed),
+                          num_workers=1, worker_init_fn=partial(worker_init_fn, num_workers=1, rank=0, seed=seed))
+
+    built = loader(seed=1)
+    loop = SimpleNamespace(dataloader=built, dataloader_iterator=_InfiniteDataloaderIterator(built))
+    follow_seed(SimpleNamespace(train_loop=loop, seed=0), sampler_seed=7)
+    expected = _InfiniteDataloaderIterator(loader(seed=7))
+    assert [next(loop.dataloader_iterator).tolist() for _ in range(10)] == [next(expected).tolist() for _ in range(10)]
+    assert built.sampler.seed == 7 and built.worker_init_fn.keywords['seed'] == 0

@@ -10,7 +10,12 @@
 4. ``drop_path_rate`` outside [0, 1) is refused when a backbone is built; a config error is one line.
 """
 import importlib.util
+import os
 import pickle
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +26,7 @@ from mmengine.registry import DefaultScope
 from conftest import CONFIGS, REPO
 from guard_helpers import TECHNIQUES, build_workspace, run_options, tool
 from mmvitreg.engine import CheckpointError, partial_loading
+from mmvitreg.fileio import temporary_path
 from model_helpers import random_checkpoint
 
 QUICK_START = CONFIGS / 'demo' / 'deit-tiny_1xb64_digits.py'
@@ -216,7 +222,7 @@ def test_resume_lists_what_the_config_changes_and_a_weights_only_file_names_load
     work = tmp_path / 'work'
     options = {'train_cfg.max_epochs': 1, 'train_cfg.val_interval': 5}
     build_train_runner(QUICK_START, ws, work, **options).train()
-    stale = work / '.epoch_2.pth.abcd1234.tmp'
+    stale = Path(temporary_path(work / 'epoch_2.pth', dead_pid()))
     stale.write_bytes(b'half a checkpoint')
     resumed = build_train_runner(QUICK_START, ws, work, '--resume', work / 'epoch_1.pth',
                                  **{**options, 'optim_wrapper.optimizer.lr': 0.01,
@@ -239,16 +245,33 @@ def test_resume_lists_what_the_config_changes_and_a_weights_only_file_names_load
     assert 'weights-only file' in message and f'load_from={weights}' in message and '\n' not in message
 
 
-def test_the_next_save_removes_an_interrupted_saves_temporaries(tmp_path):
-    """AtomicLocalBackend (every checkpoint of a local work dir): a temporary left by a killed save goes with the
-    next save; the new file is complete."""
+def dead_pid() -> int:
+    """The pid of a process that has ended (reaped: no process has it until the system reuses it)."""
+    proc = subprocess.Popen([sys.executable, '-c', 'pass'])
+    proc.wait()
+    return proc.pid
+
+
+def test_the_next_save_removes_an_interrupted_saves_temporaries_and_no_live_writers(tmp_path):
+    """AtomicLocalBackend (every checkpoint of a local work dir): the temporaries a killed save left go with the
+    next save (a dead process's, this process's own, an old-format one unchanged for an hour); those another live
+    process may be writing stay (a live pid's, another host's, a fresh old-format one); the new file is complete."""
     from mmvitreg.engine import AtomicLocalBackend
-    stale = tmp_path / '.epoch_2.pth.x1y2z3w4.tmp'
-    stale.write_bytes(b'half')
+    pid = dead_pid()
+    dead = Path(temporary_path(tmp_path / 'epoch_2.pth', pid))
+    own = Path(temporary_path(tmp_path / 'epoch_1.pth'))
+    old = tmp_path / '.epoch_0.pth.x1y2z3w4.tmp'
+    live = Path(temporary_path(tmp_path / 'epoch_2.pth', os.getppid()))
+    elsewhere = tmp_path / f'.epoch_2.pth.otherhost-1-{pid}.a1b2c3d4.tmp'  # a pid of another host: not known dead
+    fresh = tmp_path / '.epoch_4.pth.a1b2c3d4.tmp'
     keep = tmp_path / 'notes.tmp'
-    keep.write_text('not ours')
+    for path in (dead, own, old, live, elsewhere, fresh, keep):
+        path.write_bytes(b'half')
+    os.utime(old, (time.time() - 3700, time.time() - 3700))
     AtomicLocalBackend().put(b'complete', tmp_path / 'epoch_3.pth')
-    assert not stale.exists() and keep.exists() and (tmp_path / 'epoch_3.pth').read_bytes() == b'complete'
+    assert not dead.exists() and not own.exists() and not old.exists()
+    assert live.exists() and elsewhere.exists() and fresh.exists() and keep.exists()
+    assert (tmp_path / 'epoch_3.pth').read_bytes() == b'complete'
 
 
 # ---------------------------------------------------------------- item 4: values refused at build time

@@ -52,14 +52,14 @@ def ws(tmp_path_factory):
     return build_workspace(tmp_path_factory.mktemp('nan_ws'))
 
 
-def poisoned_run(ws, tmp_path, when):
+def poisoned_run(ws, tmp_path, when, **extra):
     config = tmp_path / f'poisoned_{when}.py'
     config.write_text(f"_base_ = '{QUICK_START}'\n"
                       f"custom_hooks = [dict(type='test_non_finite_weights.PoisonHook', at=2, when={when!r})]\n"
                       "custom_imports = dict(imports=['test_non_finite_weights'], allow_failed_imports=False)\n")
     work = tmp_path / 'work'
     options = {'train_dataloader.dataset.indices': 64, 'train_cfg.max_epochs': 3, 'train_cfg.val_interval': 5,
-               'default_hooks.checkpoint.max_keep_ckpts': 1}  # 1 iteration per epoch, one checkpoint kept
+               'default_hooks.checkpoint.max_keep_ckpts': 1, **extra}  # 1 iteration per epoch, one checkpoint kept
     with pytest.raises(SystemExit) as e:
         tool('train')([str(config), '--work-dir', str(work), *run_options(config, ws, work, **options)])
     return str(e.value), work
@@ -75,7 +75,8 @@ def test_weights_that_are_not_finite_are_not_saved_and_the_previous_checkpoint_i
     assert message.startswith('error: non-finite weights after iteration 2: ')
     assert 'holds NaN or infinite values (1 tensors do)' in message
     assert f'{work / "epoch_2.pth"} is not written' in message
-    assert f'the last checkpoint with finite weights is {work / "epoch_1.pth"}' in message and '\n' not in message
+    assert f'the last resumable checkpoint with finite weights is {work / "epoch_1.pth"}' in message
+    assert '\n' not in message
     # max_keep_ckpts=1 asked mmengine to remove epoch_1.pth before saving epoch_2.pth: it stays, as the save failed
     assert sorted(p.name for p in work.glob('*.pth')) == ['epoch_1.pth'] and all_finite(work / 'epoch_1.pth')
     assert (work / 'last_checkpoint').read_text().strip() == str(work / 'epoch_1.pth')
@@ -85,8 +86,20 @@ def test_weights_that_are_not_finite_are_not_saved_and_the_previous_checkpoint_i
 def test_a_non_finite_loss_names_the_last_checkpoint_with_finite_weights(ws, tmp_path):
     message, work = poisoned_run(ws, tmp_path, 'epoch')  # epoch_2.pth is saved, then iteration 3's loss is NaN
     assert message.startswith('error: non-finite loss at iteration 3 (epoch 3)')
-    assert f'the last checkpoint with finite weights is {work / "epoch_2.pth"}' in message
+    assert f'the last resumable checkpoint with finite weights is {work / "epoch_2.pth"}' in message
     assert sorted(p.name for p in work.glob('*.pth')) == ['epoch_2.pth'] and all_finite(work / 'epoch_2.pth')
+
+
+def test_the_stop_never_names_a_best_checkpoint_which_does_not_resume(ws, tmp_path):
+    """Validated each epoch, checkpointed every 2: after epoch 1 the run has only best_accuracy_top1_epoch_1.pth,
+    which holds no optimizer or scheduler state (resuming it is refused); the stop at iteration 2 used to name it as
+    the last checkpoint with finite weights."""
+    message, work = poisoned_run(ws, tmp_path, 'iter', **{'train_cfg.val_interval': 1,
+                                                          'default_hooks.checkpoint.interval': 2})
+    assert sorted(p.name for p in work.glob('*.pth')) == ['best_accuracy_top1_epoch_1.pth']
+    assert message.startswith('error: non-finite weights after iteration 2: ')
+    assert message.endswith(f'{work / "epoch_2.pth"} is not written and the run stops; this run has no resumable '
+                            f'checkpoint yet ({LossGuardHook.hint(torch.nn.Linear(1, 1))})')
 
 
 def test_the_issues_lr_1e3_run_writes_no_checkpoint_of_non_finite_weights(digits_workspace, tmp_path):
@@ -101,14 +114,14 @@ def test_the_issues_lr_1e3_run_writes_no_checkpoint_of_non_finite_weights(digits
                        'train_dataloader.num_workers=0', 'train_dataloader.persistent_workers=False'])
     message = str(e.value)
     assert message.startswith('error: non-finite weights after iteration 3: ') and '(20 tensors do)' in message
-    assert 'this run has no checkpoint yet' in message
+    assert 'this run has no resumable checkpoint yet' in message
     assert not list(work.glob('*.pth')) and not (work / 'last_checkpoint').exists()
 
 
 def test_the_loss_guard_names_what_it_knows_of_the_checkpoints():
     runner = SimpleNamespace(model=torch.nn.Linear(2, 2), iter=6, epoch=1, last_finite_checkpoint='w/epoch_1.pth')
     outputs = dict(loss=torch.tensor(float('nan')))
-    with pytest.raises(NonFiniteLossError, match='the last checkpoint with finite weights is w/epoch_1.pth'):
+    with pytest.raises(NonFiniteLossError, match='the last resumable checkpoint with finite weights is w/epoch_1.pth'):
         LossGuardHook().after_train_iter(runner, 0, outputs=outputs)
     del runner.last_finite_checkpoint  # mmengine's Runner: its checkpoints were never checked
     with pytest.raises(NonFiniteLossError, match='this runner writes checkpoints unchecked'):

@@ -114,3 +114,68 @@ def test_a_removed_ema_hook_says_the_run_continues_from_the_ema_copy(ws, tmp_pat
     assert "the resumed weights: this config has no EMA hook, so the run continues from the file's state_dict, " \
            'which holds the EMA copy its hook saved, not from the trained weights (its ema_state_dict)' in warning
     assert close(runner.model, saved['state_dict']) and not close(runner.model, trained)
+
+
+@pytest.fixture(scope='module')
+def validated(ws):
+    """The base run validated each epoch: mmengine's CheckpointHook (``save_best='auto'``) adds
+    ``best_accuracy_top1_epoch_1.pth``, saved without the optimizer's and the schedulers' states."""
+    work = ws / 'validated'
+    build_train_runner(QUICK_START, ws, work, **{**BASE, 'train_cfg.val_interval': 1}).train()
+    return work
+
+
+def resume_error(ws, work, checkpoint, **options):
+    """The one line with which tools/train.py refuses ``--resume checkpoint``; nothing written."""
+    with pytest.raises(SystemExit) as e:
+        tool('train')([str(QUICK_START), '--work-dir', str(work), '--resume', str(checkpoint),
+                       *run_options(QUICK_START, ws, work, **{**BASE, **options})])
+    assert not list(work.glob('*.pth')) and '\n' not in str(e.value)
+    return str(e.value)
+
+
+def test_a_best_checkpoint_is_refused_naming_a_file_that_resumes_and_load_from(ws, validated, tmp_path):
+    """It used to resume with a new AdamW and new schedulers: lr 1e-6 at iteration 3, where resuming epoch_1.pth
+    gives 6.67e-4. The refusal names the newest file of its folder that resumes, when there is one."""
+    best = validated / 'best_accuracy_top1_epoch_1.pth'
+    assert 'optimizer' not in torch.load(best, weights_only=False)
+    message = resume_error(ws, tmp_path / 'refused', best, **{'train_cfg.max_epochs': 3})
+    assert message == (f'error: --resume {best}: it holds no optimizer and no param_schedulers state (mmengine saves '
+                       'its best checkpoints without them), so the optimizer and the schedulers would start afresh; '
+                       f'resume from {validated / "epoch_2.pth"}, which holds them, or start a new training from its '
+                       f'weights with load_from={best} (tools/train.py CONFIG --cfg-options load_from={best})')
+    alone = tmp_path / 'alone' / best.name
+    alone.parent.mkdir()
+    alone.write_bytes(best.read_bytes())
+    message = resume_error(ws, tmp_path / 'refused_alone', alone, **{'train_cfg.max_epochs': 3})
+    assert 'start afresh; start a new training from its weights with load_from=' in message
+    assert 'resume from' not in message
+
+
+def test_resuming_beyond_max_epochs_is_refused_and_at_max_epochs_says_nothing_trains(ws, base, tmp_path):
+    """It used to exit 0 without a word, training nothing."""
+    checkpoint = base / 'epoch_2.pth'
+    message = resume_error(ws, tmp_path / 'beyond', checkpoint, **{'train_cfg.max_epochs': 1})
+    assert message == (f'error: --resume {checkpoint}: it has trained 2 epochs, more than train_cfg.max_epochs=1, '
+                       'so nothing would train; set train_cfg.max_epochs above 2 to train on, or evaluate it with '
+                       'tools/test.py')
+    work = tmp_path / 'at_max'
+    build_train_runner(QUICK_START, ws, work, '--resume', checkpoint, **BASE).train()
+    log = sorted(work.glob('*/*.log'))[-1].read_text()
+    assert f'WARNING - --resume {checkpoint}: it has trained all train_cfg.max_epochs=2 epochs already, so nothing ' \
+           'trains; set train_cfg.max_epochs above 2 to train on' in log
+    assert not list(work.glob('*.pth'))
+
+
+def test_another_seed_is_overridden_by_the_checkpoints_whole_run_data_order_included(ws, base, tmp_path):
+    """mmengine re-seeds a resumed run with the checkpoint's seed, but the sampler was built from the config's:
+    resuming with seed 1 used to draw another data order (other weights) while the warning said seed 0 was used.
+    Now the run with seed 1 is the run with seed 0, weight for weight, its sampler on the base run's seed."""
+    same, _, lrs = resume(ws, tmp_path / 'same', QUICK_START, base / 'epoch_2.pth', **{'train_cfg.max_epochs': 3})
+    other, warning, other_lrs = resume(ws, tmp_path / 'other', QUICK_START, base / 'epoch_2.pth',
+                                       **{'train_cfg.max_epochs': 3, 'randomness.seed': 1})
+    assert "randomness.seed 0 -> 1 (the whole run follows the checkpoint's seed 0, the data order included)" in warning
+    recorded = torch.load(base / 'epoch_2.pth', weights_only=False)['rng_state']['sampler_seed']
+    assert other.train_dataloader.sampler.seed == same.train_dataloader.sampler.seed == recorded
+    assert other.seed == same.seed == 0 and other_lrs == lrs
+    assert close(other.model, same.model.state_dict())

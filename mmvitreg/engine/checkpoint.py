@@ -425,7 +425,9 @@ def partial_loading() -> Iterator[None]:
 
 class AtomicLocalBackend(LocalBackend):
     """mmengine's :class:`LocalBackend` writing through :func:`mmvitreg.fileio.atomic_write`: a killed write
-    leaves at most a hidden ``.<name>.*.tmp`` (the next write removes it), never a truncated file under the final name.
+    leaves at most a hidden ``.<name>.*.tmp`` (the next write of any run on that host removes it once its writer has
+    died; another live run's stay: :func:`~mmvitreg.fileio.remove_stale_temporaries`), never a truncated file under
+    the final name.
     A file it is asked to remove (``max_keep_ckpts``, the old best) goes when the next write into its folder completes,
     so a failed or refused save never costs the previous checkpoint."""
 

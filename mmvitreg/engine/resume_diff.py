@@ -11,7 +11,8 @@ difference by what the resumed run does with it (each group is a resume run in `
 * *overridden by the resumed state*: the optimizer's settings (``optim_wrapper.optimizer.*``, ``paramwise_cfg``: the
   optimizer state's parameter groups carry lr, weight decay, betas, ...; ``auto_scale_lr``: the lr comes from that
   state, unscaled), the schedulers' (``param_scheduler``: a scheduler's state holds every attribute) and
-  ``randomness.seed``;
+  ``randomness.seed`` (mmengine re-seeds with the checkpoint's; :class:`~mmvitreg.engine.hooks.RNGStateHook` gives
+  the sampler and the data-loader workers the seeds of the checkpoint's run);
 * *taken from the new config*: everything else (the pipeline, a backbone's ``drop_path_rate``, the batch size, ...).
 
 What only the built run shows (other parameter groups, an epoch length that the resumed schedulers do not count,
@@ -28,7 +29,7 @@ RESTORED = (('optim_wrapper.optimizer.', 'the optimizer state keeps {old}'),
             ('optim_wrapper.paramwise_cfg', 'the optimizer state keeps {old}'),
             ('auto_scale_lr', 'the lr comes from the optimizer state, unscaled'),
             ('param_scheduler', "the schedulers' state keeps {old}"),
-            ('randomness.seed', "the checkpoint's seed {old} is used"))
+            ('randomness.seed', "the whole run follows the checkpoint's seed {old}, the data order included"))
 
 
 def flatten(node: Any, prefix: str = '') -> Dict[str, Any]:

@@ -32,8 +32,9 @@ class GuardedRunner(Runner):
 
     * **Checkpoints**: loaded through the one pass of :mod:`mmvitreg.engine.checkpoint` (where the design is told),
       by the config's ``checkpoint_policy`` (:meth:`load_checkpoint`); an ``EMAHook``'s copy is checked against
-      the file by the same policy. Resuming: a weights-only file stops naming ``load_from``, a config change the
-      resumed state cannot follow stops, the others are one warning (:meth:`_check_resumable`). ``--resume``
+      the file by the same policy. Resuming: a weights-only file, or one without the optimizer's or schedulers' state
+      (a best checkpoint), stops naming ``load_from`` (and a file that resumes), a config change the resumed state
+      cannot follow stops, the others are one warning (:meth:`_check_resumable`). ``--resume``
       without a file takes the newest checkpoint that reads (:func:`resume_candidates`). Saved atomically
       (:class:`~mmvitreg.engine.checkpoint.AtomicLocalBackend`), never with weights that are not finite
       (:meth:`call_hook`).
@@ -51,8 +52,8 @@ class GuardedRunner(Runner):
     ``checkpoint_policy``.
 
     Attributes:
-        last_finite_checkpoint (str | None): the last checkpoint this run wrote or resumed from (all its weights
-            finite), None before the first.
+        last_finite_checkpoint (str | None): the last checkpoint this run wrote or resumed from that resumes (all
+            its weights finite, its optimizer and schedulers saved: no best checkpoint), None before the first.
     """
 
     def __init__(self, *args, randomness: Optional[dict] = None, **kwargs):
@@ -118,16 +119,35 @@ class GuardedRunner(Runner):
         return checkpoint
 
     def _check_resumable(self, filename: str, checkpoint: dict) -> None:
-        """Stop with one line at a file without a training state (naming ``load_from``) or at a change the resumed
+        """Stop with one line at a file without a training state (naming ``load_from``), without the optimizer's or
+        the schedulers' (:meth:`lacking_state`: naming a file of the folder or work dir that has them, and
+        ``load_from``), that has trained beyond ``train_cfg.max_epochs`` (``max_iters``), or at a change the resumed
         state cannot follow (:func:`resume_changes`, :meth:`_unfollowed_state`); warn once about the other changes
-        and, when the config lost the file's EMA hook, which weights the run continues from; remove an interrupted
-        save's temporaries."""
+        and, when the config lost the file's EMA hook, which weights the run continues from, and when nothing is left
+        to train; remove an interrupted save's temporaries."""
         meta = checkpoint.get('meta') or {}
         fresh = (f'start a new training from its weights with load_from={filename} (tools/train.py CONFIG '
                  f'--cfg-options load_from={filename})')
         if 'iter' not in meta or 'epoch' not in meta:
             raise CheckpointError(f'--resume {filename}: a weights-only file (no epoch / iter in its meta: not saved '
                                   f'by a training run), so there is nothing to resume; {fresh}')
+        lacking = self.lacking_state(checkpoint)
+        if lacking:
+            other = self._resumable_instead(filename)
+            instead = f'resume from {other}, which holds them, or ' if other else ''
+            raise CheckpointError(f'--resume {filename}: it holds no {" and no ".join(lacking)} state (mmengine saves '
+                                  'its best checkpoints without them), so the optimizer and the schedulers would '
+                                  f'start afresh; {instead}{fresh}')
+        loop = self.train_loop
+        done, limit, unit = ((meta['epoch'], loop.max_epochs, 'epochs') if isinstance(loop, EpochBasedTrainLoop)
+                             else (meta['iter'], loop.max_iters, 'iters'))
+        if done > limit:
+            raise CheckpointError(f'--resume {filename}: it has trained {done} {unit}, more than train_cfg.max_{unit}='
+                                  f'{limit}, so nothing would train; set train_cfg.max_{unit} above {done} to train '
+                                  'on, or evaluate it with tools/test.py')
+        if done == limit:
+            self.logger.warning(f'--resume {filename}: it has trained all train_cfg.max_{unit}={limit} {unit} '
+                                f'already, so nothing trains; set train_cfg.max_{unit} above {done} to train on')
         removed = remove_stale_temporaries(self.work_dir) if is_local(self.work_dir) else []
         if removed:
             self.logger.info(f'resume: removed {len(removed)} temporary file(s) of an interrupted save: '
@@ -143,6 +163,27 @@ class GuardedRunner(Runner):
                                   f'{"; ".join(refused)}; resume with the checkpoint\'s settings, or {fresh}')
         if warning:
             self.logger.warning(f'resume {filename}: {warning}')
+
+    def lacking_state(self, checkpoint: dict) -> List[str]:
+        """The training states this run resumes that ``checkpoint`` lacks: ``optimizer``, and ``param_schedulers``
+        when the config has schedulers (mmengine's best checkpoints, ``save_optimizer=False`` ones hold neither)."""
+        needed = ['optimizer'] + (['param_schedulers'] if self.param_schedulers else [])
+        return [key for key in needed if key not in checkpoint]
+
+    def _resumable_instead(self, filename: str) -> Optional[str]:
+        """The newest checkpoint of ``filename``'s folder or of the work dir (:func:`resume_candidates`) that reads
+        and holds every state :meth:`lacking_state` asks for; None when there is none."""
+        folders = dict.fromkeys(osp.abspath(folder) for folder in (osp.dirname(filename), self.work_dir)
+                                if is_local(folder))
+        for path in (path for folder in folders for path in resume_candidates(folder)):
+            if osp.abspath(path) == osp.abspath(filename):
+                continue
+            try:
+                if not self.lacking_state(read_checkpoint(path)):
+                    return path
+            except CheckpointError:
+                continue
+        return None
 
     def _unfollowed_state(self, checkpoint: dict) -> List[str]:
         """What the built run cannot take of the file's optimizer and scheduler states: parameter groups of other
@@ -207,14 +248,16 @@ class GuardedRunner(Runner):
                         save_param_scheduler: bool = True, meta=None, by_epoch: bool = True,
                         backend_args=None) -> None:
         """As :meth:`Runner.save_checkpoint`; a local file is written atomically, weights that are not all finite
-        are not written (:meth:`call_hook`)."""
+        are not written (:meth:`call_hook`); a file saved with the optimizer's and schedulers' states (one that
+        resumes) becomes :attr:`last_finite_checkpoint`."""
         if file_client_args is None and backend_args is None and is_local(out_dir):
             backend_args = dict(backend=ATOMIC_BACKEND)
         self._saving = osp.join(out_dir, filename)
         super().save_checkpoint(out_dir, filename, file_client_args=file_client_args, save_optimizer=save_optimizer,
                                 save_param_scheduler=save_param_scheduler, meta=meta, by_epoch=by_epoch,
                                 backend_args=backend_args)
-        self.last_finite_checkpoint = self._saving
+        if save_optimizer and (save_param_scheduler or not self.param_schedulers):  # not a best checkpoint
+            self.last_finite_checkpoint = self._saving
 
     def call_hook(self, fn_name: str, **kwargs) -> None:
         """As :meth:`Runner.call_hook`, with two additions.

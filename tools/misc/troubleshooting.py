@@ -215,6 +215,16 @@ CASES: List[Case] = [
     Case('resume-unreadable-newest', 'checkpoint', '`--resume` when the newest checkpoint is unreadable',
          '--resume auto: skipping',
          'Nothing: the run resumes from the previous checkpoint (the warning names the skipped file).'),
+    Case('resume-not-resumable', 'checkpoint', "`--resume` from a file without the optimizer's or the schedulers' "
+         "state (mmengine's `best_*.pth`, a checkpoint saved with `save_optimizer=False`)",
+         'so the optimizer and the schedulers would start afresh',
+         'Resume from the file the message names (the newest of its folder or work dir that holds them), or start a '
+         'new training from its weights with `load_from`.'),
+    Case('resume-beyond-max-epochs', 'checkpoint', '`--resume` from a checkpoint that has trained more epochs '
+         '(iterations) than `train_cfg.max_epochs` (`max_iters`)',
+         'so nothing would train',
+         'Set `train_cfg.max_epochs` above the epochs done to train on, or evaluate the checkpoint with '
+         '`tools/test.py`. At exactly `max_epochs` the run warns that nothing trains and exits 0.'),
     Case('checkpoint-non-finite', 'checkpoint', '`tools/test.py`, an inferencer, `load_from` or `--resume` with a '
          'checkpoint whose weights hold NaN or infinity',
          'holds NaN or infinite values',

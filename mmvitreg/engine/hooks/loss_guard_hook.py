@@ -77,7 +77,8 @@ class LossGuardHook(Hook):
         if not hasattr(runner, 'last_finite_checkpoint'):
             return 'this runner writes checkpoints unchecked: check their weights before resuming'
         last = runner.last_finite_checkpoint
-        return f'the last checkpoint with finite weights is {last}' if last else 'this run has no checkpoint yet'
+        return (f'the last resumable checkpoint with finite weights is {last}' if last
+                else 'this run has no resumable checkpoint yet')
 
     @staticmethod
     def hint(model) -> str:

@@ -1,6 +1,7 @@
 """Save and restore the random number generators with the checkpoint, so a resumed run is exact."""
 import logging
 import random
+from functools import partial
 from typing import Optional
 
 import numpy as np
@@ -32,6 +33,37 @@ def restore_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state['cuda'])
 
 
+def train_sampler(loader) -> Optional[object]:
+    """The sampler of a training data loader that draws its order from a ``seed`` (mmengine's ``DefaultSampler``
+    and ``InfiniteSampler``, mmpretrain's ``RepeatAugSampler``), given as ``sampler`` or inside a batch sampler
+    (mmdet's); None if it has none."""
+    for sampler in (getattr(loader, 'sampler', None), getattr(getattr(loader, 'batch_sampler', None), 'sampler', None)):
+        if isinstance(getattr(sampler, 'seed', None), int):
+            return sampler
+    return None
+
+
+def follow_seed(runner, sampler_seed: int) -> None:
+    """Put the resumed run's training data on the checkpoint's seed: the sampler draws the order from
+    ``sampler_seed``, the one the checkpoint's run drew it from, and mmengine's ``worker_init_fn`` seeds the workers
+    from ``runner.seed`` (the checkpoint's, which :meth:`~mmengine.runner.Runner.resume` has set). An order drawn
+    when the sampler was built (``InfiniteSampler``) is drawn again, and an iteration-based loop's iterator, made when
+    the loop was built, made again."""
+    loop = runner.train_loop
+    loader, sampler = loop.dataloader, train_sampler(loop.dataloader)
+    init = loader.worker_init_fn
+    reseed = isinstance(init, partial) and 'seed' in init.keywords and init.keywords['seed'] != runner.seed
+    if reseed:
+        loader.worker_init_fn = partial(init.func, *init.args, **{**init.keywords, 'seed': runner.seed})
+    if sampler is not None and sampler.seed != sampler_seed:
+        sampler.seed = sampler_seed
+        if hasattr(sampler, '_indices_of_rank'):  # mmengine's InfiniteSampler: its order is drawn when built
+            sampler.indices = sampler._indices_of_rank()
+        reseed = True
+    if reseed and hasattr(loop, 'dataloader_iterator'):  # mmengine's IterBasedTrainLoop
+        loop.dataloader_iterator = type(loop.dataloader_iterator)(loader)
+
+
 @HOOKS.register_module()
 class RNGStateHook(Hook):
     """Makes ``--resume`` continue with the random draws the uninterrupted run would have made.
@@ -44,6 +76,11 @@ class RNGStateHook(Hook):
       checkpoint, captured where the checkpoint is saved;
     * on resume, restores it just before the first resumed training iteration (after mmengine has
       re-seeded), each rank its own;
+    * records the training sampler's seed (``rng_state['sampler_seed']``: the data order) and, on resume, gives it
+      back to the sampler, and the checkpoint's seed to the data-loader workers' seeding: mmengine's resume re-seeds
+      the run with the checkpoint's ``seed`` (:meth:`~mmengine.runner.Runner.resume`), but the sampler and the
+      workers' ``worker_init_fn`` were built with the config's, so a resume with another ``randomness.seed`` (or
+      ``seed=None``) drew another data order; the whole resumed run now follows the checkpoint's seed;
     * keeps validation from consuming the training generators (state saved before validation and
       put back after), so the random draws of training do not depend on how often it validates -
       a resumed run skips the validation the uninterrupted one ran right after the checkpoint.
@@ -62,6 +99,7 @@ class RNGStateHook(Hook):
         self._rank_states: Optional[list] = None
         self._pending: Optional[dict] = None
         self._before_val: Optional[dict] = None
+        self._sampler_seed: Optional[int] = None
 
     # ---- saving
     def _gather(self):
@@ -81,6 +119,9 @@ class RNGStateHook(Hook):
             checkpoint['rng_state'] = dict(ranks=self._rank_states)
         else:
             checkpoint['rng_state'] = dict(ranks=[self._before_val or capture_rng_state()])
+        sampler = train_sampler(runner.train_loop.dataloader)
+        if sampler is not None:
+            checkpoint['rng_state']['sampler_seed'] = sampler.seed
 
     # ---- resuming
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
@@ -97,6 +138,12 @@ class RNGStateHook(Hook):
                       f'has {get_world_size()}: each rank restores the state of rank (its rank mod {len(ranks)})',
                       logger='current', level=logging.WARNING)
         self._pending = ranks[get_rank() % len(ranks)]
+        self._sampler_seed = checkpoint['rng_state'].get('sampler_seed')
+        if self._sampler_seed is None and (checkpoint.get('meta') or {}).get('seed') != runner.cfg.get(
+                'randomness', {}).get('seed'):
+            print_log("the checkpoint does not record its sampler's seed (saved by an older mmvitreg): the data order "
+                      "follows this run's randomness.seed, not the checkpoint's", logger='current',
+                      level=logging.WARNING)
         loader = runner.cfg.get('train_dataloader') or {}
         if loader.get('num_workers', 0) > 0 and loader.get('persistent_workers', False):
             print_log('resuming with persistent data-loader workers: their random generators are not part of the '
@@ -108,6 +155,9 @@ class RNGStateHook(Hook):
         if self._pending is not None:
             restore_rng_state(self._pending)
             self._pending = None
+        if self._sampler_seed is not None:
+            follow_seed(runner, self._sampler_seed)
+            self._sampler_seed = None
 
     # ---- validation does not draw from the training stream
     def before_val(self, runner) -> None:
