@@ -27,8 +27,8 @@ from mmvitreg.models.trace_users import BackboneOutputs, TraceUsers
 from mmvitreg.registry import MODELS as MMVITREG_MODELS
 from mmvitreg.utils import ConfigError, check_trace_users
 
-SEG = CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-2k_drloc_digits-ade20k-128x128.py'
-DET = CONFIGS / 'demo' / 'cascade-mask-rcnn_swin-nano_fpn_1xb4-12e_drloc_digits-coco.py'
+SEG = CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-300_drloc_digits-ade20k-128x128.py'
+DET = CONFIGS / 'demo' / 'cascade-mask-rcnn_swin-nano_fpn_1xb4-4e_drloc_digits-coco.py'
 CROP = (88, 136)  # Swin: 22x34 tokens (not whole 4x4 windows), 3x5 in the last stage (padded); ViT/16: 6x9
 TINY_VIT = dict(type='mmvitreg.VisionTransformer', arch=dict(embed_dims=32, num_layers=4, num_heads=2,
                                                               feedforward_channels=64),

@@ -13,8 +13,8 @@ from mmengine.config import Config
 from conftest import CONFIGS, TOOLS, free_port, run_tool
 
 CLS = CONFIGS / 'demo' / 'deit-tiny_1xb64_digits.py'
-SEG = CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-2k_digits-ade20k-128x128.py'
-DET = CONFIGS / 'demo' / 'cascade-mask-rcnn_swin-nano_fpn_1xb4-12e_digits-coco.py'
+SEG = CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-300_digits-ade20k-128x128.py'
+DET = CONFIGS / 'demo' / 'cascade-mask-rcnn_swin-nano_fpn_1xb4-4e_digits-coco.py'
 # a small slice of the classification set keeps each run at a few seconds
 CLS_SMALL = ['train_dataloader.dataset.indices=256', 'val_dataloader.dataset.indices=128',
              'test_dataloader.dataset.indices=128', 'train_cfg.val_interval=1']
