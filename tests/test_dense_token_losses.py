@@ -320,11 +320,7 @@ randomness = dict(seed=0, deterministic=True)
 '''
 DET_RUN = f'''
 _base_ = '{DET}'
-# fewer proposals and sampled RoIs per cascade stage (2000 and 512: seconds per CPU step)
-model = dict(aux_losses=[{dict(DRLOC, in_channels=128)!r}, dict(type='mmvitreg.PatchCosineLoss')],
-             train_cfg=dict(rpn_proposal=dict(nms_pre=200, max_per_img=100),
-                            rcnn=[dict(stage, sampler=dict(stage.sampler, num=64))
-                                  for stage in _base_.model.train_cfg.rcnn]))
+model = dict(aux_losses=[{dict(DRLOC, in_channels=128)!r}, dict(type='mmvitreg.PatchCosineLoss')])
 loader = dict(num_workers=0, persistent_workers=False)
 train_dataloader = dict(batch_size=1, dataset=dict(indices=2), **loader)  # a CPU iteration takes seconds
 val_dataloader = dict(**loader)

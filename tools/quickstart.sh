@@ -60,7 +60,7 @@ for key in terms:
     print(f'logged     {key} {rows[0][key]:.4f} at iteration {rows[0]["step"]} -> {rows[-1][key]:.4f} at '
           f'{rows[-1]["step"]}' + ('' if key == 'loss_cls' else '  (added to `loss` by mmvitreg)'))
 if model.get('aux_losses'):
-    print(f'baseline   the same run without it: --cfg-options model.aux_losses=[] (tools/train.py, tools/test.py)')
+    print(f'baseline   the same run without it: python tools/train.py {config} --cfg-options model.aux_losses=[]')
 print(f'time       {seconds} s: data, training and test, after set-up')
 print('=' * 73)
 EOF
