@@ -1,4 +1,4 @@
-# About 2.5 min on 2 cores (estimated as the plain demo: DRLoc adds one small MLP); its mIoU not measured yet.
+# About 2.5 min on 2 cores (as the plain demo; 10 min at load 4.5); mIoU 9.48 (chance 8.40), aAcc 90.24, mAcc 15.24.
 # The digits UperNet Swin-nano with DRLoc regularising the backbone (configs/drloc's digits UperNet,
 # upernet_swin-nano_drloc_1xb8-2k_digits-ade20k-128x128.py: the model's type is mmvitreg.TokenSegmentor, mmseg's
 # EncoderDecoder with trace users; DRLoc in the official form of the dense configs, the last block's tokens,
