@@ -1,4 +1,4 @@
-# About 2-2.5 min on 2 cores (estimated: 234 s of CPU; 0.3 s an iteration at load 1.5); top-1 62.29 (chance 10).
+# About 2-2.5 min on 2 cores (estimated; 5.7 min at load 4.8, 228 s of CPU); top-1 62.29 twice (chance 10).
 # The quick start (bash tools/quickstart.sh): DRLoc on the quick-start DeiT-tiny
 # (configs/drloc/deit-tiny_1xb64_drloc_digits.py: mmpretrain's DeiT recipe shrunk to a 4x4 token grid at 32x32,
 # with DRLoc's dense relative localization loss on the last block's patch tokens, lambda 0.1) on half of its
