@@ -368,7 +368,7 @@ def _(ctx):
 @scenario('image-target-dense')
 def _(ctx):
     from mmseg.registry import MODELS as SEG_MODELS
-    cfg = Config.fromfile(str(REPO / 'configs' / 'demo' / 'upernet_swin-nano_1xb8-2k_digits-ade20k-128x128.py'))
+    cfg = Config.fromfile(str(REPO / 'configs' / 'demo' / 'upernet_swin-nano_1xb8-300_digits-ade20k-128x128.py'))
     model = dict(cfg.model, type='mmvitreg.TokenSegmentor', aux_losses=[dict(type='mmvitreg.TLAlign')])
 
     def build():

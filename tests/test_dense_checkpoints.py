@@ -40,7 +40,7 @@ CLASSIFIER_OF_URL = {
 MLN = sorted(CONFIGS.glob('*/upernet_*_mln_*.py'))
 DENSE = sorted(p for p in CONFIGS.glob('*/*.py') if re.search('upernet|cascade', p.read_text()))
 # the demo-size cascade (FPN, RPN and the three cascade heads at 32 channels): the shrunk heads of every cascade
-DEMO_CASCADE = CONFIGS / 'demo' / 'cascade-mask-rcnn_swin-nano_fpn_1xb4-12e_digits-coco.py'
+DEMO_CASCADE = CONFIGS / 'demo' / 'cascade-mask-rcnn_swin-nano_fpn_1xb4-4e_digits-coco.py'
 # what a shrunk UperNet keeps of its backbone's settings: the checkpoint it starts from, a Swin's window
 KEEP = ('init_cfg', 'window_size')
 

@@ -33,12 +33,14 @@ DENSE = {
     ('mmvitreg.TokenSegmentor', [CONTRASTIVE, COS], None),
 }
 LIBRARY_TYPE = {'mmvitreg.TokenSegmentor': 'EncoderDecoder', 'mmvitreg.TokenCascadeRCNN': 'CascadeRCNN'}
-# the small digits configs of the "Beyond the papers" study of docs/claims.md: the demo UperNet with the same losses
+# the small digits configs of the "Beyond the papers" study of docs/claims.md: the digits UperNet with the same losses
 DIGITS = {
     'drloc/upernet_swin-nano_drloc_1xb8-2k_digits-ade20k-128x128': [dict(DRLOC, in_channels=256)],
     'diversepatch/upernet_swin-nano_patch-cos_1xb8-2k_digits-ade20k-128x128': [COS],
 }
-DEMO = CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-2k_digits-ade20k-128x128.py'
+DIGITS_UPERNET = CONFIGS / 'swin' / 'upernet_swin-nano_1xb8-2k_digits-ade20k-128x128.py'
+# the keys of a schedule: the CPU demos of configs/demo change these alone
+SCHEDULE = ('max_iters', 'train_cfg', 'param_scheduler', 'default_hooks')
 
 
 def load(name):
@@ -171,21 +173,34 @@ def test_deit_config_is_mmsegs_deit_s_upernet_with_our_backbone():
 
 
 @pytest.mark.parametrize('name', sorted(DIGITS))
-def test_digits_study_configs_are_the_demo_with_the_losses(name):
+def test_digits_study_configs_are_the_digits_upernet_with_the_losses(name):
     cfg = load(name)
     assert cfg.model.aux_losses == DIGITS[name]
     plain = without_losses(cfg)
-    assert plain == library(DEMO)
+    assert plain == library(DIGITS_UPERNET)
 
 
-def test_the_two_digits_drloc_upernets_are_one_config_in_the_dense_configs_form():
-    """configs/demo's DRLoc UperNet is configs/drloc's digits one (it inherits it and adds nothing), whose DRLoc is
-    the full-size dense configs' (DRLOC: 64 pairs, the MLP initialised trunc-normal 0.02 as the official Swin) at
+def test_the_seg_demos_are_the_digits_upernets_on_one_short_schedule():
+    """configs/demo's two UperNets are the digits UperNet and configs/drloc's digits one with nothing changed but
+    the schedule, and both train on the same 300-iteration one."""
+    demo, drloc_demo = (unscoped(load(f'demo/upernet_swin-nano_1xb8-300{tag}_digits-ade20k-128x128').to_dict())
+                        for tag in ('', '_drloc'))
+    bases = (unscoped(load(f'{name}_digits-ade20k-128x128').to_dict())
+             for name in ('swin/upernet_swin-nano_1xb8-2k', 'drloc/upernet_swin-nano_drloc_1xb8-2k'))
+    for config, base in zip((demo, drloc_demo), bases):
+        assert {k: v for k, v in config.items() if k not in SCHEDULE} == \
+            {k: v for k, v in base.items() if k not in SCHEDULE}
+        assert base['train_cfg']['max_iters'] == 2000
+    assert {k: drloc_demo[k] for k in SCHEDULE} == {k: demo[k] for k in SCHEDULE}
+    assert demo['train_cfg']['max_iters'] == demo['param_scheduler'][-1]['end'] == 300
+
+
+def test_the_digits_drloc_upernet_is_in_the_dense_configs_form():
+    """configs/drloc's digits UperNet (which configs/demo's DRLoc UperNet trains on a shorter schedule) has the
+    full-size dense configs' DRLoc (DRLOC: 64 pairs, the MLP initialised trunc-normal 0.02 as the official Swin) at
     the digits model's 256 channels; built, its MLP starts trunc-normal 0.02 with zero biases."""
     from mmvitreg.registry import MODELS
-    demo = unscoped(load('demo/upernet_swin-nano_1xb8-2k_drloc_digits-ade20k-128x128').to_dict())
-    assert demo == unscoped(load('drloc/upernet_swin-nano_drloc_1xb8-2k_digits-ade20k-128x128').to_dict())
-    (drloc, ) = demo['model']['aux_losses']
+    (drloc, ) = load('drloc/upernet_swin-nano_drloc_1xb8-2k_digits-ade20k-128x128').model.aux_losses
     assert drloc == dict(DRLOC, in_channels=256)
     torch.manual_seed(0)
     user = MODELS.build(drloc)

@@ -27,8 +27,8 @@ from mmvitreg.models.trace_users import BackboneOutputs, TraceUsers
 from mmvitreg.registry import MODELS as MMVITREG_MODELS
 from mmvitreg.utils import ConfigError, check_trace_users
 
-SEG = CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-2k_drloc_digits-ade20k-128x128.py'
-DET = CONFIGS / 'demo' / 'cascade-mask-rcnn_swin-nano_fpn_1xb4-12e_drloc_digits-coco.py'
+SEG = CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-300_drloc_digits-ade20k-128x128.py'
+DET = CONFIGS / 'demo' / 'cascade-mask-rcnn_swin-nano_fpn_1xb4-4e_drloc_digits-coco.py'
 CROP = (88, 136)  # Swin: 22x34 tokens (not whole 4x4 windows), 3x5 in the last stage (padded); ViT/16: 6x9
 TINY_VIT = dict(type='mmvitreg.VisionTransformer', arch=dict(embed_dims=32, num_layers=4, num_heads=2,
                                                               feedforward_channels=64),
@@ -320,11 +320,7 @@ randomness = dict(seed=0, deterministic=True)
 '''
 DET_RUN = f'''
 _base_ = '{DET}'
-# fewer proposals and sampled RoIs per cascade stage (2000 and 512: seconds per CPU step)
-model = dict(aux_losses=[{dict(DRLOC, in_channels=128)!r}, dict(type='mmvitreg.PatchCosineLoss')],
-             train_cfg=dict(rpn_proposal=dict(nms_pre=200, max_per_img=100),
-                            rcnn=[dict(stage, sampler=dict(stage.sampler, num=64))
-                                  for stage in _base_.model.train_cfg.rcnn]))
+model = dict(aux_losses=[{dict(DRLOC, in_channels=128)!r}, dict(type='mmvitreg.PatchCosineLoss')])
 loader = dict(num_workers=0, persistent_workers=False)
 train_dataloader = dict(batch_size=1, dataset=dict(indices=2), **loader)  # a CPU iteration takes seconds
 val_dataloader = dict(**loader)

@@ -17,8 +17,8 @@ from conftest import CONFIGS, REPO, TOOLS, needs_compiled_ops, tool_env
 from mmvitreg import compat
 
 DEMO = CONFIGS / 'demo' / 'deit-tiny_1xb64_digits.py'
-SEG_DEMO = CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-2k_digits-ade20k-128x128.py'
-DET_DEMO = CONFIGS / 'demo' / 'cascade-mask-rcnn_swin-nano_fpn_1xb4-12e_digits-coco.py'
+SEG_DEMO = CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-300_digits-ade20k-128x128.py'
+DET_DEMO = CONFIGS / 'demo' / 'cascade-mask-rcnn_swin-nano_fpn_1xb4-4e_digits-coco.py'
 SMALL = ['train_cfg.max_epochs=1', 'train_dataloader.dataset.indices=64', 'val_dataloader.dataset.indices=32',
          'test_dataloader.dataset.indices=32', 'train_dataloader.batch_size=16', 'train_dataloader.num_workers=0',
          'val_dataloader.num_workers=0', 'test_dataloader.num_workers=0']

@@ -89,7 +89,7 @@ def test_prediction_builds_a_trace_only_when_the_head_asks(name, head_asks, digi
 
 def test_mmseg_inferencer_runs_a_upernet_config(digits_workspace, tmp_path):
     from mmseg.apis import MMSegInferencer, inference_model
-    config = CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-2k_digits-ade20k-128x128.py'
+    config = CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-300_digits-ade20k-128x128.py'
     cfg = Config.fromfile(str(config))
     classes = ('background', ) + CLASSES
     ckpt = random_checkpoint(cfg, tmp_path / 'weights.pth', meta=dict(dataset_meta=dict(classes=classes)))

@@ -304,7 +304,7 @@ def test_a_dense_run_logs_which_backend_serves_mmcvs_ops(tmp_path, capsys):
     """``build_runner`` (every tool's) logs :func:`backend` for an mmseg or mmdet config: the compiled ops where
     mmcv has them, else the stand-in."""
     from mmvitreg.utils import build_runner, load_config
-    cfg = load_config(str(CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-2k_digits-ade20k-128x128.py'))
+    cfg = load_config(str(CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-300_digits-ade20k-128x128.py'))
     cfg.work_dir, cfg.visualizer.name = str(tmp_path), 'backend_line'
     capsys.readouterr()
     build_runner(cfg)

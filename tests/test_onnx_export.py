@@ -26,7 +26,7 @@ CASES = {
     'swin': (CONFIGS / 'demo' / 'swin-nano_1xb64_mixtoken_digits.py', {}, None),
     'cvt': (CONFIGS / 'drloc' / 'cvt-tiny_1xb64_drloc_digits.py', {}, (32, 32)),
     # the pyramid pooling's adaptive pools export for a 6 x 6 last map: 192 / 32
-    'upernet-swin': (CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-2k_digits-ade20k-128x128.py', {}, (192, 192)),
+    'upernet-swin': (CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-300_digits-ade20k-128x128.py', {}, (192, 192)),
 }
 
 

@@ -13,8 +13,9 @@ from mmengine.config import Config
 from conftest import CONFIGS, TOOLS, free_port, run_tool
 
 CLS = CONFIGS / 'demo' / 'deit-tiny_1xb64_digits.py'
-SEG = CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-2k_digits-ade20k-128x128.py'
-DET = CONFIGS / 'demo' / 'cascade-mask-rcnn_swin-nano_fpn_1xb4-12e_digits-coco.py'
+SEG = CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-300_digits-ade20k-128x128.py'
+DET = CONFIGS / 'demo' / 'cascade-mask-rcnn_swin-nano_fpn_1xb4-4e_digits-coco.py'
+QUICK_START = CONFIGS / 'demo' / 'deit-tiny_1xb64-15e_drloc_digits.py'  # tools/quickstart.sh's default
 # a small slice of the classification set keeps each run at a few seconds
 CLS_SMALL = ['train_dataloader.dataset.indices=256', 'val_dataloader.dataset.indices=128',
              'test_dataloader.dataset.indices=128', 'train_cfg.val_interval=1']
@@ -40,18 +41,26 @@ def val_metric_logged(work_dir, key):
     return logged_scalars(work_dir, key)[-1]
 
 
-def test_quick_start_config_is_seeded_and_the_install_page_states_its_figure(digits_workspace, tmp_path):
-    """tools/quickstart.sh trains CLS: seeded (two runs on one machine log the same losses and top-1, its data
-    workers and Mixup/CutMix included), not forced deterministic (torch would refuse the non-deterministic CUDA
-    kernels of a GPU run); docs/install.md's "Seeded figures" names the seed and the top-1 the run prints."""
-    assert Config.fromfile(str(CLS)).randomness == dict(seed=0, deterministic=False)
+def test_quick_start_trains_a_technique_seeded_and_the_install_page_states_its_figure(digits_workspace, tmp_path):
+    """tools/quickstart.sh trains QUICK_START by default: DRLoc on the DeiT-tiny of CLS (a config of the package,
+    not the library's plain recipe), whose term `loss_drloc` is logged beside `loss_cls`; seeded (two runs on one
+    machine log the same losses and top-1, its data workers and Mixup/CutMix included), not forced deterministic
+    (torch would refuse the non-deterministic CUDA kernels of a GPU run); docs/install.md's "Seeded figures" names
+    the seed and the top-1 the run prints."""
+    script = (TOOLS / 'quickstart.sh').read_text()
+    assert re.search(r'^CONFIG=\$\{1:-(\S+)\}$', script, re.M)[1] == str(QUICK_START.relative_to(CONFIGS.parent))
+    cfg = Config.fromfile(str(QUICK_START))
+    assert cfg.randomness == dict(seed=0, deterministic=False)
+    assert [user['type'] for user in cfg.model.aux_losses] == ['mmvitreg.DRLoc']
     short = ['train_cfg.max_epochs=1', 'train_dataloader.dataset.indices=128', 'val_dataloader.dataset.indices=64',
              'default_hooks.logger.interval=1']
     runs = [tmp_path / 'a', tmp_path / 'b']
     for work in runs:
-        run_tool(['train.py', CLS, '--work-dir', work, '--cfg-options', *short], cwd=digits_workspace)
+        run_tool(['train.py', QUICK_START, '--work-dir', work, '--cfg-options', *short], cwd=digits_workspace)
     losses = [logged_scalars(work, 'loss') for work in runs]
     assert len(losses[0]) == 128 // 64 and losses[0] == losses[1]
+    drloc = logged_scalars(runs[0], 'loss_drloc')
+    assert len(drloc) == 2 and all(term > 0 for term in drloc)
     assert logged_scalars(runs[0], 'accuracy/top1') == logged_scalars(runs[1], 'accuracy/top1') != []
     install = (CLS.parents[2] / 'docs' / 'install.md').read_text()
     start = install.index('### Seeded figures')

@@ -198,7 +198,7 @@ def test_the_tool_prints_what_each_model_kind_serves(capsys):
 def test_the_kind_of_a_config_is_its_models():
     """--config of a TokenSegmentor config: its aux_losses as configured, checked as a segmentor's, on its own
     backbone (the digits Swin: 256 channels, fits) and the preset asked for (Swin-T's 768 channels do not)."""
-    config = REPO / 'configs' / 'demo' / 'upernet_swin-nano_1xb8-2k_drloc_digits-ade20k-128x128.py'
+    config = REPO / 'configs' / 'demo' / 'upernet_swin-nano_1xb8-300_drloc_digits-ade20k-128x128.py'
     run = run_tool(['analysis_tools/trace_support.py', '--config', config, '--backbone', 'SwinTransformer'], cwd=REPO)
     lines = run.stdout.splitlines()
     assert lines[2].split() == ['aux_losses[0]:', 'DRLoc(in_channels=256,', 'layers=(-1,),', 'num_pairs=64,',

@@ -5,14 +5,14 @@ issue #7, DiversePatch official issue #4), so there is no claim to check, only a
 mmseg's own losses while a segmentor trains on a small set, change mIoU, and does the cosine loss lower the last
 stage's patch-wise cosine similarity as it does in classification?
 
-Models: the digits UperNet Swin-nano (``configs/demo/upernet_swin-nano_1xb8-2k_digits-ade20k-128x128.py``, mmseg's
+Models: the digits UperNet Swin-nano (``configs/swin/upernet_swin-nano_1xb8-2k_digits-ade20k-128x128.py``, mmseg's
 Swin-T recipe shrunk: AdamW 6e-5, warm-up then poly, batch 8, 128x128 crops) as an ``mmvitreg.TokenSegmentor``
 without token losses (``plain``), with DRLoc
 (``configs/drloc/upernet_swin-nano_drloc_1xb8-2k_digits-ade20k-128x128.py``: the dense configs' form, λ = 0.5,
 official mean) and with the patch cosine loss
 (``configs/diversepatch/upernet_swin-nano_patch-cos_1xb8-2k_digits-ade20k-128x128.py``, alpha_1 = 1); 3 seeds each.
 
-Training is from scratch at the recipe's learning rate, as the demo: DRLoc's setting (small data, no pre-training).
+Training is from scratch at the recipe's learning rate: DRLoc's setting (small data, no pre-training).
 Measured before choosing (baseline, 50 canvases, tools/train.py + tools/test.py): in runs of 300-1,000 iterations
 the segmentor predicts the background almost everywhere (mIoU 8.4-10.8 over the 11 classes), whether from scratch
 or from the backbone trained as a digit classifier first (99% top-1), at learning rates 6e-5 to 6e-4, with a Dice
@@ -23,7 +23,7 @@ begun to separate the digits: the table reports it with mAcc (the per-class pixe
 Data: ``SHARE`` = 50 of the 200 training canvases (every 4th: a fixed split, the same for every run), about 175
 digits, some 17 per class: a quarter of a set that is small to begin with, the regime DRLoc is about (few samples
 per class), while every class still appears in training; the 50 validation canvases for mIoU (11 classes with the
-background, mmseg's ``IoUMetric``). ``ITERS`` iterations of batch 8 (the demo's 2,000-iteration schedule shortened,
+background, mmseg's ``IoUMetric``). ``ITERS`` iterations of batch 8 (its 2,000-iteration schedule shortened,
 its 100 warm-up iterations kept): 64 passes over the 50 canvases, about 2.5 minutes a run on one core.
 """
 from statistics import mean
@@ -43,7 +43,7 @@ MODELS = {
 NUM_CANVASES = 200  # digits.py ade20k's default training set
 SHARE = list(range(0, NUM_CANVASES, 4))  # 50 canvases
 ITERS = 400
-WARMUP = 100  # the demo's
+WARMUP = 100  # the digits UperNet's
 LAST = 'stage 4'
 #: the mIoU of a segmentor that predicts the background everywhere on the 50 validation canvases (measured)
 BACKGROUND_ONLY = 8.40
@@ -51,7 +51,7 @@ BACKGROUND_ONLY = 8.40
 
 def seg_options(ctx, share, iters) -> dict:
     """``--cfg-options`` pointing the digits UperNet at the ADE20K-layout set of this report, training on ``share``
-    for ``iters`` iterations (the demo's warm-up, then poly to ``iters``)."""
+    for ``iters`` iterations (the digits UperNet's warm-up, then poly to ``iters``)."""
     root = str(ctx.work_dir / 'data' / 'digits_ade20k')
     warmup = min(WARMUP, iters // 2)
     opts = {'train_dataloader.dataset.ann_file': '', 'train_dataloader.dataset.indices': share,
@@ -116,13 +116,13 @@ def run(ctx) -> str:
         'No paper trains these losses during segmentation (both fine-tune a backbone pre-trained with them: DRLoc '
         'official issue #7, DiversePatch official issue #4) and no number is published: this measures what the '
         'package makes possible, it does not check a claim. The digits UperNet Swin-nano '
-        '(`configs/demo/upernet_swin-nano_1xb8-2k_digits-ade20k-128x128.py`, mmseg\'s Swin-T UperNet recipe shrunk: '
+        '(`configs/swin/upernet_swin-nano_1xb8-2k_digits-ade20k-128x128.py`, mmseg\'s Swin-T UperNet recipe shrunk: '
         'AdamW 6e-5, batch 8, 128x128 crops) as `mmvitreg.TokenSegmentor`, trained from scratch without token losses, '
         f'with DRLoc (`{DRLOC}`: λ = 0.5, the official form with the mean reduction, as the dense configs) and with '
         f'the patch cosine loss (`{COS}`: α1 = 1), on {len(share)} of the {NUM_CANVASES} training canvases (every '
         '4th, the same for every run; 50 canvases hold about 17 digits per class: a small share of a small set, the '
         'few samples per class DRLoc is about, in which every class still appears). '
-        f'{iters} iterations (the demo\'s 2,000 shortened, '
+        f'{iters} iterations (the digits UperNet\'s 2,000 shortened, '
         f'its warm-up kept), seeds {", ".join(map(str, ctx.seeds))}. Study: '
         '`tools/analysis_tools/studies/claims/dense.py`.',
         '**Read the mIoU with care.** In runs this short the segmentor has only begun to separate the digits from '

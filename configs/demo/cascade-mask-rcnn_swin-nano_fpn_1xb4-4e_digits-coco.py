@@ -1,3 +1,4 @@
+# At most ~5 min on 2 cores (285 s of CPU: train, val, test at load 12); bbox mAP 0.086, segm mAP 0.084 (chance 0).
 # The Cascade Mask R-CNN recipe of the Swin paper (4conv1fc GIoU heads, multi-scale crop, AdamW) with
 # mmvitreg.SwinTransformer (configs/swin/cascade-mask-rcnn_swin-t-p4-w7_fpn_4conv1fc-giou_amp-ms-crop_8xb2-3x_coco.py,
 # built on mmdet's ConvNeXt cascade 3x recipe), the model shrunk and the data pointed at the bundled
@@ -22,7 +23,13 @@ model = dict(
             for head in _base_.model.roi_head.bbox_head
         ],
         mask_roi_extractor=dict(out_channels=width),
-        mask_head=dict(num_classes=num_classes, in_channels=width, conv_out_channels=width)))
+        mask_head=dict(num_classes=num_classes, in_channels=width, conv_out_channels=width)),
+    # sized for a CPU: the recipe samples 512 RoIs per image and stage from 2,000 proposals for ~3 digits a
+    # canvas; 64 RoIs from 100 proposals train the same three stages in a fraction of the time
+    train_cfg=dict(
+        rpn_proposal=dict(nms_pre=200, max_per_img=100),
+        rcnn=[dict(stage, sampler=dict(stage['sampler'], num=64)) for stage in _base_.model.train_cfg.rcnn]),
+    test_cfg=dict(rpn=dict(nms_pre=200, max_per_img=100)))
 
 data_root = 'data/digits_coco/'
 metainfo = dict(classes=tuple(f'digit_{i}' for i in range(num_classes)))
@@ -53,10 +60,12 @@ test_dataloader = val_dataloader
 val_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')
 test_evaluator = val_evaluator
 
-max_epochs = 12
-train_cfg = dict(max_epochs=max_epochs)
+# a short schedule: 4 epochs of the 200 canvases (200 iterations), warm-up 50, a 10x step before the last
+max_epochs = 4
+train_cfg = dict(max_epochs=max_epochs, val_interval=max_epochs)
+optim_wrapper = dict(optimizer=dict(lr=4e-4))
 param_scheduler = [
-    dict(type='LinearLR', start_factor=0.001, by_epoch=False, begin=0, end=100),
-    dict(type='MultiStepLR', begin=0, end=max_epochs, by_epoch=True, milestones=[9, 11], gamma=0.1),
+    dict(type='LinearLR', start_factor=0.001, by_epoch=False, begin=0, end=50),
+    dict(type='MultiStepLR', begin=0, end=max_epochs, by_epoch=True, milestones=[3], gamma=0.1),
 ]
-default_hooks = dict(checkpoint=dict(max_keep_ckpts=1))
+default_hooks = dict(logger=dict(interval=5), checkpoint=dict(interval=max_epochs, max_keep_ckpts=1))
