@@ -1,7 +1,7 @@
 """Issue 44 item 3: one loading path for every runner. mmpretrain's own ``tools/train.py`` builds mmengine's plain
 ``Runner`` (the configs name none), whose ``load_from`` reaches the model through the ``_load_checkpoint_to_model``
 that ``mmengine.runner.runner`` imported by name; an mmvitreg model gets there the same pass as through
-mmengine's ``load_checkpoint`` and inferencers (``Pretrained.load_checkpoint_dict``): a file that leaves a
+mmengine's ``load_checkpoint`` and inferencers (``mmvitreg.engine.checkpoint.fill_model``): a file that leaves a
 parameter unfilled stops the run with one line before any step, and an official release is converted and loads
 exactly the converter's weights."""
 import textwrap

@@ -20,7 +20,7 @@ from mmengine.registry import DefaultScope
 
 from conftest import REPO, tool_env
 from guard_helpers import TECHNIQUES, build_workspace, tool
-from mmvitreg.engine.checkpoint import CheckpointError, load_state_dict_checked, read_checkpoint
+from mmvitreg.engine.checkpoint import CheckpointError, fit, read_checkpoint
 from model_helpers import random_checkpoint
 from test_official_checkpoint_loading import LAYOUTS, build, max_diff, runner_load, save
 
@@ -126,12 +126,12 @@ def test_counts_leave_out_derived_buffers():
     is not 'unexpected'."""
     from mmpretrain.models import ResNet
     model = ResNet(depth=18)
-    report = load_state_dict_checked(model, {'conv1.weight': model.conv1.weight.detach().clone()})
+    report = fit(model, {'conv1.weight': model.conv1.weight.detach().clone()})
     assert report.summary().startswith('1 matched, ')
     assert not any('num_batches_tracked' in k for k in report.missing)
     state = {**model.state_dict(), 'extra.num_batches_tracked': torch.tensor(3),
              'layer9.relative_position_index': torch.zeros(4, dtype=torch.long)}
-    report = load_state_dict_checked(ResNet(depth=18), state)
+    report = fit(ResNet(depth=18), state)
     assert report.clean and len(report.matched) == len([k for k in model.state_dict() if 'num_batches' not in k])
 
 

@@ -401,7 +401,7 @@ def fill_model(model: nn.Module, checkpoint: dict, rules: Sequence = REVISE_KEYS
 
 @contextmanager
 def partial_loading() -> Iterator[None]:
-    """Inside it, :meth:`Pretrained.load_checkpoint_dict` loads by the *partial* policy, with one warning::
+    """Inside it, :func:`fill_model` loads by the *partial* policy, with one warning::
 
         with mmvitreg.engine.partial_loading():
             inferencer = ImageClassificationInferencer(config, pretrained=checkpoint_of_another_head)
