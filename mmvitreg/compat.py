@@ -10,6 +10,7 @@ them replaces a host function for a model that holds no mmvitreg module (``tests
 import importlib.metadata
 import os.path as osp
 import warnings
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Callable, List, Optional
 
@@ -46,29 +47,36 @@ def is_mmvitreg_model(model: torch.nn.Module) -> bool:
     return any(type(m).__module__.startswith('mmvitreg.') for m in model.modules())
 
 
+#: whether mmengine's checkpoint reader is reading for a model holding an mmvitreg module
+_MMVITREG_READ = ContextVar('mmvitreg_model_read', default=False)
 #: mmengine's function that reads a checkpoint into a model, by the modules that import it by name
 _LOAD_CHECKPOINT_HOLDERS = ('mmengine.runner.checkpoint', 'mmengine.runner', 'mmpretrain.apis.base',
                             'mmseg.apis.inference', 'mmdet.apis.inference')
 
 
 def _patch_mmvitreg_model_loading():
-    """A model holding an mmvitreg module, in mmengine's loaders: its file is read with mmvitreg's allow-list of what
-    checkpoints hold for that read (:func:`mmvitreg.fileio.checkpoint_globals`; mmengine reads with a bare
-    ``torch.load``), in ``Runner.load_checkpoint`` (``load_from`` and ``resume`` of mmengine's own Runner, which
-    mmpretrain's, mmseg's and mmdet's tools build) and ``load_checkpoint`` (mmpretrain's ``get_model`` and inferencers,
-    mmseg's and mmdet's ``init_model``); the read checkpoint goes to :func:`mmvitreg.engine.checkpoint.fill_model`
-    from ``_load_checkpoint_to_model`` (those two, ``BaseInferencer``, FlexibleRunner's strategies). Functions that
-    modules import by name are replaced there too, whatever the import order. Any other model goes to mmengine's
-    own functions, as without mmvitreg."""
+    """A model holding an mmvitreg module, in mmengine's loaders. ``Runner.load_checkpoint`` (``load_from`` and
+    ``resume`` of mmengine's own Runner, which mmpretrain's, mmseg's and mmdet's tools build) and ``load_checkpoint``
+    (mmpretrain's ``get_model`` and inferencers, mmseg's and mmdet's ``init_model``) run as they are, but their read
+    (mmengine's ``_load_checkpoint``: a bare ``torch.load``) is mmvitreg's :func:`mmvitreg.fileio.read_checkpoint`
+    (a regular file, the allow-list for that read, one line on a bad file); the read checkpoint goes to
+    :func:`mmvitreg.engine.checkpoint.fill_model` from ``_load_checkpoint_to_model`` (those two, ``BaseInferencer``,
+    FlexibleRunner's strategies). Functions that modules import by name are replaced there too, whatever the import
+    order. Any other model goes through mmengine's own functions, as without mmvitreg."""
     import sys
 
     import mmengine.infer.infer as infer
     import mmengine.runner.checkpoint as runner_checkpoint
     import mmengine.runner.runner as runner
-    from mmvitreg.fileio import checkpoint_globals
 
-    load_to_model, load_checkpoint = runner_checkpoint._load_checkpoint_to_model, runner_checkpoint.load_checkpoint
-    runner_load_checkpoint = runner.Runner.load_checkpoint
+    read, load_to_model = runner_checkpoint._load_checkpoint, runner_checkpoint._load_checkpoint_to_model
+    load_checkpoint, runner_load_checkpoint = runner_checkpoint.load_checkpoint, runner.Runner.load_checkpoint
+
+    def read_for_mmvitreg_models(filename, map_location=None, logger=None):
+        if not _MMVITREG_READ.get():
+            return read(filename, map_location, logger)
+        from mmvitreg.fileio import read_checkpoint
+        return read_checkpoint(filename, map_location)
 
     def load_to_mmvitreg_models(model, checkpoint, strict=False, logger=None, revise_keys=[(r'^module.', '')]):
         if not is_mmvitreg_model(model):
@@ -76,18 +84,21 @@ def _patch_mmvitreg_model_loading():
         from mmvitreg.engine.checkpoint import fill_model
         return fill_model(model, checkpoint, revise_keys)
 
-    def load_checkpoint_of_mmvitreg_models(model, filename, *args, **kwargs):
-        if not is_mmvitreg_model(model):
-            return load_checkpoint(model, filename, *args, **kwargs)
-        with checkpoint_globals():
-            return load_checkpoint(model, filename, *args, **kwargs)
+    def reading_for(model, load, *args, **kwargs):
+        token = _MMVITREG_READ.set(is_mmvitreg_model(model))
+        try:
+            return load(*args, **kwargs)
+        finally:
+            _MMVITREG_READ.reset(token)
 
-    def runner_load_checkpoint_of_mmvitreg_models(self, filename, *args, **kwargs):
-        if not is_mmvitreg_model(self.model):
-            return runner_load_checkpoint(self, filename, *args, **kwargs)
-        with checkpoint_globals():
-            return runner_load_checkpoint(self, filename, *args, **kwargs)
+    def load_checkpoint_of_mmvitreg_models(model, *args, **kwargs):
+        return reading_for(model, load_checkpoint, model, *args, **kwargs)
 
+    def runner_load_checkpoint_of_mmvitreg_models(self, *args, **kwargs):
+        return reading_for(self.model, runner_load_checkpoint, self, *args, **kwargs)
+
+    for module in (runner_checkpoint, runner):
+        module._load_checkpoint = read_for_mmvitreg_models
     for module in (runner_checkpoint, infer, runner):
         module._load_checkpoint_to_model = load_to_mmvitreg_models
     for name in _LOAD_CHECKPOINT_HOLDERS:

@@ -102,38 +102,63 @@ def _numpy_scalar(dtype, data: bytes):
     return _NUMPY_SCALAR(dtype, data)
 
 
-class _CheckedHistoryBuffer(HistoryBuffer):
-    """mmengine's ``HistoryBuffer`` as a pickle rebuilds it (NEWOBJ, then BUILD with its ``__dict__``), with its state
-    checked first: ``max_length`` an int, both histories 1-D numeric arrays of one length, the statistic methods
-    HistoryBuffer's own (its ``__setstate__`` writes them into the class's table, shared by the process). The
-    instance becomes a plain ``HistoryBuffer`` (what the next save writes)."""
+class _StandIn:
+    """A checked stand-in of a host class in a pickle, which rebuilds it by NEWOBJ (no arguments: an empty instance
+    of the host) and BUILD (:meth:`check` the state, then the host's own): it becomes an instance of the host. One that
+    no BUILD reached (a crafted file) stays an empty instance of the stand-in, which a save would write under the
+    stand-in's name, refused by the next read. Calling the class is refused."""
 
-    _FIELDS = {'max_length', '_log_history', '_count_history', 'statistics_methods'}
+    host: type
+
+    def __new__(cls, *args):
+        if args:
+            raise pickle.UnpicklingError(f'{cls.host.__name__}.__new__ takes no arguments in a checkpoint')
+        instance = cls.host.__new__(cls)
+        cls.host.__init__(instance)
+        return instance
 
     def __init__(self, *args, **kwargs):
-        raise pickle.UnpicklingError('HistoryBuffer(...) is not called while unpickling a checkpoint')
+        raise pickle.UnpicklingError(f'{self.host.__name__}(...) is not called while unpickling a checkpoint')
+
+    def check(self, state) -> bool:
+        raise NotImplementedError
 
     def __setstate__(self, state):
-        histories = [state.get(k) for k in ('_log_history', '_count_history')] if isinstance(state, dict) else []
-        methods = state.get('statistics_methods', {}) if isinstance(state, dict) else None
-        if not (isinstance(state, dict) and set(state) <= self._FIELDS and type(state.get('max_length')) is int
+        if not self.check(state):
+            raise pickle.UnpicklingError(f'a {self.host.__name__} state that is not one a checkpoint holds')
+        if hasattr(self.host, '__setstate__'):
+            self.host.__setstate__(self, state)
+        else:
+            self.__dict__.update(state)
+        self.__class__ = self.host
+
+
+class _CheckedHistoryBuffer(_StandIn, HistoryBuffer):
+    """mmengine's ``HistoryBuffer``, its state checked: ``max_length`` an int, both histories 1-D numeric arrays of
+    one length, the statistic methods HistoryBuffer's own (its ``__setstate__`` writes them into the class's table,
+    shared by the process)."""
+
+    host = HistoryBuffer
+
+    def check(self, state) -> bool:
+        if not (isinstance(state, dict) and set(state) <= {'max_length', '_log_history', '_count_history',
+                                                            'statistics_methods'}):
+            return False
+        histories = [state.get(k) for k in ('_log_history', '_count_history')]
+        methods = state.get('statistics_methods', {})
+        return (type(state.get('max_length')) is int and isinstance(methods, dict)
                 and all(isinstance(h, np.ndarray) and h.ndim == 1 and h.dtype.kind in NUMPY_KINDS for h in histories)
-                and len({len(h) for h in histories}) == 1 and isinstance(methods, dict)
-                and all(_statistics().get(k) is v for k, v in methods.items())):
-            raise pickle.UnpicklingError('a HistoryBuffer state that is not one mmengine writes')
-        HistoryBuffer.__setstate__(self, state)
-        self.__class__ = HistoryBuffer
+                and len({len(h) for h in histories}) == 1
+                and all(_statistics().get(k) is v for k, v in methods.items()))
 
 
-class _CheckedNamespace(argparse.Namespace):
-    """``argparse.Namespace`` (a timm-era release's ``args``) as a pickle rebuilds it, its state a dict of names;
-    the instance becomes a plain ``Namespace``."""
+class _CheckedNamespace(_StandIn, argparse.Namespace):
+    """``argparse.Namespace`` (a timm-era release's ``args``), its state a dict of names."""
 
-    def __setstate__(self, state):
-        if not (isinstance(state, dict) and all(isinstance(k, str) for k in state)):
-            raise pickle.UnpicklingError('an argparse.Namespace state that is not a dict of names')
-        self.__dict__.update(state)
-        self.__class__ = argparse.Namespace
+    host = argparse.Namespace
+
+    def check(self, state) -> bool:
+        return isinstance(state, dict) and all(isinstance(k, str) for k in state)
 
 
 def checkpoint_safe_globals() -> list:

@@ -79,7 +79,7 @@ def host():
                 loaders=dict(rc.CheckpointLoader._schemes), multimodal=dependency.WITH_MULTIMODAL,
                 get_cfg_path=cc.Config._get_cfg_path,
                 load_to_model=(rc._load_checkpoint_to_model, infer._load_checkpoint_to_model, rc.load_checkpoint,
-                               Runner.load_checkpoint),
+                               rc._load_checkpoint, Runner.load_checkpoint),
                 safe_globals=sorted(map(str, torch.serialization.get_safe_globals())))
 
 
@@ -126,7 +126,8 @@ def test_mmengine_checkpoints_read_by_mmengine_as_without_mmvitreg_and_by_mmvitr
     assert plain.stdout.split(' - ')[-1:] == imported.stdout.split(' - ')[-1:]  # without its time stamp
     assert plain.stderr.strip().splitlines()[-1:] == imported.stderr.strip().splitlines()[-1:]
     assert (plain.returncode != 0 and 'weights_only' in plain.stderr) == TORCH_WEIGHTS_ONLY, plain.stderr
-    ours = run_py(f"from mmvitreg.fileio import read_checkpoint\nprint('epoch', read_checkpoint('{ckpt}')['meta']['epoch'])")
+    ours = run_py(f"from mmvitreg.fileio import read_checkpoint\n"
+                  f"print('epoch', read_checkpoint('{ckpt}')['meta']['epoch'])")
     assert ours.returncode == 0 and 'epoch 1' in ours.stdout, ours.stderr
 
 

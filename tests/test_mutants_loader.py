@@ -147,9 +147,9 @@ def test_a_refused_file_is_described_by_its_layout_its_top_level_modules_or_its_
 
 
 def test_the_backbone_policy_needs_ninety_percent_of_the_backbone_and_no_dropped_parameter():
-    """judge by the backbone policy: at least MIN_BACKBONE_SHARE (0.9) of the backbone's tensors filled (missing or resized ones are
-    not), counted on model.backbone's keys when there is one; an unexpected backbone parameter stops the load, one
-    outside the backbone (a head the model does not have) does not."""
+    """The backbone policy: at least MIN_BACKBONE_SHARE (0.9) of the backbone's tensors filled (missing or mismatched
+    ones are not), counted on model.backbone's keys when there is one; an unexpected backbone parameter stops the
+    load, one outside the backbone (a head the model does not have) does not."""
     model = Net()
     clean = fit(model, Net().state_dict())
     judge(model, clean, {}, 'f.pth', 'backbone', 'hint')
@@ -172,7 +172,8 @@ class LeftOut(nn.Linear):
 
 
 def test_the_backbone_policy_accepts_the_keys_of_the_modules_the_backbone_leaves_out_and_no_other():
-    """judge by the backbone policy: a checkpoint's keys under a module of the backbone's ``left_out`` are accepted, in a backbone
+    """The backbone policy: a checkpoint's keys under a module of the backbone's ``left_out`` are accepted, in a
+    backbone
     loaded alone (init_cfg) and under ``backbone.`` in a model; a key of another module (also one whose name
     starts with the left-out one's) is still refused."""
     weights = LeftOut(4, 8).state_dict()

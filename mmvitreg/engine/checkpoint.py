@@ -157,8 +157,8 @@ class KeyReport:
         if self.unexpected:
             parts.append(f'unexpected: {_shown(self.unexpected)}')
         if self.mismatched:
-            parts.append('size mismatch: ' + _shown(
-                [f'{k} {list(c)} in the checkpoint vs {list(m)} in the model' for k, (c, m) in self.mismatched.items()]))
+            parts.append('size mismatch: ' + _shown([f'{k} {list(c)} in the checkpoint vs {list(m)} in the model'
+                                                     for k, (c, m) in self.mismatched.items()]))
         parts += [f'error: {e}' for e in self.errors[:SHOWN_KEYS]]
         return self.summary() + ('; ' + '; '.join(parts) if parts else '')
 

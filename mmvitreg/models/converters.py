@@ -1,6 +1,6 @@
 """Conversion of foreign checkpoints (timm-layout ViTs, official Swin) to mmvitreg classifier state dicts: the
-*convert* stage of the loading pass (:func:`convert_checkpoint`, :mod:`mmvitreg.engine.checkpoint`); this module reads no
-file.
+*convert* stage of the loading pass (:func:`convert_checkpoint`, :mod:`mmvitreg.engine.checkpoint`); this module reads
+no file.
 
 The official DeepViT, LV-ViT, DeiT and DiversePatch codes keep timm's ViT layout, converted by
 :func:`convert_timm_vit`. Each release layout is an :class:`OfficialLayout` (:func:`register_layout`): the timm /
