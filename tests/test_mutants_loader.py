@@ -173,9 +173,8 @@ class LeftOut(nn.Linear):
 
 def test_the_backbone_policy_accepts_the_keys_of_the_modules_the_backbone_leaves_out_and_no_other():
     """The backbone policy: a checkpoint's keys under a module of the backbone's ``left_out`` are accepted, in a
-    backbone
-    loaded alone (init_cfg) and under ``backbone.`` in a model; a key of another module (also one whose name
-    starts with the left-out one's) is still refused."""
+    backbone loaded alone (init_cfg) and under ``backbone.`` in a model; a key of another module (also one whose
+    name starts with the left-out one's) is still refused."""
     weights = LeftOut(4, 8).state_dict()
     alone = LeftOut(4, 8)
     judge(alone, fit(alone, {**weights, 'norm.weight': torch.ones(8)}), {}, 'f.pth', 'backbone', 'hint')
