@@ -14,6 +14,7 @@ from torch import nn
 from guard_helpers import TECHNIQUES, build_workspace, checkpoints, files_of, logged_losses, tool, train
 from mmvitreg.engine import (AtomicLocalBackend, CheckpointError, fit, read_checkpoint,
                              resume_candidates)
+from mmvitreg.engine.checkpoint import load_weights
 
 
 # ---------------------------------------------------------------- reading
@@ -38,8 +39,11 @@ def test_read_checkpoint_names_the_file_and_the_problem(tmp_path):
     with pytest.raises(CheckpointError, match='holds a list, not a checkpoint'):
         read_checkpoint(str(tmp_path / 'list.pth'))
     torch.save({'meta': {'epoch': 1}}, tmp_path / 'meta_only.pth')
-    with pytest.raises(CheckpointError, match='holds no tensors'):
-        read_checkpoint(str(tmp_path / 'meta_only.pth'))
+    with pytest.raises(CheckpointError, match=r"meta_only.pth: no state dict found .* top-level keys: \['meta'\]"):
+        load_weights(Net(), str(tmp_path / 'meta_only.pth'))  # the convert stage
+    torch.save({'state_dict': {'note': 'x'}}, tmp_path / 'no_tensors.pth')
+    with pytest.raises(CheckpointError, match='no_tensors.pth: holds no tensors'):
+        load_weights(Net(), str(tmp_path / 'no_tensors.pth'))  # the values, before the fit
 
 
 # ---------------------------------------------------------------- key report

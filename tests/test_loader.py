@@ -267,12 +267,14 @@ def test_init_cfg_mmvitreg_pretrained_converts_on_any_model_that_asks(tmp_path):
 
 
 def test_no_import_circle_between_the_converters_and_the_backbones():
-    """models/converters.py imports no backbone and nothing of the package (it reads no file); the backbones
-    register their layouts; engine/checkpoint.py holds the read and the fit, converters.py the detect and convert."""
+    """models/converters.py imports no backbone and nothing of the package but the bottom, mmvitreg.fileio (its
+    error class); the backbones register their layouts; fileio holds the read, converters.py the detect and convert,
+    engine/checkpoint.py the fit and the judgement."""
     tree = ast.parse((REPO / 'mmvitreg' / 'models' / 'converters.py').read_text())
     imported = [n.module if isinstance(n, ast.ImportFrom) else a.name for n in ast.walk(tree)
                 if isinstance(n, (ast.Import, ast.ImportFrom)) for a in (n.names if isinstance(n, ast.Import) else [n])]
-    assert not [m for m in imported if m and ('mmvitreg' in m or 'backbones' in m or m.startswith('.'))], imported
+    assert not [m for m in imported if m and m != 'mmvitreg.fileio'
+                and ('mmvitreg' in m or 'backbones' in m or m.startswith('.'))], imported
     from mmvitreg.models.converters import official_layouts
     names = [layout.name.split(' (')[0] for layout in official_layouts()]
     assert set(names) == {'official DeepViT', 'official LV-ViT', 'official DiversePatch', 'timm / DeiT ViT',
