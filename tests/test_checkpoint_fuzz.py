@@ -80,6 +80,13 @@ def array(dtype_ops: bytes, shape, data: bytes, module: str = NUMPY, subtype=('n
             + tup(num(1), tup(*map(num, shape)), dtype_ops, FALSE, raw(data)) + b'b')
 
 
+def rebuilt_after_use(code: str, itemsize: int) -> bytes:
+    """Issue 47's file: an array of dtype ``code``, then a BUILD of that same dtype (memo 900000) that sets its item
+    size, after the array holds it: ``(array, dtype)``."""
+    put, get = b'r' + struct.pack('<I', 900000), b'j' + struct.pack('<I', 900000)
+    return tup(array(dtype(code) + put, (1, ), b'x' * np.dtype(code).itemsize), get + dtype_state(itemsize) + b'b')
+
+
 def history_buffer(state: bytes) -> bytes:
     return glob(*BUFFER) + b')\x81' + state + b'b'
 
@@ -100,8 +107,10 @@ PAYLOADS = {
     # numpy: what the stack writes, then each way a dtype or an array could change a buffer's size or layout
     'array_f8': (array(dtype('f8'), (2, ), b'\0' * 16), True),
     'array_u4_numpy1_name': (array(dtype('u4'), (2, ), b'\0' * 8, module='numpy.core.multiarray'), True),
+    'array_S8_then_its_dtype_built_to_256MiB': (rebuilt_after_use('S8', 2**28), False),  # issue 47's file
+    'array_S8_then_its_dtype_built_to_64KiB': (rebuilt_after_use('S8', 2**16), False),
+    'array_f8_then_its_dtype_built_to_256MiB': (rebuilt_after_use('f8', 2**28), True),  # numpy keeps 8
     'array_S8_build_itemsize_256MiB': (array(dtype('S8', dtype_state(2**28)), (1, ), b'x' * 8), False),
-    'array_S8_build_itemsize_64KiB': (array(dtype('S8', dtype_state(2**16)), (1, ), b'x' * 8), False),
     'dtype_S8': (dtype('S8'), False),
     'dtype_U4': (dtype('U4'), False),
     'dtype_V8': (dtype('V8'), False),
@@ -171,8 +180,9 @@ FUZZ = textwrap.dedent('''
     from mmvitreg.engine import CheckpointError, GuardedRunner
     from mmvitreg.engine.checkpoint import Pretrained
     from mmvitreg.fileio import read_checkpoint
-    config, work, base, files = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+    config, work, options, base, files = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
     cfg = Config.fromfile(config)
+    cfg.merge_from_dict(json.loads(options))  # the digits of the workspace (--resume reads the epoch length)
     cfg.work_dir = work
     runner = GuardedRunner.from_cfg(cfg)
     torch.save({'state_dict': runner.model.state_dict(), 'meta': {'epoch': 1, 'iter': 2},
@@ -238,15 +248,21 @@ def fuzzed(tmp_path_factory):
                                                                         * os.sysconf('SC_PHYS_PAGES') + 1)):
         with open(odd[name], 'wb') as f:
             f.truncate(size)
-    proc = subprocess.Popen([sys.executable, '-c', FUZZ, str(TECHNIQUES[0]), str(root / 'work'), str(base),
-                             *map(str, files.values()), *map(str, odd.values())],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=tool_env())
-    assert proc.stdout.readline().strip() == 'READY', proc.stderr.read()[-3000:]
-    for name, (payload, _) in PAYLOADS.items():
-        splice(base, files[name], payload)
-    out, err = proc.communicate('go\n', timeout=600)
-    assert proc.returncode == 0, f'the reading process ended with {proc.returncode}: {err[-3000:]}'
+    ws = build_workspace(root / 'ws')
+    data = json.dumps({f'{split}_dataloader.{k}': v for split in ('train', 'val', 'test') for k, v in (
+        ('dataset.data_root', str(ws / 'digits')), ('num_workers', 0), ('persistent_workers', False))})
+    log = root / 'stderr.log'  # the runner's log: a pipe nobody reads would fill and stop it
+    with open(log, 'w') as stderr:
+        proc = subprocess.Popen([sys.executable, '-c', FUZZ, str(TECHNIQUES[0]), str(root / 'work'), data, str(base),
+                                 *map(str, files.values()), *map(str, odd.values())],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                env=tool_env())
+        ready = iter(proc.stdout.readline, '')  # the runner logs to stdout too
+        assert any(line.strip() == 'READY' for line in ready), log.read_text()[-3000:]
+        for name, (payload, _) in PAYLOADS.items():
+            splice(base, files[name], payload)
+        out, _ = proc.communicate('go\n', timeout=600)
+    assert proc.returncode == 0, f'the reading process ended with {proc.returncode}: {log.read_text()[-3000:]}'
     results = json.loads(next(ln for ln in out.splitlines() if ln.startswith('RESULTS '))[len('RESULTS '):])
     named = {name: results[str(path)] for name, path in {**files, **odd}.items()}
     counts = {kind: sum(v.startswith(kind) for r in named.values() for k, v in r.items() if isinstance(v, str))
@@ -284,7 +300,7 @@ def test_the_read_accepts_what_the_stack_writes_and_refuses_the_rest(fuzzed):
     assert 'not a regular file' in named['fifo']['read_checkpoint']
     assert 'not a regular file' in named['symlink_to_dev_zero']['read_checkpoint']
     assert "more than this machine's memory" in named['larger_than_memory']['read_checkpoint']
-    assert 'refused to unpickle' in read['array_S8_build_itemsize_256MiB']
+    assert 'refused to unpickle' in read['array_S8_then_its_dtype_built_to_256MiB']
     accepted_file = named['history_buffer']  # a file the read accepts fills the model by every entry
     assert accepted_file['load_from'] == accepted_file['init_cfg'] == accepted_file['tools/test.py'] == 'accepted'
 
@@ -314,7 +330,7 @@ def test_import_leaves_torchs_allow_list_and_what_torch_load_accepts(tmp_path):
     torch's allow-list unchanged; mmvitreg's own reader refuses it in one line."""
     base, crafted = tmp_path / 'base.pth', tmp_path / 'crafted.pth'
     torch.save({'state_dict': {'w': torch.ones(2)}, 'message_hub': {'runtime_info': {'x': 'PAYLOAD'}}}, base)
-    splice(base, crafted, PAYLOADS['array_S8_build_itemsize_256MiB'][0])
+    splice(base, crafted, PAYLOADS['array_S8_then_its_dtype_built_to_256MiB'][0])
     script = textwrap.dedent(f'''
         import copy, json, sys, torch
         import mmengine.runner, mmpretrain.models  # the hosts, whose imports add torch's own entries
@@ -352,7 +368,7 @@ def test_the_tools_refuse_issue_47s_file_in_one_line(ws, tmp_path, flags):
     base, crafted = tmp_path / 'base.pth', tmp_path / 'crafted.pth'
     torch.save({'state_dict': {'w': torch.ones(2)}, 'meta': {'epoch': 1, 'iter': 2},
                 'message_hub': {'runtime_info': {'x': 'PAYLOAD'}}}, base)
-    splice(base, crafted, PAYLOADS['array_S8_build_itemsize_64KiB'][0])
+    splice(base, crafted, PAYLOADS['array_S8_then_its_dtype_built_to_64KiB'][0])
     data = [f'train_dataloader.dataset.data_root={ws / "digits"}', f'val_dataloader.dataset.data_root={ws / "digits"}',
             f'test_dataloader.dataset.data_root={ws / "digits"}']
     if flags == ['test']:

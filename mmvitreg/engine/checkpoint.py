@@ -292,7 +292,7 @@ def compare_copy(copy: nn.Module, checkpoint: dict) -> KeyReport:
     return report
 
 
-#: an EMA copy to compare with the file and how messages name it (e.g. ``"EMAHook's EMA copy of"``)
+#: an EMA copy to compare with the file and the name of the hook that filled it (e.g. ``'EMAHook'``)
 EmaCopy = Tuple[nn.Module, str]
 
 
@@ -314,13 +314,13 @@ def load_converted(model: nn.Module, checkpoint: dict, filename: str, policy: st
     judge(model, report, checkpoint, filename, policy, hint)
     print_log(f'{purpose} {filename}: {report.describe()}', logger=logger,
               level=logging.INFO if report.clean else logging.WARNING)
-    for copy, what in ema_copies:
+    for copy, hook in ema_copies:
         copied = compare_copy(copy, checkpoint)
-        judge(copy, copied, checkpoint, filename, policy, hint, what)
+        judge(copy, copied, checkpoint, filename, policy, hint, f"{hook}'s EMA copy of")
         if not copied.matched:  # whatever the policy: an EMA copy at its initialisation is never tested
-            raise CheckpointError(f'checkpoint {filename}: {what} {type(copy).__name__} got none of its tensors '
-                                  f'({copied.summary()}) and would be evaluated with random weights; use a checkpoint '
-                                  'of this config, or drop the hook (custom_hooks=[])')
+            raise CheckpointError(f'checkpoint {filename}: {hook} loaded none of its tensors into its EMA copy '
+                                  f'({copied.summary()}), which would be evaluated with random weights; use a '
+                                  'checkpoint of this config, or drop the hook (custom_hooks=[])')
     return report
 
 

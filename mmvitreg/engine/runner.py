@@ -94,7 +94,7 @@ class GuardedRunner(Runner):
         policy = 'strict' if strict else self.checkpoint_policy[purpose]
         checkpoint = load_into(unwrap_model(self.model), filename, policy, _HINTS[purpose], purpose, map_location,
                                revise_keys, functools.partial(self._after_read, filename, emas),
-                               [(hook.ema_model.module, f"{type(hook).__name__}'s EMA copy of") for hook in emas],
+                               [(hook.ema_model.module, type(hook).__name__) for hook in emas],
                                self.logger)
         if self._resuming:  # after the fit: a checkpoint of another model is named as such first
             self._check_resumable(filename, checkpoint)
