@@ -153,7 +153,7 @@ PAYLOADS = {
     'namespace_called': (glob('argparse', 'Namespace') + b')R', False),
     # code, memo and lengths
     'os_system': (glob('os', 'system') + tup(text('true')) + b'R', False),
-    'memo_bomb_long_binput_2_26': (NONE + b'r' + struct.pack('<I', 2**26) + b'0' + NONE, True),
+    'memo_bomb_long_binput_2_26': (NONE + b'r' + struct.pack('<I', 2**26), True),
     'memo_get_unset': (b'j' + struct.pack('<I', 2**31), False),
     'unicode_length_lies': (b'X' + struct.pack('<I', 2**31 - 1) + b'short', False),
 }
@@ -175,6 +175,7 @@ def splice(base: Path, path: Path, payload: bytes) -> None:
 FUZZ = textwrap.dedent('''
     import json, os, sys, time, traceback
     import torch
+    import mmvitreg  # first: a name imported from mmengine before it is mmengine's own function
     from mmengine.config import Config
     from mmengine.runner import load_checkpoint
     from mmvitreg.engine import CheckpointError, GuardedRunner
