@@ -58,8 +58,9 @@ def _patch_mmvitreg_model_loading():
     """A model holding an mmvitreg module, in mmengine's loaders. ``Runner.load_checkpoint`` (``load_from`` and
     ``resume`` of mmengine's own Runner, which mmpretrain's, mmseg's and mmdet's tools build) and ``load_checkpoint``
     (mmpretrain's ``get_model`` and inferencers, mmseg's and mmdet's ``init_model``) run as they are, but their read
-    (mmengine's ``_load_checkpoint``: a bare ``torch.load``) is mmvitreg's :func:`mmvitreg.fileio.read_checkpoint`
-    (a regular file, the allow-list for that read, one line on a bad file); the read checkpoint goes to
+    of a local file (mmengine's ``_load_checkpoint``: a bare ``torch.load``) is mmvitreg's
+    :func:`mmvitreg.fileio.read_checkpoint` (a regular file, the allow-list for that read, one line on a bad file),
+    and a URL is mmengine's download and read with that allow-list; the read checkpoint goes to
     :func:`mmvitreg.engine.checkpoint.fill_model` from ``_load_checkpoint_to_model`` (those two, ``BaseInferencer``,
     FlexibleRunner's strategies). Functions that modules import by name are replaced there too, whatever the import
     order. Any other model goes through mmengine's own functions, as without mmvitreg."""
@@ -75,8 +76,11 @@ def _patch_mmvitreg_model_loading():
     def read_for_mmvitreg_models(filename, map_location=None, logger=None):
         if not _MMVITREG_READ.get():
             return read(filename, map_location, logger)
-        from mmvitreg.fileio import read_checkpoint
-        return read_checkpoint(filename, map_location)
+        from mmvitreg.fileio import checkpoint_globals, read_checkpoint
+        if '://' not in str(filename):
+            return read_checkpoint(filename, map_location)
+        with checkpoint_globals():  # a URL: mmengine's download and cache (torch.hub's, rank 0 first), its torch.load
+            return read(filename, map_location, logger)
 
     def load_to_mmvitreg_models(model, checkpoint, strict=False, logger=None, revise_keys=[(r'^module.', '')]):
         if not is_mmvitreg_model(model):
