@@ -71,7 +71,7 @@ def _statistics() -> dict:
 def _numpy_dtype(*args) -> np.dtype:
     """``numpy.dtype(...)`` of a pickle, for the kinds of :data:`NUMPY_KINDS` only. numpy's ``__setstate__`` of
     these dtypes (the pickle's BUILD that follows) leaves their item size, byte order and fields as they are
-    (``tests/test_safe_loading.py`` checks every one); a flexible dtype's sets its item size."""
+    (``tests/test_checkpoint_fuzz.py`` checks every one); a flexible dtype's sets its item size."""
     dtype = np.dtype(*args)
     if dtype.kind not in NUMPY_KINDS or dtype.fields is not None or dtype.subdtype is not None:
         raise pickle.UnpicklingError(f'numpy dtype {dtype.str!r} is not one a checkpoint holds (kinds {NUMPY_KINDS})')
