@@ -10,6 +10,7 @@ them replaces a host function for a model that holds no mmvitreg module (``tests
 import importlib.metadata
 import os.path as osp
 import warnings
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Callable, List, Optional
 
@@ -41,39 +42,73 @@ def _at_least(distribution: str, bound: str) -> bool:
     return version is not None and version >= Version(bound)
 
 
-def _allow_checkpoint_globals():
-    """torch's own allow-list of ``weights_only`` loading (what every ``torch.load`` without ``weights_only=False``
-    reads, mmengine's checkpoint loaders included) gets :func:`mmvitreg.fileio.checkpoint_safe_globals`."""
-    from mmvitreg.fileio import checkpoint_safe_globals
-    torch.serialization.add_safe_globals(checkpoint_safe_globals())
-
-
 def is_mmvitreg_model(model: torch.nn.Module) -> bool:
     """Whether ``model`` or one of its modules is an mmvitreg class (``mmvitreg_model_loading`` applies to it)."""
     return any(type(m).__module__.startswith('mmvitreg.') for m in model.modules())
 
 
+#: whether mmengine's checkpoint reader is reading for a model holding an mmvitreg module
+_MMVITREG_READ = ContextVar('mmvitreg_model_read', default=False)
+#: mmengine's function that reads a checkpoint into a model, by the modules that import it by name
+_LOAD_CHECKPOINT_HOLDERS = ('mmengine.runner.checkpoint', 'mmengine.runner', 'mmpretrain.apis.base',
+                            'mmseg.apis.inference', 'mmdet.apis.inference')
+
+
 def _patch_mmvitreg_model_loading():
-    """mmengine hands a read checkpoint to ``_load_checkpoint_to_model`` from ``load_checkpoint``, ``BaseInferencer``,
-    ``Runner.load_checkpoint`` (``load_from`` and ``resume`` of mmengine's own Runner, which mmpretrain's, mmseg's and
-    mmdet's tools build) and FlexibleRunner's strategies; ``mmengine.infer`` and ``mmengine.runner.runner`` import it
-    by name, so it is replaced there too, whatever the import order. A model holding an mmvitreg module goes to
-    ``mmvitreg.Pretrained.load_checkpoint_dict``, any other to mmengine's own function."""
+    """A model holding an mmvitreg module, in mmengine's loaders. ``Runner.load_checkpoint`` (``load_from`` and
+    ``resume`` of mmengine's own Runner, which mmpretrain's, mmseg's and mmdet's tools build) and ``load_checkpoint``
+    (mmpretrain's ``get_model`` and inferencers, mmseg's and mmdet's ``init_model``) run as they are, but their read
+    of a local file (mmengine's ``_load_checkpoint``: a bare ``torch.load``) is mmvitreg's
+    :func:`mmvitreg.fileio.read_checkpoint` (a regular file, the allow-list for that read, one line on a bad file),
+    and a URL is mmengine's download and read with that allow-list; the read checkpoint goes to
+    :func:`mmvitreg.engine.checkpoint.fill_model` from ``_load_checkpoint_to_model`` (those two, ``BaseInferencer``,
+    FlexibleRunner's strategies). Functions that modules import by name are replaced there too, whatever the import
+    order. Any other model goes through mmengine's own functions, as without mmvitreg."""
+    import sys
+
     import mmengine.infer.infer as infer
     import mmengine.runner.checkpoint as runner_checkpoint
     import mmengine.runner.runner as runner
-    from mmengine.registry import WEIGHT_INITIALIZERS
 
-    load_to_model = runner_checkpoint._load_checkpoint_to_model
+    read, load_to_model = runner_checkpoint._load_checkpoint, runner_checkpoint._load_checkpoint_to_model
+    load_checkpoint, runner_load_checkpoint = runner_checkpoint.load_checkpoint, runner.Runner.load_checkpoint
+
+    def read_for_mmvitreg_models(filename, map_location=None, logger=None):
+        if not _MMVITREG_READ.get():
+            return read(filename, map_location, logger)
+        from mmvitreg.fileio import checkpoint_globals, read_checkpoint
+        if '://' not in str(filename):
+            return read_checkpoint(filename, map_location)
+        with checkpoint_globals():  # a URL: mmengine's download and cache (torch.hub's, rank 0 first), its torch.load
+            return read(filename, map_location, logger)
 
     def load_to_mmvitreg_models(model, checkpoint, strict=False, logger=None, revise_keys=[(r'^module.', '')]):
         if not is_mmvitreg_model(model):
             return load_to_model(model, checkpoint, strict, logger, revise_keys)
-        return WEIGHT_INITIALIZERS.get('mmvitreg.Pretrained').load_checkpoint_dict(model, checkpoint, strict,
-                                                                                   revise_keys)
+        from mmvitreg.engine.checkpoint import fill_model
+        return fill_model(model, checkpoint, revise_keys)
 
+    def reading_for(model, load, *args, **kwargs):
+        token = _MMVITREG_READ.set(is_mmvitreg_model(model))
+        try:
+            return load(*args, **kwargs)
+        finally:
+            _MMVITREG_READ.reset(token)
+
+    def load_checkpoint_of_mmvitreg_models(model, *args, **kwargs):
+        return reading_for(model, load_checkpoint, model, *args, **kwargs)
+
+    def runner_load_checkpoint_of_mmvitreg_models(self, *args, **kwargs):
+        return reading_for(self.model, runner_load_checkpoint, self, *args, **kwargs)
+
+    for module in (runner_checkpoint, runner):
+        module._load_checkpoint = read_for_mmvitreg_models
     for module in (runner_checkpoint, infer, runner):
         module._load_checkpoint_to_model = load_to_mmvitreg_models
+    for name in _LOAD_CHECKPOINT_HOLDERS:
+        if getattr(sys.modules.get(name), 'load_checkpoint', None) is load_checkpoint:
+            sys.modules[name].load_checkpoint = load_checkpoint_of_mmvitreg_models
+    runner.Runner.load_checkpoint = runner_load_checkpoint_of_mmvitreg_models
 
 
 def _register_mmvitreg_config_scope():
@@ -139,8 +174,6 @@ class Patch:
 
 
 PATCHES = (
-    Patch('checkpoint_weights_only', 'mmengine #1655, PR #1670 (mmengine 0.11); our globals on any mmengine',
-          lambda: _at_least('torch', '2.6'), _allow_checkpoint_globals),
     Patch('mmvitreg_config_scope', 'mmengine MODULE2PACKAGE has a fixed list of packages',
           _mmengine_lacks_mmvitreg, _register_mmvitreg_config_scope),
     Patch('multimodal_off', 'not fixed upstream (mmpretrain 1.2.0 is the latest release)',

@@ -1,29 +1,50 @@
 """Reading and writing files safely, at the bottom of the package (the data sets and the engine use it):
-:func:`load_checkpoint` (``weights_only=True`` and the allow-list of what checkpoints hold) and :func:`atomic_write`
-(a temporary ``os.replace``-d over the final name). How checkpoints are loaded: :mod:`mmvitreg.engine.checkpoint`.
+:func:`read_checkpoint` (step 1 of the loading pass: a regular file of a plausible size, unpickled by torch with
+``weights_only=True`` and, for that one read, the allow-list of what checkpoints hold) and :func:`atomic_write` (a
+temporary ``os.replace``-d over the final name). How checkpoints are loaded: :mod:`mmvitreg.engine.checkpoint`.
+
+torch's own allow-list (``torch.serialization.get_safe_globals()``) is never widened for the process: the globals of
+:func:`checkpoint_safe_globals` are added only inside :func:`checkpoint_globals`, around the package's own reads.
+Each of them is a checked stand-in wherever unpickling it could change a buffer's size or layout or a class's
+state: numpy's flexible dtypes (``S``, ``U``, ``V``, ``O``) are refused, ``numpy.ndarray(...)`` (uninitialised
+memory) cannot be called, and ``HistoryBuffer`` / ``argparse.Namespace`` states are checked before they are set.
 """
+import argparse
 import os
 import os.path as osp
 import pickle
 import re
 import secrets
 import socket
+import stat
 import time
-from typing import Callable, IO, List, Optional, Tuple
+from contextlib import ExitStack, contextmanager
+from typing import Callable, IO, Iterator, List, Optional, Tuple
 
+import numpy as np
 import torch
+from mmengine.logging import HistoryBuffer
 from packaging.version import Version
 
 #: environment variable that lets :func:`load_checkpoint` unpickle anything (``--unsafe-load`` sets it)
 UNSAFE_LOAD_ENV = 'MMVITREG_UNSAFE_LOAD'
 #: the help of every tool's ``--unsafe-load`` flag
-UNSAFE_LOAD_HELP = (f'unpickle checkpoints and token label maps without the allow-list of what checkpoints hold (as '
-                    f'{UNSAFE_LOAD_ENV}=1 does): a pickle can run code, so only for files you trust')
-#: torch >= 2.6: ``weights_only=True`` by default, allow-list entries by name (the gate of :mod:`mmvitreg.compat`'s
-#: ``checkpoint_weights_only``); an older torch unpickles everything by default, and :func:`load_checkpoint` with it
+UNSAFE_LOAD_HELP = (f'unpickle checkpoints without the allow-list of what checkpoints hold (as {UNSAFE_LOAD_ENV}=1 '
+                    'does): a pickle can run code, so only for files you trust')
+#: torch >= 2.6: ``weights_only=True`` by default, allow-list entries by name; an older torch unpickles everything by
+#: default, and :func:`load_checkpoint` with it
 TORCH_WEIGHTS_ONLY = Version(torch.__version__).release >= (2, 6)
 _REFUSED_GLOBAL = re.compile(r'GLOBAL (\S+)')  # torch's wording varies ('Unsupported global: GLOBAL x.y', ...)
 _WEIGHTS_ONLY_ERROR = re.compile(r'WeightsUnpickler error:\s*([^\n]+)')
+#: numpy dtype kinds a checkpoint's arrays and scalars may have: bool, signed / unsigned integer, float (fixed item
+#: sizes; flexible ``S`` / ``U`` / ``V`` / ``O`` and the datetimes, whose state sets a unit, are refused)
+NUMPY_KINDS = 'biuf'
+_NUMPY_RECONSTRUCT = np.zeros(0).__reduce__()[0]  # numpy's array rebuild function, whatever module holds it
+_NUMPY_SCALAR = np.float64(0).__reduce__()[0]  # numpy's scalar rebuild function
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be used; the message (one line) names the file and what is wrong."""
 
 
 class UnsafeCheckpointError(pickle.UnpicklingError):
@@ -36,42 +57,146 @@ def _history_buffer_statistic(owner, name: str):
 
     A ``HistoryBuffer`` keeps its statistic methods in its state (``{'min': HistoryBuffer.min, ...}``),
     which pickle writes as ``getattr(HistoryBuffer, 'min')``; allowing ``builtins.getattr`` itself would
-    hand any attribute of any allowed class to the pickle.
+    hand any attribute of any allowed class to the pickle. (The pickle's ``HistoryBuffer`` is
+    :class:`_CheckedHistoryBuffer`.)
     """
-    from mmengine.logging import HistoryBuffer
-    statistics = set(HistoryBuffer()._statistics_methods) | set(HistoryBuffer._statistics_methods)
-    if owner is not HistoryBuffer or name not in statistics:
+    if owner not in (HistoryBuffer, _CheckedHistoryBuffer) or name not in _statistics():
         raise pickle.UnpicklingError(f'getattr({owner!r}, {name!r}) is not a HistoryBuffer statistic')
-    return getattr(owner, name)
+    return getattr(HistoryBuffer, name)
+
+
+def _statistics() -> dict:
+    """HistoryBuffer's statistic methods by name (its defaults join its class table when one is built)."""
+    return HistoryBuffer()._statistics_methods
+
+
+def _numpy_dtype(*args) -> np.dtype:
+    """``numpy.dtype(...)`` of a pickle, for the kinds of :data:`NUMPY_KINDS` only. numpy's ``__setstate__`` of
+    these dtypes (the pickle's BUILD that follows) leaves their item size, byte order and fields as they are
+    (``tests/test_checkpoint_fuzz.py`` checks every one); a flexible dtype's sets its item size."""
+    dtype = np.dtype(*args)
+    if dtype.kind not in NUMPY_KINDS or dtype.fields is not None or dtype.subdtype is not None:
+        raise pickle.UnpicklingError(f'numpy dtype {dtype.str!r} is not one a checkpoint holds (kinds {NUMPY_KINDS})')
+    return dtype
+
+
+def _numpy_array_type(*args):
+    """What the name ``numpy.ndarray`` stands for in a pickle: only :func:`_numpy_reconstruct`'s argument, never
+    called (``numpy.ndarray(shape)`` hands out uninitialised memory)."""
+    raise pickle.UnpicklingError('numpy.ndarray(...) is not called while unpickling a checkpoint')
+
+
+def _numpy_reconstruct(subtype, shape, typecode) -> np.ndarray:
+    """numpy's ``_reconstruct(numpy.ndarray, (0,), b'b')``: the empty array whose BUILD (``ndarray.__setstate__``)
+    sets its dtype (one of :func:`_numpy_dtype`'s: numpy takes no other object there) and data, which numpy checks
+    against the shape (``buffer size does not match array size``)."""
+    if subtype is not _numpy_array_type or tuple(shape) != (0, ) or typecode != b'b':
+        raise pickle.UnpicklingError(f'numpy _reconstruct{(subtype, shape, typecode)!r} is not a plain array')
+    return _NUMPY_RECONSTRUCT(np.ndarray, (0, ), b'b')
+
+
+def _numpy_scalar(dtype, data: bytes):
+    """numpy's ``scalar(dtype, data)``: a scalar of a :func:`_numpy_dtype` kind from exactly its item size."""
+    if not (isinstance(dtype, np.dtype) and dtype.kind in NUMPY_KINDS and isinstance(data, bytes)
+            and len(data) == dtype.itemsize):
+        raise pickle.UnpicklingError(f'numpy scalar({dtype!r}, {len(data) if isinstance(data, bytes) else data!r} '
+                                     'bytes) is not a number of that dtype')
+    return _NUMPY_SCALAR(dtype, data)
+
+
+class _StandIn:
+    """A checked stand-in of a host class in a pickle, which rebuilds it by NEWOBJ (no arguments: an empty instance
+    of the host) and BUILD (:meth:`check` the state, then the host's own): it becomes an instance of the host. One that
+    no BUILD reached (a crafted file) stays an empty instance of the stand-in, which a save would write under the
+    stand-in's name, refused by the next read. Calling the class is refused."""
+
+    host: type
+
+    def __new__(cls, *args):
+        if args:
+            raise pickle.UnpicklingError(f'{cls.host.__name__}.__new__ takes no arguments in a checkpoint')
+        instance = cls.host.__new__(cls)
+        cls.host.__init__(instance)
+        return instance
+
+    def __init__(self, *args, **kwargs):
+        raise pickle.UnpicklingError(f'{self.host.__name__}(...) is not called while unpickling a checkpoint')
+
+    def check(self, state) -> bool:
+        raise NotImplementedError
+
+    def __setstate__(self, state):
+        if not self.check(state):
+            raise pickle.UnpicklingError(f'a {self.host.__name__} state that is not one a checkpoint holds')
+        if hasattr(self.host, '__setstate__'):
+            self.host.__setstate__(self, state)
+        else:
+            self.__dict__.update(state)
+        self.__class__ = self.host
+
+
+class _CheckedHistoryBuffer(_StandIn, HistoryBuffer):
+    """mmengine's ``HistoryBuffer``, its state checked: ``max_length`` an int, both histories 1-D numeric arrays of
+    one length, the statistic methods HistoryBuffer's own (its ``__setstate__`` writes them into the class's table,
+    shared by the process)."""
+
+    host = HistoryBuffer
+
+    def check(self, state) -> bool:
+        if not (isinstance(state, dict) and set(state) <= {'max_length', '_log_history', '_count_history',
+                                                            'statistics_methods'}):
+            return False
+        histories = [state.get(k) for k in ('_log_history', '_count_history')]
+        methods = state.get('statistics_methods', {})
+        return (type(state.get('max_length')) is int and isinstance(methods, dict)
+                and all(isinstance(h, np.ndarray) and h.ndim == 1 and h.dtype.kind in NUMPY_KINDS for h in histories)
+                and len({len(h) for h in histories}) == 1
+                and all(_statistics().get(k) is v for k, v in methods.items()))
+
+
+class _CheckedNamespace(_StandIn, argparse.Namespace):
+    """``argparse.Namespace`` (a timm-era release's ``args``), its state a dict of names."""
+
+    host = argparse.Namespace
+
+    def check(self, state) -> bool:
+        return isinstance(state, dict) and all(isinstance(k, str) for k in state)
 
 
 def checkpoint_safe_globals() -> list:
-    """The globals :func:`load_checkpoint` lets a checkpoint's pickle name, besides torch's own.
+    """The globals :func:`load_checkpoint` lets a checkpoint's pickle name, besides torch's own, as
+    ``(checked stand-in, name)`` pairs where unpickling the original could change a buffer or a class.
 
-    Found by scanning the checkpoints ``tools/train.py`` writes for every technique's digits config
-    (EMA included; ``tests/test_safe_loading.py`` loads them all) and the official releases the
-    converters read. Each entry says why it is there.
+    Found by scanning the checkpoints ``tools/train.py`` writes for every technique's digits config (EMA and AMP
+    included; ``tests/test_safe_loading.py`` loads them all) and the official releases the converters read:
+    ``HistoryBuffer`` and its statistic methods (mmengine's message hub), numpy arrays of ``<f8`` / ``<i8`` / ``<u4``
+    (the histories, ``RNGStateHook``'s ``numpy.random.get_state()``), numpy scalars (``runtime_info['eta']``) and
+    ``argparse.Namespace`` (timm-era releases' ``args``).
     """
-    import argparse
-    import numpy as np
-    from mmengine.logging import HistoryBuffer
-    reconstruct = np.zeros(0).__reduce__()[0]  # numpy's array rebuild function, whatever module holds it
-    scalar = np.float64(0).__reduce__()[0]  # numpy's scalar rebuild function
-    numpy_dtypes = {type(np.dtype(c)) for c in np.typecodes['All'] if c not in 'OV'}  # no object/void dtype
+    dtype_classes = {type(np.dtype(c)) for c in np.typecodes['AllInteger'] + np.typecodes['Float'] + '?'}
+    numpy_names = [(f, f'numpy.{core}.multiarray.{name}') for core in ('_core', 'core')
+                   for f, name in ((_numpy_reconstruct, '_reconstruct'), (_numpy_scalar, 'scalar'))]
     return [
-        # mmengine's MessageHub.state_dict (checkpoint['message_hub']['log_scalars']) holds HistoryBuffers
-        HistoryBuffer,
-        (_history_buffer_statistic, 'builtins.getattr'),  # a HistoryBuffer's statistic methods (see there)
-        # HistoryBuffer's histories, numpy.random.get_state() in our RNGStateHook's rng_state and numpy
-        # scalars in meta / message_hub runtime_info (e.g. 'eta'): arrays, scalars and their dtypes, as
-        # numpy 2 (numpy._core) and numpy 1 (numpy.core) name them
-        np.ndarray, np.dtype, *sorted(numpy_dtypes, key=str),
-        (reconstruct, 'numpy._core.multiarray._reconstruct'), (reconstruct, 'numpy.core.multiarray._reconstruct'),
-        (scalar, 'numpy._core.multiarray.scalar'), (scalar, 'numpy.core.multiarray.scalar'),
-        # timm-era official training checkpoints (LV-ViT, DeepViT, and the DeiT code of DiversePatch and
-        # TL-Align) keep the command line as checkpoint['args'], an argparse.Namespace
-        argparse.Namespace,
+        (_CheckedHistoryBuffer, 'mmengine.logging.history_buffer.HistoryBuffer'),
+        (_history_buffer_statistic, 'builtins.getattr'),
+        (_numpy_dtype, 'numpy.dtype'), (_numpy_array_type, 'numpy.ndarray'), *numpy_names,
+        # the BUILD of a dtype that _numpy_dtype returned: numpy leaves these dtypes as they are
+        *sorted(dtype_classes, key=str),
+        # the BUILD of the array _numpy_reconstruct returned (numpy checks it); no GLOBAL spells a line break, so no
+        # pickle can name the class itself (numpy.ndarray is _numpy_array_type)
+        (np.ndarray, 'numpy.ndarray\nBUILD only'),
+        (_CheckedNamespace, 'argparse.Namespace'),
     ]
+
+
+@contextmanager
+def checkpoint_globals() -> Iterator[None]:
+    """Inside it, torch's ``weights_only`` allow-list also holds :func:`checkpoint_safe_globals`; on leaving, torch's
+    list is as it was (what was on it before stays). torch's list is one per process: a ``torch.load`` of another
+    thread during the read sees them too."""
+    present = set(torch.serialization.get_safe_globals())
+    with torch.serialization.safe_globals([g for g in checkpoint_safe_globals() if g not in present]):
+        yield
 
 
 def unsafe_load_allowed() -> bool:
@@ -80,9 +205,9 @@ def unsafe_load_allowed() -> bool:
 
 
 def load_checkpoint(file, map_location=None, name: Optional[str] = None, unsafe: Optional[bool] = None):
-    """``torch.load`` of a checkpoint, with ``weights_only=True`` and torch's allow-list, which holds
-    :func:`checkpoint_safe_globals` (:mod:`mmvitreg.compat`'s ``checkpoint_weights_only``; before torch 2.6,
-    :data:`TORCH_WEIGHTS_ONLY`, the file is unpickled as that torch does by default). The package's one unpickler.
+    """``torch.load`` of a checkpoint, with ``weights_only=True`` and, for this read only, the allow-list of
+    :func:`checkpoint_safe_globals` (:func:`checkpoint_globals`; before torch 2.6, :data:`TORCH_WEIGHTS_ONLY`, the
+    file is unpickled as that torch does by default). The package's one unpickler.
 
     Args:
         file (str | file-like): what ``torch.load`` reads.
@@ -92,14 +217,16 @@ def load_checkpoint(file, map_location=None, name: Optional[str] = None, unsafe:
             :func:`unsafe_load_allowed`.
 
     Raises:
-        UnsafeCheckpointError: the pickle names a global outside the allow-list (nothing of it ran).
+        UnsafeCheckpointError: the pickle names a global outside the allow-list or breaks one of its checks (nothing
+            of it ran).
     """
     if unsafe is None:
         unsafe = unsafe_load_allowed()
     if unsafe or not TORCH_WEIGHTS_ONLY:
         return torch.load(file, map_location=map_location, weights_only=False)
     try:
-        return torch.load(file, map_location=map_location, weights_only=True)
+        with checkpoint_globals():
+            return torch.load(file, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
         if 'Weights only load failed' not in str(e) or 'Unsupported operand' in str(e):
             raise  # a damaged file or not a pickle (text read as one), not a refused one
@@ -110,6 +237,71 @@ def load_checkpoint(file, map_location=None, name: Optional[str] = None, unsafe:
             f'checkpoint {name or file}: refused to unpickle {what}: it is not on mmvitreg\'s allow-list of what '
             'checkpoints hold, and unpickling it could run code; if you trust the file, pass --unsafe-load '
             f'(tools/train.py, tools/test.py, the converters) or set {UNSAFE_LOAD_ENV}=1') from None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f'{type(e).__name__}: {text[0].split(". ")[0]}' if text else type(e).__name__  # its first sentence
+
+
+def open_regular_file(path: str, name: str, what: str = 'checkpoint') -> IO[bytes]:
+    """``path`` opened for reading, if it is a regular file (a symlink to one included) of 1 byte to the machine's
+    physical memory: a FIFO, a device (``/dev/zero``), a folder, an empty or a larger file is refused before a byte
+    is read. Opened without blocking and checked on the open descriptor, so the path cannot be swapped in between.
+
+    Raises:
+        CheckpointError: one line naming the file (``name``) and what it is.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0))
+    except FileNotFoundError:
+        raise CheckpointError(f'{what} {name}: no such file') from None
+    except OSError as e:
+        raise CheckpointError(f'{what} {name}: cannot be opened ({_first_line(e)})') from None
+    info = os.fstat(fd)
+    memory = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') if hasattr(os, 'sysconf') else None
+    problem = ('not a regular file (a FIFO, a device or a folder)' if not stat.S_ISREG(info.st_mode) else
+               'empty file (0 bytes), e.g. a save that was interrupted' if info.st_size == 0 else
+               f'{info.st_size} bytes, more than this machine\'s memory ({memory} bytes)'
+               if memory and info.st_size > memory else None)
+    if problem:
+        os.close(fd)
+        raise CheckpointError(f'{what} {name}: {problem}')
+    return os.fdopen(fd, 'rb')
+
+
+def read_checkpoint(filename: str, map_location='cpu', unsafe: Optional[bool] = None) -> dict:
+    """Step 1 of the loading pass: read ``filename``, local or remote (fetched by ``mmengine.fileio.get_local_path``),
+    as a regular file of a plausible size (:func:`open_regular_file`), unpickled by :func:`load_checkpoint` (the
+    allow-list unless ``unsafe`` or ``--unsafe-load``).
+
+    Raises:
+        CheckpointError: the file cannot be fetched, is not a regular file, is empty, too large, truncated, not a
+            PyTorch checkpoint dict, or names a global outside the allow-list (one line naming the file).
+    """
+    from mmengine.fileio import get_local_path
+    filename = str(filename)
+    with ExitStack() as stack:
+        path = filename
+        if '://' in filename:
+            try:
+                path = stack.enter_context(get_local_path(filename))
+            except Exception as e:  # no backend for the prefix, a network or permission error, ...
+                raise CheckpointError(f"checkpoint {filename}: cannot be fetched through mmengine's file backends "
+                                      f'({_first_line(e)}); download it and give the local path') from None
+        f = stack.enter_context(open_regular_file(path, filename))
+        try:
+            checkpoint = load_checkpoint(f, map_location, name=filename, unsafe=unsafe)
+        except UnsafeCheckpointError as e:  # its message names the file, the global and the opt-in
+            raise CheckpointError(str(e)) from None
+        except Exception as e:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for damaged files
+            raise CheckpointError(f'checkpoint {filename}: not a readable PyTorch checkpoint '
+                                  f'({os.fstat(f.fileno()).st_size} bytes; truncated or another format): '
+                                  f'{_first_line(e)}') from None
+    if not isinstance(checkpoint, dict):
+        raise CheckpointError(f'checkpoint {filename}: holds a {type(checkpoint).__name__}, not a checkpoint '
+                              '(a dict with a state_dict, or a state dict)')
+    return checkpoint
 
 
 #: what :func:`atomic_write` names its temporaries: ``.<final name>.<writer>.<random>.tmp``, the writer being

@@ -13,8 +13,9 @@ import torch
 from torch import nn
 
 from guard_helpers import TECHNIQUES, build_workspace, checkpoints, files_of, logged_losses, tool, train
-from mmvitreg.engine import (AtomicLocalBackend, CheckpointError, load_state_dict_checked, read_checkpoint,
+from mmvitreg.engine import (AtomicLocalBackend, CheckpointError, fit, read_checkpoint,
                              resume_candidates)
+from mmvitreg.engine.checkpoint import load_weights
 
 
 # ---------------------------------------------------------------- reading
@@ -39,8 +40,11 @@ def test_read_checkpoint_names_the_file_and_the_problem(tmp_path):
     with pytest.raises(CheckpointError, match='holds a list, not a checkpoint'):
         read_checkpoint(str(tmp_path / 'list.pth'))
     torch.save({'meta': {'epoch': 1}}, tmp_path / 'meta_only.pth')
-    with pytest.raises(CheckpointError, match='holds no tensors'):
-        read_checkpoint(str(tmp_path / 'meta_only.pth'))
+    with pytest.raises(CheckpointError, match=r"meta_only.pth: no state dict found .* top-level keys: \['meta'\]"):
+        load_weights(Net(), str(tmp_path / 'meta_only.pth'))  # the convert stage
+    torch.save({'state_dict': {'note': 'x'}}, tmp_path / 'no_tensors.pth')
+    with pytest.raises(CheckpointError, match='no_tensors.pth: holds no tensors'):
+        load_weights(Net(), str(tmp_path / 'no_tensors.pth'))  # the values, before the fit
 
 
 # ---------------------------------------------------------------- key report
@@ -52,33 +56,39 @@ class Net(nn.Module):
         self.head = nn.Linear(8, classes)
 
 
-def test_key_report_counts_matched_missing_unexpected_and_resized():
+def test_key_report_counts_matched_missing_unexpected_and_mismatched():
     source = Net(classes=3).state_dict()
     source['extra.weight'] = torch.zeros(1)
     del source['body.bias']
     source.pop('bn.num_batches_tracked')  # old checkpoints lack it: never reported (as mmengine)
     model = Net(classes=10)
     before = model.head.weight.clone()
-    report = load_state_dict_checked(model, source)
+    report = fit(model, source)
     assert report.missing == ['body.bias']
     assert report.unexpected == ['extra.weight']
-    assert report.resized == {'head.weight': ((3, 8), (10, 8)), 'head.bias': ((3, ), (10, ))}
+    assert report.mismatched == {'head.weight': ((3, 8), (10, 8)), 'head.bias': ((3, ), (10, ))}
+    assert report.resized == {}
     assert sorted(report.matched) == ['bn.bias', 'bn.running_mean', 'bn.running_var', 'bn.weight', 'body.weight']
-    assert not report.clean and report.summary() == '5 matched, 1 missing, 1 unexpected, 2 resized keys'
+    assert not report.clean and report.summary() == '5 matched, 0 resized, 1 missing, 1 unexpected, 2 mismatched keys'
     assert 'head.weight [3, 8] in the checkpoint vs [10, 8] in the model' in report.describe()
     assert torch.equal(model.body.weight, source['body.weight']) and torch.equal(model.head.weight, before)
-    assert load_state_dict_checked(Net(), Net().state_dict()).clean
+    assert fit(Net(), Net().state_dict()).clean
 
 
-def test_key_report_runs_load_time_hooks_position_embedding_resize_is_a_match():
+def test_key_report_runs_load_time_hooks_position_embedding_resize_is_reported_resized():
     """mmpretrain's ViT resizes pos_embed in a load-state-dict pre-hook: a checkpoint of another input
-    size fits (the mmpretrain compatibility the design promises), it is not a size mismatch."""
+    size fits (the mmpretrain compatibility the design promises), it is not a size mismatch, and the report says
+    which key was resized from which shape (issue 47: it said "0 resized keys")."""
     from mmvitreg.models.backbones import VisionTransformer
     arch = dict(embed_dims=32, num_layers=1, num_heads=2, feedforward_channels=64)
     small = VisionTransformer(arch=arch, img_size=32, patch_size=8).state_dict()
     big = VisionTransformer(arch=arch, img_size=64, patch_size=8)
-    report = load_state_dict_checked(big, small)
+    report = fit(big, small)
     assert report.clean and big.pos_embed.shape == (1, 65, 32)
+    assert report.resized == {'pos_embed': ((1, 17, 32), (1, 65, 32))} and 'pos_embed' not in report.matched
+    assert report.summary().startswith(f'{len(small) - 1} matched, 1 resized, 0 missing')
+    assert "resized by the model's load hooks: pos_embed [1, 17, 32] in the checkpoint to [1, 65, 32]" in \
+        report.describe()
 
 
 # ---------------------------------------------------------------- atomic saving
@@ -239,7 +249,7 @@ def test_load_from_of_another_model_stops_unless_allowed_partial_then_one_summar
     lines = [ln for ln in next(work.rglob('*.log')).read_text().splitlines() if f'load_from {ckpt}:' in ln]
     assert len(lines) == 1
     assert ' matched, ' in lines[0] and ' missing, ' in lines[0] and ' unexpected, ' in lines[0] \
-        and ' resized keys' in lines[0]
+        and ' mismatched keys' in lines[0]
     assert [c for c in checkpoints(work) if not c.startswith('best_')] == ['epoch_1.pth']  # and the best of the run
 
 

@@ -12,8 +12,9 @@ from packaging.version import Version
 
 from conftest import tool_env
 from mmvitreg import compat
+from mmvitreg.fileio import TORCH_WEIGHTS_ONLY
 
-ALL = ['checkpoint_weights_only', 'mmvitreg_config_scope', 'mmvitreg_model_loading']
+ALL = ['mmvitreg_config_scope', 'mmvitreg_model_loading']
 
 
 def run_py(code):
@@ -31,12 +32,11 @@ def fake_versions(**versions):
 # --- the gates -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize('torch_version, mmengine_version, expected', [
-    ('2.14.1', '0.10.7', ALL),     # the quick start
-    ('2.6.0', '0.10.3', ALL),      # first weights_only torch
-    ('2.5.1', '0.10.7', ALL[1:]),  # torch before weights_only: checkpoints load as that torch loads them
-    ('2.1.2', '0.10.3', ALL[1:]),  # the oldest stack
-    ('2.14.1', '0.11.0', ALL),     # mmengine with PR #1670: our globals still on torch's list, our models still
-                                   # convert releases
+    ('2.14.1', '0.10.7', ALL),  # the quick start
+    ('2.6.0', '0.10.3', ALL),   # first weights_only torch: torch's allow-list is left as it is all the same
+    ('2.5.1', '0.10.7', ALL),   # torch before weights_only
+    ('2.1.2', '0.10.3', ALL),   # the oldest stack
+    ('2.14.1', '0.11.0', ALL),  # mmengine with PR #1670: our models still convert releases
 ])
 def test_gates_read_the_installed_versions(monkeypatch, torch_version, mmengine_version, expected):
     fake = {'torch': Version(torch_version), 'mmengine': Version(mmengine_version)}
@@ -64,6 +64,7 @@ def test_this_stack_applies_exactly_the_patches_it_needs():
 
 
 HOST_FUNCTIONS = '''
+import torch
 import mmengine.config.config as cc, mmengine.dist.utils as du, mmengine.infer.infer as infer
 import mmengine.runner.checkpoint as rc, mmengine.utils as mu, mmengine.utils.package_utils as pu
 import mmpretrain.utils.dependency as dependency
@@ -77,7 +78,9 @@ def host():
                 installed_path=(pu.get_installed_path, mu.get_installed_path, cc.get_installed_path),
                 loaders=dict(rc.CheckpointLoader._schemes), multimodal=dependency.WITH_MULTIMODAL,
                 get_cfg_path=cc.Config._get_cfg_path,
-                load_to_model=(rc._load_checkpoint_to_model, infer._load_checkpoint_to_model))
+                load_to_model=(rc._load_checkpoint_to_model, infer._load_checkpoint_to_model, rc.load_checkpoint,
+                               rc._load_checkpoint, Runner.load_checkpoint),
+                safe_globals=sorted(map(str, torch.serialization.get_safe_globals())))
 
 
 before = host()
@@ -88,9 +91,10 @@ print(sorted(k for k, v in host().items() if v != before[k]))
 
 def test_import_replaces_no_host_function_but_the_config_lookup_and_the_model_loading():
     """In a fresh interpreter, ``import mmvitreg`` leaves mmengine's distributed init, DDP wrapper, compile step,
-    package lookup and every checkpoint loader (local and remote) as they were, and mmpretrain's multimodal switch
-    unless transformers 5 breaks it; it wraps ``Config._get_cfg_path`` (``mmvitreg::`` paths only) and
-    ``_load_checkpoint_to_model`` (mmvitreg's models only: tests/test_no_global_patch.py)."""
+    package lookup, every checkpoint loader (local and remote) and torch's ``weights_only`` allow-list as they were,
+    and mmpretrain's multimodal switch unless transformers 5 breaks it; it wraps ``Config._get_cfg_path``
+    (``mmvitreg::`` paths only) and mmengine's loading into a model (mmvitreg's models only:
+    tests/test_no_global_patch.py)."""
     proc = run_py(HOST_FUNCTIONS)
     assert proc.returncode == 0, proc.stderr
     multimodal = ['multimodal'] if 'multimodal_off' in compat.needed() else []
@@ -109,22 +113,22 @@ torch.save({'meta': {'epoch': 1, 'seed': np.int64(3)}, 'state_dict': {'w': torch
 '''
 
 
-def test_mmengine_checkpoints_load_where_torch_defaults_to_weights_only(tmp_path):
-    """mmengine #1655: runner checkpoints pickle HistoryBuffer / numpy scalars, which torch>=2.6's
-    weights_only default refuses. The gate agrees with the installed torch: where it says the patch
-    is needed, plain mmengine fails and mmvitreg's loader reads the file; where not, both read it."""
+def test_mmengine_checkpoints_read_by_mmengine_as_without_mmvitreg_and_by_mmvitregs_reader(tmp_path):
+    """mmengine #1655: runner checkpoints pickle HistoryBuffer / numpy scalars, which torch>=2.6's weights_only
+    default refuses. mmengine's own reader does after ``import mmvitreg`` exactly what it does without (torch's
+    allow-list is not widened); mmvitreg's reader reads the file with its allow-list, for that read."""
     ckpt = tmp_path / 'runner.pth'
     load = f"from mmengine.runner import CheckpointLoader\nck = CheckpointLoader.load_checkpoint('{ckpt}')\n" \
            "print('epoch', ck['meta']['epoch'])"
     assert run_py(SAVE_RUNNER_STYLE_CHECKPOINT.replace('CKPT', str(ckpt))).returncode == 0
-    plain = run_py(load)
-    if 'checkpoint_weights_only' in compat.needed():
-        assert plain.returncode != 0 and 'weights_only' in plain.stderr
-    else:
-        assert plain.returncode == 0 and 'epoch 1' in plain.stdout, plain.stderr
-    patched = run_py('import mmvitreg\n' + load)
-    assert patched.returncode == 0, patched.stderr
-    assert 'epoch 1' in patched.stdout
+    plain, imported = run_py(load), run_py('import mmvitreg\n' + load)
+    assert plain.returncode == imported.returncode
+    assert plain.stdout.split(' - ')[-1:] == imported.stdout.split(' - ')[-1:]  # without its time stamp
+    assert plain.stderr.strip().splitlines()[-1:] == imported.stderr.strip().splitlines()[-1:]
+    assert (plain.returncode != 0 and 'weights_only' in plain.stderr) == TORCH_WEIGHTS_ONLY, plain.stderr
+    ours = run_py(f"from mmvitreg.fileio import read_checkpoint\n"
+                  f"print('epoch', read_checkpoint('{ckpt}')['meta']['epoch'])")
+    assert ours.returncode == 0 and 'epoch 1' in ours.stdout, ours.stderr
 
 
 MMVITREG_BASE = '''

@@ -146,7 +146,7 @@ def test_mln_backbone_starts_from_the_classifier_checkpoint_its_comment_names(co
         elif not is_derived(key):
             assert torch.equal(tensor, saved[f'backbone.{key}']), key
     report = load_weights(backbone, str(ckpt), 'backbone', 'backbone.')
-    assert report.unexpected == ['ln1.weight', 'ln1.bias'] and not report.missing and not report.resized
+    assert report.unexpected == ['ln1.weight', 'ln1.bias'] and not report.missing and not report.mismatched
 
 
 def test_the_backbone_policy_still_refuses_another_architecture_a_dropped_parameter_and_missing_weights(
@@ -278,7 +278,7 @@ def test_a_classifier_checkpoint_loads_into_a_segmentor_without_its_head_and_fin
     report = load_weights(model, str(ckpt), 'backbone')
     assert sorted(report.unexpected) == ['backbone.ln1.bias', 'backbone.ln1.weight', 'head.layers.head.bias',
                                          'head.layers.head.weight']
-    assert not [k for k in report.missing + list(report.resized) if k.startswith('backbone.')]
+    assert not [k for k in report.missing + list(report.mismatched) if k.startswith('backbone.')]
 
     cfg = tiny_dense(deit, tmp_path)
     cfg.model.backbone.init_cfg = None

@@ -1,7 +1,7 @@
 """Issue 44 item 3: one loading path for every runner. mmpretrain's own ``tools/train.py`` builds mmengine's plain
 ``Runner`` (the configs name none), whose ``load_from`` reaches the model through the ``_load_checkpoint_to_model``
 that ``mmengine.runner.runner`` imported by name; an mmvitreg model gets there the same pass as through
-mmengine's ``load_checkpoint`` and inferencers (``Pretrained.load_checkpoint_dict``): a file that leaves a
+mmengine's ``load_checkpoint`` and inferencers (``mmvitreg.engine.checkpoint.fill_model``): a file that leaves a
 parameter unfilled stops the run with one line before any step, and an official release is converted and loads
 exactly the converter's weights."""
 import textwrap
@@ -62,3 +62,17 @@ def test_an_official_release_trains_from_its_converted_weights_in_mmpretrains_ow
     weights = [k for k in saved if not k.rsplit('.', 1)[-1].startswith(('running_', 'num_batches'))]
     assert sorted(weights) == sorted(k for k in expected if k in weights) and len(weights) > 50
     assert all(torch.equal(saved[k], expected[k]) for k in weights)
+
+
+def test_mmpretrains_own_train_py_resumes_a_checkpoint_of_an_mmvitreg_model(ws, tmp_path):
+    """Issue 47 item 1: torch's allow-list is no longer widened at ``import mmvitreg``, so mmengine's plain Runner
+    reads the file of an mmvitreg model (its message hub holds HistoryBuffers and numpy arrays, which torch >= 2.6
+    alone refuses) through mmvitreg's reader, with the allow-list for that read: the resume continues at epoch 2."""
+    first = mmpretrain_train(ws, DEEPVIT, tmp_path / 'first', False)
+    assert first.returncode == 0, first.stderr[-3000:]
+    checkpoint = tmp_path / 'first' / 'epoch_1.pth'
+    resumed = mmpretrain_train(ws, DEEPVIT, tmp_path / 'resumed', False, resume=True, load_from=checkpoint,
+                               **{'train_cfg.max_epochs': 2})
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert 'resumed epoch: 1' in next((tmp_path / 'resumed').rglob('*.log')).read_text()
+    assert sorted(p.name for p in (tmp_path / 'resumed').glob('epoch_*.pth')) == ['epoch_2.pth']

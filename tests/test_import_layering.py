@@ -5,7 +5,8 @@ too) is read from the source. The layers, bottom up:
 
 0. ``registry``, ``fileio``, ``compat``, ``mmcv_ops``: what every other part stands on (the allow-listed reader and
    the atomic writer, which the data sets and the engine share; the workarounds import nothing of the package but
-   ``fileio``; the stand-in for mmcv's compiled ops imports nothing of it)
+   ``fileio``, and the loader of :data:`UPWARD` when mmengine first loads an mmvitreg model; the stand-in for mmcv's
+   compiled ops imports nothing of it)
 1. ``datasets``: transforms and data sets
 2. ``models.layers``, ``models.converters`` (release layouts, registered by the backbones), ``models.unavailable``
 3. ``models.trace``: capabilities, mixing plans, the token trace
@@ -35,6 +36,11 @@ LAYERS = (
     ('mmvitreg.engine', ),
     ('mmvitreg.utils', 'mmvitreg'),
 )
+
+
+#: the one import up the layers, inside the function that needs it (no circle: the engine imports no workaround)
+UPWARD = {('mmvitreg.compat', 'mmvitreg.engine.checkpoint'):
+          "mmengine's loaders hand a model holding an mmvitreg module to the loader's fill_model"}
 
 
 def modules():
@@ -83,7 +89,8 @@ def graph():
 
 def test_no_module_imports_a_layer_above_its_own(graph):
     upward = [f'{name} (layer {layer(name)}) imports {target} (layer {layer(target)})'
-              for name, targets in graph.items() for target in sorted(targets) if layer(target) > layer(name)]
+              for name, targets in graph.items() for target in sorted(targets)
+              if layer(target) > layer(name) and (name, target) not in UPWARD]
     assert not upward, '\n'.join(upward)
 
 

@@ -10,7 +10,7 @@ from mmengine.registry import MODELS, DefaultScope
 from modelindex import load as load_model_index
 
 from conftest import REPO
-from mmvitreg.engine.checkpoint import Pretrained
+from mmvitreg.engine.checkpoint import fill_model
 from test_model_converters import official_state_dict
 
 LVVIT = dict(qkv_bias=False, aux_head=True)
@@ -71,4 +71,4 @@ def test_released_weights_load_strictly_into_the_config_their_entry_names(name):
     with DefaultScope.overwrite_default_scope(cfg.default_scope), torch.device('meta'):
         model = MODELS.build(model_cfg)
     checkpoint = {'model': official_release(name, entry['Converted From']['Converter'])}
-    Pretrained.load_checkpoint_dict(model, checkpoint, strict=True)  # raises CheckpointError on any misfit
+    fill_model(model, checkpoint)  # strict: raises CheckpointError on any misfit

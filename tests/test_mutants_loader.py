@@ -13,8 +13,9 @@ from torch import nn
 
 from checkpoint_converter import convert_checkpoint_file, converter_cli
 from mmvitreg.engine.checkpoint import (ATOMIC_BACKEND, AtomicLocalBackend, CheckpointError, KeyReport, Pretrained,
-                                        _looks_like, check_copy, check_fit, fit, load_state_dict_checked, load_weights,
-                                        normalise_checkpoint, partial_loading)
+                                        _looks_like, compare_copy, fill_model, fit, judge, load_weights,
+                                        partial_loading)
+from mmvitreg.models.converters import convert_checkpoint
 from mmvitreg.engine.runner import first_readable, resume_candidates
 from mmvitreg.fileio import UnsafeCheckpointError, _history_buffer_statistic, atomic_write, load_checkpoint
 
@@ -102,30 +103,32 @@ def test_a_modules_own_load_error_is_reported_and_mmengines_key_lines_are_not():
     source = Net().state_dict()
     source['extra.weight'] = torch.zeros(1)
     del source['head.bias']
-    report = load_state_dict_checked(Net(), source)
+    report = fit(Net(), source)
     assert report.missing == ['head.bias'] and report.unexpected == ['extra.weight'] and report.errors == []
     model = Net()
     model.head = Refusing(8, 3)
-    report = load_state_dict_checked(model, Net().state_dict())
+    report = fit(model, Net().state_dict())
     assert report.errors == ['the kernel is stored transposed'] and not report.clean
-    assert report.missing == [] and report.unexpected == [] and report.resized == {}
+    assert report.missing == [] and report.unexpected == [] and report.mismatched == {} == report.resized
     assert 'error: the kernel is stored transposed' in report.describe()
     with pytest.raises(CheckpointError, match='does not fit the model Net .*error: the kernel'):
-        fit(model, {}, 'f.pth', 'strict', 'hint', report=report)
-    assert fit(model, {}, 'f.pth', 'partial', 'hint', report=report) is report
+        judge(model, report, {}, 'f.pth', 'strict', 'hint')
+    with pytest.raises(CheckpointError, match='does not load into the model Net: the kernel is stored transposed'):
+        judge(model, report, {}, 'f.pth', 'backbone', 'hint')  # an error is no filled tensor
+    judge(model, report, {}, 'f.pth', 'partial', 'hint')
 
 
 def test_a_report_lists_the_first_five_keys_of_each_kind_and_counts_the_rest():
     five = [f'k{i}' for i in range(5)]
     assert KeyReport(missing=five).describe() == (
-        '0 matched, 5 missing, 0 unexpected, 0 resized keys; missing: k0, k1, k2, k3, k4')
+        '0 matched, 0 resized, 5 missing, 0 unexpected, 0 mismatched keys; missing: k0, k1, k2, k3, k4')
     assert KeyReport(unexpected=five + ['k5', 'k6']).describe().endswith(
         'unexpected: k0, k1, k2, k3, k4, ... (2 more)')
 
 
-def test_fit_refuses_an_unknown_policy():
+def test_judge_refuses_an_unknown_policy():
     with pytest.raises(ValueError, match=r"a load policy is one of \('strict', 'backbone', 'partial'\), not 'lenient'"):
-        fit(Net(), {'state_dict': Net().state_dict()}, 'f.pth', 'lenient', 'hint')
+        judge(Net(), KeyReport(), {}, 'f.pth', 'lenient', 'hint')
 
 
 # ---------------------------------------------------------------- what a file looks like
@@ -144,23 +147,23 @@ def test_a_refused_file_is_described_by_its_layout_its_top_level_modules_or_its_
 
 
 def test_the_backbone_policy_needs_ninety_percent_of_the_backbone_and_no_dropped_parameter():
-    """check_fit: at least MIN_BACKBONE_SHARE (0.9) of the backbone's tensors filled (missing or resized ones are
-    not), counted on model.backbone's keys when there is one; an unexpected backbone parameter stops the load, one
-    outside the backbone (a head the model does not have) does not."""
+    """The backbone policy: at least MIN_BACKBONE_SHARE (0.9) of the backbone's tensors filled (missing or mismatched
+    ones are not), counted on model.backbone's keys when there is one; an unexpected backbone parameter stops the
+    load, one outside the backbone (a head the model does not have) does not."""
     model = Net()
-    clean = load_state_dict_checked(model, Net().state_dict())
-    check_fit(model, clean, 'f.pth', {}, 'hint')
-    head_only = load_state_dict_checked(model, {k: v for k, v in Net(7).state_dict().items() if 'backbone' in k})
-    check_fit(model, head_only, 'f.pth', {}, 'hint')  # the head may be missing or resized: backbone is full
-    half = load_state_dict_checked(model, {'backbone.weight': torch.zeros(8, 4)})
+    clean = fit(model, Net().state_dict())
+    judge(model, clean, {}, 'f.pth', 'backbone', 'hint')
+    head_only = fit(model, {k: v for k, v in Net(7).state_dict().items() if 'backbone' in k})
+    judge(model, head_only, {}, 'f.pth', 'backbone', 'hint')  # the head may be missing or resized: backbone is full
+    half = fit(model, {'backbone.weight': torch.zeros(8, 4)})
     with pytest.raises(CheckpointError, match=r'would fill 1 of the 2 backbone tensors \(at least 90% needed'):
-        check_fit(model, half, 'f.pth', {}, 'hint')
-    extra = load_state_dict_checked(model, {**Net().state_dict(), 'backbone.proj_pre.weight': torch.zeros(1)})
+        judge(model, half, {}, 'f.pth', 'backbone', 'hint')
+    extra = fit(model, {**Net().state_dict(), 'backbone.proj_pre.weight': torch.zeros(1)})
     with pytest.raises(CheckpointError, match=r'has 1 parameters the model Net has no place for \(backbone.proj_pre'):
-        check_fit(model, extra, 'f.pth', {}, 'hint')
-    other_head = load_state_dict_checked(model, {**Net().state_dict(), 'head.pre_logits.weight': torch.zeros(1)})
+        judge(model, extra, {}, 'f.pth', 'backbone', 'hint')
+    other_head = fit(model, {**Net().state_dict(), 'head.pre_logits.weight': torch.zeros(1)})
     assert other_head.unexpected == ['head.pre_logits.weight']
-    check_fit(model, other_head, 'f.pth', {}, 'hint')
+    judge(model, other_head, {}, 'f.pth', 'backbone', 'hint')
 
 
 class LeftOut(nn.Linear):
@@ -169,40 +172,40 @@ class LeftOut(nn.Linear):
 
 
 def test_the_backbone_policy_accepts_the_keys_of_the_modules_the_backbone_leaves_out_and_no_other():
-    """check_fit: a checkpoint's keys under a module of the backbone's ``left_out`` are accepted, in a backbone
-    loaded alone (init_cfg) and under ``backbone.`` in a model; a key of another module (also one whose name
-    starts with the left-out one's) is still refused."""
+    """The backbone policy: a checkpoint's keys under a module of the backbone's ``left_out`` are accepted, in a
+    backbone loaded alone (init_cfg) and under ``backbone.`` in a model; a key of another module (also one whose
+    name starts with the left-out one's) is still refused."""
     weights = LeftOut(4, 8).state_dict()
     alone = LeftOut(4, 8)
-    check_fit(alone, load_state_dict_checked(alone, {**weights, 'norm.weight': torch.ones(8)}), 'f.pth', {}, 'hint')
+    judge(alone, fit(alone, {**weights, 'norm.weight': torch.ones(8)}), {}, 'f.pth', 'backbone', 'hint')
     model = Net()
     model.backbone = LeftOut(4, 8)
     state = {**Net().state_dict(), 'backbone.norm.weight': torch.ones(8), 'backbone.norm.bias': torch.ones(8)}
-    check_fit(model, load_state_dict_checked(model, state), 'f.pth', {}, 'hint')
+    judge(model, fit(model, state), {}, 'f.pth', 'backbone', 'hint')
     for key in ('norm_pre.weight', 'proj.weight'):
         with pytest.raises(CheckpointError, match=rf'has 1 parameters the model LeftOut has no place for \({key}\)'):
-            check_fit(alone, load_state_dict_checked(alone, {**weights, key: torch.ones(8)}), 'f.pth', {}, 'hint')
+            judge(alone, fit(alone, {**weights, key: torch.ones(8)}), {}, 'f.pth', 'backbone', 'hint')
 
 
 # ---------------------------------------------------------------- the EMA copy check
 
 
 def test_the_ema_copy_check_matches_each_tensor_in_the_state_dict_or_the_ema_state_dict():
-    """check_copy: a tensor equal to the same key in state_dict or ema_state_dict (module. dropped) is matched, one
-    whose key has another shape in every source resized, any other missing; derived buffers are skipped."""
+    """compare_copy: a tensor equal to the same key in state_dict or ema_state_dict (module. dropped) is matched, one
+    whose key has another shape in every source mismatched, any other missing; derived buffers are skipped."""
     copy = Net()
     state = {k: v.clone() for k, v in copy.state_dict().items()}
     checkpoint = {'state_dict': {**state, 'backbone.weight': state['backbone.weight'] + 1, 'head.bias': torch.zeros(5)},
                   'ema_state_dict': {'module.backbone.weight': state['backbone.weight']}}
     del checkpoint['state_dict']['bn.num_batches_tracked']
-    report = check_copy(copy, checkpoint, 'f.pth', 'partial', 'hint')
+    report = compare_copy(copy, checkpoint)
     assert 'backbone.weight' in report.matched and 'bn.num_batches_tracked' not in report.matched + report.missing
-    assert report.resized == {'head.bias': ((5, ), (3, ))} and report.missing == []
+    assert report.mismatched == {'head.bias': ((5, ), (3, ))} and report.missing == []
     no_ema = {'state_dict': checkpoint['state_dict'], 'ema_state_dict': None}
-    report = check_copy(copy, no_ema, 'f.pth', 'partial', 'hint')
+    report = compare_copy(copy, no_ema)
     assert report.missing == ['backbone.weight'] and 'backbone.bias' in report.matched
     with pytest.raises(CheckpointError, match="does not fit EMAHook's EMA copy of Net .*missing: backbone.weight"):
-        check_copy(copy, no_ema, 'f.pth', 'strict', 'hint')
+        judge(copy, report, no_ema, 'f.pth', 'strict', 'hint', "EMAHook's EMA copy of")
 
 
 # ---------------------------------------------------------------- --resume auto
@@ -229,8 +232,7 @@ def test_first_readable_skips_unreadable_candidates_with_a_warning_and_fails_whe
     torch.save({'state_dict': {'w': torch.ones(1)}}, good)
     bad.write_bytes(b'')
     warned = []
-    path, checkpoint = first_readable([str(bad), str(good)], warned.append)
-    assert path == str(good) and torch.equal(checkpoint['state_dict']['w'], torch.ones(1))
+    assert first_readable([str(bad), str(good)], warned.append) == str(good)
     assert len(warned) == 1 and f'skipping {bad}' in warned[0]
     assert first_readable([], warned.append) is None
     with pytest.raises(CheckpointError, match=r'no readable checkpoint to resume from: checkpoint .*epoch_2.pth: '
@@ -277,7 +279,7 @@ def test_a_release_is_converted_with_one_log_line_and_a_file_that_does_not_conve
     from test_official_checkpoint_loading import LAYOUTS
     release = LAYOUTS['deit'][0]()
     caplog.set_level(logging.INFO, logger='test_mutants_loader')
-    converted = normalise_checkpoint({'model': release}, 'deit.pth', logger=logging.getLogger('test_mutants_loader'))
+    converted = convert_checkpoint({'model': release}, 'deit.pth', logger=logging.getLogger('test_mutants_loader'))
     lines = [r.getMessage() for r in caplog.records if r.name == 'test_mutants_loader']
     assert converted['meta']['official_layout'].startswith('timm / DeiT ViT') and 'backbone.cls_token' in converted[
         'state_dict']
@@ -285,10 +287,10 @@ def test_a_release_is_converted_with_one_log_line_and_a_file_that_does_not_conve
         in lines[0]
     with pytest.raises(CheckpointError, match=r"checkpoint f.pth looks like the timm / DeiT ViT .* release layout but "
                                               r"does not convert: keys with no mmvitreg counterpart: \['blocks.0.x'\]"):
-        normalise_checkpoint({'model': {**release, 'blocks.0.x': torch.zeros(1)}}, 'f.pth')
+        convert_checkpoint({'model': {**release, 'blocks.0.x': torch.zeros(1)}}, 'f.pth')
     with pytest.raises(CheckpointError, match=r"checkpoint f.pth: no state dict found in the checkpoint .* top-level "
                                               r"keys: \['epoch', 'meta'\]"):
-        normalise_checkpoint({'meta': {}, 'epoch': 3}, 'f.pth')
+        convert_checkpoint({'meta': {}, 'epoch': 3}, 'f.pth')
 
 
 # ---------------------------------------------------------------- the whole pass: prefix, log line, opt-outs
@@ -306,10 +308,10 @@ def test_the_backbone_policy_accepts_exactly_ninety_percent():
     """MIN_BACKBONE_SHARE is a lower bound: 9 of 10 backbone tensors filled pass, 8 do not."""
     full = Wide().state_dict()
     nine = {k: v for k, v in full.items() if k != 'backbone.4.bias'}
-    check_fit(Wide(), load_state_dict_checked(Wide(), nine), 'f.pth', {}, 'hint')
+    judge(Wide(), fit(Wide(), nine), {}, 'f.pth', 'backbone', 'hint')
     eight = {k: v for k, v in nine.items() if k != 'backbone.4.weight'}
     with pytest.raises(CheckpointError, match='would fill 8 of the 10 backbone tensors'):
-        check_fit(Wide(), load_state_dict_checked(Wide(), eight), 'f.pth', {}, 'hint')
+        judge(Wide(), fit(Wide(), eight), {}, 'f.pth', 'backbone', 'hint')
 
 
 def test_load_weights_selects_the_prefix_logs_one_line_and_refuses_a_prefix_with_no_key(tmp_path, caplog):
@@ -322,7 +324,7 @@ def test_load_weights_selects_the_prefix_logs_one_line_and_refuses_a_prefix_with
     report = load_weights(target, str(path), prefix='backbone', logger=logging.getLogger('test_mutants_loader'))
     assert report.clean and torch.equal(target.weight, source.backbone.weight)
     assert [r.getMessage() for r in caplog.records if r.name == 'test_mutants_loader'] == [
-        f"weights (prefix='backbone.') {path}: 2 matched, 0 missing, 0 unexpected, 0 resized keys"]
+        f"weights (prefix='backbone.') {path}: 2 matched, 0 resized, 0 missing, 0 unexpected, 0 mismatched keys"]
     with pytest.raises(CheckpointError, match=r"has no key under the prefix='neck.'; the file looks like a checkpoint "
                                               r'of another model \(top-level modules: backbone\); use a checkpoint'):
         load_weights(target, str(path), prefix='neck.')
@@ -331,9 +333,9 @@ def test_load_weights_selects_the_prefix_logs_one_line_and_refuses_a_prefix_with
 def test_partial_loading_is_the_opt_out_only_inside_its_block():
     checkpoint = {'state_dict': {k: v for k, v in Net().state_dict().items() if not k.startswith('head.')}}
     with partial_loading():
-        Pretrained.load_checkpoint_dict(Net(), dict(checkpoint))
+        fill_model(Net(), dict(checkpoint))
     with pytest.raises(CheckpointError, match='does not fit the model Net .*missing: head.weight, head.bias'):
-        Pretrained.load_checkpoint_dict(Net(), dict(checkpoint))
+        fill_model(Net(), dict(checkpoint))
 
 
 def test_a_converter_refuses_a_refused_global_by_default_and_names_keys_it_does_not_know(tmp_path):

@@ -14,6 +14,7 @@ import pytest
 import torch
 from mmengine.config import Config
 from mmengine.hooks import Hook
+from torch import nn
 
 from conftest import CONFIGS
 from guard_helpers import build_workspace, run_options, tool
@@ -133,6 +134,33 @@ def test_non_finite_lists_the_floating_point_tensors_holding_nan_or_inf_in_order
                  c=torch.tensor([float('nan')]))
     assert non_finite(state, dict(d=torch.zeros(2))) == ['b', 'c']
     assert non_finite(dict(a=torch.ones(2)), {}) == [] and non_finite({}) == []
+
+
+def test_non_finite_covers_complex_weights():
+    """Issue 47 finding 5: NaN weights stored as complex64 passed the check (tools/test.py scored 0.0, exit 0)."""
+    state = dict(a=torch.tensor([1 + 1j], dtype=torch.complex64),
+                 b=torch.tensor([complex(float('nan'), 0)], dtype=torch.complex64),
+                 c=torch.tensor([complex(0, float('inf'))], dtype=torch.complex128))
+    assert non_finite(state) == ['b', 'c']
+
+
+@pytest.mark.parametrize('kind, tensor', [
+    ('float8_e4m3fn', lambda: torch.ones(2).to(torch.float8_e4m3fn)),
+    ('sparse_coo', lambda: torch.ones(2, 2).to_sparse()),
+    ('qint8', lambda: torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8)),
+    ('complex NaN', lambda: torch.tensor([complex(float('nan'), 0)], dtype=torch.complex64))])
+def test_a_weight_of_another_kind_or_a_complex_nan_is_refused_in_one_line_naming_file_and_key(tmp_path, kind, tensor):
+    """A float8, sparse or quantized tensor (a traceback before) and a complex NaN, in state_dict or
+    ema_state_dict: one line naming the file and the key, through the loader of every tool."""
+    from mmvitreg.engine.checkpoint import load_weights
+    path = tmp_path / 'odd.pth'
+    for where in ('state_dict', 'ema_state_dict'):
+        torch.save({'state_dict': {'w': torch.ones(2)}, **{where: {'w': torch.ones(2), 'odd': tensor()}}}, path)
+        with pytest.raises(CheckpointError) as e:
+            load_weights(nn.Linear(2, 1), str(path), 'partial')
+        message = str(e.value)
+        expected = 'holds NaN or infinite values' if kind == 'complex NaN' else f'is a {kind} tensor'
+        assert message.startswith(f'checkpoint {path}: odd ') and expected in message and '\n' not in message
 
 
 def test_a_removal_waits_for_the_next_completed_write_into_its_folder(tmp_path):

@@ -11,17 +11,16 @@ from mmengine.logging import HistoryBuffer
 from mmengine.runner.checkpoint import CheckpointLoader
 
 from guard_helpers import TECHNIQUES, build_workspace, tool, train
-from mmvitreg import compat
-from mmvitreg.fileio import UNSAFE_LOAD_ENV, UnsafeCheckpointError, load_checkpoint
+from mmvitreg.fileio import TORCH_WEIGHTS_ONLY, UNSAFE_LOAD_ENV, UnsafeCheckpointError, load_checkpoint
 from mmvitreg.engine import CheckpointError, read_checkpoint
-from mmvitreg.engine.checkpoint import load_checkpoint_file
+from mmvitreg.models.converters import convert_checkpoint
 
 DEEPVIT = TECHNIQUES[0]
 SHORT = {'train_cfg.max_epochs': 1, 'train_dataloader.batch_size': 16, 'train_dataloader.dataset.indices': 32,
          'train_cfg.val_interval': 1}
-refusing = pytest.mark.skipif('checkpoint_weights_only' not in compat.needed(),
+refusing = pytest.mark.skipif(not TORCH_WEIGHTS_ONLY,
                               reason='before torch 2.6 there is no allow-list of named globals; checkpoints load as '
-                              'torch then did by default (mmvitreg.compat checkpoint_weights_only)')
+                              'torch then did by default (mmvitreg.fileio.TORCH_WEIGHTS_ONLY)')
 
 
 class _RunsCode:
@@ -103,7 +102,7 @@ def test_timm_era_official_checkpoint_with_its_args_loads_converted(tmp_path):
     torch.save({'epoch': 299, 'arch': 'lvvit_s', 'args': argparse.Namespace(model='lvvit_s', lr=1.6e-3),
                 'state_dict': official_state_dict(dim=24, depth=1, heads=4, qkv_bias=False, stem=(8, 3),
                                                   aux_head=True, classes=10, img_size=32)}, path)
-    checkpoint = load_checkpoint_file(str(path))
+    checkpoint = convert_checkpoint(read_checkpoint(str(path)), str(path))
     assert checkpoint['meta']['official_layout'] and any(k.startswith('backbone.') for k in checkpoint['state_dict'])
 
 

@@ -13,9 +13,10 @@ converted on load; a file that fills less than 90% of the backbone, or has param
 for, stops the run unless ``--allow-partial``; remote files are fetched through mmengine's file backends),
 checkpoints are written
 atomically, the random generators are part of them (exact resume), and a non-finite loss stops the run.
-Checkpoints and token label maps are unpickled with ``weights_only=True`` and an allow-list of what checkpoints
-hold (:func:`mmvitreg.fileio.load_checkpoint`); ``--unsafe-load`` unpickles anything, for trusted files only. A
-refused checkpoint, label map or non-finite loss or weights is one ``error:`` line, also from a DataLoader worker.
+Checkpoints are unpickled with ``weights_only=True`` and, for that read only, checked stand-ins of what checkpoints
+hold (:func:`mmvitreg.fileio.load_checkpoint`); ``--unsafe-load`` unpickles anything, for trusted files only. Token
+label maps are read by torch's own ``weights_only`` reader or numpy without pickle (:mod:`mmvitreg.datasets.label_maps`).
+A refused checkpoint, label map or non-finite loss or weights is one ``error:`` line, also from a DataLoader worker.
 """
 import argparse
 import logging

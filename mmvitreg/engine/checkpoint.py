@@ -3,46 +3,50 @@
 mmengine 0.10.7 reads a checkpoint with a bare ``torch.load`` (a truncated file: an ``UnpicklingError`` naming no
 file), loads non-strictly with one warning per key (``tools/test.py`` given another model's checkpoint scores a
 half-random model) and writes in place (a killed save leaves a truncated file). Every checkpoint mmvitreg's tools
-and models read goes through one pass instead:
+and models read goes through one pass instead, each stage one function:
 
-1. **read** (:func:`read_checkpoint`): local or remote, unpickled with ``weights_only=True`` and an allow-list
-   (:func:`mmvitreg.fileio.load_checkpoint`); a bad file is one :class:`CheckpointError` line naming it;
-2. **revise and convert** (:func:`normalise_checkpoint`): DDP's ``module.`` dropped, an official release (LV-ViT,
-   DeepViT, DiversePatch, timm DeiT / TL-Align, Swin) converted with one log line, non-finite weights refused;
-3. **fit and judge** (:func:`fit`): mmengine's ``load_state_dict`` walk (load-time hooks such as position-embedding
-   resize run) gives a :class:`KeyReport`, judged by a policy: *strict* (every key fits), *backbone*
-   (:func:`check_fit`) or *partial* (whatever fits); one log line ``{purpose} {file}: {report}``. An ``EMAHook``'s
-   copy, filled by the hook, is only checked (:func:`check_copy`).
+1. **read** (:func:`mmvitreg.fileio.read_checkpoint`): local or remote, a regular file of a plausible size,
+   unpickled with ``weights_only=True`` and, for that read, an allow-list of checked globals; a bad file is one
+   :class:`CheckpointError` line naming it;
+2. **convert** (:func:`mmvitreg.models.converters.convert_checkpoint`): DDP's ``module.`` dropped, an official release
+   (LV-ViT, DeepViT, DiversePatch, timm DeiT / TL-Align, Swin) converted with one log line;
+3. **fit** (:func:`fit`): the values checked first (:func:`check_values`: tensors of the kinds a model holds, all
+   finite), then mmengine's ``load_state_dict`` walk (load-time hooks such as position-embedding resize run) and a
+   :class:`KeyReport` of what loaded, read from the tensors as torch compares them;
+4. **judge** (:func:`judge`): the report by a policy: *strict* (every key fits), *backbone* or *partial* (whatever
+   fits); one log line ``{purpose} {file}: {report}``. An ``EMAHook``'s copy, filled by the hook, is only compared
+   (:func:`compare_copy`) and judged.
 
-Callers and policies: :class:`~mmvitreg.engine.runner.GuardedRunner` (``checkpoint_policy``, default
+:func:`load_into` runs the pass on a file, :func:`load_converted` stages 3-4 on a converted checkpoint. Callers and
+policies: :class:`~mmvitreg.engine.runner.GuardedRunner` (``checkpoint_policy``, default
 ``dict(load_from='backbone', resume='strict')``; ``tools/test.py`` strict; ``--allow-partial``), :class:`Pretrained`
-(``init_cfg``: *backbone*; through ``mmvitreg.compat``, mmengine's ``load_checkpoint``, inferencers and plain
-runners: *strict*, :func:`partial_loading` the opt-out), :func:`load_weights` (analysis tools, ONNX
-export: *strict*, ``--allow-partial``) and ``tools/model_converters/``. Saving: :class:`AtomicLocalBackend`.
+(``init_cfg``: *backbone*), :func:`fill_model` (through ``mmvitreg.compat``, mmengine's ``load_checkpoint``,
+inferencers and plain runners: *strict*, :func:`partial_loading` the opt-out), :func:`load_weights` (analysis tools,
+ONNX export: *strict*, ``--allow-partial``) and ``tools/model_converters/``. Saving: :class:`AtomicLocalBackend`.
 """
 import logging
 import os
 import os.path as osp
-import re
 from collections import OrderedDict
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
-from mmengine.fileio import LocalBackend, get_local_path, register_backend
+from mmengine.fileio import LocalBackend, register_backend
 from mmengine.logging import print_log
 from mmengine.model.weight_init import PretrainedInit, update_init_info
 from mmengine.runner.checkpoint import load_state_dict as mmengine_load_state_dict
 from torch import nn
 
 import mmvitreg.models.backbones  # noqa: F401  (registers the DeepViT, LV-ViT and Swin release layouts)
-from mmvitreg.fileio import UnsafeCheckpointError, atomic_write, load_checkpoint, remove_stale_temporaries
-from mmvitreg.models.converters import (REVISE_KEYS, convert_official, detect_layout, revise_keys, unwrap_checkpoint,
-                                       where_keys_belong)
+from mmvitreg.fileio import CheckpointError, atomic_write, read_checkpoint, remove_stale_temporaries
+from mmvitreg.models.converters import REVISE_KEYS, convert_checkpoint, where_keys_belong
 from mmvitreg.registry import WEIGHT_INITIALIZERS
 from .hooks.unwrap import unwrap_model
+
+__all__ = ['CheckpointError', 'read_checkpoint']  # stage 1 and its error, from mmvitreg.fileio
 
 #: name of the atomic local backend in mmengine's file-backend registry
 ATOMIC_BACKEND = 'mmvitreg_atomic_local'
@@ -53,17 +57,11 @@ MIN_BACKBONE_SHARE = 0.9
 #: buffers a model derives rather than learns (a step counter, constant index tables and masks): never counted
 #: as matched, missing or unexpected, so a checkpoint with or without them fits the same
 DERIVED_BUFFERS = ('num_batches_tracked', 'relative_position_index', 'attn_mask')
-#: the load policies (``checkpoint_policy`` of a config, :func:`fit`)
+#: the load policies (``checkpoint_policy`` of a config, :func:`judge`)
 POLICIES = ('strict', 'backbone', 'partial')
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be used; the message names the file and what is wrong."""
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f'{type(e).__name__}: {text[0].split(". ")[0]}' if text else type(e).__name__  # its first sentence
+#: the tensor dtypes a checkpoint's weights may have; :func:`non_finite` checks the floating and complex ones
+WEIGHT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128,
+                 torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool)
 
 
 def is_local(path) -> bool:
@@ -76,92 +74,45 @@ def is_derived(key: str) -> bool:
     return key.rsplit('.', 1)[-1] in DERIVED_BUFFERS
 
 
-def _read_local(path: str, name: str, map_location, unsafe: Optional[bool]) -> dict:
-    if not osp.isfile(path):
-        raise CheckpointError(f'checkpoint {name}: no such file')
-    size = osp.getsize(path)
-    if size == 0:
-        raise CheckpointError(f'checkpoint {name}: empty file (0 bytes), e.g. a save that was interrupted')
-    try:
-        checkpoint = load_checkpoint(path, map_location, name=name, unsafe=unsafe)
-    except UnsafeCheckpointError as e:  # its message names the file, the global and the opt-in
-        raise CheckpointError(str(e)) from None
-    except Exception as e:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for damaged files
-        raise CheckpointError(f'checkpoint {name}: not a readable PyTorch checkpoint ({size} bytes; truncated '
-                              f'or another format): {_first_line(e)}') from None
-    if not isinstance(checkpoint, dict):
-        raise CheckpointError(f'checkpoint {name}: holds a {type(checkpoint).__name__}, not a checkpoint '
-                              '(a dict with a state_dict, or a state dict)')
-    try:
-        state_dict = unwrap_checkpoint(checkpoint)
-    except KeyError:
-        state_dict = {}
-    if not any(isinstance(v, torch.Tensor) for v in state_dict.values()):
-        raise CheckpointError(f'checkpoint {name}: holds no tensors (keys: {sorted(checkpoint)[:SHOWN_KEYS]}); '
-                              'not a model checkpoint')
-    return checkpoint
-
-
-def read_checkpoint(filename: str, map_location='cpu', unsafe: Optional[bool] = None) -> dict:
-    """Step 1 of the pass: read ``filename``, local or remote (fetched by ``mmengine.fileio.get_local_path``),
-    unpickled by :func:`mmvitreg.fileio.load_checkpoint` (the allow-list unless ``unsafe`` or ``--unsafe-load``).
-
-    Raises:
-        CheckpointError: the file cannot be fetched, is missing, empty, truncated, not a PyTorch checkpoint dict, or
-            names a global outside the allow-list.
-    """
-    filename = str(filename)
-    if is_local(filename):
-        return _read_local(filename, filename, map_location, unsafe)
-    with ExitStack() as stack:
-        try:
-            local = stack.enter_context(get_local_path(filename))
-        except Exception as e:  # no backend for the prefix, a network or permission error, ...
-            raise CheckpointError(f"checkpoint {filename}: cannot be fetched through mmengine's file backends "
-                                  f'({_first_line(e)}); download it and give the local path') from None
-        return _read_local(local, filename, map_location, unsafe)
-
-
 def non_finite(*state_dicts: dict) -> List[str]:
-    """The keys of the floating-point tensors of ``state_dicts`` holding a NaN or an infinity: one ``isfinite().all()``
-    per tensor, stacked into one flag vector that the host reads once."""
-    tensors = [(k, v) for sd in state_dicts for k, v in sd.items() if torch.is_tensor(v) and v.is_floating_point()]
+    """The keys of the floating-point and complex tensors of ``state_dicts`` (of :data:`WEIGHT_DTYPES`) holding a NaN
+    or an infinity: one ``isfinite().all()`` per tensor, stacked into one flag vector that the host reads once."""
+    tensors = [(k, v) for sd in state_dicts for k, v in sd.items()
+               if torch.is_tensor(v) and v.dtype in WEIGHT_DTYPES and (v.is_floating_point() or v.is_complex())]
     finite = torch.stack([torch.isfinite(v).all() for _, v in tensors]) if tensors else torch.ones(0, dtype=torch.bool)
     return [] if bool(finite.all()) else [tensors[i][0] for i in (~finite).nonzero().flatten().tolist()]
 
 
-def normalise_checkpoint(checkpoint: dict, filename: str, logger='current', rules: Sequence = REVISE_KEYS) -> dict:
-    """Step 2 of the pass: ``checkpoint`` in mmengine's form, its keys revised by ``rules``
-    (:func:`~mmvitreg.models.converters.revise_keys`), an official release converted (one log line).
+def _kind(tensor: torch.Tensor) -> str:
+    """What makes ``tensor`` no weight a model loads (its layout, quantization or dtype), or ``''``."""
+    if tensor.layout != torch.strided:
+        return f'a {str(tensor.layout).replace("torch.", "")} tensor'
+    if tensor.is_quantized or tensor.dtype not in WEIGHT_DTYPES:
+        return f'a {str(tensor.dtype).replace("torch.", "")} tensor'
+    return ''
+
+
+def check_values(checkpoint: dict, filename: str) -> None:
+    """The values of ``checkpoint['state_dict']`` and its ``ema_state_dict``: some tensors, each a dense tensor of
+    :data:`WEIGHT_DTYPES` (no sparse layout, quantization or float8), none holding NaN or an infinity
+    (:func:`non_finite`; no opt-out).
 
     Raises:
-        CheckpointError: no state dict, a release its converter cannot convert (naming the keys), or weights that are
-            not finite (:func:`non_finite` of ``state_dict`` and ``ema_state_dict``; no opt-out).
+        CheckpointError: one line naming the file and the first key that is wrong.
     """
-    try:
-        converted, layout = convert_official(checkpoint, rules)
-    except KeyError as e:
-        raise CheckpointError(f'checkpoint {filename}: {e.args[0]}') from None
-    except ValueError as e:
-        layout = detect_layout(revise_keys(unwrap_checkpoint(checkpoint), rules))
-        raise CheckpointError(f'checkpoint {filename} looks like the {layout.name} release layout but does not '
-                              f'convert: {e}') from None
-    bad = non_finite(converted['state_dict'], converted.get('ema_state_dict') or {})
+    state_dicts = [checkpoint['state_dict'], checkpoint.get('ema_state_dict') or {}]
+    tensors = [(k, v) for sd in state_dicts for k, v in sd.items() if isinstance(v, torch.Tensor)]
+    if not tensors:
+        raise CheckpointError(f'checkpoint {filename}: holds no tensors (keys: {sorted(checkpoint)[:SHOWN_KEYS]}); '
+                              'not a model checkpoint')
+    odd = [(k, _kind(v)) for k, v in tensors if _kind(v)]
+    if odd:
+        raise CheckpointError(f'checkpoint {filename}: {odd[0][0]} is {odd[0][1]} ({len(odd)} tensors are), not '
+                              'a weight a model loads (dense, of a float, complex, integer or bool dtype)')
+    bad = non_finite(*state_dicts)
     if bad:
         raise CheckpointError(f'checkpoint {filename}: {bad[0]} holds NaN or infinite values ({len(bad)} tensors do): '
                               'the training had diverged when it was saved; use an earlier checkpoint')
-    if layout is not None:
-        converted['meta'] = dict(official_layout=layout.name, official_model=layout.model)
-        print_log(f'checkpoint {filename}: {layout.name} release layout, converted on load by '
-                  f'{layout.convert.__module__}.{layout.convert.__name__} (as `python {layout.tool} SRC DST` '
-                  'does offline)', logger=logger)
-    return converted
-
-
-def load_checkpoint_file(filename: str, map_location=None, logger='current', rules: Sequence = REVISE_KEYS) -> dict:
-    """Steps 1-2 of the pass: :func:`read_checkpoint`, then :func:`normalise_checkpoint`. Not mmengine's
-    ``CheckpointLoader``: mmseg's and mmdet's Swin read official files through it and convert them themselves."""
-    return normalise_checkpoint(read_checkpoint(filename, map_location), filename, logger, rules)
 
 
 def _shown(keys: List[str]) -> str:
@@ -171,87 +122,93 @@ def _shown(keys: List[str]) -> str:
 
 @dataclass
 class KeyReport:
-    """How a state dict fitted a model: ``matched`` (checkpoint keys loaded), ``missing`` (model keys the file
-    lacks), ``unexpected`` (file keys the model lacks), ``resized`` (key -> (file shape, model shape), still
-    different after the load-time hooks; not loaded) and ``errors`` (other errors of the modules). Derived buffers
-    (:data:`DERIVED_BUFFERS`) are in no list."""
+    """How a state dict fitted a model: ``matched`` (checkpoint keys loaded as they are), ``resized`` (loaded after the
+    model's load-time hooks gave them its shape, e.g. mmpretrain's position-embedding resize), ``missing`` (model keys
+    the file lacks), ``unexpected`` (file keys the model lacks), ``mismatched`` (of another shape than the model's,
+    still after its hooks; not loaded) and ``errors`` (other errors of the modules). ``resized`` and ``mismatched``:
+    key -> (file shape, model shape). Derived buffers (:data:`DERIVED_BUFFERS`) are in no list."""
 
     matched: List[str] = field(default_factory=list)
     missing: List[str] = field(default_factory=list)
     unexpected: List[str] = field(default_factory=list)
+    mismatched: Dict[str, Tuple[tuple, tuple]] = field(default_factory=dict)
     resized: Dict[str, Tuple[tuple, tuple]] = field(default_factory=dict)
     errors: List[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
-        """Every model key loaded from a key of the same shape, nothing left over."""
-        return not (self.missing or self.unexpected or self.resized or self.errors)
+        """Every model key loaded from a key of the file (resized by the model's own hooks or not), nothing left
+        over."""
+        return not (self.missing or self.unexpected or self.mismatched or self.errors)
 
     def summary(self) -> str:
-        """``N matched, N missing, N unexpected, N resized`` (one line)."""
-        return (f'{len(self.matched)} matched, {len(self.missing)} missing, {len(self.unexpected)} unexpected, '
-                f'{len(self.resized)} resized keys')
+        """``N matched, N resized, N missing, N unexpected, N mismatched keys`` (one line)."""
+        return (f'{len(self.matched)} matched, {len(self.resized)} resized, {len(self.missing)} missing, '
+                f'{len(self.unexpected)} unexpected, {len(self.mismatched)} mismatched keys')
 
     def describe(self) -> str:
-        """The summary and the first keys of each kind that did not fit (one line)."""
+        """The summary and the first keys of each kind that did not load as they are (one line)."""
         parts = []
+        if self.resized:
+            parts.append("resized by the model's load hooks: " + _shown(
+                [f'{k} {list(c)} in the checkpoint to {list(m)}' for k, (c, m) in self.resized.items()]))
         if self.missing:
             parts.append(f'missing: {_shown(self.missing)}')
         if self.unexpected:
             parts.append(f'unexpected: {_shown(self.unexpected)}')
-        if self.resized:
-            parts.append('size mismatch: ' + _shown(
-                [f'{k} {list(c)} in the checkpoint vs {list(m)} in the model' for k, (c, m) in self.resized.items()]))
+        if self.mismatched:
+            parts.append('size mismatch: ' + _shown([f'{k} {list(c)} in the checkpoint vs {list(m)} in the model'
+                                                     for k, (c, m) in self.mismatched.items()]))
         parts += [f'error: {e}' for e in self.errors[:SHOWN_KEYS]]
         return self.summary() + ('; ' + '; '.join(parts) if parts else '')
 
 
-_SIZE_MISMATCH = re.compile(r'size mismatch for (\S+): copying a param with shape torch\.Size\((\[.*?\])\) from '
-                            r'checkpoint, the shape in current model is torch\.Size\((\[.*?\])\)')
-#: the lines of mmengine's message that the key lists already hold
-_MMENGINE_LINES = ('The model and loaded state dict do not match', 'unexpected key in source', 'missing keys in source')
+def fit(model: nn.Module, state_dict: Dict[str, torch.Tensor]) -> KeyReport:
+    """Stage 3 of the pass: copy ``state_dict`` into ``model`` wherever it fits (mmengine's non-strict
+    :func:`~mmengine.runner.checkpoint.load_state_dict`, so the model's load-time pre- and post-hooks run) and report
+    what did and did not. A pre-hook on every module, run after the model's own, compares each of its tensors with the
+    file's as torch is about to (a key of another shape is taken out of that module's copy of the state dict, so
+    torch leaves it as it is without an error message); a post-hook on ``model`` hears mmengine's missing / unexpected
+    lists and the modules' other errors."""
+    model = unwrap_model(model)  # mmengine's walk starts inside the wrappers: the hooks go where it starts
+    report, found = KeyReport(), {}
 
+    def compare(module, local, prefix, metadata, strict, missing, unexpected, errors):
+        found['errors'] = errors  # one list for every module; mmengine appends its own lines after the walk
+        own = {**module._parameters, **{k: v for k, v in module._buffers.items()
+                                        if k not in module._non_persistent_buffers_set}}
+        for name, tensor in own.items():
+            key = prefix + name
+            if tensor is None or not isinstance(local.get(key), torch.Tensor) or is_derived(key):
+                continue
+            given, stored = tuple(local[key].shape), tuple(state_dict.get(key, local[key]).shape)
+            if given != tuple(tensor.shape):
+                report.mismatched[key] = (stored, tuple(tensor.shape))
+                del local[key]
+            elif stored != given:
+                report.resized[key] = (stored, given)
 
-def _shape(text: str) -> tuple:
-    return tuple(int(d) for d in re.findall(r'\d+', text))
-
-
-class _Messages(logging.Logger):
-    """A logger that keeps what it is given (the message :func:`mmengine.runner.checkpoint.load_state_dict` logs)."""
-
-    def __init__(self):
-        super().__init__('mmvitreg.load_state_dict')
-        self.messages = []
-
-    def log(self, level, msg, *args, **kwargs):
-        self.messages.append(str(msg))
-
-
-def load_state_dict_checked(model: nn.Module, state_dict: Dict[str, torch.Tensor]) -> KeyReport:
-    """Copy ``state_dict`` into ``model`` wherever it fits (mmengine's non-strict
-    :func:`~mmengine.runner.checkpoint.load_state_dict`, so load-time pre- and post-hooks run) and report what did
-    not: a post-hook on ``model`` hears mmengine's missing / unexpected lists, the message it logs the size
-    mismatches (rank 0 only: another rank lists none, and rank 0's error stops the run)."""
-    found = {}
-    model = unwrap_model(model)  # mmengine's walk starts inside the wrappers: the post-hook goes where it starts
-    handle = model.register_load_state_dict_post_hook(lambda module, keys: found.update(keys=keys))
-    messages = _Messages()
+    handles = [m.register_load_state_dict_pre_hook(compare) for m in model.modules()]
+    handles.append(model.register_load_state_dict_post_hook(
+        lambda module, keys: found.update(keys=keys, errors=list(found.get('errors', [])))))
     try:
-        mmengine_load_state_dict(model, state_dict, strict=False, logger=messages)
+        mmengine_load_state_dict(model, state_dict, strict=False, logger=_UNHEARD)
     finally:
-        handle.remove()
+        for handle in handles:
+            handle.remove()
     keys = found['keys']
-    report = KeyReport(missing=[k for k in keys.missing_keys if not is_derived(k)],
-                       unexpected=[k for k in keys.unexpected_keys if not is_derived(k)])
-    for line in '\n'.join(messages.messages).splitlines():
-        m = _SIZE_MISMATCH.search(line)
-        if m:
-            report.resized[m.group(1)] = (_shape(m.group(2)), _shape(m.group(3)))
-        elif line.strip() and not line.startswith(_MMENGINE_LINES):
-            report.errors.append(line.strip())
-    skipped = set(report.unexpected) | set(report.resized)
+    report.missing = [k for k in keys.missing_keys if not is_derived(k) and k not in report.mismatched]
+    report.unexpected = [k for k in keys.unexpected_keys if not is_derived(k)]
+    report.errors = [e.strip() for e in found.get('errors', [])]
+    skipped = set(report.unexpected) | set(report.mismatched) | set(report.resized)
     report.matched = [k for k in state_dict if not is_derived(k) and k not in skipped]
     return report
+
+
+#: where :func:`fit` sends mmengine's message of what did not load (the report holds it)
+_UNHEARD = logging.getLogger('mmvitreg.engine.checkpoint.unheard')
+_UNHEARD.propagate = False
+_UNHEARD.addHandler(logging.NullHandler())
 
 
 def _looks_like(checkpoint: dict, state_dict: Dict[str, torch.Tensor]) -> str:
@@ -264,21 +221,20 @@ def _looks_like(checkpoint: dict, state_dict: Dict[str, torch.Tensor]) -> str:
     return f'a state dict of no known layout (first keys: {_shown(list(state_dict))})'
 
 
-def check_fit(model: nn.Module, report: KeyReport, filename: str, checkpoint: dict, hint: str) -> None:
-    """The *backbone* policy: raise unless the load filled :data:`MIN_BACKBONE_SHARE` of the backbone's
-    tensors (``model.backbone``, else the model) and dropped no backbone parameter of the file but those its options
-    leave out (``left_out``, e.g. a final norm); the error names the keys and what takes them
-    (:func:`~mmvitreg.models.converters.where_keys_belong`). The rest of the model may differ.
-
-    Raises:
-        CheckpointError: naming the file, what does not fit, the layout the file looks like and ``hint``.
-    """
+def _judge_backbone(model: nn.Module, report: KeyReport, filename: str, checkpoint: dict, hint: str) -> None:
+    """The *backbone* policy: raise on any error of the modules, or unless the load filled
+    :data:`MIN_BACKBONE_SHARE` of the backbone's tensors (``model.backbone``, else the model) and dropped no backbone
+    parameter of the file but those its options leave out (``left_out``, e.g. a final norm); the error names the keys
+    and what takes them (:func:`~mmvitreg.models.converters.where_keys_belong`). The rest of the model may differ."""
     backbone = model.backbone if hasattr(model, 'backbone') else model
     prefix = 'backbone.' if backbone is not model else ''
     keys = [k for k in model.state_dict() if not is_derived(k) and k.startswith(prefix)]
-    empty = set(report.missing) | set(report.resized)
+    empty = set(report.missing) | set(report.mismatched)
     filled = sum(k not in empty for k in keys)
     state_dict = checkpoint.get('state_dict', checkpoint)
+    if report.errors:
+        raise CheckpointError(f'checkpoint {filename} does not load into the model {type(model).__name__}: '
+                              f'{report.errors[0]}; {hint}')
     if not keys or filled < MIN_BACKBONE_SHARE * len(keys):
         raise CheckpointError(
             f'checkpoint {filename} does not fit the model {type(model).__name__}: it would fill {filled} of the '
@@ -296,43 +252,32 @@ def check_fit(model: nn.Module, report: KeyReport, filename: str, checkpoint: di
             f'belong to {belong}: use that config; {hint}')
 
 
-def fit(model: nn.Module, checkpoint: dict, filename: str, policy: str, hint: str, purpose: Optional[str] = None,
-        what: str = 'the model', report: Optional[KeyReport] = None, logger='current') -> KeyReport:
-    """Step 3 of the pass: load ``checkpoint['state_dict']`` into ``model`` (:func:`load_state_dict_checked`), or
-    take the ``report`` of a copy already filled (:func:`check_copy`); judge it by ``policy``; given a ``purpose``,
-    log the load's one line, ``{purpose} {filename}: {report.describe()}`` (INFO if clean, else WARNING).
+def judge(model: nn.Module, report: KeyReport, checkpoint: dict, filename: str, policy: str, hint: str,
+          what: str = 'the model') -> None:
+    """Stage 4 of the pass: ``report`` (of ``checkpoint`` in ``model``) by ``policy``: *strict*, every key fits
+    (:attr:`KeyReport.clean`); *backbone*, the backbone is filled (:func:`_judge_backbone`); *partial*, anything.
 
     Raises:
+        ValueError: ``policy`` is not one of :data:`POLICIES`.
         CheckpointError: the load breaks the policy (the message names the file, ``what`` was loaded and ``hint``).
     """
     if policy not in POLICIES:
         raise ValueError(f'a load policy is one of {POLICIES}, not {policy!r}')
-    if report is None:
-        report = load_state_dict_checked(model, checkpoint['state_dict'])
     if policy == 'strict' and not report.clean:
         raise CheckpointError(f'checkpoint {filename} does not fit {what} {type(model).__name__} '
                               f'({report.describe()}); {hint}')
     if policy == 'backbone':
-        check_fit(model, report, filename, checkpoint, hint)
-    if purpose:
-        print_log(f'{purpose} {filename}: {report.describe()}', logger=logger,
-                  level=logging.INFO if report.clean else logging.WARNING)
-    return report
+        _judge_backbone(model, report, filename, checkpoint, hint)
 
 
-def check_copy(copy: nn.Module, checkpoint: dict, filename: str, policy: str, hint: str,
-               what: str = "EMAHook's EMA copy of") -> KeyReport:
-    """Check, loading nothing, that ``copy`` (an ``EMAHook``'s ``ema_model.module``, filled by the hook's own
-    rule) holds the file's weights: each tensor equal to the same key's in ``checkpoint['state_dict']`` or its
-    ``ema_state_dict`` (``module.`` dropped); one found in neither is *missing*, one of another shape *resized*, and
-    :func:`fit` judges the report by ``policy``.
-
-    Raises:
-        CheckpointError: the copy breaks the policy (the message names the file, ``what`` was checked and ``hint``).
-    """
-    sources = [checkpoint['state_dict']]
-    if isinstance(checkpoint.get('ema_state_dict'), dict):
-        sources.append(revise_keys(checkpoint['ema_state_dict']))
+def compare_copy(copy: nn.Module, checkpoint: dict) -> KeyReport:
+    """What ``copy`` (an ``EMAHook``'s ``ema_model.module``, filled by the hook's own rule) holds of the file, loading
+    nothing: each tensor equal to the same key's in ``checkpoint['state_dict']`` or its ``ema_state_dict``
+    (``module.`` dropped) is *matched*, one of another shape in every source *mismatched*, any other *missing*."""
+    ema = checkpoint.get('ema_state_dict')
+    # an AveragedModel's state dict keeps the model's under module. (and its step count)
+    sources = [checkpoint['state_dict'], {k[len('module.'):]: v for k, v in (ema or {}).items()
+                                          if k.startswith('module.')} if isinstance(ema, dict) else {}]
     report = KeyReport()
     for key, tensor in copy.state_dict().items():
         if is_derived(key):
@@ -341,22 +286,68 @@ def check_copy(copy: nn.Module, checkpoint: dict, filename: str, policy: str, hi
         if any(g.shape == tensor.shape and torch.equal(g.to(tensor.device), tensor) for g in given):
             report.matched.append(key)
         elif given and all(g.shape != tensor.shape for g in given):
-            report.resized[key] = (tuple(given[0].shape), tuple(tensor.shape))
+            report.mismatched[key] = (tuple(given[0].shape), tuple(tensor.shape))
         else:
             report.missing.append(key)
-    return fit(copy, checkpoint, filename, policy, hint, what=what, report=report)
+    return report
+
+
+#: an EMA copy to compare with the file and the name of the hook that filled it (e.g. ``'EMAHook'``)
+EmaCopy = Tuple[nn.Module, str]
+
+
+def load_converted(model: nn.Module, checkpoint: dict, filename: str, policy: str, hint: str, purpose: str,
+                   after_read: Optional[Callable[[dict], None]] = None, ema_copies: Sequence[EmaCopy] = (),
+                   logger='current') -> KeyReport:
+    """Stages 3-4 of the pass on a converted ``checkpoint``: :func:`check_values`, ``after_read(checkpoint)`` (a
+    runner's ``after_load_checkpoint`` hooks), :func:`fit` into ``model``, :func:`judge` by ``policy`` and one log line
+    ``{purpose} {filename}: {report.describe()}`` (INFO if clean, else WARNING); then each EMA copy compared
+    (:func:`compare_copy`), judged by the same policy, and refused if it holds none of the file's tensors.
+
+    Raises:
+        CheckpointError: a value is wrong, or the load breaks the policy (the model's or an EMA copy's).
+    """
+    check_values(checkpoint, filename)
+    if after_read is not None:
+        after_read(checkpoint)
+    report = fit(model, checkpoint['state_dict'])
+    judge(model, report, checkpoint, filename, policy, hint)
+    print_log(f'{purpose} {filename}: {report.describe()}', logger=logger,
+              level=logging.INFO if report.clean else logging.WARNING)
+    for copy, hook in ema_copies:
+        copied = compare_copy(copy, checkpoint)
+        judge(copy, copied, checkpoint, filename, policy, hint, f"{hook}'s EMA copy of")
+        if not copied.matched:  # whatever the policy: an EMA copy at its initialisation is never tested
+            raise CheckpointError(f'checkpoint {filename}: {hook} loaded none of its tensors into its EMA copy '
+                                  f'({copied.summary()}), which would be evaluated with random weights; use a '
+                                  'checkpoint of this config, or drop the hook (custom_hooks=[])')
+    return report
+
+
+def load_into(model: nn.Module, filename: str, policy: str, hint: str, purpose: str, map_location='cpu',
+              rules: Sequence = REVISE_KEYS, after_read: Optional[Callable[[dict], None]] = None,
+              ema_copies: Sequence[EmaCopy] = (), logger='current') -> dict:
+    """The pass on a file: :func:`read_checkpoint`, :func:`convert_checkpoint` (keys revised by ``rules``) and
+    :func:`load_converted`. Returns the converted checkpoint.
+
+    Raises:
+        CheckpointError: the file cannot be read or converted, a value is wrong, or the load breaks the policy.
+    """
+    checkpoint = convert_checkpoint(read_checkpoint(filename, map_location), filename, rules, logger)
+    load_converted(model, checkpoint, filename, policy, hint, purpose, after_read, ema_copies, logger)
+    return checkpoint
 
 
 def load_weights(model: nn.Module, filename: str, policy: str = 'strict', prefix: Optional[str] = None,
                  map_location='cpu', hint: str = 'use a checkpoint of this model', logger='current',
                  purpose: str = 'weights') -> KeyReport:
-    """The whole pass for a tool or an init: read and convert ``filename`` (:func:`load_checkpoint_file`), keep
-    the keys under ``prefix`` (without it) and :func:`fit` them into ``model`` by ``policy`` (one log line).
+    """The pass for a tool or an init: read and convert ``filename``, keep the keys under ``prefix`` (without it) and
+    load them into ``model`` by ``policy`` (:func:`load_converted`, one log line).
 
     Raises:
         CheckpointError: the file cannot be read, holds no key under ``prefix``, or breaks the policy.
     """
-    checkpoint = load_checkpoint_file(filename, map_location, logger=logger)
+    checkpoint = convert_checkpoint(read_checkpoint(filename, map_location), filename, logger=logger)
     state_dict = checkpoint['state_dict']
     if prefix:
         prefix = prefix if prefix.endswith('.') else prefix + '.'
@@ -364,8 +355,8 @@ def load_weights(model: nn.Module, filename: str, policy: str = 'strict', prefix
         if not selected:
             raise CheckpointError(f"checkpoint {filename} has no key under the prefix='{prefix}'; the file "
                                   f'looks like {_looks_like(checkpoint, state_dict)}; {hint}')
-        purpose, state_dict = f"{purpose} (prefix='{prefix}')", selected
-    return fit(model, {**checkpoint, 'state_dict': state_dict}, filename, policy, hint, purpose, logger=logger)
+        purpose, checkpoint = f"{purpose} (prefix='{prefix}')", {**checkpoint, 'state_dict': selected}
+    return load_converted(model, checkpoint, filename, policy, hint, purpose, logger=logger)
 
 
 _INIT_HINT = ("check init_cfg's checkpoint and prefix (prefix='backbone.' loads a classifier checkpoint's backbone "
@@ -385,21 +376,6 @@ class Pretrained(PretrainedInit):
         if hasattr(module, '_params_init_info'):
             update_init_info(module, init_info=self._get_init_info())
 
-    @staticmethod
-    def load_checkpoint_dict(model: nn.Module, checkpoint: dict, strict: bool = False,
-                             revise_keys: Sequence = REVISE_KEYS) -> dict:
-        """mmengine's ``_load_checkpoint_to_model`` for models holding an mmvitreg module (through
-        ``mmvitreg.compat``: ``load_checkpoint``, inferencers, plain runners): steps 2-3 on a read ``checkpoint``,
-        *strict* whatever ``strict`` says, *partial* inside :func:`partial_loading`.
-
-        Raises:
-            CheckpointError: the checkpoint does not convert or does not fill the model (naming the opt-out).
-        """
-        name = 'given to load_checkpoint'
-        checkpoint = normalise_checkpoint(checkpoint, name, rules=revise_keys)
-        fit(model, checkpoint, name, 'partial' if _PARTIAL.get() else 'strict', _INFERENCE_HINT, 'checkpoint')
-        return checkpoint
-
 
 #: whether :func:`partial_loading` is active (inference from a checkpoint that does not fill the model)
 _PARTIAL = ContextVar('mmvitreg_partial_loading', default=False)
@@ -409,9 +385,23 @@ _INFERENCE_HINT = ("mmengine's loaders fill an mmvitreg model only from a file t
                    'takes what fits the backbone)')
 
 
+def fill_model(model: nn.Module, checkpoint: dict, rules: Sequence = REVISE_KEYS) -> dict:
+    """mmengine's ``_load_checkpoint_to_model`` for models holding an mmvitreg module (through ``mmvitreg.compat``:
+    ``load_checkpoint``, inferencers, plain runners): a read ``checkpoint`` converted and loaded by
+    :func:`load_converted`, *strict* whatever mmengine's ``strict`` says, *partial* inside :func:`partial_loading`.
+
+    Raises:
+        CheckpointError: the checkpoint does not convert or does not fill the model (naming the opt-out).
+    """
+    name = 'given to load_checkpoint'
+    checkpoint = convert_checkpoint(checkpoint, name, rules)
+    load_converted(model, checkpoint, name, 'partial' if _PARTIAL.get() else 'strict', _INFERENCE_HINT, 'checkpoint')
+    return checkpoint
+
+
 @contextmanager
 def partial_loading() -> Iterator[None]:
-    """Inside it, :meth:`Pretrained.load_checkpoint_dict` loads by the *partial* policy, with one warning::
+    """Inside it, :func:`fill_model` loads by the *partial* policy, with one warning::
 
         with mmvitreg.engine.partial_loading():
             inferencer = ImageClassificationInferencer(config, pretrained=checkpoint_of_another_head)

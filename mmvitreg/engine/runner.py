@@ -1,8 +1,9 @@
 """mmengine's Runner with checked checkpoint loading, atomic saving and the training guards."""
+import functools
 import os
 import os.path as osp
 import re
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 import torch
 from mmengine.dist import master_only
@@ -13,8 +14,8 @@ from mmengine.runner import EpochBasedTrainLoop, Runner
 from mmengine.runner.checkpoint import find_latest_checkpoint
 
 from mmvitreg.registry import RUNNERS
-from .checkpoint import (ATOMIC_BACKEND, POLICIES, CheckpointError, check_copy, fit, is_local, load_checkpoint_file,
-                         non_finite, normalise_checkpoint, read_checkpoint, remove_stale_temporaries)
+from .checkpoint import (ATOMIC_BACKEND, POLICIES, CheckpointError, is_local, load_into, non_finite, read_checkpoint,
+                         remove_stale_temporaries)
 from .hooks import LossGuardHook, NonFiniteLossError, RNGStateHook, unwrap_model
 from .resume_diff import resume_changes
 
@@ -67,7 +68,6 @@ class GuardedRunner(Runner):
                 raise ValueError(f'checkpoint_policy takes load_from / resume = one of {POLICIES}, got {policy}')
         self.checkpoint_policy = policy
         self._resuming = False
-        self._preloaded = None
         self.last_finite_checkpoint = self._saving = None
         present = {type(h) for h in self.hooks}
         for hook in (RNGStateHook, LossGuardHook):
@@ -80,43 +80,38 @@ class GuardedRunner(Runner):
 
     def load_checkpoint(self, filename: str, map_location='cpu', strict: bool = False,
                         revise_keys: list = [(r'^module.', '')]) -> dict:
-        """As :meth:`Runner.load_checkpoint`, through the one pass of :mod:`mmvitreg.engine.checkpoint`: the
-        ``after_load_checkpoint`` hooks first (each ``EMAHook`` fills its copy by its own rule), the model fitted by
-        the policy (``resume`` while resuming, else ``load_from``; ``strict=True``: strict), every EMA copy checked
-        (:func:`check_copy`) and, resuming, :meth:`_check_resumable`.
+        """As :meth:`Runner.load_checkpoint`, through the one pass of :mod:`mmvitreg.engine.checkpoint`
+        (:func:`load_into`): the ``after_load_checkpoint`` hooks run on the converted checkpoint before the model is
+        fitted (each ``EMAHook`` fills its copy by its own rule), by the policy (``resume`` while resuming, else
+        ``load_from``; ``strict=True``: strict), every EMA copy is compared with the file and, resuming,
+        :meth:`_check_resumable`.
 
         Raises:
             CheckpointError: the file cannot be read, holds no training state to resume, or the load breaks the
                 policy (the model's or an EMA copy's).
         """
-        if self._preloaded is not None and self._preloaded[0] == filename:
-            checkpoint = normalise_checkpoint(self._preloaded[1], filename, self.logger, revise_keys)
-            self._preloaded = None
-        else:
-            checkpoint = load_checkpoint_file(filename, map_location, logger=self.logger, rules=revise_keys)
         purpose = 'resume' if self._resuming else 'load_from'
         emas = [hook for hook in self.hooks if isinstance(hook, EMAHook) and hasattr(hook, 'ema_model')]
-        unpaired = [k for k in checkpoint.get('ema_state_dict') or {}
-                    if k.startswith('module.') and k[len('module.'):] not in checkpoint['state_dict']]
-        if emas and unpaired:  # the hooks swap each module.<key> with state_dict[<key>]: a KeyError
-            raise CheckpointError(f'checkpoint {filename}: its ema_state_dict has {len(unpaired)} weights its '
-                                  f'state_dict lacks (first: {unpaired[0]}), which {type(emas[0]).__name__} cannot '
-                                  'pair; use a checkpoint an EMA hook saved, or drop the hook (custom_hooks=[])')
-        self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
         policy = 'strict' if strict else self.checkpoint_policy[purpose]
-        # after the hooks: resuming, EMAHook swaps the model's and its copy's weights in the checkpoint
-        fit(unwrap_model(self.model), checkpoint, filename, policy, _HINTS[purpose], purpose, logger=self.logger)
-        for hook in emas:
-            copied = check_copy(hook.ema_model.module, checkpoint, filename, policy, _HINTS[purpose],
-                                f"{type(hook).__name__}'s EMA copy of")
-            if not copied.matched:  # whatever the policy: an EMA copy at its initialisation is never tested
-                raise CheckpointError(f'checkpoint {filename}: {type(hook).__name__} loaded none of its tensors into '
-                                      f'its EMA copy ({copied.summary()}), which would be evaluated with random '
-                                      'weights; use a checkpoint of this config, or drop the hook (custom_hooks=[])')
+        checkpoint = load_into(unwrap_model(self.model), filename, policy, _HINTS[purpose], purpose, map_location,
+                               revise_keys, functools.partial(self._after_read, filename, emas),
+                               [(hook.ema_model.module, type(hook).__name__) for hook in emas],
+                               self.logger)
         if self._resuming:  # after the fit: a checkpoint of another model is named as such first
             self._check_resumable(filename, checkpoint)
         self._has_loaded = True
         return checkpoint
+
+    def _after_read(self, filename: str, emas: List[EMAHook], checkpoint: dict) -> None:
+        """The ``after_load_checkpoint`` hooks on a converted checkpoint; an EMA hook's copy first checked to pair
+        (the hooks swap each ``module.<key>`` of ``ema_state_dict`` with ``state_dict[<key>]``: else a KeyError)."""
+        unpaired = [k for k in checkpoint.get('ema_state_dict') or {}
+                    if k.startswith('module.') and k[len('module.'):] not in checkpoint['state_dict']]
+        if emas and unpaired:
+            raise CheckpointError(f'checkpoint {filename}: its ema_state_dict has {len(unpaired)} weights its '
+                                  f'state_dict lacks (first: {unpaired[0]}), which {type(emas[0]).__name__} cannot '
+                                  'pair; use a checkpoint an EMA hook saved, or drop the hook (custom_hooks=[])')
+        self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
 
     def _check_resumable(self, filename: str, checkpoint: dict) -> None:
         """Stop with one line at a file without a training state (naming ``load_from``), without the optimizer's or
@@ -229,9 +224,8 @@ class GuardedRunner(Runner):
         if found is None:
             self.logger.info(f'--resume auto: no checkpoint in {self.work_dir}; training from the start')
             return
-        self._preloaded = found
-        self.logger.info(f'--resume auto: resuming from {found[0]}')
-        self.resume(found[0])
+        self.logger.info(f'--resume auto: resuming from {found}')
+        self.resume(found)
         self._has_loaded = True
 
     def _maybe_compile(self, target: str) -> None:
@@ -315,9 +309,9 @@ def resume_candidates(work_dir: str) -> List[str]:
     return candidates
 
 
-def first_readable(candidates: List[str], warn) -> Optional[Tuple[str, dict]]:
-    """The first candidate that reads as a checkpoint, and the checkpoint; ``warn(message)`` for
-    each one skipped. None when there is no candidate.
+def first_readable(candidates: List[str], warn) -> Optional[str]:
+    """The first candidate that reads as a checkpoint (:meth:`GuardedRunner.resume` reads it again, through the
+    whole pass); ``warn(message)`` for each one skipped. None when there is no candidate.
 
     Raises:
         CheckpointError: there were candidates, but none could be read.
@@ -325,7 +319,8 @@ def first_readable(candidates: List[str], warn) -> Optional[Tuple[str, dict]]:
     problems = []
     for path in candidates:
         try:
-            return path, read_checkpoint(path)
+            read_checkpoint(path)
+            return path
         except CheckpointError as e:
             problems.append(str(e))
             warn(f'--resume auto: skipping {path}, which cannot be read ({e}); trying the previous checkpoint')

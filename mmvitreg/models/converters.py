@@ -1,5 +1,6 @@
 """Conversion of foreign checkpoints (timm-layout ViTs, official Swin) to mmvitreg classifier state dicts: the
-*detect* and *convert* steps of the loading pass (:mod:`mmvitreg.engine.checkpoint`); this module reads no file.
+*convert* stage of the loading pass (:func:`convert_checkpoint`, :mod:`mmvitreg.engine.checkpoint`); this module reads
+no file.
 
 The official DeepViT, LV-ViT, DeiT and DiversePatch codes keep timm's ViT layout, converted by
 :func:`convert_timm_vit`. Each release layout is an :class:`OfficialLayout` (:func:`register_layout`): the timm /
@@ -11,7 +12,10 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
+from mmengine.logging import print_log
 from torch import Tensor
+
+from mmvitreg.fileio import CheckpointError
 
 # timm key pattern -> mmvitreg backbone key (mmpretrain VisionTransformer layout).
 BACKBONE_RENAMES = (
@@ -205,6 +209,29 @@ def convert_official(checkpoint: Mapping, rules: Sequence = REVISE_KEYS) -> Tupl
     if layout is not None:
         return {'state_dict': layout.convert(state_dict)}, layout
     return {**(checkpoint if 'state_dict' in checkpoint else {}), 'state_dict': state_dict}, None
+
+
+def convert_checkpoint(checkpoint: Mapping, filename: str, rules: Sequence = REVISE_KEYS, logger='current') -> dict:
+    """Stage 2 of the loading pass (:mod:`mmvitreg.engine.checkpoint`): :func:`convert_official` of a read
+    ``checkpoint``, with one log line when an official release was converted (its ``meta`` then names the layout).
+
+    Raises:
+        CheckpointError: no state dict, or a release its converter cannot convert (naming the keys).
+    """
+    try:
+        converted, layout = convert_official(checkpoint, rules)
+    except KeyError as e:
+        raise CheckpointError(f'checkpoint {filename}: {e.args[0]}') from None
+    except ValueError as e:
+        layout = detect_layout(revise_keys(unwrap_checkpoint(checkpoint), rules))
+        raise CheckpointError(f'checkpoint {filename} looks like the {layout.name} release layout but does not '
+                              f'convert: {e}') from None
+    if layout is not None:
+        converted['meta'] = dict(official_layout=layout.name, official_model=layout.model)
+        print_log(f'checkpoint {filename}: {layout.name} release layout, converted on load by '
+                  f'{layout.convert.__module__}.{layout.convert.__name__} (as `python {layout.tool} SRC DST` '
+                  'does offline)', logger=logger)
+    return converted
 
 
 register_layout(OfficialLayout(

@@ -26,5 +26,5 @@ def unbuilt(backbone: nn.Module, output_norms: Iterable[str]) -> Tuple[str, ...]
     backbone) that ``backbone``'s options did not build, or built without weights (``nn.Identity``): a backbone's
     ``left_out``. A checkpoint's keys under them (a classifier's final norm in a dense backbone with
     ``final_norm=False``) fit nowhere while every block still computes what was trained, so the *backbone* load
-    policy (:func:`~mmvitreg.engine.checkpoint.check_fit`) accepts them."""
+    policy (:func:`~mmvitreg.engine.checkpoint.judge`) accepts them."""
     return tuple(name for name in output_norms if not list(getattr(backbone, name, nn.Identity()).parameters()))
