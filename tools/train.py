@@ -14,8 +14,9 @@ for, stops the run unless ``--allow-partial``; remote files are fetched through 
 checkpoints are written
 atomically, the random generators are part of them (exact resume), and a non-finite loss stops the run.
 Checkpoints are unpickled with ``weights_only=True`` and, for that read only, checked stand-ins of what checkpoints
-hold (:func:`mmvitreg.fileio.load_checkpoint`); ``--unsafe-load`` unpickles anything, for trusted files only. Token
-label maps are read by torch's own ``weights_only`` reader or numpy without pickle (:mod:`mmvitreg.datasets.label_maps`).
+hold (:func:`mmvitreg.fileio.load_checkpoint`); ``--unsafe-load`` unpickles anything, for trusted files only.
+Token label maps are read by torch's own ``weights_only`` reader or numpy without pickle
+(:mod:`mmvitreg.datasets.label_maps`).
 A refused checkpoint, label map or non-finite loss or weights is one ``error:`` line, also from a DataLoader worker.
 """
 import argparse
