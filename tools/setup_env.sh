@@ -145,7 +145,9 @@ print(";".join(f"{a}.{b}" for a, b in caps))')}
 
 # what the stack must import: mmcv with its compiled ops, or mmcv-lite's `mmcv` without them
 if [ "$MMCV_KIND" = ops ]; then IMPORTS='from mmcv.ops import nms, RoIAlign; import mmdet, mmseg, mmpretrain'
-else IMPORTS='import importlib.util as u, mmcv, mmdet, mmseg, mmpretrain; assert not u.find_spec("mmcv._ext")'; fi
+# (mmcv-lite: no compiled mmcv._ext on disk; mmvitreg's startup finder, once installed, serves one in memory)
+else IMPORTS='import importlib.machinery as m, mmcv, mmdet, mmseg, mmpretrain
+assert not m.PathFinder.find_spec("mmcv._ext", mmcv.__path__)'; fi
 stamp=$(cat "$STAMP" 2>/dev/null || true)
 stack_ready() {  # the stamped stack is this one, and it imports
   [ "$stamp" = "$STACK_ID" ] && "$PY" -c "$IMPORTS" 2>/dev/null
