@@ -102,12 +102,13 @@ def fake_transformers(root, version):
 
 def test_the_stand_in_transformers_5_breaks_mmpretrain_models_alone_with_a_type_error(tmp_path):
     """The control: beside pycocotools (installed: the tests need it) and the stand-in transformers 5, every name
-    of which imports, ``import mmpretrain.models`` without mmvitreg raises the TypeError the real one raises."""
+    of which imports, ``import mmpretrain.models`` without mmvitreg raises the TypeError the real one raises (no
+    startup finder either: mmcv's bricks probe ``mmcv.ops``, which would import mmvitreg through it)."""
     proc = run_py('''
         from transformers.modeling_utils import apply_chunking_to_forward, prune_linear_layer  # any name imports
         import pycocotools
         import mmpretrain.models
-    ''', [fake_transformers(tmp_path, '5.24.0')])
+    ''', [fake_transformers(tmp_path, '5.24.0'), hiding(tmp_path / 'no_finder', 'mmcv._ext')])
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines()[-1].startswith('TypeError: '), proc.stderr[-3000:]
     assert 'PreTrainedModel' in proc.stderr[-1500:] and 'ImportError' not in proc.stderr, proc.stderr[-3000:]
@@ -232,6 +233,12 @@ class Hide(PathFinder):
 
 
 sys.meta_path[sys.meta_path.index(PathFinder)] = Hide
+
+# A hidden mmcv._ext is an environment where mmcv has no compiled ops and mmvitreg's startup finder does not run (its
+# .pth runs only where mmvitreg is pip-installed: not for a checkout on PYTHONPATH or a --target install); an
+# `import mmvitreg` puts the finder back.
+if 'mmcv._ext' in HIDDEN:
+    sys.meta_path[:] = [f for f in sys.meta_path if type(f).__module__ != '_mmvitreg_mmcv_ext']
 
 if HIDDEN_DISTRIBUTIONS:  # and ``importlib.metadata`` finds none of them, whichever finder it asks (the
     import importlib.metadata  # importlib_metadata backport adds one of its own to sys.meta_path)

@@ -434,7 +434,7 @@ def own_dense_config(library, path):
     if library == 'mmseg':  # the Swin-T UperNet (mmseg's EncoderDecoder) shrunk, as the segmentation tests do
         shrunk_config(REPO / 'configs' / 'swin' / 'upernet_swin-t_8xb2-160k_ade20k-512x512.py', path)
         return path
-    cfg = Config.fromfile(str(REPO / 'configs' / 'demo' / 'cascade-mask-rcnn_swin-nano_fpn_1xb4-12e_digits-coco.py'))
+    cfg = Config.fromfile(str(REPO / 'configs' / 'demo' / 'cascade-mask-rcnn_swin-nano_fpn_1xb4-4e_digits-coco.py'))
     cfg.optim_wrapper.type = 'OptimWrapper'  # the recipe's AmpOptimWrapper needs a GPU (mmvitreg's tools swap it)
     cfg.optim_wrapper.pop('loss_scale', None)
     cfg.train_cfg.update(max_epochs=1)
@@ -466,8 +466,10 @@ def test_the_libraries_own_train_scripts_run_mmvitreg_components_on_mmcv_lite(ve
 
     from conftest import _compiled_mmcv_ops
     if not _compiled_mmcv_ops():
-        proc = subprocess.run([sys.executable, train, config, '--work-dir', 'work_target'],
-                              env=outside_env(installed.site), **run_tool_outside)
+        from test_env_imports import hiding
+        env = outside_env(installed.site)  # and no .pth: this test's own Python may hold mmvitreg pip-installed
+        env['PYTHONPATH'] = os.pathsep.join([str(hiding(tmp_path / 'no_pth', 'mmcv._ext')), env['PYTHONPATH']])
+        proc = subprocess.run([sys.executable, train, config, '--work-dir', 'work_target'], env=env, **run_tool_outside)
         assert proc.returncode != 0 and proc.stderr.strip().endswith("No module named 'mmcv._ext'"), proc.stderr[-3000:]
 
 
