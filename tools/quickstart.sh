@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job, from a fresh clone: set up the stack, build the bundled digits data, train the default config
 # and evaluate it, then sum up what the run shows of mmvitreg.
-#   bash tools/quickstart.sh [CONFIG]      (default: configs/demo/deit-tiny_1xb64-15e_drloc_digits.py)
+#   bash tools/quickstart.sh [CONFIG]      (default: configs/demo/deit-tiny_1xb64-13e_drloc_digits.py)
 # The default is DRLoc (dense relative localization, the technique made for small data sets) on the quick-start
 # DeiT-tiny: the summary gives its top-1 and the loss term DRLoc adds, as logged at the first and the last
 # iteration, and the command of the baseline without it.
@@ -11,7 +11,7 @@ cd "$REPO"
 bash tools/setup_env.sh
 VENV=$(bash tools/setup_env.sh --print-venv)
 PY=$VENV/bin/python
-CONFIG=${1:-configs/demo/deit-tiny_1xb64-15e_drloc_digits.py}
+CONFIG=${1:-configs/demo/deit-tiny_1xb64-13e_drloc_digits.py}
 WORK=work_dirs/quickstart
 # one intra-op thread: the two data-loading workers take the other core of a small machine, and
 # OpenMP threads competing for busy cores slow a step down many times over

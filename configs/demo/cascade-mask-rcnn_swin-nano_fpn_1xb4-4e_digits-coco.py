@@ -1,4 +1,4 @@
-# At most ~5 min on 2 cores (285 s of CPU: train, val, test at load 12); bbox mAP 0.086, segm mAP 0.084 (chance 0).
+# 229 s on 2 cores (train + test, one intra-op thread, 2026-12-07); bbox mAP 0.062, segm mAP 0.066 (chance 0).
 # The Cascade Mask R-CNN recipe of the Swin paper (4conv1fc GIoU heads, multi-scale crop, AdamW) with
 # mmvitreg.SwinTransformer (configs/swin/cascade-mask-rcnn_swin-t-p4-w7_fpn_4conv1fc-giou_amp-ms-crop_8xb2-3x_coco.py,
 # built on mmdet's ConvNeXt cascade 3x recipe), the model shrunk and the data pointed at the bundled

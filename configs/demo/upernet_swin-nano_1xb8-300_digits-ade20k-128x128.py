@@ -1,4 +1,4 @@
-# About 2.5 min on 2 cores (300 iterations at 0.31 s, quiet); mIoU 11.00 (chance 8.40), aAcc 92.01, mAcc 14.86.
+# 257 s on 2 cores (train + test, one intra-op thread, 2026-12-07); mIoU 10.70 (chance 8.40), aAcc 91.10, mAcc 16.52.
 # The digits UperNet Swin-nano (configs/swin/upernet_swin-nano_1xb8-2k_digits-ade20k-128x128.py: mmseg's Swin-T
 # UperNet ADE20K recipe with mmvitreg.SwinTransformer, shrunk) on a schedule sized for a CPU: 300 iterations
 # (the 2,000 of the technique folders' digits UperNets take ~11 minutes on 2 cores), progress every 10.

@@ -1,4 +1,4 @@
-# About 2.5 min on 2 cores (as the plain demo; 10 min at load 4.5); mIoU 9.48 (chance 8.40), aAcc 90.24, mAcc 15.24.
+# 275 s on 2 cores (train + test, one intra-op thread, 2026-12-07); mIoU 10.61 (chance 8.40), aAcc 92.16, mAcc 13.26.
 # The digits UperNet Swin-nano with DRLoc regularising the backbone (configs/drloc's digits UperNet,
 # upernet_swin-nano_drloc_1xb8-2k_digits-ade20k-128x128.py: the model's type is mmvitreg.TokenSegmentor, mmseg's
 # EncoderDecoder with trace users; DRLoc in the official form of the dense configs, the last block's tokens,
