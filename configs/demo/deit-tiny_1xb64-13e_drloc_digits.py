@@ -1,4 +1,4 @@
-# About 2-2.5 min on 2 cores (estimated; 5.7 min at load 4.8, 228 s of CPU); top-1 62.29 twice (chance 10).
+# 159 s on 2 cores (data, train + test: the quick start from a fresh clone, 2026-12-07); top-1 61.62 (chance 10).
 # The quick start (bash tools/quickstart.sh): DRLoc on the quick-start DeiT-tiny
 # (configs/drloc/deit-tiny_1xb64_drloc_digits.py: mmpretrain's DeiT recipe shrunk to a 4x4 token grid at 32x32,
 # with DRLoc's dense relative localization loss on the last block's patch tokens, lambda 0.1) on 13 of its
