@@ -43,7 +43,10 @@ from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 MIM_ITEMS = ('configs', 'tools', 'model-index.yml')
-STARTUP_HOOK = ('_mmvitreg_mmcv_ext.pth', 'import _mmvitreg_mmcv_ext; _mmvitreg_mmcv_ext.install()\n')
+# silent where the module is gone (an editable install whose checkout moved): site would print a traceback at
+# every start of that environment's Python, pip's included
+STARTUP_HOOK = ('_mmvitreg_mmcv_ext.pth', "import importlib.util; importlib.util.find_spec('_mmvitreg_mmcv_ext') "
+                "and __import__('_mmvitreg_mmcv_ext').install()\n")
 
 
 def requirements(name):

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The full test suite: set up the stack if needed (tools/setup_env.sh), then run pytest on tests/.
+# The full test suite: set up the stack if needed (tools/setup_env.sh), check the formatting, lint and spelling
+# (tools/lint.sh: a violation fails the run), then run pytest on tests/.
 #   bash tools/run_tests.sh [--with-ops] [pytest args...]
 # By default on mmcv-lite, with no compiler: mmvitreg serves the compiled ops that its segmentation and detection
 # configs call from torchvision's kernels, so every test runs there (a fresh machine's set-up takes minutes, a
@@ -18,5 +19,6 @@ done
 bash tools/setup_env.sh ${SETUP[@]+"${SETUP[@]}"}
 VENV=$(bash tools/setup_env.sh --print-venv ${SETUP[@]+"${SETUP[@]}"})
 export PATH="$VENV/bin:$PATH" PYTHON="$VENV/bin/python"
+bash tools/lint.sh
 exec "$VENV/bin/python" -m pytest tests -q -p no:cacheprovider -n "${MMVITREG_TEST_WORKERS:-2}" --dist loadfile \
   ${PYTEST[@]+"${PYTEST[@]}"}

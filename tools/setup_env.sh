@@ -66,7 +66,7 @@ else
 fi
 MMCV_KIND=$([ "$WITH_OPS" = 1 ] && echo ops || echo lite)
 STAMP=$VENV/.mmvitreg-stack
-HASH=$(cat "$CONSTRAINTS" "$REPO"/requirements/{runtime,seg,det,all,mminstall,tests,bench}.txt | sha1sum | cut -c1-12)
+HASH=$(cat "$CONSTRAINTS" "$REPO"/requirements/{runtime,seg,det,all,mminstall,tests,bench,lint}.txt | sha1sum | cut -c1-12)
 STACK_ID="$FLAVOUR|mmcv-$MMCV_KIND|$HASH"
 
 log() { printf '[setup %(%H:%M:%S)T] %s\n' -1 "$*"; }
