@@ -642,5 +642,5 @@ def test_case_stops_with_its_message_and_writes_nothing(ctx, case):
 
 def test_troubleshooting_doc_is_generated_from_the_catalogue():
     doc = (REPO / 'docs' / 'troubleshooting.md').read_text()
-    assert doc == render_markdown() + '\n', 'run python tools/misc/gen_troubleshooting.py'
+    assert doc == render_markdown(), 'run python tools/misc/gen_troubleshooting.py'
     assert all(case.message in doc and case.fix in doc for case in CASES)

@@ -18,7 +18,7 @@ def main(argv=None):
     parser.add_argument('--out', default=str(DEFAULT), help='the Markdown file to write')
     parser.add_argument('--check', action='store_true', help='only check that the file is up to date')
     args = parser.parse_args(argv)
-    text = render_markdown().rstrip('\n') + '\n'  # one newline at the end (.pre-commit-config.yaml)
+    text = render_markdown()
     out = Path(args.out)
     if args.check:
         if not out.is_file() or out.read_text() != text:

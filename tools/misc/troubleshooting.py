@@ -311,7 +311,7 @@ def render_markdown(cases: List[Case] = CASES) -> str:
             shown = f'`` {case.message} ``' if '`' in case.message else f'`{case.message}`'  # a code span
             lines += [f'### {case.what[0].upper()}{case.what[1:]}', '', f'You see: {shown}', '',
                       f'What to do: {case.fix}', '']
-    return '\n'.join(lines)
+    return '\n'.join(lines)  # ends in one newline (the last entry's blank line)
 
 
 def render_text(case: Case) -> str:
