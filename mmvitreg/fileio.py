@@ -239,41 +239,63 @@ def load_checkpoint(file, map_location=None, name: Optional[str] = None, unsafe:
             f'(tools/train.py, tools/test.py, the converters) or set {UNSAFE_LOAD_ENV}=1') from None
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f'{type(e).__name__}: {text[0].split(". ")[0]}' if text else type(e).__name__  # its first sentence
+def first_line(e: BaseException) -> str:
+    """``'<type>: <what e says>'`` on one line: its first sentence (for torch's weights-only refusal, the one after
+    torch's advice), at most 300 characters."""
+    text = ' '.join(str(e).split('WeightsUnpickler error:')[-1].split()).split('. ')[0][:300]
+    return f'{type(e).__name__}: {text}' if text else type(e).__name__
 
 
-def open_regular_file(path: str, name: str, what: str = 'checkpoint') -> IO[bytes]:
-    """``path`` opened for reading, if it is a regular file (a symlink to one included) of 1 byte to the machine's
-    physical memory: a FIFO, a device (``/dev/zero``), a folder, an empty or a larger file is refused before a byte
-    is read. Opened without blocking and checked on the open descriptor, so the path cannot be swapped in between.
+def open_regular_file(path: str, name: str, bounds: Tuple[int, int], error: type = CheckpointError, fix: str = '',
+                      missing: Optional[type] = None) -> IO[bytes]:
+    """``path`` opened for reading once it is a regular file (a symlink to one is followed) of ``bounds[0]`` to
+    ``bounds[1]`` bytes: a FIFO, a device (``/dev/zero``), a folder or a size out of bounds is refused before a
+    byte is read. ``os.stat`` decides before the open, which does not block (a FIFO swapped in meanwhile), and the
+    open descriptor is checked again. The one gate of the package's readers of untrusted files.
+
+    Args:
+        path (str): The file.
+        name (str): What the messages call it (``'checkpoint <file>'``).
+        bounds (tuple[int, int]): The fewest and most bytes it may hold.
+        error (type): The class of the refusals.
+        fix (str): What the refusals tell the user to do, if anything.
+        missing (type, optional): The class of the refusal of a missing file (or a dangling link). Defaults to
+            ``error``.
 
     Raises:
-        CheckpointError: one line naming the file (``name``) and what it is.
+        error: one line naming the file and what it is.
     """
+    def refuse(problem: str, cls: type = error) -> Exception:
+        return cls(f'{name} {problem}' + (f'; {fix}' if fix else ''))
+
+    def check(info: os.stat_result) -> None:
+        if not stat.S_ISREG(info.st_mode):
+            raise refuse('is not a regular file (a FIFO, a device, a socket or a folder, or a link to one)')
+        if info.st_size == 0 < bounds[0]:
+            raise refuse('is an empty file (0 bytes)')
+        if not bounds[0] <= info.st_size <= bounds[1]:
+            raise refuse(f'holds {info.st_size} bytes, outside the {bounds[0]}..{bounds[1]} it may hold')
+
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0))
+        check(os.stat(path))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise CheckpointError(f'{what} {name}: no such file') from None
-    except OSError as e:
-        raise CheckpointError(f'{what} {name}: cannot be opened ({_first_line(e)})') from None
-    info = os.fstat(fd)
-    memory = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') if hasattr(os, 'sysconf') else None
-    problem = ('not a regular file (a FIFO, a device or a folder)' if not stat.S_ISREG(info.st_mode) else
-               'empty file (0 bytes), e.g. a save that was interrupted' if info.st_size == 0 else
-               f'{info.st_size} bytes, more than this machine\'s memory ({memory} bytes)'
-               if memory and info.st_size > memory else None)
-    if problem:
-        os.close(fd)
-        raise CheckpointError(f'{what} {name}: {problem}')
-    return os.fdopen(fd, 'rb')
+        raise refuse('does not exist', missing or error) from None
+    except OSError as e:  # a loop of links, no permission
+        raise refuse(f'cannot be opened ({e.strerror})') from None
+    f = os.fdopen(fd, 'rb')
+    try:
+        check(os.fstat(fd))
+    except error:
+        f.close()
+        raise
+    return f
 
 
 def read_checkpoint(filename: str, map_location='cpu', unsafe: Optional[bool] = None) -> dict:
     """Step 1 of the loading pass: read ``filename``, local or remote (fetched by ``mmengine.fileio.get_local_path``),
-    as a regular file of a plausible size (:func:`open_regular_file`), unpickled by :func:`load_checkpoint` (the
-    allow-list unless ``unsafe`` or ``--unsafe-load``).
+    as a regular file of 1 byte to the machine's physical memory (:func:`open_regular_file`), unpickled by
+    :func:`load_checkpoint` (the allow-list unless ``unsafe`` or ``--unsafe-load``).
 
     Raises:
         CheckpointError: the file cannot be fetched, is not a regular file, is empty, too large, truncated, not a
@@ -281,6 +303,7 @@ def read_checkpoint(filename: str, map_location='cpu', unsafe: Optional[bool] = 
     """
     from mmengine.fileio import get_local_path
     filename = str(filename)
+    memory = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
     with ExitStack() as stack:
         path = filename
         if '://' in filename:
@@ -288,8 +311,8 @@ def read_checkpoint(filename: str, map_location='cpu', unsafe: Optional[bool] = 
                 path = stack.enter_context(get_local_path(filename))
             except Exception as e:  # no backend for the prefix, a network or permission error, ...
                 raise CheckpointError(f"checkpoint {filename}: cannot be fetched through mmengine's file backends "
-                                      f'({_first_line(e)}); download it and give the local path') from None
-        f = stack.enter_context(open_regular_file(path, filename))
+                                      f'({first_line(e)}); download it and give the local path') from None
+        f = stack.enter_context(open_regular_file(path, f'checkpoint {filename}', (1, memory)))
         try:
             checkpoint = load_checkpoint(f, map_location, name=filename, unsafe=unsafe)
         except UnsafeCheckpointError as e:  # its message names the file, the global and the opt-in
@@ -297,7 +320,7 @@ def read_checkpoint(filename: str, map_location='cpu', unsafe: Optional[bool] = 
         except Exception as e:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for damaged files
             raise CheckpointError(f'checkpoint {filename}: not a readable PyTorch checkpoint '
                                   f'({os.fstat(f.fileno()).st_size} bytes; truncated or another format): '
-                                  f'{_first_line(e)}') from None
+                                  f'{first_line(e)}') from None
     if not isinstance(checkpoint, dict):
         raise CheckpointError(f'checkpoint {filename}: holds a {type(checkpoint).__name__}, not a checkpoint '
                               '(a dict with a state_dict, or a state dict)')

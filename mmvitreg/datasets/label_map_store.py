@@ -25,13 +25,13 @@ import json
 import os
 import os.path as osp
 import shutil
-import stat
 from typing import Optional, Sequence
 
 import numpy as np
 
 from mmvitreg.datasets.label_maps import (SUFFIXES, LabelMapError, check_label_map, label_map_key, load_label_map,
-                                          read_npy_header, read_regular_file)
+                                          read_npy_header)
+from mmvitreg.fileio import open_regular_file
 
 FORMAT, VERSION = 'mmvitreg.label_maps', 1
 INDEX = 'packed.json'
@@ -46,15 +46,8 @@ def is_label_map_store(path: str) -> bool:
 def _memmap(path: str, shape: tuple, dtype: Optional[str] = None) -> np.ndarray:
     """The ``.npy`` array at ``path``, memory-mapped read-only once it is a regular file whose numpy header declares
     ``shape`` (and ``dtype`` if given) and exactly its size."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as e:
-        raise LabelMapError(f'label-map store file {path} cannot be opened ({e.strerror}); {REPACK}') from None
-    with os.fdopen(fd, 'rb') as f:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise LabelMapError(f'label-map store file {path} is not a regular file; {REPACK}')
-        found, found_dtype, fortran = read_npy_header(f, path, info.st_size)
+    with open_regular_file(path, f'label-map store file {path}', (1, 1 << 62), LabelMapError, REPACK) as f:
+        found, found_dtype, fortran = read_npy_header(f, path, os.fstat(f.fileno()).st_size)
         if found != shape or fortran or (dtype is not None and str(found_dtype) != dtype):
             raise LabelMapError(f'label-map store {osp.dirname(path)} is inconsistent: {INDEX} says {shape} '
                                 f'{dtype or ""}, {osp.basename(path)} holds {found} {found_dtype}; {REPACK}')
@@ -83,7 +76,8 @@ class LabelMapStore:
         self.root, self.num_classes, self.map_shape = root, num_classes, map_shape
         index = osp.join(root, INDEX)
         try:
-            self.meta = json.loads(bytes(read_regular_file(index, (1, 1 << 20), 'label-map store index')))
+            with open_regular_file(index, f'label-map store index {index}', (1, 1 << 20), LabelMapError) as f:
+                self.meta = json.loads(f.read(1 << 20))
         except (OSError, ValueError) as e:
             raise LabelMapError(f'{root} is not a readable label-map store ({e}); pack one with '
                                 'tools/dataset_converters/pack_label_maps.py') from None

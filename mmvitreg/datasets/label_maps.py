@@ -57,7 +57,6 @@ import io
 import math
 import os
 import os.path as osp
-import stat
 import zipfile
 from typing import Optional, Sequence, Tuple
 
@@ -65,7 +64,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from mmvitreg.fileio import atomic_write
+from mmvitreg.fileio import atomic_write, first_line, open_regular_file
 
 REGIONS = ('full', 'center_square')
 SUFFIXES = ('.npy', '.pt')  # the generator's format first, then the official one
@@ -124,6 +123,7 @@ class LabelMapError(ValueError):
 
 
 REGENERATE = 'regenerate it with tools/generate_label_maps.py'
+FIND = 'generate the maps with tools/generate_label_maps.py or check label_root and map_shape'
 
 
 def _malformed(path: str, problem: str, fix: str = REGENERATE) -> LabelMapError:
@@ -184,44 +184,6 @@ def size_bounds(map_shape: Optional[Sequence[int]] = None) -> Tuple[int, int]:
     return 2 * values, 4 * values + _OVERHEAD
 
 
-def read_regular_file(path: str, bounds: Tuple[int, int], what: str = 'token label map') -> bytearray:
-    """The bytes of ``path`` once it is known to be a regular file (symlinks followed: a link to a regular file is
-    read, one to a FIFO or device is refused, like the FIFO or device itself) of a size within ``bounds``. ``stat``
-    decides before the file is opened; the file is opened without blocking (a FIFO swapped in meanwhile) and its
-    descriptor checked again before the read, which reads that size (and one byte more, to see a file that grew).
-
-    Raises:
-        FileNotFoundError: no such file (or a dangling link), naming it.
-        LabelMapError: not a regular file, or a size out of bounds, naming it.
-    """
-    def check(info):
-        if not stat.S_ISREG(info.st_mode):
-            raise LabelMapError(f'{what} {path} is not a regular file (a FIFO, device, socket or folder, or a link '
-                                'to one); replace it with the file itself')
-        if not bounds[0] <= info.st_size <= bounds[1]:
-            raise LabelMapError(f'{what} {path} holds {info.st_size} bytes, outside the {bounds[0]}..{bounds[1]} '
-                                'its expected shape allows; regenerate it or check map_shape')
-
-    try:
-        check(os.stat(path))
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise FileNotFoundError(f'{what} {path} does not exist; generate the maps with '
-                                'tools/generate_label_maps.py or check label_root') from None
-    except OSError as e:  # a loop of links, no permission
-        raise LabelMapError(f'{what} {path} cannot be opened: {e.strerror}') from None
-    with os.fdopen(fd, 'rb') as f:
-        info = os.fstat(fd)
-        check(info)
-        size = info.st_size
-        data = bytearray(size + 1)
-        n = f.readinto(data)
-    if n != size:
-        raise LabelMapError(f'{what} {path} changed size while it was read')
-    del data[n:]
-    return data
-
-
 def read_npy_header(f, path: str, size: int) -> Tuple[tuple, np.dtype, bool]:
     """``(shape, dtype, fortran_order)`` of the ``.npy`` file ``f`` (positioned at its start, left at its data),
     parsed by numpy's own header reader, once the data it declares is exactly the rest of the file's ``size``
@@ -234,21 +196,13 @@ def read_npy_header(f, path: str, size: int) -> Tuple[tuple, np.dtype, bool]:
             raise ValueError(f'format version {version} is not 1.0 or 2.0')
         shape, fortran, dtype = read_header[version](f)
     except Exception as e:
-        raise _malformed(path, f'numpy cannot read its .npy header ({type(e).__name__}: {_first_line(e)})') from None
+        raise _malformed(path, f'numpy cannot read its .npy header ({first_line(e)})') from None
     if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
         raise _malformed(path, f'its dtype {dtype} is not a plain number or bytes dtype')
     if size != f.tell() + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
         raise _malformed(path, f'its header declares {shape} {dtype} but the file holds {size - f.tell()} bytes '
                                'of data')
     return shape, dtype, fortran
-
-
-def _first_line(e: BaseException) -> str:
-    """What an error says is wrong, on one line: for torch's weights-only refusal the sentence after its advice."""
-    text = str(e)
-    if 'WeightsUnpickler error:' in text:
-        text = text.split('WeightsUnpickler error:', 1)[1].split('. ', 1)[0]
-    return ' '.join(text.split())[:300]
 
 
 def _refuse_compressed(buffer: io.BytesIO, path: str) -> None:
@@ -259,7 +213,7 @@ def _refuse_compressed(buffer: io.BytesIO, path: str) -> None:
             with zipfile.ZipFile(buffer) as archive:
                 packed = next((m.filename for m in archive.infolist() if m.compress_type != zipfile.ZIP_STORED), None)
         except Exception as e:
-            raise _malformed(path, f'its zip directory is unreadable ({type(e).__name__}: {_first_line(e)})') from None
+            raise _malformed(path, f'its zip directory is unreadable ({first_line(e)})') from None
         if packed is not None:
             raise _malformed(path, f'its member {packed} is compressed, which torch.save never does')
     buffer.seek(0)
@@ -270,7 +224,7 @@ def load_label_map(path: str, num_classes: Optional[int] = None,
     """Read one map file (``.npy``, or an official ``.pt``) and validate it.
 
     The file must be regular and its size within :func:`size_bounds` before it is read
-    (:func:`read_regular_file`); a ``.npy`` file is read by numpy without pickle (:func:`read_npy_header`, then
+    (:func:`~mmvitreg.fileio.open_regular_file`); a ``.npy`` file is read by numpy without pickle (:func:`read_npy_header`, then
     ``np.frombuffer``), anything else by ``torch.load(weights_only=True)``; the result passes
     :func:`check_label_map`. Peak memory: the file (at most :data:`MAX_BYTES`, or the bound of ``map_shape``) and
     the map, about twice (``tests/test_label_map_bounds.py`` measures the worst crafted file).
@@ -288,7 +242,10 @@ def load_label_map(path: str, num_classes: Optional[int] = None,
         FileNotFoundError: the file does not exist, naming it.
         LabelMapError: the file is not a valid map (one line naming it, also from a DataLoader worker).
     """
-    data = read_regular_file(path, size_bounds(map_shape))
+    bounds = size_bounds(map_shape)
+    with open_regular_file(path, f'token label map {path}', bounds, LabelMapError, FIND, FileNotFoundError) as f:
+        data = bytearray(os.fstat(f.fileno()).st_size)  # writable: the map is a view of it
+        del data[f.readinto(data):]
     buffer = io.BytesIO(data)
     if path.endswith('.npy'):
         shape, dtype, fortran = read_npy_header(buffer, path, len(data))
@@ -300,8 +257,7 @@ def load_label_map(path: str, num_classes: Optional[int] = None,
         try:
             label_map = torch.load(buffer, map_location='cpu', weights_only=True)
         except Exception as e:
-            raise _malformed(path, f'torch.load(weights_only=True) refused it ({type(e).__name__}: '
-                                   f'{_first_line(e)})') from None
+            raise _malformed(path, f'torch.load(weights_only=True) refused it ({first_line(e)})') from None
     return check_label_map(label_map, path, num_classes, map_shape)
 
 
