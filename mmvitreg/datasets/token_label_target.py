@@ -106,13 +106,10 @@ class TokenLabelTarget(BaseTransform):
 def token_label_targets(packed: Sequence[PackedLabelMap], device=None) -> Tensor:
     r"""Token labels ``(B, 2, K, S, S)`` of a batch of packed maps, vectorised over the batch.
 
-    The augmented image is cut into ``S x S`` token cells; each cell gets ``n x n`` evenly spaced
-    sample points (at ``(j + 0.5) / n`` of the cell on each axis). One batched matmul carries every
-    point onto its sample's map; each point reads the four nearest map cells bilinearly (cell
-    centres at ``(j + .5, i + .5)``, borders clamped, as ``roi_align``). A top-k map cannot be
-    interpolated as an array (indices are not numbers): each point contributes its 4 cells x k
-    ``(class, weight x value)`` pairs, and the pairs of a token are summed per class (sorted by
-    class, segment sums), so the cost is independent of the number of classes ``C``.
+    Each of the ``S x S`` token cells of the augmented image gets ``n x n`` evenly spaced sample points, carried onto
+    its sample's map; each point reads the four nearest map cells bilinearly (borders clamped, as ``roi_align``). A
+    top-k map cannot be interpolated as an array (indices are not numbers): each point contributes its 4 cells x k
+    ``(class, weight x value)`` pairs, summed per class for each token, so the cost does not grow with ``C``.
 
     Two readings of a top-k map (:class:`TokenLabelTarget`'s ``reading``):
 
@@ -123,19 +120,15 @@ def token_label_targets(packed: Sequence[PackedLabelMap], device=None) -> Tensor
       inside gets all-zero probabilities (no token label). The token keeps its ``topk`` most
       probable classes, renormalised to sum 1 (``K = topk``). Classes a token did not read fill its
       top-k (probability 0, smallest class indices first) when it read fewer than ``topk``.
-    * ``'official'`` (``tlt/data/mixup.py``: ``get_featuremaps`` scatters the stored logits into a
-      ``C``-class map of zeros, ``roi_align(output_size=(S, S))`` on the crop, softmax over all
-      ``C`` classes): a token's logit of class ``c`` is the mean over its sample points of the
-      bilinearly read logit map, ``n`` per axis is ``roi_align``'s adaptive count
-      ``ceil(roi side in map cells / S)`` (``sampling_ratio=-1``), and points outside the image read
-      logit 0 for every class (the official RandAugment fills the map with 0). The classes no cell
-      under the token stores all have the mean logit 0, so they share one probability
-      ``exp(0) / Z``: the exact distribution over ``C`` classes is the ``R`` read classes plus one
-      shared tail value, computed without a ``C x h x w`` map. ``K = max R + 1`` over the batch:
-      slot ``r < R`` holds a read class and its probability, the slots after it hold class index
-      ``-1``: probability 0 up to the last, and the last slot the probability of **each** class
-      not listed. The token's target is ``p_c`` for listed classes and the last slot's value for the
-      ``C - R`` others (they sum to 1).
+    * ``'official'`` (``tlt/data/mixup.py``: ``get_featuremaps`` scatters the stored logits into a ``C``-class map
+      of zeros, ``roi_align(output_size=(S, S))`` on the crop, softmax over all ``C`` classes): a token's logit of
+      class ``c`` is the mean of the bilinearly read logit map over its sample points, ``n`` per axis
+      ``roi_align``'s adaptive ``ceil(roi side in map cells / S)``; points outside the image read logit 0 (the
+      official RandAugment fills the map with 0). The classes no cell under the token stores share the mean logit 0,
+      so the exact distribution is the ``R`` read classes plus one shared tail value, without a ``C x h x w`` map.
+      ``K = max R + 1`` over the batch: slot ``r < R`` holds a read class and its probability, the slots after it
+      class ``-1`` and probability 0, but the last holds the probability of **each** of the ``C - R`` unlisted
+      classes.
 
     Args:
         packed (Sequence[PackedLabelMap]): One per sample, with equal settings.
@@ -149,14 +142,9 @@ def token_label_targets(packed: Sequence[PackedLabelMap], device=None) -> Tensor
 
 
 def relabel_targets(packed: Sequence[PackedLabelMap], device=None) -> Tensor:
-    """The official class-token (ReLabel) target ``(B, 2, K)`` of a batch: the crop pooled to ``1 x 1``.
-
-    The official ``get_label`` RoI-aligns the same ``C``-class logit map as the token labels with
-    ``output_size=(1, 1)`` (``ceil(roi side)`` sample points per axis) and soft-maxes over all ``C``
-    classes; the result has the format of one token of the official reading of
-    :func:`token_label_targets` (listed classes, then ``-1`` slots, the last one the probability of
-    each unlisted class). Needs ``reading='official'``.
-    """
+    """The official class-token (ReLabel) target ``(B, 2, K)`` of a batch (``reading='official'``): the official
+    ``get_label`` RoI-aligns the token labels' ``C``-class logit map with ``output_size=(1, 1)`` and soft-maxes over
+    all ``C`` classes; the format of one token of :func:`token_label_targets`' official reading."""
     if packed[0].reading != 'official':
         raise ValueError("relabel_targets is the official class-token target: pack the maps with "
                          "TokenLabelTarget(reading='official', num_classes=C)")
@@ -189,39 +177,6 @@ def _to_map(packed: List[PackedLabelMap]) -> Tensor:
     """``(B, 3, 3)`` float64 from normalised image coordinates ``(x / W, y / H, 1)`` to map coordinates."""
     scale = torch.tensor([[p.img_shape[1], p.img_shape[0], 1.] for p in packed], dtype=torch.float64)
     return torch.stack([p.matrix for p in packed]) * scale[:, None, :]
-
-
-def _sample_points(to_map: Tensor, s: int, counts: Tensor) -> Tuple[Tensor, Tensor]:
-    """Map coordinates of every token's sample points.
-
-    Args:
-        to_map (Tensor): ``(B, 3, 3)`` from :func:`_to_map`.
-        s (int): Tokens per side.
-        counts (Tensor): ``(B, 2)`` long, points per token side along x and y for each sample.
-
-    Returns:
-        tuple: ``xy`` ``(B, s * s * P, 2)`` float64 with ``P = max nx * max ny`` points per token,
-        token-major (row, col, then the token's points), and ``valid`` ``(B, s * s, P)`` bool, False
-        for the padding points of samples with fewer points.
-    """
-    B = len(to_map)
-    nx, ny = int(counts[:, 0].max()), int(counts[:, 1].max())
-    token = torch.arange(s, dtype=torch.float64)
-
-    def line(n_max, n):  # (B, s, n_max) positions along one axis, and their validity
-        sub = torch.arange(n_max, dtype=torch.float64)
-        n = n.to(torch.float64)[:, None, None]
-        return (token[None, :, None] + (sub + 0.5)[None, None, :] / n) / s, (sub[None, None, :] < n)
-
-    px, vx = line(nx, counts[:, 0])
-    py, vy = line(ny, counts[:, 1])
-    shape = (B, s, s, ny, nx)  # (sample, token row, token col, point row, point col)
-    xs = px[:, None, :, None, :].expand(shape)
-    ys = py[:, :, None, :, None].expand(shape)
-    valid = (vx[:, None, :, None, :] & vy[:, :, None, :, None]).expand(shape).reshape(B, s * s, ny * nx)
-    xy = xs.reshape(B, -1, 1) * to_map[:, None, :2, 0] + ys.reshape(B, -1, 1) * to_map[:, None, :2, 1] \
-        + to_map[:, None, :2, 2]
-    return xy, valid
 
 
 def _token_class_sums(maps: Tensor, xy: Tensor, point_weight: Tensor, values: Tensor, drop_class=None, dtype=None):
@@ -271,13 +226,34 @@ def _token_class_sums(maps: Tensor, xy: Tensor, point_weight: Tensor, values: Te
 
 
 def _sample(packed: List[PackedLabelMap], to_map: Tensor, s: int, counts: Tensor, device):
-    """The maps ``(B, 2, k, h, w)`` float32 on ``device`` (default: theirs), the sample points ``xy``
-    (:func:`_sample_points`) and ``inside`` ``(B, s * s, P)`` float: 1 where a point is one of its sample's and lies
-    inside its original image."""
+    """The maps and the sample points of every token of an ``s x s`` grid: ``counts`` ``(B, 2)`` per token side along
+    x and y for each sample, at ``(j + 0.5) / n`` of the token on each axis; ``to_map``: :func:`_to_map`.
+
+    Returns:
+        tuple: ``maps`` ``(B, 2, k, h, w)`` float32 on ``device`` (default: theirs); ``xy`` ``(B, s * s * P, 2)``
+        float64 map coordinates with ``P = max nx * max ny`` points per token, token-major (row, col, then the
+        token's points); ``inside`` ``(B, s * s, P)`` float, 1 where a point is one of its sample's (not padding)
+        and lies inside its original image.
+    """
+    B = len(to_map)
+    nx, ny = int(counts[:, 0].max()), int(counts[:, 1].max())
+    token = torch.arange(s, dtype=torch.float64)
+
+    def line(n_max, n):  # (B, s, n_max) positions along one axis, and their validity
+        sub = torch.arange(n_max, dtype=torch.float64)
+        n = n.to(torch.float64)[:, None, None]
+        return (token[None, :, None] + (sub + 0.5)[None, None, :] / n) / s, (sub[None, None, :] < n)
+
+    px, vx = line(nx, counts[:, 0])
+    py, vy = line(ny, counts[:, 1])
+    shape = (B, s, s, ny, nx)  # (sample, token row, token col, point row, point col)
+    xs = px[:, None, :, None, :].expand(shape)
+    ys = py[:, :, None, :, None].expand(shape)
+    valid = (vx[:, None, :, None, :] & vy[:, :, None, :, None]).expand(shape).reshape(B, s * s, ny * nx)
+    xy = xs.reshape(B, -1, 1) * to_map[:, None, :2, 0] + ys.reshape(B, -1, 1) * to_map[:, None, :2, 1]
     device = device or packed[0].label_map.device
     maps = torch.stack([p.label_map.float() for p in packed]).to(device)  # float16 maps cannot stack under --amp
-    xy, valid = _sample_points(to_map, s, counts)
-    xy = xy.to(device)
+    xy = (xy + to_map[:, None, :2, 2]).to(device)
     region = torch.tensor([p.image_on_map for p in packed], dtype=torch.float64, device=device)
     inside = ((xy >= region[:, None, :2]) & (xy < region[:, None, 2:])).all(-1).view(valid.shape) & valid.to(device)
     return maps, xy, inside.float()
