@@ -96,19 +96,9 @@ class LabelMapStore:
         return self.meta['count']
 
     def get(self, key: str, img_path: Optional[str] = None) -> np.ndarray:
-        """The map stored under ``key``, validated.
-
-        Args:
-            key (str): :func:`~mmvitreg.datasets.label_maps.label_map_key` of the image.
-            img_path (str, optional): The image, for the error message. Defaults to None.
-
-        Returns:
-            np.ndarray: ``(2, k, h, w)`` float16 or float32, a writable copy.
-
-        Raises:
-            LookupError: no map of that key, naming the image and the store.
-            LabelMapError: the map fails the value check, naming the store, the key and the image.
-        """
+        """The map stored under ``key`` (:func:`~mmvitreg.datasets.label_maps.label_map_key` of the image
+        ``img_path``), validated: ``(2, k, h, w)`` float16 or float32, a writable copy. A missing key raises
+        ``LookupError``, a map that fails the value check ``LabelMapError``, each naming the store, key and image."""
         if self._maps is None:
             self._open()
         needle = key.encode()

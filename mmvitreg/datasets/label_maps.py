@@ -224,18 +224,12 @@ def save_label_map(path: str, logits: Tensor, indices: Tensor) -> None:
 
 
 def warp_to_affine(warp: np.ndarray) -> np.ndarray:
-    """Turn a cv2 ``warpAffine`` matrix into the output-to-input matrix of continuous coordinates.
+    """The ``(3, 3)`` output-to-input matrix of continuous pixel coordinates of a ``(2, 3)`` ``cv2.warpAffine``
+    matrix (no ``WARP_INVERSE_MAP``: input pixel indices to output pixel indices).
 
-    With ``warp = [L | t]`` (index coordinates, pixel centres at integers), continuous coordinates
-    (pixel centres at ``+0.5``) map forward by ``x' = L x + t'`` with ``t' = t + (I - L) (0.5, 0.5)``;
-    the result is its inverse ``[L^-1 | -L^-1 t']``, written out.
-
-    Args:
-        warp (np.ndarray): ``(2, 3)`` matrix as passed to ``cv2.warpAffine`` (no
-            ``WARP_INVERSE_MAP``): it maps input pixel indices to output pixel indices.
-
-    Returns:
-        np.ndarray: ``(3, 3)`` matrix from output to input continuous pixel coordinates.
+    With ``warp = [L | t]`` (index coordinates, pixel centres at integers), continuous coordinates (pixel centres at
+    ``+0.5``) map forward by ``x' = L x + t'`` with ``t' = t + (I - L) (0.5, 0.5)``; the result is its inverse
+    ``[L^-1 | -L^-1 t']``, written out.
     """
     (a, b, c), (d, e, f) = np.asarray(warp, np.float64).tolist()
     tx, ty = c + .5 - .5 * (a + b), f + .5 - .5 * (d + e)
@@ -250,12 +244,11 @@ class TokenLabelMap:
     Args:
         label_map (np.ndarray): ``(2, k, h, w)`` top-k logits and class indices, as stored.
         ori_shape (tuple[int, int]): ``(H0, W0)`` of the original image.
-        region (str): The part of the original image the map covers, one of ``'full'`` and
-            ``'center_square'`` (see the module docstring).
+        region (str): The part of the original image the map covers, ``'full'`` or ``'center_square'``.
 
     Attributes:
-        affine (np.ndarray): ``(3, 3)`` from the current image's continuous pixel coordinates
-            ``(x, y, 1)`` to the original image's.
+        affine (np.ndarray): ``(3, 3)`` from the current image's continuous pixel coordinates ``(x, y, 1)`` to the
+            original image's.
         img_shape (tuple[int, int]): ``(H, W)`` of the image ``affine`` starts from.
     """
 
@@ -269,8 +262,7 @@ class TokenLabelMap:
         self.img_shape = tuple(ori_shape)
 
     def check_shape(self, img_shape: Tuple[int, int]) -> None:
-        """Fail if the image is no longer the one the geometry describes (a transform that does not
-        track the map moved it)."""
+        """Fail if a transform that does not track the map moved the image."""
         if tuple(img_shape) != self.img_shape:
             raise RuntimeError(
                 f'the image is {tuple(img_shape)} but the label-map geometry was last updated for '
@@ -279,14 +271,8 @@ class TokenLabelMap:
                 'for geometric augmentation')
 
     def compose(self, matrix: np.ndarray, src_shape: Tuple[int, int], dst_shape: Tuple[int, int]) -> None:
-        """Record a geometric transform of the image.
-
-        Args:
-            matrix (np.ndarray): ``(3, 3)`` from the new image's continuous pixel coordinates to
-                those of the image before the transform.
-            src_shape (tuple[int, int]): ``(H, W)`` of the image before the transform.
-            dst_shape (tuple[int, int]): ``(H, W)`` of the new image.
-        """
+        """Record a geometric transform of the image from ``src_shape`` to ``dst_shape`` (``(H, W)``): ``matrix``
+        ``(3, 3)`` maps the new image's continuous pixel coordinates to those of the image before it."""
         self.check_shape(src_shape)
         self.affine = self.affine @ matrix
         self.img_shape = tuple(dst_shape)
