@@ -12,7 +12,7 @@ import secrets
 import socket
 import stat
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from typing import Callable, IO, Iterator, List, Optional, Tuple
 
 import numpy as np
@@ -128,8 +128,8 @@ class _CheckedHistoryBuffer(_StandIn, HistoryBuffer):
     host = HistoryBuffer
 
     def check(self, state) -> bool:
-        if not (isinstance(state, dict) and set(state) <= {'max_length', '_log_history', '_count_history',
-                                                            'statistics_methods'}):
+        keys = {'max_length', '_log_history', '_count_history', 'statistics_methods'}
+        if not (isinstance(state, dict) and set(state) <= keys):
             return False
         histories = [state.get(k) for k in ('_log_history', '_count_history')]
         methods = state.get('statistics_methods', {})
@@ -181,19 +181,13 @@ def checkpoint_globals() -> Iterator[None]:
 
 
 def load_checkpoint(file, map_location=None, name: Optional[str] = None, unsafe: Optional[bool] = None):
-    """``torch.load`` of a checkpoint, with ``weights_only=True`` and, for this read only, the allow-list of
-    :func:`checkpoint_safe_globals` (:func:`checkpoint_globals`; before torch 2.6, :data:`TORCH_WEIGHTS_ONLY`, the
-    file is unpickled as that torch does by default). The package's one unpickler.
-
-    Args:
-        file (str | file-like): what ``torch.load`` reads.
-        map_location: as for ``torch.load``.
-        name (str, optional): the file's name in messages. Defaults to ``file``.
-        unsafe (bool, optional): unpickle anything (trusted files only). Defaults to ``MMVITREG_UNSAFE_LOAD=1``.
+    """``torch.load(file, map_location)`` of a checkpoint, with ``weights_only=True`` and, for this read only, the
+    allow-list of :func:`checkpoint_safe_globals` (before torch 2.6, :data:`TORCH_WEIGHTS_ONLY`, as that torch does
+    by default); ``unsafe`` (default: ``MMVITREG_UNSAFE_LOAD=1``) unpickles anything. The package's one unpickler.
 
     Raises:
         UnsafeCheckpointError: the pickle names a global outside the allow-list or breaks one of its checks (nothing
-            of it ran).
+            of it ran); the message calls the file ``name`` (default: ``file``).
     """
     if unsafe is None:
         unsafe = os.environ.get(UNSAFE_LOAD_ENV) == '1'
@@ -374,8 +368,6 @@ def remove_stale_temporaries(folder: str) -> List[str]:
     stale = sorted(name for name in os.listdir(folder)
                    if (_TEMPORARY.match(name) or _OLD_TEMPORARY.match(name)) and _abandoned(folder, name))
     for name in stale:
-        try:
+        with suppress(FileNotFoundError):  # another process removed it meanwhile
             os.remove(osp.join(folder, name))
-        except FileNotFoundError:
-            pass
     return stale

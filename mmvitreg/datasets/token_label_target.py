@@ -180,16 +180,10 @@ def _to_map(packed: List[PackedLabelMap]) -> Tensor:
 
 
 def _token_class_sums(maps: Tensor, xy: Tensor, point_weight: Tensor, values: Tensor, drop_class=None, dtype=None):
-    """Per token, the sum over its sample points of the bilinearly read ``values``, per class read.
-
-    Args:
-        maps (Tensor): ``(B, 2, k, h, w)`` the maps (class indices in ``[:, 1]``).
-        xy (Tensor): ``(B, T * P, 2)`` sample points in map coordinates, token-major.
-        point_weight (Tensor): ``(B, T, P)`` weight of every point.
-        values (Tensor): ``(B, k, h * w)`` the per-cell values to read.
-        drop_class (int, optional): Class index given to the pairs of weight 0, which then sort last
-            and are not read. None keeps them (read with value 0).
-        dtype (torch.dtype, optional): Precision of the bilinear weights and the sums. Defaults to float32.
+    """Per token, the sum over its sample points ``xy`` ``(B, T * P, 2)`` (token-major, weighted by ``point_weight``
+    ``(B, T, P)``) of the bilinearly read ``values`` ``(B, k, h * w)``, per class of ``maps[:, 1]``
+    ``(B, 2, k, h, w)``, in ``dtype`` (default float32). ``drop_class``: the class given to the pairs of weight 0,
+    which then sort last and are not read (None: read with value 0).
 
     Returns:
         tuple: ``(B * T, L)`` ``scores`` (the summed value of each run of one class), ``classes`` and
