@@ -260,13 +260,11 @@ def read_checkpoint(filename: str, map_location='cpu', unsafe: Optional[bool] = 
     filename = str(filename)
     memory = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
     with ExitStack() as stack:
-        path = filename
-        if '://' in filename:
-            try:
-                path = stack.enter_context(get_local_path(filename))
-            except Exception as e:  # no backend for the prefix, a network or permission error, ...
-                raise CheckpointError(f"checkpoint {filename}: cannot be fetched through mmengine's file backends "
-                                      f'({first_line(e)}); download it and give the local path') from None
+        try:  # a local path is itself
+            path = stack.enter_context(get_local_path(filename))
+        except Exception as e:  # no backend for the prefix, a network or permission error, ...
+            raise CheckpointError(f"checkpoint {filename}: cannot be fetched through mmengine's file backends "
+                                  f'({first_line(e)}); download it and give the local path') from None
         f = stack.enter_context(open_regular_file(path, f'checkpoint {filename}', (1, memory), CheckpointError))
         try:
             checkpoint = load_checkpoint(f, map_location, name=filename, unsafe=unsafe)
