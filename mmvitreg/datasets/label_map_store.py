@@ -32,11 +32,6 @@ INDEX = 'packed.json'
 REPACK = 'pack the store again from valid maps (tools/dataset_converters/pack_label_maps.py)'
 
 
-def is_label_map_store(path: str) -> bool:
-    """Whether ``path`` is a packed store (a folder with ``packed.json``) rather than a folder of map files."""
-    return osp.lexists(osp.join(path, INDEX))
-
-
 def _memmap(path: str, shape: tuple, dtype: Optional[str] = None) -> np.ndarray:
     """The ``.npy`` array at ``path``, memory-mapped read-only once it is a regular file whose numpy header declares
     ``shape`` (and ``dtype`` if given) and exactly its size."""

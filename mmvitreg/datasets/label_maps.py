@@ -76,13 +76,6 @@ def label_map_path(label_root: str, img_path: str, img_prefix: Optional[str] = N
     return osp.join(label_root, label_map_key(img_path, img_prefix) + suffix)
 
 
-def find_label_map(label_root: str, img_path: str, img_prefix: Optional[str] = None) -> str:
-    """The map file of ``img_path``: its ``.npy`` path if that name exists (even as a dangling link, which the
-    reader then refuses by name), else its ``.pt`` path (which the reader reports missing if it is)."""
-    path = label_map_path(label_root, img_path, img_prefix)
-    return path if osp.lexists(path) else path[:-len('.npy')] + '.pt'
-
-
 class LabelMapError(ValueError):
     """A token label map that cannot be used; the message (one line) names the file and what is wrong."""
 
@@ -244,7 +237,8 @@ class TokenLabelMap:
     Args:
         label_map (np.ndarray): ``(2, k, h, w)`` top-k logits and class indices, as stored.
         ori_shape (tuple[int, int]): ``(H0, W0)`` of the original image.
-        region (str): The part of the original image the map covers, ``'full'`` or ``'center_square'``.
+        region (str): The part of the original image the map covers, one of :data:`REGIONS` (checked by
+            ``LoadTokenLabelMap``).
 
     Attributes:
         affine (np.ndarray): ``(3, 3)`` from the current image's continuous pixel coordinates ``(x, y, 1)`` to the
@@ -253,8 +247,6 @@ class TokenLabelMap:
     """
 
     def __init__(self, label_map: np.ndarray, ori_shape: Tuple[int, int], region: str = 'full'):
-        if region not in REGIONS:
-            raise ValueError(f'region must be one of {REGIONS}, got {region!r}')
         self.label_map = label_map
         self.ori_shape = tuple(ori_shape)
         self.region = region

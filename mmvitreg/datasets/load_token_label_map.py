@@ -1,10 +1,11 @@
 """Loading of the dense label map of each training image (token labeling)."""
+import os.path as osp
 from typing import Optional, Sequence
 
 from mmcv.transforms import BaseTransform
 
-from mmvitreg.datasets.label_map_store import LabelMapStore, is_label_map_store
-from mmvitreg.datasets.label_maps import REGIONS, TokenLabelMap, find_label_map, label_map_key, load_label_map
+from mmvitreg.datasets.label_map_store import INDEX, LabelMapStore
+from mmvitreg.datasets.label_maps import REGIONS, TokenLabelMap, label_map_key, label_map_path, load_label_map
 from mmvitreg.registry import TRANSFORMS
 
 
@@ -47,7 +48,8 @@ class LoadTokenLabelMap(BaseTransform):
         self.region = region
         self.num_classes = num_classes
         self.map_shape = None if map_shape is None else tuple(map_shape)
-        self.store = LabelMapStore(label_root, num_classes, map_shape) if is_label_map_store(label_root) else None
+        is_store = osp.lexists(osp.join(label_root, INDEX))  # a packed store, not a folder of map files
+        self.store = LabelMapStore(label_root, num_classes, map_shape) if is_store else None
 
     def transform(self, results: dict) -> dict:
         img_shape = results['img'].shape[:2]
@@ -58,7 +60,9 @@ class LoadTokenLabelMap(BaseTransform):
             key = label_map_key(results['img_path'], self.img_prefix)
             label_map = self.store.get(key, results['img_path'])
         else:
-            path = find_label_map(self.label_root, results['img_path'], self.img_prefix)
+            path = label_map_path(self.label_root, results['img_path'], self.img_prefix)
+            if not osp.lexists(path):  # the generator's .npy (a dangling link is refused by name), else the .pt
+                path = path[:-len('.npy')] + '.pt'
             label_map = load_label_map(path, self.num_classes, self.map_shape)
         results['token_label_map'] = TokenLabelMap(label_map, img_shape, self.region)
         return results
