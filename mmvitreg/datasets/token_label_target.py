@@ -113,13 +113,11 @@ def token_label_targets(packed: Sequence[PackedLabelMap], device=None) -> Tensor
 
     Two readings of a top-k map (:class:`TokenLabelTarget`'s ``reading``):
 
-    * ``'topk'`` (default, the paper): ``n = samples_per_token``; each map cell's score is the
-      teacher's softmax over its stored top-k logits (renormalised over those k); a token's score is
-      the mean of the scores at its in-image sample points. Points outside the image (areas that
-      rotate/shear/translate filled with ``pad_val``) are left out of the mean; a token with none
-      inside gets all-zero probabilities (no token label). The token keeps its ``topk`` most
-      probable classes, renormalised to sum 1 (``K = topk``). Classes a token did not read fill its
-      top-k (probability 0, smallest class indices first) when it read fewer than ``topk``.
+    * ``'topk'`` (default, the paper): ``n = samples_per_token``; each map cell's score is the teacher's softmax
+      over its stored top-k logits; a token's score is the mean of the scores at its sample points inside the image
+      (none inside: all-zero probabilities, no token label). The token keeps its ``topk`` most probable classes,
+      renormalised to sum 1 (``K = topk``); unread classes fill the slots of a token that read fewer (probability
+      0, smallest class indices first).
     * ``'official'`` (``tlt/data/mixup.py``: ``get_featuremaps`` scatters the stored logits into a ``C``-class map
       of zeros, ``roi_align(output_size=(S, S))`` on the crop, softmax over all ``C`` classes): a token's logit of
       class ``c`` is the mean of the bilinearly read logit map over its sample points, ``n`` per axis
