@@ -86,8 +86,8 @@ def _numpy_reconstruct(subtype, shape, typecode) -> np.ndarray:
 
 def _numpy_scalar(dtype, data: bytes):
     """numpy's ``scalar(dtype, data)``: a scalar of a :func:`_numpy_dtype` kind from exactly its item size."""
-    if not (isinstance(dtype, np.dtype) and dtype.kind in NUMPY_KINDS and isinstance(data, bytes)
-            and len(data) == dtype.itemsize):
+    numeric = isinstance(dtype, np.dtype) and dtype.kind in NUMPY_KINDS
+    if not (numeric and isinstance(data, bytes) and len(data) == dtype.itemsize):
         raise pickle.UnpicklingError(f'numpy scalar({dtype!r}, {data!r:.40}) is not a number of a checkpoint dtype')
     return _NUMPY_SCALAR(dtype, data)
 
@@ -281,9 +281,9 @@ def read_checkpoint(filename: str, map_location='cpu', unsafe: Optional[bool] = 
 
 
 #: :func:`atomic_write`'s temporaries, ``.<final name>.<host>-<pid namespace>-<pid>.<random>.tmp``: a process removes
-#: only those it can tell are abandoned; ``_OLD_TEMPORARY``: those of mmvitreg before, which name no writer
+#: only those it can tell are abandoned; ``_ANY_TEMPORARY`` also matches those of mmvitreg before, which name no writer
 _TEMPORARY = re.compile(r'^\..+\.(?P<host>[A-Za-z0-9-]+)-(?P<namespace>\d+)-(?P<pid>\d+)\.[0-9a-f]{8}\.tmp$')
-_OLD_TEMPORARY = re.compile(r'^\..+\.[A-Za-z0-9_]{8}\.tmp$')
+_ANY_TEMPORARY = re.compile(r'^\..+\.[A-Za-z0-9_]{8}\.tmp$')
 #: an old-format temporary unchanged for this long (seconds) is abandoned: a write in progress changes it more often
 OLD_TEMPORARY_AGE = 3600
 #: this process's temporaries while :func:`atomic_write` writes them (none of them is stale)
@@ -363,8 +363,7 @@ def remove_stale_temporaries(folder: str) -> List[str]:
     if not osp.isdir(folder):
         return []
     folder = osp.abspath(folder)
-    stale = sorted(name for name in os.listdir(folder)
-                   if (_TEMPORARY.match(name) or _OLD_TEMPORARY.match(name)) and _abandoned(folder, name))
+    stale = sorted(name for name in os.listdir(folder) if _ANY_TEMPORARY.match(name) and _abandoned(folder, name))
     for name in stale:
         with suppress(FileNotFoundError):  # another process removed it meanwhile
             os.remove(osp.join(folder, name))

@@ -109,8 +109,8 @@ def _spatial_op_warp(op, h: int, w: int) -> np.ndarray:
         center = op.center if op.center is not None else ((w - 1) * 0.5, (h - 1) * 0.5)
         return cv2.getRotationMatrix2D(center, -value, op.scale)
     if isinstance(op, Shear):
-        return np.array([[1., value, 0.], [0., 1., 0.]]) if op.direction == 'horizontal' \
-            else np.array([[1., 0., 0.], [value, 1., 0.]])
+        warp = [[1., value, 0.], [0., 1., 0.]] if op.direction == 'horizontal' else [[1., 0., 0.], [value, 1., 0.]]
+        return np.array(warp)
     if op.direction == 'horizontal':
         return np.array([[1., 0., value * w], [0., 1., 0.]])
     return np.array([[1., 0., 0.], [0., 1., value * h]])
