@@ -34,11 +34,10 @@ SPATIAL_OPS = (Rotate, Shear, Translate)
 def same_random_draws(transform):
     """Within the block, every ``@cache_randomness`` method of ``transform`` returns its first draw.
 
-    This is the cache flag of mmcv's ``cache_randomness`` protocol (``_cache_enabled`` / ``_cache``)
-    without ``mmcv.transforms.utils.cache_random_params``, which re-wraps the random methods on every
-    use and, in mmcv 2.1.0, never unwraps ``RandomResizedCrop.rand_crop_params``: the subclass
-    ``EfficientNetRandomCrop`` appends that name a second time to the list shared with its parent,
-    so each call leaves one more wrapper behind until the recursion limit is hit.
+    This is the cache flag of mmcv's ``cache_randomness`` (``_cache_enabled`` / ``_cache``) without
+    ``mmcv.transforms.utils.cache_random_params``, which in mmcv 2.1.0 leaves one more wrapper of
+    ``RandomResizedCrop.rand_crop_params`` behind on every use (``EfficientNetRandomCrop`` lists that name a second
+    time in the list shared with its parent) until the recursion limit is hit.
     """
     if getattr(transform, '_cache_enabled', False):  # already inside a caching context
         yield

@@ -57,7 +57,7 @@ class LabelMapStore:
     """
 
     def __init__(self, root: str, num_classes: Optional[int] = None, map_shape: Optional[Sequence[int]] = None):
-        self.root, self.num_classes, self.map_shape = root, num_classes, map_shape
+        self.root, self.num_classes = root, num_classes
         index = osp.join(root, INDEX)
         try:
             with open_regular_file(index, f'label-map store index {index}', (1, 1 << 20), LabelMapError) as f:

@@ -26,13 +26,10 @@ class LoadTokenLabelMap(BaseTransform):
 
     Args:
         label_root (str): Folder of the ``.npy`` / ``.pt`` maps, or a packed store (a folder with ``packed.json``).
-        img_prefix (str, optional): The data set's image prefix (``data_root`` joined with
-            ``data_prefix``); map paths mirror image paths relative to it. None: the official
-            ``<class_dir>/<image>`` rule. Defaults to None.
-        region (str): Part of the image the maps cover, ``'full'`` (maps from
-            ``tools/generate_label_maps.py``; what the official training code assumes) or
-            ``'center_square'`` (what the official generator actually fed its teacher).
-            Defaults to ``'full'``.
+        img_prefix (str, optional): The data set's image prefix (``data_root`` joined with ``data_prefix``); map
+            paths mirror image paths relative to it. None: the official ``<class_dir>/<image>`` rule.
+        region (str): Part of the image the maps cover, ``'full'`` (the generator's; what the official training
+            code assumes) or ``'center_square'`` (what the official generator fed its teacher). Defaults to 'full'.
         num_classes (int, optional): If given, every class index is checked to be below it. Defaults to None.
         map_shape (Sequence[int], optional): ``(k, H, W)``, the maps' top-k and grid (official: ``(5, 18, 18)``):
             every map must have it, and a file's size is bounded by it before it is read. Defaults to None (any
