@@ -155,8 +155,8 @@ def checkpoint_safe_globals() -> list:
     mmengine's ``HistoryBuffer``, numpy arrays and scalars (``numpy.random.get_state()``, ``runtime_info['eta']``)
     and ``argparse.Namespace`` (timm-era releases' ``args``)."""
     dtype_classes = {type(np.dtype(c)) for c in np.typecodes['AllInteger'] + np.typecodes['Float'] + '?'}
-    numpy_names = [(f, f'numpy.{core}.multiarray.{name}') for core in ('_core', 'core')
-                   for f, name in ((_numpy_reconstruct, '_reconstruct'), (_numpy_scalar, 'scalar'))]
+    rebuilds = ((_numpy_reconstruct, '_reconstruct'), (_numpy_scalar, 'scalar'))
+    numpy_names = [(f, f'numpy.{core}.multiarray.{name}') for core in ('_core', 'core') for f, name in rebuilds]
     return [
         (_CheckedHistoryBuffer, 'mmengine.logging.history_buffer.HistoryBuffer'),
         (_history_buffer_statistic, 'builtins.getattr'),

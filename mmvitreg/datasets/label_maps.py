@@ -48,7 +48,6 @@ from mmvitreg.fileio import atomic_write, first_line, open_regular_file
 
 REGIONS = ('full', 'center_square')
 SUFFIXES = ('.npy', '.pt')  # the generator's format first, then the official one
-_FP16_MAX_EXACT_INT = 2048
 _DTYPES = (np.dtype(np.float16), np.dtype(np.float32))
 #: bytes a map file may hold when its shape is not given: a float32 top-10 map of 200 x 200 cells is 3.2 MB
 MAX_BYTES = 16 << 20
@@ -208,7 +207,7 @@ def save_label_map(path: str, logits: Tensor, indices: Tensor) -> None:
         raise ValueError(f'logits and indices must both be (k, H, W), got {logits.shape} and {indices.shape}')
     if not path.endswith(SUFFIXES):
         raise ValueError(f'a label map is a .npy or .pt file, not {path}')
-    dtype = torch.float16 if int(indices.max()) <= _FP16_MAX_EXACT_INT else torch.float32
+    dtype = torch.float16 if int(indices.max()) <= 2048 else torch.float32  # float16 integers are exact up to 2048
     label_map = torch.stack([logits.detach().to('cpu', dtype), indices.detach().to('cpu', dtype)]).contiguous()
     if path.endswith('.npy'):
         atomic_write(path, lambda f: np.save(f, label_map.numpy(), allow_pickle=False))
