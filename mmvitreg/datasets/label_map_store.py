@@ -123,8 +123,7 @@ def _map_files(label_root: str):
     return sorted(found.items())
 
 
-def pack_label_maps(label_root: str, store: str, num_classes: Optional[int] = None, progress: bool = True,
-                    map_shape: Optional[Sequence[int]] = None) -> dict:
+def pack_label_maps(label_root: str, store: str, num_classes=None, progress: bool = True, map_shape=None) -> dict:
     """Pack a folder of label maps (``.npy`` or ``.pt`` files) into a store, written to ``<store>.tmp<pid>`` and
     renamed into place (an interrupted run leaves no half store). Every map is read and validated
     (:func:`~mmvitreg.datasets.label_maps.load_label_map`); one whose shape or dtype differs from the first map's is
