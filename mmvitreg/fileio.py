@@ -88,7 +88,9 @@ def _numpy_scalar(dtype, data: bytes):
     """numpy's ``scalar(dtype, data)``: a scalar of a :func:`_numpy_dtype` kind from exactly its item size."""
     numeric = isinstance(dtype, np.dtype) and dtype.kind in NUMPY_KINDS
     if not (numeric and isinstance(data, bytes) and len(data) == dtype.itemsize):
-        raise pickle.UnpicklingError(f'numpy scalar({dtype!r}, {data!r:.40}) is not a number of a checkpoint dtype')
+        got = f'{len(data)} bytes' if isinstance(data, bytes) else f'a {type(data).__name__}'  # no crafted repr
+        raise pickle.UnpicklingError(f'numpy scalar({dtype if numeric else type(dtype).__name__}, {got}) is not a '
+                                     'number of a checkpoint dtype')
     return _NUMPY_SCALAR(dtype, data)
 
 
