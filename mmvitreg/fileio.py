@@ -1,13 +1,7 @@
-"""Reading and writing files safely, at the bottom of the package (the data sets and the engine use it):
-:func:`read_checkpoint` (step 1 of the loading pass: a regular file of a plausible size, unpickled by torch with
-``weights_only=True`` and, for that one read, the allow-list of what checkpoints hold) and :func:`atomic_write` (a
-temporary ``os.replace``-d over the final name). How checkpoints are loaded: :mod:`mmvitreg.engine.checkpoint`.
-
-torch's own allow-list (``torch.serialization.get_safe_globals()``) is never widened for the process: the globals of
-:func:`checkpoint_safe_globals` are added only inside :func:`checkpoint_globals`, around the package's own reads.
-Each of them is a checked stand-in wherever unpickling it could change a buffer's size or layout or a class's
-state: numpy's flexible dtypes (``S``, ``U``, ``V``, ``O``) are refused, ``numpy.ndarray(...)`` (uninitialised
-memory) cannot be called, and ``HistoryBuffer`` / ``argparse.Namespace`` states are checked before they are set.
+"""Reading and writing files safely: :func:`open_regular_file` (the gate of every reader of untrusted files),
+:func:`read_checkpoint` (torch's ``weights_only=True`` with, for that read only, the allow-list of what checkpoints
+hold: torch's own list is never widened for the process) and :func:`atomic_write`. How checkpoints are loaded:
+:mod:`mmvitreg.engine.checkpoint`.
 """
 import argparse
 import os
@@ -18,7 +12,7 @@ import secrets
 import socket
 import stat
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from typing import Callable, IO, Iterator, List, Optional, Tuple
 
 import numpy as np
@@ -35,7 +29,6 @@ UNSAFE_LOAD_HELP = (f'unpickle checkpoints without the allow-list of what checkp
 #: default, and :func:`load_checkpoint` with it
 TORCH_WEIGHTS_ONLY = Version(torch.__version__).release >= (2, 6)
 _REFUSED_GLOBAL = re.compile(r'GLOBAL (\S+)')  # torch's wording varies ('Unsupported global: GLOBAL x.y', ...)
-_WEIGHTS_ONLY_ERROR = re.compile(r'WeightsUnpickler error:\s*([^\n]+)')
 #: numpy dtype kinds a checkpoint's arrays and scalars may have: bool, signed / unsigned integer, float (fixed item
 #: sizes; flexible ``S`` / ``U`` / ``V`` / ``O`` and the datetimes, whose state sets a unit, are refused)
 NUMPY_KINDS = 'biuf'
@@ -53,13 +46,9 @@ class UnsafeCheckpointError(pickle.UnpicklingError):
 
 
 def _history_buffer_statistic(owner, name: str):
-    """``getattr`` as mmengine's ``HistoryBuffer`` pickles use it, and only that.
-
-    A ``HistoryBuffer`` keeps its statistic methods in its state (``{'min': HistoryBuffer.min, ...}``),
-    which pickle writes as ``getattr(HistoryBuffer, 'min')``; allowing ``builtins.getattr`` itself would
-    hand any attribute of any allowed class to the pickle. (The pickle's ``HistoryBuffer`` is
-    :class:`_CheckedHistoryBuffer`.)
-    """
+    """``getattr`` as mmengine's ``HistoryBuffer`` pickles use it (``getattr(HistoryBuffer, 'min')`` for the
+    statistic methods in its state), and only that: ``builtins.getattr`` itself would hand the pickle any attribute
+    of any allowed class."""
     if owner not in (HistoryBuffer, _CheckedHistoryBuffer) or name not in _statistics():
         raise pickle.UnpicklingError(f'getattr({owner!r}, {name!r}) is not a HistoryBuffer statistic')
     return getattr(HistoryBuffer, name)
@@ -97,10 +86,11 @@ def _numpy_reconstruct(subtype, shape, typecode) -> np.ndarray:
 
 def _numpy_scalar(dtype, data: bytes):
     """numpy's ``scalar(dtype, data)``: a scalar of a :func:`_numpy_dtype` kind from exactly its item size."""
-    if not (isinstance(dtype, np.dtype) and dtype.kind in NUMPY_KINDS and isinstance(data, bytes)
-            and len(data) == dtype.itemsize):
-        raise pickle.UnpicklingError(f'numpy scalar({dtype!r}, {len(data) if isinstance(data, bytes) else data!r} '
-                                     'bytes) is not a number of that dtype')
+    numeric = isinstance(dtype, np.dtype) and dtype.kind in NUMPY_KINDS
+    if not (numeric and isinstance(data, bytes) and len(data) == dtype.itemsize):
+        got = f'{len(data)} bytes' if isinstance(data, bytes) else f'a {type(data).__name__}'  # no crafted repr
+        raise pickle.UnpicklingError(f'numpy scalar({dtype if numeric else type(dtype).__name__}, {got}) is not a '
+                                     'number of a checkpoint dtype')
     return _NUMPY_SCALAR(dtype, data)
 
 
@@ -122,9 +112,6 @@ class _StandIn:
     def __init__(self, *args, **kwargs):
         raise pickle.UnpicklingError(f'{self.host.__name__}(...) is not called while unpickling a checkpoint')
 
-    def check(self, state) -> bool:
-        raise NotImplementedError
-
     def __setstate__(self, state):
         if not self.check(state):
             raise pickle.UnpicklingError(f'a {self.host.__name__} state that is not one a checkpoint holds')
@@ -143,8 +130,8 @@ class _CheckedHistoryBuffer(_StandIn, HistoryBuffer):
     host = HistoryBuffer
 
     def check(self, state) -> bool:
-        if not (isinstance(state, dict) and set(state) <= {'max_length', '_log_history', '_count_history',
-                                                            'statistics_methods'}):
+        keys = {'max_length', '_log_history', '_count_history', 'statistics_methods'}
+        if not (isinstance(state, dict) and set(state) <= keys):
             return False
         histories = [state.get(k) for k in ('_log_history', '_count_history')]
         methods = state.get('statistics_methods', {})
@@ -165,17 +152,13 @@ class _CheckedNamespace(_StandIn, argparse.Namespace):
 
 def checkpoint_safe_globals() -> list:
     """The globals :func:`load_checkpoint` lets a checkpoint's pickle name, besides torch's own, as
-    ``(checked stand-in, name)`` pairs where unpickling the original could change a buffer or a class.
-
-    Found by scanning the checkpoints ``tools/train.py`` writes for every technique's digits config (EMA and AMP
-    included; ``tests/test_safe_loading.py`` loads them all) and the official releases the converters read:
-    ``HistoryBuffer`` and its statistic methods (mmengine's message hub), numpy arrays of ``<f8`` / ``<i8`` / ``<u4``
-    (the histories, ``RNGStateHook``'s ``numpy.random.get_state()``), numpy scalars (``runtime_info['eta']``) and
-    ``argparse.Namespace`` (timm-era releases' ``args``).
-    """
+    ``(checked stand-in, name)`` pairs where unpickling the original could change a buffer or a class: what the
+    checkpoints of ``tools/train.py`` and the official releases hold (``tests/test_safe_loading.py`` loads them):
+    mmengine's ``HistoryBuffer``, numpy arrays and scalars (``numpy.random.get_state()``, ``runtime_info['eta']``)
+    and ``argparse.Namespace`` (timm-era releases' ``args``)."""
     dtype_classes = {type(np.dtype(c)) for c in np.typecodes['AllInteger'] + np.typecodes['Float'] + '?'}
-    numpy_names = [(f, f'numpy.{core}.multiarray.{name}') for core in ('_core', 'core')
-                   for f, name in ((_numpy_reconstruct, '_reconstruct'), (_numpy_scalar, 'scalar'))]
+    rebuilds = ((_numpy_reconstruct, '_reconstruct'), (_numpy_scalar, 'scalar'))
+    numpy_names = [(f, f'numpy.{core}.multiarray.{name}') for core in ('_core', 'core') for f, name in rebuilds]
     return [
         (_CheckedHistoryBuffer, 'mmengine.logging.history_buffer.HistoryBuffer'),
         (_history_buffer_statistic, 'builtins.getattr'),
@@ -199,29 +182,17 @@ def checkpoint_globals() -> Iterator[None]:
         yield
 
 
-def unsafe_load_allowed() -> bool:
-    """Whether the user opted into full unpickling (``MMVITREG_UNSAFE_LOAD=1``, set by ``--unsafe-load``)."""
-    return os.environ.get(UNSAFE_LOAD_ENV, '') == '1'
-
-
 def load_checkpoint(file, map_location=None, name: Optional[str] = None, unsafe: Optional[bool] = None):
-    """``torch.load`` of a checkpoint, with ``weights_only=True`` and, for this read only, the allow-list of
-    :func:`checkpoint_safe_globals` (:func:`checkpoint_globals`; before torch 2.6, :data:`TORCH_WEIGHTS_ONLY`, the
-    file is unpickled as that torch does by default). The package's one unpickler.
-
-    Args:
-        file (str | file-like): what ``torch.load`` reads.
-        map_location: as for ``torch.load``.
-        name (str, optional): the file's name in messages. Defaults to ``file``.
-        unsafe (bool, optional): unpickle anything (trusted files only). Defaults to
-            :func:`unsafe_load_allowed`.
+    """``torch.load(file, map_location)`` of a checkpoint, with ``weights_only=True`` and, for this read only, the
+    allow-list of :func:`checkpoint_safe_globals` (before torch 2.6, :data:`TORCH_WEIGHTS_ONLY`, as that torch does
+    by default); ``unsafe`` (default: ``MMVITREG_UNSAFE_LOAD=1``) unpickles anything. The package's one unpickler.
 
     Raises:
         UnsafeCheckpointError: the pickle names a global outside the allow-list or breaks one of its checks (nothing
-            of it ran).
+            of it ran); the message calls the file ``name`` (default: ``file``).
     """
     if unsafe is None:
-        unsafe = unsafe_load_allowed()
+        unsafe = os.environ.get(UNSAFE_LOAD_ENV) == '1'
     if unsafe or not TORCH_WEIGHTS_ONLY:
         return torch.load(file, map_location=map_location, weights_only=False)
     try:
@@ -230,50 +201,58 @@ def load_checkpoint(file, map_location=None, name: Optional[str] = None, unsafe:
     except pickle.UnpicklingError as e:
         if 'Weights only load failed' not in str(e) or 'Unsupported operand' in str(e):
             raise  # a damaged file or not a pickle (text read as one), not a refused one
-        refused, other = _REFUSED_GLOBAL.search(str(e)), _WEIGHTS_ONLY_ERROR.search(str(e))
-        what = (f'the global {refused.group(1)}' if refused else
-                f'a pickle instruction ({other.group(1).rstrip(".")})' if other else 'a pickle instruction')
+        refused = _REFUSED_GLOBAL.search(str(e))
+        what = f'the global {refused[1]}' if refused else f'a pickle instruction ({first_line(e)})'
         raise UnsafeCheckpointError(
             f'checkpoint {name or file}: refused to unpickle {what}: it is not on mmvitreg\'s allow-list of what '
             'checkpoints hold, and unpickling it could run code; if you trust the file, pass --unsafe-load '
             f'(tools/train.py, tools/test.py, the converters) or set {UNSAFE_LOAD_ENV}=1') from None
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f'{type(e).__name__}: {text[0].split(". ")[0]}' if text else type(e).__name__  # its first sentence
+def first_line(e: BaseException) -> str:
+    """``'<type>: <what e says>'`` on one line: its first sentence (for torch's weights-only refusal, the one after
+    torch's advice), at most 300 characters."""
+    text = ' '.join(str(e).split('WeightsUnpickler error:')[-1].split()).split('. ')[0][:300]
+    return f'{type(e).__name__}: {text}' if text else type(e).__name__
 
 
-def open_regular_file(path: str, name: str, what: str = 'checkpoint') -> IO[bytes]:
-    """``path`` opened for reading, if it is a regular file (a symlink to one included) of 1 byte to the machine's
-    physical memory: a FIFO, a device (``/dev/zero``), a folder, an empty or a larger file is refused before a byte
-    is read. Opened without blocking and checked on the open descriptor, so the path cannot be swapped in between.
+def open_regular_file(path: str, name: str, bounds: Tuple[int, int], error: type, fix='', missing=None) -> IO[bytes]:
+    """``path`` opened for reading once it is a regular file (a symlink to one is followed) of ``bounds[0]`` to
+    ``bounds[1]`` bytes: a FIFO, a device (``/dev/zero``), a folder or a size out of bounds is refused before a
+    byte is read. ``os.stat`` decides before the open, which does not block (a FIFO swapped in meanwhile), and the
+    open descriptor is checked again. Each refusal is one ``error`` (``missing``, if given, for a missing file)
+    ``'<name> <problem>; <fix>'``."""
+    def refuse(problem: str, cls: type = error) -> Exception:
+        return cls(f'{name} {problem}' + (f'; {fix}' if fix else ''))
 
-    Raises:
-        CheckpointError: one line naming the file (``name``) and what it is.
-    """
+    def check(info: os.stat_result) -> None:
+        if not stat.S_ISREG(info.st_mode):
+            raise refuse('is not a regular file (a FIFO, a device, a socket or a folder, or a link to one)')
+        if info.st_size == 0 < bounds[0]:
+            raise refuse('is an empty file (0 bytes)')
+        if not bounds[0] <= info.st_size <= bounds[1]:
+            raise refuse(f'holds {info.st_size} bytes, outside the {bounds[0]}..{bounds[1]} it may hold')
+
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0))
+        check(os.stat(path))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise CheckpointError(f'{what} {name}: no such file') from None
-    except OSError as e:
-        raise CheckpointError(f'{what} {name}: cannot be opened ({_first_line(e)})') from None
-    info = os.fstat(fd)
-    memory = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') if hasattr(os, 'sysconf') else None
-    problem = ('not a regular file (a FIFO, a device or a folder)' if not stat.S_ISREG(info.st_mode) else
-               'empty file (0 bytes), e.g. a save that was interrupted' if info.st_size == 0 else
-               f'{info.st_size} bytes, more than this machine\'s memory ({memory} bytes)'
-               if memory and info.st_size > memory else None)
-    if problem:
-        os.close(fd)
-        raise CheckpointError(f'{what} {name}: {problem}')
-    return os.fdopen(fd, 'rb')
+        raise refuse('does not exist', missing or error) from None
+    except OSError as e:  # a loop of links, no permission
+        raise refuse(f'cannot be opened ({e.strerror})') from None
+    f = os.fdopen(fd, 'rb')
+    try:
+        check(os.fstat(fd))
+    except error:
+        f.close()
+        raise
+    return f
 
 
 def read_checkpoint(filename: str, map_location='cpu', unsafe: Optional[bool] = None) -> dict:
     """Step 1 of the loading pass: read ``filename``, local or remote (fetched by ``mmengine.fileio.get_local_path``),
-    as a regular file of a plausible size (:func:`open_regular_file`), unpickled by :func:`load_checkpoint` (the
-    allow-list unless ``unsafe`` or ``--unsafe-load``).
+    as a regular file of 1 byte to the machine's physical memory (:func:`open_regular_file`), unpickled by
+    :func:`load_checkpoint` (the allow-list unless ``unsafe`` or ``--unsafe-load``).
 
     Raises:
         CheckpointError: the file cannot be fetched, is not a regular file, is empty, too large, truncated, not a
@@ -281,15 +260,14 @@ def read_checkpoint(filename: str, map_location='cpu', unsafe: Optional[bool] = 
     """
     from mmengine.fileio import get_local_path
     filename = str(filename)
+    memory = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
     with ExitStack() as stack:
-        path = filename
-        if '://' in filename:
-            try:
-                path = stack.enter_context(get_local_path(filename))
-            except Exception as e:  # no backend for the prefix, a network or permission error, ...
-                raise CheckpointError(f"checkpoint {filename}: cannot be fetched through mmengine's file backends "
-                                      f'({_first_line(e)}); download it and give the local path') from None
-        f = stack.enter_context(open_regular_file(path, filename))
+        try:  # a local path is itself
+            path = stack.enter_context(get_local_path(filename))
+        except Exception as e:  # no backend for the prefix, a network or permission error, ...
+            raise CheckpointError(f"checkpoint {filename}: cannot be fetched through mmengine's file backends "
+                                  f'({first_line(e)}); download it and give the local path') from None
+        f = stack.enter_context(open_regular_file(path, f'checkpoint {filename}', (1, memory), CheckpointError))
         try:
             checkpoint = load_checkpoint(f, map_location, name=filename, unsafe=unsafe)
         except UnsafeCheckpointError as e:  # its message names the file, the global and the opt-in
@@ -297,20 +275,18 @@ def read_checkpoint(filename: str, map_location='cpu', unsafe: Optional[bool] = 
         except Exception as e:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for damaged files
             raise CheckpointError(f'checkpoint {filename}: not a readable PyTorch checkpoint '
                                   f'({os.fstat(f.fileno()).st_size} bytes; truncated or another format): '
-                                  f'{_first_line(e)}') from None
+                                  f'{first_line(e)}') from None
     if not isinstance(checkpoint, dict):
         raise CheckpointError(f'checkpoint {filename}: holds a {type(checkpoint).__name__}, not a checkpoint '
                               '(a dict with a state_dict, or a state dict)')
     return checkpoint
 
 
-#: what :func:`atomic_write` names its temporaries: ``.<final name>.<writer>.<random>.tmp``, the writer being
-#: ``<host>-<pid namespace>-<pid>`` (:func:`_writer`), so that a process removes only the temporaries it can tell
-#: are abandoned; ``.<final name>.<8 random>.tmp``: the names of mmvitreg before it, which say no writer
+#: :func:`atomic_write`'s temporaries, ``.<final name>.<host>-<pid namespace>-<pid>.<random>.tmp``: a process removes
+#: only those it can tell are abandoned; ``_ANY_TEMPORARY`` also matches those of mmvitreg before, which name no writer
 _TEMPORARY = re.compile(r'^\..+\.(?P<host>[A-Za-z0-9-]+)-(?P<namespace>\d+)-(?P<pid>\d+)\.[0-9a-f]{8}\.tmp$')
-_OLD_TEMPORARY = re.compile(r'^\..+\.[A-Za-z0-9_]{8}\.tmp$')
-#: an old-format temporary (no writer in its name) unchanged for this long (seconds) is abandoned: a write in
-#: progress changes its file far more often
+_ANY_TEMPORARY = re.compile(r'^\..+\.[A-Za-z0-9_]{8}\.tmp$')
+#: an old-format temporary unchanged for this long (seconds) is abandoned: a write in progress changes it more often
 OLD_TEMPORARY_AGE = 3600
 #: this process's temporaries while :func:`atomic_write` writes them (none of them is stale)
 _WRITING = set()
@@ -328,25 +304,17 @@ def _writer() -> Tuple[str, int, int]:
 
 
 def temporary_path(path: str, pid: Optional[int] = None) -> str:
-    """The temporary :func:`atomic_write` fills for ``path`` (absolute), in its folder:
-    ``.<name>.<host>-<pid namespace>-<pid>.<8 random hex digits>.tmp``; ``pid``: another process's of this host
-    (default: this process's)."""
+    """The temporary :func:`atomic_write` fills for ``path`` (:data:`_TEMPORARY`), written by ``pid`` of this host
+    (default: this process)."""
     host, namespace, own = _writer()
     folder, name = osp.split(osp.abspath(str(path)))
     return osp.join(folder, f'.{name}.{host}-{namespace}-{own if pid is None else pid}.{secrets.token_hex(4)}.tmp')
 
 
 def atomic_write(path: str, write: Callable[[IO[bytes]], None]) -> None:
-    """Write ``path`` atomically: ``write(f)`` fills a temporary file in the same folder (created with the mode
-    ``open(path, 'wb')`` would give, as mmengine's writers do: the umask honoured), which is flushed to disk and
-    ``os.replace``-d over ``path``; on any error the temporary is removed and the error raised. The temporary is
-    named after its writer (:data:`_TEMPORARY`): a writer of few files (the checkpoint backend) removes what killed
-    writes left with :func:`remove_stale_temporaries`, never what another live process is writing.
-
-    Args:
-        path (str): The final file; its folder is created.
-        write (Callable): Writes the content to the binary file object it is given.
-    """
+    """Write ``path`` (its folder created) atomically: ``write(f)`` fills a binary temporary in the same folder
+    (:func:`temporary_path`, the mode ``open(path, 'wb')`` gives), which is flushed to disk and ``os.replace``-d over
+    ``path``; on any error the temporary is removed and the error raised."""
     path = str(path)
     os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
     tmp = temporary_path(path)
@@ -368,9 +336,9 @@ def atomic_write(path: str, write: Callable[[IO[bytes]], None]) -> None:
 
 
 def _abandoned(folder: str, name: str) -> bool:
-    """Whether the temporary ``name`` of ``folder`` is no write in progress: written on this host (and pid
-    namespace) by this process, outside :func:`atomic_write`, or by a process that no longer exists; of the old
-    format (no writer), unchanged for :data:`OLD_TEMPORARY_AGE` seconds. Another host's are never known to be."""
+    """Whether the temporary ``name`` of ``folder`` is no write in progress: this process's outside
+    :func:`atomic_write`, a dead process's of this host and pid namespace, an old-format one unchanged for
+    :data:`OLD_TEMPORARY_AGE` seconds."""
     match = _TEMPORARY.match(name)
     if match is None:
         try:
@@ -392,17 +360,13 @@ def _abandoned(folder: str, name: str) -> bool:
 
 
 def remove_stale_temporaries(folder: str) -> List[str]:
-    """Remove the temporaries of :func:`atomic_write` calls that were killed before their ``os.replace``
-    (:func:`_abandoned`: this process's own, a dead process's, an old-format one left for an hour) from ``folder``;
-    returns their names. The temporaries of live writers (another run saving into the same work dir) stay."""
+    """Remove the temporaries that killed :func:`atomic_write` calls left in ``folder`` (:func:`_abandoned`); returns
+    their names. Those of live writers (another run saving into the same work dir) stay."""
     if not osp.isdir(folder):
         return []
     folder = osp.abspath(folder)
-    stale = sorted(name for name in os.listdir(folder)
-                   if (_TEMPORARY.match(name) or _OLD_TEMPORARY.match(name)) and _abandoned(folder, name))
+    stale = sorted(name for name in os.listdir(folder) if _ANY_TEMPORARY.match(name) and _abandoned(folder, name))
     for name in stale:
-        try:
+        with suppress(FileNotFoundError):  # another process removed it meanwhile
             os.remove(osp.join(folder, name))
-        except FileNotFoundError:
-            pass
     return stale

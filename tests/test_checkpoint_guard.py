@@ -24,7 +24,7 @@ def test_read_checkpoint_names_the_file_and_the_problem(tmp_path):
     torch.save({'state_dict': {'w': torch.ones(2)}, 'meta': {}}, good)
     assert read_checkpoint(str(good))['state_dict']['w'].sum() == 2
     cases = {
-        'missing.pth': (None, 'no such file'),
+        'missing.pth': (None, 'does not exist'),
         'empty.pth': (b'', 'empty file (0 bytes)'),
         'truncated.pth': (good.read_bytes()[:len(good.read_bytes()) // 2], 'not a readable PyTorch checkpoint'),
         'notes.txt': (b'lr=0.1\n', 'not a readable PyTorch checkpoint'),

@@ -235,8 +235,8 @@ def test_first_readable_skips_unreadable_candidates_with_a_warning_and_fails_whe
     assert first_readable([str(bad), str(good)], warned.append) == str(good)
     assert len(warned) == 1 and f'skipping {bad}' in warned[0]
     assert first_readable([], warned.append) is None
-    with pytest.raises(CheckpointError, match=r'no readable checkpoint to resume from: checkpoint .*epoch_2.pth: '
-                                              r'empty file .* \| checkpoint .*missing.pth: no such file'):
+    with pytest.raises(CheckpointError, match=r'no readable checkpoint to resume from: checkpoint .*epoch_2.pth '
+                                              r'is an empty file .* \| checkpoint .*missing.pth does not exist'):
         first_readable([str(bad), str(tmp_path / 'missing.pth')], warned.append)
 
 

@@ -1,19 +1,13 @@
 """Geometric augmentations that move the dense label map exactly as they move the image.
 
-Token labeling (`Jiang et al. 2021 <https://arxiv.org/abs/2104.10858>`_, §4.2 "Token labeling"):
-"since augmentations like rotation, shear, and translation change the spatial information of the
-image, we need to make corresponding changes in the dense score map". The transforms below are
-mmpretrain's ``RandomResizedCrop``, mmcv's ``RandomFlip`` and mmpretrain's ``RandAugment``, unchanged
-for the image; each reads back the random parameters it just drew (mmcv's ``cache_randomness``
-cache: the cached draw is the one the image used) and composes the matching
-output-to-input matrix onto ``results['token_label_map']``
-(:class:`~mmvitreg.datasets.label_maps.TokenLabelMap`). The map itself is sampled once, per batch,
-by ``TokenClsDataPreprocessor`` (packed by ``TokenLabelTarget``). Without ``token_label_map`` in
-``results`` they behave exactly like their parents.
-
-One composed matrix gives the geometry of the official code (``scipy.ndimage`` on the map, then
-``roi_align``) without resampling the map at every step, and reads the crop untransposed
-(configs/lvvit/README.md: the official transposed crop).
+Token labeling (`Jiang et al. 2021 <https://arxiv.org/abs/2104.10858>`_, §4.2): "since augmentations like rotation,
+shear, and translation change the spatial information of the image, we need to make corresponding changes in the
+dense score map". Each transform is its host's (mmpretrain's ``RandomResizedCrop`` and ``RandAugment``, mmcv's
+``RandomFlip``) for the image; it reads back the random draw the image used (mmcv's ``cache_randomness``) and
+composes the matching output-to-input matrix onto ``results['token_label_map']``
+(:class:`~mmvitreg.datasets.label_maps.TokenLabelMap`); without that key it is its host. One composed matrix gives
+the official geometry (``scipy.ndimage`` on the map, then ``roi_align``) without resampling the map at every step,
+and reads the crop untransposed (configs/lvvit/README.md: the official transposed crop).
 """
 from contextlib import contextmanager
 
@@ -40,11 +34,10 @@ SPATIAL_OPS = (Rotate, Shear, Translate)
 def same_random_draws(transform):
     """Within the block, every ``@cache_randomness`` method of ``transform`` returns its first draw.
 
-    This is the cache flag of mmcv's ``cache_randomness`` protocol (``_cache_enabled`` / ``_cache``)
-    without ``mmcv.transforms.utils.cache_random_params``, which re-wraps the random methods on every
-    use and, in mmcv 2.1.0, never unwraps ``RandomResizedCrop.rand_crop_params``: the subclass
-    ``EfficientNetRandomCrop`` appends that name a second time to the list shared with its parent,
-    so each call leaves one more wrapper behind until the recursion limit is hit.
+    This is the cache flag of mmcv's ``cache_randomness`` (``_cache_enabled`` / ``_cache``) without
+    ``mmcv.transforms.utils.cache_random_params``, which in mmcv 2.1.0 leaves one more wrapper of
+    ``RandomResizedCrop.rand_crop_params`` behind on every use (``EfficientNetRandomCrop`` lists that name a second
+    time in the list shared with its parent) until the recursion limit is hit.
     """
     if getattr(transform, '_cache_enabled', False):  # already inside a caching context
         yield
@@ -115,8 +108,8 @@ def _spatial_op_warp(op, h: int, w: int) -> np.ndarray:
         center = op.center if op.center is not None else ((w - 1) * 0.5, (h - 1) * 0.5)
         return cv2.getRotationMatrix2D(center, -value, op.scale)
     if isinstance(op, Shear):
-        return np.array([[1., value, 0.], [0., 1., 0.]]) if op.direction == 'horizontal' \
-            else np.array([[1., 0., 0.], [value, 1., 0.]])
+        warp = [[1., value, 0.], [0., 1., 0.]] if op.direction == 'horizontal' else [[1., 0., 0.], [value, 1., 0.]]
+        return np.array(warp)
     if op.direction == 'horizontal':
         return np.array([[1., 0., value * w], [0., 1., 0.]])
     return np.array([[1., 0., 0.], [0., 1., value * h]])
@@ -124,13 +117,9 @@ def _spatial_op_warp(op, h: int, w: int) -> np.ndarray:
 
 @TRANSFORMS.register_module()
 class RandAugmentWithLabelMap(RandAugment):
-    """mmpretrain's ``RandAugment`` whose spatial ops also move the dense label map.
-
-    Only ``Rotate``, ``Shear`` and ``Translate`` touch the map (with the same sampled magnitude and
-    sign as the image); colour ops and ``Cutout`` leave it. The image is filled with ``pad_val``
-    where the warp leaves the original image; the token labels treat those areas as outside the
-    image. Any other op in ``policies`` is refused at construction, since it could move pixels
-    without moving the labels.
+    """mmpretrain's ``RandAugment`` whose ``Rotate``, ``Shear`` and ``Translate`` also move the dense label map
+    (colour ops and ``Cutout`` leave it); the areas filled with ``pad_val`` are outside the image for the token
+    labels. Any other op in ``policies`` is refused at construction: it could move pixels without the labels.
 
     Args: those of mmpretrain's ``RandAugment``.
     """

@@ -1,11 +1,7 @@
-"""A packed, memory-mapped store of dense label maps: one array per data set instead of one file per image.
+"""A packed, memory-mapped store of dense label maps: one array per data set instead of one file per image, read
+with a binary search and a copy from a memory map that the data-loader workers share through the page cache.
 
-Reading a map file costs a file open, a parse and a validation per image; the store reads a map with one binary
-search and one 6.5 KB copy from a memory map that every data-loader worker shares through the page cache, and
-validates it (:func:`~mmvitreg.datasets.label_maps.check_label_map`, the check of every reader) as it reads it.
-
-Layout of a store (a folder, written by :func:`pack_label_maps` /
-``tools/dataset_converters/pack_label_maps.py``)::
+Layout of a store (a folder, written by ``tools/dataset_converters/pack_label_maps.py``)::
 
     <store>/packed.json   {"format": "mmvitreg.label_maps", "version": 1, "count": N,
                            "map_shape": [2, k, h, w], "dtype": "float16", "max_class": C,
@@ -15,46 +11,32 @@ Layout of a store (a folder, written by :func:`pack_label_maps` /
     <store>/maps.npy      (N, 2, k, h, w) float16 or float32: row i is the map of keys[i], exactly as
                           its file held it (format: :mod:`mmvitreg.datasets.label_maps`)
 
-Both arrays are numpy ``.npy`` files (no pickle, no compression: the format the generator writes), their headers
-read by numpy and checked against ``packed.json`` and the files' sizes before they are memory-mapped
-(:func:`~mmvitreg.datasets.label_maps.read_npy_header`); every file of the store must be a regular file.
-``keys`` are :func:`~mmvitreg.datasets.label_maps.label_map_key` of the image paths, so a store packed
-from a folder answers the same images as the folder.
+Both arrays are ``.npy`` files, memory-mapped once their headers match ``packed.json`` and the files' sizes; every
+map is validated as it is read (:func:`~mmvitreg.datasets.label_maps.check_label_map`, as from a file).
 """
 import json
 import os
 import os.path as osp
 import shutil
-import stat
 from typing import Optional, Sequence
 
 import numpy as np
+from mmengine.utils import track_iter_progress
 
 from mmvitreg.datasets.label_maps import (SUFFIXES, LabelMapError, check_label_map, label_map_key, load_label_map,
-                                          read_npy_header, read_regular_file)
+                                          read_npy_header)
+from mmvitreg.fileio import open_regular_file
 
 FORMAT, VERSION = 'mmvitreg.label_maps', 1
 INDEX = 'packed.json'
 REPACK = 'pack the store again from valid maps (tools/dataset_converters/pack_label_maps.py)'
 
 
-def is_label_map_store(path: str) -> bool:
-    """Whether ``path`` is a packed store (a folder with ``packed.json``) rather than a folder of map files."""
-    return osp.lexists(osp.join(path, INDEX))
-
-
 def _memmap(path: str, shape: tuple, dtype: Optional[str] = None) -> np.ndarray:
     """The ``.npy`` array at ``path``, memory-mapped read-only once it is a regular file whose numpy header declares
     ``shape`` (and ``dtype`` if given) and exactly its size."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as e:
-        raise LabelMapError(f'label-map store file {path} cannot be opened ({e.strerror}); {REPACK}') from None
-    with os.fdopen(fd, 'rb') as f:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise LabelMapError(f'label-map store file {path} is not a regular file; {REPACK}')
-        found, found_dtype, fortran = read_npy_header(f, path, info.st_size)
+    with open_regular_file(path, f'label-map store file {path}', (1, 1 << 62), LabelMapError, REPACK) as f:
+        found, found_dtype, fortran = read_npy_header(f, path, os.fstat(f.fileno()).st_size)
         if found != shape or fortran or (dtype is not None and str(found_dtype) != dtype):
             raise LabelMapError(f'label-map store {osp.dirname(path)} is inconsistent: {INDEX} says {shape} '
                                 f'{dtype or ""}, {osp.basename(path)} holds {found} {found_dtype}; {REPACK}')
@@ -62,17 +44,12 @@ def _memmap(path: str, shape: tuple, dtype: Optional[str] = None) -> np.ndarray:
 
 
 class LabelMapStore:
-    """Read-only access to a packed store.
-
-    The arrays are memory-mapped on first use in each process (data-loader workers open their own
-    maps; pickling drops them), so opening costs nothing and the maps are shared through the page cache.
-
-    The store's files are checked against ``packed.json`` when opened, and every map as it is read
-    (:func:`~mmvitreg.datasets.label_maps.check_label_map`: finite logits, integer class indices in range).
+    """Read-only access to a packed store, memory-mapped on first use in each process (pickling drops the maps, so
+    every data-loader worker maps its own).
 
     Args:
         root (str): The store folder.
-        num_classes (int, optional): If given, class indices must be below it (and non-negative anyway).
+        num_classes (int, optional): If given, class indices must be below it.
         map_shape (Sequence[int], optional): ``(k, h, w)``: if given, the store's maps must have this shape.
 
     Attributes:
@@ -80,10 +57,11 @@ class LabelMapStore:
     """
 
     def __init__(self, root: str, num_classes: Optional[int] = None, map_shape: Optional[Sequence[int]] = None):
-        self.root, self.num_classes, self.map_shape = root, num_classes, map_shape
+        self.root, self.num_classes = root, num_classes
         index = osp.join(root, INDEX)
         try:
-            self.meta = json.loads(bytes(read_regular_file(index, (1, 1 << 20), 'label-map store index')))
+            with open_regular_file(index, f'label-map store index {index}', (1, 1 << 20), LabelMapError) as f:
+                self.meta = json.loads(f.read(1 << 20))
         except (OSError, ValueError) as e:
             raise LabelMapError(f'{root} is not a readable label-map store ({e}); pack one with '
                                 'tools/dataset_converters/pack_label_maps.py') from None
@@ -113,19 +91,9 @@ class LabelMapStore:
         return self.meta['count']
 
     def get(self, key: str, img_path: Optional[str] = None) -> np.ndarray:
-        """The map stored under ``key``, validated.
-
-        Args:
-            key (str): :func:`~mmvitreg.datasets.label_maps.label_map_key` of the image.
-            img_path (str, optional): The image, for the error message. Defaults to None.
-
-        Returns:
-            np.ndarray: ``(2, k, h, w)`` float16 or float32, a writable copy.
-
-        Raises:
-            LookupError: no map of that key, naming the image and the store.
-            LabelMapError: the map fails the value check, naming the store, the key and the image.
-        """
+        """The map stored under ``key`` (:func:`~mmvitreg.datasets.label_maps.label_map_key` of the image
+        ``img_path``), validated: ``(2, k, h, w)`` float16 or float32, a writable copy. A missing key raises
+        ``LookupError``, a map that fails the value check ``LabelMapError``, each naming the store, key and image."""
         if self._maps is None:
             self._open()
         needle = key.encode()
@@ -155,14 +123,11 @@ def _map_files(label_root: str):
     return sorted(found.items())
 
 
-def pack_label_maps(label_root: str, store: str, num_classes: Optional[int] = None, progress: bool = True,
-                    map_shape: Optional[Sequence[int]] = None) -> dict:
-    """Pack a folder of label maps (``.npy`` or ``.pt`` files) into a store.
-
-    Every map is read and validated (:func:`~mmvitreg.datasets.label_maps.load_label_map`); a
-    malformed map, or one whose shape or dtype differs from the first map's, is an error naming its
-    file. The store is written to ``<store>.tmp<pid>`` and renamed into place, so an interrupted run
-    leaves no half store.
+def pack_label_maps(label_root: str, store: str, num_classes=None, progress: bool = True, map_shape=None) -> dict:
+    """Pack a folder of label maps (``.npy`` or ``.pt`` files) into a store, written to ``<store>.tmp<pid>`` and
+    renamed into place (an interrupted run leaves no half store). Every map is read and validated
+    (:func:`~mmvitreg.datasets.label_maps.load_label_map`); one whose shape or dtype differs from the first map's is
+    an error naming its file.
 
     Args:
         label_root (str): Folder of maps (``tools/generate_label_maps.py`` or the official ones).
@@ -186,18 +151,13 @@ def pack_label_maps(label_root: str, store: str, num_classes: Optional[int] = No
     try:
         maps = np.lib.format.open_memmap(osp.join(tmp, 'maps.npy'), 'w+', first.dtype, (len(files), ) + first.shape)
         max_class = 0
-        if progress:
-            from mmengine.utils import ProgressBar
-            bar = ProgressBar(len(files))
-        for i, (_, path) in enumerate(files):
+        for i, (_, path) in enumerate(track_iter_progress(files) if progress else files):
             label_map = first if i == 0 else load_label_map(path, num_classes, first.shape[1:])
             if label_map.dtype != first.dtype:
                 raise LabelMapError(f'token label map {path} is {label_map.dtype} but {files[0][1]} is {first.dtype}:'
                                     ' a store holds maps of one shape and dtype')
             maps[i] = label_map
             max_class = max(max_class, int(label_map[1].max()))
-            if progress:
-                bar.update()
         maps.flush()
         del maps
         np.save(osp.join(tmp, 'keys.npy'), np.array([key.encode() for key, _ in files]), allow_pickle=False)

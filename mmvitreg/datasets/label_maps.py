@@ -1,75 +1,53 @@
-"""Dense label maps for token labeling: the on-disk format, its reader and writer, and the geometry
-that ties a map to an augmented image.
+"""Dense label maps for token labeling: the on-disk format, its reader and writer, and the geometry that ties a map
+to an augmented image.
 
-Paper: `Token Labeling: Training an 85.4% Top-1 Accuracy Vision Transformer with 56M Parameters on
-ImageNet <https://arxiv.org/abs/2104.10858>`_ (§3.2 and §4.1 "Re-labeling"): a teacher annotates
-every training image once, offline, with a dense ``K``-class score map; training reads the part of
-the map under the random crop and gives each token the score of its own region.
+Paper: `Token Labeling <https://arxiv.org/abs/2104.10858>`_ (§3.2, §4.1 "Re-labeling"): a teacher annotates every
+training image once, offline, with a dense score map; training gives each token the score of its own region.
 
-On-disk formats
----------------
-One map per image holds one array of shape ``(2, k, H, W)``: ``[0]`` the teacher's top-``k`` **logits** at
-every map cell, ``[1]`` their **class indices** (integer values stored as floats, in ``[0, num_classes)``),
-sorted by decreasing logit. ``H x W`` is the teacher's output grid, row ``i`` from the top, column ``j`` from
-the left of the image. dtype float16 (the official maps: ``k = 5``, ``18 x 18`` for NFNet-F6 at 576 px);
-float16 holds integers exactly up to 2048, so :func:`save_label_map` falls back to float32 for data sets with
-more than 2048 classes; the readers accept both.
+Format
+------
+One map per image, an array ``(2, k, H, W)``: ``[0]`` the teacher's top-``k`` logits at every cell of its output
+grid (row ``i`` from the top), ``[1]`` their class indices (integers stored as floats), sorted by decreasing logit;
+float16 (the official maps: ``k = 5``, ``18 x 18``), or float32 where a class index passes 2048, which float16
+does not hold exactly. It covers the whole image (``region='full'``, the generator's default) or its central
+square (``'center_square'``, the official maps; configs/lvvit/README.md).
 
-* ``.npy`` (what ``tools/generate_label_maps.py`` writes, :func:`save_label_map`): numpy's format, read without
-  pickle: numpy parses the header (``np.lib.format.read_array_header_*``, its size capped by numpy), the shape,
-  dtype and byte count are checked against the file's size before the data is taken
-  (``np.frombuffer``). Chosen over safetensors: no new dependency, one array per file as the official maps, the
-  packed store memory-maps the same format, and numpy's reader runs no code and builds no object.
-* ``.pt`` (the official maps, read unchanged): one ``torch.save``-d tensor, read with
-  ``torch.load(weights_only=True)`` and no global added (torch checks every view against its storage), once
-  ``zipfile`` found no compressed member in its directory (torch would inflate a zip bomb; torch.save never
-  compresses);
-  not memory-mapped: ``mmap=True`` needs a path (re-opened after the checks) and is no faster for 8 KB maps.
-* Packed: a folder of maps packed once into a memory-mapped store (:mod:`mmvitreg.datasets.label_map_store`,
-  ``tools/dataset_converters/pack_label_maps.py``), ``.npy`` files too, under the same names
-  (:func:`label_map_key`).
-* Path: the image path relative to the data prefix, with the image suffix replaced by ``.npy`` (or ``.pt``),
-  under ``label_root``: ``train/n01440764/n01440764_10026.JPEG`` with data prefix ``train`` has its map at
-  ``<label_root>/n01440764/n01440764_10026.npy``; :func:`find_label_map` takes the ``.npy`` file if there is
-  one, else the ``.pt``. The official generator writes ``<label_root>/<class_dir>/<image_basename>.pt``; both
-  agree on the ImageNet layout, and :func:`label_map_key` without a prefix uses that ``<class_dir>/<image>`` rule.
-* Region: the map covers the whole image (``region='full'``, ``tools/generate_label_maps.py``'s
-  default) or its central square (``region='center_square'``, the official maps; configs/lvvit/README.md).
+* ``.npy`` (``tools/generate_label_maps.py``): numpy's header reader, its declared size checked against the file's
+  before ``np.frombuffer`` takes the data; no pickle, no new dependency, and the packed store
+  (:mod:`mmvitreg.datasets.label_map_store`) memory-maps the same format.
+* ``.pt`` (the official maps): ``torch.load(weights_only=True)``, no global added, once ``zipfile`` found no
+  compressed member (torch would inflate a zip bomb; ``torch.save`` never compresses).
+* Path: ``<label_root>/<image path relative to the image prefix, suffix .npy or .pt>`` (:func:`label_map_key`;
+  without a prefix, the official ``<class_dir>/<image>``).
 
-Every file is untrusted (:func:`load_label_map`): it must be a regular file (a symlink to one is followed; a FIFO,
-a device or a symlink to one is refused before it is opened for reading), its size within the bounds of the
-expected shape before a byte is read, and its values pass :func:`check_label_map`, the one value check of every
-reader (the packed store's included). Each refusal is one :class:`LabelMapError` line naming the file.
+Every file is untrusted (:func:`load_label_map`): a regular file (:func:`~mmvitreg.fileio.open_regular_file`) of a
+size the expected shape bounds, whose values pass :func:`check_label_map`, the one value check of every reader;
+each refusal is one :class:`LabelMapError` line naming the file.
 
 Geometry
 --------
-The map is never resampled during augmentation. :class:`TokenLabelMap` keeps it untouched together
-with one 3x3 affine matrix from the current (augmented) image's pixel coordinates to the original
-image's pixel coordinates; every geometric transform composes its own output-to-input matrix onto
-it; :class:`~mmvitreg.datasets.token_label_target.TokenLabelTarget` packs the map with the matrix and
-the batch reads it once under every token
-(:func:`~mmvitreg.datasets.token_label_target.token_label_targets`). Coordinates are continuous:
-pixel ``(row i, col j)`` covers ``[j, j+1) x [i, i+1)``, so its centre is ``(j + 0.5, i + 0.5)``;
-cv2's resize uses the same convention, and cv2's warp matrices (index coordinates, pixel centre
-``(j, i)``) are converted by :func:`warp_to_affine`.
+The map is never resampled during augmentation: :class:`TokenLabelMap` keeps it with one 3x3 matrix from the
+augmented image's pixel coordinates to the original's, onto which every geometric transform composes its own
+(:mod:`mmvitreg.datasets.label_map_geometry`); the batch reads the map once under every token
+(:func:`~mmvitreg.datasets.token_label_target.token_label_targets`). Coordinates are continuous: pixel ``(i, j)``
+covers ``[j, j+1) x [i, i+1)`` (cv2's resize convention); cv2's warp matrices are converted by
+:func:`warp_to_affine`.
 """
 import io
 import math
 import os
 import os.path as osp
-import stat
 import zipfile
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from mmvitreg.fileio import atomic_write
+from mmvitreg.fileio import atomic_write, first_line, open_regular_file
 
 REGIONS = ('full', 'center_square')
 SUFFIXES = ('.npy', '.pt')  # the generator's format first, then the official one
-_FP16_MAX_EXACT_INT = 2048
 _DTYPES = (np.dtype(np.float16), np.dtype(np.float32))
 #: bytes a map file may hold when its shape is not given: a float32 top-10 map of 200 x 200 cells is 3.2 MB
 MAX_BYTES = 16 << 20
@@ -78,17 +56,8 @@ _OVERHEAD = 64 << 10
 
 
 def label_map_key(img_path: str, img_prefix: Optional[str] = None) -> str:
-    """The name of an image's map: its path relative to the image prefix, without suffix.
-
-    Args:
-        img_path (str): Path of the image (as in the data set's ``img_path``).
-        img_prefix (str, optional): The data set's image prefix; the key is the image path relative
-            to it. None: the official ``<class_dir>/<image>`` rule (the last two path components).
-            Defaults to None.
-
-    Returns:
-        str: ``'/'``-separated, e.g. ``'n01440764/n01440764_10026'``.
-    """
+    """The name of an image's map, ``'/'``-separated (``'n01440764/n01440764_10026'``): ``img_path`` relative to
+    the data set's ``img_prefix``, without suffix; without a prefix, the official ``<class_dir>/<image>`` rule."""
     if img_prefix is None:
         rel = '/'.join(os.path.normpath(img_path).split(os.sep)[-2:])
     elif img_path.startswith(img_prefix.rstrip(os.sep) + os.sep):  # the usual case, without relpath's cost
@@ -101,22 +70,9 @@ def label_map_key(img_path: str, img_prefix: Optional[str] = None) -> str:
 
 
 def label_map_path(label_root: str, img_path: str, img_prefix: Optional[str] = None, suffix: str = '.npy') -> str:
-    """Where the map of ``img_path`` is written: ``<label_root>/<label_map_key(img_path, img_prefix)><suffix>``.
-
-    Args:
-        label_root (str): Root folder of the label maps.
-        img_path (str): Path of the image (as in the data set's ``img_path``).
-        img_prefix (str, optional): See :func:`label_map_key`. Defaults to None.
-        suffix (str): ``'.npy'`` (the generator's format) or ``'.pt'`` (the official one). Defaults to ``'.npy'``.
-    """
+    """Where the map of ``img_path`` is written: ``<label_root>/<label_map_key(img_path, img_prefix)><suffix>``,
+    ``suffix`` ``'.npy'`` (the generator's format) or ``'.pt'`` (the official one)."""
     return osp.join(label_root, label_map_key(img_path, img_prefix) + suffix)
-
-
-def find_label_map(label_root: str, img_path: str, img_prefix: Optional[str] = None) -> str:
-    """The map file of ``img_path``: its ``.npy`` path if that name exists (even as a dangling link, which the
-    reader then refuses by name), else its ``.pt`` path (which the reader reports missing if it is)."""
-    path = label_map_path(label_root, img_path, img_prefix)
-    return path if osp.lexists(path) else path[:-len('.npy')] + '.pt'
 
 
 class LabelMapError(ValueError):
@@ -124,34 +80,23 @@ class LabelMapError(ValueError):
 
 
 REGENERATE = 'regenerate it with tools/generate_label_maps.py'
+FIND = 'generate the maps with tools/generate_label_maps.py or check label_root and map_shape'
 
 
 def _malformed(path: str, problem: str, fix: str = REGENERATE) -> LabelMapError:
     return LabelMapError(f'malformed token label map {path}: {problem}; {fix}')
 
 
-def check_label_map(label_map, path: str, num_classes: Optional[int] = None,
-                    map_shape: Optional[Sequence[int]] = None, fix: str = REGENERATE) -> np.ndarray:
-    """The one value check of every reader (``.npy``, ``.pt``, the packed store): a ``(2, k, H, W)`` float16 /
-    float32 array of finite logits and class indices that are integers in ``[0, num_classes)``.
-
-    Args:
-        label_map: What the file held (a tensor from ``torch.load``, an array from numpy).
-        path (str): The file (or the store and key), for the messages.
-        num_classes (int, optional): If given, class indices must be below it.
-        map_shape (Sequence[int], optional): ``(k, H, W)``: if given, the map must have this shape.
-        fix (str): What the messages tell the user to do.
-
-    Returns:
-        np.ndarray: the map, ``(2, k, H, W)`` float16 or float32.
-    """
+def check_label_map(label_map, path: str, num_classes=None, map_shape=None, fix: str = REGENERATE) -> np.ndarray:
+    """The one value check of every reader (``.npy``, ``.pt``, the packed store): ``label_map`` (a tensor or an
+    array) as a ``(2, k, H, W)`` float16 / float32 array of finite logits and class indices that are integers in
+    ``[0, num_classes)`` (if given), of shape ``(2, *map_shape)`` (if given); refusals name ``path`` and ``fix``."""
     def refuse(problem):
         return _malformed(path, problem, fix)
 
     expect = 'a (2, k, H, W) float16/float32 array of top-k teacher logits and class indices'
     if isinstance(label_map, Tensor):
-        if (label_map.layout != torch.strided or label_map.is_quantized
-                or label_map.dtype not in (torch.float16, torch.float32)):
+        if label_map.layout != torch.strided or label_map.dtype not in (torch.float16, torch.float32):
             raise refuse(f'expected {expect}, got a {label_map.layout} {label_map.dtype} tensor')
         label_map = label_map.detach().numpy()
     if not isinstance(label_map, np.ndarray):
@@ -175,53 +120,6 @@ def check_label_map(label_map, path: str, num_classes: Optional[int] = None,
     return label_map
 
 
-def size_bounds(map_shape: Optional[Sequence[int]] = None) -> Tuple[int, int]:
-    """``(fewest, most)`` bytes a map file of ``(2, *map_shape)`` can hold: its values in float16 at least, in
-    float32 plus :data:`_OVERHEAD` at most; without a shape ``(1, MAX_BYTES)``."""
-    if map_shape is None:
-        return 1, MAX_BYTES
-    values = 2 * int(np.prod(map_shape))
-    return 2 * values, 4 * values + _OVERHEAD
-
-
-def read_regular_file(path: str, bounds: Tuple[int, int], what: str = 'token label map') -> bytearray:
-    """The bytes of ``path`` once it is known to be a regular file (symlinks followed: a link to a regular file is
-    read, one to a FIFO or device is refused, like the FIFO or device itself) of a size within ``bounds``. ``stat``
-    decides before the file is opened; the file is opened without blocking (a FIFO swapped in meanwhile) and its
-    descriptor checked again before the read, which reads that size (and one byte more, to see a file that grew).
-
-    Raises:
-        FileNotFoundError: no such file (or a dangling link), naming it.
-        LabelMapError: not a regular file, or a size out of bounds, naming it.
-    """
-    def check(info):
-        if not stat.S_ISREG(info.st_mode):
-            raise LabelMapError(f'{what} {path} is not a regular file (a FIFO, device, socket or folder, or a link '
-                                'to one); replace it with the file itself')
-        if not bounds[0] <= info.st_size <= bounds[1]:
-            raise LabelMapError(f'{what} {path} holds {info.st_size} bytes, outside the {bounds[0]}..{bounds[1]} '
-                                'its expected shape allows; regenerate it or check map_shape')
-
-    try:
-        check(os.stat(path))
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise FileNotFoundError(f'{what} {path} does not exist; generate the maps with '
-                                'tools/generate_label_maps.py or check label_root') from None
-    except OSError as e:  # a loop of links, no permission
-        raise LabelMapError(f'{what} {path} cannot be opened: {e.strerror}') from None
-    with os.fdopen(fd, 'rb') as f:
-        info = os.fstat(fd)
-        check(info)
-        size = info.st_size
-        data = bytearray(size + 1)
-        n = f.readinto(data)
-    if n != size:
-        raise LabelMapError(f'{what} {path} changed size while it was read')
-    del data[n:]
-    return data
-
-
 def read_npy_header(f, path: str, size: int) -> Tuple[tuple, np.dtype, bool]:
     """``(shape, dtype, fortran_order)`` of the ``.npy`` file ``f`` (positioned at its start, left at its data),
     parsed by numpy's own header reader, once the data it declares is exactly the rest of the file's ``size``
@@ -234,21 +132,12 @@ def read_npy_header(f, path: str, size: int) -> Tuple[tuple, np.dtype, bool]:
             raise ValueError(f'format version {version} is not 1.0 or 2.0')
         shape, fortran, dtype = read_header[version](f)
     except Exception as e:
-        raise _malformed(path, f'numpy cannot read its .npy header ({type(e).__name__}: {_first_line(e)})') from None
+        raise _malformed(path, f'numpy cannot read its .npy header ({first_line(e)})') from None
     if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
         raise _malformed(path, f'its dtype {dtype} is not a plain number or bytes dtype')
     if size != f.tell() + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
-        raise _malformed(path, f'its header declares {shape} {dtype} but the file holds {size - f.tell()} bytes '
-                               'of data')
+        raise _malformed(path, f'its header declares {shape} {dtype}, its data is {size - f.tell()} bytes')
     return shape, dtype, fortran
-
-
-def _first_line(e: BaseException) -> str:
-    """What an error says is wrong, on one line: for torch's weights-only refusal the sentence after its advice."""
-    text = str(e)
-    if 'WeightsUnpickler error:' in text:
-        text = text.split('WeightsUnpickler error:', 1)[1].split('. ', 1)[0]
-    return ' '.join(text.split())[:300]
 
 
 def _refuse_compressed(buffer: io.BytesIO, path: str) -> None:
@@ -259,21 +148,19 @@ def _refuse_compressed(buffer: io.BytesIO, path: str) -> None:
             with zipfile.ZipFile(buffer) as archive:
                 packed = next((m.filename for m in archive.infolist() if m.compress_type != zipfile.ZIP_STORED), None)
         except Exception as e:
-            raise _malformed(path, f'its zip directory is unreadable ({type(e).__name__}: {_first_line(e)})') from None
+            raise _malformed(path, f'its zip directory is unreadable ({first_line(e)})') from None
         if packed is not None:
             raise _malformed(path, f'its member {packed} is compressed, which torch.save never does')
     buffer.seek(0)
 
 
-def load_label_map(path: str, num_classes: Optional[int] = None,
-                   map_shape: Optional[Sequence[int]] = None) -> np.ndarray:
+def load_label_map(path: str, num_classes: Optional[int] = None, map_shape=None) -> np.ndarray:
     """Read one map file (``.npy``, or an official ``.pt``) and validate it.
 
-    The file must be regular and its size within :func:`size_bounds` before it is read
-    (:func:`read_regular_file`); a ``.npy`` file is read by numpy without pickle (:func:`read_npy_header`, then
-    ``np.frombuffer``), anything else by ``torch.load(weights_only=True)``; the result passes
-    :func:`check_label_map`. Peak memory: the file (at most :data:`MAX_BYTES`, or the bound of ``map_shape``) and
-    the map, about twice (``tests/test_label_map_bounds.py`` measures the worst crafted file).
+    The file must be regular and its size within the bounds of ``map_shape`` before it is read
+    (:func:`~mmvitreg.fileio.open_regular_file`); a ``.npy`` file is read by numpy without pickle
+    (:func:`read_npy_header`, then ``np.frombuffer``), anything else by ``torch.load(weights_only=True)``; the
+    result passes :func:`check_label_map`.
 
     Args:
         path (str): The ``.npy`` or ``.pt`` file.
@@ -285,10 +172,13 @@ def load_label_map(path: str, num_classes: Optional[int] = None,
         np.ndarray: ``(2, k, H, W)`` float16 or float32, as stored, writable.
 
     Raises:
-        FileNotFoundError: the file does not exist, naming it.
-        LabelMapError: the file is not a valid map (one line naming it, also from a DataLoader worker).
+        FileNotFoundError | LabelMapError: no such file | not a valid map (one line naming it, also from a worker).
     """
-    data = read_regular_file(path, size_bounds(map_shape))
+    values = 2 * int(np.prod(map_shape or ()))  # a (2, *map_shape) map: float16 values at least, float32 at most
+    bounds = (1, MAX_BYTES) if map_shape is None else (2 * values, 4 * values + _OVERHEAD)
+    with open_regular_file(path, f'token label map {path}', bounds, LabelMapError, FIND, FileNotFoundError) as f:
+        data = bytearray(os.fstat(f.fileno()).st_size)  # writable: the map is a view of it
+        del data[f.readinto(data):]
     buffer = io.BytesIO(data)
     if path.endswith('.npy'):
         shape, dtype, fortran = read_npy_header(buffer, path, len(data))
@@ -300,8 +190,7 @@ def load_label_map(path: str, num_classes: Optional[int] = None,
         try:
             label_map = torch.load(buffer, map_location='cpu', weights_only=True)
         except Exception as e:
-            raise _malformed(path, f'torch.load(weights_only=True) refused it ({type(e).__name__}: '
-                                   f'{_first_line(e)})') from None
+            raise _malformed(path, f'torch.load(weights_only=True) refused it ({first_line(e)})') from None
     return check_label_map(label_map, path, num_classes, map_shape)
 
 
@@ -315,11 +204,10 @@ def save_label_map(path: str, logits: Tensor, indices: Tensor) -> None:
         indices (Tensor): ``(k, H, W)`` their class indices.
     """
     if logits.shape != indices.shape or logits.dim() != 3:
-        raise ValueError(f'logits and indices must both be (k, H, W), got {tuple(logits.shape)} '
-                         f'and {tuple(indices.shape)}')
+        raise ValueError(f'logits and indices must both be (k, H, W), got {logits.shape} and {indices.shape}')
     if not path.endswith(SUFFIXES):
         raise ValueError(f'a label map is a .npy or .pt file, not {path}')
-    dtype = torch.float16 if int(indices.max()) <= _FP16_MAX_EXACT_INT else torch.float32
+    dtype = torch.float16 if int(indices.max()) <= 2048 else torch.float32  # float16 integers are exact up to 2048
     label_map = torch.stack([logits.detach().to('cpu', dtype), indices.detach().to('cpu', dtype)]).contiguous()
     if path.endswith('.npy'):
         atomic_write(path, lambda f: np.save(f, label_map.numpy(), allow_pickle=False))
@@ -327,25 +215,13 @@ def save_label_map(path: str, logits: Tensor, indices: Tensor) -> None:
         atomic_write(path, lambda f: torch.save(label_map, f))
 
 
-def translation_matrix(tx: float, ty: float) -> np.ndarray:
-    """``(3, 3)`` homogeneous translation by ``(tx, ty)``."""
-    return np.array([[1., 0., tx], [0., 1., ty], [0., 0., 1.]])
-
-
 def warp_to_affine(warp: np.ndarray) -> np.ndarray:
-    """Turn a cv2 ``warpAffine`` matrix into the output-to-input matrix of continuous coordinates.
+    """The ``(3, 3)`` output-to-input matrix of continuous pixel coordinates of a ``(2, 3)`` ``cv2.warpAffine``
+    matrix (no ``WARP_INVERSE_MAP``: input pixel indices to output pixel indices).
 
-    With ``warp = [L | t]`` (index coordinates, pixel centres at integers), continuous coordinates
-    (pixel centres at ``+0.5``) map forward by ``x' = L x + t'`` with ``t' = t + (I - L) (0.5, 0.5)``;
-    the result is its inverse ``[L^-1 | -L^-1 t']``, written out (a general 3x3 inverse costs
-    several times more, once per spatial op and image).
-
-    Args:
-        warp (np.ndarray): ``(2, 3)`` matrix as passed to ``cv2.warpAffine`` (no
-            ``WARP_INVERSE_MAP``): it maps input pixel indices to output pixel indices.
-
-    Returns:
-        np.ndarray: ``(3, 3)`` matrix from output to input continuous pixel coordinates.
+    With ``warp = [L | t]`` (index coordinates, pixel centres at integers), continuous coordinates (pixel centres at
+    ``+0.5``) map forward by ``x' = L x + t'`` with ``t' = t + (I - L) (0.5, 0.5)``; the result is its inverse
+    ``[L^-1 | -L^-1 t']``, written out.
     """
     (a, b, c), (d, e, f) = np.asarray(warp, np.float64).tolist()
     tx, ty = c + .5 - .5 * (a + b), f + .5 - .5 * (d + e)
@@ -360,18 +236,16 @@ class TokenLabelMap:
     Args:
         label_map (np.ndarray): ``(2, k, h, w)`` top-k logits and class indices, as stored.
         ori_shape (tuple[int, int]): ``(H0, W0)`` of the original image.
-        region (str): The part of the original image the map covers, one of ``'full'`` and
-            ``'center_square'`` (see the module docstring).
+        region (str): The part of the original image the map covers, one of :data:`REGIONS` (checked by
+            ``LoadTokenLabelMap``).
 
     Attributes:
-        affine (np.ndarray): ``(3, 3)`` from the current image's continuous pixel coordinates
-            ``(x, y, 1)`` to the original image's.
+        affine (np.ndarray): ``(3, 3)`` from the current image's continuous pixel coordinates ``(x, y, 1)`` to the
+            original image's.
         img_shape (tuple[int, int]): ``(H, W)`` of the image ``affine`` starts from.
     """
 
     def __init__(self, label_map: np.ndarray, ori_shape: Tuple[int, int], region: str = 'full'):
-        if region not in REGIONS:
-            raise ValueError(f'region must be one of {REGIONS}, got {region!r}')
         self.label_map = label_map
         self.ori_shape = tuple(ori_shape)
         self.region = region
@@ -379,8 +253,7 @@ class TokenLabelMap:
         self.img_shape = tuple(ori_shape)
 
     def check_shape(self, img_shape: Tuple[int, int]) -> None:
-        """Fail if the image is no longer the one the geometry describes (a transform that does not
-        track the map moved it)."""
+        """Fail if a transform that does not track the map moved the image."""
         if tuple(img_shape) != self.img_shape:
             raise RuntimeError(
                 f'the image is {tuple(img_shape)} but the label-map geometry was last updated for '
@@ -389,14 +262,8 @@ class TokenLabelMap:
                 'for geometric augmentation')
 
     def compose(self, matrix: np.ndarray, src_shape: Tuple[int, int], dst_shape: Tuple[int, int]) -> None:
-        """Record a geometric transform of the image.
-
-        Args:
-            matrix (np.ndarray): ``(3, 3)`` from the new image's continuous pixel coordinates to
-                those of the image before the transform.
-            src_shape (tuple[int, int]): ``(H, W)`` of the image before the transform.
-            dst_shape (tuple[int, int]): ``(H, W)`` of the new image.
-        """
+        """Record a geometric transform of the image from ``src_shape`` to ``dst_shape`` (``(H, W)``): ``matrix``
+        ``(3, 3)`` maps the new image's continuous pixel coordinates to those of the image before it."""
         self.check_shape(src_shape)
         self.affine = self.affine @ matrix
         self.img_shape = tuple(dst_shape)
@@ -417,4 +284,4 @@ class TokenLabelMap:
         coordinates ``(column, row)`` (map cell ``(i, j)`` covers ``[j, j+1) x [i, i+1)``)."""
         x0, y0, x1, y1 = self.image_on_map()
         h0, w0 = self.ori_shape
-        return translation_matrix(x0, y0) @ np.diag([(x1 - x0) / w0, (y1 - y0) / h0, 1.]) @ self.affine
+        return np.array([[(x1 - x0) / w0, 0., x0], [0., (y1 - y0) / h0, y0], [0., 0., 1.]]) @ self.affine

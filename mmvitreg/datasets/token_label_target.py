@@ -16,30 +16,23 @@ class PackedLabelMap:
     """What :func:`token_label_targets` needs of one sample; made by :class:`TokenLabelTarget`.
 
     Attributes:
-        label_map (Tensor): ``(2, k, h, w)`` the untouched map (top-k logits, class indices), as
-            stored (float16 for the official maps).
-        matrix (Tensor): ``(3, 3)`` float64, from the augmented image's continuous pixel coordinates
-            ``(x, y, 1)`` to continuous map coordinates (map cell ``(i, j)`` covers
-            ``[j, j+1) x [i, i+1)``).
+        label_map (Tensor): ``(2, k, h, w)`` the untouched map (top-k logits, class indices), as stored.
+        matrix (Tensor): ``(3, 3)`` float64, from the augmented image's continuous pixel coordinates ``(x, y, 1)``
+            to continuous map coordinates (map cell ``(i, j)`` covers ``[j, j+1) x [i, i+1)``).
         img_shape (tuple[int, int]): ``(H, W)`` of the augmented image.
-        image_on_map (tuple[float, float, float, float]): ``(x0, y0, x1, y1)``, the original image in
-            map coordinates (the whole map for ``region='full'``, wider for ``'center_square'``);
-            sample points outside it are outside the image.
-        token_label_size, topk, samples_per_token, reading, num_classes: the target's settings
-            (see :class:`TokenLabelTarget`).
+        image_on_map (tuple[float, float, float, float]): ``(x0, y0, x1, y1)``, the original image in map
+            coordinates; sample points outside it are outside the image.
+        target (TokenLabelTarget): the settings it was packed with.
     """
     label_map: Tensor
     matrix: Tensor
     img_shape: Tuple[int, int]
     image_on_map: Tuple[float, float, float, float]
-    token_label_size: int
-    topk: int
-    samples_per_token: int
-    reading: str
-    num_classes: Optional[int]
+    target: 'TokenLabelTarget'
 
-    def settings(self) -> tuple:
-        return (self.token_label_size, self.topk, self.samples_per_token, self.reading, self.num_classes)
+    @property
+    def reading(self) -> str:
+        return self.target.reading
 
 
 @TRANSFORMS.register_module()
@@ -52,19 +45,13 @@ class TokenLabelTarget(BaseTransform):
     .. math::
         L_{aux} = \frac{1}{N} \sum_{i=1}^{N} H(X^i, y^i)
 
-    This transform does no per-token work: it attaches to the sample a :class:`PackedLabelMap` (the
-    untouched map as a tensor, the composed matrix from augmented-image pixels to map coordinates,
-    the image size and the original image's region on the map, and the settings below).
-    :class:`~mmvitreg.models.data_preprocessors.TokenClsDataPreprocessor` then computes the
-    ``token_label`` of the whole batch in torch with :func:`token_label_targets` (and, for the
-    official reading, the class-token ``relabel_label`` with :func:`relabel_targets`), which
-    document the two readings of a top-k map.
+    This transform does no per-token work: it replaces ``token_label_map`` by its :class:`PackedLabelMap`
+    (pack it with ``PackInputs(algorithm_keys=['token_label_map'])``);
+    :class:`~mmvitreg.models.data_preprocessors.TokenClsDataPreprocessor` computes the batch's ``token_label``
+    with :func:`token_label_targets` (and, for the official reading, ``relabel_label`` with
+    :func:`relabel_targets`), which document the two readings of a top-k map.
 
-    **Required keys:** ``img``, ``token_label_map``. **Added key:** ``token_label_map``, replaced by
-    its :class:`PackedLabelMap`. Pack it with ``PackInputs(algorithm_keys=['token_label_map'])``.
-
-    Cost (``tools/analysis_tools/benchmark_data_pipeline.py``, one CPU core): about 0.05 ms per
-    image here; the batch reading is timed by the same tool.
+    **Required keys:** ``img``, ``token_label_map``. **Modified key:** ``token_label_map``.
 
     Args:
         token_label_size (int): ``S``, tokens per side (14 for 224 px and patch 16). Defaults to 14.
@@ -80,8 +67,8 @@ class TokenLabelTarget(BaseTransform):
 
     def __init__(self, token_label_size: int = 14, topk: int = 5, samples_per_token: int = 2,
                  reading: str = 'topk', num_classes: Optional[int] = None):
-        for name, value in (('token_label_size', token_label_size), ('topk', topk),
-                            ('samples_per_token', samples_per_token)):
+        sizes = dict(token_label_size=token_label_size, topk=topk, samples_per_token=samples_per_token)
+        for name, value in sizes.items():
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f'{name} must be a positive int, got {value!r}')
         if reading not in READINGS:
@@ -107,9 +94,8 @@ class TokenLabelTarget(BaseTransform):
 
     def pack(self, label_map, img_shape: Tuple[int, int]) -> PackedLabelMap:
         """The :class:`PackedLabelMap` of a :class:`~mmvitreg.datasets.label_maps.TokenLabelMap`."""
-        return PackedLabelMap(torch.from_numpy(label_map.label_map), torch.from_numpy(label_map.map_matrix()),
-                              img_shape, label_map.image_on_map(), self.token_label_size, self.topk,
-                              self.samples_per_token, self.reading, self.num_classes)
+        matrix = torch.from_numpy(label_map.map_matrix())
+        return PackedLabelMap(torch.from_numpy(label_map.label_map), matrix, img_shape, label_map.image_on_map(), self)
 
     def __repr__(self):
         return (f'{self.__class__.__name__}(token_label_size={self.token_label_size}, topk={self.topk}, '
@@ -120,36 +106,27 @@ class TokenLabelTarget(BaseTransform):
 def token_label_targets(packed: Sequence[PackedLabelMap], device=None) -> Tensor:
     r"""Token labels ``(B, 2, K, S, S)`` of a batch of packed maps, vectorised over the batch.
 
-    The augmented image is cut into ``S x S`` token cells; each cell gets ``n x n`` evenly spaced
-    sample points (at ``(j + 0.5) / n`` of the cell on each axis). One batched matmul carries every
-    point onto its sample's map; each point reads the four nearest map cells bilinearly (cell
-    centres at ``(j + .5, i + .5)``, borders clamped, as ``roi_align``). A top-k map cannot be
-    interpolated as an array (indices are not numbers): each point contributes its 4 cells x k
-    ``(class, weight x value)`` pairs, and the pairs of a token are summed per class (sorted by
-    class, segment sums), so the cost is independent of the number of classes ``C``.
+    Each of the ``S x S`` token cells of the augmented image gets ``n x n`` evenly spaced sample points, carried onto
+    its sample's map; each point reads the four nearest map cells bilinearly (borders clamped, as ``roi_align``). A
+    top-k map cannot be interpolated as an array (indices are not numbers): each point contributes its 4 cells x k
+    ``(class, weight x value)`` pairs, summed per class for each token, so the cost does not grow with ``C``.
 
     Two readings of a top-k map (:class:`TokenLabelTarget`'s ``reading``):
 
-    * ``'topk'`` (default, the paper): ``n = samples_per_token``; each map cell's score is the
-      teacher's softmax over its stored top-k logits (renormalised over those k); a token's score is
-      the mean of the scores at its in-image sample points. Points outside the image (areas that
-      rotate/shear/translate filled with ``pad_val``) are left out of the mean; a token with none
-      inside gets all-zero probabilities (no token label). The token keeps its ``topk`` most
-      probable classes, renormalised to sum 1 (``K = topk``). Classes a token did not read fill its
-      top-k (probability 0, smallest class indices first) when it read fewer than ``topk``.
-    * ``'official'`` (``tlt/data/mixup.py``: ``get_featuremaps`` scatters the stored logits into a
-      ``C``-class map of zeros, ``roi_align(output_size=(S, S))`` on the crop, softmax over all
-      ``C`` classes): a token's logit of class ``c`` is the mean over its sample points of the
-      bilinearly read logit map, ``n`` per axis is ``roi_align``'s adaptive count
-      ``ceil(roi side in map cells / S)`` (``sampling_ratio=-1``), and points outside the image read
-      logit 0 for every class (the official RandAugment fills the map with 0). The classes no cell
-      under the token stores all have the mean logit 0, so they share one probability
-      ``exp(0) / Z``: the exact distribution over ``C`` classes is the ``R`` read classes plus one
-      shared tail value, computed without a ``C x h x w`` map. ``K = max R + 1`` over the batch:
-      slot ``r < R`` holds a read class and its probability, the slots after it hold class index
-      ``-1``: probability 0 up to the last, and the last slot the probability of **each** class
-      not listed. The token's target is ``p_c`` for listed classes and the last slot's value for the
-      ``C - R`` others (they sum to 1).
+    * ``'topk'`` (default, the paper): ``n = samples_per_token``; each map cell's score is the teacher's softmax
+      over its stored top-k logits; a token's score is the mean of the scores at its sample points inside the image
+      (none inside: all-zero probabilities, no token label). The token keeps its ``topk`` most probable classes,
+      renormalised to sum 1 (``K = topk``); unread classes fill the slots of a token that read fewer (probability
+      0, smallest class indices first).
+    * ``'official'`` (``tlt/data/mixup.py``: ``get_featuremaps`` scatters the stored logits into a ``C``-class map
+      of zeros, ``roi_align(output_size=(S, S))`` on the crop, softmax over all ``C`` classes): a token's logit of
+      class ``c`` is the mean of the bilinearly read logit map over its sample points, ``n`` per axis
+      ``roi_align``'s adaptive ``ceil(roi side in map cells / S)``; points outside the image read logit 0 (the
+      official RandAugment fills the map with 0). The classes no cell under the token stores share the mean logit 0,
+      so the exact distribution is the ``R`` read classes plus one shared tail value, without a ``C x h x w`` map.
+      ``K = max R + 1`` over the batch: slot ``r < R`` holds a read class and its probability, the slots after it
+      class ``-1`` and probability 0, but the last holds the probability of **each** of the ``C - R`` unlisted
+      classes.
 
     Args:
         packed (Sequence[PackedLabelMap]): One per sample, with equal settings.
@@ -159,18 +136,13 @@ def token_label_targets(packed: Sequence[PackedLabelMap], device=None) -> Tensor
         Tensor: float32 ``(B, 2, K, S, S)``: ``[:, 0]`` probabilities, ``[:, 1]`` class indices
         (integers stored as float; -1 in the official reading's tail slots).
     """
-    return _by_map_shape(packed, device, lambda group, dev: _read_maps(group, dev))
+    return _by_map_shape(packed, device, _read_maps)
 
 
 def relabel_targets(packed: Sequence[PackedLabelMap], device=None) -> Tensor:
-    """The official class-token (ReLabel) target ``(B, 2, K)`` of a batch: the crop pooled to ``1 x 1``.
-
-    The official ``get_label`` RoI-aligns the same ``C``-class logit map as the token labels with
-    ``output_size=(1, 1)`` (``ceil(roi side)`` sample points per axis) and soft-maxes over all ``C``
-    classes; the result has the format of one token of the official reading of
-    :func:`token_label_targets` (listed classes, then ``-1`` slots, the last one the probability of
-    each unlisted class). Needs ``reading='official'``.
-    """
+    """The official class-token (ReLabel) target ``(B, 2, K)`` of a batch (``reading='official'``): the official
+    ``get_label`` RoI-aligns the token labels' ``C``-class logit map with ``output_size=(1, 1)`` and soft-maxes over
+    all ``C`` classes; the format of one token of :func:`token_label_targets`' official reading."""
     if packed[0].reading != 'official':
         raise ValueError("relabel_targets is the official class-token target: pack the maps with "
                          "TokenLabelTarget(reading='official', num_classes=C)")
@@ -179,7 +151,7 @@ def relabel_targets(packed: Sequence[PackedLabelMap], device=None) -> Tensor:
 
 def _by_map_shape(packed, device, read) -> Tensor:
     """``read`` every group of samples whose maps have one shape, put back in batch order."""
-    settings = {p.settings() for p in packed}
+    settings = {repr(p.target) for p in packed}
     if len(settings) != 1:
         raise ValueError(f'the samples of a batch were packed with different TokenLabelTarget settings: {settings}')
     groups = {}  # samples with equal map shapes are read together
@@ -205,58 +177,18 @@ def _to_map(packed: List[PackedLabelMap]) -> Tensor:
     return torch.stack([p.matrix for p in packed]) * scale[:, None, :]
 
 
-def _sample_points(to_map: Tensor, s: int, counts: Tensor) -> Tuple[Tensor, Tensor]:
-    """Map coordinates of every token's sample points.
-
-    Args:
-        to_map (Tensor): ``(B, 3, 3)`` from :func:`_to_map`.
-        s (int): Tokens per side.
-        counts (Tensor): ``(B, 2)`` long, points per token side along x and y for each sample.
-
-    Returns:
-        tuple: ``xy`` ``(B, s * s * P, 2)`` float64 with ``P = max nx * max ny`` points per token,
-        token-major (row, col, then the token's points), and ``valid`` ``(B, s * s, P)`` bool, False
-        for the padding points of samples with fewer points.
-    """
-    B = len(to_map)
-    nx, ny = int(counts[:, 0].max()), int(counts[:, 1].max())
-    token = torch.arange(s, dtype=torch.float64)
-
-    def line(n_max, n):  # (B, s, n_max) positions along one axis, and their validity
-        sub = torch.arange(n_max, dtype=torch.float64)
-        n = n.to(torch.float64)[:, None, None]
-        return (token[None, :, None] + (sub + 0.5)[None, None, :] / n) / s, (sub[None, None, :] < n)
-
-    px, vx = line(nx, counts[:, 0])
-    py, vy = line(ny, counts[:, 1])
-    shape = (B, s, s, ny, nx)  # (sample, token row, token col, point row, point col)
-    xs = px[:, None, :, None, :].expand(shape)
-    ys = py[:, :, None, :, None].expand(shape)
-    valid = (vx[:, None, :, None, :] & vy[:, :, None, :, None]).expand(shape).reshape(B, s * s, ny * nx)
-    xy = xs.reshape(B, -1, 1) * to_map[:, None, :2, 0] + ys.reshape(B, -1, 1) * to_map[:, None, :2, 1] \
-        + to_map[:, None, :2, 2]
-    return xy, valid
-
-
-def _token_class_sums(maps: Tensor, xy: Tensor, point_weight: Tensor, values: Tensor,
-                      drop_class: Optional[int] = None, dtype=torch.float32) -> Tuple[Tensor, Tensor, Tensor]:
-    """Per token, the sum over its sample points of the bilinearly read ``values``, per class read.
-
-    Args:
-        maps (Tensor): ``(B, 2, k, h, w)`` the maps (class indices in ``[:, 1]``).
-        xy (Tensor): ``(B, T * P, 2)`` sample points in map coordinates, token-major.
-        point_weight (Tensor): ``(B, T, P)`` weight of every point.
-        values (Tensor): ``(B, k, h * w)`` the per-cell values to read.
-        drop_class (int, optional): Class index given to the pairs of weight 0, which then sort last
-            and are not read. None keeps them (read with value 0).
-        dtype (torch.dtype): Precision of the bilinear weights and the sums. Defaults to float32.
+def _token_class_sums(maps: Tensor, xy: Tensor, point_weight: Tensor, values: Tensor, drop_class=None, dtype=None):
+    """Per token, the sum over its sample points ``xy`` ``(B, T * P, 2)`` (token-major, weighted by ``point_weight``
+    ``(B, T, P)``) of the bilinearly read ``values`` ``(B, k, h * w)``, per class of ``maps[:, 1]``
+    ``(B, 2, k, h, w)``, in ``dtype`` (default float32). ``drop_class``: the class given to the pairs of weight 0,
+    which then sort last and are not read (None: read with value 0).
 
     Returns:
         tuple: ``(B * T, L)`` ``scores`` (the summed value of each run of one class), ``classes`` and
         ``read`` (bool: the slot holds a class the token read); runs are compact, in class order.
     """
     B, _, k, h, w = maps.shape
-    T = point_weight.shape[1]
+    T, dtype = point_weight.shape[1], dtype or torch.float32
     cells = xy.to(dtype) - 0.5  # cell centres at integers
     low = cells.floor()
     frac = cells - low
@@ -285,18 +217,47 @@ def _token_class_sums(maps: Tensor, xy: Tensor, point_weight: Tensor, values: Te
     return scores, run_classes, read
 
 
-def _read_maps(packed: List[PackedLabelMap], device) -> Tensor:
-    """:func:`token_label_targets` of samples whose maps have one shape ``(2, k, h, w)``."""
-    s, topk, n, reading, _ = packed[0].settings()
-    if reading == 'official':
-        return _read_official(packed, s, device)
+def _sample(packed: List[PackedLabelMap], to_map: Tensor, s: int, counts: Tensor, device):
+    """The maps and the sample points of every token of an ``s x s`` grid: ``counts`` ``(B, 2)`` per token side along
+    x and y for each sample, at ``(j + 0.5) / n`` of the token on each axis; ``to_map``: :func:`_to_map`.
+
+    Returns:
+        tuple: ``maps`` ``(B, 2, k, h, w)`` float32 on ``device`` (default: theirs); ``xy`` ``(B, s * s * P, 2)``
+        float64 map coordinates with ``P = max nx * max ny`` points per token, token-major (row, col, then the
+        token's points); ``inside`` ``(B, s * s, P)`` float, 1 where a point is one of its sample's (not padding)
+        and lies inside its original image.
+    """
+    B = len(to_map)
+    nx, ny = int(counts[:, 0].max()), int(counts[:, 1].max())
+    token = torch.arange(s, dtype=torch.float64)
+
+    def line(n_max, n):  # (B, s, n_max) positions along one axis, and their validity
+        sub = torch.arange(n_max, dtype=torch.float64)
+        n = n.to(torch.float64)[:, None, None]
+        return (token[None, :, None] + (sub + 0.5)[None, None, :] / n) / s, (sub[None, None, :] < n)
+
+    px, vx = line(nx, counts[:, 0])
+    py, vy = line(ny, counts[:, 1])
+    shape = (B, s, s, ny, nx)  # (sample, token row, token col, point row, point col)
+    xs = px[:, None, :, None, :].expand(shape)
+    ys = py[:, :, None, :, None].expand(shape)
+    valid = (vx[:, None, :, None, :] & vy[:, :, None, :, None]).expand(shape).reshape(B, s * s, ny * nx)
+    xy = xs.reshape(B, -1, 1) * to_map[:, None, :2, 0] + ys.reshape(B, -1, 1) * to_map[:, None, :2, 1]
     device = device or packed[0].label_map.device
     maps = torch.stack([p.label_map.float() for p in packed]).to(device)  # float16 maps cannot stack under --amp
+    xy = (xy + to_map[:, None, :2, 2]).to(device)
+    region = torch.tensor([p.image_on_map for p in packed], dtype=torch.float64, device=device)
+    inside = ((xy >= region[:, None, :2]) & (xy < region[:, None, 2:])).all(-1).view(valid.shape) & valid.to(device)
+    return maps, xy, inside.float()
+
+
+def _read_maps(packed: List[PackedLabelMap], device) -> Tensor:
+    """:func:`token_label_targets` of samples whose maps have one shape ``(2, k, h, w)``."""
+    s, topk, n = packed[0].target.token_label_size, packed[0].target.topk, packed[0].target.samples_per_token
+    if packed[0].reading == 'official':
+        return _read_official(packed, s, device)
     B = len(packed)
-    counts = torch.full((B, 2), n, dtype=torch.long)
-    xy, _ = _sample_points(_to_map(packed), s, counts)
-    xy = xy.to(device)
-    inside = _inside(packed, xy, device).view(B, s * s, n * n)
+    maps, xy, inside = _sample(packed, _to_map(packed), s, torch.full((B, 2), n), device)
     point_weight = inside / inside.sum(2, keepdim=True).clamp(min=1)  # mean over the token's in-image points
     values = maps[:, 0].flatten(2).softmax(1)  # each cell: its teacher softmax over the stored k
     scores, run_classes, read = _token_class_sums(maps, xy, point_weight, values)
@@ -316,27 +277,17 @@ def _read_maps(packed: List[PackedLabelMap], device) -> Tensor:
     return target.view(B, s, s, 2, topk).permute(0, 3, 4, 1, 2).contiguous()
 
 
-def _inside(packed: List[PackedLabelMap], xy: Tensor, device) -> Tensor:
-    """``(B, T * P)`` float: 1 where a sample point lies inside its original image."""
-    region = torch.tensor([p.image_on_map for p in packed], dtype=torch.float64, device=device)
-    return ((xy >= region[:, None, :2]) & (xy < region[:, None, 2:])).all(-1).float()
-
-
 def _read_official(packed: List[PackedLabelMap], s: int, device) -> Tensor:
     """The official reading (see :func:`token_label_targets`) on an ``s x s`` grid: ``(B, 2, K, s, s)``."""
-    num_classes = packed[0].num_classes
-    device = device or packed[0].label_map.device
-    maps = torch.stack([p.label_map.float() for p in packed]).to(device)  # float16 maps cannot stack under --amp
+    num_classes = packed[0].target.num_classes
     B = len(packed)
     to_map = _to_map(packed)
     # roi_align(sampling_ratio=-1, aligned=False): ceil(roi side / s) points per bin side, the roi
     # side at least one map cell; the sides are the map lengths of the image's x and y axes
     sides = to_map[:, :2, :2].norm(dim=1).clamp(min=1.)
     counts = torch.ceil(sides / s - 1e-9).long().clamp(min=1)
-    xy, valid = _sample_points(to_map, s, counts)
-    xy = xy.to(device)
-    inside = _inside(packed, xy, device).view(valid.shape) * valid.to(device)
-    point_weight = inside / counts.prod(1).to(device, torch.float32).view(B, 1, 1)  # a mean over all points
+    maps, xy, inside = _sample(packed, to_map, s, counts, device)
+    point_weight = inside / counts.prod(1).to(inside).view(B, 1, 1)  # a mean over all points
     # float64: the softmax turns logit rounding (values up to ~10) into probability errors
     scores, run_classes, read = _token_class_sums(maps, xy, point_weight, maps[:, 0].flatten(2),
                                                   drop_class=num_classes, dtype=torch.float64)
