@@ -1,27 +1,16 @@
 """The composition rule of trace users: one skeleton shared by the classifier, the segmentor and the detectors.
 
-A model (:class:`~mmvitreg.models.classifiers.TokenClassifier`, :class:`~mmvitreg.models.segmentors.TokenSegmentor`,
-the ``mmvitreg.Token*`` detectors) is its library's model class with :class:`TraceUsers` mixed in before it; it
-holds the library's usual parts plus
+A model (``mmvitreg.TokenClassifier``, ``TokenSegmentor``, the ``Token*`` detectors) is its library's model class
+with :class:`TraceUsers` mixed in before it, and holds the library's usual parts plus
 
-* a list of ``aux_losses``: each a module with ``trace_request`` (a
-  :class:`~mmvitreg.models.trace.TraceRequest`, the taps it reads) and
-  ``loss(feats, data_samples, trace) -> dict`` of named losses (``loss_drloc``, ``loss_patch_cos``, ...),
-  where ``feats`` is the backbone's output tuple (before any neck) and ``trace`` the filled trace (None
-  when no user needs one). A loss that asks for no trace reads only ``feats`` and works on any backbone,
-  also on those without a trace (mmpretrain's ResNet, T2T-ViT, ConvNeXt);
+* ``aux_losses``: modules with a ``trace_request`` (:class:`~mmvitreg.models.trace.TraceRequest`) and
+  ``loss(feats, data_samples, trace) -> dict`` of named terms, ``feats`` the backbone's output tuple (before any
+  neck), ``trace`` the filled trace (None when no user needs one: such a loss works on any backbone);
 * at most one ``target_transform`` (``transform(trace, data_samples)`` rewrites the targets before the model's
   own loss and may return scalars to log) and a batch mix (``train_cfg.mix``).
 
-:class:`TraceUsers` builds the users, checks each against the backbone when the model is built
-(:func:`~mmvitreg.models.trace.check_trace_user`: a missing capability, a tap the backbone cannot serve or a
-width it does not have fails at once, naming user, backbone and fix), and runs one training step the same way
-in every model kind (:meth:`TraceUsers.loss`): the backbone once with the union of the requests, the target
-transform, the model kind's own losses on those outputs (:meth:`TraceUsers.model_losses`: the library's
-``loss`` unchanged, handed the outputs as :class:`BackboneOutputs`), then every user's named terms.
-
-Users that need an image-level target (``image_target = True``) serve only a model kind that has one
-(:attr:`TraceUsers.image_targets`); the others refuse them when built.
+Users that need an image-level target (``image_target = True``) serve only a model kind with one
+(:attr:`TraceUsers.image_targets`).
 """
 import copy
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -58,27 +47,22 @@ class BackboneOutputs(tuple):
 
 
 class TraceUsers:
-    """Mixin of a model with a ``backbone`` and trace users (see the module docstring), put before the library's
-    class: ``class TokenSegmentor(DenseTraceUsers, EncoderDecoder)``.
-
-    A model calls :meth:`init_trace_users` at the end of its ``__init__``; its training step is :meth:`loss`.
-    """
+    """Mixin of a model with a ``backbone`` and trace users, put before the library's class
+    (``class TokenSegmentor(DenseTraceUsers, EncoderDecoder)``); the model calls :meth:`init_trace_users` at the end
+    of its ``__init__``, and its training step is :meth:`loss`."""
 
     #: whether the model kind has one target per image (a classifier: True); a segmentor or a detector has none
     image_targets = True
 
     def init_trace_users(self, aux_losses: Optional[Sequence] = None, target_transform=None,
                          fixed_users: Iterable = (), mix=None) -> None:
-        """Build ``aux_losses`` (into an mmengine ``ModuleList``, so ``init_weights`` reaches each one's
-        ``init_cfg``) and ``target_transform``, and check them, ``fixed_users`` (the head: built by the library's
-        own code) and ``mix`` (the batch mix that draws the plans, built by the data preprocessor) against
-        ``self.backbone``; a plan a stream starts from (TL-Align's initial labels) must lie on the backbone's
-        token grid, so its ``patch_size`` is checked then too.
+        """Build ``aux_losses`` (an mmengine ``ModuleList``, so ``init_weights`` reaches their ``init_cfg``) and
+        ``target_transform``, and check them, ``fixed_users`` (the head) and ``mix`` (the batch mix) against
+        ``self.backbone``; also the ``patch_size`` of a plan a stream starts from (TL-Align's initial labels).
 
         Raises:
-            TraceUserError (ValueError): a user the backbone cannot serve (also a plan the backbone mixes, or a
-                stream starts from, of another patch size than the backbone's), or one that needs an image-level
-                target in a kind without one.
+            TraceUserError (ValueError): a user the backbone cannot serve, or one that needs an image-level target
+                in a kind without one.
             ValueError: more than one target transform.
         """
         if isinstance(target_transform, Sequence):
@@ -118,23 +102,15 @@ class TraceUsers:
             return None
         return TokenTrace.for_request(request, mix=mix_plan, samples=data_samples)
 
-    def run_backbone(self, inputs: Tensor, data_samples: Optional[list] = None,
-                     mix_plan: Optional[MixPlan] = None) -> Tuple[Tuple[Tensor, ...], Optional[TokenTrace]]:
-        """The backbone's outputs for a training batch and the trace filled with the union request (None
-        when no user needs one: the backbone then runs as an ordinary backbone)."""
-        trace = self.make_trace(self.train_request, mix_plan, data_samples)
-        feats = self.backbone(inputs, trace=trace) if trace is not None else self.backbone(inputs)
-        return feats, trace
-
     def loss(self, inputs: Tensor, data_samples: list, mix_plan: Optional[MixPlan] = None) -> Dict[str, Tensor]:
-        """The losses of a training batch, the same way in every model kind: the backbone runs once with the
-        union trace, the target transform rewrites the targets, then come the model kind's own terms
-        (:meth:`model_losses`), the transform's logged scalars and every auxiliary loss's named terms.
+        """The losses of a training batch in every model kind: the backbone once with the union trace, the target
+        transform, the model kind's own terms (:meth:`model_losses`), the transform's scalars, every user's terms.
 
         Raises:
             KeyError: a user's term named ``loss`` or as a term already returned (the library's included).
         """
-        feats, trace = self.run_backbone(inputs, data_samples, mix_plan)
+        trace = self.make_trace(self.train_request, mix_plan, data_samples)
+        feats = self.backbone(inputs, trace=trace) if trace is not None else self.backbone(inputs)  # no user: plain
         logged = self.target_transform.transform(trace, data_samples) if self.target_transform is not None else None
         losses = dict(self.model_losses(feats, data_samples, trace))
         if logged:
@@ -170,17 +146,11 @@ class TraceUsers:
 
 
 class DenseTraceUsers(TraceUsers):
-    """:class:`TraceUsers` of the model kinds without an image-level target (an mmseg segmentor, an mmdet
-    detector), which take the library class's arguments plus
-
-    * ``aux_losses`` (Sequence[dict], optional): the trace users, each ``loss(feats, data_samples, trace)`` with
-      ``feats`` the backbone's outputs before the neck;
-    * ``target_transform`` (dict, optional): as in classification.
-
-    A training step is :meth:`TraceUsers.loss`; prediction, ``tensor`` mode and test-time augmentation are the
-    library's, without a trace. A user that needs an image-level target (TL-Align, MixToken and the other token
-    mixes, TokenLabelHead, PatchMixingLoss) is refused when the model is built, also as ``target_transform`` or
-    ``train_cfg.mix`` (which the library would otherwise ignore).
+    """:class:`TraceUsers` of the model kinds without an image-level target (an mmseg segmentor, an mmdet detector):
+    the library class's arguments plus ``aux_losses`` and ``target_transform``. Prediction, ``tensor`` mode and
+    test-time augmentation are the library's, without a trace. A user that needs an image-level target (TL-Align,
+    the token mixes, TokenLabelHead, PatchMixingLoss) is refused when built, also as ``train_cfg.mix`` (which the
+    library would otherwise ignore).
 
     Raises:
         TraceUserError (ValueError): a user the backbone cannot serve, or one that needs an image-level target.

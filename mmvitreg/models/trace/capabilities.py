@@ -27,23 +27,14 @@ def resolve_indices(indices: Sequence[int], count: int, kind: str = 'block') -> 
     """The one resolver of block, stage and output indices: negative ones count from the last of ``count``.
 
     Raises:
-        IndexError: an index outside ``-count .. count - 1``, naming the ``kind`` of index; its ``index`` is the
-            first such index.
+        IndexError: naming the ``kind`` and the first index outside ``-count .. count - 1`` (also its ``index``).
     """
-    bad = _first_out_of_range(indices, count)
+    bad = next((i for i in indices if not -count <= i < count), None)
     if bad is not None:
-        error = IndexError(_range_text(bad, count, kind))
+        error = IndexError(f'{kind} index {bad} is out of range for a backbone with {count} {kind}s')
         error.index = bad
         raise error
     return tuple(i + count if i < 0 else i for i in indices)
-
-
-def _first_out_of_range(indices: Sequence[int], count: int) -> Optional[int]:
-    return next((i for i in indices if not -count <= i < count), None)
-
-
-def _range_text(index: int, count: int, kind: str) -> str:
-    return f'{kind} index {index} is out of range for a backbone with {count} {kind}s'
 
 
 def _frozen_names(owner, name: str, known: dict) -> None:
@@ -58,23 +49,19 @@ class TraceSpec:
     """What a trace-taking backbone offers (``backbone.trace_spec``), checked against every user's request.
 
     Args:
-        num_blocks (int): Blocks, numbered across stages (negative tap indices count from the last).
+        num_blocks (int): Blocks, numbered across stages.
         channels (Tuple[int, ...]): The token width of every block's output.
-        tappable (Tuple[int, ...]): The blocks whose tokens and attention maps can be tapped (a backbone
-            whose earlier stages have another token layout traces only its last stage: CvT). Defaults to
+        tappable (Tuple[int, ...], optional): The blocks that can be tapped (CvT: its last stage's). Defaults to
             every block.
         num_extra_tokens (int): Tokens before the patch tokens in the traced blocks (1 for a cls token).
-        services (FrozenSet[str]): Keys of :data:`SERVICES` it gives.
-        points (FrozenSet[str]): Keys of :data:`POINTS` it records.
-        facts (FrozenSet[str]): Keys of :data:`FACTS` that hold for it.
-        out_types (Tuple[str, ...]): The output formats (``out_type``) it can be built with.
-        out_type (str): The format it is built with.
-        stage_channels (Tuple[int, ...]): The width of every stage's output after its down-sampling (point
-            ``'stages'``; one per stage). Defaults to none.
-        out_channels (Tuple[int, ...]): The width of each output of its ``forward`` (``C`` of ``(B, C, ...)``
-            maps, of ``(B, N, C)`` tokens), in order. Defaults to none: not stated, not checked.
-        patch_stride (int, optional): Input pixels per side of a token of the embedding's grid, the grid a mixing
-            plan lies on (``TraceRequest.patch_size``). Defaults to None: not stated, not checked.
+        services, points, facts (FrozenSet[str]): The keys of :data:`SERVICES`, :data:`POINTS`, :data:`FACTS` it
+            gives, records and meets.
+        out_types (Tuple[str, ...]): The ``out_type`` values it can be built with; ``out_type`` (str) the one it is.
+        stage_channels (Tuple[int, ...]): The width of every stage's output (point ``'stages'``).
+        out_channels (Tuple[int, ...]): The width ``C`` of each ``forward`` output (``(B, C, ...)`` maps,
+            ``(B, N, C)`` tokens). Empty: not checked.
+        patch_stride (int, optional): Input pixels per side of an embedding token, the grid a mixing plan lies on.
+            None: not checked.
     """
 
     num_blocks: int
@@ -119,31 +106,23 @@ class TraceRequest:
     """What one trace user asks of the backbone.
 
     Args:
-        token_layers (Tuple[int, ...]): Blocks whose output tokens it reads (negative indices count
-            from the last block).
-        attn_layers (Tuple[int, ...]): Blocks whose attention maps it reads (service ``'attn'``).
-        points (FrozenSet[str]): Recording points it reads (keys of :data:`POINTS`).
-        facts (FrozenSet[str]): Facts it relies on (keys of :data:`FACTS`).
-        services (FrozenSet[str]): Services it needs beyond those its taps imply (``{'mix'}`` for a
-            plan mixed by the backbone).
-        stream (TokenStream, optional): Values the backbone carries through every block for the user
-            (service ``'stream'``; at most one stream per model).
-        token_channels (Tuple[int, ...]): The channels the user expects of each ``token_layers`` tap
-            (one per tap; empty: not checked). Only checked, not merged by :meth:`union`.
-        out_type (str, optional): The backbone output format the user reads (``'raw'`` for every token).
-        trace (bool): Whether the user reads a trace even when it asks for nothing above (it reads the
-            grid, the number of extra tokens or the plan: a batch mix). Implied by everything else.
-        stages (Tuple[int, ...]): Stages whose outputs it reads (point ``'stages'``, implied; negative from
-            the last stage).
-        stage_channels (Tuple[int, ...]): The channels it expects of each of ``stages`` (empty: not checked).
-        outputs (Tuple[int, ...]): The backbone outputs (``forward``'s tuple, negative from the last) it
-            reads; no trace needed.
-        out_channels (Tuple[int, ...]): The channels it expects of each of ``outputs`` (empty: not checked),
-            checked where the backbone states its output widths.
-        patch_size (int, optional): The token stride, in input pixels, of the mixing plan's grid that the user
-            reads as the embedding's (a plan the backbone mixes; the plan a stream starts from), checked against
-            the backbone's ``patch_stride`` where it states one. Only checked, not merged by :meth:`union`.
-            Defaults to None.
+        token_layers, attn_layers (Tuple[int, ...]): Blocks whose output tokens / attention maps (service
+            ``'attn'``) it reads; negative indices count from the last block.
+        points, facts (FrozenSet[str]): The keys of :data:`POINTS` it reads and of :data:`FACTS` it relies on.
+        services (FrozenSet[str]): Services beyond those its taps imply (``{'mix'}``: a plan the backbone mixes).
+        stream (TokenStream, optional): Values the backbone carries through every block (service ``'stream'``;
+            one per model).
+        out_type (str, optional): The backbone output format it reads (``'raw'``: every token).
+        trace (bool): Whether it reads a trace when it asks for nothing else (the grid, the extra tokens, the
+            plan: a batch mix).
+        stages (Tuple[int, ...]): Stages whose outputs it reads (implies the point ``'stages'``).
+        outputs (Tuple[int, ...]): The ``forward`` outputs it reads (no trace needed).
+        token_channels, stage_channels, out_channels (Tuple[int, ...]): The width it expects of each of
+            ``token_layers``, ``stages``, ``outputs`` (empty: not checked).
+        patch_size (int, optional): The pixel stride of the plan's grid it takes for the embedding's, checked
+            against the backbone's ``patch_stride``.
+
+    The widths, ``out_type``, ``outputs`` and ``patch_size`` are checked per user, not merged by :meth:`union`.
     """
 
     token_layers: Tuple[int, ...] = ()
@@ -189,8 +168,7 @@ class TraceRequest:
 
     @staticmethod
     def union(requests: Iterable['TraceRequest']) -> 'TraceRequest':
-        """One request serving all ``requests`` (layers and stages in first-seen order; ``out_type``, the
-        widths and the outputs are checked per user, not merged)."""
+        """One request serving all ``requests`` (layers and stages in first-seen order)."""
         requests = list(requests)
         merge = lambda attr: tuple(dict.fromkeys(i for r in requests for i in getattr(r, attr)))  # noqa: E731
         streams = list(dict.fromkeys(id(r.stream) for r in requests if r.stream is not None))
@@ -214,15 +192,12 @@ class TraceUserError(ValueError):
 
 
 def check_request(spec: Optional[TraceSpec], request: TraceRequest, user_name: str, backbone_name: str) -> None:
-    """Fail, naming the user and the backbone, when a backbone of ``spec`` cannot serve ``request``.
-
-    The one check behind :func:`check_trace_user` (build time) and
-    :meth:`~mmvitreg.models.trace.TokenTrace.start` (every traced forward: a message is built only for the error
-    raised), in this order: a trace at all; the services, points and facts; the block and stage taps; the output
-    format; the outputs read; the widths; the stream's depth; the plan's patch size.
+    """Fail, naming the user and the backbone, when a backbone of ``spec`` cannot serve ``request``: the one check
+    behind :func:`check_trace_user` (build time) and :meth:`~mmvitreg.models.trace.TokenTrace.start` (every traced
+    forward).
 
     Raises:
-        TraceUserError (ValueError): the first of these the backbone does not serve.
+        TraceUserError (ValueError): the first need the backbone does not meet.
     """
     user, backbone = user_name, backbone_name
     if spec is None:
@@ -243,11 +218,11 @@ def check_request(spec: Optional[TraceSpec], request: TraceRequest, user_name: s
     taps = (('tokens', 'block', request.token_layers, spec.num_blocks), ('attention maps', 'block',
             request.attn_layers, spec.num_blocks), ('outputs', 'stage', request.stages, spec.num_stages))
     for what, kind, indices, count in taps:
-        bad = _first_out_of_range(indices, count)
-        if bad is not None:
-            raise TraceUserError(f'{user} taps the {what} of a {kind} that {backbone} does not have: '
-                                 f'{_range_text(bad, count, kind)}')
-        outside = [i for i, j in zip(indices, resolve_indices(indices, count)) if j not in spec.tappable]
+        try:
+            resolved = resolve_indices(indices, count, kind)
+        except IndexError as e:
+            raise TraceUserError(f'{user} taps the {what} of a {kind} that {backbone} does not have: {e}') from None
+        outside = [i for i, j in zip(indices, resolved) if j not in spec.tappable]
         if kind == 'block' and outside:
             raise TraceUserError(f'{user} taps the {what} of blocks {outside}, but {backbone} traces only blocks '
                                  f'{spec.tappable_text} (of 0..{spec.num_blocks - 1}): tap one of those (-1 is the '
@@ -261,7 +236,7 @@ def check_request(spec: Optional[TraceSpec], request: TraceRequest, user_name: s
                              f'produce (it offers {list(spec.out_types)}): use a backbone with out_type={out_type!r} '
                              '(mmvitreg.VisionTransformer, DeepViT, LVViT)')
     outputs = len(spec.out_channels)
-    if outputs and _first_out_of_range(request.outputs, outputs) is not None:
+    if outputs and any(not -outputs <= i < outputs for i in request.outputs):
         raise TraceUserError(f'{user} reads the backbone outputs {list(request.outputs)}, but {backbone} gives '
                              f'{outputs}: set its out_indices or the outputs the user reads')
     widths = (('the tokens of blocks', request.token_layers, request.token_channels, spec.channels),

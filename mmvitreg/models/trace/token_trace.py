@@ -10,7 +10,7 @@ from .mix_plan import MixPlan
 
 
 class TokenStream(Protocol):
-    """A user's per-token values, carried through the blocks by the backbone (see the package docstring).
+    """A user's per-token values, carried through the blocks' attention by the backbone (TL-Align's labels).
 
     Shapes: values ``(B, N, D)`` on a block's token grid, extra tokens first (``N = num_extra_tokens
     + H * W``); ``mixed`` the same, from the block's :class:`~mmvitreg.models.layers.Ride`.
@@ -36,25 +36,20 @@ BlockRun = Callable[[Tensor, bool, Optional[Ride]], Union[Tensor, Tuple[Tensor, 
 
 @dataclass
 class TokenTrace:
-    """Travels with one batch through a backbone's forward; the backbone fills it through the recording
-    API (:meth:`start`, :meth:`block`, :meth:`downsample`, :meth:`stage`, :meth:`end`).
+    """Travels with one batch through a backbone's forward, filled through the recording API.
 
     In (what users asked for, usually set by :meth:`for_request`):
         mix (MixPlan, optional): mixing plan applied to the patch tokens after the patch embedding and
             before the position embedding (unless it mixed the images in pixel space).
-        token_layers (Sequence[int]): blocks whose output tokens to record (negative indices count
-            from the last block; a hierarchical backbone numbers its blocks across stages).
-        attn_layers (Sequence[int]): blocks whose attention maps to record; only these blocks leave
-            the fused attention kernel.
+        token_layers, attn_layers (Sequence[int]): blocks whose output tokens / attention maps to record
+            (negative from the last block); only ``attn_layers`` leave the fused attention kernel.
         points (FrozenSet[str]): recording points to fill (keys of :data:`POINTS`).
         stream (TokenStream, optional): values to carry through every block.
-        samples (list, optional): the batch's data samples (training), for users that start from the
-            ground truth (a stream of labels).
+        samples (list, optional): the batch's data samples (training), for a stream of labels.
 
-    Out (each field one meaning, filled by the recording API):
+    Out (filled by the recording API):
         grid (Tuple[int, int]): the patch-token grid of the embedding ``(Hg, Wg)``, the grid a plan mixes.
-        num_layers (int): the backbone's number of blocks (for negative indices, see :meth:`index`).
-        num_stages (int): the stages whose outputs the point ``'stages'`` records (see :meth:`stage_map`).
+        num_layers, num_stages (int): the backbone's blocks and (point ``'stages'``) stages.
         num_extra_tokens (int): tokens before the patch tokens in the traced blocks (1 for a cls token).
         grids (Dict[int, Tuple[int, int]]): every block -> the grid of its output tokens.
         tokens (Dict[int, Tensor]): tapped block -> ``(B, N, C)`` its output tokens (before any final
@@ -112,12 +107,10 @@ class TokenTrace:
     # ------------------------------------------------------------------ the recording API (backbones)
     def start(self, spec: TraceSpec, tokens: Tensor, grid: Tuple[int, int], backbone_name: str = 'the backbone'
               ) -> Tensor:
-        """After the patch embedding: ``tokens`` ``(B, H * W, C)`` on ``grid``, before any extra token and
-        the position embedding. Checks the trace against ``spec`` (the build-time check,
-        :func:`~mmvitreg.models.trace.check_request`) and, for a plan it mixes or a stream starts from, the plan's
-        grid against ``grid`` (:meth:`MixPlan.check_grid`, the one grid check), mixes the tokens with
-        :attr:`mix` (service ``'mix'``; not when the plan mixed the images in pixel space), records ``'embed'``
-        and starts the stream; returns the (mixed) tokens."""
+        """After the patch embedding, on ``tokens`` ``(B, H * W, C)`` on ``grid`` (before any extra token and the
+        position embedding): check the trace against ``spec`` (:func:`~mmvitreg.models.trace.check_request`) and
+        the plan's grid (:meth:`MixPlan.check_grid`), mix the tokens (unless the plan mixed the pixels), record
+        ``'embed'`` and start the stream; returns the (mixed) tokens."""
         mixes = self.mix is not None and not self.mix.in_pixels
         check_request(spec, TraceRequest(self.token_layers, self.attn_layers, self.points,
                                          services={'mix'} if mixes else (), stream=self.stream),
@@ -138,12 +131,9 @@ class TokenTrace:
 
     def block(self, index: int, run: BlockRun, x: Tensor, grid: Tuple[int, int],
               layout: Optional[WindowLayout] = None) -> Tensor:
-        """Run block ``index`` as ``run(x, need_attn, ride)`` and record it; returns its output tokens.
-
-        ``need_attn`` is True for a tapped attention map; ``ride`` carries the stream's values (in the
-        block's windows with a ``layout``: :meth:`WindowLayout.partition
-        <mmvitreg.models.layers.WindowLayout.partition>`, padding 0). Records ``grids[index] = grid``, the tokens and the map of tapped blocks (and the ``layout`` of a tapped
-        map) and the stream's next values."""
+        """Run block ``index`` as ``run(x, need_attn, ride)`` (``need_attn``: its map is tapped; ``ride``: the
+        stream's values, in the block's windows with a ``layout``) and record its grid, tapped tokens, map and
+        ``layout``, and the stream's next values; returns its output tokens."""
         need_attn = index in self._attn_taps
         ride = None
         if self.stream is not None:
