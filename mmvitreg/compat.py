@@ -1,11 +1,8 @@
 """The workarounds ``import mmvitreg`` applies to its hosts, each only where the installed versions need it.
 
-What each one changes and why, and what the tools do instead of patching (CPU distributed runs, ``compile``),
-is docs/workarounds.md; here each :class:`Patch` has its gate (:attr:`Patch.needed`, reading
-the *installed* versions through :func:`installed_version`) and the upstream reference. :func:`apply` is
-idempotent; :func:`needed` / :func:`applied` list the patches (``tools/check_stack.sh`` prints both). None of
-them replaces a host function for a model that holds no mmvitreg module (``tests/test_no_global_patch.py``,
-``tests/test_plain_models.py``).
+What each one changes and why is docs/workarounds.md; here each :class:`Patch` has its gate (reading the
+*installed* versions through :func:`installed_version`) and upstream reference. None of them changes what a host
+function does for a model that holds no mmvitreg module.
 """
 import importlib.metadata
 import os.path as osp
@@ -21,25 +18,12 @@ _applied: List[str] = []
 
 
 def installed_version(distribution: str) -> Optional[Version]:
-    """The installed version of ``distribution`` (e.g. ``'torch'``), or ``None`` if it is absent.
-
-    Local labels are dropped (``2.14.1+cpu`` -> ``2.14.1``). The gates read versions through this one
-    function, so the tests fake a stack by monkeypatching it.
-    """
+    """The installed version of ``distribution`` without local label (``2.14.1+cpu`` -> ``2.14.1``), or ``None``;
+    the one reader of the gates, which the tests monkeypatch to fake a stack."""
     try:
         return Version(Version(importlib.metadata.version(distribution)).base_version)
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-def _below(distribution: str, bound: str) -> bool:
-    version = installed_version(distribution)
-    return version is not None and version < Version(bound)
-
-
-def _at_least(distribution: str, bound: str) -> bool:
-    version = installed_version(distribution)
-    return version is not None and version >= Version(bound)
 
 
 def is_mmvitreg_model(model: torch.nn.Module) -> bool:
@@ -55,15 +39,11 @@ _LOAD_CHECKPOINT_HOLDERS = ('mmengine.runner.checkpoint', 'mmengine.runner', 'mm
 
 
 def _patch_mmvitreg_model_loading():
-    """A model holding an mmvitreg module, in mmengine's loaders. ``Runner.load_checkpoint`` (``load_from`` and
-    ``resume`` of mmengine's own Runner, which mmpretrain's, mmseg's and mmdet's tools build) and ``load_checkpoint``
-    (mmpretrain's ``get_model`` and inferencers, mmseg's and mmdet's ``init_model``) run as they are, but their read
-    of a local file (mmengine's ``_load_checkpoint``: a bare ``torch.load``) is mmvitreg's
-    :func:`mmvitreg.fileio.read_checkpoint` (a regular file, the allow-list for that read, one line on a bad file),
-    and a URL is mmengine's download and read with that allow-list; the read checkpoint goes to
-    :func:`mmvitreg.engine.checkpoint.fill_model` from ``_load_checkpoint_to_model`` (those two, ``BaseInferencer``,
-    FlexibleRunner's strategies). Functions that modules import by name are replaced there too, whatever the import
-    order. Any other model goes through mmengine's own functions, as without mmvitreg."""
+    """A model holding an mmvitreg module, in mmengine's loaders (``Runner.load_checkpoint``, ``load_checkpoint``,
+    ``BaseInferencer``: the hosts' tools, ``get_model``, ``init_model``): a local file is read by
+    :func:`mmvitreg.fileio.read_checkpoint` instead of a bare ``torch.load``, a URL by mmengine with that
+    allow-list, and the checkpoint goes to :func:`mmvitreg.engine.checkpoint.fill_model`. Functions that modules
+    imported by name are replaced there too. Any other model goes through mmengine's own functions."""
     import sys
 
     import mmengine.infer.infer as infer
@@ -112,9 +92,8 @@ def _patch_mmvitreg_model_loading():
 
 
 def _register_mmvitreg_config_scope():
-    """``_base_ = 'mmvitreg::...'``: ``mmvitreg`` joins mmengine's ``MODULE2PACKAGE``, and such a path is looked up
-    in the imported package by mmengine's own metafile and ``.mim/configs`` readers, unstamped; every other path
-    goes to mmengine's ``Config._get_cfg_path``."""
+    """``_base_ = 'mmvitreg::...'``: ``mmvitreg`` joins mmengine's ``MODULE2PACKAGE``, and such a path is read
+    from the imported package by mmengine's own metafile and ``.mim/configs`` readers."""
     from mmengine.config import Config
     from mmengine.config.utils import MODULE2PACKAGE, _get_external_cfg_base_path, _get_external_cfg_path
 
@@ -142,8 +121,9 @@ def _mmengine_lacks_mmvitreg() -> bool:
 def _multimodal_breaks_mmpretrain() -> bool:
     """mmpretrain < 1.3 would enable its multimodal models (``pycocotools`` and a ``transformers`` installed) and
     the installed transformers is 5 or newer, which they cannot import."""
-    return (_below('mmpretrain', '1.3') and installed_version('pycocotools') is not None
-            and _at_least('transformers', '5'))
+    mmpretrain, transformers = installed_version('mmpretrain'), installed_version('transformers')
+    return (mmpretrain is not None and mmpretrain < Version('1.3') and installed_version('pycocotools') is not None
+            and transformers is not None and transformers >= Version('5'))
 
 
 def _turn_multimodal_off():
@@ -158,15 +138,8 @@ def _turn_multimodal_off():
 
 @dataclass(frozen=True)
 class Patch:
-    """One workaround: its name, the upstream reference, the gate and the patch itself.
-
-    Args:
-        name (str): short name, as listed by :func:`needed` and :func:`applied`.
-        upstream (str): the upstream issue / pull request it answers.
-        needed (Callable[[], bool]): whether the installed stack needs it (reads
-            :func:`installed_version`).
-        patch (Callable[[], None]): applies it (called at most once per process).
-    """
+    """One workaround: its name (as :func:`needed` and :func:`applied` list it), the upstream issue it answers,
+    its gate ``needed()`` (whether the installed stack needs it) and ``patch()`` (applied at most once)."""
     name: str
     upstream: str
     needed: Callable[[], bool]

@@ -1,19 +1,11 @@
 """Registries of the ``mmvitreg`` scope.
 
-Every registry is a child of the matching mmengine root, so a config of mmpretrain, mmseg or mmdet
-reaches a component as ``type='mmvitreg.Name'`` under its own ``default_scope`` with no
-``custom_imports``: ``Registry.get('mmvitreg.X')`` imports this module, and the ``locations`` below
-import the modules that register the components.
+Every registry is a child of the matching mmengine root, so a config of mmpretrain, mmseg or mmdet reaches a
+component as ``type='mmvitreg.Name'`` under its own ``default_scope`` with no ``custom_imports``.
 
-The models built on a host library's classes (``TokenSegmentor`` on mmseg's ``EncoderDecoder``, the
-``Token*`` detectors on mmdet's) are registered by modules that import that library, so they are not
-among ``MODELS``' locations: :class:`HostedRegistry` imports them the first time a name is asked for that
-the locations do not register. A classification run, and ``import mmvitreg.models``, import nothing of mmseg
-and nothing of mmdet beyond what ``mmpretrain.models`` imports itself.
-
-mmvitreg has no mmpretrain batch augment: the plans of its batch mixes (:class:`~mmvitreg.models.mixing.BatchMix`)
-must reach the model, so the mixes live in ``MODELS`` and are given as a ``TokenClassifier``'s
-``train_cfg.mix``.
+The models built on mmseg's and mmdet's classes are not among ``MODELS``' locations: :class:`HostedRegistry`
+imports them the first time a name is asked for that the locations do not register, so a classification run
+imports nothing of mmseg and mmdet.
 """
 import sys
 from importlib import import_module
@@ -32,28 +24,19 @@ from mmengine.registry import Registry
 
 
 class HostedRegistry(Registry):
-    """A :class:`~mmengine.registry.Registry` that also imports ``host_locations`` - modules registering
-    components built on another library's classes - once, when :meth:`get` is asked for a name that neither
-    it (its ``locations`` imported) nor its parents hold.
-
-    Args:
-        host_locations (Sequence[str]): the modules to import then, e.g. ``['mmvitreg.models.segmentors']``.
-        *args, **kwargs: as for :class:`~mmengine.registry.Registry`.
-    """
+    """A :class:`~mmengine.registry.Registry` that also imports ``host_locations`` (modules registering components
+    built on another library's classes, e.g. ``['mmvitreg.models.segmentors']``) when :meth:`get` is asked for a
+    name that neither it nor its parents hold."""
 
     def __init__(self, *args, host_locations: Sequence[str] = (), **kwargs):
         super().__init__(*args, **kwargs)
         self._host_locations = list(host_locations)
 
-    def import_host_locations(self) -> None:
-        """Import every host location (idempotent); after it :attr:`module_dict` holds every component."""
-        for location in self._host_locations:
-            import_module(location)
-
     def get(self, key: str):
         found = super().get(key)
         if found is None and not all(location in sys.modules for location in self._host_locations):
-            self.import_host_locations()
+            for location in self._host_locations:
+                import_module(location)
             found = super().get(key)
         return found
 
