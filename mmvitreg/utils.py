@@ -28,9 +28,10 @@ class ConfigError(ValueError):
 def check_plugin_types(cfg) -> None:
     """Fail early, with the known names, on any ``type='mmvitreg.X'`` that no registry holds (the models built
     on mmseg's or mmdet's are imported only for a name the others do not hold: ``HostedRegistry``)."""
+    from mmengine.registry import Registry
+
     from mmvitreg import registry
-    registries = (registry.MODELS, registry.DATASETS, registry.TRANSFORMS, registry.HOOKS, registry.MODEL_WRAPPERS,
-                  registry.OPTIM_WRAPPERS, registry.PARAM_SCHEDULERS, registry.RUNNERS)
+    registries = [r for r in vars(registry).values() if isinstance(r, Registry) and r.scope == 'mmvitreg']
     for reg in registries:
         reg.import_from_location()
 

@@ -6,12 +6,7 @@ API; a user declares a :class:`TraceRequest`, checked against the spec when the 
 attention (TL-Align's labels, Eq. 9) as a :class:`~mmvitreg.models.layers.Ride`, without the ``(B, heads, N, N)``
 maps.
 """
-from .capabilities import (FACTS, POINTS, SERVICES, TraceRequest, TraceSpec, TraceUserError, check_request,
-                           check_trace_user, resolve_indices, trace_request_of)
-from .mix_plan import MixPlan
-from .token_trace import BlockRun, TokenStream, TokenTrace
-
-__all__ = [
-    'FACTS', 'POINTS', 'SERVICES', 'BlockRun', 'MixPlan', 'TokenStream', 'TokenTrace', 'TraceRequest', 'TraceSpec',
-    'TraceUserError', 'check_request', 'check_trace_user', 'resolve_indices', 'trace_request_of'
-]
+from .capabilities import (FACTS, POINTS, SERVICES, TraceRequest, TraceSpec, TraceUserError,  # noqa: F401
+                           check_request, check_trace_user, resolve_indices, trace_request_of)
+from .mix_plan import MixPlan  # noqa: F401
+from .token_trace import TokenStream, TokenTrace  # noqa: F401

@@ -1,6 +1,6 @@
 """What a backbone offers a trace (:class:`TraceSpec`), what a user asks of it (:class:`TraceRequest`) and the
 one check between them (:func:`check_request`), whose errors name user, backbone and fix."""
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import FrozenSet, Iterable, Optional, Sequence, Tuple
 
 #: What a trace-taking backbone may do for a user besides recording block tokens (which all do).
@@ -37,11 +37,17 @@ def resolve_indices(indices: Sequence[int], count: int, kind: str = 'block') -> 
     return tuple(i + count if i < 0 else i for i in indices)
 
 
-def _frozen_names(owner, name: str, known: dict) -> None:
-    value = frozenset(getattr(owner, name))
-    object.__setattr__(owner, name, value)
-    if value - set(known):
-        raise ValueError(f'unknown trace {name} {sorted(value - set(known))}; known: {sorted(known)}')
+def _freeze(owner) -> None:
+    """Store the tuple fields of a spec or request as tuples and its names as frozensets, refusing unknown names."""
+    for f in fields(owner):
+        value, known = getattr(owner, f.name), {'services': SERVICES, 'points': POINTS, 'facts': FACTS}.get(f.name)
+        if known is not None:
+            value = frozenset(value)
+            if value - set(known):
+                raise ValueError(f'unknown trace {f.name} {sorted(value - set(known))}; known: {sorted(known)}')
+        elif f.type in (Tuple[int, ...], Tuple[str, ...]):
+            value = tuple(value)
+        object.__setattr__(owner, f.name, value)
 
 
 @dataclass(frozen=True)
@@ -80,10 +86,7 @@ class TraceSpec:
     def __post_init__(self):
         tappable = tuple(range(self.num_blocks)) if self.tappable is None else tuple(self.tappable)
         object.__setattr__(self, 'tappable', tappable)
-        for name in ('channels', 'stage_channels', 'out_channels'):
-            object.__setattr__(self, name, tuple(getattr(self, name)))
-        for name, known in (('services', SERVICES), ('points', POINTS), ('facts', FACTS)):
-            _frozen_names(self, name, known)
+        _freeze(self)
         if len(self.channels) != self.num_blocks:
             raise ValueError(f'a trace spec gives {len(self.channels)} channel counts for {self.num_blocks} blocks')
         if ('stages' in self.points) != bool(self.stage_channels):
@@ -141,13 +144,9 @@ class TraceRequest:
     patch_size: Optional[int] = None
 
     def __post_init__(self):
-        for name in ('token_layers', 'attn_layers', 'token_channels', 'stages', 'stage_channels', 'outputs',
-                     'out_channels'):
-            object.__setattr__(self, name, tuple(getattr(self, name)))
+        _freeze(self)
         if self.stages:
-            object.__setattr__(self, 'points', frozenset(self.points) | {'stages'})
-        for name, known in (('points', POINTS), ('facts', FACTS), ('services', SERVICES)):
-            _frozen_names(self, name, known)
+            object.__setattr__(self, 'points', self.points | {'stages'})
         for indices, widths in (('token_layers', 'token_channels'), ('stages', 'stage_channels'),
                                 ('outputs', 'out_channels')):
             if getattr(self, widths) and len(getattr(self, widths)) != len(getattr(self, indices)):
