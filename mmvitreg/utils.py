@@ -152,14 +152,10 @@ def _datasets(node, where: str) -> Iterator[Tuple[dict, str]]:
 
 
 def check_data(cfg, splits: Iterable[str] = ('train', 'val', 'test')) -> None:
-    """Fail with one line naming the config key and the path when the data of ``<split>_dataloader`` is missing:
+    """Fail (:class:`ConfigError`, naming the key and the path) when the data of ``<split>_dataloader`` is missing:
     a ``data_root`` or annotation file that does not exist, an empty text list, or an image folder with no image.
     Without it a wrong ``data_root`` surfaces deep inside a dataset constructor after the model was built, and an
-    empty annotation file trains zero iterations per epoch silently.
-
-    Raises:
-        ConfigError: naming the key (``train_dataloader.dataset.data_root``) and the path.
-    """
+    empty annotation file trains zero iterations per epoch silently."""
     for split in splits:
         loader = cfg.get(f'{split}_dataloader')
         if not loader:
@@ -195,8 +191,7 @@ def check_trace_users(cfg: Config) -> None:
     tensor values), without drawing from the global random generator.
 
     Raises:
-        ConfigError: a trace user the backbone cannot serve (the message names both and the fix), or one
-            the model kind refuses (an image-level target in a segmentor or detector).
+        ConfigError: a trace user the backbone or the model kind refuses (:class:`TraceUserError`'s message).
     """
     from mmengine.registry import MODELS, DefaultScope
 
@@ -269,7 +264,7 @@ def build_model(cfg: Config, checkpoint, device: str, allow_partial: bool = Fals
     else the config's initialisation (without mmengine's per-parameter init log).
 
     Raises:
-        mmvitreg.engine.CheckpointError: the checkpoint cannot be read or does not fit.
+        mmvitreg.engine.CheckpointError: a checkpoint that cannot be read or does not fit.
     """
     from mmengine.logging import MMLogger
     from mmengine.registry import MODELS
@@ -292,11 +287,8 @@ def build_model(cfg: Config, checkpoint, device: str, allow_partial: bool = Fals
 
 
 def build_dataloader(cfg: Config, split: str, batch_size: int, num_workers: int):
-    """The config's ``<split>_dataloader`` in a fixed order with the given batch size and workers.
-
-    Raises:
-        ConfigError: the config has no such dataloader.
-    """
+    """The config's ``<split>_dataloader`` in a fixed order with the given batch size and workers (a
+    :class:`ConfigError` if it has none)."""
     from mmengine.runner import Runner
     key = f'{split}_dataloader'
     if not cfg.get(key):

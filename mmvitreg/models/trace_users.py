@@ -8,9 +8,6 @@ with :class:`TraceUsers` mixed in before it, and holds the library's usual parts
   neck), ``trace`` the filled trace (None when no user needs one: such a loss works on any backbone);
 * at most one ``target_transform`` (``transform(trace, data_samples)`` rewrites the targets before the model's
   own loss and may return scalars to log) and a batch mix (``train_cfg.mix``).
-
-Users that need an image-level target (``image_target = True``) serve only a model kind with one
-(:attr:`TraceUsers.image_targets`).
 """
 import copy
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -28,12 +25,8 @@ def build_user(cfg):
 
 
 def check_image_target(user, model_name: str, image_targets: bool) -> None:
-    """Refuse ``user`` when it needs an image-level target (``image_target = True``) and the model kind
-    ``model_name`` has none (``image_targets=False``).
-
-    Raises:
-        TraceUserError (ValueError): the refusal, saying why and what to use instead.
-    """
+    """Refuse (:class:`TraceUserError`) a ``user`` that needs an image-level target (``image_target = True``) in
+    the model kind ``model_name`` without one (``image_targets=False``)."""
     if not image_targets and getattr(user, 'image_target', False):
         raise TraceUserError(f'{type(user).__name__} trains with an image-level target (one label per image), which '
                              f'{model_name} does not have (its targets are per pixel or per box): use it in an image '
@@ -67,15 +60,13 @@ class TraceUsers:
         """
         if isinstance(target_transform, Sequence):
             if len(target_transform) > 1:
-                raise ValueError(f'a model takes at most one target transform (each replaces the training target); '
-                                 f'got {len(target_transform)}: '
-                                 f'{[t.get("type", t) if isinstance(t, dict) else type(t).__name__ for t in target_transform]}')
+                names = [t.get('type', t) if isinstance(t, dict) else type(t).__name__ for t in target_transform]
+                raise ValueError('a model takes at most one target transform (each replaces the training target); '
+                                 f'got {len(names)}: {names}')
             target_transform = target_transform[0] if target_transform else None
         self.aux_losses = ModuleList(build_user(cfg) for cfg in aux_losses or ())
         self.target_transform = build_user(target_transform) if target_transform is not None else None
-        checked = [u for u in [*fixed_users, mix] if u is not None] + list(self.aux_losses)
-        checked += [self.target_transform] if self.target_transform is not None else []
-        for user in checked:
+        for user in [u for u in [*fixed_users, mix, *self.aux_losses, self.target_transform] if u is not None]:
             check_image_target(user, type(self).__name__, self.image_targets)
             check_trace_user(self.backbone, trace_request_of(user), type(user).__name__)
         self.train_request = TraceRequest.union(trace_request_of(u) for u in self.train_users)

@@ -156,28 +156,28 @@ class TraceRequest:
     @property
     def all_services(self) -> FrozenSet[str]:
         """:attr:`services` plus what the taps and the stream imply."""
-        return self.services | ({'attn'} if self.attn_layers else set()) | (
-            {'stream'} if self.stream is not None else set())
+        implied = {'attn'} if self.attn_layers else set()
+        return self.services | implied | ({'stream'} if self.stream is not None else set())
 
     @property
     def needs_trace(self) -> bool:
         """Whether the user reads a trace at all (a request for backbone outputs only does not)."""
-        return bool(self.trace or self.token_layers or self.attn_layers or self.points or self.facts
-                    or self.services or self.stream is not None)
+        asks = (self.token_layers, self.attn_layers, self.points, self.facts, self.services)
+        return self.trace or self.stream is not None or any(asks)
 
     @staticmethod
     def union(requests: Iterable['TraceRequest']) -> 'TraceRequest':
         """One request serving all ``requests`` (layers and stages in first-seen order)."""
         requests = list(requests)
         merge = lambda attr: tuple(dict.fromkeys(i for r in requests for i in getattr(r, attr)))  # noqa: E731
-        streams = list(dict.fromkeys(id(r.stream) for r in requests if r.stream is not None))
+        streams = list({id(r.stream): r.stream for r in requests if r.stream is not None}.values())
         if len(streams) > 1:
             raise ValueError(f'a backbone carries one token stream, but {len(streams)} trace users bring one: '
-                             + ', '.join(type(r.stream).__name__ for r in requests if r.stream is not None))
+                             + ', '.join(type(s).__name__ for s in streams))
         union = lambda attr: frozenset().union(*(getattr(r, attr) for r in requests))  # noqa: E731
-        return TraceRequest(merge('token_layers'), merge('attn_layers'), union('points'), union('facts'),
-                            union('services'), next((r.stream for r in requests if r.stream is not None), None),
-                            trace=any(r.needs_trace for r in requests), stages=merge('stages'))
+        return TraceRequest(**{attr: merge(attr) for attr in ('token_layers', 'attn_layers', 'stages')},
+                            **{attr: union(attr) for attr in ('points', 'facts', 'services')},
+                            stream=streams[0] if streams else None, trace=any(r.needs_trace for r in requests))
 
 
 def trace_request_of(user) -> TraceRequest:
