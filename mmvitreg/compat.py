@@ -31,9 +31,9 @@ def is_mmvitreg_model(model: torch.nn.Module) -> bool:
     return any(type(m).__module__.startswith('mmvitreg.') for m in model.modules())
 
 
-#: whether mmengine's checkpoint reader is reading for a model holding an mmvitreg module
+#: whether mmengine's checkpoint reader reads for a model holding an mmvitreg module
 _MMVITREG_READ = ContextVar('mmvitreg_model_read', default=False)
-#: mmengine's function that reads a checkpoint into a model, by the modules that import it by name
+#: the modules that import mmengine's ``load_checkpoint`` by name
 _LOAD_CHECKPOINT_HOLDERS = ('mmengine.runner.checkpoint', 'mmengine.runner', 'mmpretrain.apis.base',
                             'mmseg.apis.inference', 'mmdet.apis.inference')
 

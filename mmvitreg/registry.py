@@ -11,15 +11,7 @@ import sys
 from importlib import import_module
 from typing import Sequence
 
-from mmengine.registry import DATASETS as MMENGINE_DATASETS
-from mmengine.registry import HOOKS as MMENGINE_HOOKS
-from mmengine.registry import MODEL_WRAPPERS as MMENGINE_MODEL_WRAPPERS
-from mmengine.registry import MODELS as MMENGINE_MODELS
-from mmengine.registry import OPTIM_WRAPPERS as MMENGINE_OPTIM_WRAPPERS
-from mmengine.registry import PARAM_SCHEDULERS as MMENGINE_PARAM_SCHEDULERS
-from mmengine.registry import RUNNERS as MMENGINE_RUNNERS
-from mmengine.registry import TRANSFORMS as MMENGINE_TRANSFORMS
-from mmengine.registry import WEIGHT_INITIALIZERS as MMENGINE_WEIGHT_INITIALIZERS
+import mmengine.registry as mmengine_registry
 from mmengine.registry import Registry
 
 
@@ -41,18 +33,18 @@ class HostedRegistry(Registry):
         return found
 
 
-MODELS = HostedRegistry('model', parent=MMENGINE_MODELS, scope='mmvitreg', locations=['mmvitreg.models'],
+MODELS = HostedRegistry('model', parent=mmengine_registry.MODELS, scope='mmvitreg', locations=['mmvitreg.models'],
                         host_locations=['mmvitreg.models.segmentors', 'mmvitreg.models.detectors'])
-DATASETS = Registry('dataset', parent=MMENGINE_DATASETS, scope='mmvitreg', locations=['mmvitreg.datasets'])
+DATASETS = Registry('dataset', parent=mmengine_registry.DATASETS, scope='mmvitreg', locations=['mmvitreg.datasets'])
 TRANSFORMS = Registry(
-    'transform', parent=MMENGINE_TRANSFORMS, scope='mmvitreg', locations=['mmvitreg.datasets'])
-HOOKS = Registry('hook', parent=MMENGINE_HOOKS, scope='mmvitreg', locations=['mmvitreg.engine'])
+    'transform', parent=mmengine_registry.TRANSFORMS, scope='mmvitreg', locations=['mmvitreg.datasets'])
+HOOKS = Registry('hook', parent=mmengine_registry.HOOKS, scope='mmvitreg', locations=['mmvitreg.engine'])
 MODEL_WRAPPERS = Registry(
-    'model_wrapper', parent=MMENGINE_MODEL_WRAPPERS, scope='mmvitreg', locations=['mmvitreg.utils'])
+    'model_wrapper', parent=mmengine_registry.MODEL_WRAPPERS, scope='mmvitreg', locations=['mmvitreg.utils'])
 OPTIM_WRAPPERS = Registry(
-    'optim_wrapper', parent=MMENGINE_OPTIM_WRAPPERS, scope='mmvitreg', locations=['mmvitreg.engine'])
+    'optim_wrapper', parent=mmengine_registry.OPTIM_WRAPPERS, scope='mmvitreg', locations=['mmvitreg.engine'])
 PARAM_SCHEDULERS = Registry(
-    'parameter scheduler', parent=MMENGINE_PARAM_SCHEDULERS, scope='mmvitreg', locations=['mmvitreg.engine'])
-RUNNERS = Registry('runner', parent=MMENGINE_RUNNERS, scope='mmvitreg', locations=['mmvitreg.engine'])
+    'parameter scheduler', parent=mmengine_registry.PARAM_SCHEDULERS, scope='mmvitreg', locations=['mmvitreg.engine'])
+RUNNERS = Registry('runner', parent=mmengine_registry.RUNNERS, scope='mmvitreg', locations=['mmvitreg.engine'])
 WEIGHT_INITIALIZERS = Registry(
-    'weight initializer', parent=MMENGINE_WEIGHT_INITIALIZERS, scope='mmvitreg', locations=['mmvitreg.engine'])
+    'weight initializer', parent=mmengine_registry.WEIGHT_INITIALIZERS, scope='mmvitreg', locations=['mmvitreg.engine'])

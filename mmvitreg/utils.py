@@ -14,6 +14,7 @@ import torch
 from mmengine.config import Config, DictAction
 from mmengine.dist import init_dist as mmengine_init_dist
 from mmengine.model import MMDistributedDataParallel, revert_sync_batchnorm
+from mmengine.utils import scandir
 from torch import nn
 
 from mmvitreg.registry import MODEL_WRAPPERS
@@ -179,9 +180,7 @@ def check_data(cfg, splits: Iterable[str] = ('train', 'val', 'test')) -> None:
             prefix = dataset.get('data_prefix') or ''
             prefix = prefix.get('img_path', prefix.get('img', '')) if isinstance(prefix, dict) else prefix
             folder = prefix if osp.isabs(prefix) else osp.join(root, prefix)
-            images = (f for _, _, files in os.walk(folder, followlinks=True) for f in files
-                      if f.lower().endswith(IMAGE_SUFFIXES))
-            if root and osp.isdir(folder) and next(images, None) is None:
+            if root and osp.isdir(folder) and not any(scandir(folder, IMAGE_SUFFIXES, True, False)):
                 raise ConfigError(f'{where}: the image folder {folder!r} holds no images ({", ".join(IMAGE_SUFFIXES)})')
 
 

@@ -3,5 +3,5 @@ built on mmseg's and mmdet's models (:mod:`.segmentors`, :mod:`.detectors`), whi
 their names is asked for (:class:`~mmvitreg.registry.HostedRegistry`), so that classification imports no more
 of them than mmpretrain does."""
 from . import backbones, layers  # noqa: F401
-from . import classifiers, data_preprocessors, heads, mixing  # noqa: F401  (token labeling: H4b)
+from . import classifiers, data_preprocessors, heads, mixing  # noqa: F401
 from . import losses, necks, target_transforms  # noqa: F401

@@ -1,4 +1,5 @@
-"""The token trace itself: filled by a backbone through its recording API, read by the users."""
+"""The token trace: filled by a backbone through its recording API (:meth:`TokenTrace.start`, ``block``,
+``downsample``, ``stage``, ``end``), read by the users."""
 from dataclasses import dataclass, field
 from typing import Callable, Dict, FrozenSet, Optional, Protocol, Sequence, Tuple, Union
 
@@ -10,11 +11,9 @@ from .mix_plan import MixPlan
 
 
 class TokenStream(Protocol):
-    """A user's per-token values, carried through the blocks' attention by the backbone (TL-Align's labels).
-
-    Shapes: values ``(B, N, D)`` on a block's token grid, extra tokens first (``N = num_extra_tokens
-    + H * W``); ``mixed`` the same, from the block's :class:`~mmvitreg.models.layers.Ride`.
-    """
+    """A user's per-token values ``(B, N, D)`` (extra tokens first, ``N = num_extra_tokens + H * W``), carried
+    through the blocks' attention by the backbone (TL-Align's labels); ``mixed`` as them, from the block's
+    :class:`~mmvitreg.models.layers.Ride`."""
 
     def start(self, trace: 'TokenTrace') -> Tensor:
         """The values of the tokens that enter the first block (``trace.grid``, ``trace.mix``,
@@ -36,11 +35,10 @@ BlockRun = Callable[[Tensor, bool, Optional[Ride]], Union[Tensor, Tuple[Tensor, 
 
 @dataclass
 class TokenTrace:
-    """Travels with one batch through a backbone's forward, filled through the recording API.
+    """Travels with one batch through a backbone's forward.
 
     In (what users asked for, usually set by :meth:`for_request`):
-        mix (MixPlan, optional): mixing plan applied to the patch tokens after the patch embedding and
-            before the position embedding (unless it mixed the images in pixel space).
+        mix (MixPlan, optional): the plan that mixes the patch tokens after the embedding (unless it mixed pixels).
         token_layers, attn_layers (Sequence[int]): blocks whose output tokens / attention maps to record
             (negative from the last block); only ``attn_layers`` leave the fused attention kernel.
         points (FrozenSet[str]): recording points to fill (keys of :data:`POINTS`).
@@ -61,10 +59,9 @@ class TokenTrace:
         windows (Dict[int, WindowLayout]): tapped windowed block -> the layout that places ``attn[i]``
             (and window tokens) on the grid.
         streamed (Dict[int, Tensor]): every block -> the stream's values after it ``(B, N, D)``.
-        embed (Tensor, optional): point ``'embed'``: ``(B, H * W, C)`` the patch tokens after the
-            embedding and any token mix, before the position embedding.
-        final (Tensor, optional): point ``'final'``: ``(B, N, C)`` the last block's tokens after the
-            backbone's final norm (the raw last-block tokens when it has none), extra tokens first.
+        embed (Tensor, optional): point ``'embed'``: ``(B, H * W, C)`` the patch tokens after any token mix.
+        final (Tensor, optional): point ``'final'``: ``(B, N, C)`` the last block's tokens after the final norm
+            (if any).
         stages (Dict[int, Tensor]): point ``'stages'``: every stage -> ``(B, H_s * W_s, C_s)`` its
             output after its down-sampling (Swin: after the stage's patch merging, before any norm; the
             last stage, which has none, gives its last block's tokens); ``stage_grids`` their grids.
@@ -171,8 +168,7 @@ class TokenTrace:
 
     # ------------------------------------------------------------------ reading (users)
     def index(self, layer: int) -> int:
-        """The key of block ``layer`` in ``tokens`` / ``attn`` / ``grids`` / ``windows`` (negative
-        indices count from the backbone's last block)."""
+        """The key of block ``layer`` (negative from the last) in ``tokens`` / ``attn`` / ``grids`` / ``windows``."""
         return resolve_indices((layer, ), self.num_layers)[0]
 
     @property
