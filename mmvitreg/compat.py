@@ -31,6 +31,76 @@ def is_mmvitreg_model(model: torch.nn.Module) -> bool:
     return any(type(m).__module__.startswith('mmvitreg.') for m in model.modules())
 
 
+@dataclass(frozen=True)
+class Patch:
+    """One workaround: its name (as :func:`needed` and :func:`applied` list it), the upstream issue it answers,
+    its gate ``needed()`` (whether the installed stack needs it) and ``patch()`` (applied at most once)."""
+    name: str
+    upstream: str
+    needed: Callable[[], bool]
+    patch: Callable[[], None]
+
+
+PATCHES: List[Patch] = []
+
+
+def workaround(name: str, upstream: str, needed: Callable[[], bool]):
+    """Register the decorated function as the :class:`Patch` ``name`` (:data:`PATCHES` keeps their order)."""
+    def register(patch: Callable[[], None]):
+        PATCHES.append(Patch(name, upstream, needed, patch))
+        return patch
+    return register
+
+
+def _mmengine_lacks_mmvitreg() -> bool:
+    from mmengine.config.utils import MODULE2PACKAGE
+    return 'mmvitreg' not in MODULE2PACKAGE
+
+
+@workaround('mmvitreg_config_scope', 'mmengine MODULE2PACKAGE has a fixed list of packages', _mmengine_lacks_mmvitreg)
+def _register_mmvitreg_config_scope():
+    """``_base_ = 'mmvitreg::...'``: ``mmvitreg`` joins mmengine's ``MODULE2PACKAGE``, and such a path is read
+    from the imported package by mmengine's own metafile and ``.mim/configs`` readers."""
+    from mmengine.config import Config
+    from mmengine.config.utils import MODULE2PACKAGE, _get_external_cfg_base_path, _get_external_cfg_path
+
+    MODULE2PACKAGE['mmvitreg'] = 'mmvitreg'
+    get_cfg_path = Config._get_cfg_path
+    package = osp.dirname(osp.abspath(__file__))
+
+    def get_cfg_path_of_mmvitreg(cfg_path, filename):
+        scope, _, name = cfg_path.partition('::')
+        if scope != 'mmvitreg':
+            return get_cfg_path(cfg_path, filename)
+        try:
+            return _get_external_cfg_path(package, name), None
+        except ValueError:  # not a model of the metafiles: a file under .mim/configs, as mmengine reads it
+            return _get_external_cfg_base_path(package, name), None
+
+    Config._get_cfg_path = staticmethod(get_cfg_path_of_mmvitreg)
+
+
+def _multimodal_breaks_mmpretrain() -> bool:
+    """mmpretrain < 1.3 would enable its multimodal models (``pycocotools`` and a ``transformers`` installed) and
+    the installed transformers is 5 or newer, which they cannot import."""
+    mmpretrain, transformers = installed_version('mmpretrain'), installed_version('transformers')
+    if mmpretrain is None or transformers is None or installed_version('pycocotools') is None:
+        return False
+    return mmpretrain < Version('1.3') and transformers >= Version('5')
+
+
+@workaround('multimodal_off', 'not fixed upstream (mmpretrain 1.2.0 is the latest release)',
+            _multimodal_breaks_mmpretrain)
+def _turn_multimodal_off():
+    """mmpretrain's ``WITH_MULTIMODAL`` set to False before its models are imported, with one warning."""
+    from mmpretrain.utils import dependency  # mmpretrain's top level, not its models
+    dependency.WITH_MULTIMODAL = False
+    warnings.warn(f'mmpretrain {installed_version("mmpretrain")}\'s multimodal models (BLIP, CLIP, Flamingo, ...) '
+                  f'need transformers < 5, and transformers {installed_version("transformers")} is installed: '
+                  'mmvitreg turned them off (mmvitreg.compat multimodal_off) so that mmpretrain.models imports; '
+                  'install "transformers>=4.28,<5" to use them', stacklevel=3)
+
+
 #: whether mmengine's checkpoint reader reads for a model holding an mmvitreg module
 _MMVITREG_READ = ContextVar('mmvitreg_model_read', default=False)
 #: the modules that import mmengine's ``load_checkpoint`` by name
@@ -38,6 +108,8 @@ _LOAD_CHECKPOINT_HOLDERS = ('mmengine.runner.checkpoint', 'mmengine.runner', 'mm
                             'mmseg.apis.inference', 'mmdet.apis.inference')
 
 
+@workaround('mmvitreg_model_loading', 'not an upstream defect: mmengine has no per-model checkpoint conversion',
+            lambda: installed_version('mmengine') is not None)
 def _patch_mmvitreg_model_loading():
     """A model holding an mmvitreg module, in mmengine's loaders (``Runner.load_checkpoint``, ``load_checkpoint``,
     ``BaseInferencer``: the hosts' tools, ``get_model``, ``init_model``): a local file is read by
@@ -89,71 +161,6 @@ def _patch_mmvitreg_model_loading():
         if getattr(sys.modules.get(name), 'load_checkpoint', None) is load_checkpoint:
             sys.modules[name].load_checkpoint = load_checkpoint_of_mmvitreg_models
     runner.Runner.load_checkpoint = runner_load_checkpoint_of_mmvitreg_models
-
-
-def _register_mmvitreg_config_scope():
-    """``_base_ = 'mmvitreg::...'``: ``mmvitreg`` joins mmengine's ``MODULE2PACKAGE``, and such a path is read
-    from the imported package by mmengine's own metafile and ``.mim/configs`` readers."""
-    from mmengine.config import Config
-    from mmengine.config.utils import MODULE2PACKAGE, _get_external_cfg_base_path, _get_external_cfg_path
-
-    MODULE2PACKAGE['mmvitreg'] = 'mmvitreg'
-    get_cfg_path = Config._get_cfg_path
-    package = osp.dirname(osp.abspath(__file__))
-
-    def get_cfg_path_of_mmvitreg(cfg_path, filename):
-        scope, _, name = cfg_path.partition('::')
-        if scope != 'mmvitreg':
-            return get_cfg_path(cfg_path, filename)
-        try:
-            return _get_external_cfg_path(package, name), None
-        except ValueError:  # not a model of the metafiles: a file under .mim/configs, as mmengine reads it
-            return _get_external_cfg_base_path(package, name), None
-
-    Config._get_cfg_path = staticmethod(get_cfg_path_of_mmvitreg)
-
-
-def _mmengine_lacks_mmvitreg() -> bool:
-    from mmengine.config.utils import MODULE2PACKAGE
-    return 'mmvitreg' not in MODULE2PACKAGE
-
-
-def _multimodal_breaks_mmpretrain() -> bool:
-    """mmpretrain < 1.3 would enable its multimodal models (``pycocotools`` and a ``transformers`` installed) and
-    the installed transformers is 5 or newer, which they cannot import."""
-    mmpretrain, transformers = installed_version('mmpretrain'), installed_version('transformers')
-    return (mmpretrain is not None and mmpretrain < Version('1.3') and installed_version('pycocotools') is not None
-            and transformers is not None and transformers >= Version('5'))
-
-
-def _turn_multimodal_off():
-    """mmpretrain's ``WITH_MULTIMODAL`` set to False before its models are imported, with one warning."""
-    from mmpretrain.utils import dependency  # mmpretrain's top level, not its models
-    dependency.WITH_MULTIMODAL = False
-    warnings.warn(f'mmpretrain {installed_version("mmpretrain")}\'s multimodal models (BLIP, CLIP, Flamingo, ...) '
-                  f'need transformers < 5, and transformers {installed_version("transformers")} is installed: '
-                  'mmvitreg turned them off (mmvitreg.compat multimodal_off) so that mmpretrain.models imports; '
-                  'install "transformers>=4.28,<5" to use them', stacklevel=3)
-
-
-@dataclass(frozen=True)
-class Patch:
-    """One workaround: its name (as :func:`needed` and :func:`applied` list it), the upstream issue it answers,
-    its gate ``needed()`` (whether the installed stack needs it) and ``patch()`` (applied at most once)."""
-    name: str
-    upstream: str
-    needed: Callable[[], bool]
-    patch: Callable[[], None]
-
-
-PATCHES = (
-    Patch('mmvitreg_config_scope', 'mmengine MODULE2PACKAGE has a fixed list of packages',
-          _mmengine_lacks_mmvitreg, _register_mmvitreg_config_scope),
-    Patch('multimodal_off', 'not fixed upstream (mmpretrain 1.2.0 is the latest release)',
-          _multimodal_breaks_mmpretrain, _turn_multimodal_off),
-    Patch('mmvitreg_model_loading', 'not an upstream defect: mmengine has no per-model checkpoint conversion',
-          lambda: installed_version('mmengine') is not None, _patch_mmvitreg_model_loading),
-)
 
 
 def needed() -> List[str]:

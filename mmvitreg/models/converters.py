@@ -3,7 +3,7 @@
 
 Each release layout is an :class:`OfficialLayout` (:func:`register_layout`): the timm / DeiT and DiversePatch ones
 here, the DeepViT, LV-ViT and Swin ones beside their backbones. :func:`detect_layout` recognises a release by its
-keys; :func:`convert_official` converts it.
+keys; :func:`convert_checkpoint` converts it.
 """
 import re
 from collections import OrderedDict
@@ -151,45 +151,33 @@ def detect_layout(state_dict: Mapping[str, Tensor]) -> Optional[OfficialLayout]:
     return next((layout for layout in official_layouts() if layout.matches(list(state_dict))), None)
 
 
-def convert_official(checkpoint: Mapping, rules: Sequence = REVISE_KEYS) -> Tuple[dict, Optional[OfficialLayout]]:
-    """Any checkpoint -> ``({'state_dict': ...}, layout)`` for mmengine's loaders, keys revised by ``rules`` first.
+def convert_checkpoint(checkpoint: Mapping, filename: str, rules: Sequence = REVISE_KEYS, logger='current') -> dict:
+    """Stage 2 of the loading pass (:mod:`mmvitreg.engine.checkpoint`): a read ``checkpoint`` -> ``{'state_dict':
+    ...}`` for mmengine's loaders, keys revised by ``rules`` first.
 
     An official release (raw or wrapped, :func:`unwrap_checkpoint`) is converted by its layout (the model's
-    weights, not the EMA's); a checkpoint with a ``state_dict`` keeps its other entries (``meta``, ...); any other
-    weights go under ``state_dict``. ``layout`` is the :class:`OfficialLayout` converted from, else None.
-
-    Raises:
-        KeyError: the checkpoint holds no state dict.
-        ValueError: an official layout with keys its converter does not know (they are listed).
-    """
-    state_dict = revise_keys(unwrap_checkpoint(checkpoint), rules)
-    layout = detect_layout(state_dict)
-    if layout is not None:
-        return {'state_dict': layout.convert(state_dict)}, layout
-    return {**(checkpoint if 'state_dict' in checkpoint else {}), 'state_dict': state_dict}, None
-
-
-def convert_checkpoint(checkpoint: Mapping, filename: str, rules: Sequence = REVISE_KEYS, logger='current') -> dict:
-    """Stage 2 of the loading pass (:mod:`mmvitreg.engine.checkpoint`): :func:`convert_official` of a read
-    ``checkpoint``, with one log line when an official release was converted (its ``meta`` then names the layout).
+    weights, not the EMA's), with one log line, and its ``meta`` names the layout; a checkpoint with a
+    ``state_dict`` keeps its other entries (``meta``, ...); any other weights go under ``state_dict``.
 
     Raises:
         CheckpointError: no state dict, or a release its converter cannot convert (naming the keys).
     """
     try:
-        converted, layout = convert_official(checkpoint, rules)
+        state_dict = revise_keys(unwrap_checkpoint(checkpoint), rules)
     except KeyError as e:
         raise CheckpointError(f'checkpoint {filename}: {e.args[0]}') from None
+    layout = detect_layout(state_dict)
+    if layout is None:
+        return {**(checkpoint if 'state_dict' in checkpoint else {}), 'state_dict': state_dict}
+    try:
+        converted = layout.convert(state_dict)
     except ValueError as e:
-        layout = detect_layout(revise_keys(unwrap_checkpoint(checkpoint), rules))
         raise CheckpointError(f'checkpoint {filename} looks like the {layout.name} release layout but does not '
                               f'convert: {e}') from None
-    if layout is not None:
-        converted['meta'] = dict(official_layout=layout.name, official_model=layout.model)
-        print_log(f'checkpoint {filename}: {layout.name} release layout, converted on load by '
-                  f'{layout.convert.__module__}.{layout.convert.__name__} (as `python {layout.tool} SRC DST` '
-                  'does offline)', logger=logger)
-    return converted
+    print_log(f'checkpoint {filename}: {layout.name} release layout, converted on load by '
+              f'{layout.convert.__module__}.{layout.convert.__name__} (as `python {layout.tool} SRC DST` '
+              'does offline)', logger=logger)
+    return {'state_dict': converted, 'meta': dict(official_layout=layout.name, official_model=layout.model)}
 
 
 register_layout(OfficialLayout(
