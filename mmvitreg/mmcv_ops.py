@@ -1,13 +1,10 @@
 """mmcv's compiled ops from torchvision's kernels where mmcv has none (mmcv-lite): ``mmcv._ext`` served from here.
 
-mmcv-lite ships mmcv's Python ops without the compiled ``mmcv._ext`` they load, so ``import mmcv.ops`` (and
-mmseg's and mmdet's models) fail. Where no compiled ``mmcv._ext`` exists, the finder :class:`StandIn`
-(``_mmvitreg_mmcv_ext``) makes it a module of the ops below (:func:`serve`), which mmcv's Python calls as it calls
-the compiled ones (outputs written into the tensors it passes). Any other op raises when called, naming itself
-and :func:`build_hint`.
-
-The dense configs call ``nms``, ``roi_align_forward`` and ``roi_align_backward`` (mmdet's Cascade Mask R-CNN;
-UperNet calls none: docs/measurements/core.md). ``pool_mode='max'`` RoIAlign is not provided; ``aligned=False``,
+mmcv-lite lacks the compiled ``mmcv._ext`` that ``mmcv.ops`` (and mmseg's and mmdet's models) load. Where there is
+none, the finder :class:`StandIn` (``_mmvitreg_mmcv_ext``) makes it a module of the ops below (:func:`serve`),
+called by mmcv's Python as the compiled ones are (outputs written into the tensors it passes); any other op raises
+when called, naming :func:`build_hint`. These are the ops mmdet's Cascade Mask R-CNN calls (the census:
+docs/measurements/core.md); ``pool_mode='max'`` RoIAlign is not provided, ``aligned=False``,
 ``sampling_ratio`` > 0 and ``offset`` 1 are.
 """
 import os.path as osp
@@ -64,8 +61,7 @@ def roi_align_backward(grad_output: Tensor, rois: Tensor, argmax_y: Tensor, argm
 
 
 def troubleshooting(case: str) -> str:
-    """The command printing ``case`` of the troubleshooting catalogue, which the installed package holds
-    (``mmvitreg/.mim/tools/misc/troubleshooting.py``; docs/troubleshooting.md is generated from it)."""
+    """The command printing ``case`` of the troubleshooting catalogue the installed package holds (``.mim``)."""
     return f'python {osp.join(osp.dirname(__file__), ".mim", "tools", "misc", "troubleshooting.py")} {case}'
 
 
@@ -96,8 +92,7 @@ def _unprovided(name: str):
 
 
 def serve(module) -> None:
-    """Fill the module ``mmcv._ext`` that :class:`StandIn` loads: :data:`PROVIDED`, and :func:`_unprovided` for
-    every other name."""
+    """Fill the ``mmcv._ext`` that :class:`StandIn` loads: :data:`PROVIDED`, and :func:`_unprovided` for the rest."""
     module.__dict__.update({name: globals()[name] for name in PROVIDED}, __getattr__=_unprovided)
 
 

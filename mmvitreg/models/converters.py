@@ -8,7 +8,7 @@ keys; :func:`convert_checkpoint` converts it.
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence
 
 from mmengine.logging import print_log
 from torch import Tensor
@@ -66,11 +66,7 @@ def revise_keys(state_dict: Mapping[str, Tensor], rules: Sequence = REVISE_KEYS)
 def rename_keys(state_dict: Mapping[str, Tensor], backbone_rules, head_renames: Mapping[str, str],
                 skip: Optional[str] = None) -> 'OrderedDict[str, Tensor]':
     """Rename a revised foreign state dict by regex rules: backbone keys under ``backbone.``, head prefixes by
-    ``head_renames``; keys matching ``skip`` (a regex) are dropped.
-
-    Raises:
-        ValueError: listing every key that matches no rule (nothing is dropped silently).
-    """
+    ``head_renames``; keys matching ``skip`` (a regex) are dropped, any other key no rule knows is a ValueError."""
     out, unknown = OrderedDict(), []
     for key, value in state_dict.items():
         if skip and re.search(skip, key):
@@ -124,13 +120,16 @@ class OfficialLayout:
 
 #: the keys every timm-layout ViT release has (DeiT, DeepViT, LV-ViT, DiversePatch)
 TIMM_VIT_KEYS = frozenset({r'^patch_embed\.proj\.weight$', r'^cls_token$', r'^blocks\.0\.attn\.qkv\.weight$'})
-_LAYOUTS: List[OfficialLayout] = []
+#: the release layouts :func:`detect_layout` recognises, most specific first (the one that asks for the most keys:
+#: DeepViT, LV-ViT and DiversePatch are timm ViTs with extra keys, tried before the plain timm / DeiT layout)
+LAYOUTS: List[OfficialLayout] = []
 
 
 def register_layout(layout: OfficialLayout) -> OfficialLayout:
-    """Add a release layout to those :func:`detect_layout` recognises (a backbone module registers its own)."""
-    if all(known.name != layout.name for known in _LAYOUTS):
-        _LAYOUTS.append(layout)
+    """Add a release layout to :data:`LAYOUTS` (a backbone module registers its own)."""
+    if all(known.name != layout.name for known in LAYOUTS):
+        LAYOUTS.append(layout)
+        LAYOUTS.sort(key=lambda known: -len(known.needs))  # stable: registration order among equals
     return layout
 
 
@@ -139,16 +138,10 @@ def converter_tool(name: str) -> str:
     return f'tools/model_converters/{name}_to_mmvitreg.py'
 
 
-def official_layouts() -> Tuple[OfficialLayout, ...]:
-    """The registered layouts, most specific first (the one that asks for the most keys: DeepViT, LV-ViT and
-    DiversePatch are timm ViTs with extra keys, so they are tried before the plain timm / DeiT layout)."""
-    return tuple(sorted(_LAYOUTS, key=lambda layout: -len(layout.needs)))
-
-
 def detect_layout(state_dict: Mapping[str, Tensor]) -> Optional[OfficialLayout]:
     """The official release layout of ``state_dict`` (keys revised: :func:`revise_keys`), or None for any other
     layout (mmvitreg / mmpretrain / mmseg / mmdet checkpoints, which load as they are)."""
-    return next((layout for layout in official_layouts() if layout.matches(list(state_dict))), None)
+    return next((layout for layout in LAYOUTS if layout.matches(list(state_dict))), None)
 
 
 def convert_checkpoint(checkpoint: Mapping, filename: str, rules: Sequence = REVISE_KEYS, logger='current') -> dict:

@@ -20,8 +20,8 @@ from .trace import MixPlan, TokenTrace, TraceRequest, TraceUserError, check_trac
 
 
 def build_user(cfg):
-    """A trace user from its config (mmvitreg's ``MODELS``), or the module itself."""
-    return cfg if isinstance(cfg, nn.Module) else MODELS.build(cfg)
+    """A trace user from its config (mmvitreg's ``MODELS``), or the module itself, or None."""
+    return cfg if cfg is None or isinstance(cfg, nn.Module) else MODELS.build(cfg)
 
 
 def check_image_target(user, model_name: str, image_targets: bool) -> None:
@@ -65,7 +65,7 @@ class TraceUsers:
                                  f'got {len(names)}: {names}')
             target_transform = target_transform[0] if target_transform else None
         self.aux_losses = ModuleList(build_user(cfg) for cfg in aux_losses or ())
-        self.target_transform = build_user(target_transform) if target_transform is not None else None
+        self.target_transform = build_user(target_transform)
         for user in [u for u in [*fixed_users, mix, *self.aux_losses, self.target_transform] if u is not None]:
             check_image_target(user, type(self).__name__, self.image_targets)
             check_trace_user(self.backbone, trace_request_of(user), type(user).__name__)
@@ -80,9 +80,8 @@ class TraceUsers:
         """Every trace user of a training forward: the head (when it reads a trace), the auxiliary losses,
         the target transform."""
         head = getattr(self, 'head', None)
-        users = [head] if head is not None and trace_request_of(head).needs_trace else []
-        users += list(self.aux_losses)
-        return users + ([self.target_transform] if self.target_transform is not None else [])
+        head = head if head is not None and trace_request_of(head).needs_trace else None
+        return [u for u in [head, *self.aux_losses, self.target_transform] if u is not None]
 
     @staticmethod
     def make_trace(request: TraceRequest, mix_plan: Optional[MixPlan] = None,
@@ -117,8 +116,7 @@ class TraceUsers:
         return super().loss(BackboneOutputs(feats), data_samples)
 
     def extract_feat(self, inputs, *args, **kwargs):
-        """The library's ``extract_feat``; :class:`BackboneOutputs` (in :meth:`model_losses`) go through the neck
-        only."""
+        """The library's ``extract_feat``; :class:`BackboneOutputs` go through the neck only."""
         if isinstance(inputs, BackboneOutputs):
             return self.neck(inputs) if self.with_neck else inputs
         return super().extract_feat(inputs, *args, **kwargs)
@@ -140,11 +138,8 @@ class DenseTraceUsers(TraceUsers):
     """:class:`TraceUsers` of the model kinds without an image-level target (an mmseg segmentor, an mmdet detector):
     the library class's arguments plus ``aux_losses`` and ``target_transform``. Prediction, ``tensor`` mode and
     test-time augmentation are the library's, without a trace. A user that needs an image-level target (TL-Align,
-    the token mixes, TokenLabelHead, PatchMixingLoss) is refused when built, also as ``train_cfg.mix`` (which the
-    library would otherwise ignore).
-
-    Raises:
-        TraceUserError (ValueError): a user the backbone cannot serve, or one that needs an image-level target.
+    the token mixes, TokenLabelHead, PatchMixingLoss) is refused (:class:`TraceUserError`) when built, also as
+    ``train_cfg.mix`` (which the library would otherwise ignore).
     """
 
     image_targets = False
@@ -153,7 +148,6 @@ class DenseTraceUsers(TraceUsers):
         mix = None
         if kwargs.get('train_cfg') is not None:
             kwargs['train_cfg'] = train_cfg = copy.deepcopy(kwargs['train_cfg'])
-            mix = train_cfg.pop('mix', None)
-            mix = build_user(mix) if mix is not None else None
+            mix = build_user(train_cfg.pop('mix', None))
         super().__init__(*args, **kwargs)
         self.init_trace_users(aux_losses, target_transform, mix=mix)

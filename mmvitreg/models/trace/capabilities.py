@@ -55,19 +55,16 @@ class TraceSpec:
     """What a trace-taking backbone offers (``backbone.trace_spec``), checked against every user's request.
 
     Args:
-        num_blocks (int): Blocks, numbered across stages.
-        channels (Tuple[int, ...]): The token width of every block's output.
-        tappable (Tuple[int, ...], optional): The blocks that can be tapped (CvT: its last stage's). Defaults to
-            every block.
+        num_blocks (int): Blocks, numbered across stages; ``channels`` (Tuple[int, ...]) the width of each output.
+        tappable (Tuple[int, ...], optional): The blocks that can be tapped (CvT: its last stage's); None: all.
         num_extra_tokens (int): Tokens before the patch tokens in the traced blocks (1 for a cls token).
         services, points, facts (FrozenSet[str]): The keys of :data:`SERVICES`, :data:`POINTS`, :data:`FACTS` it
             gives, records and meets.
         out_types (Tuple[str, ...]): The ``out_type`` values it can be built with; ``out_type`` (str) the one it is.
         stage_channels (Tuple[int, ...]): The width of every stage's output (point ``'stages'``).
         out_channels (Tuple[int, ...]): The width ``C`` of each ``forward`` output (``(B, C, ...)`` maps,
-            ``(B, N, C)`` tokens). Empty: not checked.
-        patch_stride (int, optional): Input pixels per side of an embedding token, the grid a mixing plan lies on.
-            None: not checked.
+            ``(B, N, C)`` tokens); empty: not checked.
+        patch_stride (int, optional): Input pixels per side of an embedding token (None: not checked).
     """
 
     num_blocks: int
@@ -113,8 +110,7 @@ class TraceRequest:
             ``'attn'``) it reads; negative indices count from the last block.
         points, facts (FrozenSet[str]): The keys of :data:`POINTS` it reads and of :data:`FACTS` it relies on.
         services (FrozenSet[str]): Services beyond those its taps imply (``{'mix'}``: a plan the backbone mixes).
-        stream (TokenStream, optional): Values the backbone carries through every block (service ``'stream'``;
-            one per model).
+        stream (TokenStream, optional): Values the backbone carries through every block (service ``'stream'``).
         out_type (str, optional): The backbone output format it reads (``'raw'``: every token).
         trace (bool): Whether it reads a trace when it asks for nothing else (the grid, the extra tokens, the
             plan: a batch mix).
@@ -122,8 +118,7 @@ class TraceRequest:
         outputs (Tuple[int, ...]): The ``forward`` outputs it reads (no trace needed).
         token_channels, stage_channels, out_channels (Tuple[int, ...]): The width it expects of each of
             ``token_layers``, ``stages``, ``outputs`` (empty: not checked).
-        patch_size (int, optional): The pixel stride of the plan's grid it takes for the embedding's, checked
-            against the backbone's ``patch_stride``.
+        patch_size (int, optional): The pixel stride of the plan's grid it takes for the embedding's.
 
     The widths, ``out_type``, ``outputs`` and ``patch_size`` are checked per user, not merged by :meth:`union`.
     """
@@ -186,8 +181,7 @@ def trace_request_of(user) -> TraceRequest:
 
 
 class TraceUserError(ValueError):
-    """A trace user the backbone cannot serve (:func:`check_request`): the message names the user, the backbone and
-    the fix."""
+    """A trace user the backbone cannot serve (:func:`check_request`), naming the user, the backbone and the fix."""
 
 
 def check_request(spec: Optional[TraceSpec], request: TraceRequest, user_name: str, backbone_name: str) -> None:

@@ -43,7 +43,7 @@ class MixPlan:
         """``(B,)`` share of each sample's own tokens: the mean of its mask (MixToken Eq. 10)."""
         return self.mask.flatten(1).mean(1)
 
-    def check_grid(self, grid: Tuple[int, int], what: str = 'the map to mix is') -> None:
+    def check_grid(self, grid: Tuple[int, int], what: str) -> None:
         """The one grid check of a plan: fail unless its mask lies on ``grid`` ``(Hg, Wg)`` (``what`` names the
         grid's owner in the message)."""
         if tuple(grid) != tuple(self.mask.shape[-2:]):

@@ -52,19 +52,16 @@ class TokenTrace:
         grids (Dict[int, Tuple[int, int]]): every block -> the grid of its output tokens.
         tokens (Dict[int, Tensor]): tapped block -> ``(B, N, C)`` its output tokens (before any final
             norm), extra tokens first, ``N = num_extra_tokens + H * W`` on ``grids[i]``.
-        attn (Dict[int, Tensor]): tapped block -> its attention map, the one that multiplies ``V``:
-            ``(B, heads, N, N)`` in a ViT (after softmax, before attention dropout; for re-attention
-            after the head transform and its norm, which follow the dropout); ``(B * nW, heads, w * w,
-            w * w)`` per window in a Swin (before attention dropout).
-        windows (Dict[int, WindowLayout]): tapped windowed block -> the layout that places ``attn[i]``
-            (and window tokens) on the grid.
+        attn (Dict[int, Tensor]): tapped block -> the attention map that multiplies ``V``, before attention
+            dropout: ``(B, heads, N, N)`` in a ViT (re-attention: after the head transform and its norm, which
+            follow the dropout), ``(B * nW, heads, w * w, w * w)`` per window in a Swin, placed on the grid by
+            ``windows[i]`` (a :class:`~mmvitreg.models.layers.WindowLayout`).
         streamed (Dict[int, Tensor]): every block -> the stream's values after it ``(B, N, D)``.
         embed (Tensor, optional): point ``'embed'``: ``(B, H * W, C)`` the patch tokens after any token mix.
         final (Tensor, optional): point ``'final'``: ``(B, N, C)`` the last block's tokens after the final norm
             (if any).
-        stages (Dict[int, Tensor]): point ``'stages'``: every stage -> ``(B, H_s * W_s, C_s)`` its
-            output after its down-sampling (Swin: after the stage's patch merging, before any norm; the
-            last stage, which has none, gives its last block's tokens); ``stage_grids`` their grids.
+        stages (Dict[int, Tensor]): point ``'stages'``: every stage -> ``(B, H_s * W_s, C_s)`` its output after its
+            patch merging, before any norm (the last stage: its last block's tokens); ``stage_grids`` their grids.
     """
 
     mix: Optional[MixPlan] = None
