@@ -1,8 +1,5 @@
-"""The workarounds ``import mmvitreg`` applies to its hosts, each only where the installed versions need it.
-
-What each one changes and why is docs/workarounds.md; here each :class:`Patch` has its gate (reading the
-*installed* versions through :func:`installed_version`) and upstream reference. None of them changes what a host
-function does for a model that holds no mmvitreg module.
+"""The workarounds ``import mmvitreg`` applies to its hosts where the installed versions need them (what each
+changes and why: docs/workarounds.md). None changes what a host function does for a model with no mmvitreg module.
 """
 import importlib.metadata
 import os.path as osp

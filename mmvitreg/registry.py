@@ -1,11 +1,7 @@
-"""Registries of the ``mmvitreg`` scope.
-
-Every registry is a child of the matching mmengine root, so a config of mmpretrain, mmseg or mmdet reaches a
-component as ``type='mmvitreg.Name'`` under its own ``default_scope`` with no ``custom_imports``.
-
-The models built on mmseg's and mmdet's classes are not among ``MODELS``' locations: :class:`HostedRegistry`
-imports them the first time a name is asked for that the locations do not register, so a classification run
-imports nothing of mmseg and mmdet.
+"""Registries of the ``mmvitreg`` scope: children of mmengine's roots, so a config of mmpretrain, mmseg or mmdet
+reaches a component as ``type='mmvitreg.Name'`` under its own ``default_scope`` with no ``custom_imports``. The
+models built on mmseg's and mmdet's classes are imported only when asked for (:class:`HostedRegistry`), so a
+classification run imports nothing of mmseg and mmdet.
 """
 import sys
 from importlib import import_module

@@ -128,9 +128,8 @@ def init_dist(launcher: str, **dist_cfg) -> None:
 
 @MODEL_WRAPPERS.register_module()
 class CPUDistributedDataParallel(MMDistributedDataParallel):
-    """mmengine's DDP wrapper for a CPU module (:func:`set_run_args` picks it without CUDA): without the
-    ``device_ids`` mmengine's Runner passes (DDP refuses them for a CPU module) and with SyncBN reverted to BN
-    (SyncBN refuses CPU tensors)."""
+    """mmengine's DDP wrapper for a CPU module (:func:`set_run_args`): without ``device_ids`` (DDP refuses them for a
+    CPU module) and with SyncBN reverted to BN (SyncBN refuses CPU tensors)."""
 
     def __init__(self, module: nn.Module, device_ids=None, **kwargs):
         super().__init__(module=revert_sync_batchnorm(module), **kwargs)

@@ -1,9 +1,7 @@
 """Conversion of official checkpoints to mmvitreg classifier state dicts: the *convert* stage of the loading pass
-(:func:`convert_checkpoint`, :mod:`mmvitreg.engine.checkpoint`); this module reads no file.
-
-Each release layout is an :class:`OfficialLayout` (:func:`register_layout`): the timm / DeiT and DiversePatch ones
-here, the DeepViT, LV-ViT and Swin ones beside their backbones. :func:`detect_layout` recognises a release by its
-keys; :func:`convert_checkpoint` converts it.
+(:func:`convert_checkpoint`, :mod:`mmvitreg.engine.checkpoint`); this module reads no file. Each release layout is
+an :class:`OfficialLayout`: the timm / DeiT and DiversePatch ones here, the DeepViT, LV-ViT and Swin ones beside
+their backbones.
 """
 import re
 from collections import OrderedDict
@@ -150,10 +148,8 @@ def convert_checkpoint(checkpoint: Mapping, filename: str, rules: Sequence = REV
 
     An official release (raw or wrapped, :func:`unwrap_checkpoint`) is converted by its layout (the model's
     weights, not the EMA's), with one log line, and its ``meta`` names the layout; a checkpoint with a
-    ``state_dict`` keeps its other entries (``meta``, ...); any other weights go under ``state_dict``.
-
-    Raises:
-        CheckpointError: no state dict, or a release its converter cannot convert (naming the keys).
+    ``state_dict`` keeps its other entries; any other weights go under ``state_dict``. A checkpoint without
+    weights, or a release its converter cannot convert, is a :class:`CheckpointError`.
     """
     try:
         state_dict = revise_keys(unwrap_checkpoint(checkpoint), rules)

@@ -94,11 +94,8 @@ class TraceUsers:
 
     def loss(self, inputs: Tensor, data_samples: list, mix_plan: Optional[MixPlan] = None) -> Dict[str, Tensor]:
         """The losses of a training batch in every model kind: the backbone once with the union trace, the target
-        transform, the model kind's own terms (:meth:`model_losses`), the transform's scalars, every user's terms.
-
-        Raises:
-            KeyError: a user's term named ``loss`` or as a term already returned (the library's included).
-        """
+        transform, the model kind's own terms (:meth:`model_losses`), the transform's scalars, every user's terms
+        (:meth:`add_terms`)."""
         trace = self.make_trace(self.train_request, mix_plan, data_samples)
         feats = self.backbone(inputs, trace=trace) if trace is not None else self.backbone(inputs)  # no user: plain
         logged = self.target_transform.transform(trace, data_samples) if self.target_transform is not None else None

@@ -3,7 +3,7 @@
 mmseg and mmdet are extras (:func:`extra_command`), and their models import mmcv's compiled ops (a compiled
 ``mmcv._ext`` built for another torch does not load). Where they do not import, mmvitreg's classes built on them
 (``TokenSegmentor``, the ``Token*`` detectors) are registered as builders that raise the import error with their
-name and its fix (:func:`install_hint`): every other component still imports.
+name and its fix: every other component still imports.
 """
 from pathlib import Path
 from typing import Iterable
@@ -25,23 +25,15 @@ def extra_command(library: str) -> str:
     return f'pip install "{source}[{EXTRAS[library]}]"'
 
 
-def install_hint(library: str, error: ImportError) -> str:
-    """The fix for ``error``, raised importing ``library``'s models (``'mmseg'`` or ``'mmdet'``): the extra
-    that installs the library, or a rebuild of mmcv's compiled ops; ``''`` when neither is the cause."""
-    missing = (getattr(error, 'name', None) or '').split('.')[0]
-    if missing in EXTRA_MODULES[library]:
-        return extra_command(library)
-    if 'mmcv/_ext' in str(error):  # a compiled mmcv._ext that does not load (built for another torch)
-        from mmvitreg.mmcv_ops import build_hint
-        return f"rebuild mmcv's compiled ops here: {build_hint()}"
-    return ''
-
-
 def register_unavailable(names: Iterable[str], library: str, error: ImportError) -> None:
     """Register each of ``names`` as a builder that raises ``ImportError`` naming it, ``library``, ``error`` and
-    the fix (:func:`install_hint`)."""
-    hint = install_hint(library, error)
-    fix = f'; {hint}' if hint else ''
+    the fix: the extra that installs the library, or a rebuild of mmcv's compiled ops."""
+    fix = ''
+    if (getattr(error, 'name', None) or '').split('.')[0] in EXTRA_MODULES[library]:
+        fix = f'; {extra_command(library)}'
+    elif 'mmcv/_ext' in str(error):  # a compiled mmcv._ext that does not load (built for another torch)
+        from mmvitreg.mmcv_ops import build_hint
+        fix = f"; rebuild mmcv's compiled ops here: {build_hint()}"
     for name in names:
         def unavailable(*args, _name=name, **kwargs):
             raise ImportError(f"mmvitreg.{_name} is built on {library}'s models, which do not import here: "

@@ -1,10 +1,7 @@
 """The token trace: what travels with the tokens through an mmvitreg backbone (the design: docs/token_trace.md).
 
-A backbone declares what it offers in a :class:`TraceSpec` and fills a :class:`TokenTrace` through its recording
-API; a user declares a :class:`TraceRequest`, checked against the spec when the model is built
-(:func:`check_trace_user`). A :class:`TokenStream` carries per-token values through each block's head-averaged
-attention (TL-Align's labels, Eq. 9) as a :class:`~mmvitreg.models.layers.Ride`, without the ``(B, heads, N, N)``
-maps.
+A backbone declares what it offers in a :class:`TraceSpec` and fills a :class:`TokenTrace`; a user declares a
+:class:`TraceRequest`, checked against the spec when the model is built (:func:`check_trace_user`).
 """
 from .capabilities import (FACTS, POINTS, SERVICES, TraceRequest, TraceSpec, TraceUserError,  # noqa: F401
                            check_request, check_trace_user, resolve_indices, trace_request_of)

@@ -12,8 +12,8 @@ from .mix_plan import MixPlan
 
 class TokenStream(Protocol):
     """A user's per-token values ``(B, N, D)`` (extra tokens first, ``N = num_extra_tokens + H * W``), carried
-    through the blocks' attention by the backbone (TL-Align's labels); ``mixed`` as them, from the block's
-    :class:`~mmvitreg.models.layers.Ride`."""
+    through each block's head-averaged attention (TL-Align's labels, Eq. 9) as a
+    :class:`~mmvitreg.models.layers.Ride` (its ``mixed`` shaped as them), without the ``(B, heads, N, N)`` maps."""
 
     def start(self, trace: 'TokenTrace') -> Tensor:
         """The values of the tokens that enter the first block (``trace.grid``, ``trace.mix``,
@@ -22,8 +22,7 @@ class TokenStream(Protocol):
     def step(self, trace: 'TokenTrace', layer: int, values: Tensor, mixed: Tensor, stochastic: bool = False
              ) -> Tensor:
         """The values after block ``layer``, from those before it and what its attention ``mixed``;
-        ``stochastic``: every row of the map that mixed them sums to 1 over the tokens that carry values (a
-        softmax map, no padding token in the block's windows), so a row of ``mixed`` keeps the mass it mixes."""
+        ``stochastic``: every row of that map sums to 1 over the tokens that carry values (softmax, no padding)."""
 
     def resize(self, values: Tensor, grid: Tuple[int, int], new_grid: Tuple[int, int]) -> Tensor:
         """The values after a downsampling between blocks (Swin's patch merging) from ``grid`` to ``new_grid``."""
