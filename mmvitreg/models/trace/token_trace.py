@@ -93,9 +93,8 @@ class TokenTrace:
     @classmethod
     def for_request(cls, request: TraceRequest, mix: Optional[MixPlan] = None,
                     samples: Optional[list] = None) -> 'TokenTrace':
-        """An empty trace that asks for what ``request`` taps and carries its stream."""
-        return cls(mix=mix, token_layers=request.token_layers, attn_layers=request.attn_layers,
-                   points=request.points, stream=request.stream, samples=samples)
+        """An empty trace that asks for what ``request`` taps and carries its stream (the In fields, in order)."""
+        return cls(mix, request.token_layers, request.attn_layers, request.points, request.stream, samples)
 
     # ------------------------------------------------------------------ the recording API (backbones)
     def start(self, spec: TraceSpec, tokens: Tensor, grid: Tuple[int, int], backbone_name: str = 'the backbone'
@@ -105,9 +104,9 @@ class TokenTrace:
         the plan's grid (:meth:`MixPlan.check_grid`), mix the tokens (unless the plan mixed the pixels), record
         ``'embed'`` and start the stream; returns the (mixed) tokens."""
         mixes = self.mix is not None and not self.mix.in_pixels
-        check_request(spec, TraceRequest(self.token_layers, self.attn_layers, self.points,
-                                         services={'mix'} if mixes else (), stream=self.stream),
-                      'this trace', backbone_name)
+        services = {'mix'} if mixes else ()
+        request = TraceRequest(self.token_layers, self.attn_layers, self.points, services=services, stream=self.stream)
+        check_request(spec, request, 'this trace', backbone_name)
         if self.mix is not None and (mixes or self.stream is not None):  # mixed here, or a stream starts from it
             self.mix.check_grid(grid, f'{backbone_name} has')
         self.grid, self.num_extra_tokens = tuple(grid), spec.num_extra_tokens
