@@ -195,11 +195,10 @@ def check_trace_users(cfg: Config) -> None:
 
     from mmvitreg.models.trace import TraceUserError
     from mmvitreg.models.trace_users import TraceUsers
-    from mmvitreg.registry import MODELS as MMVITREG_MODELS
     model = cfg.get('model')
     model_type = model.get('type') if isinstance(model, dict) else None
     ours = isinstance(model_type, str) and model_type.startswith('mmvitreg.')
-    cls = MMVITREG_MODELS.get(model_type) if ours else None
+    cls = MODELS.get(model_type) if ours else None  # mmvitreg's registry, by the scope
     if not (isinstance(cls, type) and issubclass(cls, TraceUsers)):
         return
     model = model.copy()

@@ -72,8 +72,8 @@ class TraceUsers:
         self.train_request = TraceRequest.union(trace_request_of(u) for u in self.train_users)
         stream = self.train_request.stream
         if mix is not None and stream is not None:
-            check_trace_user(self.backbone, TraceRequest(patch_size=mix.patch_size),
-                             f'{type(mix).__name__}, the plan {type(stream).__name__} starts from,')
+            user = f'{type(mix).__name__}, the plan {type(stream).__name__} starts from,'
+            check_trace_user(self.backbone, TraceRequest(patch_size=mix.patch_size), user)
 
     @property
     def train_users(self) -> List[nn.Module]:

@@ -37,6 +37,10 @@ def resolve_indices(indices: Sequence[int], count: int, kind: str = 'block') -> 
     return tuple(i + count if i < 0 else i for i in indices)
 
 
+#: a request's index fields and the widths it expects of each
+_WIDTHS = (('token_layers', 'token_channels'), ('stages', 'stage_channels'), ('outputs', 'out_channels'))
+
+
 def _freeze(owner) -> None:
     """Store the tuple fields of a spec or request as tuples and its names as frozensets, refusing unknown names."""
     for f in fields(owner):
@@ -142,8 +146,7 @@ class TraceRequest:
         _freeze(self)
         if self.stages:
             object.__setattr__(self, 'points', self.points | {'stages'})
-        for indices, widths in (('token_layers', 'token_channels'), ('stages', 'stage_channels'),
-                                ('outputs', 'out_channels')):
+        for indices, widths in _WIDTHS:
             if getattr(self, widths) and len(getattr(self, widths)) != len(getattr(self, indices)):
                 raise ValueError(f'{widths} {getattr(self, widths)} need one entry per entry of {indices} '
                                  f'{getattr(self, indices)}')
