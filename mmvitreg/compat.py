@@ -1,11 +1,5 @@
-"""The workarounds ``import mmvitreg`` applies to its hosts, each only where the installed versions need it.
-
-What each one changes and why, and what the tools do instead of patching (CPU distributed runs, ``compile``),
-is docs/workarounds.md; here each :class:`Patch` has its gate (:attr:`Patch.needed`, reading
-the *installed* versions through :func:`installed_version`) and the upstream reference. :func:`apply` is
-idempotent; :func:`needed` / :func:`applied` list the patches (``tools/check_stack.sh`` prints both). None of
-them replaces a host function for a model that holds no mmvitreg module (``tests/test_no_global_patch.py``,
-``tests/test_plain_models.py``).
+"""The workarounds ``import mmvitreg`` applies to its hosts where the installed versions need them (what each
+changes and why: docs/workarounds.md). None changes what a host function does for a model with no mmvitreg module.
 """
 import importlib.metadata
 import os.path as osp
@@ -21,25 +15,12 @@ _applied: List[str] = []
 
 
 def installed_version(distribution: str) -> Optional[Version]:
-    """The installed version of ``distribution`` (e.g. ``'torch'``), or ``None`` if it is absent.
-
-    Local labels are dropped (``2.14.1+cpu`` -> ``2.14.1``). The gates read versions through this one
-    function, so the tests fake a stack by monkeypatching it.
-    """
+    """The installed version of ``distribution`` without local label (``2.14.1+cpu`` -> ``2.14.1``), or ``None``;
+    the one reader of the gates, which the tests monkeypatch to fake a stack."""
     try:
         return Version(Version(importlib.metadata.version(distribution)).base_version)
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-def _below(distribution: str, bound: str) -> bool:
-    version = installed_version(distribution)
-    return version is not None and version < Version(bound)
-
-
-def _at_least(distribution: str, bound: str) -> bool:
-    version = installed_version(distribution)
-    return version is not None and version >= Version(bound)
 
 
 def is_mmvitreg_model(model: torch.nn.Module) -> bool:
@@ -47,23 +28,91 @@ def is_mmvitreg_model(model: torch.nn.Module) -> bool:
     return any(type(m).__module__.startswith('mmvitreg.') for m in model.modules())
 
 
-#: whether mmengine's checkpoint reader is reading for a model holding an mmvitreg module
+@dataclass(frozen=True)
+class Patch:
+    """One workaround: its name (as :func:`needed` and :func:`applied` list it), the upstream issue it answers,
+    its gate ``needed()`` (whether the installed stack needs it) and ``patch()`` (applied at most once)."""
+    name: str
+    upstream: str
+    needed: Callable[[], bool]
+    patch: Callable[[], None]
+
+
+PATCHES: List[Patch] = []
+
+
+def workaround(name: str, upstream: str, needed: Callable[[], bool]):
+    """Register the decorated function as the :class:`Patch` ``name`` (:data:`PATCHES` keeps their order)."""
+    def register(patch: Callable[[], None]):
+        PATCHES.append(Patch(name, upstream, needed, patch))
+        return patch
+    return register
+
+
+def _mmengine_lacks_mmvitreg() -> bool:
+    from mmengine.config.utils import MODULE2PACKAGE
+    return 'mmvitreg' not in MODULE2PACKAGE
+
+
+@workaround('mmvitreg_config_scope', 'mmengine MODULE2PACKAGE has a fixed list of packages', _mmengine_lacks_mmvitreg)
+def _register_mmvitreg_config_scope():
+    """``_base_ = 'mmvitreg::...'``: ``mmvitreg`` joins mmengine's ``MODULE2PACKAGE``, and such a path is read
+    from the imported package by mmengine's own metafile and ``.mim/configs`` readers."""
+    from mmengine.config import Config
+    from mmengine.config.utils import MODULE2PACKAGE, _get_external_cfg_base_path, _get_external_cfg_path
+
+    MODULE2PACKAGE['mmvitreg'] = 'mmvitreg'
+    get_cfg_path = Config._get_cfg_path
+    package = osp.dirname(osp.abspath(__file__))
+
+    def get_cfg_path_of_mmvitreg(cfg_path, filename):
+        scope, _, name = cfg_path.partition('::')
+        if scope != 'mmvitreg':
+            return get_cfg_path(cfg_path, filename)
+        try:
+            return _get_external_cfg_path(package, name), None
+        except ValueError:  # not a model of the metafiles: a file under .mim/configs, as mmengine reads it
+            return _get_external_cfg_base_path(package, name), None
+
+    Config._get_cfg_path = staticmethod(get_cfg_path_of_mmvitreg)
+
+
+def _multimodal_breaks_mmpretrain() -> bool:
+    """mmpretrain < 1.3 would enable its multimodal models (``pycocotools`` and a ``transformers`` installed) and
+    the installed transformers is 5 or newer, which they cannot import."""
+    mmpretrain, transformers = installed_version('mmpretrain'), installed_version('transformers')
+    if mmpretrain is None or transformers is None or installed_version('pycocotools') is None:
+        return False
+    return mmpretrain < Version('1.3') and transformers >= Version('5')
+
+
+@workaround('multimodal_off', 'not fixed upstream (mmpretrain 1.2.0 is the latest release)',
+            _multimodal_breaks_mmpretrain)
+def _turn_multimodal_off():
+    """mmpretrain's ``WITH_MULTIMODAL`` set to False before its models are imported, with one warning."""
+    from mmpretrain.utils import dependency  # mmpretrain's top level, not its models
+    dependency.WITH_MULTIMODAL = False
+    warnings.warn(f'mmpretrain {installed_version("mmpretrain")}\'s multimodal models (BLIP, CLIP, Flamingo, ...) '
+                  f'need transformers < 5, and transformers {installed_version("transformers")} is installed: '
+                  'mmvitreg turned them off (mmvitreg.compat multimodal_off) so that mmpretrain.models imports; '
+                  'install "transformers>=4.28,<5" to use them', stacklevel=3)
+
+
+#: whether mmengine's checkpoint reader reads for a model holding an mmvitreg module
 _MMVITREG_READ = ContextVar('mmvitreg_model_read', default=False)
-#: mmengine's function that reads a checkpoint into a model, by the modules that import it by name
+#: the modules that import mmengine's ``load_checkpoint`` by name
 _LOAD_CHECKPOINT_HOLDERS = ('mmengine.runner.checkpoint', 'mmengine.runner', 'mmpretrain.apis.base',
                             'mmseg.apis.inference', 'mmdet.apis.inference')
 
 
+@workaround('mmvitreg_model_loading', 'not an upstream defect: mmengine has no per-model checkpoint conversion',
+            lambda: installed_version('mmengine') is not None)
 def _patch_mmvitreg_model_loading():
-    """A model holding an mmvitreg module, in mmengine's loaders. ``Runner.load_checkpoint`` (``load_from`` and
-    ``resume`` of mmengine's own Runner, which mmpretrain's, mmseg's and mmdet's tools build) and ``load_checkpoint``
-    (mmpretrain's ``get_model`` and inferencers, mmseg's and mmdet's ``init_model``) run as they are, but their read
-    of a local file (mmengine's ``_load_checkpoint``: a bare ``torch.load``) is mmvitreg's
-    :func:`mmvitreg.fileio.read_checkpoint` (a regular file, the allow-list for that read, one line on a bad file),
-    and a URL is mmengine's download and read with that allow-list; the read checkpoint goes to
-    :func:`mmvitreg.engine.checkpoint.fill_model` from ``_load_checkpoint_to_model`` (those two, ``BaseInferencer``,
-    FlexibleRunner's strategies). Functions that modules import by name are replaced there too, whatever the import
-    order. Any other model goes through mmengine's own functions, as without mmvitreg."""
+    """A model holding an mmvitreg module, in mmengine's loaders (``Runner.load_checkpoint``, ``load_checkpoint``,
+    ``BaseInferencer``: the hosts' tools, ``get_model``, ``init_model``): a local file is read by
+    :func:`mmvitreg.fileio.read_checkpoint` instead of a bare ``torch.load``, a URL by mmengine with that
+    allow-list, and the checkpoint goes to :func:`mmvitreg.engine.checkpoint.fill_model`. Functions that modules
+    imported by name are replaced there too. Any other model goes through mmengine's own functions."""
     import sys
 
     import mmengine.infer.infer as infer
@@ -109,78 +158,6 @@ def _patch_mmvitreg_model_loading():
         if getattr(sys.modules.get(name), 'load_checkpoint', None) is load_checkpoint:
             sys.modules[name].load_checkpoint = load_checkpoint_of_mmvitreg_models
     runner.Runner.load_checkpoint = runner_load_checkpoint_of_mmvitreg_models
-
-
-def _register_mmvitreg_config_scope():
-    """``_base_ = 'mmvitreg::...'``: ``mmvitreg`` joins mmengine's ``MODULE2PACKAGE``, and such a path is looked up
-    in the imported package by mmengine's own metafile and ``.mim/configs`` readers, unstamped; every other path
-    goes to mmengine's ``Config._get_cfg_path``."""
-    from mmengine.config import Config
-    from mmengine.config.utils import MODULE2PACKAGE, _get_external_cfg_base_path, _get_external_cfg_path
-
-    MODULE2PACKAGE['mmvitreg'] = 'mmvitreg'
-    get_cfg_path = Config._get_cfg_path
-    package = osp.dirname(osp.abspath(__file__))
-
-    def get_cfg_path_of_mmvitreg(cfg_path, filename):
-        scope, _, name = cfg_path.partition('::')
-        if scope != 'mmvitreg':
-            return get_cfg_path(cfg_path, filename)
-        try:
-            return _get_external_cfg_path(package, name), None
-        except ValueError:  # not a model of the metafiles: a file under .mim/configs, as mmengine reads it
-            return _get_external_cfg_base_path(package, name), None
-
-    Config._get_cfg_path = staticmethod(get_cfg_path_of_mmvitreg)
-
-
-def _mmengine_lacks_mmvitreg() -> bool:
-    from mmengine.config.utils import MODULE2PACKAGE
-    return 'mmvitreg' not in MODULE2PACKAGE
-
-
-def _multimodal_breaks_mmpretrain() -> bool:
-    """mmpretrain < 1.3 would enable its multimodal models (``pycocotools`` and a ``transformers`` installed) and
-    the installed transformers is 5 or newer, which they cannot import."""
-    return (_below('mmpretrain', '1.3') and installed_version('pycocotools') is not None
-            and _at_least('transformers', '5'))
-
-
-def _turn_multimodal_off():
-    """mmpretrain's ``WITH_MULTIMODAL`` set to False before its models are imported, with one warning."""
-    from mmpretrain.utils import dependency  # mmpretrain's top level, not its models
-    dependency.WITH_MULTIMODAL = False
-    warnings.warn(f'mmpretrain {installed_version("mmpretrain")}\'s multimodal models (BLIP, CLIP, Flamingo, ...) '
-                  f'need transformers < 5, and transformers {installed_version("transformers")} is installed: '
-                  'mmvitreg turned them off (mmvitreg.compat multimodal_off) so that mmpretrain.models imports; '
-                  'install "transformers>=4.28,<5" to use them', stacklevel=3)
-
-
-@dataclass(frozen=True)
-class Patch:
-    """One workaround: its name, the upstream reference, the gate and the patch itself.
-
-    Args:
-        name (str): short name, as listed by :func:`needed` and :func:`applied`.
-        upstream (str): the upstream issue / pull request it answers.
-        needed (Callable[[], bool]): whether the installed stack needs it (reads
-            :func:`installed_version`).
-        patch (Callable[[], None]): applies it (called at most once per process).
-    """
-    name: str
-    upstream: str
-    needed: Callable[[], bool]
-    patch: Callable[[], None]
-
-
-PATCHES = (
-    Patch('mmvitreg_config_scope', 'mmengine MODULE2PACKAGE has a fixed list of packages',
-          _mmengine_lacks_mmvitreg, _register_mmvitreg_config_scope),
-    Patch('multimodal_off', 'not fixed upstream (mmpretrain 1.2.0 is the latest release)',
-          _multimodal_breaks_mmpretrain, _turn_multimodal_off),
-    Patch('mmvitreg_model_loading', 'not an upstream defect: mmengine has no per-model checkpoint conversion',
-          lambda: installed_version('mmengine') is not None, _patch_mmvitreg_model_loading),
-)
 
 
 def needed() -> List[str]:

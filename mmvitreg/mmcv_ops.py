@@ -1,28 +1,11 @@
 """mmcv's compiled ops from torchvision's kernels where mmcv has none (mmcv-lite): ``mmcv._ext`` served from here.
 
-mmcv-lite ships mmcv's Python ops (``mmcv/ops/*.py``) without the compiled ``mmcv._ext`` each loads at import
-(``ext_loader.load_ext``), so ``import mmcv.ops``, and mmseg's and mmdet's models with it, fail. The finder
-:class:`StandIn` (the top-level ``_mmvitreg_mmcv_ext``: the installed package's ``.pth`` puts it on
-``sys.meta_path`` at interpreter start, ``import mmvitreg`` does too) goes last, so a compiled ``mmcv._ext`` is
-always the one used; only where there is none is ``mmcv._ext`` a module of the ops below (:func:`serve`), called by
-mmcv's own Python as it calls the compiled ones (outputs written into the tensors it passes). Every other name of
-``_ext`` exists, for ``load_ext``, and raises when called: one line naming the op and :func:`build_hint`.
-
-The ops the package's dense configs call: every mmseg and mmdet config of ``configs/`` (25 UperNet, 8 Cascade Mask
-R-CNN) at tiny size through ``tools/train.py`` (one step of 2 images), ``tools/test.py`` and, for mmseg, ``--tta``,
-on a stand-in that recorded each call. The UperNets call none. The Cascade Mask R-CNNs call three ops from four
-sites, always with ``pool_mode`` 1 (mean), ``aligned=True``, ``sampling_ratio`` 0, ``offset`` 0; calls in the 8
-training steps / the 8 tests (2 images each):
-
-- ``nms`` <- mmcv's ``nms`` <- ``batched_nms`` <- mmdet's RPN ``_bbox_post_process``: 16 / 16, one per image;
-- ``nms`` <- the same <- mmdet's ``multiclass_nms`` (the last stage's boxes): 0 / 16, one per image;
-- ``roi_align_forward`` <- mmcv's ``RoIAlign`` <- mmdet's ``SingleRoIExtractor`` (boxes 7x7, masks 14x14): 69 /
-  150, one per FPN level holding RoIs, per head and stage;
-- ``roi_align_forward`` <- mmcv's ``roi_align`` <- mmdet's ``mask_target`` (``BitmapMasks.crop_and_resize``: binary
-  masks, 28x28, scale 1): 48 / 0, one per image and stage;
-- ``roi_align_backward`` <- ``RoIAlign``'s backward (the extractor's): 69 / 0.
-
-``pool_mode='max'`` RoIAlign is not provided; ``aligned=False``, ``sampling_ratio`` > 0 and ``offset`` 1 are.
+mmcv-lite lacks the compiled ``mmcv._ext`` that ``mmcv.ops`` (and mmseg's and mmdet's models) load. Where there is
+none, the finder :class:`StandIn` (``_mmvitreg_mmcv_ext``) makes it a module of the ops below (:func:`serve`),
+called by mmcv's Python as the compiled ones are (outputs written into the tensors it passes); any other op raises
+when called, naming :func:`build_hint`. These are the ops mmdet's Cascade Mask R-CNN calls (the census:
+docs/measurements/core.md); ``pool_mode='max'`` RoIAlign is not provided, ``aligned=False``,
+``sampling_ratio`` > 0 and ``offset`` 1 are.
 """
 import os.path as osp
 
@@ -78,8 +61,7 @@ def roi_align_backward(grad_output: Tensor, rois: Tensor, argmax_y: Tensor, argm
 
 
 def troubleshooting(case: str) -> str:
-    """The command printing ``case`` of the troubleshooting catalogue, which the installed package holds
-    (``mmvitreg/.mim/tools/misc/troubleshooting.py``; docs/troubleshooting.md is generated from it)."""
+    """The command printing ``case`` of the troubleshooting catalogue the installed package holds (``.mim``)."""
     return f'python {osp.join(osp.dirname(__file__), ".mim", "tools", "misc", "troubleshooting.py")} {case}'
 
 
@@ -110,8 +92,7 @@ def _unprovided(name: str):
 
 
 def serve(module) -> None:
-    """Fill the module ``mmcv._ext`` that :class:`StandIn` loads: :data:`PROVIDED`, and :func:`_unprovided` for
-    every other name."""
+    """Fill the ``mmcv._ext`` that :class:`StandIn` loads: :data:`PROVIDED`, and :func:`_unprovided` for the rest."""
     module.__dict__.update({name: globals()[name] for name in PROVIDED}, __getattr__=_unprovided)
 
 

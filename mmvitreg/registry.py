@@ -1,75 +1,46 @@
-"""Registries of the ``mmvitreg`` scope.
-
-Every registry is a child of the matching mmengine root, so a config of mmpretrain, mmseg or mmdet
-reaches a component as ``type='mmvitreg.Name'`` under its own ``default_scope`` with no
-``custom_imports``: ``Registry.get('mmvitreg.X')`` imports this module, and the ``locations`` below
-import the modules that register the components.
-
-The models built on a host library's classes (``TokenSegmentor`` on mmseg's ``EncoderDecoder``, the
-``Token*`` detectors on mmdet's) are registered by modules that import that library, so they are not
-among ``MODELS``' locations: :class:`HostedRegistry` imports them the first time a name is asked for that
-the locations do not register. A classification run, and ``import mmvitreg.models``, import nothing of mmseg
-and nothing of mmdet beyond what ``mmpretrain.models`` imports itself.
-
-mmvitreg has no mmpretrain batch augment: the plans of its batch mixes (:class:`~mmvitreg.models.mixing.BatchMix`)
-must reach the model, so the mixes live in ``MODELS`` and are given as a ``TokenClassifier``'s
-``train_cfg.mix``.
+"""Registries of the ``mmvitreg`` scope: children of mmengine's roots, so a config of mmpretrain, mmseg or mmdet
+reaches a component as ``type='mmvitreg.Name'`` under its own ``default_scope`` with no ``custom_imports``. The
+models built on mmseg's and mmdet's classes are imported only when asked for (:class:`HostedRegistry`), so a
+classification run imports nothing of mmseg and mmdet.
 """
 import sys
 from importlib import import_module
 from typing import Sequence
 
-from mmengine.registry import DATASETS as MMENGINE_DATASETS
-from mmengine.registry import HOOKS as MMENGINE_HOOKS
-from mmengine.registry import MODEL_WRAPPERS as MMENGINE_MODEL_WRAPPERS
-from mmengine.registry import MODELS as MMENGINE_MODELS
-from mmengine.registry import OPTIM_WRAPPERS as MMENGINE_OPTIM_WRAPPERS
-from mmengine.registry import PARAM_SCHEDULERS as MMENGINE_PARAM_SCHEDULERS
-from mmengine.registry import RUNNERS as MMENGINE_RUNNERS
-from mmengine.registry import TRANSFORMS as MMENGINE_TRANSFORMS
-from mmengine.registry import WEIGHT_INITIALIZERS as MMENGINE_WEIGHT_INITIALIZERS
+import mmengine.registry as mmengine_registry
 from mmengine.registry import Registry
 
 
 class HostedRegistry(Registry):
-    """A :class:`~mmengine.registry.Registry` that also imports ``host_locations`` - modules registering
-    components built on another library's classes - once, when :meth:`get` is asked for a name that neither
-    it (its ``locations`` imported) nor its parents hold.
-
-    Args:
-        host_locations (Sequence[str]): the modules to import then, e.g. ``['mmvitreg.models.segmentors']``.
-        *args, **kwargs: as for :class:`~mmengine.registry.Registry`.
-    """
+    """A :class:`~mmengine.registry.Registry` that also imports ``host_locations`` (modules registering components
+    built on another library's classes, e.g. ``['mmvitreg.models.segmentors']``) when :meth:`get` is asked for a
+    name that neither it nor its parents hold."""
 
     def __init__(self, *args, host_locations: Sequence[str] = (), **kwargs):
         super().__init__(*args, **kwargs)
         self._host_locations = list(host_locations)
 
-    def import_host_locations(self) -> None:
-        """Import every host location (idempotent); after it :attr:`module_dict` holds every component."""
-        for location in self._host_locations:
-            import_module(location)
-
     def get(self, key: str):
         found = super().get(key)
         if found is None and not all(location in sys.modules for location in self._host_locations):
-            self.import_host_locations()
+            for location in self._host_locations:
+                import_module(location)
             found = super().get(key)
         return found
 
 
-MODELS = HostedRegistry('model', parent=MMENGINE_MODELS, scope='mmvitreg', locations=['mmvitreg.models'],
+MODELS = HostedRegistry('model', parent=mmengine_registry.MODELS, scope='mmvitreg', locations=['mmvitreg.models'],
                         host_locations=['mmvitreg.models.segmentors', 'mmvitreg.models.detectors'])
-DATASETS = Registry('dataset', parent=MMENGINE_DATASETS, scope='mmvitreg', locations=['mmvitreg.datasets'])
+DATASETS = Registry('dataset', parent=mmengine_registry.DATASETS, scope='mmvitreg', locations=['mmvitreg.datasets'])
 TRANSFORMS = Registry(
-    'transform', parent=MMENGINE_TRANSFORMS, scope='mmvitreg', locations=['mmvitreg.datasets'])
-HOOKS = Registry('hook', parent=MMENGINE_HOOKS, scope='mmvitreg', locations=['mmvitreg.engine'])
+    'transform', parent=mmengine_registry.TRANSFORMS, scope='mmvitreg', locations=['mmvitreg.datasets'])
+HOOKS = Registry('hook', parent=mmengine_registry.HOOKS, scope='mmvitreg', locations=['mmvitreg.engine'])
 MODEL_WRAPPERS = Registry(
-    'model_wrapper', parent=MMENGINE_MODEL_WRAPPERS, scope='mmvitreg', locations=['mmvitreg.utils'])
+    'model_wrapper', parent=mmengine_registry.MODEL_WRAPPERS, scope='mmvitreg', locations=['mmvitreg.utils'])
 OPTIM_WRAPPERS = Registry(
-    'optim_wrapper', parent=MMENGINE_OPTIM_WRAPPERS, scope='mmvitreg', locations=['mmvitreg.engine'])
+    'optim_wrapper', parent=mmengine_registry.OPTIM_WRAPPERS, scope='mmvitreg', locations=['mmvitreg.engine'])
 PARAM_SCHEDULERS = Registry(
-    'parameter scheduler', parent=MMENGINE_PARAM_SCHEDULERS, scope='mmvitreg', locations=['mmvitreg.engine'])
-RUNNERS = Registry('runner', parent=MMENGINE_RUNNERS, scope='mmvitreg', locations=['mmvitreg.engine'])
+    'parameter scheduler', parent=mmengine_registry.PARAM_SCHEDULERS, scope='mmvitreg', locations=['mmvitreg.engine'])
+RUNNERS = Registry('runner', parent=mmengine_registry.RUNNERS, scope='mmvitreg', locations=['mmvitreg.engine'])
 WEIGHT_INITIALIZERS = Registry(
-    'weight initializer', parent=MMENGINE_WEIGHT_INITIALIZERS, scope='mmvitreg', locations=['mmvitreg.engine'])
+    'weight initializer', parent=mmengine_registry.WEIGHT_INITIALIZERS, scope='mmvitreg', locations=['mmvitreg.engine'])

@@ -14,6 +14,7 @@ import torch
 from mmengine.config import Config, DictAction
 from mmengine.dist import init_dist as mmengine_init_dist
 from mmengine.model import MMDistributedDataParallel, revert_sync_batchnorm
+from mmengine.utils import scandir
 from torch import nn
 
 from mmvitreg.registry import MODEL_WRAPPERS
@@ -25,17 +26,13 @@ class ConfigError(ValueError):
     """A config that cannot be used, with a message that says why."""
 
 
-def _plugin_registries():
-    from mmvitreg import registry
-    return (registry.MODELS, registry.DATASETS, registry.TRANSFORMS, registry.HOOKS, registry.MODEL_WRAPPERS,
-            registry.OPTIM_WRAPPERS, registry.PARAM_SCHEDULERS, registry.RUNNERS)
-
-
 def check_plugin_types(cfg) -> None:
     """Fail early, with the known names, on any ``type='mmvitreg.X'`` that no registry holds (the models built
     on mmseg's or mmdet's are imported only for a name the others do not hold: ``HostedRegistry``)."""
-    from mmvitreg.registry import MODELS
-    registries = _plugin_registries()
+    from mmengine.registry import Registry
+
+    from mmvitreg import registry
+    registries = [r for r in vars(registry).values() if isinstance(r, Registry) and r.scope == 'mmvitreg']
     for reg in registries:
         reg.import_from_location()
 
@@ -44,7 +41,7 @@ def check_plugin_types(cfg) -> None:
             t = node.get('type')
             if isinstance(t, str) and t.startswith('mmvitreg.'):
                 name = t.split('.', 1)[1]
-                if not any(name in reg.module_dict for reg in registries) and MODELS.get(t) is None:
+                if not any(name in reg.module_dict for reg in registries) and registry.MODELS.get(t) is None:
                     known = sorted({n for reg in registries for n in reg.module_dict})
                     close = difflib.get_close_matches(name, known, n=3)
                     hint = f' Did you mean {", ".join("mmvitreg." + c for c in close)}?' if close else ''
@@ -68,9 +65,8 @@ def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
     """Read a config of mmpretrain, mmseg or mmdet, merge ``--cfg-options`` and check it.
 
     Raises:
-        ConfigError: the file does not exist, its ``default_scope`` is not one of the three
-            libraries, its library is not installed (mmseg and mmdet are the extras ``seg`` and ``det``), or it
-            names an ``mmvitreg.X`` type that does not exist.
+        ConfigError: no such file, a ``default_scope`` not among :data:`SCOPES`, its library not installed (the
+            extras ``seg`` and ``det``), or an ``mmvitreg.X`` type that does not exist.
     """
     if not osp.isfile(path):
         raise ConfigError(f'config file not found: {path!r} (working directory: {osp.abspath(".")})')
@@ -97,12 +93,10 @@ def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
 
 
 def set_run_args(cfg: Config, args: argparse.Namespace) -> None:
-    """Set the launcher and the work dir (``--work-dir``, else the config's, else
-    ``./work_dirs/<config name>``), as every OpenMMLab train/test tool does, and apply the dataloader
-    flags a tool has: ``--no-pin-memory`` / ``--no-persistent-workers`` switch the option off in every
-    dataloader of the config (as mmpretrain's tools do; without them the config decides). Without CUDA the
-    process group's backend is gloo (the configs' default NCCL needs GPUs); a distributed run then makes it here
-    (:func:`init_dist`) and wraps the model in :class:`CPUDistributedDataParallel`."""
+    """Set the launcher, the work dir (``--work-dir``, else the config's, else ``./work_dirs/<config name>``) and
+    ``--no-pin-memory`` / ``--no-persistent-workers`` in every dataloader, as mmpretrain's tools do. Without CUDA
+    the backend is gloo (NCCL needs GPUs); a distributed run then starts it here (:func:`init_dist`) and wraps the
+    model in :class:`CPUDistributedDataParallel`."""
     cfg.launcher = args.launcher
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
         './work_dirs', osp.splitext(osp.basename(args.config))[0])
@@ -124,9 +118,8 @@ def set_run_args(cfg: Config, args: argparse.Namespace) -> None:
 
 
 def init_dist(launcher: str, **dist_cfg) -> None:
-    """mmengine's ``init_dist``, but for ``--launcher pytorch`` without CUDA, where mmengine 0.10's calls
-    ``torch.cuda.set_device``, the gloo process group of ``torch.distributed.run``'s environment: the one CPU
-    fallback of the tools (:func:`set_run_args`, ``tools/generate_label_maps.py``)."""
+    """mmengine's ``init_dist``; for ``--launcher pytorch`` without CUDA (where mmengine 0.10's calls
+    ``torch.cuda.set_device``) a gloo process group from ``torch.distributed.run``'s environment."""
     if launcher == 'pytorch' and not torch.cuda.is_available():
         torch.distributed.init_process_group(backend='gloo')
     else:
@@ -135,9 +128,8 @@ def init_dist(launcher: str, **dist_cfg) -> None:
 
 @MODEL_WRAPPERS.register_module()
 class CPUDistributedDataParallel(MMDistributedDataParallel):
-    """mmengine's DDP wrapper for a CPU module (:func:`set_run_args` picks it without CUDA): without the
-    ``device_ids`` mmengine's Runner passes (DDP refuses them for a CPU module) and with SyncBN reverted to BN
-    (SyncBN refuses CPU tensors)."""
+    """mmengine's DDP wrapper for a CPU module (:func:`set_run_args`): without ``device_ids`` (DDP refuses them for a
+    CPU module) and with SyncBN reverted to BN (SyncBN refuses CPU tensors)."""
 
     def __init__(self, module: nn.Module, device_ids=None, **kwargs):
         super().__init__(module=revert_sync_batchnorm(module), **kwargs)
@@ -159,24 +151,11 @@ def _datasets(node, where: str) -> Iterator[Tuple[dict, str]]:
         yield node, where
 
 
-def _has_image(folder: str) -> bool:
-    for _, _, files in os.walk(folder, followlinks=True):
-        if any(f.lower().endswith(IMAGE_SUFFIXES) for f in files):
-            return True
-    return False
-
-
 def check_data(cfg, splits: Iterable[str] = ('train', 'val', 'test')) -> None:
-    """Fail with one line naming the config key and the path when the data of ``<split>_dataloader``
-    is missing: a ``data_root`` that does not exist, an annotation file that does not exist or (a
-    text list) names no image, or - without an annotation file - an image folder with no image.
-    ``tools/train.py`` and ``tools/test.py`` call it before they build anything: without it a wrong
-    ``data_root`` surfaces as a ``FileNotFoundError`` from deep inside a dataset constructor after the
-    model was built, and an empty annotation file trains zero iterations per epoch and "finishes" silently.
-
-    Raises:
-        ConfigError: naming the key (``train_dataloader.dataset.data_root``) and the path.
-    """
+    """Fail (:class:`ConfigError`, naming the key and the path) when the data of ``<split>_dataloader`` is missing:
+    a ``data_root`` or annotation file that does not exist, an empty text list, or an image folder with no image.
+    Without it a wrong ``data_root`` surfaces deep inside a dataset constructor after the model was built, and an
+    empty annotation file trains zero iterations per epoch silently."""
     for split in splits:
         loader = cfg.get(f'{split}_dataloader')
         if not loader:
@@ -200,26 +179,28 @@ def check_data(cfg, splits: Iterable[str] = ('train', 'val', 'test')) -> None:
             prefix = dataset.get('data_prefix') or ''
             prefix = prefix.get('img_path', prefix.get('img', '')) if isinstance(prefix, dict) else prefix
             folder = prefix if osp.isabs(prefix) else osp.join(root, prefix)
-            if root and osp.isdir(folder) and not _has_image(folder):
+            if root and osp.isdir(folder) and not any(scandir(folder, IMAGE_SUFFIXES, True, False)):
                 raise ConfigError(f'{where}: the image folder {folder!r} holds no images ({", ".join(IMAGE_SUFFIXES)})')
 
 
 def check_trace_users(cfg: Config) -> None:
-    """Run the build-time checks of the trace users of a model with trace users (``mmvitreg.TokenClassifier``,
-    ``mmvitreg.TokenSegmentor``, the ``mmvitreg.Token*`` detectors: a :class:`~mmvitreg.models.trace_users.TraceUsers`)
-    before the runner starts (and logs the config): the model is built once and dropped, on the meta device
-    (no weights), or on the CPU when a constructor reads tensor values, without drawing from the global
-    random generator.
+    """Run the build-time checks of a :class:`~mmvitreg.models.trace_users.TraceUsers` model's trace users before the
+    runner starts: the model is built once and dropped, on the meta device (on the CPU when a constructor reads
+    tensor values), without drawing from the global random generator.
 
     Raises:
-        ConfigError: a trace user the backbone cannot serve (the message names both and the fix), or one
-            the model kind refuses (an image-level target in a segmentor or detector).
+        ConfigError: a trace user the backbone or the model kind refuses (:class:`TraceUserError`'s message).
     """
-    from mmvitreg.models.trace import TraceUserError
-    model = cfg.get('model')
-    if not isinstance(model, dict) or not _has_trace_users(model.get('type')):
-        return
     from mmengine.registry import MODELS, DefaultScope
+
+    from mmvitreg.models.trace import TraceUserError
+    from mmvitreg.models.trace_users import TraceUsers
+    model = cfg.get('model')
+    model_type = model.get('type') if isinstance(model, dict) else None
+    ours = isinstance(model_type, str) and model_type.startswith('mmvitreg.')
+    cls = MODELS.get(model_type) if ours else None  # mmvitreg's registry, by the scope
+    if not (isinstance(cls, type) and issubclass(cls, TraceUsers)):
+        return
     model = model.copy()
     model.setdefault('data_preprocessor', cfg.get('data_preprocessor'))
     with DefaultScope.overwrite_default_scope(cfg.default_scope), torch.random.fork_rng(devices=[]):
@@ -234,25 +215,13 @@ def check_trace_users(cfg: Config) -> None:
                 continue
 
 
-def _has_trace_users(model_type) -> bool:
-    """Whether ``model_type`` (a config's ``model.type``) names an mmvitreg model with trace users."""
-    if not isinstance(model_type, str) or not model_type.startswith('mmvitreg.'):
-        return False
-    from mmvitreg.models.trace_users import TraceUsers
-    from mmvitreg.registry import MODELS
-    cls = MODELS.get(model_type.split('.', 1)[1])
-    return isinstance(cls, type) and issubclass(cls, TraceUsers)
-
-
 def build_runner(cfg):
-    """The runner a config asks for (``runner_type``), else mmengine's ``Runner``.
-
-    An mmseg or mmdet run logs which code serves mmcv's ops (:func:`mmvitreg.mmcv_ops.backend`).
+    """The runner a config asks for (``runner_type``), else mmengine's ``Runner``; an mmseg or mmdet run logs which
+    code serves mmcv's ops (:func:`mmvitreg.mmcv_ops.backend`).
 
     Raises:
         ConfigError: a trace user the backbone cannot serve (:func:`check_trace_users`), or a component that
-            refuses its settings while the runner builds it (e.g. ``num_classes=0``, ``drop_path_rate=1.5``): one
-            line, the component's message.
+            refuses its settings (e.g. ``num_classes=0``): one line, the component's message.
     """
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
@@ -286,15 +255,13 @@ PARTIAL_HINT = ('use a checkpoint of this config, or pass --allow-partial (allow
 
 
 def build_model(cfg: Config, checkpoint, device: str, allow_partial: bool = False) -> nn.Module:
-    """The model of ``cfg`` (its ``data_preprocessor`` filled in as mmengine's Runner does), with
-    ``checkpoint`` loaded when given (:func:`mmvitreg.engine.checkpoint.load_weights`, the loader of every tool:
-    an official release converted; every parameter of the model must load from it, unless ``allow_partial``, the
-    tools' ``--allow-partial``: then the keys that fit are loaded, with one warning), else the
-    config's initialisation (without mmengine's parameter-by-parameter init log), on ``device``, in eval mode.
-    Call it inside ``cfg.default_scope``.
+    """The model of ``cfg`` (its ``data_preprocessor`` filled in as mmengine's Runner does) on ``device``, in eval
+    mode, inside ``cfg.default_scope``: ``checkpoint`` loaded when given
+    (:func:`mmvitreg.engine.checkpoint.load_weights`: every parameter, or with ``allow_partial`` the keys that fit),
+    else the config's initialisation (without mmengine's per-parameter init log).
 
     Raises:
-        mmvitreg.engine.CheckpointError: the checkpoint cannot be read or does not fit.
+        mmvitreg.engine.CheckpointError: a checkpoint that cannot be read or does not fit.
     """
     from mmengine.logging import MMLogger
     from mmengine.registry import MODELS
@@ -317,11 +284,8 @@ def build_model(cfg: Config, checkpoint, device: str, allow_partial: bool = Fals
 
 
 def build_dataloader(cfg: Config, split: str, batch_size: int, num_workers: int):
-    """The config's ``<split>_dataloader`` in a fixed order with the given batch size and workers.
-
-    Raises:
-        ConfigError: the config has no such dataloader.
-    """
+    """The config's ``<split>_dataloader`` in a fixed order with the given batch size and workers (a
+    :class:`ConfigError` if it has none)."""
     from mmengine.runner import Runner
     key = f'{split}_dataloader'
     if not cfg.get(key):
@@ -333,9 +297,8 @@ def build_dataloader(cfg: Config, split: str, batch_size: int, num_workers: int)
 
 
 def first_images(batches: Iterable[dict], num_images: int, split: str = 'data') -> Iterator[Tuple[dict, int]]:
-    """``(batch, take)`` for the data-loader batches that hold the first ``num_images`` images: use the
-    first ``take`` images of each (the last batch may be cut). Shows a progress bar over the images and
-    prints a note when the ``split`` holds fewer than ``num_images``."""
+    """``(batch, take)`` for the batches that hold the first ``num_images`` images (the first ``take`` of each), with
+    a progress bar and a note when the ``split`` holds fewer."""
     from mmengine.utils import ProgressBar
     progress = ProgressBar(num_images, file=sys.stdout)
     seen = 0

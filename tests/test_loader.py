@@ -275,8 +275,8 @@ def test_no_import_circle_between_the_converters_and_the_backbones():
                 if isinstance(n, (ast.Import, ast.ImportFrom)) for a in (n.names if isinstance(n, ast.Import) else [n])]
     assert not [m for m in imported if m and m != 'mmvitreg.fileio'
                 and ('mmvitreg' in m or 'backbones' in m or m.startswith('.'))], imported
-    from mmvitreg.models.converters import official_layouts
-    names = [layout.name.split(' (')[0] for layout in official_layouts()]
+    from mmvitreg.models.converters import LAYOUTS
+    names = [layout.name.split(' (')[0] for layout in LAYOUTS]
     assert set(names) == {'official DeepViT', 'official LV-ViT', 'official DiversePatch', 'timm / DeiT ViT',
                           'official Swin Transformer'}
     assert names.index('timm / DeiT ViT') > max(names.index(n) for n in names if n.startswith('official') and

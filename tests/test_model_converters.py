@@ -10,7 +10,7 @@ from modelindex import load as load_model_index
 from mmpretrain.models.heads import VisionTransformerClsHead
 
 from mmvitreg.models.backbones import DeepViT, LVViT, convert_deepvit, convert_lvvit
-from mmvitreg.models.converters import convert_official, convert_timm_vit, unwrap_checkpoint
+from mmvitreg.models.converters import convert_checkpoint, convert_timm_vit, unwrap_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -127,12 +127,12 @@ def test_lvvit_official_checkpoint_loads_strictly(arch, official_kwargs):
 
 
 def test_converter_rejects_unknown_keys_and_the_pass_strips_ddp_prefix():
-    """``module.`` is dropped once, by the loading pass's key revision (convert_official), before the layout is
+    """``module.`` is dropped once, by the loading pass's key revision (convert_checkpoint), before the layout is
     detected and converted."""
     official = official_state_dict(dim=24, depth=1, heads=4, img_size=32)
-    converted, layout = convert_official({'model': {'module.' + k: v for k, v in official.items()}})
+    converted = convert_checkpoint({'model': {'module.' + k: v for k, v in official.items()}}, 'deit.pth')
+    assert converted['meta']['official_layout'].startswith('timm / DeiT ViT')
     converted = converted['state_dict']
-    assert layout is not None
     assert 'backbone.layers.0.ffn.layers.0.0.weight' in converted and 'backbone.ln1.weight' in converted
     with pytest.raises(ValueError, match="dist_token"):
         convert_timm_vit({**official, 'dist_token': torch.zeros(1, 1, 24)})

@@ -39,17 +39,6 @@ def test_a_token_mix_is_m_own_plus_one_minus_m_partner_row_major_on_the_grid():
             torch.testing.assert_close(out[b, t], m * x[b, t] + (1 - m) * x[INDEX[b], t])
 
 
-def test_a_map_mix_uses_the_same_formula_per_grid_cell_and_checks_the_grid():
-    """MixPlan.mix: a (B, C, Hg, Wg) map is mixed per cell like the tokens; a map on another grid is refused."""
-    x = torch.rand(3, 5, 2, 3) + 1
-    m = MASK[:, None]
-    torch.testing.assert_close(plan().mix(x), x * m + x[INDEX] * (1 - m))
-    torch.testing.assert_close(plan().mix(x).flatten(2).transpose(1, 2),
-                               plan().mix_tokens(x.flatten(2).transpose(1, 2)))
-    with pytest.raises(ValueError, match=r'covers a \(2, 3\) token grid but the map to mix is \(3, 2\)'):
-        plan().mix(torch.rand(3, 5, 3, 2))
-
-
 def test_an_image_mix_uses_the_pixel_mask_and_refuses_a_plan_without_one_or_other_image_sizes():
     """CutMix in pixel space (TL-Align): m x + (1 - m) x[index] with the (B, H, W) pixel mask; a token plan has
     no pixel mask, and images of another size than the mask are refused."""
@@ -76,8 +65,8 @@ def test_lam_is_each_samples_mean_mask_and_labels_mix_by_it():
 
 
 def test_check_grid_passes_the_plans_grid_and_names_the_owner_of_another():
-    plan().check_grid((2, 3))
-    plan().check_grid(torch.Size([2, 3]))
+    plan().check_grid((2, 3), 'ViT has')
+    plan().check_grid(torch.Size([2, 3]), 'ViT has')
     with pytest.raises(ValueError, match=r"but ViT has \(2, 2\): set the plan's patch_size"):
         plan().check_grid((2, 2), 'ViT has')
 
@@ -508,7 +497,7 @@ def test_a_model_checks_its_users_unions_their_requests_and_runs_the_backbone_on
     assert model.backbone.called_with['trace'].token_layers == (0, 1)
     assert Model(target_transform=[]).target_transform is None
     model = Model()
-    model.run_backbone(torch.ones(1))
+    model.loss(torch.ones(1), [])
     assert model.backbone.called_with == {}  # no user: an ordinary backbone call
     with pytest.raises(ValueError, match=r"at most one target transform .* got 2: \['TLAlign', 'TokenLabel'\]"):
         Model(target_transform=[dict(type='TLAlign'), dict(type='TokenLabel')])

@@ -17,7 +17,7 @@ from conftest import CONFIGS
 from guard_helpers import build_workspace, tool
 from mmvitreg.engine import CheckpointError, GuardedRunner
 from mmvitreg.models.backbones import convert_deepvit, convert_lvvit, convert_swin
-from mmvitreg.models.converters import convert_diversepatch, convert_official, convert_timm_vit, detect_layout
+from mmvitreg.models.converters import convert_checkpoint, convert_diversepatch, convert_timm_vit, detect_layout
 from test_diversepatch_converter import official_state_dict as diversepatch_state_dict
 from test_model_converters import official_state_dict as timm_state_dict
 from test_swin import NANO, nano, official_swin_state_dict
@@ -128,7 +128,7 @@ def test_each_release_is_recognised_by_its_keys_and_native_checkpoints_are_left_
         backbone = {k[len('backbone.'):]: v for k, v in converted.items() if k.startswith('backbone.')}
         assert detect_layout(backbone) is None, layout  # mmseg / mmdet backbone keys (e.g. swin2mmseg's output)
         checkpoint = {'state_dict': converted, 'meta': {'epoch': 3}}
-        assert convert_official(checkpoint) == (checkpoint, None)
+        assert convert_checkpoint(checkpoint, 'native.pth') == checkpoint
 
 
 @pytest.mark.parametrize('layout', LAYOUTS)

@@ -1,16 +1,12 @@
-"""Conversion of foreign checkpoints (timm-layout ViTs, official Swin) to mmvitreg classifier state dicts: the
-*convert* stage of the loading pass (:func:`convert_checkpoint`, :mod:`mmvitreg.engine.checkpoint`); this module reads
-no file.
-
-The official DeepViT, LV-ViT, DeiT and DiversePatch codes keep timm's ViT layout, converted by
-:func:`convert_timm_vit`. Each release layout is an :class:`OfficialLayout` (:func:`register_layout`): the timm /
-DeiT and DiversePatch ones here, the DeepViT, LV-ViT and Swin ones beside their backbones (this module imports no
-backbone). :func:`detect_layout` recognises a release by its keys; :func:`convert_official` converts it.
+"""Conversion of official checkpoints to mmvitreg classifier state dicts: the *convert* stage of the loading pass
+(:func:`convert_checkpoint`, :mod:`mmvitreg.engine.checkpoint`); this module reads no file. Each release layout is
+an :class:`OfficialLayout`: the timm / DeiT and DiversePatch ones here, the DeepViT, LV-ViT and Swin ones beside
+their backbones.
 """
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence
 
 from mmengine.logging import print_log
 from torch import Tensor
@@ -33,20 +29,14 @@ BACKBONE_RENAMES = (
 CLS_HEAD_RENAMES = {'head.': 'head.layers.head.'}
 
 
-#: where official codes keep the weights in a saved checkpoint: the model's, then the EMA's (timm's
-#: ``train.py``: ``state_dict`` / ``state_dict_ema``; DeiT-based codes: ``model`` / ``model_ema``)
+#: where official codes keep the model's and the EMA's weights (timm's ``train.py``, DeiT-based codes)
 WEIGHTS_KEYS = ('state_dict', 'model')
 EMA_KEYS = ('state_dict_ema', 'model_ema')
 
 
 def unwrap_checkpoint(checkpoint: Mapping, ema: bool = False) -> Dict[str, Tensor]:
-    """The state dict inside a saved checkpoint: ``state_dict`` / ``model`` / ``state_dict_ema`` /
-    ``model_ema``, or the checkpoint itself when it is a bare state dict.
-
-    Args:
-        checkpoint (Mapping): What ``torch.load`` returned.
-        ema (bool): Prefer the EMA weights (``state_dict_ema``, ``model_ema``) when present. Defaults to False.
-    """
+    """The state dict inside a read ``checkpoint`` (:data:`WEIGHTS_KEYS`, then :data:`EMA_KEYS`; those first with
+    ``ema``), or the checkpoint itself when it is a bare state dict."""
     order = EMA_KEYS + WEIGHTS_KEYS if ema else WEIGHTS_KEYS + EMA_KEYS
     for key in order:
         if key in checkpoint and isinstance(checkpoint[key], Mapping):
@@ -62,13 +52,8 @@ REVISE_KEYS = ((r'^module\.', ''), )
 
 
 def revise_keys(state_dict: Mapping[str, Tensor], rules: Sequence = REVISE_KEYS) -> 'OrderedDict[str, Tensor]':
-    """``state_dict`` with every key rewritten by ``rules`` (``(pattern, replacement)`` pairs, applied in order, as
-    mmengine's ``revise_keys``) and its ``_metadata`` kept: the one place the loading pass revises keys.
-
-    Args:
-        state_dict (Mapping[str, Tensor]): The state dict.
-        rules (Sequence): ``(pattern, replacement)`` pairs. Defaults to :data:`REVISE_KEYS` (``module.`` dropped).
-    """
+    """``state_dict`` with every key rewritten by ``rules`` (``(pattern, replacement)`` pairs, in order, as
+    mmengine's ``revise_keys``) and its ``_metadata`` kept: the one place the loading pass revises keys."""
     revised = OrderedDict(state_dict)
     for pattern, replacement in rules:
         revised = OrderedDict((re.sub(pattern, replacement, k), v) for k, v in revised.items())
@@ -78,13 +63,8 @@ def revise_keys(state_dict: Mapping[str, Tensor], rules: Sequence = REVISE_KEYS)
 
 def rename_keys(state_dict: Mapping[str, Tensor], backbone_rules, head_renames: Mapping[str, str],
                 skip: Optional[str] = None) -> 'OrderedDict[str, Tensor]':
-    """Rename a foreign state dict by regex rules: backbone keys under ``backbone.``, head prefixes by
-    ``head_renames``; keys matching ``skip`` (a regex) are dropped. Keys are already revised
-    (:func:`revise_keys`: no ``module.``).
-
-    Raises:
-        ValueError: listing every key that matches no rule (nothing is dropped silently).
-    """
+    """Rename a revised foreign state dict by regex rules: backbone keys under ``backbone.``, head prefixes by
+    ``head_renames``; keys matching ``skip`` (a regex) are dropped, any other key no rule knows is a ValueError."""
     out, unknown = OrderedDict(), []
     for key, value in state_dict.items():
         if skip and re.search(skip, key):
@@ -106,47 +86,25 @@ def rename_keys(state_dict: Mapping[str, Tensor], backbone_rules, head_renames: 
 
 def convert_timm_vit(state_dict: Mapping[str, Tensor],
                      head_renames: Optional[Mapping[str, str]] = None) -> 'OrderedDict[str, Tensor]':
-    """Rename a timm-layout ViT state dict to an mmpretrain-style classifier state dict.
-
-    Backbone keys go under ``backbone.`` (``patch_embed.proj`` -> ``patch_embed.projection``,
-    ``blocks.{i}.norm1`` -> ``layers.{i}.ln1``, ``mlp.fc1`` -> ``ffn.layers.0.0``, ``mlp.fc2`` ->
-    ``ffn.layers.1``, ``norm`` -> ``ln1``; attention sub-keys such as ``qkv``, ``proj``,
-    ``reatten_matrix``, ``var_norm``, ``proj_pre`` keep their names); head keys are renamed by
-    ``head_renames`` (prefix -> prefix).
-
-    Args:
-        state_dict (Mapping[str, Tensor]): The official state dict.
-        head_renames (Mapping[str, str], optional): Head key prefixes and their new names. Defaults
-            to ``{'head.': 'head.layers.head.'}``.
-
-    Raises:
-        ValueError: listing every key that matches no rule (nothing is dropped silently).
-    """
+    """A timm-layout ViT state dict (official DeiT, DeepViT, LV-ViT, DiversePatch) renamed to an mmpretrain-style
+    classifier's: backbone keys by :data:`BACKBONE_RENAMES` (attention sub-keys keep their names), head prefixes by
+    ``head_renames`` (default :data:`CLS_HEAD_RENAMES`); :func:`rename_keys` raises on a key no rule knows."""
     return rename_keys(state_dict, BACKBONE_RENAMES, CLS_HEAD_RENAMES if head_renames is None else head_renames)
 
 
 def convert_diversepatch(state_dict: Mapping[str, Tensor], mixing_index: int = 2) -> 'OrderedDict[str, Tensor]':
-    """Official DiversePatch state dict (ChengyueGongR/PatchVisionTransformer ``deit/models.py``) -> the state
-    dict of a :class:`~mmvitreg.models.classifiers.TokenClassifier` with an mmvitreg ``VisionTransformer``
-    (``attn_types='talking_heads'`` for checkpoints trained with ``use_talk=True``, the official default: their
-    ``blocks.{i}.attn.proj_pre`` / ``proj_post`` keep their names), a ``VisionTransformerClsHead`` (``head``) and
-    the :class:`~mmvitreg.models.losses.PatchMixingLoss` at ``aux_losses[mixing_index]`` (``patch_head``; 2 in
-    this package's configs: cosine, contrastive, mixing).
-    """
+    """Official DiversePatch state dict (ChengyueGongR/PatchVisionTransformer ``deit/models.py``) -> a
+    ``TokenClassifier``'s: an mmvitreg ``VisionTransformer`` (``attn_types='talking_heads'`` for the official
+    default ``use_talk=True``: ``proj_pre`` / ``proj_post`` keep their names), a ``VisionTransformerClsHead`` and
+    the ``PatchMixingLoss`` at ``aux_losses[mixing_index]`` (``patch_head``; 2 in this package's configs)."""
     return convert_timm_vit(state_dict, {**CLS_HEAD_RENAMES, 'patch_head.': f'aux_losses.{mixing_index}.patch_head.'})
 
 
 @dataclass(frozen=True)
 class OfficialLayout:
-    """An official release's key layout: how to recognise it, convert it and build its model.
-
-    Attributes:
-        name (str): The release, as the log line and errors name it.
-        convert (Callable): Official state dict -> mmvitreg classifier state dict.
-        tool (str): The offline converter in ``tools/model_converters/``.
-        model (str): The model it converts to (what a config needs to load it).
-        needs (FrozenSet[str]): Key patterns (regexes, ``re.search``): each must match some key.
-    """
+    """An official release's key layout: its ``name`` (as logs and errors say it), ``convert`` (official state dict
+    -> mmvitreg classifier state dict), ``tool`` (the offline converter), ``model`` (the model it converts to) and
+    ``needs`` (regexes, each matching some key of the release)."""
 
     name: str
     convert: Callable[[Mapping[str, Tensor]], Dict[str, Tensor]]
@@ -160,13 +118,16 @@ class OfficialLayout:
 
 #: the keys every timm-layout ViT release has (DeiT, DeepViT, LV-ViT, DiversePatch)
 TIMM_VIT_KEYS = frozenset({r'^patch_embed\.proj\.weight$', r'^cls_token$', r'^blocks\.0\.attn\.qkv\.weight$'})
-_LAYOUTS: List[OfficialLayout] = []
+#: the release layouts :func:`detect_layout` recognises, most specific first (the one that asks for the most keys:
+#: DeepViT, LV-ViT and DiversePatch are timm ViTs with extra keys, tried before the plain timm / DeiT layout)
+LAYOUTS: List[OfficialLayout] = []
 
 
 def register_layout(layout: OfficialLayout) -> OfficialLayout:
-    """Add a release layout to those :func:`detect_layout` recognises (a backbone module registers its own)."""
-    if all(known.name != layout.name for known in _LAYOUTS):
-        _LAYOUTS.append(layout)
+    """Add a release layout to :data:`LAYOUTS` (a backbone module registers its own)."""
+    if all(known.name != layout.name for known in LAYOUTS):
+        LAYOUTS.append(layout)
+        LAYOUTS.sort(key=lambda known: -len(known.needs))  # stable: registration order among equals
     return layout
 
 
@@ -175,63 +136,37 @@ def converter_tool(name: str) -> str:
     return f'tools/model_converters/{name}_to_mmvitreg.py'
 
 
-def official_layouts() -> Tuple[OfficialLayout, ...]:
-    """The registered layouts, most specific first (the one that asks for the most keys: DeepViT, LV-ViT and
-    DiversePatch are timm ViTs with extra keys, so they are tried before the plain timm / DeiT layout)."""
-    return tuple(sorted(_LAYOUTS, key=lambda layout: -len(layout.needs)))
-
-
 def detect_layout(state_dict: Mapping[str, Tensor]) -> Optional[OfficialLayout]:
     """The official release layout of ``state_dict`` (keys revised: :func:`revise_keys`), or None for any other
     layout (mmvitreg / mmpretrain / mmseg / mmdet checkpoints, which load as they are)."""
-    return next((layout for layout in official_layouts() if layout.matches(list(state_dict))), None)
-
-
-def convert_official(checkpoint: Mapping, rules: Sequence = REVISE_KEYS) -> Tuple[dict, Optional[OfficialLayout]]:
-    """Any checkpoint -> ``({'state_dict': ...}, layout)`` for mmengine's loaders, its keys revised by ``rules``
-    (:func:`revise_keys`) first.
-
-    An official release (raw, or wrapped in ``state_dict`` / ``model`` / ``state_dict_ema`` / ``model_ema``,
-    keys with or without ``module.``) is converted by its layout's converter (the model's weights, not the
-    EMA's, when it holds both); a checkpoint that already has a ``state_dict`` keeps its other entries (``meta``,
-    ``ema_state_dict``, ...); the weights of any other wrapper (``{'model': ...}``) or a bare state dict go under
-    ``state_dict``.
-
-    Returns:
-        tuple: the checkpoint and the :class:`OfficialLayout` it was converted from (None if not converted).
-
-    Raises:
-        KeyError: the checkpoint holds no state dict.
-        ValueError: an official layout with keys its converter does not know (they are listed).
-    """
-    state_dict = revise_keys(unwrap_checkpoint(checkpoint), rules)
-    layout = detect_layout(state_dict)
-    if layout is not None:
-        return {'state_dict': layout.convert(state_dict)}, layout
-    return {**(checkpoint if 'state_dict' in checkpoint else {}), 'state_dict': state_dict}, None
+    return next((layout for layout in LAYOUTS if layout.matches(list(state_dict))), None)
 
 
 def convert_checkpoint(checkpoint: Mapping, filename: str, rules: Sequence = REVISE_KEYS, logger='current') -> dict:
-    """Stage 2 of the loading pass (:mod:`mmvitreg.engine.checkpoint`): :func:`convert_official` of a read
-    ``checkpoint``, with one log line when an official release was converted (its ``meta`` then names the layout).
+    """Stage 2 of the loading pass (:mod:`mmvitreg.engine.checkpoint`): a read ``checkpoint`` -> ``{'state_dict':
+    ...}`` for mmengine's loaders, keys revised by ``rules`` first.
 
-    Raises:
-        CheckpointError: no state dict, or a release its converter cannot convert (naming the keys).
+    An official release (raw or wrapped, :func:`unwrap_checkpoint`) is converted by its layout (the model's
+    weights, not the EMA's), with one log line, and its ``meta`` names the layout; a checkpoint with a
+    ``state_dict`` keeps its other entries; any other weights go under ``state_dict``. A checkpoint without
+    weights, or a release its converter cannot convert, is a :class:`CheckpointError`.
     """
     try:
-        converted, layout = convert_official(checkpoint, rules)
+        state_dict = revise_keys(unwrap_checkpoint(checkpoint), rules)
     except KeyError as e:
         raise CheckpointError(f'checkpoint {filename}: {e.args[0]}') from None
+    layout = detect_layout(state_dict)
+    if layout is None:
+        return {**(checkpoint if 'state_dict' in checkpoint else {}), 'state_dict': state_dict}
+    try:
+        converted = layout.convert(state_dict)
     except ValueError as e:
-        layout = detect_layout(revise_keys(unwrap_checkpoint(checkpoint), rules))
         raise CheckpointError(f'checkpoint {filename} looks like the {layout.name} release layout but does not '
                               f'convert: {e}') from None
-    if layout is not None:
-        converted['meta'] = dict(official_layout=layout.name, official_model=layout.model)
-        print_log(f'checkpoint {filename}: {layout.name} release layout, converted on load by '
-                  f'{layout.convert.__module__}.{layout.convert.__name__} (as `python {layout.tool} SRC DST` '
-                  'does offline)', logger=logger)
-    return converted
+    print_log(f'checkpoint {filename}: {layout.name} release layout, converted on load by '
+              f'{layout.convert.__module__}.{layout.convert.__name__} (as `python {layout.tool} SRC DST` '
+              'does offline)', logger=logger)
+    return {'state_dict': converted, 'meta': dict(official_layout=layout.name, official_model=layout.model)}
 
 
 register_layout(OfficialLayout(
@@ -245,8 +180,7 @@ register_layout(OfficialLayout(
     'timm / DeiT ViT (facebookresearch/deit, Euphoria16/TL-Align)', convert_timm_vit, converter_tool('deepvit'),
     "mmpretrain's or mmvitreg's VisionTransformer with VisionTransformerClsHead", TIMM_VIT_KEYS))
 
-#: parameters some models have and others lack (regex on the converted key) -> what takes them: a load that
-#: would drop them names it (:func:`where_keys_belong`)
+#: parameters some models lack (regex on the converted key) -> what takes them (:func:`where_keys_belong`)
 KEY_TAKERS = (
     (r'\.attn\.proj_(pre|post)\.', "talking-heads attention: a config with attn_types='talking_heads' in the "
      "backbone's arch (e.g. configs/diversepatch/deit-base12-talking-heads_4xb256-400e_diversepatch_in1k.py)"),

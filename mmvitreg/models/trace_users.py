@@ -1,27 +1,13 @@
 """The composition rule of trace users: one skeleton shared by the classifier, the segmentor and the detectors.
 
-A model (:class:`~mmvitreg.models.classifiers.TokenClassifier`, :class:`~mmvitreg.models.segmentors.TokenSegmentor`,
-the ``mmvitreg.Token*`` detectors) is its library's model class with :class:`TraceUsers` mixed in before it; it
-holds the library's usual parts plus
+A model (``mmvitreg.TokenClassifier``, ``TokenSegmentor``, the ``Token*`` detectors) is its library's model class
+with :class:`TraceUsers` mixed in before it, and holds the library's usual parts plus
 
-* a list of ``aux_losses``: each a module with ``trace_request`` (a
-  :class:`~mmvitreg.models.trace.TraceRequest`, the taps it reads) and
-  ``loss(feats, data_samples, trace) -> dict`` of named losses (``loss_drloc``, ``loss_patch_cos``, ...),
-  where ``feats`` is the backbone's output tuple (before any neck) and ``trace`` the filled trace (None
-  when no user needs one). A loss that asks for no trace reads only ``feats`` and works on any backbone,
-  also on those without a trace (mmpretrain's ResNet, T2T-ViT, ConvNeXt);
+* ``aux_losses``: modules with a ``trace_request`` (:class:`~mmvitreg.models.trace.TraceRequest`) and
+  ``loss(feats, data_samples, trace) -> dict`` of named terms, ``feats`` the backbone's output tuple (before any
+  neck), ``trace`` the filled trace (None when no user needs one: such a loss works on any backbone);
 * at most one ``target_transform`` (``transform(trace, data_samples)`` rewrites the targets before the model's
   own loss and may return scalars to log) and a batch mix (``train_cfg.mix``).
-
-:class:`TraceUsers` builds the users, checks each against the backbone when the model is built
-(:func:`~mmvitreg.models.trace.check_trace_user`: a missing capability, a tap the backbone cannot serve or a
-width it does not have fails at once, naming user, backbone and fix), and runs one training step the same way
-in every model kind (:meth:`TraceUsers.loss`): the backbone once with the union of the requests, the target
-transform, the model kind's own losses on those outputs (:meth:`TraceUsers.model_losses`: the library's
-``loss`` unchanged, handed the outputs as :class:`BackboneOutputs`), then every user's named terms.
-
-Users that need an image-level target (``image_target = True``) serve only a model kind that has one
-(:attr:`TraceUsers.image_targets`); the others refuse them when built.
 """
 import copy
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -34,17 +20,13 @@ from .trace import MixPlan, TokenTrace, TraceRequest, TraceUserError, check_trac
 
 
 def build_user(cfg):
-    """A trace user from its config (mmvitreg's ``MODELS``), or the module itself."""
-    return cfg if isinstance(cfg, nn.Module) else MODELS.build(cfg)
+    """A trace user from its config (mmvitreg's ``MODELS``), or the module itself, or None."""
+    return cfg if cfg is None or isinstance(cfg, nn.Module) else MODELS.build(cfg)
 
 
 def check_image_target(user, model_name: str, image_targets: bool) -> None:
-    """Refuse ``user`` when it needs an image-level target (``image_target = True``) and the model kind
-    ``model_name`` has none (``image_targets=False``).
-
-    Raises:
-        TraceUserError (ValueError): the refusal, saying why and what to use instead.
-    """
+    """Refuse (:class:`TraceUserError`) a ``user`` that needs an image-level target (``image_target = True``) in
+    the model kind ``model_name`` without one (``image_targets=False``)."""
     if not image_targets and getattr(user, 'image_target', False):
         raise TraceUserError(f'{type(user).__name__} trains with an image-level target (one label per image), which '
                              f'{model_name} does not have (its targets are per pixel or per box): use it in an image '
@@ -58,56 +40,48 @@ class BackboneOutputs(tuple):
 
 
 class TraceUsers:
-    """Mixin of a model with a ``backbone`` and trace users (see the module docstring), put before the library's
-    class: ``class TokenSegmentor(DenseTraceUsers, EncoderDecoder)``.
-
-    A model calls :meth:`init_trace_users` at the end of its ``__init__``; its training step is :meth:`loss`.
-    """
+    """Mixin of a model with a ``backbone`` and trace users, put before the library's class
+    (``class TokenSegmentor(DenseTraceUsers, EncoderDecoder)``); the model calls :meth:`init_trace_users` at the end
+    of its ``__init__``, and its training step is :meth:`loss`."""
 
     #: whether the model kind has one target per image (a classifier: True); a segmentor or a detector has none
     image_targets = True
 
     def init_trace_users(self, aux_losses: Optional[Sequence] = None, target_transform=None,
                          fixed_users: Iterable = (), mix=None) -> None:
-        """Build ``aux_losses`` (into an mmengine ``ModuleList``, so ``init_weights`` reaches each one's
-        ``init_cfg``) and ``target_transform``, and check them, ``fixed_users`` (the head: built by the library's
-        own code) and ``mix`` (the batch mix that draws the plans, built by the data preprocessor) against
-        ``self.backbone``; a plan a stream starts from (TL-Align's initial labels) must lie on the backbone's
-        token grid, so its ``patch_size`` is checked then too.
+        """Build ``aux_losses`` (an mmengine ``ModuleList``, so ``init_weights`` reaches their ``init_cfg``) and
+        ``target_transform``, and check them, ``fixed_users`` (the head) and ``mix`` (the batch mix) against
+        ``self.backbone``; also the ``patch_size`` of a plan a stream starts from (TL-Align's initial labels).
 
         Raises:
-            TraceUserError (ValueError): a user the backbone cannot serve (also a plan the backbone mixes, or a
-                stream starts from, of another patch size than the backbone's), or one that needs an image-level
-                target in a kind without one.
+            TraceUserError (ValueError): a user the backbone cannot serve, or one that needs an image-level target
+                in a kind without one.
             ValueError: more than one target transform.
         """
         if isinstance(target_transform, Sequence):
             if len(target_transform) > 1:
-                raise ValueError(f'a model takes at most one target transform (each replaces the training target); '
-                                 f'got {len(target_transform)}: '
-                                 f'{[t.get("type", t) if isinstance(t, dict) else type(t).__name__ for t in target_transform]}')
+                names = [t.get('type', t) if isinstance(t, dict) else type(t).__name__ for t in target_transform]
+                raise ValueError('a model takes at most one target transform (each replaces the training target); '
+                                 f'got {len(names)}: {names}')
             target_transform = target_transform[0] if target_transform else None
         self.aux_losses = ModuleList(build_user(cfg) for cfg in aux_losses or ())
-        self.target_transform = build_user(target_transform) if target_transform is not None else None
-        checked = [u for u in [*fixed_users, mix] if u is not None] + list(self.aux_losses)
-        checked += [self.target_transform] if self.target_transform is not None else []
-        for user in checked:
+        self.target_transform = build_user(target_transform)
+        for user in [u for u in [*fixed_users, mix, *self.aux_losses, self.target_transform] if u is not None]:
             check_image_target(user, type(self).__name__, self.image_targets)
             check_trace_user(self.backbone, trace_request_of(user), type(user).__name__)
         self.train_request = TraceRequest.union(trace_request_of(u) for u in self.train_users)
         stream = self.train_request.stream
         if mix is not None and stream is not None:
-            check_trace_user(self.backbone, TraceRequest(patch_size=mix.patch_size),
-                             f'{type(mix).__name__}, the plan {type(stream).__name__} starts from,')
+            user = f'{type(mix).__name__}, the plan {type(stream).__name__} starts from,'
+            check_trace_user(self.backbone, TraceRequest(patch_size=mix.patch_size), user)
 
     @property
     def train_users(self) -> List[nn.Module]:
         """Every trace user of a training forward: the head (when it reads a trace), the auxiliary losses,
         the target transform."""
         head = getattr(self, 'head', None)
-        users = [head] if head is not None and trace_request_of(head).needs_trace else []
-        users += list(self.aux_losses)
-        return users + ([self.target_transform] if self.target_transform is not None else [])
+        head = head if head is not None and trace_request_of(head).needs_trace else None
+        return [u for u in [head, *self.aux_losses, self.target_transform] if u is not None]
 
     @staticmethod
     def make_trace(request: TraceRequest, mix_plan: Optional[MixPlan] = None,
@@ -118,23 +92,12 @@ class TraceUsers:
             return None
         return TokenTrace.for_request(request, mix=mix_plan, samples=data_samples)
 
-    def run_backbone(self, inputs: Tensor, data_samples: Optional[list] = None,
-                     mix_plan: Optional[MixPlan] = None) -> Tuple[Tuple[Tensor, ...], Optional[TokenTrace]]:
-        """The backbone's outputs for a training batch and the trace filled with the union request (None
-        when no user needs one: the backbone then runs as an ordinary backbone)."""
-        trace = self.make_trace(self.train_request, mix_plan, data_samples)
-        feats = self.backbone(inputs, trace=trace) if trace is not None else self.backbone(inputs)
-        return feats, trace
-
     def loss(self, inputs: Tensor, data_samples: list, mix_plan: Optional[MixPlan] = None) -> Dict[str, Tensor]:
-        """The losses of a training batch, the same way in every model kind: the backbone runs once with the
-        union trace, the target transform rewrites the targets, then come the model kind's own terms
-        (:meth:`model_losses`), the transform's logged scalars and every auxiliary loss's named terms.
-
-        Raises:
-            KeyError: a user's term named ``loss`` or as a term already returned (the library's included).
-        """
-        feats, trace = self.run_backbone(inputs, data_samples, mix_plan)
+        """The losses of a training batch in every model kind: the backbone once with the union trace, the target
+        transform, the model kind's own terms (:meth:`model_losses`), the transform's scalars, every user's terms
+        (:meth:`add_terms`)."""
+        trace = self.make_trace(self.train_request, mix_plan, data_samples)
+        feats = self.backbone(inputs, trace=trace) if trace is not None else self.backbone(inputs)  # no user: plain
         logged = self.target_transform.transform(trace, data_samples) if self.target_transform is not None else None
         losses = dict(self.model_losses(feats, data_samples, trace))
         if logged:
@@ -150,8 +113,7 @@ class TraceUsers:
         return super().loss(BackboneOutputs(feats), data_samples)
 
     def extract_feat(self, inputs, *args, **kwargs):
-        """The library's ``extract_feat``; :class:`BackboneOutputs` (in :meth:`model_losses`) go through the neck
-        only."""
+        """The library's ``extract_feat``; :class:`BackboneOutputs` go through the neck only."""
         if isinstance(inputs, BackboneOutputs):
             return self.neck(inputs) if self.with_neck else inputs
         return super().extract_feat(inputs, *args, **kwargs)
@@ -170,20 +132,11 @@ class TraceUsers:
 
 
 class DenseTraceUsers(TraceUsers):
-    """:class:`TraceUsers` of the model kinds without an image-level target (an mmseg segmentor, an mmdet
-    detector), which take the library class's arguments plus
-
-    * ``aux_losses`` (Sequence[dict], optional): the trace users, each ``loss(feats, data_samples, trace)`` with
-      ``feats`` the backbone's outputs before the neck;
-    * ``target_transform`` (dict, optional): as in classification.
-
-    A training step is :meth:`TraceUsers.loss`; prediction, ``tensor`` mode and test-time augmentation are the
-    library's, without a trace. A user that needs an image-level target (TL-Align, MixToken and the other token
-    mixes, TokenLabelHead, PatchMixingLoss) is refused when the model is built, also as ``target_transform`` or
+    """:class:`TraceUsers` of the model kinds without an image-level target (an mmseg segmentor, an mmdet detector):
+    the library class's arguments plus ``aux_losses`` and ``target_transform``. Prediction, ``tensor`` mode and
+    test-time augmentation are the library's, without a trace. A user that needs an image-level target (TL-Align,
+    the token mixes, TokenLabelHead, PatchMixingLoss) is refused (:class:`TraceUserError`) when built, also as
     ``train_cfg.mix`` (which the library would otherwise ignore).
-
-    Raises:
-        TraceUserError (ValueError): a user the backbone cannot serve, or one that needs an image-level target.
     """
 
     image_targets = False
@@ -192,7 +145,6 @@ class DenseTraceUsers(TraceUsers):
         mix = None
         if kwargs.get('train_cfg') is not None:
             kwargs['train_cfg'] = train_cfg = copy.deepcopy(kwargs['train_cfg'])
-            mix = train_cfg.pop('mix', None)
-            mix = build_user(mix) if mix is not None else None
+            mix = build_user(train_cfg.pop('mix', None))
         super().__init__(*args, **kwargs)
         self.init_trace_users(aux_losses, target_transform, mix=mix)

@@ -1,13 +1,9 @@
 """Components built on a library's models that cannot be imported here, and the one line that says why.
 
-mmseg and mmdet are extras (``pip install "/path/to/mmvitreg[seg]"``, ``[det]``, ``[all]``: mmvitreg is not on
-PyPI, :func:`extra_command`): a classification install has neither. And their model packages import mmcv's
-compiled ops, which mmcv-lite (the oldest stack checked, ``tools/check_stack.sh``) lacks, unless
-:mod:`mmvitreg.mmcv_ops` serves them; a compiled ``mmcv._ext`` built for another torch does not load. mmvitreg's
-classes built on them (:class:`~mmvitreg.models.segmentors.TokenSegmentor`, the detectors of
-:mod:`mmvitreg.models.detectors`) are then registered as builders that raise the import error with their name
-and its fix (:func:`install_hint`): every other component still imports, and a config that uses one of them stops
-saying why.
+mmseg and mmdet are extras (:func:`extra_command`), and their models import mmcv's compiled ops (a compiled
+``mmcv._ext`` built for another torch does not load). Where they do not import, mmvitreg's classes built on them
+(``TokenSegmentor``, the ``Token*`` detectors) are registered as builders that raise the import error with their
+name and its fix: every other component still imports.
 """
 from pathlib import Path
 from typing import Iterable
@@ -22,31 +18,22 @@ EXTRA_MODULES = {'mmseg': ('mmseg', 'ftfy', 'regex'), 'mmdet': ('mmdet', 'pycoco
 
 
 def extra_command(library: str) -> str:
-    """The pip command that installs ``library``'s extra (``'mmseg'`` or ``'mmdet'``) into this environment: from the
-    checkout this package runs from where there is one (an editable install), else from a checkout or built wheel
-    the user names (mmvitreg is not on PyPI, so ``pip install "mmvitreg[seg]"`` would fail)."""
+    """The pip command that installs ``library``'s extra (``'mmseg'`` or ``'mmdet'``): from the checkout this
+    package runs from, else from one the user names (mmvitreg is not on PyPI)."""
     checkout = Path(__file__).resolve().parents[2]
     source = checkout if (checkout / 'setup.py').is_file() else '/path/to/mmvitreg'
     return f'pip install "{source}[{EXTRAS[library]}]"'
 
 
-def install_hint(library: str, error: ImportError) -> str:
-    """The fix for ``error``, raised importing ``library``'s models (``'mmseg'`` or ``'mmdet'``): the extra
-    that installs the library, or a rebuild of mmcv's compiled ops; ``''`` when neither is the cause."""
-    missing = (getattr(error, 'name', None) or '').split('.')[0]
-    if missing in EXTRA_MODULES[library]:
-        return extra_command(library)
-    if 'mmcv/_ext' in str(error):  # a compiled mmcv._ext that does not load (built for another torch)
-        from mmvitreg.mmcv_ops import build_hint
-        return f"rebuild mmcv's compiled ops here: {build_hint()}"
-    return ''
-
-
 def register_unavailable(names: Iterable[str], library: str, error: ImportError) -> None:
     """Register each of ``names`` as a builder that raises ``ImportError`` naming it, ``library``, ``error`` and
-    the fix (:func:`install_hint`)."""
-    hint = install_hint(library, error)
-    fix = f'; {hint}' if hint else ''
+    the fix: the extra that installs the library, or a rebuild of mmcv's compiled ops."""
+    fix = ''
+    if (getattr(error, 'name', None) or '').split('.')[0] in EXTRA_MODULES[library]:
+        fix = f'; {extra_command(library)}'
+    elif 'mmcv/_ext' in str(error):  # a compiled mmcv._ext that does not load (built for another torch)
+        from mmvitreg.mmcv_ops import build_hint
+        fix = f"; rebuild mmcv's compiled ops here: {build_hint()}"
     for name in names:
         def unavailable(*args, _name=name, **kwargs):
             raise ImportError(f"mmvitreg.{_name} is built on {library}'s models, which do not import here: "

@@ -1,6 +1,6 @@
 """What a backbone offers a trace (:class:`TraceSpec`), what a user asks of it (:class:`TraceRequest`) and the
 one check between them (:func:`check_request`), whose errors name user, backbone and fix."""
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import FrozenSet, Iterable, Optional, Sequence, Tuple
 
 #: What a trace-taking backbone may do for a user besides recording block tokens (which all do).
@@ -27,30 +27,31 @@ def resolve_indices(indices: Sequence[int], count: int, kind: str = 'block') -> 
     """The one resolver of block, stage and output indices: negative ones count from the last of ``count``.
 
     Raises:
-        IndexError: an index outside ``-count .. count - 1``, naming the ``kind`` of index; its ``index`` is the
-            first such index.
+        IndexError: naming the ``kind`` and the first index outside ``-count .. count - 1`` (also its ``index``).
     """
-    bad = _first_out_of_range(indices, count)
+    bad = next((i for i in indices if not -count <= i < count), None)
     if bad is not None:
-        error = IndexError(_range_text(bad, count, kind))
+        error = IndexError(f'{kind} index {bad} is out of range for a backbone with {count} {kind}s')
         error.index = bad
         raise error
     return tuple(i + count if i < 0 else i for i in indices)
 
 
-def _first_out_of_range(indices: Sequence[int], count: int) -> Optional[int]:
-    return next((i for i in indices if not -count <= i < count), None)
+#: a request's index fields and the widths it expects of each
+_WIDTHS = (('token_layers', 'token_channels'), ('stages', 'stage_channels'), ('outputs', 'out_channels'))
 
 
-def _range_text(index: int, count: int, kind: str) -> str:
-    return f'{kind} index {index} is out of range for a backbone with {count} {kind}s'
-
-
-def _frozen_names(owner, name: str, known: dict) -> None:
-    value = frozenset(getattr(owner, name))
-    object.__setattr__(owner, name, value)
-    if value - set(known):
-        raise ValueError(f'unknown trace {name} {sorted(value - set(known))}; known: {sorted(known)}')
+def _freeze(owner) -> None:
+    """Store the tuple fields of a spec or request as tuples and its names as frozensets, refusing unknown names."""
+    for f in fields(owner):
+        value, known = getattr(owner, f.name), {'services': SERVICES, 'points': POINTS, 'facts': FACTS}.get(f.name)
+        if known is not None:
+            value = frozenset(value)
+            if value - set(known):
+                raise ValueError(f'unknown trace {f.name} {sorted(value - set(known))}; known: {sorted(known)}')
+        elif f.type in (Tuple[int, ...], Tuple[str, ...]):
+            value = tuple(value)
+        object.__setattr__(owner, f.name, value)
 
 
 @dataclass(frozen=True)
@@ -58,23 +59,16 @@ class TraceSpec:
     """What a trace-taking backbone offers (``backbone.trace_spec``), checked against every user's request.
 
     Args:
-        num_blocks (int): Blocks, numbered across stages (negative tap indices count from the last).
-        channels (Tuple[int, ...]): The token width of every block's output.
-        tappable (Tuple[int, ...]): The blocks whose tokens and attention maps can be tapped (a backbone
-            whose earlier stages have another token layout traces only its last stage: CvT). Defaults to
-            every block.
+        num_blocks (int): Blocks, numbered across stages; ``channels`` (Tuple[int, ...]) the width of each output.
+        tappable (Tuple[int, ...], optional): The blocks that can be tapped (CvT: its last stage's); None: all.
         num_extra_tokens (int): Tokens before the patch tokens in the traced blocks (1 for a cls token).
-        services (FrozenSet[str]): Keys of :data:`SERVICES` it gives.
-        points (FrozenSet[str]): Keys of :data:`POINTS` it records.
-        facts (FrozenSet[str]): Keys of :data:`FACTS` that hold for it.
-        out_types (Tuple[str, ...]): The output formats (``out_type``) it can be built with.
-        out_type (str): The format it is built with.
-        stage_channels (Tuple[int, ...]): The width of every stage's output after its down-sampling (point
-            ``'stages'``; one per stage). Defaults to none.
-        out_channels (Tuple[int, ...]): The width of each output of its ``forward`` (``C`` of ``(B, C, ...)``
-            maps, of ``(B, N, C)`` tokens), in order. Defaults to none: not stated, not checked.
-        patch_stride (int, optional): Input pixels per side of a token of the embedding's grid, the grid a mixing
-            plan lies on (``TraceRequest.patch_size``). Defaults to None: not stated, not checked.
+        services, points, facts (FrozenSet[str]): The keys of :data:`SERVICES`, :data:`POINTS`, :data:`FACTS` it
+            gives, records and meets.
+        out_types (Tuple[str, ...]): The ``out_type`` values it can be built with; ``out_type`` (str) the one it is.
+        stage_channels (Tuple[int, ...]): The width of every stage's output (point ``'stages'``).
+        out_channels (Tuple[int, ...]): The width ``C`` of each ``forward`` output (``(B, C, ...)`` maps,
+            ``(B, N, C)`` tokens); empty: not checked.
+        patch_stride (int, optional): Input pixels per side of an embedding token (None: not checked).
     """
 
     num_blocks: int
@@ -93,10 +87,7 @@ class TraceSpec:
     def __post_init__(self):
         tappable = tuple(range(self.num_blocks)) if self.tappable is None else tuple(self.tappable)
         object.__setattr__(self, 'tappable', tappable)
-        for name in ('channels', 'stage_channels', 'out_channels'):
-            object.__setattr__(self, name, tuple(getattr(self, name)))
-        for name, known in (('services', SERVICES), ('points', POINTS), ('facts', FACTS)):
-            _frozen_names(self, name, known)
+        _freeze(self)
         if len(self.channels) != self.num_blocks:
             raise ValueError(f'a trace spec gives {len(self.channels)} channel counts for {self.num_blocks} blocks')
         if ('stages' in self.points) != bool(self.stage_channels):
@@ -119,31 +110,21 @@ class TraceRequest:
     """What one trace user asks of the backbone.
 
     Args:
-        token_layers (Tuple[int, ...]): Blocks whose output tokens it reads (negative indices count
-            from the last block).
-        attn_layers (Tuple[int, ...]): Blocks whose attention maps it reads (service ``'attn'``).
-        points (FrozenSet[str]): Recording points it reads (keys of :data:`POINTS`).
-        facts (FrozenSet[str]): Facts it relies on (keys of :data:`FACTS`).
-        services (FrozenSet[str]): Services it needs beyond those its taps imply (``{'mix'}`` for a
-            plan mixed by the backbone).
-        stream (TokenStream, optional): Values the backbone carries through every block for the user
-            (service ``'stream'``; at most one stream per model).
-        token_channels (Tuple[int, ...]): The channels the user expects of each ``token_layers`` tap
-            (one per tap; empty: not checked). Only checked, not merged by :meth:`union`.
-        out_type (str, optional): The backbone output format the user reads (``'raw'`` for every token).
-        trace (bool): Whether the user reads a trace even when it asks for nothing above (it reads the
-            grid, the number of extra tokens or the plan: a batch mix). Implied by everything else.
-        stages (Tuple[int, ...]): Stages whose outputs it reads (point ``'stages'``, implied; negative from
-            the last stage).
-        stage_channels (Tuple[int, ...]): The channels it expects of each of ``stages`` (empty: not checked).
-        outputs (Tuple[int, ...]): The backbone outputs (``forward``'s tuple, negative from the last) it
-            reads; no trace needed.
-        out_channels (Tuple[int, ...]): The channels it expects of each of ``outputs`` (empty: not checked),
-            checked where the backbone states its output widths.
-        patch_size (int, optional): The token stride, in input pixels, of the mixing plan's grid that the user
-            reads as the embedding's (a plan the backbone mixes; the plan a stream starts from), checked against
-            the backbone's ``patch_stride`` where it states one. Only checked, not merged by :meth:`union`.
-            Defaults to None.
+        token_layers, attn_layers (Tuple[int, ...]): Blocks whose output tokens / attention maps (service
+            ``'attn'``) it reads; negative indices count from the last block.
+        points, facts (FrozenSet[str]): The keys of :data:`POINTS` it reads and of :data:`FACTS` it relies on.
+        services (FrozenSet[str]): Services beyond those its taps imply (``{'mix'}``: a plan the backbone mixes).
+        stream (TokenStream, optional): Values the backbone carries through every block (service ``'stream'``).
+        out_type (str, optional): The backbone output format it reads (``'raw'``: every token).
+        trace (bool): Whether it reads a trace when it asks for nothing else (the grid, the extra tokens, the
+            plan: a batch mix).
+        stages (Tuple[int, ...]): Stages whose outputs it reads (implies the point ``'stages'``).
+        outputs (Tuple[int, ...]): The ``forward`` outputs it reads (no trace needed).
+        token_channels, stage_channels, out_channels (Tuple[int, ...]): The width it expects of each of
+            ``token_layers``, ``stages``, ``outputs`` (empty: not checked).
+        patch_size (int, optional): The pixel stride of the plan's grid it takes for the embedding's.
+
+    The widths, ``out_type``, ``outputs`` and ``patch_size`` are checked per user, not merged by :meth:`union`.
     """
 
     token_layers: Tuple[int, ...] = ()
@@ -162,15 +143,10 @@ class TraceRequest:
     patch_size: Optional[int] = None
 
     def __post_init__(self):
-        for name in ('token_layers', 'attn_layers', 'token_channels', 'stages', 'stage_channels', 'outputs',
-                     'out_channels'):
-            object.__setattr__(self, name, tuple(getattr(self, name)))
+        _freeze(self)
         if self.stages:
-            object.__setattr__(self, 'points', frozenset(self.points) | {'stages'})
-        for name, known in (('points', POINTS), ('facts', FACTS), ('services', SERVICES)):
-            _frozen_names(self, name, known)
-        for indices, widths in (('token_layers', 'token_channels'), ('stages', 'stage_channels'),
-                                ('outputs', 'out_channels')):
+            object.__setattr__(self, 'points', self.points | {'stages'})
+        for indices, widths in _WIDTHS:
             if getattr(self, widths) and len(getattr(self, widths)) != len(getattr(self, indices)):
                 raise ValueError(f'{widths} {getattr(self, widths)} need one entry per entry of {indices} '
                                  f'{getattr(self, indices)}')
@@ -178,29 +154,28 @@ class TraceRequest:
     @property
     def all_services(self) -> FrozenSet[str]:
         """:attr:`services` plus what the taps and the stream imply."""
-        return self.services | ({'attn'} if self.attn_layers else set()) | (
-            {'stream'} if self.stream is not None else set())
+        implied = {'attn'} if self.attn_layers else set()
+        return self.services | implied | ({'stream'} if self.stream is not None else set())
 
     @property
     def needs_trace(self) -> bool:
         """Whether the user reads a trace at all (a request for backbone outputs only does not)."""
-        return bool(self.trace or self.token_layers or self.attn_layers or self.points or self.facts
-                    or self.services or self.stream is not None)
+        asks = (self.token_layers, self.attn_layers, self.points, self.facts, self.services)
+        return self.trace or self.stream is not None or any(asks)
 
     @staticmethod
     def union(requests: Iterable['TraceRequest']) -> 'TraceRequest':
-        """One request serving all ``requests`` (layers and stages in first-seen order; ``out_type``, the
-        widths and the outputs are checked per user, not merged)."""
+        """One request serving all ``requests`` (layers and stages in first-seen order)."""
         requests = list(requests)
         merge = lambda attr: tuple(dict.fromkeys(i for r in requests for i in getattr(r, attr)))  # noqa: E731
-        streams = list(dict.fromkeys(id(r.stream) for r in requests if r.stream is not None))
+        streams = list({id(r.stream): r.stream for r in requests if r.stream is not None}.values())
         if len(streams) > 1:
             raise ValueError(f'a backbone carries one token stream, but {len(streams)} trace users bring one: '
-                             + ', '.join(type(r.stream).__name__ for r in requests if r.stream is not None))
+                             + ', '.join(type(s).__name__ for s in streams))
         union = lambda attr: frozenset().union(*(getattr(r, attr) for r in requests))  # noqa: E731
-        return TraceRequest(merge('token_layers'), merge('attn_layers'), union('points'), union('facts'),
-                            union('services'), next((r.stream for r in requests if r.stream is not None), None),
-                            trace=any(r.needs_trace for r in requests), stages=merge('stages'))
+        return TraceRequest(**{attr: merge(attr) for attr in ('token_layers', 'attn_layers', 'stages')},
+                            **{attr: union(attr) for attr in ('points', 'facts', 'services')},
+                            stream=streams[0] if streams else None, trace=any(r.needs_trace for r in requests))
 
 
 def trace_request_of(user) -> TraceRequest:
@@ -209,20 +184,16 @@ def trace_request_of(user) -> TraceRequest:
 
 
 class TraceUserError(ValueError):
-    """A trace user the backbone cannot serve (:func:`check_request`): the message names the user, the backbone and
-    the fix."""
+    """A trace user the backbone cannot serve (:func:`check_request`), naming the user, the backbone and the fix."""
 
 
 def check_request(spec: Optional[TraceSpec], request: TraceRequest, user_name: str, backbone_name: str) -> None:
-    """Fail, naming the user and the backbone, when a backbone of ``spec`` cannot serve ``request``.
-
-    The one check behind :func:`check_trace_user` (build time) and
-    :meth:`~mmvitreg.models.trace.TokenTrace.start` (every traced forward: a message is built only for the error
-    raised), in this order: a trace at all; the services, points and facts; the block and stage taps; the output
-    format; the outputs read; the widths; the stream's depth; the plan's patch size.
+    """Fail, naming the user and the backbone, when a backbone of ``spec`` cannot serve ``request``: the one check
+    behind :func:`check_trace_user` (build time) and :meth:`~mmvitreg.models.trace.TokenTrace.start` (every traced
+    forward).
 
     Raises:
-        TraceUserError (ValueError): the first of these the backbone does not serve.
+        TraceUserError (ValueError): the first need the backbone does not meet.
     """
     user, backbone = user_name, backbone_name
     if spec is None:
@@ -243,11 +214,11 @@ def check_request(spec: Optional[TraceSpec], request: TraceRequest, user_name: s
     taps = (('tokens', 'block', request.token_layers, spec.num_blocks), ('attention maps', 'block',
             request.attn_layers, spec.num_blocks), ('outputs', 'stage', request.stages, spec.num_stages))
     for what, kind, indices, count in taps:
-        bad = _first_out_of_range(indices, count)
-        if bad is not None:
-            raise TraceUserError(f'{user} taps the {what} of a {kind} that {backbone} does not have: '
-                                 f'{_range_text(bad, count, kind)}')
-        outside = [i for i, j in zip(indices, resolve_indices(indices, count)) if j not in spec.tappable]
+        try:
+            resolved = resolve_indices(indices, count, kind)
+        except IndexError as e:
+            raise TraceUserError(f'{user} taps the {what} of a {kind} that {backbone} does not have: {e}') from None
+        outside = [i for i, j in zip(indices, resolved) if j not in spec.tappable]
         if kind == 'block' and outside:
             raise TraceUserError(f'{user} taps the {what} of blocks {outside}, but {backbone} traces only blocks '
                                  f'{spec.tappable_text} (of 0..{spec.num_blocks - 1}): tap one of those (-1 is the '
@@ -261,7 +232,7 @@ def check_request(spec: Optional[TraceSpec], request: TraceRequest, user_name: s
                              f'produce (it offers {list(spec.out_types)}): use a backbone with out_type={out_type!r} '
                              '(mmvitreg.VisionTransformer, DeepViT, LVViT)')
     outputs = len(spec.out_channels)
-    if outputs and _first_out_of_range(request.outputs, outputs) is not None:
+    if outputs and any(not -outputs <= i < outputs for i in request.outputs):
         raise TraceUserError(f'{user} reads the backbone outputs {list(request.outputs)}, but {backbone} gives '
                              f'{outputs}: set its out_indices or the outputs the user reads')
     widths = (('the tokens of blocks', request.token_layers, request.token_channels, spec.channels),

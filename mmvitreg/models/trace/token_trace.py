@@ -1,4 +1,5 @@
-"""The token trace itself: filled by a backbone through its recording API, read by the users."""
+"""The token trace: filled by a backbone through its recording API (:meth:`TokenTrace.start`, ``block``,
+``downsample``, ``stage``, ``end``), read by the users."""
 from dataclasses import dataclass, field
 from typing import Callable, Dict, FrozenSet, Optional, Protocol, Sequence, Tuple, Union
 
@@ -10,11 +11,9 @@ from .mix_plan import MixPlan
 
 
 class TokenStream(Protocol):
-    """A user's per-token values, carried through the blocks by the backbone (see the package docstring).
-
-    Shapes: values ``(B, N, D)`` on a block's token grid, extra tokens first (``N = num_extra_tokens
-    + H * W``); ``mixed`` the same, from the block's :class:`~mmvitreg.models.layers.Ride`.
-    """
+    """A user's per-token values ``(B, N, D)`` (extra tokens first, ``N = num_extra_tokens + H * W``), carried
+    through each block's head-averaged attention (TL-Align's labels, Eq. 9) as a
+    :class:`~mmvitreg.models.layers.Ride` (its ``mixed`` shaped as them), without the ``(B, heads, N, N)`` maps."""
 
     def start(self, trace: 'TokenTrace') -> Tensor:
         """The values of the tokens that enter the first block (``trace.grid``, ``trace.mix``,
@@ -23,8 +22,7 @@ class TokenStream(Protocol):
     def step(self, trace: 'TokenTrace', layer: int, values: Tensor, mixed: Tensor, stochastic: bool = False
              ) -> Tensor:
         """The values after block ``layer``, from those before it and what its attention ``mixed``;
-        ``stochastic``: every row of the map that mixed them sums to 1 over the tokens that carry values (a
-        softmax map, no padding token in the block's windows), so a row of ``mixed`` keeps the mass it mixes."""
+        ``stochastic``: every row of that map sums to 1 over the tokens that carry values (softmax, no padding)."""
 
     def resize(self, values: Tensor, grid: Tuple[int, int], new_grid: Tuple[int, int]) -> Tensor:
         """The values after a downsampling between blocks (Swin's patch merging) from ``grid`` to ``new_grid``."""
@@ -36,43 +34,33 @@ BlockRun = Callable[[Tensor, bool, Optional[Ride]], Union[Tensor, Tuple[Tensor, 
 
 @dataclass
 class TokenTrace:
-    """Travels with one batch through a backbone's forward; the backbone fills it through the recording
-    API (:meth:`start`, :meth:`block`, :meth:`downsample`, :meth:`stage`, :meth:`end`).
+    """Travels with one batch through a backbone's forward.
 
     In (what users asked for, usually set by :meth:`for_request`):
-        mix (MixPlan, optional): mixing plan applied to the patch tokens after the patch embedding and
-            before the position embedding (unless it mixed the images in pixel space).
-        token_layers (Sequence[int]): blocks whose output tokens to record (negative indices count
-            from the last block; a hierarchical backbone numbers its blocks across stages).
-        attn_layers (Sequence[int]): blocks whose attention maps to record; only these blocks leave
-            the fused attention kernel.
+        mix (MixPlan, optional): the plan that mixes the patch tokens after the embedding (unless it mixed pixels).
+        token_layers, attn_layers (Sequence[int]): blocks whose output tokens / attention maps to record
+            (negative from the last block); only ``attn_layers`` leave the fused attention kernel.
         points (FrozenSet[str]): recording points to fill (keys of :data:`POINTS`).
         stream (TokenStream, optional): values to carry through every block.
-        samples (list, optional): the batch's data samples (training), for users that start from the
-            ground truth (a stream of labels).
+        samples (list, optional): the batch's data samples (training), for a stream of labels.
 
-    Out (each field one meaning, filled by the recording API):
+    Out (filled by the recording API):
         grid (Tuple[int, int]): the patch-token grid of the embedding ``(Hg, Wg)``, the grid a plan mixes.
-        num_layers (int): the backbone's number of blocks (for negative indices, see :meth:`index`).
-        num_stages (int): the stages whose outputs the point ``'stages'`` records (see :meth:`stage_map`).
+        num_layers, num_stages (int): the backbone's blocks and (point ``'stages'``) stages.
         num_extra_tokens (int): tokens before the patch tokens in the traced blocks (1 for a cls token).
         grids (Dict[int, Tuple[int, int]]): every block -> the grid of its output tokens.
         tokens (Dict[int, Tensor]): tapped block -> ``(B, N, C)`` its output tokens (before any final
             norm), extra tokens first, ``N = num_extra_tokens + H * W`` on ``grids[i]``.
-        attn (Dict[int, Tensor]): tapped block -> its attention map, the one that multiplies ``V``:
-            ``(B, heads, N, N)`` in a ViT (after softmax, before attention dropout; for re-attention
-            after the head transform and its norm, which follow the dropout); ``(B * nW, heads, w * w,
-            w * w)`` per window in a Swin (before attention dropout).
-        windows (Dict[int, WindowLayout]): tapped windowed block -> the layout that places ``attn[i]``
-            (and window tokens) on the grid.
+        attn (Dict[int, Tensor]): tapped block -> the attention map that multiplies ``V``, before attention
+            dropout: ``(B, heads, N, N)`` in a ViT (re-attention: after the head transform and its norm, which
+            follow the dropout), ``(B * nW, heads, w * w, w * w)`` per window in a Swin, placed on the grid by
+            ``windows[i]`` (a :class:`~mmvitreg.models.layers.WindowLayout`).
         streamed (Dict[int, Tensor]): every block -> the stream's values after it ``(B, N, D)``.
-        embed (Tensor, optional): point ``'embed'``: ``(B, H * W, C)`` the patch tokens after the
-            embedding and any token mix, before the position embedding.
-        final (Tensor, optional): point ``'final'``: ``(B, N, C)`` the last block's tokens after the
-            backbone's final norm (the raw last-block tokens when it has none), extra tokens first.
-        stages (Dict[int, Tensor]): point ``'stages'``: every stage -> ``(B, H_s * W_s, C_s)`` its
-            output after its down-sampling (Swin: after the stage's patch merging, before any norm; the
-            last stage, which has none, gives its last block's tokens); ``stage_grids`` their grids.
+        embed (Tensor, optional): point ``'embed'``: ``(B, H * W, C)`` the patch tokens after any token mix.
+        final (Tensor, optional): point ``'final'``: ``(B, N, C)`` the last block's tokens after the final norm
+            (if any).
+        stages (Dict[int, Tensor]): point ``'stages'``: every stage -> ``(B, H_s * W_s, C_s)`` its output after its
+            patch merging, before any norm (the last stage: its last block's tokens); ``stage_grids`` their grids.
     """
 
     mix: Optional[MixPlan] = None
@@ -105,23 +93,20 @@ class TokenTrace:
     @classmethod
     def for_request(cls, request: TraceRequest, mix: Optional[MixPlan] = None,
                     samples: Optional[list] = None) -> 'TokenTrace':
-        """An empty trace that asks for what ``request`` taps and carries its stream."""
-        return cls(mix=mix, token_layers=request.token_layers, attn_layers=request.attn_layers,
-                   points=request.points, stream=request.stream, samples=samples)
+        """An empty trace that asks for what ``request`` taps and carries its stream (the In fields, in order)."""
+        return cls(mix, request.token_layers, request.attn_layers, request.points, request.stream, samples)
 
     # ------------------------------------------------------------------ the recording API (backbones)
     def start(self, spec: TraceSpec, tokens: Tensor, grid: Tuple[int, int], backbone_name: str = 'the backbone'
               ) -> Tensor:
-        """After the patch embedding: ``tokens`` ``(B, H * W, C)`` on ``grid``, before any extra token and
-        the position embedding. Checks the trace against ``spec`` (the build-time check,
-        :func:`~mmvitreg.models.trace.check_request`) and, for a plan it mixes or a stream starts from, the plan's
-        grid against ``grid`` (:meth:`MixPlan.check_grid`, the one grid check), mixes the tokens with
-        :attr:`mix` (service ``'mix'``; not when the plan mixed the images in pixel space), records ``'embed'``
-        and starts the stream; returns the (mixed) tokens."""
+        """After the patch embedding, on ``tokens`` ``(B, H * W, C)`` on ``grid`` (before any extra token and the
+        position embedding): check the trace against ``spec`` (:func:`~mmvitreg.models.trace.check_request`) and
+        the plan's grid (:meth:`MixPlan.check_grid`), mix the tokens (unless the plan mixed the pixels), record
+        ``'embed'`` and start the stream; returns the (mixed) tokens."""
         mixes = self.mix is not None and not self.mix.in_pixels
-        check_request(spec, TraceRequest(self.token_layers, self.attn_layers, self.points,
-                                         services={'mix'} if mixes else (), stream=self.stream),
-                      'this trace', backbone_name)
+        services = {'mix'} if mixes else ()
+        request = TraceRequest(self.token_layers, self.attn_layers, self.points, services=services, stream=self.stream)
+        check_request(spec, request, 'this trace', backbone_name)
         if self.mix is not None and (mixes or self.stream is not None):  # mixed here, or a stream starts from it
             self.mix.check_grid(grid, f'{backbone_name} has')
         self.grid, self.num_extra_tokens = tuple(grid), spec.num_extra_tokens
@@ -138,12 +123,9 @@ class TokenTrace:
 
     def block(self, index: int, run: BlockRun, x: Tensor, grid: Tuple[int, int],
               layout: Optional[WindowLayout] = None) -> Tensor:
-        """Run block ``index`` as ``run(x, need_attn, ride)`` and record it; returns its output tokens.
-
-        ``need_attn`` is True for a tapped attention map; ``ride`` carries the stream's values (in the
-        block's windows with a ``layout``: :meth:`WindowLayout.partition
-        <mmvitreg.models.layers.WindowLayout.partition>`, padding 0). Records ``grids[index] = grid``, the tokens and the map of tapped blocks (and the ``layout`` of a tapped
-        map) and the stream's next values."""
+        """Run block ``index`` as ``run(x, need_attn, ride)`` (``need_attn``: its map is tapped; ``ride``: the
+        stream's values, in the block's windows with a ``layout``) and record its grid, tapped tokens, map and
+        ``layout``, and the stream's next values; returns its output tokens."""
         need_attn = index in self._attn_taps
         ride = None
         if self.stream is not None:
@@ -181,8 +163,7 @@ class TokenTrace:
 
     # ------------------------------------------------------------------ reading (users)
     def index(self, layer: int) -> int:
-        """The key of block ``layer`` in ``tokens`` / ``attn`` / ``grids`` / ``windows`` (negative
-        indices count from the backbone's last block)."""
+        """The key of block ``layer`` (negative from the last) in ``tokens`` / ``attn`` / ``grids`` / ``windows``."""
         return resolve_indices((layer, ), self.num_layers)[0]
 
     @property
