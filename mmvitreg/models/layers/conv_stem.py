@@ -1,4 +1,7 @@
 """Convolutional patch embedding (stem) of DeepViT and LV-ViT."""
+from typing import Tuple
+
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .patch_embed import token_grid
@@ -25,10 +28,12 @@ class ConvStem(nn.Module):
         channels (int): Channels of the convolutions. Defaults to 64.
         num_convs (int): Convolutions before the projection (>= 1). Defaults to 3.
         patch_size (int): Total stride ``p`` (even). Defaults to 16.
-        img_size (int | Sequence[int]): Input size the position embedding is made for. Defaults to 224.
+        img_size (int | Sequence[int]): Input size of ``init_out_size``, the grid mmpretrain's position-embedding
+            load hook resizes from. Defaults to 224.
 
     Shapes:
-        ``(B, in_channels, H, W)`` -> ``(B, C, H / p, W / p)`` for ``H, W`` multiples of ``p``.
+        ``(B, in_channels, H, W)``, padded bottom/right to multiples of ``p``, -> tokens ``(B, Hg * Wg, C)`` and
+        the grid ``(Hg, Wg)``, as mmcv's ``PatchEmbed``.
     """
 
     def __init__(self, in_channels: int = 3, embed_dims: int = 768, channels: int = 64, num_convs: int = 3,
@@ -37,7 +42,7 @@ class ConvStem(nn.Module):
         if num_convs < 1 or patch_size % 2:
             raise ValueError(f'ConvStem needs num_convs >= 1 and an even patch_size, got {num_convs}, {patch_size}')
         self.num_convs = num_convs
-        self.stride = patch_size
+        self.patch_size = patch_size
         for i in range(1, num_convs + 1):
             first = i == 1
             self.add_module(
@@ -49,7 +54,10 @@ class ConvStem(nn.Module):
         self.projection = nn.Conv2d(channels, embed_dims, kernel_size=patch_size // 2, stride=patch_size // 2)
         self.init_out_size = token_grid(img_size, patch_size)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor) -> Tuple[Tensor, Tuple[int, int]]:
+        p = self.patch_size
+        x = F.pad(x, (0, -x.shape[-1] % p, 0, -x.shape[-2] % p))
         for i in range(1, self.num_convs + 1):
             x = self.relu(getattr(self, f'bn{i}')(getattr(self, f'conv{i}')(x)))
-        return self.projection(x)
+        x = self.projection(x)
+        return x.flatten(2).transpose(1, 2), tuple(x.shape[-2:])
