@@ -24,21 +24,18 @@ class LVViT(VisionTransformer):
     """LV-ViT: the ViT of Token Labeling, with a conv stem and scaled residual branches.
 
     `All Tokens Matter: Token Labeling for Training Better Vision Transformers
-    <https://arxiv.org/abs/2104.10858>`_. Presets follow the official code
-    (zihangJiang/TokenLabeling ``tlt/models/lvvit.py``): MLP ratio 3, no ``qkv`` bias,
-    LayerNorm eps 1e-5, the 4-layer conv stem (7×7 stride 2, two 3×3, then an 8×8 stride-8
-    projection; 64 channels, 128 for ``l``), residual branches divided by ``skip_lam`` (paper
-    Eq. 5 with ``α = 1 / skip_lam``). Parameter counts at 224 with a 1000-class linear head on the
-    cls token and the token-labeling ``aux_head`` (``Linear(C, 1000)`` on the patch tokens):
+    <https://arxiv.org/abs/2104.10858>`_. Presets follow the official code (zihangJiang/TokenLabeling
+    ``tlt/models/lvvit.py``): MLP ratio 3, no ``qkv`` bias, LayerNorm eps 1e-5, the 4-layer conv stem (64
+    channels, 128 for ``l``), residual branches divided by ``skip_lam`` (paper Eq. 5 with ``α = 1 / skip_lam``):
 
-    ======  =====  ======  =====  ========  =======
-    arch    dims   blocks  heads  skip_lam  params
-    ======  =====  ======  =====  ========  =======
-    ``t``   240    12      4      1         8.53M
-    ``s``   384    16      6      2         26.15M
-    ``m``   512    20      8      2         55.83M
-    ``l``   768    24      12     3         150.02M
-    ======  =====  ======  =====  ========  =======
+    ======  =====  ======  =====  ========
+    arch    dims   blocks  heads  skip_lam
+    ======  =====  ======  =====  ========
+    ``t``   240    12      4      1
+    ``s``   384    16      6      2
+    ``m``   512    20      8      2
+    ``l``   768    24      12     3
+    ======  =====  ======  =====  ========
 
     Other arguments as :class:`VisionTransformer`.
     """
