@@ -1,4 +1,5 @@
 """CvT: the Convolutional vision Transformer (Wu et al. 2021), with the token trace of its last stage."""
+from collections import OrderedDict
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
@@ -7,19 +8,13 @@ from mmcv.cnn.bricks import DropPath
 from mmengine.model import BaseModule, ModuleList
 from mmengine.model.weight_init import trunc_normal_
 from mmpretrain.models.backbones.base_backbone import BaseBackbone
+from mmpretrain.models.utils import QuickGELU
 from torch import Tensor, nn
 
 from mmvitreg.registry import MODELS
 from ..trace import TokenTrace, TraceSpec
-from .arch import check_drop_path_rate
+from .arch import check_arch, check_drop_path_rate
 from .init_cfg import own_pretrained
-
-
-class QuickGELU(nn.Module):
-    """``x * sigmoid(1.702 x)``, the activation of the official CvT models."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        return x * torch.sigmoid(1.702 * x)
 
 
 class ConvProjection(nn.Sequential):
@@ -78,10 +73,8 @@ class CvTBlock(BaseModule):
         self.attn = ConvAttention(dims, num_heads, **attn_kwargs)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.norm2 = nn.LayerNorm(dims)
-        self.mlp = nn.Sequential()
-        self.mlp.add_module('fc1', nn.Linear(dims, int(dims * mlp_ratio)))
-        self.mlp.add_module('act', QuickGELU())
-        self.mlp.add_module('fc2', nn.Linear(int(dims * mlp_ratio), dims))
+        hidden = int(dims * mlp_ratio)
+        self.mlp = nn.Sequential(OrderedDict(fc1=nn.Linear(dims, hidden), act=QuickGELU(), fc2=nn.Linear(hidden, dims)))
 
     def forward(self, x: Tensor, hw: Tuple[int, int], num_extra: int) -> Tensor:
         x = x + self.drop_path(self.attn(self.norm1(x), hw, num_extra))
@@ -118,40 +111,32 @@ class CvTStage(BaseModule):
         return int(self.cls_token is not None)
 
 
-def cvt_arch(dims, depths, heads) -> dict:
-    return dict(embed_dims=dims, depths=depths, num_heads=heads)
-
-
 @MODELS.register_module()
 class CvT(BaseBackbone):
     """CvT: Introducing Convolutions to Vision Transformers.
 
-    `Wu et al., ICCV 2021 <https://arxiv.org/abs/2103.15808>`_. Three stages, each a convolutional
-    token embedding (conv + LayerNorm) followed by pre-norm blocks whose attention projects queries,
-    keys and values through depth-wise conv + BN (keys / values at stride 2); no position embedding;
-    a cls token only in the last stage, whose LayerNorm-ed output feeds the classifier. Presets are
-    the paper's Table 2 and the official ``microsoft/CvT`` ``experiments/imagenet/cvt/cvt-*.yaml``
-    (read through the MODEL.SPEC fields: PATCH_SIZE 7/3/3, PATCH_STRIDE 4/2/2, PATCH_PADDING 2/1/1,
-    KERNEL_QKV 3, STRIDE_KV 2, STRIDE_Q 1, QKV_BIAS true, MLP_RATIO 4, CLS_TOKEN false/false/true,
-    DROP_PATH_RATE 0/0/0.1, QuickGELU, LayerNorm eps 1e-5, trunc_normal 0.02 init; the official
-    ``lib/models/cls_cvt.py`` for the layer order):
+    `Wu et al., ICCV 2021 <https://arxiv.org/abs/2103.15808>`_. Three stages, each a convolutional token
+    embedding (conv + LayerNorm) followed by pre-norm blocks whose attention projects queries, keys and values
+    through depth-wise conv + BN (keys / values at stride 2); no position embedding; a cls token only in the last
+    stage, whose LayerNorm-ed output feeds the classifier. Presets follow the paper's Table 2 and the official
+    ``microsoft/CvT`` ``experiments/imagenet/cvt/cvt-*.yaml`` (QuickGELU, LayerNorm eps 1e-5, trunc_normal 0.02
+    init; ``lib/models/cls_cvt.py`` for the layer order):
 
-    ========  ============  =======  =========  =================================
-    arch      dims          depths   heads      params (1000-class head)
-    ========  ============  =======  =========  =================================
-    ``13``    64/192/384    1/2/10   1/3/6      20.00M = 19,997,480 (paper: 20M)
-    ``21``    64/192/384    1/4/16   1/3/6      31.62M = 31,622,696 (paper: 32M)
-    ``w24``   192/768/1024  2/2/20   3/12/16    277.20M = 277,196,392 (paper: 277M)
-    ========  ============  =======  =========  =================================
+    ========  ============  =======  =========
+    arch      dims          depths   heads
+    ========  ============  =======  =========
+    ``13``    64/192/384    1/2/10   1/3/6
+    ``21``    64/192/384    1/4/16   1/3/6
+    ``w24``   192/768/1024  2/2/20   3/12/16
+    ========  ============  =======  =========
 
-    Module names inside a stage follow the official model's (``patch_embed.proj``,
+    Module names inside a stage are the official model's (``patch_embed.proj``,
     ``blocks.{j}.attn.conv_proj_q.conv`` / ``.bn``, ``proj_q``, ``mlp.fc1``, ``norm``); the official
     ``stage{i}.`` prefix is ``stages.{i}.`` here.
 
-    DRLoc (Liu et al. 2021) applies to the last stage's token map (14x14 at 224, 7x7 after pooling):
-    the backbone serves it through the token trace (``trace.tokens`` of the last-stage blocks, the
-    cls token first, ``trace.num_extra_tokens = 1``), so one forward feeds both the cls-token head and
-    the map. Blocks of earlier stages are not traced (their token layout has no cls token).
+    DRLoc (Liu et al. 2021) reads the last stage's token map (14x14 at 224) through the token trace (the
+    last-stage blocks, the cls token first), so one forward feeds both the cls-token head and the map. Blocks of
+    earlier stages are not traced (their token layout has no cls token).
 
     Args:
         arch (str | dict): ``'13'``, ``'21'``, ``'w24'`` or a dict with ``embed_dims``, ``depths``,
@@ -171,9 +156,9 @@ class CvT(BaseBackbone):
     """
 
     arch_zoo = {
-        '13': cvt_arch((64, 192, 384), (1, 2, 10), (1, 3, 6)),
-        '21': cvt_arch((64, 192, 384), (1, 4, 16), (1, 3, 6)),
-        'w24': cvt_arch((192, 768, 1024), (2, 2, 20), (3, 12, 16)),
+        '13': dict(embed_dims=(64, 192, 384), depths=(1, 2, 10), num_heads=(1, 3, 6)),
+        '21': dict(embed_dims=(64, 192, 384), depths=(1, 4, 16), num_heads=(1, 3, 6)),
+        'w24': dict(embed_dims=(192, 768, 1024), depths=(2, 2, 20), num_heads=(3, 12, 16)),
     }
     OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap')
 
@@ -183,22 +168,15 @@ class CvT(BaseBackbone):
                  frozen_stages: int = -1,
                  init_cfg: Optional[dict] = dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.)):
         super().__init__(init_cfg=init_cfg)
-        if isinstance(arch, str):
-            if arch not in self.arch_zoo:
-                raise KeyError(f'unknown CvT arch {arch!r}; known: {sorted(self.arch_zoo)}')
-            arch = self.arch_zoo[arch]
-        missing = {'embed_dims', 'depths', 'num_heads'} - set(arch)
-        if missing:
-            raise KeyError(f'a custom CvT arch needs {sorted(missing)}')
+        arch = check_arch(arch, self.arch_zoo, ('embed_dims', 'depths', 'num_heads'))
         if out_type not in self.OUT_TYPES:
             raise ValueError(f'unsupported CvT out_type {out_type!r}; choose from {self.OUT_TYPES}')
         check_drop_path_rate(drop_path_rate)
         dims, depths, heads = arch['embed_dims'], arch['depths'], arch['num_heads']
         embeds = list(zip(embed_kernels, embed_strides, embed_paddings))
-        if not len(dims) == len(depths) == len(heads) == len(embeds) == len(embed_paddings) == len(embed_kernels):
+        if len({len(v) for v in (dims, depths, heads, embed_kernels, embed_strides, embed_paddings)}) > 1:
             raise ValueError('CvT embed_dims, depths, num_heads and embed_kernels / strides / paddings need one entry '
-                             f'per stage; got {len(dims)}, {len(depths)}, {len(heads)}, {len(embed_kernels)}, '
-                             f'{len(embed_strides)}, {len(embed_paddings)}')
+                             'per stage: give each as many entries as the arch has stages')
         self.out_type, self.frozen_stages = out_type, frozen_stages
         self.embed_dims = dims[-1]
         last = len(dims) - 1
