@@ -19,27 +19,18 @@ class ReAttention(MultiheadSelfAttention):
     paper leaves the bias, the norm and the initialisation of ``Θ`` open; the defaults follow the
     official code (zhoudaquan/dvit_repo ``models/layers.py``):
 
-    * ``Θ`` is ``reatten_matrix = nn.Conv2d(H, H, 1)``, a 1×1 convolution over the head channel
-      **with bias** (``reatten_matrix.weight[:, :, 0, 0] = Θ^T``), PyTorch default init;
-    * ``Norm`` is ``var_norm = nn.BatchNorm2d(H)`` (``norm='bn'``): batch statistics per head over
-      ``(B, N, N)``. ``norm='ln'`` is a LayerNorm over the heads (lucidrains' vit-pytorch),
-      ``norm=None`` no norm;
-    * no softmax after ``Θ`` (rows need not sum to 1);
-    * attention dropout sits between the softmax and ``Θ``;
-    * ``transform_scale=True`` multiplies the re-generated map by ``d ** -0.5`` (official
-      ``reatten_scale``, used by DeepViT-S).
+    * ``Θ`` is ``reatten_matrix = nn.Conv2d(H, H, 1)`` **with bias** (``weight[:, :, 0, 0] = Θ^T``);
+    * ``Norm`` is ``var_norm = nn.BatchNorm2d(H)`` (``norm='bn'``); ``norm='ln'`` is a LayerNorm over the heads
+      (lucidrains' vit-pytorch), ``norm=None`` no norm;
+    * no softmax after ``Θ``; attention dropout sits between the softmax and ``Θ``;
+    * ``transform_scale=True`` multiplies the re-generated map by ``d ** -0.5`` (official ``reatten_scale``,
+      used by DeepViT-S).
 
-    With ``Θ = I``, zero bias and ``norm=None`` this is plain MHSA (the paper's special case).
-    The map is always computed explicitly (the fused kernel cannot mix heads after the softmax), ``Θ``
-    as the official code runs it: one 1×1 convolution.
+    The map is always explicit: the fused kernel cannot mix heads after the softmax.
 
     Args:
-        embed_dims (int): Token channels ``C``.
-        num_heads (int): Number of heads ``H``.
-        qkv_bias (bool): Bias of the ``qkv`` projection. Defaults to True.
-        qk_scale (float, optional): Overrides the scale ``d ** -0.5``. Defaults to None.
-        attn_drop (float): Dropout on the softmax map, before ``Θ``. Defaults to 0.
-        proj_drop (float): Dropout after ``proj``. Defaults to 0.
+        embed_dims, num_heads, qkv_bias, qk_scale, attn_drop, proj_drop: As
+            :class:`~mmvitreg.models.layers.MultiheadSelfAttention` (``attn_drop`` before ``Θ``).
         norm (str, optional): ``'bn'`` (official), ``'ln'`` or None. Defaults to ``'bn'``.
         bias (bool): Bias of ``Θ``. Defaults to True (official).
         transform_scale (bool): Multiply the re-generated map by the qk scale. Defaults to False.

@@ -22,12 +22,8 @@ class TalkingHeadsAttention(MultiheadSelfAttention):
     a bias (``bias=True``). Attention dropout, if any, follows ``P_post`` (DiversePatch has none).
 
     Args:
-        embed_dims (int): Token channels ``C``.
-        num_heads (int): Number of heads ``H``.
-        qkv_bias (bool): Bias of the ``qkv`` projection. Defaults to True.
-        qk_scale (float, optional): Overrides the scale ``d ** -0.5``. Defaults to None.
-        attn_drop (float): Dropout on the final map. Defaults to 0.
-        proj_drop (float): Dropout after ``proj``. Defaults to 0.
+        embed_dims, num_heads, qkv_bias, qk_scale, attn_drop, proj_drop: As
+            :class:`~mmvitreg.models.layers.MultiheadSelfAttention` (``attn_drop`` on the final map).
         bias (bool): Bias of ``proj_pre`` and ``proj_post``. Defaults to False.
 
     Shapes:

@@ -22,10 +22,8 @@ ATTENTION_TYPES = {
 def checkpoint(forward: Callable, x: Tensor, *args, need_attn: bool, ride: Optional[Ride]):
     """``forward(x, *args, need_attn, ride)`` with its activations recomputed in the backward (``with_cp``).
 
-    Torch's reentrant variant, which mmpretrain's Swin and mmseg's ViT get from ``cp.checkpoint``'s default (so
-    ``torch.autograd.grad`` refuses a checkpointed block in both); the non-reentrant one when a trace taps the
-    block: the reentrant forward runs without autograd, which would cut a ride's mixed values, filled inside it,
-    from the graph.
+    Torch's reentrant variant, as mmpretrain's Swin and mmseg's ViT; the non-reentrant one when a trace taps the
+    block, as the reentrant forward runs without autograd and would cut a ride's mixed values from the graph.
     """
     tapped = need_attn or ride is not None
     return cp.checkpoint(forward, x, *args, need_attn, ride, use_reentrant=not tapped)
@@ -39,29 +37,21 @@ class TransformerBlock(nn.Module):
         x \\leftarrow x + \\mathrm{DropPath}(\\mathrm{FFN}(\\mathrm{LN}_2(a x))) / (a \\lambda)
 
     * ``a = 1, λ = 1``: the ViT block (mmpretrain's ``TransformerEncoderLayer``).
-    * ``λ = skip_lam``: LV-ViT's residual scaling (`Token Labeling
-      <https://arxiv.org/abs/2104.10858>`_ Eq. 5 with ``α = 1 / skip_lam``; official
-      ``x + drop_path(f(norm(x))) / skip_lam``).
-    * ``a = scale_adjustment``: DeepViT's official ``x + drop_path(f(norm(x * a)) / a)`` (not in the
-      paper; DeepViT-S/L use ``a = 0.5``).
+    * ``λ = skip_lam``: LV-ViT's residual scaling (`Token Labeling <https://arxiv.org/abs/2104.10858>`_ Eq. 5
+      with ``α = 1 / skip_lam``).
+    * ``a = scale_adjustment``: DeepViT's official ``x + drop_path(f(norm(x * a)) / a)`` (not in the paper).
 
-    Attention kinds (``attn_type``): ``'msa'`` (:class:`MultiheadSelfAttention`), ``'reattn'``
-    (:class:`ReAttention`), ``'talking_heads'`` (:class:`TalkingHeadsAttention`). Keys and layout as
-    mmpretrain's ``TransformerEncoderLayer``: ``ln1``, ``attn.qkv``, ``attn.proj``, ``ln2``, ``ffn.layers.0.0``,
-    ``ffn.layers.1``; each branch's stochastic depth sits where mmpretrain keeps it, ``attn.out_drop`` and
-    ``ffn.dropout_layer`` (mmcv's ``DropPath``, whose ``drop_prob`` a schedule may change), and is applied as
-    timm applies it (:func:`~mmvitreg.models.layers.drop_path.drop_path`: the same distribution in fewer
-    operators; the FFN is mmcv's with that drop path, :class:`~mmvitreg.models.layers.drop_path.FFN`).
-    ``with_cp`` recomputes the block in the backward instead of keeping its activations (:func:`checkpoint`, as
-    mmseg's ViT and mmpretrain's Swin), also when it returns its map or fills a ride.
+    Keys and layout are mmpretrain's ``TransformerEncoderLayer``'s: ``ln1``, ``attn.qkv``, ``attn.proj``, ``ln2``,
+    ``ffn.layers.0.0``, ``ffn.layers.1``; each branch's stochastic depth sits where mmpretrain keeps it,
+    ``attn.out_drop`` and ``ffn.dropout_layer``, applied by :func:`~mmvitreg.models.layers.drop_path.drop_path`.
 
     Args:
         embed_dims (int): Token channels ``C``.
         num_heads (int): Attention heads.
         feedforward_channels (int): Hidden channels of the FFN.
-        attn_type (str): Attention kind, see above. Defaults to ``'msa'``.
-        attn_cfg (dict, optional): Extra keyword arguments of the attention (e.g.
-            ``dict(transform_scale=True)`` for re-attention). Defaults to None.
+        attn_type (str): A key of :data:`ATTENTION_TYPES`. Defaults to ``'msa'``.
+        attn_cfg (dict, optional): Extra arguments of the attention (e.g. ``dict(transform_scale=True)`` for
+            re-attention). Defaults to None.
         qkv_bias (bool): Bias of the ``qkv`` projection. Defaults to True.
         drop_rate (float): Dropout after the attention projection and in the FFN. Defaults to 0.
         attn_drop_rate (float): Attention-map dropout. Defaults to 0.
@@ -70,8 +60,7 @@ class TransformerBlock(nn.Module):
         act_cfg (dict): FFN activation. Defaults to ``dict(type='GELU')``.
         scale_adjustment (float): DeepViT's ``a``. Defaults to 1.
         skip_lam (float): LV-ViT's ``λ``. Defaults to 1.
-        with_cp (bool): Activation checkpointing (less memory, one more forward in the backward). Defaults to
-            False.
+        with_cp (bool): Activation checkpointing (:func:`checkpoint`). Defaults to False.
 
     Shapes:
         ``(B, N, C)`` -> ``(B, N, C)``; with ``need_attn`` also the ``(B, heads, N, N)`` map.
@@ -100,8 +89,6 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x: Tensor, need_attn: bool = False,
                 ride: Optional[Ride] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
-        """Run the block on ``x`` ``(B, N, C)``; with ``need_attn`` also return the attention map; a
-        ``ride`` goes to the attention."""
         if self.with_cp and x.requires_grad:
             return checkpoint(self._forward, x, need_attn=need_attn, ride=ride)
         return self._forward(x, need_attn, ride)
