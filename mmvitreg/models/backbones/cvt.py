@@ -33,24 +33,22 @@ class ConvProjection(nn.Sequential):
 
 class ConvAttention(BaseModule):
     """Convolutional projection attention (CvT §3.2): queries from a stride-1, keys and values from a
-    stride-``kv_stride`` depth-wise conv + BN of the token map, then the usual linear projections and
-    multi-head attention (PyTorch's fused ``F.scaled_dot_product_attention``: keys and values are shorter than the
-    queries, and no trace taps this map). The cls token (if any) skips the convolutions. The official code scales
-    the logits by ``dim ** -0.5`` (the whole width, not the head width); so does this one.
+    stride-``kv_stride`` 3x3 depth-wise conv + BN of the token map, then the linear projections (with bias) and
+    multi-head attention by ``F.scaled_dot_product_attention`` (no trace taps this map), without dropout, as the
+    official CvT models. The cls token (if any) skips the convolutions. The official code scales the logits by
+    ``dim ** -0.5`` (the whole width, not the head width); so does this one.
 
     Shapes: ``(B, E + H * W, C)`` in and out, ``E`` extra (cls) tokens.
     """
 
-    def __init__(self, dims: int, num_heads: int, kernel_size: int = 3, kv_stride: int = 2, qkv_bias: bool = True,
-                 attn_drop: float = 0., proj_drop: float = 0.):
+    def __init__(self, dims: int, num_heads: int, kv_stride: int):
         super().__init__()
-        self.num_heads, self.scale, self.attn_drop = num_heads, dims**-0.5, attn_drop
-        self.conv_proj_q = ConvProjection(dims, kernel_size, 1)
-        self.conv_proj_k = ConvProjection(dims, kernel_size, kv_stride)
-        self.conv_proj_v = ConvProjection(dims, kernel_size, kv_stride)
-        self.proj_q, self.proj_k, self.proj_v = (nn.Linear(dims, dims, bias=qkv_bias) for _ in range(3))
+        self.num_heads, self.scale = num_heads, dims**-0.5
+        self.conv_proj_q = ConvProjection(dims, 3, 1)
+        self.conv_proj_k = ConvProjection(dims, 3, kv_stride)
+        self.conv_proj_v = ConvProjection(dims, 3, kv_stride)
+        self.proj_q, self.proj_k, self.proj_v = (nn.Linear(dims, dims) for _ in range(3))
         self.proj = nn.Linear(dims, dims)
-        self.proj_drop = nn.Dropout(proj_drop)
 
     def forward(self, x: Tensor, hw: Tuple[int, int], num_extra: int) -> Tensor:
         extra, tokens = x[:, :num_extra], x[:, num_extra:]
@@ -59,18 +57,17 @@ class ConvAttention(BaseModule):
         q, k, v = (heads(lin(torch.cat((extra, conv(fmap)), dim=1)))
                    for conv, lin in ((self.conv_proj_q, self.proj_q), (self.conv_proj_k, self.proj_k),
                                      (self.conv_proj_v, self.proj_v)))
-        out = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_drop if self.training else 0.,
-                                             scale=self.scale)
-        return self.proj_drop(self.proj(out.transpose(1, 2).flatten(2)))
+        out = F.scaled_dot_product_attention(q, k, v, scale=self.scale)
+        return self.proj(out.transpose(1, 2).flatten(2))
 
 
 class CvTBlock(BaseModule):
     """Pre-norm block: ``x + DropPath(ConvAttention(LN(x)))``, then ``x + DropPath(MLP(LN(x)))``."""
 
-    def __init__(self, dims: int, num_heads: int, mlp_ratio: float, drop_path: float, **attn_kwargs):
+    def __init__(self, dims: int, num_heads: int, mlp_ratio: float, drop_path: float, kv_stride: int):
         super().__init__()
         self.norm1 = nn.LayerNorm(dims)
-        self.attn = ConvAttention(dims, num_heads, **attn_kwargs)
+        self.attn = ConvAttention(dims, num_heads, kv_stride)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.norm2 = nn.LayerNorm(dims)
         hidden = int(dims * mlp_ratio)
@@ -100,11 +97,11 @@ class CvTStage(BaseModule):
     """One stage: token embedding (kernel, stride, padding), an optional cls token, one block per drop path."""
 
     def __init__(self, in_channels: int, dims: int, num_heads: int, embed: Tuple[int, int, int], cls_token: bool,
-                 drop_paths: Sequence[float], **block_kwargs):
+                 drop_paths: Sequence[float], mlp_ratio: float, kv_stride: int):
         super().__init__()
         self.patch_embed = ConvEmbed(in_channels, dims, *embed)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dims)) if cls_token else None
-        self.blocks = ModuleList(CvTBlock(dims, num_heads, drop_path=dp, **block_kwargs) for dp in drop_paths)
+        self.blocks = ModuleList(CvTBlock(dims, num_heads, mlp_ratio, dp, kv_stride) for dp in drop_paths)
 
     @property
     def num_extra_tokens(self) -> int:
@@ -179,13 +176,11 @@ class CvT(BaseBackbone):
                              'per stage: give each as many entries as the arch has stages')
         self.out_type, self.frozen_stages = out_type, frozen_stages
         self.embed_dims = dims[-1]
-        last = len(dims) - 1
         self.stages = ModuleList()
-        for i in range(len(dims)):
-            drop_paths = torch.linspace(0, drop_path_rate, depths[i]).tolist() if i == last else [0.] * depths[i]
-            self.stages.append(
-                CvTStage(in_channels if i == 0 else dims[i - 1], dims[i], heads[i], embeds[i], cls_token=i == last,
-                         drop_paths=drop_paths, mlp_ratio=mlp_ratio, kv_stride=kv_stride))
+        for i, (d, depth, h, embed) in enumerate(zip(dims, depths, heads, embeds)):
+            last = i == len(dims) - 1  # only the last stage has a cls token and stochastic depth
+            dpr = torch.linspace(0, drop_path_rate, depth).tolist() if last else [0.] * depth
+            self.stages.append(CvTStage(dims[i - 1] if i else in_channels, d, h, embed, last, dpr, mlp_ratio, kv_stride))
         self.norm = nn.LayerNorm(self.embed_dims)
         # what a trace gets: the tokens of the last stage's blocks (earlier stages have no cls token)
         num_blocks = sum(depths)
