@@ -7,6 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .patch_embed import token_grid
+
 
 @functools.lru_cache(maxsize=64)
 def _shift_mask(padded: Tuple[int, int], window: int, shift: int, device: torch.device) -> Tensor:
@@ -43,7 +45,7 @@ class WindowLayout:
 
     `Swin Transformer <https://arxiv.org/abs/2103.14030>`_: the grid is zero-padded bottom/right to
     ``padded`` (multiples of ``window``), rolled by ``-shift`` on both axes (cyclic shift), and cut
-    into ``num_windows`` windows of ``window * window`` tokens, row-major within a window and across
+    into ``nW`` windows of ``window * window`` tokens, row-major within a window and across
     windows. After a shift, :attr:`attn_mask` keeps tokens that were not neighbours apart.
 
     Args:
@@ -63,14 +65,7 @@ class WindowLayout:
     @property
     def padded(self) -> Tuple[int, int]:
         """The padded grid ``(Hp, Wp)``."""
-        w = self.window
-        # not -(-g // w): the ONNX exporter turns // on a traced negative size into a truncating division
-        return (self.grid[0] + w - 1) // w * w, (self.grid[1] + w - 1) // w * w
-
-    @property
-    def num_windows(self) -> int:
-        """Windows per image ``nW``."""
-        return self.padded[0] * self.padded[1] // self.window**2
+        return tuple(g * self.window for g in token_grid(self.grid, self.window))
 
     @staticmethod
     def cut(x: Tensor, window: int) -> Tensor:
