@@ -100,18 +100,14 @@ class SwinTransformer(MMPretrainSwinTransformer):
     """mmpretrain's Swin Transformer with the token trace and fused window attention.
 
     `Swin Transformer: Hierarchical Vision Transformer using Shifted Windows
-    <https://arxiv.org/abs/2103.14030>`_. Built by mmpretrain's own ``__init__`` (every argument, the arch zoo,
-    the keys, the initialisation, ``frozen_stages``), with :class:`~mmvitreg.models.layers.WindowAttention` as the
-    window attention, so mmpretrain, mmseg and mmdet Swin checkpoints load unchanged and give the same outputs
-    (``pad_small_map=True`` and ``out_indices=(0, 1, 2, 3)`` give mmseg's and mmdet's behaviour); official
-    releases go through :func:`convert_swin`.
+    <https://arxiv.org/abs/2103.14030>`_. Built by mmpretrain's own ``__init__``, with
+    :class:`~mmvitreg.models.layers.WindowAttention` as the window attention, so mmpretrain, mmseg and mmdet Swin
+    checkpoints load unchanged and give the same outputs; official releases go through :func:`convert_swin`.
 
-    ``forward(x, trace=None)`` runs mmpretrain's modules as modules (their hooks fire), given mmvitreg's
-    ``forward`` of each in fewer operators: :class:`SwinStage`, :class:`SwinBlock`, :class:`ShiftWindowAttention`
-    and :class:`~mmvitreg.models.layers.drop_path.FFN`; mmpretrain's code runs the patch embedding and merging. A
-    block built with another ``dropout_layer`` than ``DropPath`` or another ``window_msa`` than ``WindowMSA``
-    runs mmpretrain's forward of that module. With a :class:`~mmvitreg.models.trace.TokenTrace` it calls (what it
-    offers: :attr:`trace_spec`):
+    ``forward(x, trace=None)`` runs mmpretrain's modules as modules (their hooks fire) by mmvitreg's ``forward`` of
+    each, in fewer operators: :class:`SwinStage`, :class:`SwinBlock`, :class:`ShiftWindowAttention` and
+    :class:`~mmvitreg.models.layers.drop_path.FFN`. With a :class:`~mmvitreg.models.trace.TokenTrace` it calls
+    (what it offers: :attr:`trace_spec`):
 
     * ``start`` with the ``(B, H/4 * W/4, C)`` patch tokens before the absolute position embedding;
     * ``block`` for every block, numbered across stages, with its grid and
@@ -135,10 +131,9 @@ class SwinTransformer(MMPretrainSwinTransformer):
             stage.__class__ = SwinStage
             for block in stage.blocks:
                 block.__class__, block.attn.__class__, block.ffn.__class__ = SwinBlock, ShiftWindowAttention, FFN
-        self.blocks = [block for stage in self.stages for block in stage.blocks]  # plain list: no new keys
         # what a trace gets: every block (numbered across stages), all services, 'final' and 'stages'
         self.trace_spec = TraceSpec(
-            num_blocks=len(self.blocks),
+            num_blocks=sum(len(stage.blocks) for stage in self.stages),
             channels=tuple(stage.embed_dims for stage in self.stages for _ in stage.blocks),
             services={'mix', 'attn', 'stream'}, points={'final', 'stages'}, out_types=('featmap', ),
             out_type='featmap', stage_channels=tuple(stage.out_channels for stage in self.stages),
@@ -223,13 +218,9 @@ def _unfold_order(x: Tensor) -> Tensor:
 
 
 def convert_swin(state_dict: Mapping[str, Tensor]) -> 'OrderedDict[str, Tensor]':
-    """Official Swin release (microsoft/Swin-Transformer) -> mmvitreg / mmpretrain classifier keys.
-
-    ``patch_embed.proj`` -> ``patch_embed.projection``; ``layers.{s}.blocks.{b}.attn.*`` ->
-    ``stages.{s}.blocks.{b}.attn.w_msa.*``; ``mlp.fc1/fc2`` -> ``ffn.layers.0.0`` / ``ffn.layers.1``;
-    ``layers.{s}.downsample.*`` -> ``stages.{s}.downsample.*`` with the merged-channel order
-    converted (:func:`_unfold_order`); ``norm`` -> ``norm{last}``; all under ``backbone.``; ``head``
-    -> ``head.fc`` (mmpretrain's ``LinearClsHead``); ``attn_mask`` buffers dropped.
+    """Official Swin release (microsoft/Swin-Transformer) -> mmvitreg / mmpretrain classifier keys (the rules
+    below, under ``backbone.``; ``head`` -> ``head.fc``; ``attn_mask`` buffers dropped), the patch-merging weights
+    reordered by :func:`_unfold_order`.
 
     Raises:
         ValueError: listing every key that matches no rule.

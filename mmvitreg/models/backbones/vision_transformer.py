@@ -28,9 +28,8 @@ TIMM_INIT_CFG = [
 
 
 class HostEncoderLayer(TransformerEncoderLayer):
-    """mmpretrain's ``TransformerEncoderLayer``, run by its own forward, for a layer given options that
-    :class:`~mmvitreg.models.layers.TransformerBlock` does not take (``layer_cfgs``, ``layer_scale_init_value``):
-    ``(B, N, C)`` -> ``(B, N, C)``; a trace reads its tokens but taps no attention in it."""
+    """mmpretrain's ``TransformerEncoderLayer`` for a block given ``layer_cfgs`` or ``layer_scale_init_value``,
+    run by its own forward: ``(B, N, C)`` -> ``(B, N, C)``; a trace reads its tokens but taps no attention."""
 
     def __init__(self, with_cp: bool = False, **kwargs):
         super().__init__(**kwargs)
@@ -49,21 +48,16 @@ class HostEncoderLayer(TransformerEncoderLayer):
 class VisionTransformer(MMPretrainVisionTransformer):
     """ViT-family backbone with per-block attention kinds, conv stems, residual scaling and a token trace.
 
-    `An Image is Worth 16x16 Words <https://arxiv.org/abs/2010.11929>`_, extended with
-    `DeepViT <https://arxiv.org/abs/2103.11886>`_ (re-attention, conv stem, ``scale_adjustment``)
-    and `LV-ViT <https://arxiv.org/abs/2104.10858>`_ (conv stem, ``skip_lam``); presets in
-    :class:`DeepViT` and :class:`LVViT`. mmpretrain's ``VisionTransformer`` constructor builds the embeddings,
-    norms and options, asked for no blocks; the blocks are :class:`~mmvitreg.models.layers.TransformerBlock`
-    (mmpretrain's keys, the attention through :func:`~mmvitreg.models.layers.attend`), and a conv stem replaces
-    the linear patch embedding. With the default arch options the state dict, outputs and options are
-    mmpretrain's: its checkpoints load unchanged and it serves mmpretrain heads, mmseg necks and mmdet FPNs
-    (``out_type='featmap'``). Errors start with mmpretrain's wording and name the fix.
+    `An Image is Worth 16x16 Words <https://arxiv.org/abs/2010.11929>`_, extended with `DeepViT
+    <https://arxiv.org/abs/2103.11886>`_ and `LV-ViT <https://arxiv.org/abs/2104.10858>`_ (presets in
+    :class:`DeepViT` and :class:`LVViT`). mmpretrain's constructor builds the embeddings, norms and options,
+    asked for no blocks; the blocks are :class:`~mmvitreg.models.layers.TransformerBlock` (mmpretrain's keys).
+    With the default arch options the state dict, outputs and options are mmpretrain's.
 
     ``forward(x, trace=None)``: with a :class:`~mmvitreg.models.trace.TokenTrace` it calls ``trace.start`` with
-    the ``(B, Hg * Wg, C)`` patch tokens before the cls token and the position embedding (where a plan mixes
-    them), ``trace.block`` for every block (tokens before the final norm; maps ``(B, heads, N, N)`` before
-    attention dropout, except re-attention's, whose dropout precedes its head transform) and ``trace.end`` after
-    the final norm; what it offers is :attr:`trace_spec`. Untapped blocks keep the fused kernel.
+    the ``(B, Hg * Wg, C)`` patch tokens before the cls token and the position embedding, ``trace.block`` for
+    every block (tokens before the final norm; maps ``(B, heads, N, N)``) and ``trace.end`` after the final norm;
+    what it offers is :attr:`trace_spec`.
 
     Args:
         arch (str | dict): A key of :attr:`arch_zoo` or a dict with ``embed_dims``, ``num_layers``,
@@ -82,8 +76,7 @@ class VisionTransformer(MMPretrainVisionTransformer):
         with_cp (bool): Activation checkpointing in every block, as mmseg's ViT. Defaults to False.
         layer_scale_init_value (float), layer_cfgs (dict | Sequence[dict]): mmpretrain's; a block given either is
             a :class:`HostEncoderLayer`, run by mmpretrain's forward (plain arch options only).
-        init_cfg (dict | list, optional): Defaults to the timm/DeiT init (truncated normal 0.02 on Linear
-            weights, zero biases, LayerNorm 1/0, ``cls_token`` and ``pos_embed`` truncated normal 0.02).
+        init_cfg (dict | list, optional): Defaults to the timm/DeiT init (also ``cls_token``).
         **kwargs: The other arguments of mmpretrain's ``VisionTransformer``.
 
     Attributes:
@@ -146,8 +139,7 @@ class VisionTransformer(MMPretrainVisionTransformer):
 
     @staticmethod
     def _out_indices(out_indices: Union[int, Sequence[int]], num_layers: int) -> list:
-        """``out_indices`` as non-negative block indices, by the trace's resolver (negative ones count from the
-        last block), with mmpretrain's wording first in its errors."""
+        """``out_indices`` as non-negative block indices, with mmpretrain's wording first in its errors."""
         if isinstance(out_indices, int):
             out_indices = [out_indices]
         if not isinstance(out_indices, Sequence):
@@ -168,12 +160,11 @@ class VisionTransformer(MMPretrainVisionTransformer):
 
     @property
     def left_out(self) -> Tuple[str, ...]:
-        """The output norms this configuration does not build: ``ln1`` with ``final_norm=False``, ``ln2`` unless
-        ``out_type='avg_featmap'`` (:func:`~mmvitreg.models.backbones.init_cfg.unbuilt`)."""
+        """The output norms not built (:func:`~mmvitreg.models.backbones.init_cfg.unbuilt`)."""
         return unbuilt(self, ('ln1', 'ln2'))
 
     def train(self, mode: bool = True):
-        """Set the mode, keep frozen stages in eval mode and return the module (as ``nn.Module.train``)."""
+        """Set the mode, keeping frozen stages in eval mode."""
         super().train(mode)
         if mode and self.frozen_stages > 0:
             self._freeze_stages()

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from mmengine.model import BaseModule
 from torch import Tensor, nn
 
-from .ride import Ride, attend_widened, mix_map
+from .ride import RIDE_CHANNELS, Ride, attend_widened, mix_map
 
 
 def head_logits(q: Tensor, k: Tensor, scale: float, num_heads: int) -> Tensor:
@@ -60,7 +60,8 @@ def attend(qkv: Tensor, scale: float, *, bias: Optional[Tensor] = None, dropout_
     G = 1 if bias is None else bias.shape[0]
     if bias is not None:
         bias = bias.reshape(1, G * H, n, n)
-    if attention_map is not None or need_attn or ride is not None and (dropout_p > 0 or not ride.fits):
+    ride_needs_map = ride is not None and (dropout_p > 0 or ride.values.shape[-1] > RIDE_CHANNELS)
+    if attention_map is not None or need_attn or ride_needs_map:
         q, k, v = qkv.permute(2, 0, 3, 1, 4).reshape(3, B * H, n, -1).unbind(0)
         if attention_map is None:
             logits = head_logits(q, k, scale, G * H)

@@ -29,11 +29,13 @@ class ReAttention(MultiheadSelfAttention):
     The map is always explicit: the fused kernel cannot mix heads after the softmax.
 
     Args:
-        embed_dims, num_heads, qkv_bias, qk_scale, attn_drop, proj_drop: As
-            :class:`~mmvitreg.models.layers.MultiheadSelfAttention` (``attn_drop`` before ``Θ``).
+        embed_dims (int): Token channels ``C``.
+        num_heads (int): Number of heads ``H``.
         norm (str, optional): ``'bn'`` (official), ``'ln'`` or None. Defaults to ``'bn'``.
         bias (bool): Bias of ``Θ``. Defaults to True (official).
         transform_scale (bool): Multiply the re-generated map by the qk scale. Defaults to False.
+        **kwargs: The other arguments of :class:`~mmvitreg.models.layers.MultiheadSelfAttention` (``attn_drop``
+            acts before ``Θ``).
 
     Shapes:
         ``x``: ``(B, N, C)`` -> ``(B, N, C)``; the map is ``(B, H, N, N)``.
@@ -42,10 +44,9 @@ class ReAttention(MultiheadSelfAttention):
     fused = False
     NORMS = ('bn', 'ln', None)
 
-    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True, qk_scale: Optional[float] = None,
-                 attn_drop: float = 0., proj_drop: float = 0., norm: Optional[str] = 'bn', bias: bool = True,
-                 transform_scale: bool = False):
-        super().__init__(embed_dims, num_heads, qkv_bias, qk_scale, attn_drop, proj_drop)
+    def __init__(self, embed_dims: int, num_heads: int, norm: Optional[str] = 'bn', bias: bool = True,
+                 transform_scale: bool = False, **kwargs):
+        super().__init__(embed_dims, num_heads, **kwargs)
         if norm not in self.NORMS:
             raise ValueError(f'unknown re-attention norm {norm!r}; choose from {self.NORMS}')
         self.norm = norm

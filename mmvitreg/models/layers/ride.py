@@ -42,11 +42,6 @@ class Ride:
         self.mixed: Optional[Tensor] = None
         self.stochastic = False
 
-    @property
-    def fits(self) -> bool:
-        """Whether the values fit a fused call as extra value channels (at most ``RIDE_CHANNELS``)."""
-        return self.values.shape[-1] <= RIDE_CHANNELS
-
 
 def attend_widened(qkv: Tensor, ride: Ride, scale: float, bias: Optional[Tensor] = None) -> Tensor:
     """``Softmax(q k^T * scale + bias) v`` ``(B0, G * heads, n, d)`` by ``F.scaled_dot_product_attention``, with

@@ -57,7 +57,6 @@ class TransformerBlock(nn.Module):
         attn_drop_rate (float): Attention-map dropout. Defaults to 0.
         drop_path_rate (float): Stochastic depth of both branches. Defaults to 0.
         norm_cfg (dict): Norm layer config. Defaults to ``dict(type='LN', eps=1e-6)``.
-        act_cfg (dict): FFN activation. Defaults to ``dict(type='GELU')``.
         scale_adjustment (float): DeepViT's ``a``. Defaults to 1.
         skip_lam (float): LV-ViT's ``λ``. Defaults to 1.
         with_cp (bool): Activation checkpointing (:func:`checkpoint`). Defaults to False.
@@ -69,7 +68,7 @@ class TransformerBlock(nn.Module):
     def __init__(self, embed_dims: int, num_heads: int, feedforward_channels: int, attn_type: str = 'msa',
                  attn_cfg: Optional[dict] = None, qkv_bias: bool = True, drop_rate: float = 0.,
                  attn_drop_rate: float = 0., drop_path_rate: float = 0., norm_cfg: dict = dict(type='LN', eps=1e-6),
-                 act_cfg: dict = dict(type='GELU'), scale_adjustment: float = 1., skip_lam: float = 1.,
+                 scale_adjustment: float = 1., skip_lam: float = 1.,
                  with_cp: bool = False):
         super().__init__()
         self.with_cp = with_cp
@@ -85,7 +84,7 @@ class TransformerBlock(nn.Module):
         drop_path = dict(type='DropPath', drop_prob=drop_path_rate)
         self.attn.out_drop = build_dropout(drop_path)
         self.ffn = FFN(embed_dims=embed_dims, feedforward_channels=feedforward_channels, num_fcs=2,
-                       ffn_drop=drop_rate, dropout_layer=drop_path, act_cfg=act_cfg, add_identity=False)
+                       ffn_drop=drop_rate, dropout_layer=drop_path, act_cfg=dict(type='GELU'), add_identity=False)
 
     def forward(self, x: Tensor, need_attn: bool = False,
                 ride: Optional[Ride] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
