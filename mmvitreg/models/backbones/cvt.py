@@ -54,9 +54,8 @@ class ConvAttention(BaseModule):
         extra, tokens = x[:, :num_extra], x[:, num_extra:]
         fmap = tokens.transpose(1, 2).reshape(x.shape[0], x.shape[2], *hw)
         heads = lambda t: t.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)  # noqa: E731
-        q, k, v = (heads(lin(torch.cat((extra, conv(fmap)), dim=1)))
-                   for conv, lin in ((self.conv_proj_q, self.proj_q), (self.conv_proj_k, self.proj_k),
-                                     (self.conv_proj_v, self.proj_v)))
+        convs, linears = (self.conv_proj_q, self.conv_proj_k, self.conv_proj_v), (self.proj_q, self.proj_k, self.proj_v)
+        q, k, v = (heads(linear(torch.cat((extra, conv(fmap)), dim=1))) for conv, linear in zip(convs, linears))
         out = F.scaled_dot_product_attention(q, k, v, scale=self.scale)
         return self.proj(out.transpose(1, 2).flatten(2))
 

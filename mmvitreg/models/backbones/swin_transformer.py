@@ -12,7 +12,7 @@ from mmvitreg.registry import MODELS
 from ..converters import OfficialLayout, converter_tool, register_layout, rename_keys
 from ..layers import Ride, WindowAttention, WindowLayout
 from ..layers.drop_path import FFN, drop_path
-from ..layers.transformer_block import checkpoint
+from ..layers.transformer_block import run_block
 from ..trace import TokenTrace, TraceSpec
 from .arch import BackboneValueError, check_arch, check_drop_path_rate
 from .init_cfg import own_pretrained, unbuilt
@@ -58,9 +58,7 @@ class SwinBlock(MMPretrainSwinBlock):
     ``(B, H * W, C)`` -> ``(B, H * W, C)``, with ``need_attn`` also the window maps."""
 
     def forward(self, x: Tensor, hw_shape, need_attn: bool = False, ride: Optional[Ride] = None):
-        if self.with_cp and x.requires_grad:
-            return checkpoint(self._forward, x, hw_shape, need_attn=need_attn, ride=ride)
-        return self._forward(x, hw_shape, need_attn, ride)
+        return run_block(self, x, hw_shape, need_attn=need_attn, ride=ride)
 
     def _forward(self, x: Tensor, hw_shape, need_attn: bool, ride: Optional[Ride]):
         h = self.attn(self.norm1(x), hw_shape, need_attn=need_attn, ride=ride)

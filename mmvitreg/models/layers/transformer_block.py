@@ -1,5 +1,5 @@
 """Pre-norm transformer encoder block with a choice of attention and residual scaling."""
-from typing import Callable, Optional, Tuple, Union
+from typing import Optional, Tuple, Union
 
 import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
@@ -19,14 +19,15 @@ ATTENTION_TYPES = {
 }
 
 
-def checkpoint(forward: Callable, x: Tensor, *args, need_attn: bool, ride: Optional[Ride]):
-    """``forward(x, *args, need_attn, ride)`` with its activations recomputed in the backward (``with_cp``).
-
-    Torch's reentrant variant, as mmpretrain's Swin and mmseg's ViT; the non-reentrant one when a trace taps the
-    block, as the reentrant forward runs without autograd and would cut a ride's mixed values from the graph.
-    """
+def run_block(block: nn.Module, x: Tensor, *args, need_attn: bool, ride: Optional[Ride]):
+    """``block._forward(x, *args, need_attn, ride)``, with ``block.with_cp`` its activations recomputed in the
+    backward: by torch's reentrant checkpoint, as mmpretrain's Swin and mmseg's ViT, or the non-reentrant one when
+    a trace taps the block, as the reentrant forward runs without autograd and would cut a ride's mixed values
+    from the graph."""
+    if not (block.with_cp and x.requires_grad):
+        return block._forward(x, *args, need_attn, ride)
     tapped = need_attn or ride is not None
-    return cp.checkpoint(forward, x, *args, need_attn, ride, use_reentrant=not tapped)
+    return cp.checkpoint(block._forward, x, *args, need_attn, ride, use_reentrant=not tapped)
 
 
 class TransformerBlock(nn.Module):
@@ -59,7 +60,7 @@ class TransformerBlock(nn.Module):
         norm_cfg (dict): Norm layer config. Defaults to ``dict(type='LN', eps=1e-6)``.
         scale_adjustment (float): DeepViT's ``a``. Defaults to 1.
         skip_lam (float): LV-ViT's ``λ``. Defaults to 1.
-        with_cp (bool): Activation checkpointing (:func:`checkpoint`). Defaults to False.
+        with_cp (bool): Activation checkpointing (:func:`run_block`). Defaults to False.
 
     Shapes:
         ``(B, N, C)`` -> ``(B, N, C)``; with ``need_attn`` also the ``(B, heads, N, N)`` map.
@@ -88,9 +89,7 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x: Tensor, need_attn: bool = False,
                 ride: Optional[Ride] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
-        if self.with_cp and x.requires_grad:
-            return checkpoint(self._forward, x, need_attn=need_attn, ride=ride)
-        return self._forward(x, need_attn, ride)
+        return run_block(self, x, need_attn=need_attn, ride=ride)
 
     def _forward(self, x: Tensor, need_attn: bool, ride: Optional[Ride]) -> Union[Tensor, Tuple[Tensor, Tensor]]:
         a, d = self.scale_adjustment, self.branch_divisor
