@@ -42,9 +42,8 @@ class DeepViT(VisionTransformer):
     ``l-408``     408    32      last 12                ``l`` at the paper's width
     ============  =====  ======  =====================  ===========================================
 
-    The paper gives DeepViT-L 408 dims; the official ``deepvit_L`` (and its checkpoint) has 420, so ``l`` is the
-    official one. The paper puts re-attention in every block of DeepViT-S/L; the official models use it in the
-    last 5 / 12 only, as ``s`` / ``l`` do. Other arguments as :class:`VisionTransformer`.
+    The official ``deepvit_L`` has 420 dims, the paper 408. The official DeepViT-S/L use re-attention in the last
+    5 / 12 blocks only, the paper in all. Other arguments as :class:`VisionTransformer`.
     """
 
     arch_zoo = {

@@ -38,16 +38,13 @@ def attend(qkv: Tensor, scale: float, *, bias: Optional[Tensor] = None, dropout_
     Args:
         qkv (Tensor): The qkv projection ``(B', n, 3, H, d)``.
         scale (float): Multiplies ``q k^T``.
-        bias (Tensor, optional): Additive logits ``(G, H, n, n)`` (``G`` divides ``B'``; batch entry
-            ``b`` takes group ``b % G``), e.g. Swin's relative position bias plus shift mask. Not with
-            ``attention_map``.
-        dropout_p (float): Dropout on the softmax map (0 outside training). An ``attention_map`` applies its
-            own. Defaults to 0.
+        bias (Tensor, optional): Additive logits ``(G, H, n, n)``, batch entry ``b`` taking group ``b % G``
+            (Swin's position bias plus shift mask). Not with ``attention_map``.
+        dropout_p (float): Dropout on the softmax map (0 outside training). Defaults to 0.
         need_attn (bool): Return the map. Defaults to False.
         ride (Ride, optional): Values ``(B', n, D)`` to mix with the head-mean map; ``ride.mixed`` is set.
-        attention_map (Callable, optional): ``(q, k) -> A`` ``(B', H, n, n)`` for ``q, k`` ``(B' H, n, d)``
-            (the heads of each batch entry consecutive), dropout included; replaces the softmax map and always
-            takes the explicit path.
+        attention_map (Callable, optional): ``(q, k) -> A`` ``(B', H, n, n)`` for ``q, k`` ``(B' H, n, d)``,
+            dropout included, in place of the softmax map.
 
     Returns:
         Tuple[Tensor, Optional[Tensor]]: ``x`` ``(B', H, n, d)`` and, with ``need_attn``, the map
@@ -56,7 +53,7 @@ def attend(qkv: Tensor, scale: float, *, bias: Optional[Tensor] = None, dropout_
     if bias is not None and attention_map is not None:
         raise ValueError('attend takes a bias or an attention_map, not both')
     B, n, _, H = qkv.shape[:4]
-    # windows: a decision on the bias's groups (a window layout's, which jit tracing may freeze), never on B
+    # windows: decided on the bias's groups (which jit tracing may freeze), never on B
     G = 1 if bias is None else bias.shape[0]
     if bias is not None:
         bias = bias.reshape(1, G * H, n, n)
@@ -94,10 +91,8 @@ class MultiheadSelfAttention(BaseModule):
 
     with ``Q, K, V = x W_qkv`` split into ``H`` heads of ``d = C / H`` channels, the heads concatenated and
     projected by ``proj``, and ``B`` an optional additive bias (:class:`~mmvitreg.models.layers.WindowAttention`'s).
-    Keys are those of mmpretrain's ``MultiheadAttention`` (``qkv``, ``proj``). The core runs in :func:`attend`:
-    fused, or the explicit map with ``need_attn`` (returned too) and for subclasses that set ``fused = False`` and
-    override :meth:`attention_map` (re-attention, talking heads). A :class:`~mmvitreg.models.layers.Ride`
-    (``ride``) gets the head-mean map applied to its values.
+    Keys are those of mmpretrain's ``MultiheadAttention``. The core runs in :func:`attend`; subclasses that set
+    ``fused = False`` override :meth:`attention_map` (re-attention, talking heads).
 
     Args:
         embed_dims (int): Token channels ``C``.

@@ -18,9 +18,8 @@ class ConvStem(nn.Module):
         conv{i} 3×3 stride 1 pad 1 (no bias) - bn{i} - ReLU      for i = 2 .. num_convs
         projection  (p/2)×(p/2) stride p/2 (with bias)  -> C channels
 
-    DeepViT uses ``num_convs=2`` (the paper's "three CNN layers" count the projection), LV-ViT
-    ``num_convs=3``; both with 64 channels, LV-ViT-L with 128. Keys ``conv{i}``, ``bn{i}`` as the
-    official code, ``projection`` for its ``proj`` (the name in mmpretrain's linear patch embedding).
+    DeepViT uses ``num_convs=2`` (the paper's "three CNN layers" count the projection), LV-ViT ``num_convs=3``.
+    Keys as the official code's, ``projection`` for its ``proj`` (the name in mmpretrain's patch embedding).
 
     Args:
         in_channels (int): Image channels. Defaults to 3.
@@ -28,8 +27,7 @@ class ConvStem(nn.Module):
         channels (int): Channels of the convolutions. Defaults to 64.
         num_convs (int): Convolutions before the projection (>= 1). Defaults to 3.
         patch_size (int): Total stride ``p`` (even). Defaults to 16.
-        img_size (int | Sequence[int]): Input size of ``init_out_size``, the grid mmpretrain's position-embedding
-            load hook resizes from. Defaults to 224.
+        img_size (int | Sequence[int]): Input size of ``init_out_size`` (read by mmpretrain). Defaults to 224.
 
     Shapes:
         ``(B, in_channels, H, W)``, padded bottom/right to multiples of ``p``, -> tokens ``(B, Hg * Wg, C)`` and

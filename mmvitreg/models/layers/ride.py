@@ -19,19 +19,17 @@ RIDE_CHANNELS = 8
 class Ride:
     """Per-token values that ride along with one attention call, and what the attention made of them.
 
-    Holds ``values`` ``(B', n, D)`` on the attention's token layout (``B' = B`` in a ViT, ``B * nW``
-    windows in a Swin), or in a Swin the same per image ``(B, nW, n, D)``;
-    :func:`~mmvitreg.models.layers.attend` sets ``mixed`` in the layout of ``values``:
+    Holds ``values`` ``(B', n, D)`` on the attention's token layout (``B' = B * nW`` windows in a Swin, or per
+    image ``(B, nW, n, D)``); :func:`~mmvitreg.models.layers.attend` sets ``mixed`` in the same layout:
 
     .. math::
         \\mathrm{mixed} = \\max\\big(0, \\tfrac{1}{H}\\textstyle\\sum_h A_h\\big)\\, \\mathrm{values},
 
     with ``A_h`` the map that mixes the attention's values, before attention dropout (re-attention's may have
     negative entries; a softmax map is unchanged by the ``max``). A ride never changes the model's gradients.
-    ``mixed`` is float32, computed by a fused call in the attention's dtype (under autocast as the official
-    TL-Align code's AMP training, which mixes its labels with the fp16 map), by the explicit path in float32.
-    ``stochastic`` (set with ``mixed``) says whether every row of that map is known to sum to 1: True for a
-    fused call (a softmax map), False for the explicit path.
+    ``mixed`` is float32, computed in the attention's dtype by a fused call (under autocast as the official TL-Align
+    code's AMP training). ``stochastic`` (set with ``mixed``) says whether every row of that map is known to sum
+    to 1: True for a fused call (a softmax map), False for the explicit path.
 
     Args:
         values (Tensor): ``(B', n, D)`` or ``(B, nW, n, D)``.

@@ -42,9 +42,8 @@ class TransformerBlock(nn.Module):
       with ``α = 1 / skip_lam``).
     * ``a = scale_adjustment``: DeepViT's official ``x + drop_path(f(norm(x * a)) / a)`` (not in the paper).
 
-    Keys and layout are mmpretrain's ``TransformerEncoderLayer``'s: ``ln1``, ``attn.qkv``, ``attn.proj``, ``ln2``,
-    ``ffn.layers.0.0``, ``ffn.layers.1``; each branch's stochastic depth sits where mmpretrain keeps it,
-    ``attn.out_drop`` and ``ffn.dropout_layer``, applied by :func:`~mmvitreg.models.layers.drop_path.drop_path`.
+    Keys and layout are mmpretrain's ``TransformerEncoderLayer``'s; each branch's stochastic depth sits where
+    mmpretrain keeps it, ``attn.out_drop`` and ``ffn.dropout_layer``.
 
     Args:
         embed_dims (int): Token channels ``C``.

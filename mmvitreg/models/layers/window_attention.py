@@ -18,15 +18,11 @@ class WindowAttention(MultiheadSelfAttention):
     .. math::
         \\mathrm{Attention}(Q, K, V) = \\mathrm{SoftMax}(Q K^\\top / \\sqrt{d} + B + M) V,
 
-    with ``B`` gathered from a learnable ``(2Wh - 1)(2Ww - 1) x heads`` table by the relative
-    offset of the two tokens, and ``M`` the shifted-window mask (0 / -100, see
-    :meth:`~mmvitreg.models.layers.WindowLayout.attn_mask`). Keys and initialisation are those of
-    mmpretrain's ``WindowMSA`` (``relative_position_bias_table``, ``relative_position_index``,
-    ``qkv``, ``proj``): mmpretrain's ``ShiftWindowMSA`` builds it as its ``window_msa``, so
-    mmpretrain / mmseg / mmdet Swin weights load unchanged. The core is
-    :class:`~mmvitreg.models.layers.MultiheadSelfAttention`'s with ``B + M`` as its bias (the windows of one
-    image folded into the head axis); with ``need_attn`` the map is the softmax before attention dropout, as
-    mmpretrain computes it. A :class:`~mmvitreg.models.layers.Ride` holds values ``(B * nW, N, D)`` in windows.
+    with ``B`` gathered from a learnable ``(2Wh - 1)(2Ww - 1) x heads`` table by the relative offset of the two
+    tokens, and ``M`` the shifted-window mask (:meth:`~mmvitreg.models.layers.WindowLayout.attn_mask`). Keys and
+    initialisation are those of mmpretrain's ``WindowMSA``: mmpretrain's ``ShiftWindowMSA`` builds it as its
+    ``window_msa``. The core is :class:`~mmvitreg.models.layers.MultiheadSelfAttention`'s with ``B + M`` as its
+    bias; with ``need_attn`` the map is the softmax before attention dropout, as mmpretrain computes it.
 
     Args:
         embed_dims (int): Token channels ``C``.
