@@ -35,8 +35,8 @@ def check_arch(arch: Union[str, dict], arch_zoo: Mapping[str, dict], essential: 
     return dict(arch)
 
 
-def check_drop_path_rate(rate: float) -> float:
-    """``rate`` if it is a stochastic-depth rate, in ``[0, 1)``: a kept branch is scaled by ``1 / (1 - rate)``,
+def check_drop_path_rate(rate: float):
+    """Check that ``rate`` is a stochastic-depth rate, in ``[0, 1)``: a kept branch is scaled by ``1 / (1 - rate)``,
     which a negative rate makes a random rescaling and 1 or more a division by zero or a sign flip.
 
     Raises:
@@ -45,4 +45,3 @@ def check_drop_path_rate(rate: float) -> float:
     if not 0 <= rate < 1:
         raise BackboneValueError(f'drop_path_rate must be in [0, 1) (the share of residual branches dropped at the '
                                  f'last block), got {rate}: set e.g. 0.1, the DeiT-S recipe\'s')
-    return rate

@@ -53,11 +53,8 @@ class LVViT(VisionTransformer):
 
 
 def convert_lvvit(state_dict: Dict[str, Tensor]) -> Dict[str, Tensor]:
-    """Official LV-ViT state dict -> mmpretrain-style classifier state dict of :class:`LVViT`.
-
-    ``backbone.*`` for the backbone, ``head.layers.head.*`` for the cls-token ``head`` and
-    ``head.aux_head.*`` for the patch-token ``aux_head`` (the names of mmvitreg's token-label head).
-    """
+    """Official LV-ViT state dict -> mmpretrain-style classifier state dict of :class:`LVViT`: timm's ViT layout,
+    ``head`` and ``aux_head`` under the names of mmvitreg's token-label head."""
     return convert_timm_vit(state_dict, head_renames={'head.': 'head.layers.head.', 'aux_head.': 'head.aux_head.'})
 
 

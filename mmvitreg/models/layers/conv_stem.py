@@ -41,12 +41,10 @@ class ConvStem(nn.Module):
             raise ValueError(f'ConvStem needs num_convs >= 1 and an even patch_size, got {num_convs}, {patch_size}')
         self.num_convs = num_convs
         self.patch_size = patch_size
-        for i in range(1, num_convs + 1):
-            first = i == 1
-            self.add_module(
-                f'conv{i}',
-                nn.Conv2d(in_channels if first else channels, channels, kernel_size=7 if first else 3,
-                          stride=2 if first else 1, padding=3 if first else 1, bias=False))
+        self.conv1 = nn.Conv2d(in_channels, channels, kernel_size=7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        for i in range(2, num_convs + 1):
+            self.add_module(f'conv{i}', nn.Conv2d(channels, channels, kernel_size=3, padding=1, bias=False))
             self.add_module(f'bn{i}', nn.BatchNorm2d(channels))
         self.relu = nn.ReLU(inplace=True)
         self.projection = nn.Conv2d(channels, embed_dims, kernel_size=patch_size // 2, stride=patch_size // 2)

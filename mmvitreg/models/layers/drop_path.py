@@ -13,8 +13,6 @@ def drop_path(x: Tensor, module: nn.Module) -> Tensor:
     (mmcv's distribution in fewer operators). ``drop_prob`` is read at every call, so a schedule holds. Any other
     layer (mmcv's ``Dropout``, a subclass of ``DropPath``, ...) runs its own forward.
     """
-    if isinstance(module, nn.Identity):
-        return x
     if type(module) is not DropPath:
         return module(x)
     p = module.drop_prob
