@@ -116,15 +116,7 @@ class CvT(BaseBackbone):
     through depth-wise conv + BN (keys / values at stride 2); no position embedding; a cls token only in the last
     stage, whose LayerNorm-ed output feeds the classifier. Presets follow the paper's Table 2 and the official
     ``microsoft/CvT`` ``experiments/imagenet/cvt/cvt-*.yaml`` (QuickGELU, LayerNorm eps 1e-5, trunc_normal 0.02
-    init; ``lib/models/cls_cvt.py`` for the layer order):
-
-    ========  ============  =======  =========
-    arch      dims          depths   heads
-    ========  ============  =======  =========
-    ``13``    64/192/384    1/2/10   1/3/6
-    ``21``    64/192/384    1/4/16   1/3/6
-    ``w24``   192/768/1024  2/2/20   3/12/16
-    ========  ============  =======  =========
+    init; ``lib/models/cls_cvt.py`` for the layer order): :attr:`arch_zoo`.
 
     Module names inside a stage are the official model's (``patch_embed.proj``,
     ``blocks.{j}.attn.conv_proj_q.conv`` / ``.bn``, ``proj_q``, ``mlp.fc1``, ``norm``); the official
@@ -144,9 +136,8 @@ class CvT(BaseBackbone):
         mlp_ratio (float): Defaults to 4.
         drop_path_rate (float): Stochastic depth of the last stage, linear from 0 over its blocks (the
             official DROP_PATH_RATE is per stage: 0, 0, 0.1). Defaults to 0.1.
-        out_type (str): ``'cls_token'`` (the normed cls token, ``(B, C)``, official classifier input),
-            ``'featmap'`` (the last stage's map ``(B, C, H, W)``, raw residual stream) or
-            ``'avg_featmap'``. Defaults to 'cls_token'.
+        out_type (str): ``'cls_token'`` (the normed cls token ``(B, C)``, official), ``'featmap'`` (the last
+            stage's raw map ``(B, C, H, W)``) or ``'avg_featmap'``. Defaults to 'cls_token'.
         frozen_stages (int): Stages to freeze (-1: none). Defaults to -1.
         init_cfg (dict, optional): Defaults to trunc_normal 0.02 on Linear layers.
     """

@@ -28,22 +28,13 @@ class DeepViT(VisionTransformer):
     the official code (zhoudaquan/dvit_repo ``models/deep_vision_transformer.py``); all have 12 heads, MLP ratio 3,
     ``qkv_bias=True`` and LayerNorm eps 1e-6:
 
-    ============  =====  ======  =====================  ===========================================
-    arch          dims   blocks  re-attention blocks    extras
-    ============  =====  ======  =====================  ===========================================
-    ``16b``       384    16      all                    linear 16×16 patch embedding
-    ``24b``       384    24      all
-    ``32b``       384    32      all
-    ``vit-16b``   384    16      none (paper Table 2)
-    ``vit-24b``   384    24      none
-    ``vit-32b``   384    32      none
-    ``s``         396    16      last 5                 conv stem, ``transform_scale``, ``a = 0.5``
-    ``l``         420    32      last 12                conv stem, ``a = 0.5``
-    ``l-408``     408    32      last 12                ``l`` at the paper's width
-    ============  =====  ======  =====================  ===========================================
+    * ``16b``, ``24b``, ``32b``: 384 dims, re-attention in every block, the linear 16×16 patch embedding;
+      ``vit-16b``, ``vit-24b``, ``vit-32b`` the same with self-attention (the paper's Table 2 baselines);
+    * ``s`` (396 dims, 16 blocks), ``l`` (420 dims, 32 blocks): the conv stem, ``a = 0.5``, re-attention in the
+      last 5 / 12 blocks only (official; the paper puts it in all), ``s`` with ``transform_scale``;
+    * ``l-408``: ``l`` at the paper's width (the official ``deepvit_L`` has 420 dims).
 
-    The official ``deepvit_L`` has 420 dims, the paper 408. The official DeepViT-S/L use re-attention in the last
-    5 / 12 blocks only, the paper in all. Other arguments as :class:`VisionTransformer`.
+    Other arguments as :class:`VisionTransformer`.
     """
 
     arch_zoo = {

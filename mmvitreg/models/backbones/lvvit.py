@@ -27,17 +27,7 @@ class LVViT(VisionTransformer):
     <https://arxiv.org/abs/2104.10858>`_. Presets follow the official code (zihangJiang/TokenLabeling
     ``tlt/models/lvvit.py``): MLP ratio 3, no ``qkv`` bias, LayerNorm eps 1e-5, the 4-layer conv stem (64
     channels, 128 for ``l``), residual branches divided by ``skip_lam`` (paper Eq. 5 with ``α = 1 / skip_lam``):
-
-    ======  =====  ======  =====  ========
-    arch    dims   blocks  heads  skip_lam
-    ======  =====  ======  =====  ========
-    ``t``   240    12      4      1
-    ``s``   384    16      6      2
-    ``m``   512    20      8      2
-    ``l``   768    24      12     3
-    ======  =====  ======  =====  ========
-
-    Other arguments as :class:`VisionTransformer`.
+    :attr:`arch_zoo`. Other arguments as :class:`VisionTransformer`.
     """
 
     arch_zoo = {

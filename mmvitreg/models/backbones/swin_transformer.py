@@ -24,9 +24,8 @@ class ShiftWindowAttention(ShiftWindowMSA):
     every forward) and applies its ``drop`` by :func:`~mmvitreg.models.layers.drop_path.drop_path`.
 
     ``forward(query, hw_shape, need_attn=False, ride=None)``: ``(B, H * W, C)`` -> ``(B, H * W, C)``, with
-    ``need_attn`` also the window maps ``(B * nW, heads, w * w, w * w)``; a ``ride`` holds values in windows.
-    Another ``window_msa`` than :class:`~mmvitreg.models.layers.WindowAttention` runs mmpretrain's forward,
-    untraced.
+    ``need_attn`` also the window maps ``(B * nW, heads, w * w, w * w)``. Another ``window_msa`` than
+    :class:`~mmvitreg.models.layers.WindowAttention` runs mmpretrain's forward, untraced.
     """
 
     def layout(self, hw_shape: Tuple[int, int]) -> WindowLayout:
@@ -69,9 +68,8 @@ class SwinBlock(MMPretrainSwinBlock):
 
 
 class SwinStage(SwinBlockSequence):
-    """mmpretrain's ``SwinBlockSequence`` whose ``forward(x, in_shape, do_downsample=True, trace=None,
-    first_block=0)`` also runs its blocks through a trace (numbered from ``first_block``) and tells it of the patch
-    merging (:meth:`merge`)."""
+    """mmpretrain's ``SwinBlockSequence`` whose forward also runs its blocks through a trace (numbered from
+    ``first_block``) and tells it of the patch merging (:meth:`merge`)."""
 
     def forward(self, x: Tensor, in_shape, do_downsample: bool = True, trace: Optional[TokenTrace] = None,
                 first_block: int = 0):

@@ -31,9 +31,8 @@ def attend(qkv: Tensor, scale: float, *, bias: Optional[Tensor] = None, dropout_
     * **fused** otherwise: ``F.scaled_dot_product_attention`` with ``bias`` as its additive mask; a ride rides in
       the same call as extra value channels (:func:`~mmvitreg.models.layers.ride.attend_widened`).
 
-    Windows: the ``G > 1`` groups of a ``bias`` (Swin's ``nW`` windows of one image, consecutive in the batch)
-    are folded into the head axis, ``(B' / G, G * H, n, ...)``, so that the kernel broadcasts the bias over the
-    images without a copy.
+    Windows: the ``G > 1`` groups of a ``bias`` (Swin's windows of one image) are folded into the head axis,
+    ``(B' / G, G * H, n, ...)``, so that the kernel broadcasts the bias over the images without a copy.
 
     Args:
         qkv (Tensor): The qkv projection ``(B', n, 3, H, d)``.

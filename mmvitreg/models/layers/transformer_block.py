@@ -50,8 +50,7 @@ class TransformerBlock(nn.Module):
         num_heads (int): Attention heads.
         feedforward_channels (int): Hidden channels of the FFN.
         attn_type (str): A key of :data:`ATTENTION_TYPES`. Defaults to ``'msa'``.
-        attn_cfg (dict, optional): Extra arguments of the attention (e.g. ``dict(transform_scale=True)`` for
-            re-attention). Defaults to None.
+        attn_cfg (dict, optional): Extra arguments of the attention. Defaults to None.
         qkv_bias (bool): Bias of the ``qkv`` projection. Defaults to True.
         drop_rate (float): Dropout after the attention projection and in the FFN. Defaults to 0.
         attn_drop_rate (float): Attention-map dropout. Defaults to 0.
