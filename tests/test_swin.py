@@ -231,7 +231,7 @@ def test_every_block_runs_our_code_in_fewer_operators_than_mmpretrains():
     theirs, ours = nano(MMPretrainSwin), nano()
     copy_weights(ours, theirs)
     ran, shift_window_ran = [], []
-    for i, block in enumerate(ours.blocks):
+    for i, block in enumerate(block for stage in ours.stages for block in stage.blocks):
         block.attn.w_msa.register_forward_hook(lambda module, args, out, i=i: ran.append(i))
         block.attn.register_forward_hook(lambda module, args, out, i=i: shift_window_ran.append(i))
     x = torch.randn(2, 3, 64, 64)

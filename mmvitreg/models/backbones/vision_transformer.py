@@ -29,11 +29,10 @@ TIMM_INIT_CFG = [
 
 class HostEncoderLayer(TransformerEncoderLayer):
     """mmpretrain's ``TransformerEncoderLayer`` for a block given ``layer_cfgs`` or ``layer_scale_init_value``,
-    run by its own forward: ``(B, N, C)`` -> ``(B, N, C)``; a trace reads its tokens but taps no attention."""
+    run by its own forward: ``(B, N, C)`` -> ``(B, N, C)``; a trace reads its tokens but taps no attention.
+    ``with_cp`` is set by :class:`VisionTransformer`."""
 
-    def __init__(self, with_cp: bool = False, **kwargs):
-        super().__init__(**kwargs)
-        self.with_cp = with_cp
+    with_cp = False
 
     def forward(self, x: Tensor, need_attn: bool = False, ride=None) -> Tensor:
         if need_attn or ride is not None:
@@ -121,10 +120,11 @@ class VisionTransformer(MMPretrainVisionTransformer):
             cfg = dict(embed_dims=self.embed_dims, num_heads=settings['num_heads'], drop_path_rate=float(dpr),
                        feedforward_channels=settings['feedforward_channels'], drop_rate=drop_rate,
                        attn_drop_rate=attn_drop_rate, qkv_bias=qkv_bias, norm_cfg=norm_cfg)
-            self.layers.append(HostEncoderLayer(with_cp=with_cp, **{**cfg, **layer_cfgs[i]}) if layer_cfgs[i] else
+            self.layers.append(HostEncoderLayer(**{**cfg, **layer_cfgs[i]}) if layer_cfgs[i] else
                                TransformerBlock(**cfg, attn_type=attn_types[i], attn_cfg=attn_cfgs.get(attn_types[i]),
                                                 scale_adjustment=settings['scale_adjustment'],
-                                                skip_lam=settings['skip_lam'], with_cp=with_cp))
+                                                skip_lam=settings['skip_lam']))
+            self.layers[-1].with_cp = with_cp
         if frozen_stages > 0:
             self._freeze_stages()
 

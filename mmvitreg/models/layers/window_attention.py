@@ -41,14 +41,10 @@ class WindowAttention(MultiheadSelfAttention):
         self.window_size = tuple(window_size)
         Wh, Ww = self.window_size
         self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * Wh - 1) * (2 * Ww - 1), num_heads))
-        self.register_buffer('relative_position_index', self.relative_index(Wh, Ww))
-
-    @staticmethod
-    def relative_index(Wh: int, Ww: int) -> Tensor:
-        """``(N, N)`` table row of every token pair: ``(dh + Wh - 1) * (2Ww - 1) + (dw + Ww - 1)``."""
-        h, w = torch.meshgrid(torch.arange(Wh), torch.arange(Ww), indexing='ij')
-        h, w = h.flatten(), w.flatten()
-        return (h[:, None] - h[None, :] + Wh - 1) * (2 * Ww - 1) + (w[:, None] - w[None, :] + Ww - 1)
+        # (N, N) table row of every token pair: (dh + Wh - 1) * (2Ww - 1) + (dw + Ww - 1)
+        h, w = (i.flatten() for i in torch.meshgrid(torch.arange(Wh), torch.arange(Ww), indexing='ij'))
+        index = (h[:, None] - h[None, :] + Wh - 1) * (2 * Ww - 1) + (w[:, None] - w[None, :] + Ww - 1)
+        self.register_buffer('relative_position_index', index)
 
     def init_weights(self):
         super().init_weights()
