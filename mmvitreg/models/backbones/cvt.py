@@ -170,7 +170,8 @@ class CvT(BaseBackbone):
         for i, (d, depth, h, embed) in enumerate(zip(dims, depths, heads, embeds)):
             last = i == len(dims) - 1  # only the last stage has a cls token and stochastic depth
             dpr = torch.linspace(0, drop_path_rate, depth).tolist() if last else [0.] * depth
-            self.stages.append(CvTStage(dims[i - 1] if i else in_channels, d, h, embed, last, dpr, mlp_ratio, kv_stride))
+            self.stages.append(
+                CvTStage(dims[i - 1] if i else in_channels, d, h, embed, last, dpr, mlp_ratio, kv_stride))
         self.norm = nn.LayerNorm(self.embed_dims)
         # what a trace gets: the tokens of the last stage's blocks (earlier stages have no cls token)
         num_blocks = sum(depths)
