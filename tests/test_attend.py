@@ -53,7 +53,7 @@ def build(kind):
         layout = WindowLayout((8, 12), 4, 2 if kind == 'shifted-window' else 0)
         layer = WindowAttention(32, (4, 4), 4, attn_drop=0.5)
         torch.nn.init.normal_(layer.relative_position_bias_table, std=0.5)
-        return layer, torch.randn(2 * layout.num_windows, 16, 32), layout.attn_mask()
+        return layer, torch.randn(2 * len(layout.grid_index()), 16, 32), layout.attn_mask()
     if kind == 'msa':
         return MultiheadSelfAttention(32, 4, attn_drop=0.5), torch.randn(2, 17, 32), None
     layer = ReAttention(32, 4, transform_scale=True)

@@ -22,7 +22,7 @@ def test_cvt13_has_the_published_size_and_grids():
     assert model(x)[0].shape == (1, 384)
     model.out_type = 'featmap'
     assert model(x)[0].shape == (1, 384, 14, 14)
-    with pytest.raises(KeyError, match='known'):
+    with pytest.raises(ValueError, match="^Arch 7 is not in default archs \\['13', '21', 'w24'\\]"):
         CvT(arch='7')
 
 

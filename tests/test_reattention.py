@@ -232,6 +232,8 @@ def test_talking_heads_matches_reference(x, bias):
     assert ('proj_pre.bias' in attn.state_dict()) == bias
 
 
-def test_attention_rejects_indivisible_heads():
-    with pytest.raises(ValueError, match='divisible'):
-        MultiheadSelfAttention(10, 3)
+def test_attention_with_indivisible_heads_builds_and_refuses_to_run():
+    """As mmpretrain's ``MultiheadAttention``, which builds such a layer and fails in its forward."""
+    layer = MultiheadSelfAttention(10, 3)
+    with pytest.raises(ValueError, match=r'embed_dims \(10\) must be divisible by num_heads \(3\)'):
+        layer(torch.randn(1, 4, 10))

@@ -180,7 +180,7 @@ def test_window_layout_partitions_like_mmpretrain_and_reverses():
         ref = ShiftWindowMSA.window_partition(ref, 4).view(-1, 16, 3)
         torch.testing.assert_close(windows.flatten(0, 1), ref, rtol=0, atol=0)  # (B, nW, n, C): per image
         torch.testing.assert_close(layout.reverse(windows), x, rtol=0, atol=0)
-        assert layout.num_windows == 6 and layout.padded == (8, 12)
+        assert len(layout.grid_index()) == 6 and layout.padded == (8, 12)
         expected = ShiftWindowMSA.get_attn_mask((8, 12), 4, shift)
         got = layout.attn_mask()
         assert (got is None and expected is None) or torch.equal(got, expected)
@@ -231,7 +231,7 @@ def test_every_block_runs_our_code_in_fewer_operators_than_mmpretrains():
     theirs, ours = nano(MMPretrainSwin), nano()
     copy_weights(ours, theirs)
     ran, shift_window_ran = [], []
-    for i, block in enumerate(ours.blocks):
+    for i, block in enumerate(block for stage in ours.stages for block in stage.blocks):
         block.attn.w_msa.register_forward_hook(lambda module, args, out, i=i: ran.append(i))
         block.attn.register_forward_hook(lambda module, args, out, i=i: shift_window_ran.append(i))
     x = torch.randn(2, 3, 64, 64)

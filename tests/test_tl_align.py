@@ -69,7 +69,7 @@ def reference_targets(trace: TokenTrace, labels: torch.Tensor) -> torch.Tensor:
 def dense_window_map(layout: WindowLayout, attn: torch.Tensor) -> torch.Tensor:
     """Window attention ``(B * nW, heads, w * w, w * w)`` -> grid attention ``(B, heads, H * W, H * W)``: row ``i``,
     column ``j`` the weight token ``i`` gives token ``j``, 0 across windows, weights on padding dropped."""
-    nW, n = layout.num_windows, layout.window**2
+    nW, n = len(layout.grid_index()), layout.window**2
     B, heads = attn.shape[0] // nW, attn.shape[1]
     windows = attn.view(B, nW, heads, n, n)
     full = attn.new_zeros(B, heads, nW * n, nW * n)
@@ -85,7 +85,7 @@ def test_window_attention_placed_on_the_grid():
     on the grid equals attending inside the windows and reversing."""
     layout = WindowLayout((5, 6), 4, 2)
     B, heads = 2, 3
-    attn = torch.rand(B * layout.num_windows, heads, 16, 16).softmax(-1)
+    attn = torch.rand(B * len(layout.grid_index()), heads, 16, 16).softmax(-1)
     v = torch.randn(B, 30, 1, 4)  # per-token values shared by the heads
     vw = layout.partition(v).flatten(0, 1).transpose(1, 2).expand(-1, heads, -1, -1)  # (B*nW, heads, 16, 4)
     windowed = layout.reverse((attn @ vw).transpose(1, 2).unflatten(0, (B, -1)))  # (B, 30, heads, 4)

@@ -138,8 +138,7 @@ def test_featmap_outputs_for_dense_necks():
     model = VisionTransformer(arch=TINY, img_size=32, patch_size=8, out_type='featmap', out_indices=[1, 3],
                               with_cls_token=False).eval()
     outs = model(torch.randn(2, 3, 48, 32))
-    assert [o.shape for o in outs] == [(2, 48, 6, 4)] * 2
-    assert model.token_grid((48, 32)) == (6, 4) and model.patch_stride == 8
+    assert [o.shape for o in outs] == [(2, 48, 6, 4)] * 2 and model.patch_stride == 8
 
 
 def test_deepvit_scale_adjustment_block_form():
@@ -167,7 +166,8 @@ def test_conv_stems_give_the_token_grid():
     """DeepViT stem (2 convs) and LV-ViT stem (3 convs) both have total stride 16: 224 -> 14×14 tokens."""
     for cls, n in ((DeepViT, 2), (LVViT, 3)):
         model = cls(arch=dict(TINY, stem=dict(channels=8, num_convs=n))).eval()
-        assert model.patch_embed(torch.randn(1, 3, 224, 224)).shape == (1, 48, 14, 14)
+        tokens, grid = model.patch_embed(torch.randn(1, 3, 218, 224))  # padded bottom to 224
+        assert tokens.shape == (1, 196, 48) and grid == (14, 14)
         assert model.patch_resolution == (14, 14) and model.patch_stride == 16
 
 

@@ -28,7 +28,8 @@ def train_step(cfg: Config, with_cp: bool):
     np.random.seed(1)
     saved, inside = [], []
     backbone = model.backbone
-    for block in getattr(backbone, 'blocks', None) or backbone.layers:
+    swin = hasattr(backbone, 'stages')
+    for block in [b for stage in backbone.stages for b in stage.blocks] if swin else backbone.layers:
         block.register_forward_pre_hook(lambda *_: inside.append(True))
         block.register_forward_hook(lambda *_: inside.clear())
     with torch.autograd.graph.saved_tensors_hooks(

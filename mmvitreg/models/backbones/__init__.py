@@ -1,4 +1,4 @@
-"""Backbones of mmvitreg (the ViT family and Swin, all carrying the token trace; (registered in ``mmvitreg.registry.MODELS``)."""
+"""Backbones of mmvitreg, all carrying the token trace (registered in ``mmvitreg.registry.MODELS``)."""
 from .cvt import CvT
 from .deepvit import DeepViT, convert_deepvit
 from .lvvit import LVViT, convert_lvvit

@@ -3,10 +3,8 @@ from typing import Collection, Mapping, Union
 
 
 class BackboneValueError(ValueError, AssertionError):
-    """A bad argument or input of a backbone that mmpretrain rejects with an ``assert``.
-
-    Its message starts with mmpretrain's wording and then names the fix; it is an ``AssertionError`` as
-    well, so that code and tests written for mmpretrain's backbones catch it as they catch mmpretrain's.
+    """A bad argument or input of a backbone that mmpretrain rejects with an ``assert``: its message starts with
+    mmpretrain's wording, then names the fix; an ``AssertionError`` too, so code written for mmpretrain catches it.
     """
 
 
@@ -37,12 +35,9 @@ def check_arch(arch: Union[str, dict], arch_zoo: Mapping[str, dict], essential: 
     return dict(arch)
 
 
-def check_drop_path_rate(rate: float) -> float:
-    """``rate`` if it is a stochastic-depth rate, in ``[0, 1)``.
-
-    A block's branch is kept with probability ``1 - rate`` and scaled by ``1 / (1 - rate)``: a negative rate scales
-    every kept branch up (``DropPath(-0.3)`` multiplies by 0.769 or 1.538), and 1 or more divides by zero or flips
-    the sign (NaN at the first iteration).
+def check_drop_path_rate(rate: float):
+    """Check that ``rate`` is a stochastic-depth rate, in ``[0, 1)``: a kept branch is scaled by ``1 / (1 - rate)``,
+    which a negative rate makes a random rescaling and 1 or more a division by zero or a sign flip.
 
     Raises:
         BackboneValueError: ``rate`` outside ``[0, 1)``.
@@ -50,4 +45,3 @@ def check_drop_path_rate(rate: float) -> float:
     if not 0 <= rate < 1:
         raise BackboneValueError(f'drop_path_rate must be in [0, 1) (the share of residual branches dropped at the '
                                  f'last block), got {rate}: set e.g. 0.1, the DeiT-S recipe\'s')
-    return rate

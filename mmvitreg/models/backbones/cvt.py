@@ -1,4 +1,5 @@
 """CvT: the Convolutional vision Transformer (Wu et al. 2021), with the token trace of its last stage."""
+from collections import OrderedDict
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
@@ -7,19 +8,13 @@ from mmcv.cnn.bricks import DropPath
 from mmengine.model import BaseModule, ModuleList
 from mmengine.model.weight_init import trunc_normal_
 from mmpretrain.models.backbones.base_backbone import BaseBackbone
+from mmpretrain.models.utils import QuickGELU
 from torch import Tensor, nn
 
 from mmvitreg.registry import MODELS
 from ..trace import TokenTrace, TraceSpec
-from .arch import check_drop_path_rate
+from .arch import check_arch, check_drop_path_rate
 from .init_cfg import own_pretrained
-
-
-class QuickGELU(nn.Module):
-    """``x * sigmoid(1.702 x)``, the activation of the official CvT models."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        return x * torch.sigmoid(1.702 * x)
 
 
 class ConvProjection(nn.Sequential):
@@ -38,50 +33,44 @@ class ConvProjection(nn.Sequential):
 
 class ConvAttention(BaseModule):
     """Convolutional projection attention (CvT §3.2): queries from a stride-1, keys and values from a
-    stride-``kv_stride`` depth-wise conv + BN of the token map, then the usual linear projections and
-    multi-head attention (PyTorch's fused ``F.scaled_dot_product_attention``: keys and values are shorter than the
-    queries, and no trace taps this map). The cls token (if any) skips the convolutions. The official code scales
-    the logits by ``dim ** -0.5`` (the whole width, not the head width); so does this one.
+    stride-``kv_stride`` 3x3 depth-wise conv + BN of the token map, then the linear projections (with bias) and
+    multi-head attention by ``F.scaled_dot_product_attention`` (no trace taps this map), without dropout, as the
+    official CvT models. The cls token (if any) skips the convolutions. The official code scales the logits by
+    ``dim ** -0.5`` (the whole width, not the head width); so does this one.
 
     Shapes: ``(B, E + H * W, C)`` in and out, ``E`` extra (cls) tokens.
     """
 
-    def __init__(self, dims: int, num_heads: int, kernel_size: int = 3, kv_stride: int = 2, qkv_bias: bool = True,
-                 attn_drop: float = 0., proj_drop: float = 0.):
+    def __init__(self, dims: int, num_heads: int, kv_stride: int):
         super().__init__()
-        self.num_heads, self.scale, self.attn_drop = num_heads, dims**-0.5, attn_drop
-        self.conv_proj_q = ConvProjection(dims, kernel_size, 1)
-        self.conv_proj_k = ConvProjection(dims, kernel_size, kv_stride)
-        self.conv_proj_v = ConvProjection(dims, kernel_size, kv_stride)
-        self.proj_q, self.proj_k, self.proj_v = (nn.Linear(dims, dims, bias=qkv_bias) for _ in range(3))
+        self.num_heads, self.scale = num_heads, dims**-0.5
+        self.conv_proj_q = ConvProjection(dims, 3, 1)
+        self.conv_proj_k = ConvProjection(dims, 3, kv_stride)
+        self.conv_proj_v = ConvProjection(dims, 3, kv_stride)
+        self.proj_q, self.proj_k, self.proj_v = (nn.Linear(dims, dims) for _ in range(3))
         self.proj = nn.Linear(dims, dims)
-        self.proj_drop = nn.Dropout(proj_drop)
 
     def forward(self, x: Tensor, hw: Tuple[int, int], num_extra: int) -> Tensor:
         extra, tokens = x[:, :num_extra], x[:, num_extra:]
         fmap = tokens.transpose(1, 2).reshape(x.shape[0], x.shape[2], *hw)
         heads = lambda t: t.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)  # noqa: E731
-        q, k, v = (heads(lin(torch.cat((extra, conv(fmap)), dim=1)))
-                   for conv, lin in ((self.conv_proj_q, self.proj_q), (self.conv_proj_k, self.proj_k),
-                                     (self.conv_proj_v, self.proj_v)))
-        out = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_drop if self.training else 0.,
-                                             scale=self.scale)
-        return self.proj_drop(self.proj(out.transpose(1, 2).flatten(2)))
+        convs, linears = (self.conv_proj_q, self.conv_proj_k, self.conv_proj_v), (self.proj_q, self.proj_k, self.proj_v)
+        q, k, v = (heads(linear(torch.cat((extra, conv(fmap)), dim=1))) for conv, linear in zip(convs, linears))
+        out = F.scaled_dot_product_attention(q, k, v, scale=self.scale)
+        return self.proj(out.transpose(1, 2).flatten(2))
 
 
 class CvTBlock(BaseModule):
     """Pre-norm block: ``x + DropPath(ConvAttention(LN(x)))``, then ``x + DropPath(MLP(LN(x)))``."""
 
-    def __init__(self, dims: int, num_heads: int, mlp_ratio: float, drop_path: float, **attn_kwargs):
+    def __init__(self, dims: int, num_heads: int, mlp_ratio: float, drop_path: float, kv_stride: int):
         super().__init__()
         self.norm1 = nn.LayerNorm(dims)
-        self.attn = ConvAttention(dims, num_heads, **attn_kwargs)
+        self.attn = ConvAttention(dims, num_heads, kv_stride)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.norm2 = nn.LayerNorm(dims)
-        self.mlp = nn.Sequential()
-        self.mlp.add_module('fc1', nn.Linear(dims, int(dims * mlp_ratio)))
-        self.mlp.add_module('act', QuickGELU())
-        self.mlp.add_module('fc2', nn.Linear(int(dims * mlp_ratio), dims))
+        hidden = int(dims * mlp_ratio)
+        self.mlp = nn.Sequential(OrderedDict(fc1=nn.Linear(dims, hidden), act=QuickGELU(), fc2=nn.Linear(hidden, dims)))
 
     def forward(self, x: Tensor, hw: Tuple[int, int], num_extra: int) -> Tensor:
         x = x + self.drop_path(self.attn(self.norm1(x), hw, num_extra))
@@ -107,51 +96,35 @@ class CvTStage(BaseModule):
     """One stage: token embedding (kernel, stride, padding), an optional cls token, one block per drop path."""
 
     def __init__(self, in_channels: int, dims: int, num_heads: int, embed: Tuple[int, int, int], cls_token: bool,
-                 drop_paths: Sequence[float], **block_kwargs):
+                 drop_paths: Sequence[float], mlp_ratio: float, kv_stride: int):
         super().__init__()
         self.patch_embed = ConvEmbed(in_channels, dims, *embed)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dims)) if cls_token else None
-        self.blocks = ModuleList(CvTBlock(dims, num_heads, drop_path=dp, **block_kwargs) for dp in drop_paths)
+        self.blocks = ModuleList(CvTBlock(dims, num_heads, mlp_ratio, dp, kv_stride) for dp in drop_paths)
 
     @property
     def num_extra_tokens(self) -> int:
         return int(self.cls_token is not None)
 
 
-def cvt_arch(dims, depths, heads) -> dict:
-    return dict(embed_dims=dims, depths=depths, num_heads=heads)
-
-
 @MODELS.register_module()
 class CvT(BaseBackbone):
     """CvT: Introducing Convolutions to Vision Transformers.
 
-    `Wu et al., ICCV 2021 <https://arxiv.org/abs/2103.15808>`_. Three stages, each a convolutional
-    token embedding (conv + LayerNorm) followed by pre-norm blocks whose attention projects queries,
-    keys and values through depth-wise conv + BN (keys / values at stride 2); no position embedding;
-    a cls token only in the last stage, whose LayerNorm-ed output feeds the classifier. Presets are
-    the paper's Table 2 and the official ``microsoft/CvT`` ``experiments/imagenet/cvt/cvt-*.yaml``
-    (read through the MODEL.SPEC fields: PATCH_SIZE 7/3/3, PATCH_STRIDE 4/2/2, PATCH_PADDING 2/1/1,
-    KERNEL_QKV 3, STRIDE_KV 2, STRIDE_Q 1, QKV_BIAS true, MLP_RATIO 4, CLS_TOKEN false/false/true,
-    DROP_PATH_RATE 0/0/0.1, QuickGELU, LayerNorm eps 1e-5, trunc_normal 0.02 init; the official
-    ``lib/models/cls_cvt.py`` for the layer order):
+    `Wu et al., ICCV 2021 <https://arxiv.org/abs/2103.15808>`_. Three stages, each a convolutional token
+    embedding (conv + LayerNorm) followed by pre-norm blocks whose attention projects queries, keys and values
+    through depth-wise conv + BN (keys / values at stride 2); no position embedding; a cls token only in the last
+    stage, whose LayerNorm-ed output feeds the classifier. Presets follow the paper's Table 2 and the official
+    ``microsoft/CvT`` ``experiments/imagenet/cvt/cvt-*.yaml`` (QuickGELU, LayerNorm eps 1e-5, trunc_normal 0.02
+    init; ``lib/models/cls_cvt.py`` for the layer order): :attr:`arch_zoo`.
 
-    ========  ============  =======  =========  =================================
-    arch      dims          depths   heads      params (1000-class head)
-    ========  ============  =======  =========  =================================
-    ``13``    64/192/384    1/2/10   1/3/6      20.00M = 19,997,480 (paper: 20M)
-    ``21``    64/192/384    1/4/16   1/3/6      31.62M = 31,622,696 (paper: 32M)
-    ``w24``   192/768/1024  2/2/20   3/12/16    277.20M = 277,196,392 (paper: 277M)
-    ========  ============  =======  =========  =================================
-
-    Module names inside a stage follow the official model's (``patch_embed.proj``,
+    Module names inside a stage are the official model's (``patch_embed.proj``,
     ``blocks.{j}.attn.conv_proj_q.conv`` / ``.bn``, ``proj_q``, ``mlp.fc1``, ``norm``); the official
     ``stage{i}.`` prefix is ``stages.{i}.`` here.
 
-    DRLoc (Liu et al. 2021) applies to the last stage's token map (14x14 at 224, 7x7 after pooling):
-    the backbone serves it through the token trace (``trace.tokens`` of the last-stage blocks, the
-    cls token first, ``trace.num_extra_tokens = 1``), so one forward feeds both the cls-token head and
-    the map. Blocks of earlier stages are not traced (their token layout has no cls token).
+    DRLoc (Liu et al. 2021) reads the last stage's token map (14x14 at 224) through the token trace (the
+    last-stage blocks, the cls token first), so one forward feeds both the cls-token head and the map. Blocks of
+    earlier stages are not traced (their token layout has no cls token).
 
     Args:
         arch (str | dict): ``'13'``, ``'21'``, ``'w24'`` or a dict with ``embed_dims``, ``depths``,
@@ -163,17 +136,16 @@ class CvT(BaseBackbone):
         mlp_ratio (float): Defaults to 4.
         drop_path_rate (float): Stochastic depth of the last stage, linear from 0 over its blocks (the
             official DROP_PATH_RATE is per stage: 0, 0, 0.1). Defaults to 0.1.
-        out_type (str): ``'cls_token'`` (the normed cls token, ``(B, C)``, official classifier input),
-            ``'featmap'`` (the last stage's map ``(B, C, H, W)``, raw residual stream) or
-            ``'avg_featmap'``. Defaults to 'cls_token'.
+        out_type (str): ``'cls_token'`` (the normed cls token ``(B, C)``, official), ``'featmap'`` (the last
+            stage's raw map ``(B, C, H, W)``) or ``'avg_featmap'``. Defaults to 'cls_token'.
         frozen_stages (int): Stages to freeze (-1: none). Defaults to -1.
         init_cfg (dict, optional): Defaults to trunc_normal 0.02 on Linear layers.
     """
 
     arch_zoo = {
-        '13': cvt_arch((64, 192, 384), (1, 2, 10), (1, 3, 6)),
-        '21': cvt_arch((64, 192, 384), (1, 4, 16), (1, 3, 6)),
-        'w24': cvt_arch((192, 768, 1024), (2, 2, 20), (3, 12, 16)),
+        '13': dict(embed_dims=(64, 192, 384), depths=(1, 2, 10), num_heads=(1, 3, 6)),
+        '21': dict(embed_dims=(64, 192, 384), depths=(1, 4, 16), num_heads=(1, 3, 6)),
+        'w24': dict(embed_dims=(192, 768, 1024), depths=(2, 2, 20), num_heads=(3, 12, 16)),
     }
     OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap')
 
@@ -183,31 +155,23 @@ class CvT(BaseBackbone):
                  frozen_stages: int = -1,
                  init_cfg: Optional[dict] = dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.)):
         super().__init__(init_cfg=init_cfg)
-        if isinstance(arch, str):
-            if arch not in self.arch_zoo:
-                raise KeyError(f'unknown CvT arch {arch!r}; known: {sorted(self.arch_zoo)}')
-            arch = self.arch_zoo[arch]
-        missing = {'embed_dims', 'depths', 'num_heads'} - set(arch)
-        if missing:
-            raise KeyError(f'a custom CvT arch needs {sorted(missing)}')
+        arch = check_arch(arch, self.arch_zoo, ('embed_dims', 'depths', 'num_heads'))
         if out_type not in self.OUT_TYPES:
             raise ValueError(f'unsupported CvT out_type {out_type!r}; choose from {self.OUT_TYPES}')
         check_drop_path_rate(drop_path_rate)
         dims, depths, heads = arch['embed_dims'], arch['depths'], arch['num_heads']
         embeds = list(zip(embed_kernels, embed_strides, embed_paddings))
-        if not len(dims) == len(depths) == len(heads) == len(embeds) == len(embed_paddings) == len(embed_kernels):
+        if len({len(v) for v in (dims, depths, heads, embed_kernels, embed_strides, embed_paddings)}) > 1:
             raise ValueError('CvT embed_dims, depths, num_heads and embed_kernels / strides / paddings need one entry '
-                             f'per stage; got {len(dims)}, {len(depths)}, {len(heads)}, {len(embed_kernels)}, '
-                             f'{len(embed_strides)}, {len(embed_paddings)}')
+                             'per stage: give each as many entries as the arch has stages')
         self.out_type, self.frozen_stages = out_type, frozen_stages
         self.embed_dims = dims[-1]
-        last = len(dims) - 1
         self.stages = ModuleList()
-        for i in range(len(dims)):
-            drop_paths = torch.linspace(0, drop_path_rate, depths[i]).tolist() if i == last else [0.] * depths[i]
+        for i, (d, depth, h, embed) in enumerate(zip(dims, depths, heads, embeds)):
+            last = i == len(dims) - 1  # only the last stage has a cls token and stochastic depth
+            dpr = torch.linspace(0, drop_path_rate, depth).tolist() if last else [0.] * depth
             self.stages.append(
-                CvTStage(in_channels if i == 0 else dims[i - 1], dims[i], heads[i], embeds[i], cls_token=i == last,
-                         drop_paths=drop_paths, mlp_ratio=mlp_ratio, kv_stride=kv_stride))
+                CvTStage(dims[i - 1] if i else in_channels, d, h, embed, last, dpr, mlp_ratio, kv_stride))
         self.norm = nn.LayerNorm(self.embed_dims)
         # what a trace gets: the tokens of the last stage's blocks (earlier stages have no cls token)
         num_blocks = sum(depths)

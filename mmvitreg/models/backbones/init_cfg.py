@@ -10,9 +10,8 @@ InitCfg = Optional[Union[dict, List[dict]]]
 def own_pretrained(init_cfg: InitCfg) -> InitCfg:
     """``init_cfg`` with each ``type='Pretrained'`` entry scoped to mmvitreg (``_scope_='mmvitreg'``), so that
     mmengine's ``initialize`` builds ``mmvitreg.Pretrained`` (official releases converted, the backbone fit checked)
-    instead of mmengine's ``PretrainedInit``, without replacing anything of mmengine's. The type stays
-    ``'Pretrained'``: mmengine's and mmpretrain's ``init_weights`` keep loaded weights only for that type. An entry
-    that names its own ``_scope_`` (e.g. ``'mmengine'``) keeps it.
+    instead of mmengine's ``PretrainedInit``. The type stays ``'Pretrained'``, the one type whose loaded weights
+    mmengine's and mmpretrain's ``init_weights`` keep. An entry that names its own ``_scope_`` keeps it.
     """
     if isinstance(init_cfg, dict) and init_cfg.get('type') == 'Pretrained':
         return {'_scope_': 'mmvitreg', **init_cfg}
@@ -22,9 +21,8 @@ def own_pretrained(init_cfg: InitCfg) -> InitCfg:
 
 
 def unbuilt(backbone: nn.Module, output_norms: Iterable[str]) -> Tuple[str, ...]:
-    """The ``output_norms`` (names of the norms after the last block or stage, which feed nothing inside the
-    backbone) that ``backbone``'s options did not build, or built without weights (``nn.Identity``): a backbone's
-    ``left_out``. A checkpoint's keys under them (a classifier's final norm in a dense backbone with
-    ``final_norm=False``) fit nowhere while every block still computes what was trained, so the *backbone* load
-    policy (:func:`~mmvitreg.engine.checkpoint.judge`) accepts them."""
+    """The ``output_norms`` (the norms after the last block or stage) that ``backbone``'s options did not build, or
+    built without weights: a backbone's ``left_out``. A checkpoint's keys under them (a classifier's final norm in
+    a dense backbone) fit nowhere while every block computes what was trained, so the *backbone* load policy
+    (:func:`~mmvitreg.engine.checkpoint.judge`) accepts them."""
     return tuple(name for name in output_norms if not list(getattr(backbone, name, nn.Identity()).parameters()))

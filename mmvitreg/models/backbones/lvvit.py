@@ -24,23 +24,10 @@ class LVViT(VisionTransformer):
     """LV-ViT: the ViT of Token Labeling, with a conv stem and scaled residual branches.
 
     `All Tokens Matter: Token Labeling for Training Better Vision Transformers
-    <https://arxiv.org/abs/2104.10858>`_. Presets follow the official code
-    (zihangJiang/TokenLabeling ``tlt/models/lvvit.py``): MLP ratio 3, no ``qkv`` bias,
-    LayerNorm eps 1e-5, the 4-layer conv stem (7×7 stride 2, two 3×3, then an 8×8 stride-8
-    projection; 64 channels, 128 for ``l``), residual branches divided by ``skip_lam`` (paper
-    Eq. 5 with ``α = 1 / skip_lam``). Parameter counts at 224 with a 1000-class linear head on the
-    cls token and the token-labeling ``aux_head`` (``Linear(C, 1000)`` on the patch tokens):
-
-    ======  =====  ======  =====  ========  =======
-    arch    dims   blocks  heads  skip_lam  params
-    ======  =====  ======  =====  ========  =======
-    ``t``   240    12      4      1         8.53M
-    ``s``   384    16      6      2         26.15M
-    ``m``   512    20      8      2         55.83M
-    ``l``   768    24      12     3         150.02M
-    ======  =====  ======  =====  ========  =======
-
-    Other arguments as :class:`VisionTransformer`.
+    <https://arxiv.org/abs/2104.10858>`_. Presets follow the official code (zihangJiang/TokenLabeling
+    ``tlt/models/lvvit.py``): MLP ratio 3, no ``qkv`` bias, LayerNorm eps 1e-5, the 4-layer conv stem (64
+    channels, 128 for ``l``), residual branches divided by ``skip_lam`` (paper Eq. 5 with ``α = 1 / skip_lam``):
+    :attr:`arch_zoo`. Other arguments as :class:`VisionTransformer`.
     """
 
     arch_zoo = {
@@ -56,11 +43,8 @@ class LVViT(VisionTransformer):
 
 
 def convert_lvvit(state_dict: Dict[str, Tensor]) -> Dict[str, Tensor]:
-    """Official LV-ViT state dict -> mmpretrain-style classifier state dict of :class:`LVViT`.
-
-    ``backbone.*`` for the backbone, ``head.layers.head.*`` for the cls-token ``head`` and
-    ``head.aux_head.*`` for the patch-token ``aux_head`` (the names of mmvitreg's token-label head).
-    """
+    """Official LV-ViT state dict -> mmpretrain-style classifier state dict of :class:`LVViT`: timm's ViT layout,
+    ``head`` and ``aux_head`` under the names of mmvitreg's token-label head."""
     return convert_timm_vit(state_dict, head_renames={'head.': 'head.layers.head.', 'aux_head.': 'head.aux_head.'})
 
 

@@ -1,5 +1,4 @@
 """Swin Transformer that carries the token trace."""
-import copy
 from collections import OrderedDict
 from typing import Mapping, Optional, Sequence, Tuple
 
@@ -13,7 +12,7 @@ from mmvitreg.registry import MODELS
 from ..converters import OfficialLayout, converter_tool, register_layout, rename_keys
 from ..layers import Ride, WindowAttention, WindowLayout
 from ..layers.drop_path import FFN, drop_path
-from ..layers.transformer_block import checkpoint
+from ..layers.transformer_block import run_block
 from ..trace import TokenTrace, TraceSpec
 from .arch import BackboneValueError, check_arch, check_drop_path_rate
 from .init_cfg import own_pretrained, unbuilt
@@ -21,13 +20,12 @@ from .init_cfg import own_pretrained, unbuilt
 
 class ShiftWindowAttention(ShiftWindowMSA):
     """mmpretrain's ``ShiftWindowMSA`` (its arguments, keys and modules) that places the tokens by a
-    :class:`~mmvitreg.models.layers.WindowLayout` (:meth:`layout`; its shift mask built once per input size and
-    device) and applies its ``drop`` by :func:`~mmvitreg.models.layers.drop_path.drop_path`.
+    :class:`~mmvitreg.models.layers.WindowLayout` (its shift mask built once per input size and device, not in
+    every forward) and applies its ``drop`` by :func:`~mmvitreg.models.layers.drop_path.drop_path`.
 
     ``forward(query, hw_shape, need_attn=False, ride=None)``: ``(B, H * W, C)`` -> ``(B, H * W, C)``, with
-    ``need_attn`` also the window maps ``(B * nW, heads, w * w, w * w)``; a ``ride`` holds values in windows.
-    With a ``window_msa`` of the user's (not :class:`~mmvitreg.models.layers.WindowAttention`) mmpretrain's
-    forward runs, untraced.
+    ``need_attn`` also the window maps ``(B * nW, heads, w * w, w * w)``. Another ``window_msa`` than
+    :class:`~mmvitreg.models.layers.WindowAttention` runs mmpretrain's forward, untraced.
     """
 
     def layout(self, hw_shape: Tuple[int, int]) -> WindowLayout:
@@ -54,18 +52,12 @@ class ShiftWindowAttention(ShiftWindowMSA):
 
 
 class SwinBlock(MMPretrainSwinBlock):
-    """mmpretrain's ``SwinBlock`` (pre-norm W-MSA/SW-MSA and FFN, both residual) run by its modules,
-    :class:`ShiftWindowAttention` and :class:`~mmvitreg.models.layers.drop_path.FFN`.
-
-    ``forward(x, hw_shape, need_attn=False, ride=None)``: ``(B, H * W, C)`` -> ``(B, H * W, C)``, with
-    ``need_attn`` also the window maps. ``with_cp`` checkpoints as mmpretrain does
-    (:func:`~mmvitreg.models.layers.transformer_block.checkpoint`).
-    """
+    """mmpretrain's ``SwinBlock`` run by its modules, :class:`ShiftWindowAttention` and
+    :class:`~mmvitreg.models.layers.drop_path.FFN`: ``forward(x, hw_shape, need_attn=False, ride=None)``,
+    ``(B, H * W, C)`` -> ``(B, H * W, C)``, with ``need_attn`` also the window maps."""
 
     def forward(self, x: Tensor, hw_shape, need_attn: bool = False, ride: Optional[Ride] = None):
-        if self.with_cp and x.requires_grad:
-            return checkpoint(self._forward, x, hw_shape, need_attn=need_attn, ride=ride)
-        return self._forward(x, hw_shape, need_attn, ride)
+        return run_block(self, x, hw_shape, need_attn=need_attn, ride=ride)
 
     def _forward(self, x: Tensor, hw_shape, need_attn: bool, ride: Optional[Ride]):
         h = self.attn(self.norm1(x), hw_shape, need_attn=need_attn, ride=ride)
@@ -76,9 +68,8 @@ class SwinBlock(MMPretrainSwinBlock):
 
 
 class SwinStage(SwinBlockSequence):
-    """mmpretrain's ``SwinBlockSequence`` whose ``forward(x, in_shape, do_downsample=True, trace=None,
-    first_block=0)`` also runs its blocks through a trace (numbered from ``first_block``) and tells it of the patch
-    merging (:meth:`merge`)."""
+    """mmpretrain's ``SwinBlockSequence`` whose forward also runs its blocks through a trace (numbered from
+    ``first_block``) and tells it of the patch merging (:meth:`merge`)."""
 
     def forward(self, x: Tensor, in_shape, do_downsample: bool = True, trace: Optional[TokenTrace] = None,
                 first_block: int = 0):
@@ -105,49 +96,27 @@ class SwinTransformer(MMPretrainSwinTransformer):
     """mmpretrain's Swin Transformer with the token trace and fused window attention.
 
     `Swin Transformer: Hierarchical Vision Transformer using Shifted Windows
-    <https://arxiv.org/abs/2103.14030>`_. Built by mmpretrain's own ``__init__`` (every argument,
-    the arch zoo ``tiny/small/base/large``, the state-dict keys, the initialisation, the
-    position-bias resizing on load, ``frozen_stages``, ``get_layer_depth``), with mmvitreg's
-    :class:`~mmvitreg.models.layers.WindowAttention` as the window attention, so mmpretrain Swin
-    checkpoints load with no missing or unexpected key and give the same outputs. mmseg's and
-    mmdet's Swin share the key layout (``pad_small_map=True`` and ``out_indices=(0, 1, 2, 3)``
-    give their behaviour, for UperNet and Cascade Mask R-CNN); official Swin releases go through
-    :func:`convert_swin` (``tools/model_converters/swin_to_mmvitreg.py``).
+    <https://arxiv.org/abs/2103.14030>`_. Built by mmpretrain's own ``__init__``, with
+    :class:`~mmvitreg.models.layers.WindowAttention` as the window attention, so mmpretrain, mmseg and mmdet Swin
+    checkpoints load unchanged and give the same outputs; official releases go through :func:`convert_swin`.
 
-    ``forward(x, trace=None)`` runs mmpretrain's modules as modules (every hook a user puts on a stage, a block,
-    its attention or FFN fires as in mmpretrain's Swin), given mmvitreg's ``forward`` of each in fewer operators:
-    :class:`SwinStage`, :class:`SwinBlock`, :class:`ShiftWindowAttention` (the shifted-window mask built once per
-    input size and device, :meth:`~mmvitreg.models.layers.WindowLayout.attn_mask`; mmpretrain builds it in every
-    block's forward), :class:`~mmvitreg.models.layers.drop_path.FFN` (timm's stochastic depth) and the fused
-    attention of :class:`~mmvitreg.models.layers.WindowAttention`; mmpretrain's constructor builds them (no key
-    changes; the same outputs as mmpretrain's Swin, tested), and mmpretrain's code still runs the patch embedding
-    and the patch merging (mmcv's ``PatchMerging``, through ``nn.Unfold``). A block built with options the lean
-    forwards do not cover runs mmpretrain's: another ``dropout_layer`` than ``DropPath`` (its own forward), another
-    ``window_msa`` than ``WindowMSA`` (mmpretrain's ``ShiftWindowMSA.forward``; untraced). ``with_cp``
-    checkpoints every block as mmpretrain does, with or without a trace. With a
-    :class:`~mmvitreg.models.trace.TokenTrace` it calls the trace's recording API (what it offers:
-    :attr:`trace_spec`):
+    ``forward(x, trace=None)`` runs mmpretrain's modules as modules (their hooks fire) by mmvitreg's ``forward`` of
+    each, in fewer operators: :class:`SwinStage`, :class:`SwinBlock`, :class:`ShiftWindowAttention` and
+    :class:`~mmvitreg.models.layers.drop_path.FFN`. With a :class:`~mmvitreg.models.trace.TokenTrace` it calls
+    (what it offers: :attr:`trace_spec`):
 
-    * ``start`` with the ``(B, H/4 * W/4, C)`` patch tokens after the patch embedding (and its norm),
-      before the absolute position embedding (56×56 tokens at 224), where a plan mixes them;
-    * ``block`` for every block, numbered across stages (``0 .. sum(depths) - 1``, negative from the
-      last), with its stage grid and :class:`~mmvitreg.models.layers.WindowLayout` (a stream's values ride
-      in the block's windows, padding 0): tapped tokens ``(B, H_s * W_s, C_s)`` before any stage norm,
-      tapped window attention maps ``(B * nW, heads, w * w, w * w)`` (after softmax, before attention
-      dropout; only these blocks leave the fused kernel);
-    * ``downsample`` at every patch merging (the stream's values follow it);
-    * ``stage`` with every stage's output after its patch merging (before any norm; the official DRLoc
-      ``--use_multiscale`` maps: ``2C@28, 4C@14, 8C@7, 8C@7`` for Swin-T at 224, whatever
-      ``out_after_downsample``);
+    * ``start`` with the ``(B, H/4 * W/4, C)`` patch tokens before the absolute position embedding;
+    * ``block`` for every block, numbered across stages, with its grid and
+      :class:`~mmvitreg.models.layers.WindowLayout`: tokens ``(B, H_s * W_s, C_s)`` before any stage norm, window
+      maps ``(B * nW, heads, w * w, w * w)`` before attention dropout (only tapped blocks leave the fused kernel);
+    * ``downsample`` at every patch merging;
+    * ``stage`` with every stage's output after its patch merging, before any norm (the official DRLoc
+      ``--use_multiscale`` maps), whatever ``out_after_downsample``;
     * ``end`` with the last stage's tokens after its output norm (raw when the last stage is not an output).
 
     Args:
-        **kwargs: The arguments of mmpretrain's ``SwinTransformer`` (``arch``, ``img_size``,
-            ``patch_size``, ``window_size``, ``drop_path_rate``, ``out_indices``,
-            ``out_after_downsample``, ``use_abs_pos_embed``, ``pad_small_map``, ``stage_cfgs``,
-            ...). ``stage_cfgs.block_cfgs.attn_cfgs.window_msa`` defaults to ``WindowAttention``. Errors start
-            with mmpretrain's wording and name the fix
-            (:class:`~mmvitreg.models.backbones.arch.BackboneValueError` where mmpretrain asserts).
+        **kwargs: The arguments of mmpretrain's ``SwinTransformer``; ``stage_cfgs.block_cfgs.attn_cfgs.window_msa``
+            defaults to ``WindowAttention``.
     """
 
     def __init__(self, arch='tiny', stage_cfgs=dict(), **kwargs):
@@ -158,10 +127,9 @@ class SwinTransformer(MMPretrainSwinTransformer):
             stage.__class__ = SwinStage
             for block in stage.blocks:
                 block.__class__, block.attn.__class__, block.ffn.__class__ = SwinBlock, ShiftWindowAttention, FFN
-        self.blocks = [block for stage in self.stages for block in stage.blocks]  # plain list: no new keys
         # what a trace gets: every block (numbered across stages), all services, 'final' and 'stages'
         self.trace_spec = TraceSpec(
-            num_blocks=len(self.blocks),
+            num_blocks=sum(len(stage.blocks) for stage in self.stages),
             channels=tuple(stage.embed_dims for stage in self.stages for _ in stage.blocks),
             services={'mix', 'attn', 'stream'}, points={'final', 'stages'}, out_types=('featmap', ),
             out_type='featmap', stage_channels=tuple(stage.out_channels for stage in self.stages),
@@ -170,39 +138,31 @@ class SwinTransformer(MMPretrainSwinTransformer):
 
     @staticmethod
     def _with_window_attention(stage_cfgs):
-        """``stage_cfgs`` (one dict, or one per stage) with ``WindowAttention`` in every block."""
-        if isinstance(stage_cfgs, Sequence):
-            return [SwinTransformer._with_window_attention(cfg) for cfg in stage_cfgs]
-        cfg = copy.deepcopy(dict(stage_cfgs))
-        block_cfgs = cfg.get('block_cfgs', {})
-        if isinstance(block_cfgs, Sequence):
-            cfg['block_cfgs'] = [SwinTransformer._block_window_attention(b) for b in block_cfgs]
-        else:
-            cfg['block_cfgs'] = SwinTransformer._block_window_attention(block_cfgs)
-        return cfg
+        """``stage_cfgs`` (one dict or one per stage, each with one ``block_cfgs`` or one per block) with
+        ``WindowAttention`` for mmpretrain's default ``WindowMSA``; a user's other ``window_msa`` stays."""
+        def block(cfg):
+            attn_cfgs = dict(cfg.get('attn_cfgs', {}))
+            if attn_cfgs.get('window_msa', WindowMSA) is WindowMSA:
+                attn_cfgs['window_msa'] = WindowAttention
+            return dict(cfg, attn_cfgs=attn_cfgs)
 
-    @staticmethod
-    def _block_window_attention(block_cfg):
-        """``block_cfg`` with ``WindowAttention`` for mmpretrain's default ``WindowMSA`` (the same keys and outputs);
-        a user's other ``window_msa`` stays, run by mmpretrain's forward."""
-        attn_cfgs = dict(block_cfg.get('attn_cfgs', {}))
-        if attn_cfgs.get('window_msa', WindowMSA) is WindowMSA:
-            attn_cfgs['window_msa'] = WindowAttention
-        return dict(block_cfg, attn_cfgs=attn_cfgs)
+        def stage(cfg):
+            blocks = cfg.get('block_cfgs', {})
+            return dict(cfg, block_cfgs=[block(b) for b in blocks] if isinstance(blocks, Sequence) else block(blocks))
+
+        return [stage(cfg) for cfg in stage_cfgs] if isinstance(stage_cfgs, Sequence) else stage(stage_cfgs)
 
     def init_weights(self):
-        """mmpretrain's ``init_weights``, an ``init_cfg=dict(type='Pretrained')`` loaded by ``mmvitreg.Pretrained``."""
         self.init_cfg = own_pretrained(self.init_cfg)
         super().init_weights()
 
     @property
     def left_out(self) -> Tuple[str, ...]:
-        """The stage output norms this configuration does not build: ``norm{i}`` of a stage ``i`` not in
-        ``out_indices``, or all with ``norm_cfg=None`` (:func:`~mmvitreg.models.backbones.init_cfg.unbuilt`)."""
+        """The stage output norms not built (:func:`~mmvitreg.models.backbones.init_cfg.unbuilt`)."""
         return unbuilt(self, (f'norm{i}' for i in range(self.num_layers)))
 
     def train(self, mode: bool = True) -> 'SwinTransformer':
-        """mmpretrain's ``train`` (keeps frozen stages frozen), returning ``self`` as ``nn.Module`` does."""
+        """mmpretrain's ``train``, returning ``self`` as ``nn.Module`` does."""
         super().train(mode)
         return self
 
@@ -254,13 +214,9 @@ def _unfold_order(x: Tensor) -> Tensor:
 
 
 def convert_swin(state_dict: Mapping[str, Tensor]) -> 'OrderedDict[str, Tensor]':
-    """Official Swin release (microsoft/Swin-Transformer) -> mmvitreg / mmpretrain classifier keys.
-
-    ``patch_embed.proj`` -> ``patch_embed.projection``; ``layers.{s}.blocks.{b}.attn.*`` ->
-    ``stages.{s}.blocks.{b}.attn.w_msa.*``; ``mlp.fc1/fc2`` -> ``ffn.layers.0.0`` / ``ffn.layers.1``;
-    ``layers.{s}.downsample.*`` -> ``stages.{s}.downsample.*`` with the merged-channel order
-    converted (:func:`_unfold_order`); ``norm`` -> ``norm{last}``; all under ``backbone.``; ``head``
-    -> ``head.fc`` (mmpretrain's ``LinearClsHead``); ``attn_mask`` buffers dropped.
+    """Official Swin release (microsoft/Swin-Transformer) -> mmvitreg / mmpretrain classifier keys (the rules
+    below, under ``backbone.``; ``head`` -> ``head.fc``; ``attn_mask`` buffers dropped), the patch-merging weights
+    reordered by :func:`_unfold_order`.
 
     Raises:
         ValueError: listing every key that matches no rule.

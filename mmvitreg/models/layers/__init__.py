@@ -5,11 +5,11 @@ from .patch_embed import token_grid
 from .re_attention import ReAttention
 from .ride import Ride
 from .talking_heads import TalkingHeadsAttention
-from .transformer_block import ATTENTION_TYPES, TransformerBlock
+from .transformer_block import TransformerBlock
 from .window_attention import WindowAttention
 from .window_layout import WindowLayout
 
 __all__ = [
-    'MultiheadSelfAttention', 'ReAttention', 'TalkingHeadsAttention', 'ATTENTION_TYPES', 'ConvStem',
+    'MultiheadSelfAttention', 'ReAttention', 'TalkingHeadsAttention', 'ConvStem',
     'token_grid', 'TransformerBlock', 'WindowAttention', 'WindowLayout', 'Ride', 'attend'
 ]

@@ -7,16 +7,12 @@ from torch import Tensor, nn
 def drop_path(x: Tensor, module: nn.Module) -> Tensor:
     """``x`` ``(B, ...)`` through a block's ``dropout_layer`` ``module``, as the module's own forward would.
 
-    mmcv's ``DropPath`` (the layer mmpretrain's and mmvitreg's blocks build) runs as timm's ``drop_path``
-    (`Deep Networks with Stochastic Depth <https://arxiv.org/abs/1603.09382>`_): in training each sample's branch
-    is kept with probability ``k = 1 - module.drop_prob`` and scaled by ``1 / k``. mmcv draws the mask as
-    ``floor(k + U(0, 1))`` and divides ``x``; here one ``bernoulli_`` draws it and ``1 / k`` goes onto the
-    ``(B, 1, ...)`` mask: the same distribution in fewer operators. ``drop_prob`` is read at every call, so a
-    schedule (:class:`~mmvitreg.engine.DropPathScheduleHook`) holds. ``nn.Identity`` returns ``x``; any other
+    mmcv's ``DropPath`` runs as timm's ``drop_path`` (`Deep Networks with Stochastic Depth
+    <https://arxiv.org/abs/1603.09382>`_): in training each sample's branch is kept with probability
+    ``k = 1 - module.drop_prob`` and scaled by ``1 / k``, the mask drawn by one ``bernoulli_`` with ``1 / k`` on it
+    (mmcv's distribution in fewer operators). ``drop_prob`` is read at every call, so a schedule holds. Any other
     layer (mmcv's ``Dropout``, a subclass of ``DropPath``, ...) runs its own forward.
     """
-    if isinstance(module, nn.Identity):
-        return x
     if type(module) is not DropPath:
         return module(x)
     p = module.drop_prob
@@ -28,8 +24,8 @@ def drop_path(x: Tensor, module: nn.Module) -> Tensor:
 
 class FFN(MMCVFFN):
     """mmcv's ``FFN`` (its arguments, keys and modules) whose ``forward`` applies its ``dropout_layer`` by
-    :func:`drop_path`: ``identity + drop_path(gamma2(layers(x)))``, or without the identity when built with
-    ``add_identity=False``. A module call, so its hooks fire as on mmcv's; ``(B, N, C)`` -> ``(B, N, C)``."""
+    :func:`drop_path`: ``identity + drop_path(gamma2(layers(x)))`` (no identity with ``add_identity=False``);
+    ``(B, N, C)`` -> ``(B, N, C)``."""
 
     def forward(self, x: Tensor, identity: Tensor = None) -> Tensor:
         out = drop_path(self.gamma2(self.layers(x)), self.dropout_layer)

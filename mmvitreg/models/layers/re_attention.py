@@ -19,30 +19,23 @@ class ReAttention(MultiheadSelfAttention):
     paper leaves the bias, the norm and the initialisation of ``Θ`` open; the defaults follow the
     official code (zhoudaquan/dvit_repo ``models/layers.py``):
 
-    * ``Θ`` is ``reatten_matrix = nn.Conv2d(H, H, 1)``, a 1×1 convolution over the head channel
-      **with bias** (``reatten_matrix.weight[:, :, 0, 0] = Θ^T``), PyTorch default init;
-    * ``Norm`` is ``var_norm = nn.BatchNorm2d(H)`` (``norm='bn'``): batch statistics per head over
-      ``(B, N, N)``. ``norm='ln'`` is a LayerNorm over the heads (lucidrains' vit-pytorch),
-      ``norm=None`` no norm;
-    * no softmax after ``Θ`` (rows need not sum to 1);
-    * attention dropout sits between the softmax and ``Θ``;
-    * ``transform_scale=True`` multiplies the re-generated map by ``d ** -0.5`` (official
-      ``reatten_scale``, used by DeepViT-S).
+    * ``Θ`` is ``reatten_matrix = nn.Conv2d(H, H, 1)`` **with bias** (``weight[:, :, 0, 0] = Θ^T``);
+    * ``Norm`` is ``var_norm = nn.BatchNorm2d(H)`` (``norm='bn'``); ``norm='ln'`` is a LayerNorm over the heads
+      (lucidrains' vit-pytorch), ``norm=None`` no norm;
+    * no softmax after ``Θ``; attention dropout sits between the softmax and ``Θ``;
+    * ``transform_scale=True`` multiplies the re-generated map by ``d ** -0.5`` (official ``reatten_scale``,
+      used by DeepViT-S).
 
-    With ``Θ = I``, zero bias and ``norm=None`` this is plain MHSA (the paper's special case).
-    The map is always computed explicitly (the fused kernel cannot mix heads after the softmax), ``Θ``
-    as the official code runs it: one 1×1 convolution.
+    The map is always explicit: the fused kernel cannot mix heads after the softmax.
 
     Args:
         embed_dims (int): Token channels ``C``.
         num_heads (int): Number of heads ``H``.
-        qkv_bias (bool): Bias of the ``qkv`` projection. Defaults to True.
-        qk_scale (float, optional): Overrides the scale ``d ** -0.5``. Defaults to None.
-        attn_drop (float): Dropout on the softmax map, before ``Θ``. Defaults to 0.
-        proj_drop (float): Dropout after ``proj``. Defaults to 0.
         norm (str, optional): ``'bn'`` (official), ``'ln'`` or None. Defaults to ``'bn'``.
         bias (bool): Bias of ``Θ``. Defaults to True (official).
         transform_scale (bool): Multiply the re-generated map by the qk scale. Defaults to False.
+        **kwargs: The other arguments of :class:`~mmvitreg.models.layers.MultiheadSelfAttention` (``attn_drop``
+            acts before ``Θ``).
 
     Shapes:
         ``x``: ``(B, N, C)`` -> ``(B, N, C)``; the map is ``(B, H, N, N)``.
@@ -51,10 +44,9 @@ class ReAttention(MultiheadSelfAttention):
     fused = False
     NORMS = ('bn', 'ln', None)
 
-    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True, qk_scale: Optional[float] = None,
-                 attn_drop: float = 0., proj_drop: float = 0., norm: Optional[str] = 'bn', bias: bool = True,
-                 transform_scale: bool = False):
-        super().__init__(embed_dims, num_heads, qkv_bias, qk_scale, attn_drop, proj_drop)
+    def __init__(self, embed_dims: int, num_heads: int, norm: Optional[str] = 'bn', bias: bool = True,
+                 transform_scale: bool = False, **kwargs):
+        super().__init__(embed_dims, num_heads, **kwargs)
         if norm not in self.NORMS:
             raise ValueError(f'unknown re-attention norm {norm!r}; choose from {self.NORMS}')
         self.norm = norm

@@ -1,15 +1,10 @@
 """The ride: per-token values carried through an attention call, and how the call carries them.
 
 A trace's :class:`~mmvitreg.models.trace.TokenStream` (TL-Align's labels) hands each block's attention its
-values as a :class:`Ride`; :func:`~mmvitreg.models.layers.attend`, the one entry point of every attention
-layer's core, fills it. The layers know rides, not traces.
-
-The values ride *inside* the fused attention call as extra value channels wherever they fit
-(``RIDE_CHANNELS``, :func:`attend_widened`): ``q, k`` are widened with zeros (so the logits are those of width
-``d``) and ``v`` with the values, and the extra output channels are the map applied to the values, from the
-same map the tokens attend with, computed once and never materialised, by PyTorch's public
-``F.scaled_dot_product_attention`` on every device and dtype, with or without a bias. A ride that needs the
-map itself (wider values, attention dropout in training) takes it from the explicit path (:func:`mix_map`).
+values as a :class:`Ride`; :func:`~mmvitreg.models.layers.attend` fills it. The layers know rides, not traces.
+Where the values fit (``RIDE_CHANNELS``) they ride *inside* the fused attention call as extra value channels
+(:func:`attend_widened`), so the map is computed once and never materialised; a ride that needs the map itself
+(wider values, attention dropout in training) takes it from the explicit path (:func:`mix_map`).
 """
 from typing import Optional
 
@@ -17,32 +12,24 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-#: the most value channels a ride may add to a fused call (2 cost the kernel ~9% at d = 64; wider rides take the
-#: explicit map)
+#: the most value channels a ride may add to a fused call (wider rides take the explicit map)
 RIDE_CHANNELS = 8
 
 
 class Ride:
     """Per-token values that ride along with one attention call, and what the attention made of them.
 
-    Holds ``values`` ``(B', n, D)`` on the attention's token layout (``B' = B`` in a ViT, ``B * nW``
-    windows in a Swin), or in a Swin the same per image ``(B, nW, n, D)`` (as
-    :meth:`~mmvitreg.models.layers.WindowLayout.partition` gives them); :func:`~mmvitreg.models.layers.attend`
-    sets ``mixed`` in the layout of ``values`` (on the queries' tokens):
+    Holds ``values`` ``(B', n, D)`` on the attention's token layout (``B' = B * nW`` windows in a Swin, or per
+    image ``(B, nW, n, D)``); :func:`~mmvitreg.models.layers.attend` sets ``mixed`` in the same layout:
 
     .. math::
         \\mathrm{mixed} = \\max\\big(0, \\tfrac{1}{H}\\textstyle\\sum_h A_h\\big)\\, \\mathrm{values},
 
-    with ``A_h`` the map that mixes the attention's values, before attention dropout (re-attention:
-    after ``Θ`` and its norm; only such maps have negative entries, a softmax map is unchanged by
-    the ``max``). A ride never changes the model's gradients and keeps no map for the backward. ``values``
-    are kept in float32 and ``mixed`` is float32; a fused call computes it in the attention's dtype (under
-    bf16 / fp16 autocast the map itself is bf16 / fp16, as in the official TL-Align code's AMP training,
-    which mixes its labels with the fp16 map), the explicit path in float32.
-
-    ``stochastic`` (set with ``mixed``) says whether every row of the map that mixed the values is known to sum
-    to 1, so that a row of ``mixed`` keeps the mass of the values it mixes: True for a fused call (a softmax
-    map), False for the explicit path (a map of another kind, e.g. re-attention's, may not).
+    with ``A_h`` the map that mixes the attention's values, before attention dropout (re-attention's may have
+    negative entries; a softmax map is unchanged by the ``max``). A ride never changes the model's gradients.
+    ``mixed`` is float32, computed in the attention's dtype by a fused call (under autocast as the official TL-Align
+    code's AMP training). ``stochastic`` (set with ``mixed``) says whether every row of that map is known to sum
+    to 1: True for a fused call (a softmax map), False for the explicit path.
 
     Args:
         values (Tensor): ``(B', n, D)`` or ``(B, nW, n, D)``.
@@ -53,25 +40,17 @@ class Ride:
         self.mixed: Optional[Tensor] = None
         self.stochastic = False
 
-    @property
-    def fits(self) -> bool:
-        """Whether the values fit a fused call as extra value channels (at most ``RIDE_CHANNELS``)."""
-        return self.values.shape[-1] <= RIDE_CHANNELS
-
 
 def attend_widened(qkv: Tensor, ride: Ride, scale: float, bias: Optional[Tensor] = None) -> Tensor:
     """``Softmax(q k^T * scale + bias) v`` ``(B0, G * heads, n, d)`` by ``F.scaled_dot_product_attention``, with
     the ride's values as extra value channels of the same call; sets ``ride.mixed`` (in its values' layout).
 
-    ``qkv`` is a qkv projection ``(B', n, 3, heads, d)`` and ``ride.values`` ``(B', n, D)`` (or ``(B0, G, n, D)``); a
-    ``bias``
-    ``(1, G * heads, n, n)`` folds ``G`` windows into the head axis (``B' = B0 * G``; ``G = 1`` without one). The
-    projection is widened in one op (``F.pad`` of the values to ``3P`` channels per token, seen by ``as_strided`` as
-    ``(B', n, 3, heads, P)``, the same ``P`` channels for every head): ``q, k`` get ``P`` zero channels and ``v``
-    the values (zero-padded to ``P``, ``d + P`` a multiple of 8 as the fused kernels prefer), so the logits, the
-    map and the first ``d`` output channels are those of the unwidened call, the next ``D`` the per-head maps
-    applied to the values, whose head mean is ``ride.mixed``. The values carry no gradient; the backward is the
-    kernel's own at width ``d + P``.
+    ``qkv`` is a qkv projection ``(B', n, 3, heads, d)`` and ``ride.values`` ``(B', n, D)`` (or ``(B0, G, n, D)``);
+    a ``bias`` ``(1, G * heads, n, n)`` folds ``G`` windows into the head axis (``B' = B0 * G``). The projection is
+    widened in one op (the values padded to ``3P`` channels per token, seen by ``as_strided`` as
+    ``(B', n, 3, heads, P)``): ``q, k`` get ``P`` zero channels and ``v`` the values (``d + P`` a multiple of 8, as
+    the fused kernels prefer), so the logits, the map and the first ``d`` output channels are those of the
+    unwidened call and the next ``D`` the per-head maps applied to the values.
     """
     Bw, n, _, heads, d = qkv.shape
     D = ride.values.shape[-1]

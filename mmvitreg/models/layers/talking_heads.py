@@ -1,6 +1,4 @@
 """Talking-heads attention."""
-from typing import Optional
-
 from torch import Tensor, nn
 
 from .attention import MultiheadSelfAttention, head_logits
@@ -24,11 +22,9 @@ class TalkingHeadsAttention(MultiheadSelfAttention):
     Args:
         embed_dims (int): Token channels ``C``.
         num_heads (int): Number of heads ``H``.
-        qkv_bias (bool): Bias of the ``qkv`` projection. Defaults to True.
-        qk_scale (float, optional): Overrides the scale ``d ** -0.5``. Defaults to None.
-        attn_drop (float): Dropout on the final map. Defaults to 0.
-        proj_drop (float): Dropout after ``proj``. Defaults to 0.
         bias (bool): Bias of ``proj_pre`` and ``proj_post``. Defaults to False.
+        **kwargs: The other arguments of :class:`~mmvitreg.models.layers.MultiheadSelfAttention` (``attn_drop``
+            acts on the final map).
 
     Shapes:
         ``x``: ``(B, N, C)`` -> ``(B, N, C)``; the map is ``(B, H, N, N)``.
@@ -36,9 +32,8 @@ class TalkingHeadsAttention(MultiheadSelfAttention):
 
     fused = False
 
-    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True, qk_scale: Optional[float] = None,
-                 attn_drop: float = 0., proj_drop: float = 0., bias: bool = False):
-        super().__init__(embed_dims, num_heads, qkv_bias, qk_scale, attn_drop, proj_drop)
+    def __init__(self, embed_dims: int, num_heads: int, bias: bool = False, **kwargs):
+        super().__init__(embed_dims, num_heads, **kwargs)
         self.proj_pre = nn.Linear(num_heads, num_heads, bias=bias)
         self.proj_post = nn.Linear(num_heads, num_heads, bias=bias)
 

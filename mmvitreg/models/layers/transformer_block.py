@@ -1,5 +1,5 @@
 """Pre-norm transformer encoder block with a choice of attention and residual scaling."""
-from typing import Callable, Optional, Tuple, Union
+from typing import Optional, Tuple, Union
 
 import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
@@ -19,16 +19,15 @@ ATTENTION_TYPES = {
 }
 
 
-def checkpoint(forward: Callable, x: Tensor, *args, need_attn: bool, ride: Optional[Ride]):
-    """``forward(x, *args, need_attn, ride)`` with its activations recomputed in the backward (``with_cp``).
-
-    Torch's reentrant variant, which mmpretrain's Swin and mmseg's ViT get from ``cp.checkpoint``'s default (so
-    ``torch.autograd.grad`` refuses a checkpointed block in both); the non-reentrant one when a trace taps the
-    block: the reentrant forward runs without autograd, which would cut a ride's mixed values, filled inside it,
-    from the graph.
-    """
+def run_block(block: nn.Module, x: Tensor, *args, need_attn: bool, ride: Optional[Ride]):
+    """``block._forward(x, *args, need_attn, ride)``, with ``block.with_cp`` its activations recomputed in the
+    backward: by torch's reentrant checkpoint, as mmpretrain's Swin and mmseg's ViT, or the non-reentrant one when
+    a trace taps the block, as the reentrant forward runs without autograd and would cut a ride's mixed values
+    from the graph."""
+    if not (block.with_cp and x.requires_grad):
+        return block._forward(x, *args, need_attn, ride)
     tapped = need_attn or ride is not None
-    return cp.checkpoint(forward, x, *args, need_attn, ride, use_reentrant=not tapped)
+    return cp.checkpoint(block._forward, x, *args, need_attn, ride, use_reentrant=not tapped)
 
 
 class TransformerBlock(nn.Module):
@@ -39,39 +38,27 @@ class TransformerBlock(nn.Module):
         x \\leftarrow x + \\mathrm{DropPath}(\\mathrm{FFN}(\\mathrm{LN}_2(a x))) / (a \\lambda)
 
     * ``a = 1, λ = 1``: the ViT block (mmpretrain's ``TransformerEncoderLayer``).
-    * ``λ = skip_lam``: LV-ViT's residual scaling (`Token Labeling
-      <https://arxiv.org/abs/2104.10858>`_ Eq. 5 with ``α = 1 / skip_lam``; official
-      ``x + drop_path(f(norm(x))) / skip_lam``).
-    * ``a = scale_adjustment``: DeepViT's official ``x + drop_path(f(norm(x * a)) / a)`` (not in the
-      paper; DeepViT-S/L use ``a = 0.5``).
+    * ``λ = skip_lam``: LV-ViT's residual scaling (`Token Labeling <https://arxiv.org/abs/2104.10858>`_ Eq. 5
+      with ``α = 1 / skip_lam``).
+    * ``a = scale_adjustment``: DeepViT's official ``x + drop_path(f(norm(x * a)) / a)`` (not in the paper).
 
-    Attention kinds (``attn_type``): ``'msa'`` (:class:`MultiheadSelfAttention`), ``'reattn'``
-    (:class:`ReAttention`), ``'talking_heads'`` (:class:`TalkingHeadsAttention`). Keys and layout as
-    mmpretrain's ``TransformerEncoderLayer``: ``ln1``, ``attn.qkv``, ``attn.proj``, ``ln2``, ``ffn.layers.0.0``,
-    ``ffn.layers.1``; each branch's stochastic depth sits where mmpretrain keeps it, ``attn.out_drop`` and
-    ``ffn.dropout_layer`` (mmcv's ``DropPath``, whose ``drop_prob`` a schedule may change), and is applied as
-    timm applies it (:func:`~mmvitreg.models.layers.drop_path.drop_path`: the same distribution in fewer
-    operators; the FFN is mmcv's with that drop path, :class:`~mmvitreg.models.layers.drop_path.FFN`).
-    ``with_cp`` recomputes the block in the backward instead of keeping its activations (:func:`checkpoint`, as
-    mmseg's ViT and mmpretrain's Swin), also when it returns its map or fills a ride.
+    Keys and layout are mmpretrain's ``TransformerEncoderLayer``'s; each branch's stochastic depth sits where
+    mmpretrain keeps it, ``attn.out_drop`` and ``ffn.dropout_layer``.
 
     Args:
         embed_dims (int): Token channels ``C``.
         num_heads (int): Attention heads.
         feedforward_channels (int): Hidden channels of the FFN.
-        attn_type (str): Attention kind, see above. Defaults to ``'msa'``.
-        attn_cfg (dict, optional): Extra keyword arguments of the attention (e.g.
-            ``dict(transform_scale=True)`` for re-attention). Defaults to None.
+        attn_type (str): A key of :data:`ATTENTION_TYPES`. Defaults to ``'msa'``.
+        attn_cfg (dict, optional): Extra arguments of the attention. Defaults to None.
         qkv_bias (bool): Bias of the ``qkv`` projection. Defaults to True.
         drop_rate (float): Dropout after the attention projection and in the FFN. Defaults to 0.
         attn_drop_rate (float): Attention-map dropout. Defaults to 0.
         drop_path_rate (float): Stochastic depth of both branches. Defaults to 0.
         norm_cfg (dict): Norm layer config. Defaults to ``dict(type='LN', eps=1e-6)``.
-        act_cfg (dict): FFN activation. Defaults to ``dict(type='GELU')``.
         scale_adjustment (float): DeepViT's ``a``. Defaults to 1.
         skip_lam (float): LV-ViT's ``λ``. Defaults to 1.
-        with_cp (bool): Activation checkpointing (less memory, one more forward in the backward). Defaults to
-            False.
+        with_cp (bool): Activation checkpointing (:func:`run_block`). Defaults to False.
 
     Shapes:
         ``(B, N, C)`` -> ``(B, N, C)``; with ``need_attn`` also the ``(B, heads, N, N)`` map.
@@ -80,7 +67,7 @@ class TransformerBlock(nn.Module):
     def __init__(self, embed_dims: int, num_heads: int, feedforward_channels: int, attn_type: str = 'msa',
                  attn_cfg: Optional[dict] = None, qkv_bias: bool = True, drop_rate: float = 0.,
                  attn_drop_rate: float = 0., drop_path_rate: float = 0., norm_cfg: dict = dict(type='LN', eps=1e-6),
-                 act_cfg: dict = dict(type='GELU'), scale_adjustment: float = 1., skip_lam: float = 1.,
+                 scale_adjustment: float = 1., skip_lam: float = 1.,
                  with_cp: bool = False):
         super().__init__()
         self.with_cp = with_cp
@@ -96,15 +83,11 @@ class TransformerBlock(nn.Module):
         drop_path = dict(type='DropPath', drop_prob=drop_path_rate)
         self.attn.out_drop = build_dropout(drop_path)
         self.ffn = FFN(embed_dims=embed_dims, feedforward_channels=feedforward_channels, num_fcs=2,
-                       ffn_drop=drop_rate, dropout_layer=drop_path, act_cfg=act_cfg, add_identity=False)
+                       ffn_drop=drop_rate, dropout_layer=drop_path, act_cfg=dict(type='GELU'), add_identity=False)
 
     def forward(self, x: Tensor, need_attn: bool = False,
                 ride: Optional[Ride] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
-        """Run the block on ``x`` ``(B, N, C)``; with ``need_attn`` also return the attention map; a
-        ``ride`` goes to the attention."""
-        if self.with_cp and x.requires_grad:
-            return checkpoint(self._forward, x, need_attn=need_attn, ride=ride)
-        return self._forward(x, need_attn, ride)
+        return run_block(self, x, need_attn=need_attn, ride=ride)
 
     def _forward(self, x: Tensor, need_attn: bool, ride: Optional[Ride]) -> Union[Tensor, Tuple[Tensor, Tensor]]:
         a, d = self.scale_adjustment, self.branch_divisor

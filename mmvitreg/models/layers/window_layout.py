@@ -7,12 +7,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .patch_embed import token_grid
+
 
 @functools.lru_cache(maxsize=64)
 def _shift_mask(padded: Tuple[int, int], window: int, shift: int, device: torch.device) -> Tensor:
     """``(nW, w*w, w*w)`` additive mask (0 / -100) that keeps a shifted window's regions apart."""
-    # region of each row / column: 0 before the last window, 1 in it before the shift, 2 after; no
-    # indexed assignment, so that the ONNX exporter's tracing can fold it into a constant
+    # region of each row / column: 0 before the last window, 1 in it before the shift, 2 after; no indexed
+    # assignment, so that ONNX tracing folds it into a constant
     rows, cols = ((torch.arange(n, device=device) >= n - window).float() +
                   (torch.arange(n, device=device) >= n - shift).float() for n in padded)
     region = (rows[:, None] * 3 + cols[None, :]).view(1, *padded, 1)
@@ -30,8 +32,8 @@ def _slot_sources(layout: 'WindowLayout', device: torch.device) -> Tensor:
 
 @functools.lru_cache(maxsize=64)
 def _token_slots(layout: 'WindowLayout', device: torch.device) -> Tuple[Tensor, Tensor]:
-    """``(H * W,)`` long twice: the window and the slot in it of every grid token, the inverse of
-    :func:`_slot_sources`: its ``H * W`` real sources are distinct and sort below the padding's ``H * W``."""
+    """``(H * W,)`` long twice: the window and the slot in it of every grid token (the inverse of
+    :func:`_slot_sources`, whose real sources sort below the padding's ``H * W``)."""
     H, W = layout.grid
     positions = _slot_sources(layout, device).flatten().argsort()[:H * W]  # the flat slot holding each token
     return positions // layout.window**2, positions % layout.window**2
@@ -43,10 +45,8 @@ class WindowLayout:
 
     `Swin Transformer <https://arxiv.org/abs/2103.14030>`_: the grid is zero-padded bottom/right to
     ``padded`` (multiples of ``window``), rolled by ``-shift`` on both axes (cyclic shift), and cut
-    into ``num_windows`` windows of ``window * window`` tokens, row-major within a window and across
-    windows. Attention runs inside each window; after a shift, :attr:`attn_mask` keeps tokens that
-    were not neighbours apart. Every user that needs to put window tokens, window attention maps
-    or per-token labels back on the grid goes through this one description.
+    into ``nW`` windows of ``window * window`` tokens, row-major within a window and across
+    windows. After a shift, :attr:`attn_mask` keeps tokens that were not neighbours apart.
 
     Args:
         grid (Tuple[int, int]): The block's token grid ``(H, W)``.
@@ -65,15 +65,7 @@ class WindowLayout:
     @property
     def padded(self) -> Tuple[int, int]:
         """The padded grid ``(Hp, Wp)``."""
-        w = self.window
-        # ceil as (g + w - 1) // w, not -(-g // w): the ONNX exporter turns // on a traced negative size
-        # into a truncating division
-        return (self.grid[0] + w - 1) // w * w, (self.grid[1] + w - 1) // w * w
-
-    @property
-    def num_windows(self) -> int:
-        """Windows per image ``nW``."""
-        return self.padded[0] * self.padded[1] // self.window**2
+        return tuple(g * self.window for g in token_grid(self.grid, self.window))
 
     @staticmethod
     def cut(x: Tensor, window: int) -> Tensor:
@@ -84,15 +76,12 @@ class WindowLayout:
 
     @property
     def is_grid(self) -> bool:
-        """Whether the windows are the grid itself (one window, no padding, no shift): window tokens
-        ``(B * 1, w * w, ...)`` are then the grid tokens ``(B, H * W, ...)``, in the same order."""
+        """Whether the windows are the grid itself (one window, no padding, no shift)."""
         return not self.shift and self.padded == tuple(self.grid) == (self.window, self.window)
 
     def partition(self, x: Tensor) -> Tensor:
-        """Grid tokens ``(B, H * W, *rest)`` -> each image's window tokens ``(B, nW, w * w, *rest)``, padding 0 (the
-        tokens' own, after the block's first norm): one gather by a slot index cached per layout and device (a
-        padded layout gathers its padding from a zero token appended to the grid); ``x`` itself when
-        :attr:`is_grid`."""
+        """Grid tokens ``(B, H * W, *rest)`` -> each image's window tokens ``(B, nW, w * w, *rest)``, padding 0: one
+        gather by a slot index cached per layout and device (padding from a zero token appended to the grid)."""
         L, rest = x.shape[1], x.shape[2:]
         if L != self.grid[0] * self.grid[1]:
             raise ValueError(f'{L} tokens do not fill the {self.grid} grid of this window layout')
@@ -104,7 +93,7 @@ class WindowLayout:
 
     def reverse(self, windows: Tensor) -> Tensor:
         """Each image's window tokens ``(B, nW, w * w, *rest)`` -> grid tokens ``(B, H * W, *rest)`` (padding
-        dropped): one gather, the inverse of :meth:`partition` (``windows`` itself when :attr:`is_grid`)."""
+        dropped): one gather, the inverse of :meth:`partition`."""
         return windows if self.is_grid else windows[(slice(None), ) + _token_slots(self, windows.device)]
 
     def attn_mask(self, device=None) -> Optional[Tensor]:
