@@ -21,34 +21,19 @@ GRID_POOLS = {
 }
 
 
-def _mlp(widths: Sequence[int]) -> nn.Sequential:
-    """Linear layers of ``widths`` with a ReLU between consecutive ones (none after the last)."""
-    layers = []
-    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
-        layers += [nn.ReLU(inplace=True)] if i else []
-        layers.append(nn.Linear(a, b))
-    return nn.Sequential(*layers)
-
-
 class DRLocHead(nn.Module):
-    """The localization MLP ``f`` of one feature map.
+    """The localization MLP ``f`` of one map: ``(P, 2C)`` pairs -> ``(P, 2)`` (``l1``) or ``(P, 2, num_bins)``.
 
-    ``l1``: ``Linear(2C, h) - ReLU - Linear(h, h) - ReLU - Linear(h, 2)`` (paper §4: "two hidden layers
-    and two output neurons"; the width ``h = 512`` is the official code's). ``ce`` / ``cbr`` (official
-    only): a trunk ``Linear(2C, h) - ReLU - Linear(h, h) - ReLU - Linear(h, h)`` and two unshared
-    ``Linear(h, num_bins)`` heads, one per axis (official ``aux_modules.py``).
-
-    Shapes: pair embeddings ``(P, 2C)`` -> ``(P, 2)`` (``l1``) or ``(P, 2, num_bins)`` logits.
+    ``l1`` (``num_bins=0``): ``Linear(2C, h) - ReLU - Linear(h, h) - ReLU - Linear(h, 2)`` (paper §4, ``h = 512``
+    official). ``ce`` / ``cbr`` (official ``aux_modules.py``): the last layer ``Linear(h, h)``, then two
+    unshared ``Linear(h, num_bins)`` heads, one per axis.
     """
 
-    def __init__(self, in_channels: int, hidden: int, mode: str, num_bins: int = 0):
+    def __init__(self, in_channels: int, hidden: int, num_bins: int = 0):
         super().__init__()
-        self.mode = mode
-        if mode == 'l1':
-            self.trunk, self.bins = _mlp((2 * in_channels, hidden, hidden, 2)), None
-        else:
-            self.trunk = _mlp((2 * in_channels, hidden, hidden, hidden))
-            self.bins = nn.ModuleList(nn.Linear(hidden, num_bins) for _ in range(2))
+        self.trunk = nn.Sequential(nn.Linear(2 * in_channels, hidden), nn.ReLU(inplace=True), nn.Linear(hidden, hidden),
+                                   nn.ReLU(inplace=True), nn.Linear(hidden, hidden if num_bins else 2))
+        self.bins = nn.ModuleList(nn.Linear(hidden, num_bins) for _ in range(2)) if num_bins else None
 
     def forward(self, pairs: Tensor) -> Tensor:
         x = self.trunk(pairs)
@@ -69,76 +54,51 @@ class DRLoc(BaseModule):
         L_{drloc} = \lambda \sum_{x \in B} \mathbb{E}_{(e_{ij}, e_{ph}) \sim G_x}
             \big\| (t_u, t_v) - (d_u, d_v) \big\|_1
 
-    Defaults follow the **paper**: normalised targets ``|Δ|/k``, the L1 norm over the two axes,
-    the mean over the ``m`` pairs of an image, **summed** over the batch, ``m = 64`` distinct pairs
-    per image drawn uniformly, a fixed ``λ``. The official code's forms (yhlleo/VTs-Drloc; configs/drloc/README.md,
-    Deviations) are options: ``target='abs'`` (raw ``|Δ|``, ``--use_abs``) or ``'signed'`` (``Δ + (k - 1)``);
-    ``reduction='mean'`` (``F.l1_loss`` over ``B·m·2``, so the paper's loss is ``2·B`` times it; the dense
-    configs' choice, as the paper's sum grows with the per-GPU batch); ``replacement=True`` (independent
-    endpoints); ``mode='ce'`` (cross-entropy over offset bins per axis) or ``'cbr'`` (cycle-back regression:
-    ``(μ - t)^2 / σ^2 + 0.001 log σ^2`` with ``μ, σ^2`` of the softmax over the bins), each axis's mean summed,
-    with the official 3-layer trunk and two bin heads, on integer targets; ``grid_pool='avg3x3'`` (T2T / CvT
-    14x14 -> 7x7; the paper's 2x2 is ``'avg2x2'``); several maps, one MLP each, their losses summed
-    (``--use_multiscale``, ``stages``). The λ schedule is :class:`~mmvitreg.engine.hooks.DRLocWeightScheduleHook`,
-    which sets :attr:`loss_weight`.
+    Defaults follow the **paper**: normalised targets, the L1 norm over the two axes, the mean over the
+    ``m = 64`` distinct, uniformly drawn pairs of an image, **summed** over the batch, a fixed ``λ``. The
+    official code's forms (yhlleo/VTs-Drloc; configs/drloc/README.md) are the options below; its λ schedule is
+    :class:`~mmvitreg.engine.hooks.DRLocWeightScheduleHook`, which sets :attr:`loss_weight`.
 
-    **Where the grid comes from** (one mechanism for every backbone):
+    The grid ``(B, C, H, W)`` comes from one of: ``layers``, the patch-token maps ``trace.token_map(i)`` of
+    those blocks (ViT family: before the final norm, 14x14 at 224; Swin: a stage's last block before its
+    norm); ``stages``, the stages' outputs after their down-sampling, ``trace.stage_map(s)`` (Swin's official
+    ``--use_multiscale`` maps); else the backbone outputs ``feats[i]``, no trace: ``(B, C, H, W)`` maps
+    (ResNet) or raw ``(B, E + N, C)`` tokens on a square grid (mmpretrain's ``T2T_ViT(out_type='raw')`` with
+    :class:`~mmvitreg.models.necks.ClsTokenNeck`). A dense crop's grid may be non-square and change per batch:
+    the normalised target divides each axis by its own side. Several maps: one MLP each, their losses summed.
 
-    * ``layers`` given: the patch-token maps ``trace.token_map(i)`` ``(B, C, H, W)`` of those blocks,
-      tapped through the token trace (mmvitreg ViT/DeiT/DeepViT/LV-ViT: the last block's patch tokens
-      before the final norm, 14x14 at 224 for /16; mmvitreg Swin: a stage's last block before its
-      norm, the last stage 7x7 at 224). The tap keeps fused attention (no attention map is asked for).
-    * ``layers=None``: the backbone's own outputs ``feats[i]`` for ``i`` in ``feat_indices``, no trace:
-      ``(B, C, H, W)`` maps (mmpretrain's ``ResNet`` layer4, 7x7 at 224) or raw ``(B, E + N, C)``
-      token sequences on a square grid, whose ``num_extra_tokens`` leading tokens are dropped
-      (mmpretrain's ``T2T_ViT(out_type='raw')``: 14x14 after its final norm, as the official T2T path,
-      with :class:`~mmvitreg.models.necks.ClsTokenNeck` giving its head the class token).
-    * ``stages`` given (in place of ``layers``): the stages' outputs after their down-sampling,
-      ``trace.stage_map(s)`` (mmvitreg Swin, before any norm: the official ``--use_multiscale``
-      maps, Swin-T at 224 ``192@28, 384@14, 768@7, 768@7`` for ``stages=(0, 1, 2, 3)``).
-
-    **Dense crops** (a segmentor's or detector's backbone, :class:`~mmvitreg.models.segmentors.TokenSegmentor`,
-    :class:`~mmvitreg.models.detectors.TokenDetector`): the grid is whatever the crop gives, ``H x W``, square
-    or not, and changes from batch to batch. Pairs are drawn on ``H x W``; the normalised target divides each
-    axis by its own side (``|Δi| / H``, ``|Δj| / W``: Eq. 1's ``k`` per axis); ``ce`` / ``cbr`` need
-    ``num_bins`` at least the longest side the crops give.
-
-    The loss is computed in float32; the sampled grid side must be at least 2. Positions are drawn
-    from torch's global generator on the features' device (mmengine seeds it per rank), not from an
-    import-time seed as the official module does. Distinct pairs (``replacement=False``) on a grid of at
-    most 1024 tokens are the ``m`` largest of ``(HW)^2`` uniform numbers; on a larger grid (a dense crop's
-    early stage), where that would take ``(HW)^2`` memory, the first ``m`` distinct of independent uniform
-    draws (the same distribution, memory ``O(m)``).
+    Computed in float32; the grid side must be at least 2. Positions come from torch's global generator on the
+    features' device (mmengine seeds it per rank; the official module seeds at import).
 
     Args:
-        in_channels (int | Sequence[int]): Channels ``C`` of each feature map (one per map); with
-            ``layers`` checked against the tapped blocks when the model is built, else at the first step.
+        in_channels (int | Sequence[int]): Channels ``C`` of each feature map; checked against the backbone.
         layers (Sequence[int], optional): Trace blocks whose patch-token maps to use. Defaults to None.
-        stages (Sequence[int], optional): Trace stages whose outputs (after down-sampling) to use
-            (not with ``layers``). Defaults to None.
+        stages (Sequence[int], optional): Trace stages whose outputs to use (not with ``layers``).
+            Defaults to None.
         feat_indices (Sequence[int]): Backbone outputs to use when ``layers`` and ``stages`` are None.
             Defaults to (-1,).
-        num_extra_tokens (int): Leading (cls) tokens dropped from a raw ``(B, E + N, C)`` backbone output.
-            Defaults to 1.
+        num_extra_tokens (int): Leading tokens dropped from a raw backbone output. Defaults to 1.
         num_pairs (int): ``m`` pairs per image. Defaults to 64 (paper and official).
         loss_weight (float): ``λ``; paper: 0.1 for T2T / CvT, 0.5 for Swin. Defaults to 0.5.
-        mode (str): ``'l1'`` (paper), ``'ce'`` or ``'cbr'`` (official variants). Defaults to 'l1'.
-        target (str): ``'normalized'`` (paper Eq. 1), ``'abs'`` or ``'signed'``. Defaults to 'normalized'.
-        reduction (str): ``'sum'`` over images (paper Eq. 2; grows with the per-GPU batch) or ``'mean'``
-            (official; the dense configs' choice). Defaults to 'sum'.
+        mode (str): ``'l1'`` (paper), or official ``'ce'`` (cross-entropy over offset bins per axis) or
+            ``'cbr'`` (cycle-back regression: ``(μ - t)^2 / σ^2 + 0.001 log σ^2``, ``μ, σ^2`` of the softmax
+            over the bins), each axis's mean summed, on integer targets. Defaults to 'l1'.
+        target (str): ``'normalized'`` (paper Eq. 1, ``|Δ| / k``), official ``'abs'`` (``|Δ|``, ``--use_abs``)
+            or ``'signed'`` (``Δ + (k - 1)``). Defaults to 'normalized'.
+        reduction (str): ``'sum'`` over images (paper Eq. 2) or official ``'mean'`` (``F.l1_loss`` over
+            ``B·m·2``; the dense configs' choice, as the sum grows with the per-GPU batch). Defaults to 'sum'.
         replacement (bool): Official independent endpoints with replacement. Defaults to False.
-        grid_pool (str, optional): None, ``'avg2x2'`` (paper) or ``'avg3x3'`` (official). Defaults to None.
+        grid_pool (str, optional): None, ``'avg2x2'`` (paper) or ``'avg3x3'`` (official T2T / CvT 14x14 ->
+            7x7). Defaults to None.
         hidden_channels (int): Width of the MLP. Defaults to 512 (official).
-        num_bins (int | Sequence[int], optional): ``ce`` / ``cbr`` only: the grid side ``k`` the bin
-            heads are sized for, ``k`` bins per axis for ``abs`` and ``2k - 1`` for ``signed`` targets
-            (official: 7 for Swin, 14 for the others; multi-scale Swin ``(56, 28, 14, 7)``, twice the
-            grid side for the first three maps); one per map, or one for all. Defaults to None.
+        num_bins (int | Sequence[int], optional): ``ce`` / ``cbr`` only: the grid side ``k`` the bin heads are
+            sized for (``k`` bins per axis for ``abs``, ``2k - 1`` for ``signed``; official: 7 for Swin, 14 for
+            the others, multi-scale Swin ``(56, 28, 14, 7)``), at least the longest side a crop gives; one per
+            map, or one for all. Defaults to None.
         loss_name (str): Key of the returned loss. Defaults to 'loss_drloc'.
-        init_cfg (dict, optional): Initialisation of the MLPs. Defaults to PyTorch's (official for
-            CvT / ViT / ResNet; Swin / T2T's official models re-initialise it with trunc_normal 0.02,
-            ``dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.)``).
+        init_cfg (dict, optional): Initialisation of the MLPs. Defaults to PyTorch's (official for CvT / ViT /
+            ResNet; Swin / T2T's official models use ``dict(type='TruncNormal', layer='Linear', std=0.02)``).
     """
-
 
     def __init__(self, in_channels: Union[int, Sequence[int]], layers: Optional[Sequence[int]] = None,
                  stages: Optional[Sequence[int]] = None, feat_indices: Sequence[int] = (-1, ),
@@ -169,9 +129,8 @@ class DRLoc(BaseModule):
         num_bins = (num_bins, ) * len(sources) if num_bins is None or isinstance(num_bins, int) else tuple(num_bins)
         if mode != 'l1' and (len(num_bins) != len(sources)
                              or not all(isinstance(k, int) and k >= 2 for k in num_bins)):
-            raise ValueError(f'DRLoc mode={mode!r} needs num_bins, the grid side its bin heads are sized for '
-                             f'(official: 7 for Swin, 14 for T2T / CvT / ResNet), one int >= 2 or one per map '
-                             f'({len(sources)}), got {num_bins!r}')
+            raise ValueError(f'DRLoc mode={mode!r} needs num_bins (the grid side: official 7 for Swin, 14 for the '
+                             f'others), one int >= 2 or one per map ({len(sources)}), got {num_bins!r}')
         self.layers = tuple(layers) if layers is not None else None
         self.stages = tuple(stages) if stages is not None else None
         self.feat_indices, self.num_extra_tokens = tuple(feat_indices), num_extra_tokens
@@ -179,14 +138,11 @@ class DRLoc(BaseModule):
         self.target, self.reduction, self.replacement = target, reduction, replacement
         self.pool_cfg, self.num_bins, self.loss_name = GRID_POOLS[grid_pool], num_bins, loss_name
         bins = [0 if mode == 'l1' else (k if target == 'abs' else 2 * k - 1) for k in num_bins]
-        self.heads = nn.ModuleList(DRLocHead(c, hidden_channels, mode, b) for c, b in zip(in_channels, bins))
+        self.heads = nn.ModuleList(DRLocHead(c, hidden_channels, b) for c, b in zip(in_channels, bins))
         # every map's width is checked against the backbone's when the model is built
-        if self.layers is not None:
-            self.trace_request = TraceRequest(token_layers=self.layers, token_channels=in_channels)
-        elif self.stages is not None:
-            self.trace_request = TraceRequest(stages=self.stages, stage_channels=in_channels)
-        else:
-            self.trace_request = TraceRequest(outputs=self.feat_indices, out_channels=in_channels)
+        keys = dict(layers=('token_layers', 'token_channels'), stages=('stages', 'stage_channels'),
+                    feat_indices=('outputs', 'out_channels'))[kind]
+        self.trace_request = TraceRequest(**dict(zip(keys, (sources, in_channels))))
 
     def feature_maps(self, feats: Tuple[Tensor, ...], trace: Optional[TokenTrace]) -> List[Tensor]:
         """The ``(B, C, k, k)`` grids the loss samples from (after ``grid_pool``)."""
@@ -234,8 +190,8 @@ class DRLoc(BaseModule):
 
     def _distinct(self, batch: int, count: int, device) -> Tensor:
         """``(B, m)`` distinct numbers of ``0 .. count - 1`` per row, uniformly: the ``m`` largest of ``count``
-        uniform numbers (``count <= SMALL_GRID**2``, or ``m`` near ``count``), else the first ``m`` distinct of
-        ``2m`` independent draws, drawn again in the (rare) case that a row has fewer."""
+        uniform numbers (``count <= SMALL_GRID**2``, or ``m`` near ``count``), else, in memory ``O(m)``, the first
+        ``m`` distinct of ``2m`` independent draws, drawn again in the (rare) case that a row has fewer."""
         m = self.num_pairs
         if count <= SMALL_GRID**2 or 4 * m > count:
             return torch.rand(batch, count, device=device).topk(m, dim=1).indices
@@ -288,8 +244,6 @@ class DRLoc(BaseModule):
     def loss(self, feats: Tuple[Tensor, ...], data_samples: List, trace: Optional[TokenTrace]) -> Dict[str, Tensor]:
         """``{loss_name: λ Σ_maps L_drloc}`` (summed over the maps, as the official multi-scale loss)."""
         maps = self.feature_maps(feats, trace)
-        if len(maps) != len(self.heads):
-            raise ValueError(f'DRLoc has {len(self.heads)} MLP(s) but got {len(maps)} feature map(s)')
         mismatch = [(tuple(m.shape), h.trunk[0].in_features // 2) for m, h in zip(maps, self.heads)
                     if m.shape[1] != h.trunk[0].in_features // 2]
         if mismatch:
