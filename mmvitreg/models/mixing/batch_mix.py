@@ -8,37 +8,30 @@ from torch import Tensor
 from ..layers import token_grid
 from ..trace import MixPlan, TraceRequest
 
-#: what a mix of each space asks of the backbone: nothing when the data preprocessor mixes the images (any
-#: backbone serves it), the service ``'mix'`` when the backbone mixes its patch tokens
-SPACE_SERVICES = {'pixels': frozenset(), 'tokens': frozenset({'mix'})}
+#: what a mix mixes: the images (by the data preprocessor; any backbone) or the patch tokens (by the backbone)
+SPACES = ('pixels', 'tokens')
 
 
 class BatchMix:
     """A two-image batch mix: draws one :class:`~mmvitreg.models.trace.MixPlan` per training batch (which image
-    mixes with which, and which of its tokens or pixels stay its own). What
-    :class:`~mmvitreg.models.classifiers.TokenClassifier` takes as ``train_cfg.mix``; its data preprocessor calls
-    :meth:`plan` once per training batch. The mix *draws*, the plan *is drawn*.
+    mixes with which, and which of its tokens or pixels stay its own). Given to
+    :class:`~mmvitreg.models.classifiers.TokenClassifier` as ``train_cfg.mix``, its data preprocessor calls
+    :meth:`plan`. Not an mmpretrain batch augment: those map ``(inputs, scores)`` and cannot say which token
+    came from which image. Shared by every mix:
 
-    The batch mixes are not mmpretrain batch augments (those map ``(inputs, scores)`` and cannot say which token
-    came from which image), so they are registered in mmvitreg's ``MODELS`` only. This base holds what
-    every mix shares:
-
-    * the token grid of a batch ``(B, C, H, W)``: ``(ceil(H / patch_size), ceil(W / patch_size))``, the
-      backbones' own rule (:func:`~mmvitreg.models.layers.token_grid`: inputs padded bottom/right);
+    * the token grid of a batch ``(B, C, H, W)``: :func:`~mmvitreg.models.layers.token_grid`, the backbones' rule;
     * ``lam ~ Beta(alpha, alpha)``, drawn again while ``lam == 1`` (TL-Align's official ``while lam == 1.``)
-      unless the subclass sets :attr:`REDRAW_FULL` False (LV-ViT's MixToken draws once);
+      unless :attr:`REDRAW_FULL` is False (LV-ViT's MixToken draws once);
     * the partner: ``'flip'``, sample ``i`` mixes with ``B - 1 - i`` (the official codes' ``flip(0)``), or
-      ``'permute'``, a random permutation (``torch.randperm``, as mmpretrain's CutMix), drawn after the masks.
+      ``'permute'``, a random permutation (as mmpretrain's CutMix), drawn after the masks.
 
-    A concrete mix declares what it mixes, :attr:`space`, and its :attr:`trace_request` follows from it
-    (:data:`SPACE_SERVICES`): ``'pixels'``, the data preprocessor mixes the images and the backbone is asked
-    for nothing (every backbone serves the mix, with or without a trace); ``'tokens'``, the backbone mixes its
-    patch tokens (service ``'mix'``). It draws the masks (:meth:`masks`): a pixel mask exactly when it mixes
-    pixels (:meth:`plan` checks it).
+    A concrete mix declares its :attr:`space`: ``'pixels'`` (the data preprocessor mixes the images; the
+    backbone is asked for nothing) or ``'tokens'`` (the backbone mixes its patch tokens: service ``'mix'``), and
+    draws the masks (:meth:`masks`), a pixel mask exactly when it mixes pixels (:meth:`plan` checks it).
 
     Args:
         alpha (float, optional): Beta parameter of ``lam``; positive. None for a mix that draws no ``lam``
-            of its own (:class:`~mmvitreg.models.mixing.MixupCutMixSwitch`).
+            of its own. Defaults to 1.0.
         patch_size (int): Token stride of the backbone in input pixels. Defaults to 16.
         partner (str): ``'flip'`` or ``'permute'``. Defaults to ``'flip'``.
     """
@@ -46,24 +39,23 @@ class BatchMix:
     PARTNERS = ('flip', 'permute')
     #: draw ``lam`` again while it is exactly 1 (an unmixed batch)
     REDRAW_FULL = True
-    #: ``'pixels'`` or ``'tokens'`` (a key of :data:`SPACE_SERVICES`); declared by every concrete mix
+    #: one of :data:`SPACES`, declared by every concrete mix
     space: Optional[str] = None
     image_target = True  # mixes the images' labels
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if cls.space is not None and cls.space not in SPACE_SERVICES:
-            raise TypeError(f'{cls.__name__}.space must be one of {sorted(SPACE_SERVICES)}, got {cls.space!r}')
+        if cls.space is not None and cls.space not in SPACES:
+            raise TypeError(f'{cls.__name__}.space must be one of {list(SPACES)}, got {cls.space!r}')
 
     @property
     def trace_request(self) -> TraceRequest:
-        """What the mix asks of the backbone (:data:`SPACE_SERVICES`): nothing for a mix in pixels; for one the
-        backbone mixes, the service ``'mix'`` on a grid of :attr:`patch_size` (checked when the model is built)."""
+        """Nothing for a mix in pixels; for one in tokens, the service ``'mix'`` on a grid of :attr:`patch_size`."""
         if self.space == 'tokens':
-            return TraceRequest(services=SPACE_SERVICES['tokens'], patch_size=self.patch_size)
+            return TraceRequest(services={'mix'}, patch_size=self.patch_size)
         return TraceRequest()
 
-    def __init__(self, alpha: Optional[float] = None, patch_size: int = 16, partner: str = 'flip'):
+    def __init__(self, alpha: Optional[float] = 1.0, patch_size: int = 16, partner: str = 'flip'):
         if alpha is not None and not alpha > 0:
             raise ValueError(f'{type(self).__name__}: alpha must be positive (lam ~ Beta(alpha, alpha)), got {alpha}')
         if int(patch_size) != patch_size or patch_size < 1:
