@@ -26,9 +26,8 @@ class LVViTSideNeck(BaseModule):
     3            Conv 1x1 to ``out_channels``, norm                            ``(B, 2048, H/16, W/16)``
     ==========  =========================================================  ====================
 
-    so UPerHead takes ``in_channels=[C, C, C, 2048]``. This follows the official code (the paper
-    only says UperNet); the official norm is SyncBN. mmseg's ``MultiLevelNeck`` (x4, x2, x1, x0.5)
-    is the other choice (the ``*_mln_*`` configs).
+    so UPerHead takes ``in_channels=[C, C, C, 2048]``. This follows the official code (the paper only says
+    UperNet); mmseg's ``MultiLevelNeck`` is the other choice (the ``*_mln_*`` configs).
 
     Args:
         in_channels (int): ``C``, the backbone's token dimension.
