@@ -202,7 +202,8 @@ def test_cal_acc_of_the_host_head_is_honoured():
     cls_logits = feats[0][:, 0] @ head.layers.head.weight.t() + head.layers.head.bias
     labels = torch.cat([t.gt_label for t in samples])
     assert set(losses) == {'loss_cls', 'loss_token', 'accuracy_top-1'}
-    torch.testing.assert_close(losses['accuracy_top-1'][0], (cls_logits.argmax(-1) == labels).float().mean(0, True) * 100)
+    accuracy = (cls_logits.argmax(-1) == labels).float().mean(0, keepdim=True) * 100
+    torch.testing.assert_close(losses['accuracy_top-1'][0], accuracy)
     assert set(build().loss(feats, samples, trace)) == {'loss_cls', 'loss_token'}
 
 

@@ -216,8 +216,8 @@ class DRLoc(BaseModule):
                              f'set num_bins >= {max(H, W)}')
         p1, p2 = self.sample_pairs(B, (H, W), fmap.device)
         tokens = fmap.float().flatten(2).transpose(1, 2)  # (B, HW, C)
-        gather = lambda p: torch.gather(tokens, 1, (p[..., 0] * W + p[..., 1]).unsqueeze(-1).expand(-1, -1, C))  # noqa: E731
-        pred = head(torch.cat((gather(p1), gather(p2)), dim=-1).flatten(0, 1)).float().view(B, self.num_pairs, 2, -1)
+        pairs = [tokens.gather(1, (p[..., 0] * W + p[..., 1]).unsqueeze(-1).expand(-1, -1, C)) for p in (p1, p2)]
+        pred = head(torch.cat(pairs, dim=-1).flatten(0, 1)).float().view(B, self.num_pairs, 2, -1)
         delta = (p1 - p2).float()
         # per-axis offsets and scales from Python numbers: no host-to-device copy inside the step
         if self.target == 'signed':

@@ -65,22 +65,12 @@ class BatchMix:
         self.alpha = None if alpha is None else float(alpha)
         self.patch_size, self.partner = int(patch_size), partner
 
-    def token_grid(self, inputs: Tensor) -> Tuple[int, int]:
-        """``(Hg, Wg)`` of images ``(B, C, H, W)``, as the backbone embeds them."""
-        return token_grid(tuple(inputs.shape[-2:]), self.patch_size)
-
     def draw_lam(self) -> float:
         """One ``lam ~ Beta(alpha, alpha)`` (again while it is 1 when :attr:`REDRAW_FULL`)."""
         lam = np.random.beta(self.alpha, self.alpha)
         while self.REDRAW_FULL and lam == 1.:
             lam = np.random.beta(self.alpha, self.alpha)
         return float(lam)
-
-    def partner_index(self, batch: int, device=None) -> Tensor:
-        """``(B,)`` long: the partner of every image."""
-        if self.partner == 'flip':
-            return torch.arange(batch - 1, -1, -1, device=device)
-        return torch.randperm(batch, device=device)
 
     def to_pixels(self, mask: Tensor, size: Tuple[int, int]) -> Tensor:
         """A token mask ``(..., Hg, Wg)`` in whole patches on the image ``(..., H, W)`` (padding cropped)."""
@@ -94,9 +84,12 @@ class BatchMix:
 
     def plan(self, inputs: Tensor) -> MixPlan:
         """One :class:`~mmvitreg.models.trace.MixPlan` for images ``(B, C, H, W)``, on their device."""
-        mask, pixel_mask = self.masks(inputs, self.token_grid(inputs))
+        mask, pixel_mask = self.masks(inputs, token_grid(tuple(inputs.shape[-2:]), self.patch_size))
         if (pixel_mask is not None) != (self.space == 'pixels'):
             raise TypeError(f'{type(self).__name__} declares space={self.space!r} but its masks '
                             f'{"have" if pixel_mask is not None else "lack"} a pixel mask: declare the space it mixes')
-        return MixPlan(index=self.partner_index(len(inputs), inputs.device), mask=mask, pixel_mask=pixel_mask)
+        index = torch.arange(len(inputs) - 1, -1, -1, device=inputs.device)  # 'flip'
+        if self.partner == 'permute':
+            index = torch.randperm(len(inputs), device=inputs.device)
+        return MixPlan(index=index, mask=mask, pixel_mask=pixel_mask)
 
