@@ -55,8 +55,7 @@ class TokenClassifier(TraceUsers, ImageClassifier):
             if mix is not None:
                 data_preprocessor['mix'] = mix
         elif mix is not None:
-            raise ValueError('train_cfg.mix needs a data_preprocessor config (dict), '
-                             f'got a built {type(data_preprocessor).__name__}')
+            raise ValueError(f'train_cfg.mix needs data_preprocessor as a dict, got {type(data_preprocessor).__name__}')
         super().__init__(backbone=backbone, train_cfg=train_cfg or None,
                          data_preprocessor=data_preprocessor, **kwargs)
         self.init_trace_users(aux_losses, target_transform, fixed_users=[self.head if self.with_head else None],

@@ -41,8 +41,7 @@ class TokenClsDataPreprocessor(ClsDataPreprocessor):
 
     def __init__(self, mix: Optional[dict] = None, **kwargs):
         if mix is not None and kwargs.get('batch_augments'):
-            raise ValueError('mix replaces the image-level batch augments (Mixup/CutMix); '
-                             f'got both mix={mix} and batch_augments={kwargs["batch_augments"]}')
+            raise ValueError('mix replaces the image-level batch_augments (Mixup/CutMix): give one of them')
         super().__init__(**kwargs)
         self.mix = None
         if mix is not None:

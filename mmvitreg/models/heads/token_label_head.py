@@ -89,16 +89,15 @@ class TokenLabelHead(VisionTransformerClsHead):
 
     def pre_logits(self, feats: Tuple[Tensor]) -> Tensor:
         """The class-token feature ``(B, C)`` (through the optional hidden layer)."""
-        if feats[-1].dim() != 3:
-            raise ValueError('TokenLabelHead reads every token: build the backbone with '
-                             f"out_type='raw' (got a feature of shape {tuple(feats[-1].shape)})")
-        return super().pre_logits((feats[-1][:, 0], ))
+        x = feats[-1]
+        if x.dim() != 3:
+            raise ValueError(f"TokenLabelHead reads all tokens: set backbone's out_type='raw' (got {tuple(x.shape)})")
+        return super().pre_logits((x[:, 0], ))
 
     def forward_logits(self, feats: Tuple[Tensor], trace: TokenTrace) -> Tuple[Tensor, Tensor]:
         """Class-token logits ``(B, C)`` and per-token aux logits ``(B, Hg * Wg, C)``."""
         if trace is None:
-            raise ValueError('TokenLabelHead needs the token trace (patch-token count and grid): build it '
-                             "inside type='mmvitreg.TokenClassifier'")
+            raise ValueError("TokenLabelHead needs the token trace: build it in type='mmvitreg.TokenClassifier'")
         cls_score = self.layers.head(self.pre_logits(feats))
         patches, grid = feats[-1][:, trace.num_extra_tokens:], trace.last_grid
         if patches.shape[1] != grid[0] * grid[1]:
@@ -143,8 +142,8 @@ class TokenLabelHead(VisionTransformerClsHead):
     @staticmethod
     def _token_labels(data_samples: List[DataSample], grid: Tuple[int, int], device) -> Tensor:
         if 'token_label' not in data_samples[0]:
-            raise ValueError("TokenLabelHead needs 'token_label' in the data samples, read from 'token_label_map' by "
-                             "mmvitreg.TokenClsDataPreprocessor; for plain data set beta=0 and cls_target='gt'")
+            raise ValueError("TokenLabelHead needs 'token_label' in data samples (mmvitreg.LoadTokenLabelMap in the "
+                             "pipeline, read by TokenClsDataPreprocessor); for plain data set beta=0, cls_target='gt'")
         token_label = torch.stack([s.token_label for s in data_samples]).to(device)
         if token_label.dim() != 5 or token_label.shape[1] != 2 or tuple(token_label.shape[-2:]) != tuple(grid):
             raise ValueError(f'token_label must be (2, k, S, S) per sample with (S, S) the token grid {grid}; '

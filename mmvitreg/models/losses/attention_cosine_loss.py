@@ -44,7 +44,6 @@ class AttentionCosineLoss(BaseModule):
         """``{'loss_attn_cos': L_cos}`` from the trace's attention maps of blocks ``0 .. num_pairs``."""
         maps = [trace.attn[i] for i in range(self.num_pairs + 1)]
         if maps[0].dim() != 4:
-            raise ValueError('AttentionCosineLoss compares (B, heads, N, N) attention maps of a global-attention '
-                             f'backbone; got a map of shape {tuple(maps[0].shape)}')
+            raise ValueError(f'AttentionCosineLoss compares (B, heads, N, N) maps, got {tuple(maps[0].shape)}')
         cos = sum(F.cosine_similarity(a.float(), b.float(), dim=1) for a, b in zip(maps[:-1], maps[1:]))
         return {'loss_attn_cos': self.loss_weight * cos.mean() / self.num_pairs}

@@ -113,24 +113,20 @@ class DRLoc(BaseModule):
             if value not in allowed:
                 raise ValueError(f'DRLoc {name} must be one of {allowed}, got {value!r}')
         if mode != 'l1' and target == 'normalized':
-            raise ValueError(f"DRLoc mode={mode!r} classifies integer offsets: set target='abs' or 'signed' "
-                             "(normalised targets go with mode='l1')")
+            raise ValueError(f"DRLoc mode={mode!r} classifies integer offsets: set target='abs' or 'signed'")
         if layers is not None and stages is not None:
-            raise ValueError(f'DRLoc reads block maps (layers={tuple(layers)}) or stage outputs '
-                             f'(stages={tuple(stages)}), not both: give one of them')
+            raise ValueError(f'DRLoc reads layers={tuple(layers)} or stages={tuple(stages)}, not both')
         if not isinstance(num_pairs, int) or num_pairs < 1:
             raise ValueError(f'num_pairs must be a positive int, got {num_pairs!r}')
         in_channels = (in_channels, ) if isinstance(in_channels, int) else tuple(in_channels)
         kind, sources = next((k, tuple(v)) for k, v in (('layers', layers), ('stages', stages),
                                                         ('feat_indices', feat_indices)) if v is not None)
         if len(sources) != len(in_channels) or not sources:
-            raise ValueError(f'DRLoc reads {len(sources)} feature map(s) ({kind}={sources}) but in_channels gives '
-                             f'{len(in_channels)}: give one channel count per map')
+            raise ValueError(f'DRLoc reads {len(sources)} map(s) ({kind}={sources}): give one channel count per map')
         num_bins = (num_bins, ) * len(sources) if num_bins is None or isinstance(num_bins, int) else tuple(num_bins)
         if mode != 'l1' and (len(num_bins) != len(sources)
                              or not all(isinstance(k, int) and k >= 2 for k in num_bins)):
-            raise ValueError(f'DRLoc mode={mode!r} needs num_bins (the grid side: official 7 for Swin, 14 for the '
-                             f'others), one int >= 2 or one per map ({len(sources)}), got {num_bins!r}')
+            raise ValueError(f'DRLoc mode={mode!r} needs num_bins, a grid side >= 2 or one per map, got {num_bins!r}')
         self.layers = tuple(layers) if layers is not None else None
         self.stages = tuple(stages) if stages is not None else None
         self.feat_indices, self.num_extra_tokens = tuple(feat_indices), num_extra_tokens
@@ -165,9 +161,7 @@ class DRLoc(BaseModule):
             if side * side == tokens.shape[1]:
                 return tokens.transpose(1, 2).reshape(tokens.shape[0], tokens.shape[2], side, side)
         if feat.dim() != 4:
-            raise ValueError(f'DRLoc reads (B, C, H, W) maps or raw (B, E + N, C) tokens on a square grid, got '
-                             f'shape {tuple(feat.shape)} (num_extra_tokens={self.num_extra_tokens}): set the backbone '
-                             "to out_type='featmap' or 'raw', or tap trace blocks with layers=(-1,)")
+            raise ValueError(f"DRLoc reads maps or square-grid tokens, not {tuple(feat.shape)}: set out_type='featmap'")
         return feat
 
     def sample_pairs(self, batch: int, grid: Tuple[int, int], device) -> Tuple[Tensor, Tensor]:
@@ -181,8 +175,7 @@ class DRLoc(BaseModule):
             flat = torch.randint(n, (batch, self.num_pairs, 2), device=device)
         else:
             if self.num_pairs > n * n:
-                raise ValueError(f'DRLoc draws {self.num_pairs} distinct pairs from a {H}x{W} grid with only '
-                                 f'{n * n}: lower num_pairs or set replacement=True')
+                raise ValueError(f'DRLoc: {self.num_pairs} distinct pairs > {n * n} on {H}x{W}: set replacement=True')
             pair = self._distinct(batch, n * n, device)
             flat = torch.stack((pair // n, pair % n), dim=-1)
         pos = torch.stack((flat // W, flat % W), dim=-1)  # (B, m, 2 endpoints, 2 coords)
@@ -212,8 +205,7 @@ class DRLoc(BaseModule):
         if min(H, W) < 2:
             raise ValueError(f'DRLoc needs a grid of at least 2x2, got {H}x{W}: tap an earlier stage or drop grid_pool')
         if self.mode != 'l1' and max(H, W) > num_bins:
-            raise ValueError(f'DRLoc num_bins={num_bins} is smaller than the {H}x{W} grid side: '
-                             f'set num_bins >= {max(H, W)}')
+            raise ValueError(f'DRLoc num_bins={num_bins} is under the {H}x{W} grid side: set num_bins >= {max(H, W)}')
         p1, p2 = self.sample_pairs(B, (H, W), fmap.device)
         tokens = fmap.float().flatten(2).transpose(1, 2)  # (B, HW, C)
         pairs = [tokens.gather(1, (p[..., 0] * W + p[..., 1]).unsqueeze(-1).expand(-1, -1, C)) for p in (p1, p2)]

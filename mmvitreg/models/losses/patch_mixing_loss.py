@@ -77,8 +77,7 @@ class PatchMixingLoss(BaseModule):
         if tuple(mask.shape[-2:]) != tuple(grid):
             (mh, mw), (h, w) = mask.shape[-2:], grid
             if mh % h or mw % w:
-                raise ValueError(f'the mixing mask covers a {(mh, mw)} grid, which does not pool onto the '
-                                 f'last layer\'s {tuple(grid)} grid: use a patch size that divides it')
+                raise ValueError(f'mask grid {(mh, mw)} does not pool onto the last grid {tuple(grid)}: set patch_size')
             mask = F.avg_pool2d(mask.unsqueeze(1), (mh // h, mw // w)).squeeze(1)
         return mask.flatten(1)
 

@@ -58,8 +58,7 @@ class LVViTSideNeck(BaseModule):
     def forward(self, inputs: Sequence[Tensor]) -> Tuple[Tensor, ...]:
         """Four ``(B, C, h, w)`` maps (stride 16) -> the pyramid above (strides 4, 8, 16, 16)."""
         if len(inputs) != 4:
-            raise ValueError(f'LVViTSideNeck takes the maps of 4 tapped blocks (backbone out_indices of length 4), '
-                             f'got {len(inputs)}')
+            raise ValueError(f'LVViTSideNeck takes the maps of 4 tapped blocks, got {len(inputs)}')
         for x in inputs:
             if x.dim() != 4 or x.shape[1] != self.in_channels:
                 raise ValueError(f'LVViTSideNeck expects (B, {self.in_channels}, h, w) maps (backbone '

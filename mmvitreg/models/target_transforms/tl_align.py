@@ -93,8 +93,7 @@ class TLAlign(BaseModule):
         if self.representation == 'weights':
             return torch.cat([w, 1 - w], -1)
         if not trace.samples or any('gt_label' not in s for s in trace.samples):
-            raise ValueError("TLAlign(representation='labels') starts from the labels, but the trace carries no "
-                             'data samples with gt_label (the TokenClassifier hands it the batch\'s samples)')
+            raise ValueError("TLAlign(representation='labels') needs the data samples' gt_label in the trace")
         own = _one_hot(trace.samples, self.num_classes, w.device).unsqueeze(1)
         return w * own + (1 - w) * own[plan.index]
 
@@ -151,8 +150,7 @@ class TLAlign(BaseModule):
         """``(B, D)``: the cls token's label after the last block, or the mean over tokens without a cls
         token (``D = 2``: each sample's own and partner share)."""
         if trace.num_layers - 1 not in trace.streamed:
-            raise ValueError('the trace carries no TLAlign labels: run the backbone with '
-                             'TokenTrace.for_request(tl_align.trace_request, mix=plan)')
+            raise ValueError('no TLAlign labels in the trace: run the backbone with tl_align.trace_request and a plan')
         labels = trace.streamed[trace.num_layers - 1]
         return labels[:, 0] if trace.num_extra_tokens else labels.mean(1)
 
