@@ -59,25 +59,20 @@ class DRLoc(BaseModule):
     official code's forms (yhlleo/VTs-Drloc; configs/drloc/README.md) are the options below; its λ schedule is
     :class:`~mmvitreg.engine.hooks.DRLocWeightScheduleHook`, which sets :attr:`loss_weight`.
 
-    The grid ``(B, C, H, W)`` comes from one of: ``layers``, the patch-token maps ``trace.token_map(i)`` of
-    those blocks (ViT family: before the final norm, 14x14 at 224; Swin: a stage's last block before its
-    norm); ``stages``, the stages' outputs after their down-sampling, ``trace.stage_map(s)`` (Swin's official
-    ``--use_multiscale`` maps); else the backbone outputs ``feats[i]``, no trace: ``(B, C, H, W)`` maps
-    (ResNet) or raw ``(B, E + N, C)`` tokens on a square grid (mmpretrain's ``T2T_ViT(out_type='raw')`` with
-    :class:`~mmvitreg.models.necks.ClsTokenNeck`). A dense crop's grid may be non-square and change per batch:
-    the normalised target divides each axis by its own side. Several maps: one MLP each, their losses summed.
-
-    Computed in float32; the grid side must be at least 2. Positions come from torch's global generator on the
-    features' device (mmengine seeds it per rank; the official module seeds at import).
+    The grid ``(B, C, H, W)`` of a dense crop may be non-square and change per batch: the normalised target
+    divides each axis by its own side. Several maps: one MLP each, their losses summed. Computed in float32.
+    Positions come from torch's global generator (mmengine seeds it per rank; the official module at import).
 
     Args:
         in_channels (int | Sequence[int]): Channels ``C`` of each feature map; checked against the backbone.
-        layers (Sequence[int], optional): Trace blocks whose patch-token maps to use. Defaults to None.
-        stages (Sequence[int], optional): Trace stages whose outputs to use (not with ``layers``).
-            Defaults to None.
-        feat_indices (Sequence[int]): Backbone outputs to use when ``layers`` and ``stages`` are None.
-            Defaults to (-1,).
-        num_extra_tokens (int): Leading tokens dropped from a raw backbone output. Defaults to 1.
+        layers (Sequence[int], optional): Trace blocks whose patch-token maps ``trace.token_map(i)`` to use
+            (ViT family: before the final norm; Swin: a stage's last block before its norm). Defaults to None.
+        stages (Sequence[int], optional): Trace stages whose outputs after down-sampling to use (Swin's official
+            ``--use_multiscale`` maps; not with ``layers``). Defaults to None.
+        feat_indices (Sequence[int]): Without ``layers`` and ``stages``, the backbone outputs to use, no trace:
+            maps (ResNet) or raw ``(B, E + N, C)`` tokens on a square grid (``T2T_ViT(out_type='raw')`` with
+            :class:`~mmvitreg.models.necks.ClsTokenNeck`). Defaults to (-1,).
+        num_extra_tokens (int): Leading tokens dropped from raw tokens. Defaults to 1.
         num_pairs (int): ``m`` pairs per image. Defaults to 64 (paper and official).
         loss_weight (float): ``λ``; paper: 0.1 for T2T / CvT, 0.5 for Swin. Defaults to 0.5.
         mode (str): ``'l1'`` (paper), or official ``'ce'`` (cross-entropy over offset bins per axis) or

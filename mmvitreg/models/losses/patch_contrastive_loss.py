@@ -50,14 +50,6 @@ class PatchContrastiveLoss(BaseModule):
         else:
             self.trace_request = TraceRequest(points={'embed', 'final'}, facts={'isotropic'})
 
-    @staticmethod
-    def neighbourhood_mean(h: Tensor, grid) -> Tensor:
-        """The official second negative of ``h`` ``(B, n, C)`` on ``grid``: ``(49 * avgpool7(h) - h) / 48``."""
-        B, n, C = h.shape
-        hmap = h.transpose(1, 2).reshape(B, C, *grid)
-        local = (49 * F.avg_pool2d(hmap, 7, stride=1, padding=3) - hmap) / 48
-        return local.flatten(2).transpose(1, 2)
-
     def loss(self, feats: Tuple[Tensor], data_samples: List, trace: TokenTrace) -> Dict[str, Tensor]:
         """``{'loss_patch_contrastive': L}`` from the trace."""
         if self.form == 'paper':
@@ -68,9 +60,11 @@ class PatchContrastiveLoss(BaseModule):
         n = h.shape[1]
         if n < 2:
             raise ValueError(f'the patch-wise contrastive loss needs at least 2 patch tokens, got {n}')
-        others = (h.sum(1, keepdim=True) - h) / (n - 1)
-        negatives = [others] + ([self.neighbourhood_mean(h, trace.last_grid)] if self.form == 'official' else [])
-        logits = torch.stack([(anchor * v).sum(-1) for v in [h] + negatives], dim=-1)  # (B, n, 2 or 3)
+        values = [h, (h.sum(1, keepdim=True) - h) / (n - 1)]  # the positive and the mean of the others
+        if self.form == 'official':  # the 7x7 neighbourhood's mean without i: (49 * avgpool7(h) - h) / 48
+            hmap = h.transpose(1, 2).reshape(*h.shape[::2], *trace.last_grid)
+            values.append((49 * F.avg_pool2d(hmap, 7, stride=1, padding=3) - hmap).flatten(2).transpose(1, 2) / 48)
+        logits = torch.stack([(anchor * v).sum(-1) for v in values], dim=-1)  # (B, n, 2 or 3)
         if self.form == 'paper':
             nll = -logits.log_softmax(-1)[..., 0]
         else:
