@@ -17,9 +17,8 @@ class TokenLabelHead(VisionTransformerClsHead):
     r"""Token labeling head from `All Tokens Matter: Token Labeling for Training Better Vision
     Transformers <https://arxiv.org/abs/2104.10858>`_ (LV-ViT).
 
-    A linear classifier on the class token (``layers.head``, as mmpretrain's
-    :class:`VisionTransformerClsHead`) and an auxiliary linear classifier shared by all patch
-    tokens (``aux_head``), trained with
+    mmpretrain's :class:`VisionTransformerClsHead` on the class token (``layers.head``) plus a linear classifier
+    shared by all patch tokens (``aux_head``), trained with
 
     .. math::
 
@@ -28,21 +27,18 @@ class TokenLabelHead(VisionTransformerClsHead):
 
     where ``H`` is the soft-target cross entropy, ``y^i`` the (label-smoothed) token label of token ``i`` and
     ``y^cls`` the class-token target (``cls_target``); a mixed batch's targets: :func:`mix_token_label_target`.
-    The soft CE gathers each token's sparse classes and never builds ``(B, N, C)`` targets; the official
-    reading's tail slots (class ``-1``, probability ``t`` of each unlisted class) keep it exact:
-    ``H(X, y) = -sum_listed (y_c - t) log p_c - t sum_c log p_c``. Prediction (official):
-    ``score = X^cls + aux_pred_weight * max_i X^i``. Paper vs official code: configs/lvvit/README.md.
+    The soft CE gathers each token's sparse classes, exact with the official reading's tail slots (class ``-1``,
+    probability ``t`` of each unlisted class): ``H(X, y) = -sum_listed (y_c - t) log p_c - t sum_c log p_c``.
+    Prediction (official): ``X^cls + aux_pred_weight * max_i X^i``. Paper vs official: configs/lvvit/README.md.
 
-    Inputs (from :class:`TokenClassifier`): ``feats[-1]``, the backbone's ``out_type='raw'`` output
-    ``(B, N, C)``, class token first, and the filled :class:`TokenTrace`. Each data sample carries
-    ``token_label`` ``(2, K, S, S)`` (``[0]`` probabilities, ``[1]`` class indices on the ``(S, S)`` token grid)
-    and, with the official reading, ``relabel_label`` ``(2, K')``. Plain data needs ``beta=0`` and
-    ``cls_target='gt'`` (official ``--dense-weight 0``).
+    Inputs: ``feats[-1]``, the backbone's ``out_type='raw'`` output ``(B, N, C)``, class token first, and the
+    filled :class:`TokenTrace`. Each data sample carries ``token_label`` ``(2, K, S, S)`` (probabilities, class
+    indices on the token grid) and, with the official reading, ``relabel_label`` ``(2, K')``.
 
     Args:
         num_classes (int): Number of classes ``C``.
         in_channels (int): Token dimension.
-        beta (float): Weight of ``L_aux`` (Eq. 7). Defaults to 0.5 (paper; official 1.0).
+        beta (float): Weight of ``L_aux`` (Eq. 7); 0 for plain data. Defaults to 0.5 (paper; official 1.0).
         token_label_smooth_val (float): Label smoothing ``s`` of the token labels and ReLabel targets.
             Defaults to 0.1 (official ``--smoothing``).
         cls_target (str): ``y^cls``: ``'gt'`` (paper, the image label through ``loss``), ``'relabel'``
@@ -56,8 +52,7 @@ class TokenLabelHead(VisionTransformerClsHead):
         loss (dict): The class-token loss ``H(X^cls, y^cls)`` of ``cls_target='gt'``. Defaults to
             ``LabelSmoothLoss(label_smooth_val=0.1, mode='original')`` (official smoothing 0.1).
         init_cfg (dict): Defaults to truncated-normal std 0.02, bias 0, on both linears (official).
-        **kwargs: ``hidden_dim``, ``act_cfg``, ``topk``, ``cal_acc`` of
-            :class:`VisionTransformerClsHead`.
+        **kwargs: ``hidden_dim``, ``act_cfg``, ``topk``, ``cal_acc`` of :class:`VisionTransformerClsHead`.
     """
 
     CLS_TARGETS = ('gt', 'relabel', 'relabel_gt')
