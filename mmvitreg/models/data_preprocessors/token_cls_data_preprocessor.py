@@ -68,10 +68,9 @@ class TokenClsDataPreprocessor(ClsDataPreprocessor):
                     sample.set_field(relabels[i], 'relabel_label')
         if not training or self.mix is None:
             return data
-        inputs, data_samples = data['inputs'], data['data_samples']
-        plan = self.mix.plan(inputs)
+        plan = self.mix.plan(data['inputs'])
         if plan.in_pixels:
-            data['inputs'] = plan.mix_images(inputs)
+            data['inputs'] = plan.mix_images(data['inputs'])
         scores = plan.mix_labels(torch.stack([s.gt_score for s in data_samples]))
         for sample, score in zip(data_samples, scores):
             sample.set_gt_score(score)

@@ -25,9 +25,8 @@ class BatchMix:
     * the partner: ``'flip'``, sample ``i`` mixes with ``B - 1 - i`` (the official codes' ``flip(0)``), or
       ``'permute'``, a random permutation (as mmpretrain's CutMix), drawn after the masks.
 
-    A concrete mix declares its :attr:`space`: ``'pixels'`` (the data preprocessor mixes the images; the
-    backbone is asked for nothing) or ``'tokens'`` (the backbone mixes its patch tokens: service ``'mix'``), and
-    draws the masks (:meth:`masks`), a pixel mask exactly when it mixes pixels (:meth:`plan` checks it).
+    A concrete mix declares its :attr:`space`, ``'pixels'`` (the data preprocessor mixes the images) or
+    ``'tokens'`` (the backbone mixes its patch tokens), and draws a pixel mask exactly when it mixes pixels.
 
     Args:
         alpha (float, optional): Beta parameter of ``lam``; positive. None for a mix that draws no ``lam``

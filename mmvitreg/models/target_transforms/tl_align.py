@@ -37,8 +37,7 @@ class TLAlign(BaseModule):
       there (:meth:`step`). A re-attention map has negative entries: they are set to 0 before the row is
       scaled, so labels stay on the simplex; a row with no positive weight keeps the token's label;
     * residual connections average (Eq. 11); the MLP, norms and drop path leave labels unchanged (official);
-    * Swin: labels follow the padding, cyclic shift and windows; padding tokens carry no label; patch merging
-      sums the labels of the real tokens of each 2x2 group and normalises (:meth:`resize`);
+    * Swin: labels follow the padding (no label), cyclic shift, windows and patch merging (:meth:`resize`);
     * stop-gradient (Eq. 12): labels ride on detached values and never enter autograd.
 
     TLAlign is a :class:`~mmvitreg.models.trace.TokenStream`: the backbone carries the labels block by block
@@ -80,8 +79,7 @@ class TLAlign(BaseModule):
 
     # ------------------------------------------------------------------ the stream (called by the backbone)
     def start(self, trace: TokenTrace) -> Tensor:
-        """Initial labels ``(B, N, D)`` (``D = 2`` own/partner, or ``C``), extra tokens first. The trace has
-        checked the depth (``num_layers``) and the plan's grid against the backbone before."""
+        """Initial labels ``(B, N, D)`` (``D = 2`` own/partner, or ``C``), extra tokens first."""
         plan = trace.mix
         if plan is None:
             raise ValueError(NO_PLAN)
@@ -147,8 +145,7 @@ class TLAlign(BaseModule):
         return {'tla_shift': torch.dist(labels, area, 1) * (0.5 / len(labels))}  # the batch mean of 0.5 |.|_1
 
     def aligned_labels(self, trace: TokenTrace) -> Tensor:
-        """``(B, D)``: the cls token's label after the last block, or the mean over tokens without a cls
-        token (``D = 2``: each sample's own and partner share)."""
+        """``(B, D)``: the cls token's label after the last block, or the mean over tokens without a cls token."""
         if trace.num_layers - 1 not in trace.streamed:
             raise ValueError('no TLAlign labels in the trace: run the backbone with tl_align.trace_request and a plan')
         labels = trace.streamed[trace.num_layers - 1]
