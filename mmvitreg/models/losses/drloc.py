@@ -114,8 +114,8 @@ class DRLoc(BaseModule):
         if not isinstance(num_pairs, int) or num_pairs < 1:
             raise ValueError(f'num_pairs must be a positive int, got {num_pairs!r}')
         in_channels = (in_channels, ) if isinstance(in_channels, int) else tuple(in_channels)
-        kind, sources = next((k, tuple(v)) for k, v in (('layers', layers), ('stages', stages),
-                                                        ('feat_indices', feat_indices)) if v is not None)
+        kind = 'layers' if layers is not None else 'stages' if stages is not None else 'feat_indices'
+        sources = tuple(dict(layers=layers, stages=stages, feat_indices=feat_indices)[kind])
         if len(sources) != len(in_channels) or not sources:
             raise ValueError(f'DRLoc reads {len(sources)} map(s) ({kind}={sources}): give one channel count per map')
         num_bins = (num_bins, ) * len(sources) if num_bins is None or isinstance(num_bins, int) else tuple(num_bins)
@@ -231,9 +231,9 @@ class DRLoc(BaseModule):
     def loss(self, feats: Tuple[Tensor, ...], data_samples: List, trace: Optional[TokenTrace]) -> Dict[str, Tensor]:
         """``{loss_name: λ Σ_maps L_drloc}`` (summed over the maps, as the official multi-scale loss)."""
         maps = self.feature_maps(feats, trace)
-        mismatch = [(tuple(m.shape), h.trunk[0].in_features // 2) for m, h in zip(maps, self.heads)
-                    if m.shape[1] != h.trunk[0].in_features // 2]
+        widths = [h.trunk[0].in_features // 2 for h in self.heads]
+        mismatch = [(tuple(m.shape), c) for m, c in zip(maps, widths) if m.shape[1] != c]
         if mismatch:
             raise ValueError(f'DRLoc in_channels do not match the feature maps (shape, in_channels): {mismatch}')
-        return {self.loss_name: self.loss_weight * sum(self.pair_loss(h, m, k)
-                                                        for h, m, k in zip(self.heads, maps, self.num_bins))}
+        loss = sum(self.pair_loss(h, m, k) for h, m, k in zip(self.heads, maps, self.num_bins))
+        return {self.loss_name: self.loss_weight * loss}
