@@ -20,9 +20,8 @@ class BoxMix(BatchMix):
         **kwargs: ``alpha``, ``patch_size``, ``partner`` of :class:`BatchMix`.
     """
 
-    def __init__(self, alpha: float = 1.0, patch_size: int = 16, partner: str = 'flip',
-                 cutmix_minmax: Optional[List[float]] = None):
-        super().__init__(alpha=alpha, patch_size=patch_size, partner=partner)
+    def __init__(self, cutmix_minmax: Optional[List[float]] = None, **kwargs):
+        super().__init__(**kwargs)
         self.cutmix_box = CutMix(alpha=self.alpha, cutmix_minmax=cutmix_minmax, correct_lam=True)  # its box code
 
     def box_mask(self, shape: Tuple[int, int], device) -> Tensor:

@@ -30,7 +30,6 @@ class PixelMixup(BatchMix):
 
     def masks(self, inputs: Tensor, grid: Tuple[int, int]) -> Tuple[Tensor, Tensor]:
         """Token mask ``(B, Hg, Wg)`` and pixel mask ``(B, H, W)``, all ``lam``."""
-        lam = self.draw_lam()
-        B, _, H, W = inputs.shape
-        return (torch.full((1, *grid), lam, device=inputs.device).expand(B, -1, -1),
-                torch.full((1, H, W), lam, device=inputs.device).expand(B, -1, -1))
+        lam, (B, _, H, W) = self.draw_lam(), inputs.shape
+        mask, pixels = (torch.full((1, *size), lam, device=inputs.device) for size in (grid, (H, W)))
+        return mask.expand(B, -1, -1), pixels.expand(B, -1, -1)

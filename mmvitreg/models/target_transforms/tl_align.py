@@ -11,8 +11,7 @@ from torch import Tensor
 from mmvitreg.registry import MODELS
 from ..trace import TokenTrace, TraceRequest
 
-NO_PLAN = ("TLAlign aligns the labels of mixed images but the batch has no mixing plan: set "
-           "train_cfg=dict(mix=dict(type='mmvitreg.PatchCutMix', patch_size=...)) in the TokenClassifier")
+NO_PLAN = "TLAlign needs a mixing plan: set the TokenClassifier's train_cfg=dict(mix=dict(type='mmvitreg.PatchCutMix'))"
 
 
 @MODELS.register_module()
