@@ -103,10 +103,10 @@ class DRLoc(BaseModule):
                  num_bins: Optional[Union[int, Sequence[int]]] = None, loss_name: str = 'loss_drloc',
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
-        for name, value, allowed in (('mode', mode, MODES), ('target', target, TARGETS),
-                                     ('reduction', reduction, REDUCTIONS), ('grid_pool', grid_pool, tuple(GRID_POOLS))):
-            if value not in allowed:
-                raise ValueError(f'DRLoc {name} must be one of {allowed}, got {value!r}')
+        choices = dict(mode=MODES, target=TARGETS, reduction=REDUCTIONS, grid_pool=tuple(GRID_POOLS))
+        for name, value in dict(mode=mode, target=target, reduction=reduction, grid_pool=grid_pool).items():
+            if value not in choices[name]:
+                raise ValueError(f'DRLoc {name} must be one of {choices[name]}, got {value!r}')
         if mode != 'l1' and target == 'normalized':
             raise ValueError(f"DRLoc mode={mode!r} classifies integer offsets: set target='abs' or 'signed'")
         if layers is not None and stages is not None:
