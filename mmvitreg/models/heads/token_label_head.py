@@ -137,11 +137,12 @@ class TokenLabelHead(VisionTransformerClsHead):
     @staticmethod
     def _token_labels(data_samples: List[DataSample], grid: Tuple[int, int], device) -> Tensor:
         if 'token_label' not in data_samples[0]:
-            raise ValueError("TokenLabelHead needs 'token_label' in data samples (mmvitreg.LoadTokenLabelMap in the "
-                             "pipeline, read by TokenClsDataPreprocessor); for plain data set beta=0, cls_target='gt'")
+            raise ValueError("TokenLabelHead needs 'token_label' in the data samples (add mmvitreg.LoadTokenLabelMap "
+                             "to the pipeline; TokenClsDataPreprocessor reads it); plain data: beta=0, cls_target='gt'")
         token_label = torch.stack([s.token_label for s in data_samples]).to(device)
         if token_label.dim() != 5 or token_label.shape[1] != 2 or tuple(token_label.shape[-2:]) != tuple(grid):
-            raise ValueError(f'token_label {tuple(token_label.shape[1:])} is not (2, k, *{grid}): set token_label_size')
+            raise ValueError(f'token_label must be (2, k, S, S) per sample with (S, S) the token grid {grid}; '
+                             f'got {tuple(token_label.shape[1:])} (set TokenLabelTarget.token_label_size)')
         return token_label
 
     def _relabel_target(self, data_samples: List[DataSample], token_label: Tensor) -> Tensor:
