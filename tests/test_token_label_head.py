@@ -194,6 +194,19 @@ def test_prediction_adds_half_the_per_class_token_max():
     torch.testing.assert_close(cls_only(feats, trace), cls_logits)
 
 
+def test_cal_acc_of_the_host_head_is_honoured():
+    """``cal_acc`` (a VisionTransformerClsHead option) adds mmpretrain's accuracy to the losses, as in the host."""
+    feats, samples, trace = make_inputs()
+    head = build(cal_acc=True, topk=(1, ))
+    losses = head.loss(feats, samples, trace)
+    cls_logits = feats[0][:, 0] @ head.layers.head.weight.t() + head.layers.head.bias
+    labels = torch.cat([t.gt_label for t in samples])
+    assert set(losses) == {'loss_cls', 'loss_token', 'accuracy_top-1'}
+    accuracy = (cls_logits.argmax(-1) == labels).float().mean(0, keepdim=True) * 100
+    torch.testing.assert_close(losses['accuracy_top-1'][0], accuracy)
+    assert set(build().loss(feats, samples, trace)) == {'loss_cls', 'loss_token'}
+
+
 def test_checkpoint_key_names():
     """Keys match mmpretrain's VisionTransformerClsHead (layers.head) plus the official aux_head."""
     assert set(build().state_dict()) == {'layers.head.weight', 'layers.head.bias', 'aux_head.weight',

@@ -14,31 +14,18 @@ from ..trace_users import BackboneOutputs, TraceUsers
 class TokenClassifier(TraceUsers, ImageClassifier):
     """mmpretrain's :class:`ImageClassifier` with a token trace and several trace users.
 
-    The token-level techniques (MixToken, token labeling, DiversePatch, DRLoc, TL-Align, the DeepViT
-    attention regulariser) meet here; the classifier knows none of them. The composition rule is
-    :class:`~mmvitreg.models.trace_users.TraceUsers` (shared with the segmentor and detector kinds). In
-    classification a model holds:
+    The token-level techniques meet here; the classifier knows none of them (the composition rule:
+    :class:`~mmvitreg.models.trace_users.TraceUsers`, shared with the segmentor and detector kinds). A model holds:
 
-    * one ``head`` (any mmpretrain head; a head with a ``trace_request`` gets the filled trace as
-      ``loss/predict/forward(feats, ..., trace=...)``);
-    * a list of ``aux_losses`` (``loss(feats, data_samples, trace) -> dict`` of named losses, ``feats``
-      the backbone's outputs before the neck);
-    * at most one ``target_transform``: a module with ``trace_request`` and
-      ``transform(trace, data_samples)``, which replaces each sample's ``gt_score`` (e.g. TL-Align's
-      aligned label) after the backbone ran and before the head's loss, and may return a dict of
-      scalars to log (names without ``loss``: logged, not trained on);
+    * one ``head`` (any mmpretrain head; one with a ``trace_request`` gets ``trace=`` in ``loss/predict/forward``);
+    * ``aux_losses`` (``loss(feats, data_samples, trace) -> dict`` of named losses, ``feats`` the backbone's
+      outputs before the neck); one with ``ensemble = True`` also joins the prediction (:meth:`predict`);
+    * at most one ``target_transform`` (``transform(trace, data_samples)``: replaces each sample's ``gt_score``
+      before the head's loss; may return scalars to log, e.g. TL-Align);
     * a batch mix (``train_cfg.mix``, e.g. MixToken), whose plan the data preprocessor draws.
 
-    An auxiliary loss may also join the prediction (``ensemble = True`` and ``ensemble_scores(trace)``,
-    see :meth:`predict`).
-
-    The trace is filled once per training forward with the union of all requests; prediction
-    builds one only for a head that asks (auxiliary losses and the target transform are training
-    only). Every user is checked against the backbone when the model is built.
-
-    ``loss`` returns what :class:`ImageClassifier`'s does (the head's terms as the head names them: ``loss``
-    for mmpretrain's heads) plus the users' named terms; the log (:meth:`parse_losses`) shows their total as
-    ``loss`` and the head's ``loss`` as ``loss_cls``.
+    The trace is filled once per training forward with the union of all requests; prediction builds one only
+    for a head that asks. Every user is checked against the backbone when the model is built.
 
     Args:
         backbone (dict): The backbone; a trace user needs one with a ``trace_spec`` (an mmvitreg backbone).
@@ -68,8 +55,7 @@ class TokenClassifier(TraceUsers, ImageClassifier):
             if mix is not None:
                 data_preprocessor['mix'] = mix
         elif mix is not None:
-            raise ValueError('train_cfg.mix needs a data_preprocessor config (dict), '
-                             f'got a built {type(data_preprocessor).__name__}')
+            raise ValueError(f'train_cfg.mix needs data_preprocessor as a dict, got {type(data_preprocessor).__name__}')
         super().__init__(backbone=backbone, train_cfg=train_cfg or None,
                          data_preprocessor=data_preprocessor, **kwargs)
         self.init_trace_users(aux_losses, target_transform, fixed_users=[self.head if self.with_head else None],
@@ -84,12 +70,9 @@ class TokenClassifier(TraceUsers, ImageClassifier):
         """As :meth:`ImageClassifier.extract_feat`, running the backbone with ``trace`` when given."""
         if trace is None:
             return super().extract_feat(inputs, stage)
-        if stage not in ('backbone', 'neck'):
-            raise ValueError(f'stage must be "backbone" or "neck" with a trace, got {stage!r}')
-        x = self.backbone(inputs, trace=trace)
-        if stage == 'neck' and self.with_neck:
-            x = self.neck(x)
-        return x
+        if stage != 'neck':
+            raise ValueError(f'a trace runs the backbone and the neck (stage="neck"), got stage={stage!r}')
+        return super().extract_feat(BackboneOutputs(self.backbone(inputs, trace=trace)))
 
     def _head_kwargs(self, trace: Optional[TokenTrace]) -> dict:
         return dict(trace=trace) if self.head_request.needs_trace else {}
@@ -100,15 +83,12 @@ class TokenClassifier(TraceUsers, ImageClassifier):
         data preprocessor."""
         if mix_plan is not None and mode != 'loss':
             raise ValueError(f'a mixing plan is a training input (mode="loss"), got mode={mode!r}')
-        if mode == 'tensor':
-            trace = self.make_trace(self.head_request)
-            feats = self.extract_feat(inputs, trace=trace)
-            return self.head(feats, **self._head_kwargs(trace)) if self.with_head else feats
         if mode == 'loss':
             return self.loss(inputs, data_samples, mix_plan=mix_plan)
-        if mode == 'predict':
-            return self.predict(inputs, data_samples)
-        raise RuntimeError(f'Invalid mode "{mode}".')
+        if mode == 'tensor' and self.head_request.needs_trace:
+            trace = self.make_trace(self.head_request)
+            return self.head(self.extract_feat(inputs, trace=trace), trace=trace)
+        return super().forward(inputs, data_samples, mode)
 
     def model_losses(self, feats, data_samples: List[DataSample],
                      trace: Optional[TokenTrace]) -> Dict[str, torch.Tensor]:
@@ -118,11 +98,10 @@ class TokenClassifier(TraceUsers, ImageClassifier):
 
     def parse_losses(self, losses: Dict[str, torch.Tensor]):
         """mmengine's ``parse_losses`` (the total of every ``loss*`` term, logged as ``loss``), with the head's
-        ``loss`` logged as ``loss_cls`` (under ``loss`` it would overwrite the total in the log); a term
-        without ``loss`` in its name (TL-Align's ``tla_shift``) is logged, not summed.
+        ``loss`` logged as ``loss_cls`` (under ``loss`` it would overwrite the total in the log).
 
         Raises:
-            KeyError: ``loss`` and ``loss_cls`` both returned (one of them would hide the other in the log).
+            KeyError: ``loss`` and ``loss_cls`` both returned.
         """
         if 'loss' in losses:
             if 'loss_cls' in losses:
@@ -133,11 +112,8 @@ class TokenClassifier(TraceUsers, ImageClassifier):
 
     def predict(self, inputs: torch.Tensor, data_samples: Optional[List[DataSample]] = None,
                 **kwargs) -> List[DataSample]:
-        """Predictions of a batch (never mixed); the head gets the trace it asks for.
-
-        An auxiliary loss with ``ensemble = True`` (e.g. DiversePatch's :class:`PatchMixingLoss`) joins the
-        prediction: the scores are the mean of the head's and its ``ensemble_scores(trace)`` ``(B, K)``.
-        """
+        """Predictions of a batch (never mixed); the head gets the trace it asks for. The scores are the mean of
+        the head's and every ``ensemble`` auxiliary loss's ``ensemble_scores(trace)`` ``(B, K)``."""
         ensemble = [aux for aux in self.aux_losses if getattr(aux, 'ensemble', False)]
         trace = self.make_trace(TraceRequest.union([self.head_request] + [trace_request_of(a) for a in ensemble]))
         feats = self.extract_feat(inputs, trace=trace)

@@ -13,47 +13,35 @@ from ..mixing import BatchMix
 class TokenClsDataPreprocessor(ClsDataPreprocessor):
     """mmpretrain's :class:`ClsDataPreprocessor` plus token labels and a batch mix (token- or pixel-level).
 
-    Token labels (token labeling, `Jiang et al. 2021 <https://arxiv.org/abs/2104.10858>`_, Eq. 6):
-    when the data samples carry ``token_label_map`` (a
-    :class:`~mmvitreg.datasets.token_label_target.PackedLabelMap` from ``mmvitreg.TokenLabelTarget``),
-    the preprocessor reads the maps of the whole batch under every token at once, on the inputs'
-    device (:func:`~mmvitreg.datasets.token_label_target.token_label_targets`), and replaces the
-    field by ``token_label``: float32 ``(2, K, S, S)`` per sample, what ``TokenLabelHead`` reads; maps
-    packed with ``reading='official'`` also give ``relabel_label`` ``(2, K')``, the official
-    class-token (ReLabel) target of the crop (:func:`~mmvitreg.datasets.token_label_target.relabel_targets`).
-    This happens in training and evaluation alike (evaluation pipelines normally carry no maps).
+    Token labels (LV-ViT, `Jiang et al. 2021 <https://arxiv.org/abs/2104.10858>`_, Eq. 6): a sample's
+    ``token_label_map`` (from ``mmvitreg.TokenLabelTarget``) is read for the whole batch at once, on the inputs'
+    device (:func:`~mmvitreg.datasets.token_label_target.token_label_targets`), into ``token_label``, float32
+    ``(2, K, S, S)``; maps of ``reading='official'`` also give ``relabel_label`` ``(2, K')``, the crop's official
+    ReLabel target. In training and evaluation alike.
 
-    mmpretrain's batch augments map ``(inputs, scores) -> (inputs, scores)`` and cannot say
-    *which* tokens came from *which* image. A batch mix (e.g. :class:`MixToken`) instead draws a
-    :class:`~mmvitreg.models.trace.MixPlan`; in training this preprocessor
+    A batch mix (:class:`~mmvitreg.models.mixing.BatchMix`) replaces mmpretrain's batch augments, which cannot
+    say which token came from which image. In training, after its parent's work, this preprocessor
 
-    1. normalises/stacks the batch and makes one-hot ``gt_score`` as its parent does;
-    2. draws the plan with ``mix.plan(inputs)``; the images stay unmixed and the backbone mixes
-       their patch tokens (MixToken), unless the plan mixes in pixel space (``plan.in_pixels``, e.g.
-       :class:`PatchCutMix`): then the preprocessor mixes the images with ``plan.mix_images``;
-    3. mixes every ``gt_score`` by the plan (MixToken Eq. 10: ``lam * y + (1 - lam) * y[index]``,
-       ``lam`` the mask mean), so any classification head gets the right image-level target (the
-       token-label targets stay per image: ``TokenLabelHead`` mixes them, ``mix_token_label_target``);
-    4. returns the plan as the extra key ``mix_plan``, which mmengine passes to the model's
-       ``forward(..., mix_plan=...)`` (:class:`TokenClassifier` takes it; a model that cannot
-       fails loudly instead of training silently unmixed).
+    1. draws the plan with ``mix.plan(inputs)`` and mixes the images when the plan mixes pixels
+       (``plan.in_pixels``; MixToken's tokens are mixed by the backbone);
+    2. mixes every ``gt_score`` by the plan (``lam * y + (1 - lam) * y[index]``, ``lam`` the mask mean: MixToken
+       Eq. 10), so any head gets the image target (``TokenLabelHead`` mixes the token labels);
+    3. returns the plan as ``mix_plan``, which mmengine passes to the model's ``forward(..., mix_plan=...)``
+       (a model that cannot take it fails loudly instead of training unmixed).
 
     Args:
-        mix (dict | BatchMix, optional): A batch mix (:class:`~mmvitreg.models.mixing.BatchMix`) or its config,
-            built from mmvitreg's ``MODELS`` (e.g. ``dict(type='mmvitreg.MixToken')``). It replaces image-level
-            Mixup/CutMix, so it cannot be combined with ``batch_augments``. Defaults to None.
+        mix (dict | BatchMix, optional): A batch mix or its config (e.g. ``dict(type='mmvitreg.MixToken')``);
+            not with ``batch_augments``. Defaults to None.
         **kwargs: The arguments of :class:`ClsDataPreprocessor` (``mean``, ``std``, ``to_rgb``,
             ``num_classes``, ...). ``num_classes`` is needed with ``mix``.
 
     Raises:
-        TypeError: ``mix`` is not a batch mix (e.g. mmpretrain's ``CutMix``, which belongs in
-            ``batch_augments``).
+        TypeError: ``mix`` is not a batch mix (mmpretrain's ``CutMix`` belongs in ``batch_augments``).
     """
 
     def __init__(self, mix: Optional[dict] = None, **kwargs):
         if mix is not None and kwargs.get('batch_augments'):
-            raise ValueError('mix replaces the image-level batch augments (Mixup/CutMix); '
-                             f'got both mix={mix} and batch_augments={kwargs["batch_augments"]}')
+            raise ValueError('mix replaces the image-level batch_augments (Mixup/CutMix): give one of them')
         super().__init__(**kwargs)
         self.mix = None
         if mix is not None:
@@ -80,10 +68,9 @@ class TokenClsDataPreprocessor(ClsDataPreprocessor):
                     sample.set_field(relabels[i], 'relabel_label')
         if not training or self.mix is None:
             return data
-        inputs, data_samples = data['inputs'], data['data_samples']
-        plan = self.mix.plan(inputs)
+        plan = self.mix.plan(data['inputs'])
         if plan.in_pixels:
-            data['inputs'] = plan.mix_images(inputs)
+            data['inputs'] = plan.mix_images(data['inputs'])
         scores = plan.mix_labels(torch.stack([s.gt_score for s in data_samples]))
         for sample, score in zip(data_samples, scores):
             sample.set_gt_score(score)

@@ -13,13 +13,10 @@ class TokenDetector(DenseTraceUsers):
             pass
 
     so that ``type='CascadeRCNN'`` -> ``type='mmvitreg.TokenCascadeRCNN'`` plus ``aux_losses`` is the only change
-    of a config. A training step runs the backbone once with the trace the users ask for, then mmdet's
-    own ``loss`` (for a two-stage detector the RPN's ``loss_rpn_cls`` / ``loss_rpn_bbox`` and the RoI head's
-    terms, ``s0.loss_cls`` ... in a cascade) on its outputs through the neck, then the users' terms on the
-    backbone's outputs before the neck; their names must differ from mmdet's (an error otherwise). Prediction is
-    mmdet's, without a trace (the composition rule of every model kind:
-    :meth:`~mmvitreg.models.trace_users.TraceUsers.loss`). Users that need an image-level target (TL-Align,
-    MixToken, TokenLabelHead, PatchMixingLoss) are refused when the model is built.
+    of a config. A training step is :meth:`~mmvitreg.models.trace_users.TraceUsers.loss`: one backbone pass with
+    the trace, mmdet's own ``loss`` (RPN, RoI heads), then the users' terms (named apart from mmdet's).
+    Prediction is mmdet's, without a trace. Users that need an image-level target are refused
+    (:class:`~mmvitreg.models.trace_users.DenseTraceUsers`).
     """
 
 

@@ -17,9 +17,8 @@ class TokenLabelHead(VisionTransformerClsHead):
     r"""Token labeling head from `All Tokens Matter: Token Labeling for Training Better Vision
     Transformers <https://arxiv.org/abs/2104.10858>`_ (LV-ViT).
 
-    A linear classifier on the class token (``layers.head``, as mmpretrain's
-    :class:`VisionTransformerClsHead`) and an auxiliary linear classifier shared by all patch
-    tokens (``aux_head``), trained with
+    mmpretrain's :class:`VisionTransformerClsHead` on the class token (``layers.head``) plus a linear classifier
+    shared by all patch tokens (``aux_head``), trained with
 
     .. math::
 
@@ -27,25 +26,19 @@ class TokenLabelHead(VisionTransformerClsHead):
         L_{aux} = \frac{1}{N} \sum_{i=1}^{N} H(X^i, y^i) \qquad (6, 7)
 
     where ``H`` is the soft-target cross entropy, ``y^i`` the (label-smoothed) token label of token ``i`` and
-    ``y^cls`` the class-token target (``cls_target``). With a mixing plan (MixToken) the token-label
-    targets are mixed by :func:`mix_token_label_target` (Eq. 8-10, the one place). The soft CE gathers the
-    log-probabilities of each token's sparse classes and never builds ``(B, N, C)`` targets; the official
-    reading's tail slots (class ``-1``, probability ``t`` of each unlisted class) make it exact over all ``C``
-    classes: ``H(X, y) = -sum_listed (y_c - t) log p_c - t sum_c log p_c``. Prediction (official):
-    ``score = X^cls + aux_pred_weight * max_i X^i``. Paper vs official code: configs/lvvit/README.md.
+    ``y^cls`` the class-token target (``cls_target``); a mixed batch's targets: :func:`mix_token_label_target`.
+    The soft CE gathers each token's sparse classes, exact with the official reading's tail slots (class ``-1``,
+    probability ``t`` of each unlisted class): ``H(X, y) = -sum_listed (y_c - t) log p_c - t sum_c log p_c``.
+    Prediction (official): ``X^cls + aux_pred_weight * max_i X^i``. Paper vs official: configs/lvvit/README.md.
 
-    Inputs: ``feats[-1]``, the backbone's ``out_type='raw'`` output ``(B, N, C)`` after the final norm, extra
-    (class) tokens first, and ``trace``, the filled :class:`TokenTrace` (``num_extra_tokens``, the grid
-    ``last_grid``, the plan ``mix``), both from :class:`TokenClassifier`. Each data sample carries
-    ``token_label`` ``(2, K, S, S)`` (``[0]`` probabilities, ``[1]`` class indices, ``(S, S)`` the token grid;
-    read per batch by ``TokenClsDataPreprocessor``) and, with the official reading, ``relabel_label``
-    ``(2, K')``. Plain data (no ``token_label``) needs ``beta=0`` and ``cls_target='gt'`` (official
-    ``--dense-weight 0``); otherwise missing labels raise an error.
+    Inputs: ``feats[-1]``, the backbone's ``out_type='raw'`` output ``(B, N, C)``, class token first, and the
+    filled :class:`TokenTrace`. Each data sample carries ``token_label`` ``(2, K, S, S)`` (probabilities, class
+    indices on the token grid) and, with the official reading, ``relabel_label`` ``(2, K')``.
 
     Args:
         num_classes (int): Number of classes ``C``.
         in_channels (int): Token dimension.
-        beta (float): Weight of ``L_aux`` (Eq. 7). Defaults to 0.5 (paper; official 1.0).
+        beta (float): Weight of ``L_aux`` (Eq. 7); 0 for plain data. Defaults to 0.5 (paper; official 1.0).
         token_label_smooth_val (float): Label smoothing ``s`` of the token labels and ReLabel targets.
             Defaults to 0.1 (official ``--smoothing``).
         cls_target (str): ``y^cls``: ``'gt'`` (paper, the image label through ``loss``), ``'relabel'``
@@ -55,13 +48,11 @@ class TokenLabelHead(VisionTransformerClsHead):
             y_relabel == argmax y_gt]``, both smoothed). Defaults to ``'gt'``.
         label_smooth_form (str): Smoothing of a soft target ``y``: ``'standard'`` ``(1 - s) y + s / C`` or
             ``'official'`` ``(1 - s + s / C) y + s / C`` (sums to ``1 + s / C``). Defaults to ``'standard'``.
-        aux_pred_weight (float): Weight of the aux max in the prediction. Defaults to 0.5
-            (official).
+        aux_pred_weight (float): Weight of the aux max in the prediction. Defaults to 0.5 (official).
         loss (dict): The class-token loss ``H(X^cls, y^cls)`` of ``cls_target='gt'``. Defaults to
             ``LabelSmoothLoss(label_smooth_val=0.1, mode='original')`` (official smoothing 0.1).
         init_cfg (dict): Defaults to truncated-normal std 0.02, bias 0, on both linears (official).
-        **kwargs: ``hidden_dim``, ``act_cfg``, ``topk``, ``cal_acc`` of
-            :class:`VisionTransformerClsHead`.
+        **kwargs: ``hidden_dim``, ``act_cfg``, ``topk``, ``cal_acc`` of :class:`VisionTransformerClsHead`.
     """
 
     CLS_TARGETS = ('gt', 'relabel', 'relabel_gt')
@@ -93,25 +84,20 @@ class TokenLabelHead(VisionTransformerClsHead):
 
     def pre_logits(self, feats: Tuple[Tensor]) -> Tensor:
         """The class-token feature ``(B, C)`` (through the optional hidden layer)."""
-        return super().pre_logits((self._tokens(feats)[:, 0], ))
-
-    def _tokens(self, feats: Tuple[Tensor]) -> Tensor:
         x = feats[-1]
         if x.dim() != 3:
-            raise ValueError('TokenLabelHead reads every token: build the backbone with '
-                             f"out_type='raw' (got a feature of shape {tuple(x.shape)})")
-        return x
+            raise ValueError(f"TokenLabelHead reads all tokens: set backbone's out_type='raw' (got {tuple(x.shape)})")
+        return super().pre_logits((x[:, 0], ))
 
     def forward_logits(self, feats: Tuple[Tensor], trace: TokenTrace) -> Tuple[Tensor, Tensor]:
         """Class-token logits ``(B, C)`` and per-token aux logits ``(B, Hg * Wg, C)``."""
         if trace is None:
-            raise ValueError('TokenLabelHead needs the token trace (patch-token count and grid): build it '
-                             "inside type='mmvitreg.TokenClassifier'")
-        x = self._tokens(feats)
-        patches, grid = x[:, trace.num_extra_tokens:], trace.last_grid
+            raise ValueError("TokenLabelHead needs the token trace: build it in type='mmvitreg.TokenClassifier'")
+        cls_score = self.layers.head(self.pre_logits(feats))
+        patches, grid = feats[-1][:, trace.num_extra_tokens:], trace.last_grid
         if patches.shape[1] != grid[0] * grid[1]:
             raise ValueError(f'{patches.shape[1]} patch tokens do not fill the {grid} token grid')
-        return self.layers.head(self.pre_logits(feats)), self.aux_head(patches)
+        return cls_score, self.aux_head(patches)
 
     def forward(self, feats: Tuple[Tensor], trace: Optional[TokenTrace] = None) -> Tensor:
         """Prediction score ``(B, C)``: ``X^cls + aux_pred_weight * max_i X^i`` (official eval rule)."""
@@ -128,23 +114,16 @@ class TokenLabelHead(VisionTransformerClsHead):
     def loss(self, feats: Tuple[Tensor], data_samples: List[DataSample], trace: TokenTrace) -> dict:
         """``loss_cls = H(X^cls, y^cls)`` and ``loss_token = beta * L_aux`` (Eq. 6-10)."""
         cls_score, aux_score = self.forward_logits(feats, trace)
-        plan = trace.mix
         token_label = None
         if self.beta > 0 or self.cls_target != 'gt':
             token_label = self._token_labels(data_samples, trace.last_grid, cls_score.device)
-        losses = dict()
         relabel = self._relabel_target(data_samples, token_label) if self.cls_target != 'gt' else None
-        token_targets, relabel = mix_token_label_target(token_label, plan, relabel)
+        token_targets, relabel = mix_token_label_target(token_label, trace.mix, relabel)
         if relabel is not None:
-            log_p = F.log_softmax(cls_score.float(), dim=-1)
-            losses['loss_cls'] = -(relabel * log_p).sum(-1).mean()
-        else:
-            if 'gt_score' in data_samples[0]:
-                target = torch.stack([s.gt_score for s in data_samples])
-            else:
-                target = torch.cat([s.gt_label for s in data_samples])
-            # the softmax over classes in float32, also under --amp
-            losses['loss_cls'] = self.loss_module(cls_score.float(), target, avg_factor=cls_score.size(0))
+            losses = dict(loss_cls=-(relabel * F.log_softmax(cls_score.float(), dim=-1)).sum(-1).mean())
+        else:  # mmpretrain's loss (and cal_acc), the softmax over classes in float32, also under --amp
+            losses = self._get_loss(cls_score.float(), data_samples)
+            losses['loss_cls'] = losses.pop('loss')
         if self.beta > 0:
             losses['loss_token'] = self.beta * self._token_loss(aux_score, token_targets)
         return losses
@@ -158,14 +137,8 @@ class TokenLabelHead(VisionTransformerClsHead):
     @staticmethod
     def _token_labels(data_samples: List[DataSample], grid: Tuple[int, int], device) -> Tensor:
         if 'token_label' not in data_samples[0]:
-            if 'token_label_map' in data_samples[0]:
-                raise ValueError("the data samples carry packed label maps ('token_label_map') but no "
-                                 "'token_label': use type='mmvitreg.TokenClsDataPreprocessor' (the default "
-                                 'of mmvitreg.TokenClassifier), which reads them per batch')
-            raise ValueError("TokenLabelHead needs 'token_label' in the data samples (pipeline: "
-                             "mmvitreg.LoadTokenLabelMap ... mmvitreg.TokenLabelTarget, "
-                             "PackInputs(algorithm_keys=['token_label_map']), read per batch by "
-                             "mmvitreg.TokenClsDataPreprocessor); for plain data set beta=0 and cls_target='gt'")
+            raise ValueError("TokenLabelHead needs 'token_label' in the data samples (add mmvitreg.LoadTokenLabelMap "
+                             "to the pipeline; TokenClsDataPreprocessor reads it); plain data: beta=0, cls_target='gt'")
         token_label = torch.stack([s.token_label for s in data_samples]).to(device)
         if token_label.dim() != 5 or token_label.shape[1] != 2 or tuple(token_label.shape[-2:]) != tuple(grid):
             raise ValueError(f'token_label must be (2, k, S, S) per sample with (S, S) the token grid {grid}; '
@@ -204,8 +177,7 @@ def mix_token_label_target(token_label: Optional[Tensor], plan: Optional[MixPlan
     r"""The LV-ViT token-label target of a batch mixed by a plan (MixToken): the one place it is mixed.
 
     The backbone mixes the patch tokens with the plan's mask ``M`` (``(B, Hg, Wg)``, 1 on a sample's own
-    tokens, 0 on those of its partner ``index``; :meth:`MixPlan.mix_tokens`), and the targets follow the same
-    mask (paper Eq. 8-10, as the official code):
+    tokens, 0 on those of its partner ``index``), and the targets follow it (paper Eq. 8-10, as official):
 
     .. math::
 
@@ -213,13 +185,10 @@ def mix_token_label_target(token_label: Optional[Tensor], plan: Optional[MixPlan
         \hat{Y} = Y_1 \odot M + Y_2 \odot (1 - M) \quad (9) \qquad
         \hat{y}^{cls} = \bar{M} y_1^{cls} + (1 - \bar{M}) y_2^{cls} \quad (10)
 
-    with ``M_bar`` the mask mean (:attr:`MixPlan.lam`). Eq. 9 is returned unsummed, as the weighted
-    sparse parts ``[(M, Y_1), (1 - M, Y_2)]``: the soft cross entropy is linear in its target,
-    ``H(X, m y_1 + (1 - m) y_2) = m H(X, y_1) + (1 - m) H(X, y_2)``, so the loss never builds ``(B, N, C)``
-    targets (the official code un-mixes the aux outputs instead: the same (output, target) pairs, the
-    same loss). Eq. 10 mixes the class-token ReLabel target (``cls_target='relabel'``/``'relabel_gt'``) with
-    :meth:`MixPlan.mix_labels`; the image label (``cls_target='gt'``, ``gt_score``) gets the same Eq. 10 in
-    ``TokenClsDataPreprocessor``, for every head.
+    with ``M_bar`` the mask mean (:attr:`MixPlan.lam`). Eq. 9 is returned unsummed, as the weighted sparse
+    parts ``[(M, Y_1), (1 - M, Y_2)]``: the soft cross entropy is linear in its target, so the loss never builds
+    ``(B, N, C)`` targets (the official code un-mixes the aux outputs instead: the same loss). Eq. 10 mixes the
+    ReLabel target here; the image label (``cls_target='gt'``) gets it in ``TokenClsDataPreprocessor``.
 
     Args:
         token_label (Tensor, optional): ``(B, 2, K, S, S)`` per-image token labels (``[0]`` probabilities,
@@ -230,8 +199,7 @@ def mix_token_label_target(token_label: Optional[Tensor], plan: Optional[MixPlan
 
     Returns:
         tuple: ``[(weight, probs, index)]``, the parts of ``Y_hat`` with ``weight`` ``(B, N)`` (or ``1.``),
-        ``probs`` ``(B, N, K)`` and ``index`` ``(B, N, K)`` long, ``N = S * S``; and ``y_hat^cls`` ``(B, C)``
-        (None without ``relabel``).
+        ``probs`` and ``index`` (long) ``(B, N, K)``, ``N = S * S``; and ``y_hat^cls`` ``(B, C)`` or None.
     """
     parts = []
     if token_label is not None:

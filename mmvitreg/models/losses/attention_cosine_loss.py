@@ -1,5 +1,5 @@
 """DeepViT's cosine-similarity regulariser between the attention maps of consecutive blocks."""
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 import torch.nn.functional as F
 from mmengine.model import BaseModule
@@ -13,35 +13,25 @@ from ..trace import TokenTrace, TraceRequest
 class AttentionCosineLoss(BaseModule):
     r"""Cosine similarity of consecutive blocks' attention maps, an auxiliary loss of DeepViT-32B.
 
-    `DeepViT: Towards Deeper Vision Transformer <https://arxiv.org/abs/2103.11886>`_ motivates
-    re-attention by *attention collapse*: deep blocks' attention maps become alike. The official
-    32B recipe (``scripts/DeepViT_32B_pure_transformer.yaml``, ``cos_reg_component: 12``) adds a
-    penalty on that similarity; the paper's text does not describe it, so this follows the
-    official code (``loss/cross_entropy.py: SoftTargetCrossEntropyCosReg``):
+    `DeepViT: Towards Deeper Vision Transformer <https://arxiv.org/abs/2103.11886>`_ motivates re-attention by
+    *attention collapse*. The official 32B recipe (``cos_reg_component: 12``) penalises the similarity; the paper
+    does not describe it, so this follows the official code (``SoftTargetCrossEntropyCosReg``):
 
     .. math::
         L_{cos} = \frac{w}{n} \operatorname{mean}_{b, i, j}
             \sum_{l=0}^{n-1} \cos\big(A^l_{b, :, i, j}, A^{l+1}_{b, :, i, j}\big)
 
-    where ``A^l`` is block ``l``'s attention map ``(B, heads, N, N)`` (the one that multiplies
-    ``V``: after softmax and, in re-attention blocks, after the head transform and its norm), the
-    cosine runs over the head axis (``nn.CosineSimilarity(dim=1)``, eps 1e-8), ``n = num_pairs``
-    pairs of the first ``n + 1`` blocks, ``w = loss_weight``.
-
-    A trace user (``aux_losses``) of :class:`~mmvitreg.models.classifiers.TokenClassifier`,
-    :class:`~mmvitreg.models.segmentors.TokenSegmentor` and the ``Token*`` detectors: it taps the attention
-    maps of blocks ``0 .. n`` through the token trace, so the backbone runs once; ``N`` is the crop's
-    tokens, square grid or not.
-    Computed in float32 (the maps may be half precision under AMP).
+    where ``A^l`` is block ``l``'s attention map ``(B, heads, N, N)`` (the one that multiplies ``V``: in
+    re-attention blocks after the head transform and its norm), tapped through the trace, the cosine over the
+    head axis (eps 1e-8), ``n = num_pairs`` pairs of the first ``n + 1`` blocks. Computed in float32.
 
     Args:
         num_pairs (int): ``n``, consecutive pairs from the first block. Defaults to 12 (official).
         loss_weight (float): ``w``. Defaults to 0.1 (official).
-        init_cfg (dict, optional): Unused (no parameters). Defaults to None.
     """
 
-    def __init__(self, num_pairs: int = 12, loss_weight: float = 0.1, init_cfg: Optional[dict] = None):
-        super().__init__(init_cfg=init_cfg)
+    def __init__(self, num_pairs: int = 12, loss_weight: float = 0.1):
+        super().__init__()
         if not isinstance(num_pairs, int) or num_pairs < 1:
             raise ValueError(f'num_pairs must be a positive int, got {num_pairs!r}')
         self.num_pairs = num_pairs
@@ -54,7 +44,6 @@ class AttentionCosineLoss(BaseModule):
         """``{'loss_attn_cos': L_cos}`` from the trace's attention maps of blocks ``0 .. num_pairs``."""
         maps = [trace.attn[i] for i in range(self.num_pairs + 1)]
         if maps[0].dim() != 4:
-            raise ValueError('AttentionCosineLoss compares (B, heads, N, N) attention maps of a global-attention '
-                             f'backbone; got a map of shape {tuple(maps[0].shape)}')
+            raise ValueError(f'AttentionCosineLoss compares (B, heads, N, N) maps, got {tuple(maps[0].shape)}')
         cos = sum(F.cosine_similarity(a.float(), b.float(), dim=1) for a, b in zip(maps[:-1], maps[1:]))
         return {'loss_attn_cos': self.loss_weight * cos.mean() / self.num_pairs}

@@ -21,34 +21,19 @@ GRID_POOLS = {
 }
 
 
-def _mlp(widths: Sequence[int]) -> nn.Sequential:
-    """Linear layers of ``widths`` with a ReLU between consecutive ones (none after the last)."""
-    layers = []
-    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
-        layers += [nn.ReLU(inplace=True)] if i else []
-        layers.append(nn.Linear(a, b))
-    return nn.Sequential(*layers)
-
-
 class DRLocHead(nn.Module):
-    """The localization MLP ``f`` of one feature map.
+    """The localization MLP ``f`` of one map: ``(P, 2C)`` pairs -> ``(P, 2)`` (``l1``) or ``(P, 2, num_bins)``.
 
-    ``l1``: ``Linear(2C, h) - ReLU - Linear(h, h) - ReLU - Linear(h, 2)`` (paper §4: "two hidden layers
-    and two output neurons"; the width ``h = 512`` is the official code's). ``ce`` / ``cbr`` (official
-    only): a trunk ``Linear(2C, h) - ReLU - Linear(h, h) - ReLU - Linear(h, h)`` and two unshared
-    ``Linear(h, num_bins)`` heads, one per axis (official ``aux_modules.py``).
-
-    Shapes: pair embeddings ``(P, 2C)`` -> ``(P, 2)`` (``l1``) or ``(P, 2, num_bins)`` logits.
+    ``l1`` (``num_bins=0``): ``Linear(2C, h) - ReLU - Linear(h, h) - ReLU - Linear(h, 2)`` (paper §4, ``h = 512``
+    official). ``ce`` / ``cbr`` (official ``aux_modules.py``): the last layer ``Linear(h, h)``, then two
+    unshared ``Linear(h, num_bins)`` heads, one per axis.
     """
 
-    def __init__(self, in_channels: int, hidden: int, mode: str, num_bins: int = 0):
+    def __init__(self, in_channels: int, hidden: int, num_bins: int = 0):
         super().__init__()
-        self.mode = mode
-        if mode == 'l1':
-            self.trunk, self.bins = _mlp((2 * in_channels, hidden, hidden, 2)), None
-        else:
-            self.trunk = _mlp((2 * in_channels, hidden, hidden, hidden))
-            self.bins = nn.ModuleList(nn.Linear(hidden, num_bins) for _ in range(2))
+        self.trunk = nn.Sequential(nn.Linear(2 * in_channels, hidden), nn.ReLU(inplace=True), nn.Linear(hidden, hidden),
+                                   nn.ReLU(inplace=True), nn.Linear(hidden, hidden if num_bins else 2))
+        self.bins = nn.ModuleList(nn.Linear(hidden, num_bins) for _ in range(2)) if num_bins else None
 
     def forward(self, pairs: Tensor) -> Tensor:
         x = self.trunk(pairs)
@@ -69,76 +54,46 @@ class DRLoc(BaseModule):
         L_{drloc} = \lambda \sum_{x \in B} \mathbb{E}_{(e_{ij}, e_{ph}) \sim G_x}
             \big\| (t_u, t_v) - (d_u, d_v) \big\|_1
 
-    Defaults follow the **paper**: normalised targets ``|Δ|/k``, the L1 norm over the two axes,
-    the mean over the ``m`` pairs of an image, **summed** over the batch, ``m = 64`` distinct pairs
-    per image drawn uniformly, a fixed ``λ``. The official code's forms (yhlleo/VTs-Drloc; configs/drloc/README.md,
-    Deviations) are options: ``target='abs'`` (raw ``|Δ|``, ``--use_abs``) or ``'signed'`` (``Δ + (k - 1)``);
-    ``reduction='mean'`` (``F.l1_loss`` over ``B·m·2``, so the paper's loss is ``2·B`` times it; the dense
-    configs' choice, as the paper's sum grows with the per-GPU batch); ``replacement=True`` (independent
-    endpoints); ``mode='ce'`` (cross-entropy over offset bins per axis) or ``'cbr'`` (cycle-back regression:
-    ``(μ - t)^2 / σ^2 + 0.001 log σ^2`` with ``μ, σ^2`` of the softmax over the bins), each axis's mean summed,
-    with the official 3-layer trunk and two bin heads, on integer targets; ``grid_pool='avg3x3'`` (T2T / CvT
-    14x14 -> 7x7; the paper's 2x2 is ``'avg2x2'``); several maps, one MLP each, their losses summed
-    (``--use_multiscale``, ``stages``). The λ schedule is :class:`~mmvitreg.engine.hooks.DRLocWeightScheduleHook`,
-    which sets :attr:`loss_weight`.
+    Defaults follow the **paper**: normalised targets, the L1 norm over the two axes, the mean over the
+    ``m = 64`` distinct, uniformly drawn pairs of an image, **summed** over the batch, a fixed ``λ``. The
+    official code's forms (yhlleo/VTs-Drloc; configs/drloc/README.md) are the options below; its λ schedule is
+    :class:`~mmvitreg.engine.hooks.DRLocWeightScheduleHook`, which sets :attr:`loss_weight`.
 
-    **Where the grid comes from** (one mechanism for every backbone):
-
-    * ``layers`` given: the patch-token maps ``trace.token_map(i)`` ``(B, C, H, W)`` of those blocks,
-      tapped through the token trace (mmvitreg ViT/DeiT/DeepViT/LV-ViT: the last block's patch tokens
-      before the final norm, 14x14 at 224 for /16; mmvitreg Swin: a stage's last block before its
-      norm, the last stage 7x7 at 224). The tap keeps fused attention (no attention map is asked for).
-    * ``layers=None``: the backbone's own outputs ``feats[i]`` for ``i`` in ``feat_indices``, no trace:
-      ``(B, C, H, W)`` maps (mmpretrain's ``ResNet`` layer4, 7x7 at 224) or raw ``(B, E + N, C)``
-      token sequences on a square grid, whose ``num_extra_tokens`` leading tokens are dropped
-      (mmpretrain's ``T2T_ViT(out_type='raw')``: 14x14 after its final norm, as the official T2T path,
-      with :class:`~mmvitreg.models.necks.ClsTokenNeck` giving its head the class token).
-    * ``stages`` given (in place of ``layers``): the stages' outputs after their down-sampling,
-      ``trace.stage_map(s)`` (mmvitreg Swin, before any norm: the official ``--use_multiscale``
-      maps, Swin-T at 224 ``192@28, 384@14, 768@7, 768@7`` for ``stages=(0, 1, 2, 3)``).
-
-    **Dense crops** (a segmentor's or detector's backbone, :class:`~mmvitreg.models.segmentors.TokenSegmentor`,
-    :class:`~mmvitreg.models.detectors.TokenDetector`): the grid is whatever the crop gives, ``H x W``, square
-    or not, and changes from batch to batch. Pairs are drawn on ``H x W``; the normalised target divides each
-    axis by its own side (``|Δi| / H``, ``|Δj| / W``: Eq. 1's ``k`` per axis); ``ce`` / ``cbr`` need
-    ``num_bins`` at least the longest side the crops give.
-
-    The loss is computed in float32; the sampled grid side must be at least 2. Positions are drawn
-    from torch's global generator on the features' device (mmengine seeds it per rank), not from an
-    import-time seed as the official module does. Distinct pairs (``replacement=False``) on a grid of at
-    most 1024 tokens are the ``m`` largest of ``(HW)^2`` uniform numbers; on a larger grid (a dense crop's
-    early stage), where that would take ``(HW)^2`` memory, the first ``m`` distinct of independent uniform
-    draws (the same distribution, memory ``O(m)``).
+    The grid ``(B, C, H, W)`` of a dense crop may be non-square and change per batch: the normalised target
+    divides each axis by its own side. Several maps: one MLP each, their losses summed. Computed in float32.
+    Positions come from torch's global generator (mmengine seeds it per rank; the official module at import).
 
     Args:
-        in_channels (int | Sequence[int]): Channels ``C`` of each feature map (one per map); with
-            ``layers`` checked against the tapped blocks when the model is built, else at the first step.
-        layers (Sequence[int], optional): Trace blocks whose patch-token maps to use. Defaults to None.
-        stages (Sequence[int], optional): Trace stages whose outputs (after down-sampling) to use
-            (not with ``layers``). Defaults to None.
-        feat_indices (Sequence[int]): Backbone outputs to use when ``layers`` and ``stages`` are None.
-            Defaults to (-1,).
-        num_extra_tokens (int): Leading (cls) tokens dropped from a raw ``(B, E + N, C)`` backbone output.
-            Defaults to 1.
+        in_channels (int | Sequence[int]): Channels ``C`` of each feature map; checked against the backbone.
+        layers (Sequence[int], optional): Trace blocks whose patch-token maps ``trace.token_map(i)`` to use
+            (ViT family: before the final norm; Swin: a stage's last block before its norm). Defaults to None.
+        stages (Sequence[int], optional): Trace stages whose outputs after down-sampling to use (Swin's official
+            ``--use_multiscale`` maps; not with ``layers``). Defaults to None.
+        feat_indices (Sequence[int]): Without ``layers`` and ``stages``, the backbone outputs to use, no trace:
+            maps (ResNet) or raw ``(B, E + N, C)`` tokens on a square grid (``T2T_ViT(out_type='raw')`` with
+            :class:`~mmvitreg.models.necks.ClsTokenNeck`). Defaults to (-1,).
+        num_extra_tokens (int): Leading tokens dropped from raw tokens. Defaults to 1.
         num_pairs (int): ``m`` pairs per image. Defaults to 64 (paper and official).
         loss_weight (float): ``λ``; paper: 0.1 for T2T / CvT, 0.5 for Swin. Defaults to 0.5.
-        mode (str): ``'l1'`` (paper), ``'ce'`` or ``'cbr'`` (official variants). Defaults to 'l1'.
-        target (str): ``'normalized'`` (paper Eq. 1), ``'abs'`` or ``'signed'``. Defaults to 'normalized'.
-        reduction (str): ``'sum'`` over images (paper Eq. 2; grows with the per-GPU batch) or ``'mean'``
-            (official; the dense configs' choice). Defaults to 'sum'.
+        mode (str): ``'l1'`` (paper), or official ``'ce'`` (cross-entropy over offset bins per axis) or
+            ``'cbr'`` (cycle-back regression: ``(μ - t)^2 / σ^2 + 0.001 log σ^2``, ``μ, σ^2`` of the softmax
+            over the bins), each axis's mean summed, on integer targets. Defaults to 'l1'.
+        target (str): ``'normalized'`` (paper Eq. 1, ``|Δ| / k``), official ``'abs'`` (``|Δ|``, ``--use_abs``)
+            or ``'signed'`` (``Δ + (k - 1)``). Defaults to 'normalized'.
+        reduction (str): ``'sum'`` over images (paper Eq. 2) or official ``'mean'`` (``F.l1_loss`` over
+            ``B·m·2``; the dense configs' choice, as the sum grows with the per-GPU batch). Defaults to 'sum'.
         replacement (bool): Official independent endpoints with replacement. Defaults to False.
-        grid_pool (str, optional): None, ``'avg2x2'`` (paper) or ``'avg3x3'`` (official). Defaults to None.
+        grid_pool (str, optional): None, ``'avg2x2'`` (paper) or ``'avg3x3'`` (official T2T / CvT 14x14 ->
+            7x7). Defaults to None.
         hidden_channels (int): Width of the MLP. Defaults to 512 (official).
-        num_bins (int | Sequence[int], optional): ``ce`` / ``cbr`` only: the grid side ``k`` the bin
-            heads are sized for, ``k`` bins per axis for ``abs`` and ``2k - 1`` for ``signed`` targets
-            (official: 7 for Swin, 14 for the others; multi-scale Swin ``(56, 28, 14, 7)``, twice the
-            grid side for the first three maps); one per map, or one for all. Defaults to None.
+        num_bins (int | Sequence[int], optional): ``ce`` / ``cbr`` only: the grid side ``k`` the bin heads are
+            sized for (``k`` bins per axis for ``abs``, ``2k - 1`` for ``signed``; official: 7 for Swin, 14 for
+            the others, multi-scale Swin ``(56, 28, 14, 7)``), at least the longest side a crop gives; one per
+            map, or one for all. Defaults to None.
         loss_name (str): Key of the returned loss. Defaults to 'loss_drloc'.
-        init_cfg (dict, optional): Initialisation of the MLPs. Defaults to PyTorch's (official for
-            CvT / ViT / ResNet; Swin / T2T's official models re-initialise it with trunc_normal 0.02,
-            ``dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.)``).
+        init_cfg (dict, optional): Initialisation of the MLPs. Defaults to PyTorch's (official for CvT / ViT /
+            ResNet; Swin / T2T's official models use ``dict(type='TruncNormal', layer='Linear', std=0.02)``).
     """
-
 
     def __init__(self, in_channels: Union[int, Sequence[int]], layers: Optional[Sequence[int]] = None,
                  stages: Optional[Sequence[int]] = None, feat_indices: Sequence[int] = (-1, ),
@@ -148,30 +103,25 @@ class DRLoc(BaseModule):
                  num_bins: Optional[Union[int, Sequence[int]]] = None, loss_name: str = 'loss_drloc',
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
-        for name, value, allowed in (('mode', mode, MODES), ('target', target, TARGETS),
-                                     ('reduction', reduction, REDUCTIONS), ('grid_pool', grid_pool, tuple(GRID_POOLS))):
-            if value not in allowed:
-                raise ValueError(f'DRLoc {name} must be one of {allowed}, got {value!r}')
+        choices = dict(mode=MODES, target=TARGETS, reduction=REDUCTIONS, grid_pool=tuple(GRID_POOLS))
+        for name, value in dict(mode=mode, target=target, reduction=reduction, grid_pool=grid_pool).items():
+            if value not in choices[name]:
+                raise ValueError(f'DRLoc {name} must be one of {choices[name]}, got {value!r}')
         if mode != 'l1' and target == 'normalized':
-            raise ValueError(f"DRLoc mode={mode!r} classifies integer offsets: set target='abs' or 'signed' "
-                             "(normalised targets go with mode='l1')")
+            raise ValueError(f"DRLoc mode={mode!r} classifies integer offsets: set target='abs' or 'signed'")
         if layers is not None and stages is not None:
-            raise ValueError(f'DRLoc reads block maps (layers={tuple(layers)}) or stage outputs '
-                             f'(stages={tuple(stages)}), not both: give one of them')
+            raise ValueError(f'DRLoc reads layers={tuple(layers)} or stages={tuple(stages)}, not both')
         if not isinstance(num_pairs, int) or num_pairs < 1:
             raise ValueError(f'num_pairs must be a positive int, got {num_pairs!r}')
         in_channels = (in_channels, ) if isinstance(in_channels, int) else tuple(in_channels)
-        kind, sources = next((k, tuple(v)) for k, v in (('layers', layers), ('stages', stages),
-                                                        ('feat_indices', feat_indices)) if v is not None)
+        kind = 'layers' if layers is not None else 'stages' if stages is not None else 'feat_indices'
+        sources = tuple(dict(layers=layers, stages=stages, feat_indices=feat_indices)[kind])
         if len(sources) != len(in_channels) or not sources:
-            raise ValueError(f'DRLoc reads {len(sources)} feature map(s) ({kind}={sources}) but in_channels gives '
-                             f'{len(in_channels)}: give one channel count per map')
+            raise ValueError(f'DRLoc reads {len(sources)} map(s) ({kind}={sources}): give one channel count per map')
         num_bins = (num_bins, ) * len(sources) if num_bins is None or isinstance(num_bins, int) else tuple(num_bins)
         if mode != 'l1' and (len(num_bins) != len(sources)
                              or not all(isinstance(k, int) and k >= 2 for k in num_bins)):
-            raise ValueError(f'DRLoc mode={mode!r} needs num_bins, the grid side its bin heads are sized for '
-                             f'(official: 7 for Swin, 14 for T2T / CvT / ResNet), one int >= 2 or one per map '
-                             f'({len(sources)}), got {num_bins!r}')
+            raise ValueError(f'DRLoc mode={mode!r} needs num_bins, a grid side >= 2 or one per map, got {num_bins!r}')
         self.layers = tuple(layers) if layers is not None else None
         self.stages = tuple(stages) if stages is not None else None
         self.feat_indices, self.num_extra_tokens = tuple(feat_indices), num_extra_tokens
@@ -179,14 +129,11 @@ class DRLoc(BaseModule):
         self.target, self.reduction, self.replacement = target, reduction, replacement
         self.pool_cfg, self.num_bins, self.loss_name = GRID_POOLS[grid_pool], num_bins, loss_name
         bins = [0 if mode == 'l1' else (k if target == 'abs' else 2 * k - 1) for k in num_bins]
-        self.heads = nn.ModuleList(DRLocHead(c, hidden_channels, mode, b) for c, b in zip(in_channels, bins))
+        self.heads = nn.ModuleList(DRLocHead(c, hidden_channels, b) for c, b in zip(in_channels, bins))
         # every map's width is checked against the backbone's when the model is built
-        if self.layers is not None:
-            self.trace_request = TraceRequest(token_layers=self.layers, token_channels=in_channels)
-        elif self.stages is not None:
-            self.trace_request = TraceRequest(stages=self.stages, stage_channels=in_channels)
-        else:
-            self.trace_request = TraceRequest(outputs=self.feat_indices, out_channels=in_channels)
+        keys = dict(layers=('token_layers', 'token_channels'), stages=('stages', 'stage_channels'),
+                    feat_indices=('outputs', 'out_channels'))[kind]
+        self.trace_request = TraceRequest(**dict(zip(keys, (sources, in_channels))))
 
     def feature_maps(self, feats: Tuple[Tensor, ...], trace: Optional[TokenTrace]) -> List[Tensor]:
         """The ``(B, C, k, k)`` grids the loss samples from (after ``grid_pool``)."""
@@ -209,9 +156,7 @@ class DRLoc(BaseModule):
             if side * side == tokens.shape[1]:
                 return tokens.transpose(1, 2).reshape(tokens.shape[0], tokens.shape[2], side, side)
         if feat.dim() != 4:
-            raise ValueError(f'DRLoc reads (B, C, H, W) maps or raw (B, E + N, C) tokens on a square grid, got '
-                             f'shape {tuple(feat.shape)} (num_extra_tokens={self.num_extra_tokens}): set the backbone '
-                             "to out_type='featmap' or 'raw', or tap trace blocks with layers=(-1,)")
+            raise ValueError(f"DRLoc reads maps or square-grid tokens, not {tuple(feat.shape)}: set out_type='featmap'")
         return feat
 
     def sample_pairs(self, batch: int, grid: Tuple[int, int], device) -> Tuple[Tensor, Tensor]:
@@ -225,8 +170,7 @@ class DRLoc(BaseModule):
             flat = torch.randint(n, (batch, self.num_pairs, 2), device=device)
         else:
             if self.num_pairs > n * n:
-                raise ValueError(f'DRLoc draws {self.num_pairs} distinct pairs from a {H}x{W} grid with only '
-                                 f'{n * n}: lower num_pairs or set replacement=True')
+                raise ValueError(f'DRLoc: {self.num_pairs} distinct pairs > {n * n} on {H}x{W}: set replacement=True')
             pair = self._distinct(batch, n * n, device)
             flat = torch.stack((pair // n, pair % n), dim=-1)
         pos = torch.stack((flat // W, flat % W), dim=-1)  # (B, m, 2 endpoints, 2 coords)
@@ -234,8 +178,8 @@ class DRLoc(BaseModule):
 
     def _distinct(self, batch: int, count: int, device) -> Tensor:
         """``(B, m)`` distinct numbers of ``0 .. count - 1`` per row, uniformly: the ``m`` largest of ``count``
-        uniform numbers (``count <= SMALL_GRID**2``, or ``m`` near ``count``), else the first ``m`` distinct of
-        ``2m`` independent draws, drawn again in the (rare) case that a row has fewer."""
+        uniform numbers (``count <= SMALL_GRID**2``, or ``m`` near ``count``), else, in memory ``O(m)``, the first
+        ``m`` distinct of ``2m`` independent draws, drawn again in the (rare) case that a row has fewer."""
         m = self.num_pairs
         if count <= SMALL_GRID**2 or 4 * m > count:
             return torch.rand(batch, count, device=device).topk(m, dim=1).indices
@@ -256,12 +200,11 @@ class DRLoc(BaseModule):
         if min(H, W) < 2:
             raise ValueError(f'DRLoc needs a grid of at least 2x2, got {H}x{W}: tap an earlier stage or drop grid_pool')
         if self.mode != 'l1' and max(H, W) > num_bins:
-            raise ValueError(f'DRLoc num_bins={num_bins} is smaller than the {H}x{W} grid side: '
-                             f'set num_bins >= {max(H, W)}')
+            raise ValueError(f'DRLoc num_bins={num_bins} is under the {H}x{W} grid side: set num_bins >= {max(H, W)}')
         p1, p2 = self.sample_pairs(B, (H, W), fmap.device)
         tokens = fmap.float().flatten(2).transpose(1, 2)  # (B, HW, C)
-        gather = lambda p: torch.gather(tokens, 1, (p[..., 0] * W + p[..., 1]).unsqueeze(-1).expand(-1, -1, C))  # noqa: E731
-        pred = head(torch.cat((gather(p1), gather(p2)), dim=-1).flatten(0, 1)).float().view(B, self.num_pairs, 2, -1)
+        pairs = [tokens.gather(1, (p[..., 0] * W + p[..., 1]).unsqueeze(-1).expand(-1, -1, C)) for p in (p1, p2)]
+        pred = head(torch.cat(pairs, dim=-1).flatten(0, 1)).float().view(B, self.num_pairs, 2, -1)
         delta = (p1 - p2).float()
         # per-axis offsets and scales from Python numbers: no host-to-device copy inside the step
         if self.target == 'signed':
@@ -288,11 +231,9 @@ class DRLoc(BaseModule):
     def loss(self, feats: Tuple[Tensor, ...], data_samples: List, trace: Optional[TokenTrace]) -> Dict[str, Tensor]:
         """``{loss_name: λ Σ_maps L_drloc}`` (summed over the maps, as the official multi-scale loss)."""
         maps = self.feature_maps(feats, trace)
-        if len(maps) != len(self.heads):
-            raise ValueError(f'DRLoc has {len(self.heads)} MLP(s) but got {len(maps)} feature map(s)')
-        mismatch = [(tuple(m.shape), h.trunk[0].in_features // 2) for m, h in zip(maps, self.heads)
-                    if m.shape[1] != h.trunk[0].in_features // 2]
+        widths = [h.trunk[0].in_features // 2 for h in self.heads]
+        mismatch = [(tuple(m.shape), c) for m, c in zip(maps, widths) if m.shape[1] != c]
         if mismatch:
             raise ValueError(f'DRLoc in_channels do not match the feature maps (shape, in_channels): {mismatch}')
-        return {self.loss_name: self.loss_weight * sum(self.pair_loss(h, m, k)
-                                                        for h, m, k in zip(self.heads, maps, self.num_bins))}
+        loss = sum(self.pair_loss(h, m, k) for h, m, k in zip(self.heads, maps, self.num_bins))
+        return {self.loss_name: self.loss_weight * loss}

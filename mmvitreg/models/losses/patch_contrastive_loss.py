@@ -1,5 +1,5 @@
 """DiversePatch's patch-wise contrastive loss."""
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -8,7 +8,6 @@ from torch import Tensor
 
 from mmvitreg.registry import MODELS
 from ..trace import TokenTrace, TraceRequest
-from .last_layer import last_layer_grid
 
 
 @MODELS.register_module()
@@ -23,34 +22,26 @@ class PatchContrastiveLoss(BaseModule):
             \frac{e^{a_i^\top h_i}}{e^{a_i^\top h_i} + e^{a_i^\top g_i} \,[+\, e^{a_i^\top l_i}]},
         \qquad g_i = \frac{1}{n-1} \sum_{j \neq i} h_j
 
-    with raw dot products (no normalisation, no temperature), averaged over the batch.
+    with raw dot products (no normalisation, no temperature), averaged over the batch; ``a``, ``h`` ``(B, n, C)``
+    on the ``(H, W)`` patch grid (class token ignored; any grid, square or not). Computed in float32. Isotropic
+    backbones only: the paper does not define it across a Swin's down-sampling (Table 5: "N/A").
 
-    * ``form='paper'`` (default): ``a = h^[1]``, the output of the first block, and ``h = h^[L]``,
-      the output of the last block (``trace.tokens``); computed with ``log_softmax``.
-    * ``form='official'`` (``deit/models.py: similarity``): ``a`` = the patch-embedding output before
-      the position embedding (``trace.embed``), ``h`` = the last block's tokens after the final norm
-      (``trace.final``), and a second negative ``l_i``, the mean of the 7×7 neighbourhood without
-      ``i``, computed as the official code does: ``(49 * avg_pool2d(h, 7, 1, 3) - h_i) / 48`` (zero
-      padding counted, so at the borders the sum of the valid neighbours is divided by 48); the loss
-      is ``-log(softmax(...)[0] + 1e-8)`` exactly as there.
-
-    Shapes: ``a``, ``h`` ``(B, n, C)`` on the ``(H, W)`` patch grid (class token ignored); any grid, square
-    or not (a segmentor's or detector's crop): the official neighbourhood is the 7×7 window clipped by the
-    zero padding at every border.
-    Computed in float32. Defined for isotropic backbones only (ViT/DeiT, DeepViT, LV-ViT): the paper
-    does not define it across the down-sampling of a Swin (Table 5: "N/A"), and a backbone that does
-    not serve ``'isotropic'`` is refused when the model is built.
+    * ``form='paper'`` (default): ``a = h^[1]``, the first block's output, and ``h = h^[L]``, the last block's.
+    * ``form='official'`` (``deit/models.py: similarity``): ``a`` = the patch-embedding output before the
+      position embedding (``trace.embed``), ``h`` = the last block's tokens after the final norm, and a second
+      negative ``l_i``, the 7×7 neighbourhood's mean without ``i`` as the official code computes it,
+      ``(49 * avg_pool2d(h, 7, 1, 3) - h_i) / 48`` (zero padding counted); the loss is
+      ``-log(softmax(...)[0] + 1e-8)``.
 
     Args:
         loss_weight (float): ``alpha_2``. Defaults to 1 (paper and official).
         form (str): ``'paper'`` or ``'official'``. Defaults to ``'paper'``.
-        init_cfg (dict, optional): Unused (no parameters). Defaults to None.
     """
 
     FORMS = ('paper', 'official')
 
-    def __init__(self, loss_weight: float = 1., form: str = 'paper', init_cfg: Optional[dict] = None):
-        super().__init__(init_cfg=init_cfg)
+    def __init__(self, loss_weight: float = 1., form: str = 'paper'):
+        super().__init__()
         if form not in self.FORMS:
             raise ValueError(f'form must be one of {self.FORMS}, got {form!r}')
         self.loss_weight, self.form = loss_weight, form
@@ -58,14 +49,6 @@ class PatchContrastiveLoss(BaseModule):
             self.trace_request = TraceRequest(token_layers=(0, -1), facts={'isotropic'})
         else:
             self.trace_request = TraceRequest(points={'embed', 'final'}, facts={'isotropic'})
-
-    @staticmethod
-    def neighbourhood_mean(h: Tensor, grid) -> Tensor:
-        """The official second negative of ``h`` ``(B, n, C)`` on ``grid``: ``(49 * avgpool7(h) - h) / 48``."""
-        B, n, C = h.shape
-        hmap = h.transpose(1, 2).reshape(B, C, *grid)
-        local = (49 * F.avg_pool2d(hmap, 7, stride=1, padding=3) - hmap) / 48
-        return local.flatten(2).transpose(1, 2)
 
     def loss(self, feats: Tuple[Tensor], data_samples: List, trace: TokenTrace) -> Dict[str, Tensor]:
         """``{'loss_patch_contrastive': L}`` from the trace."""
@@ -77,9 +60,11 @@ class PatchContrastiveLoss(BaseModule):
         n = h.shape[1]
         if n < 2:
             raise ValueError(f'the patch-wise contrastive loss needs at least 2 patch tokens, got {n}')
-        others = (h.sum(1, keepdim=True) - h) / (n - 1)
-        negatives = [others] + ([self.neighbourhood_mean(h, last_layer_grid(trace))] if self.form == 'official' else [])
-        logits = torch.stack([(anchor * v).sum(-1) for v in [h] + negatives], dim=-1)  # (B, n, 2 or 3)
+        values = [h, (h.sum(1, keepdim=True) - h) / (n - 1)]  # the positive and the mean of the others
+        if self.form == 'official':  # the 7x7 neighbourhood's mean without i: (49 * avgpool7(h) - h) / 48
+            hmap = h.transpose(1, 2).reshape(*h.shape[::2], *trace.last_grid)
+            values.append((49 * F.avg_pool2d(hmap, 7, stride=1, padding=3) - hmap).flatten(2).transpose(1, 2) / 48)
+        logits = torch.stack([(anchor * v).sum(-1) for v in values], dim=-1)  # (B, n, 2 or 3)
         if self.form == 'paper':
             nll = -logits.log_softmax(-1)[..., 0]
         else:

@@ -1,5 +1,5 @@
 """DiversePatch's patch-wise cosine loss."""
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -38,26 +38,18 @@ class PatchCosineLoss(BaseModule):
     .. math::
         \mathcal{L}_{cos}(\mathbf{x}) = \alpha_1 \, \mathcal{P}(\mathbf{h}^{[L]})
 
-    the mean absolute cosine similarity over pairs ``i != j`` of the final-layer patch tokens
-    ``h^[L]`` ``(B, n, C)`` (class token ignored; :func:`patch_cosine_similarity`), averaged over the
-    batch. Follows the paper: the official code has no cosine loss at any commit. ``tokens`` picks
-    ``h^[L]``: the last block's output (``'block'``, default) or after the backbone's final norm
-    (``'final_norm'``, the tokens the official code's other two losses read). On a Swin the last
-    stage's tokens (7×7 at 224).
-
-    An auxiliary loss (``aux_losses``) of :class:`~mmvitreg.models.classifiers.TokenClassifier`,
-    :class:`~mmvitreg.models.segmentors.TokenSegmentor` and the ``Token*`` detectors; it reads the tokens
-    through the token trace, computed on the (possibly mixed) training batch, on whatever grid the crop gives
-    (``n = H * W``, square or not).
+    the mean absolute cosine similarity over pairs ``i != j`` of the last-layer patch tokens ``h^[L]``
+    ``(B, n, C)`` (:func:`patch_cosine_similarity`; a Swin's last stage, any grid), averaged over the batch.
+    Follows the paper: the official code has no cosine loss at any commit.
 
     Args:
         loss_weight (float): ``alpha_1``. Defaults to 1 (paper).
-        tokens (str): ``'block'`` or ``'final_norm'``. Defaults to ``'block'``.
-        init_cfg (dict, optional): Unused (no parameters). Defaults to None.
+        tokens (str): ``'block'`` (paper) or ``'final_norm'`` (the tokens the official code's other two losses
+            read); see :mod:`~mmvitreg.models.losses.last_layer`. Defaults to ``'block'``.
     """
 
-    def __init__(self, loss_weight: float = 1., tokens: str = 'block', init_cfg: Optional[dict] = None):
-        super().__init__(init_cfg=init_cfg)
+    def __init__(self, loss_weight: float = 1., tokens: str = 'block'):
+        super().__init__()
         self.trace_request = last_layer_request(tokens)
         self.loss_weight, self.tokens = loss_weight, tokens
 

@@ -8,16 +8,15 @@ from torch import Tensor, nn
 
 from mmvitreg.registry import MODELS
 from ..trace import TokenTrace
-from .last_layer import last_layer_grid, last_layer_request, last_layer_tokens
+from .last_layer import last_layer_request, last_layer_tokens
 
 
 @MODELS.register_module()
 class PatchMixingLoss(BaseModule):
     r"""Patch-wise mixing loss of `DiversePatch <https://arxiv.org/abs/2104.12753>`_ (§4).
 
-    The patches of two images are mixed CutMix-style on the token grid (the plan of the model's batch mix,
-    ``train_cfg.mix``, e.g. ``mmvitreg.PatchCutMix``: each token is sample ``b``'s own where
-    the mask is 1 and from its partner ``index[b]`` where it is 0) and a shared linear head ``g``
+    The patches of two images are mixed CutMix-style (the plan of ``train_cfg.mix``, e.g. ``PatchCutMix``: sample
+    ``b``'s own where the mask is 1, its partner ``index[b]``'s where 0) and a shared linear head ``g``
     (``patch_head``, ``nn.Linear(C, K)``) classifies the output patches by the image they came from.
 
     * ``form='paper'`` (default), every patch token classified:
@@ -26,9 +25,8 @@ class PatchMixingLoss(BaseModule):
           \mathcal{L}_{mixing} = \frac{\alpha_3}{n} \sum_i \mathcal{L}_{ce}(g(h_i^{[L]}), y_i),
           \qquad y_i = w_i \, y_b + (1 - w_i) \, y_{index[b]}
 
-      with ``w_i`` the token's own share: the plan's mask, average-pooled to the last block's grid
-      when that is coarser (a Swin's 7×7 last stage; with ``PatchCutMix(patch_size=32)`` the box is
-      aligned to it and every ``w_i`` is 0 or 1).
+      with ``w_i`` the token's own share: the plan's mask, average-pooled to the last block's grid when that
+      is coarser (a Swin's last stage).
     * ``form='official'`` (``deit/models.py`` ``patch_loss``): two region-pooled predictions, for
       the own region ``R = w`` and the partner region ``R = 1 - w``:
 
@@ -37,17 +35,11 @@ class PatchMixingLoss(BaseModule):
           \mathcal{L}_{mixing} = \alpha_3 \sum_R \frac{\sum_i R_i}{n}
               \mathrm{KL}\big(y_R \,\|\, \mathrm{softmax}(g(\mathrm{Dropout}(f_R))) + 10^{-8}\big)
 
-      (``y_w = y_b``, ``y_{1-w} = y_{index[b]}``; the official ``KLDivLoss(batchmean)`` with the log of
-      ``softmax + 1e-8``), with ``drop_rate=0.2`` and ``tokens='final_norm'`` in the official recipe.
+      (``y_w = y_b``, ``y_{1-w} = y_{index[b]}``; the official ``KLDivLoss(batchmean)`` of ``softmax + 1e-8``).
 
-    ``y_b`` is the one-hot ground-truth label of sample ``b`` (``gt_label``; the official targets also
-    carry timm's label smoothing and pixel CutMix, a listed deviation). Without a mixing plan every
-    token is its own image's (the loss still trains every patch to predict the label). Shapes:
-    ``h`` ``(B, n, C)``, ``g(h)`` ``(B, n, K)``. Computed in float32.
-
-    ``ensemble=True`` adds the official evaluation ensemble (``t_acc``): at prediction
-    :class:`~mmvitreg.models.classifiers.TokenClassifier` averages the head's scores with
-    ``softmax(g(mean_i h_i))`` (:meth:`ensemble_scores`; the official code sums the two, same ranking).
+    ``y_b`` is sample ``b``'s one-hot ``gt_label`` (the official targets also carry timm's label smoothing and
+    pixel CutMix, a listed deviation). Without a mixing plan every token is its own image's. Shapes: ``h``
+    ``(B, n, C)``, ``g(h)`` ``(B, n, K)``. Computed in float32.
 
     Args:
         num_classes (int): ``K``.
@@ -56,7 +48,8 @@ class PatchMixingLoss(BaseModule):
         form (str): ``'paper'`` or ``'official'``. Defaults to ``'paper'``.
         tokens (str): ``'block'`` (paper's ``h^[L]``) or ``'final_norm'`` (official). Defaults to ``'block'``.
         drop_rate (float): Dropout before ``g``. Defaults to 0 (paper; official 0.2).
-        ensemble (bool): Add ``g`` on the mean patch to the prediction. Defaults to False.
+        ensemble (bool): The official evaluation ensemble (``t_acc``): the prediction averages the head's scores
+            with :meth:`ensemble_scores` (the official code sums them: same ranking). Defaults to False.
         init_cfg (dict): Defaults to truncated normal 0.02 on ``g``, zero bias (official ``_init_weights``).
     """
 
@@ -77,25 +70,16 @@ class PatchMixingLoss(BaseModule):
     @staticmethod
     def own_share(trace: TokenTrace, h: Tensor) -> Tensor:
         """``(B, n)``: each last-layer token's share of its own image (1 without a mixing plan)."""
-        grid = last_layer_grid(trace)
+        grid = trace.last_grid
         if trace.mix is None:
             return h.new_ones(h.shape[:2])
         mask = trace.mix.mask.to(h)
         if tuple(mask.shape[-2:]) != tuple(grid):
             (mh, mw), (h, w) = mask.shape[-2:], grid
             if mh % h or mw % w:
-                raise ValueError(f'the mixing mask covers a {(mh, mw)} grid, which does not pool onto the '
-                                 f'last layer\'s {tuple(grid)} grid: use a patch size that divides it')
+                raise ValueError(f'mask grid {(mh, mw)} does not pool onto the last grid {tuple(grid)}: set patch_size')
             mask = F.avg_pool2d(mask.unsqueeze(1), (mh // h, mw // w)).squeeze(1)
         return mask.flatten(1)
-
-    @staticmethod
-    def _labels(data_samples: List, device) -> Tensor:
-        """``(B,)`` ground-truth class of every sample."""
-        if not data_samples or 'gt_label' not in data_samples[0]:
-            raise ValueError('PatchMixingLoss classifies every patch by its image\'s label and needs gt_label in '
-                             'the data samples (mmpretrain\'s PackInputs sets it)')
-        return torch.cat([s.gt_label for s in data_samples]).to(device)
 
     def loss(self, feats: Tuple[Tensor], data_samples: List, trace: TokenTrace) -> Dict[str, Tensor]:
         """``{'loss_patch_mixing': L}`` from the trace's last-layer tokens and the mixing plan.
@@ -103,7 +87,9 @@ class PatchMixingLoss(BaseModule):
         With one-hot ``y`` the token CE is ``-(w_i log p_i[y_b] + (1 - w_i) log p_i[y_index[b]])`` and the
         region KL is ``-log(p_R[y_R] + 1e-8)`` (``y log y = 0``), so both gather the two labels' scores."""
         h = last_layer_tokens(trace, self.tokens).float()
-        own = self._labels(data_samples, h.device)
+        if not data_samples or 'gt_label' not in data_samples[0]:
+            raise ValueError("PatchMixingLoss needs gt_label in the data samples (mmpretrain's PackInputs sets it)")
+        own = torch.cat([s.gt_label for s in data_samples]).to(h.device)
         partner = own[trace.mix.index] if trace.mix is not None else own
         w = self.own_share(trace, h)  # (B, n)
         if self.form == 'paper':

@@ -5,8 +5,6 @@ from .mixup_cutmix_switch import MixupCutMixSwitch
 from .patch_cutmix import PatchCutMix
 from .pixel_mixup import PixelMixup
 from .random_patch_mix import RandomPatchMix
-from .token_mask_mix import TokenMaskMix
 
-__all__ = ['BatchMix', 'TokenMaskMix', 'MixToken', 'PatchCutMix', 'PixelMixup', 'MixupCutMixSwitch',
-           'RandomPatchMix', 'BlockMix']
+__all__ = ['BatchMix', 'MixToken', 'PatchCutMix', 'PixelMixup', 'MixupCutMixSwitch', 'RandomPatchMix', 'BlockMix']
 

@@ -8,37 +8,29 @@ from torch import Tensor
 from ..layers import token_grid
 from ..trace import MixPlan, TraceRequest
 
-#: what a mix of each space asks of the backbone: nothing when the data preprocessor mixes the images (any
-#: backbone serves it), the service ``'mix'`` when the backbone mixes its patch tokens
-SPACE_SERVICES = {'pixels': frozenset(), 'tokens': frozenset({'mix'})}
+#: what a mix mixes: the images (by the data preprocessor; any backbone) or the patch tokens (by the backbone)
+SPACES = ('pixels', 'tokens')
 
 
 class BatchMix:
     """A two-image batch mix: draws one :class:`~mmvitreg.models.trace.MixPlan` per training batch (which image
-    mixes with which, and which of its tokens or pixels stay its own). What
-    :class:`~mmvitreg.models.classifiers.TokenClassifier` takes as ``train_cfg.mix``; its data preprocessor calls
-    :meth:`plan` once per training batch. The mix *draws*, the plan *is drawn*.
+    mixes with which, and which of its tokens or pixels stay its own). Given to
+    :class:`~mmvitreg.models.classifiers.TokenClassifier` as ``train_cfg.mix``, its data preprocessor calls
+    :meth:`plan`. Not an mmpretrain batch augment: those map ``(inputs, scores)`` and cannot say which token
+    came from which image. Shared by every mix:
 
-    The batch mixes are not mmpretrain batch augments (those map ``(inputs, scores)`` and cannot say which token
-    came from which image), so they are registered in mmvitreg's ``MODELS`` only. This base holds what
-    every mix shares:
-
-    * the token grid of a batch ``(B, C, H, W)``: ``(ceil(H / patch_size), ceil(W / patch_size))``, the
-      backbones' own rule (:func:`~mmvitreg.models.layers.token_grid`: inputs padded bottom/right);
+    * the token grid of a batch ``(B, C, H, W)``: :func:`~mmvitreg.models.layers.token_grid`, the backbones' rule;
     * ``lam ~ Beta(alpha, alpha)``, drawn again while ``lam == 1`` (TL-Align's official ``while lam == 1.``)
-      unless the subclass sets :attr:`REDRAW_FULL` False (LV-ViT's MixToken draws once);
+      unless :attr:`REDRAW_FULL` is False (LV-ViT's MixToken draws once);
     * the partner: ``'flip'``, sample ``i`` mixes with ``B - 1 - i`` (the official codes' ``flip(0)``), or
-      ``'permute'``, a random permutation (``torch.randperm``, as mmpretrain's CutMix), drawn after the masks.
+      ``'permute'``, a random permutation (as mmpretrain's CutMix), drawn after the masks.
 
-    A concrete mix declares what it mixes, :attr:`space`, and its :attr:`trace_request` follows from it
-    (:data:`SPACE_SERVICES`): ``'pixels'``, the data preprocessor mixes the images and the backbone is asked
-    for nothing (every backbone serves the mix, with or without a trace); ``'tokens'``, the backbone mixes its
-    patch tokens (service ``'mix'``). It draws the masks (:meth:`masks`): a pixel mask exactly when it mixes
-    pixels (:meth:`plan` checks it).
+    A concrete mix declares its :attr:`space`, ``'pixels'`` (the data preprocessor mixes the images) or
+    ``'tokens'`` (the backbone mixes its patch tokens), and draws a pixel mask exactly when it mixes pixels.
 
     Args:
         alpha (float, optional): Beta parameter of ``lam``; positive. None for a mix that draws no ``lam``
-            of its own (:class:`~mmvitreg.models.mixing.MixupCutMixSwitch`).
+            of its own. Defaults to 1.0.
         patch_size (int): Token stride of the backbone in input pixels. Defaults to 16.
         partner (str): ``'flip'`` or ``'permute'``. Defaults to ``'flip'``.
     """
@@ -46,24 +38,23 @@ class BatchMix:
     PARTNERS = ('flip', 'permute')
     #: draw ``lam`` again while it is exactly 1 (an unmixed batch)
     REDRAW_FULL = True
-    #: ``'pixels'`` or ``'tokens'`` (a key of :data:`SPACE_SERVICES`); declared by every concrete mix
+    #: one of :data:`SPACES`, declared by every concrete mix
     space: Optional[str] = None
     image_target = True  # mixes the images' labels
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if cls.space is not None and cls.space not in SPACE_SERVICES:
-            raise TypeError(f'{cls.__name__}.space must be one of {sorted(SPACE_SERVICES)}, got {cls.space!r}')
+        if cls.space is not None and cls.space not in SPACES:
+            raise TypeError(f'{cls.__name__}.space must be one of {list(SPACES)}, got {cls.space!r}')
 
     @property
     def trace_request(self) -> TraceRequest:
-        """What the mix asks of the backbone (:data:`SPACE_SERVICES`): nothing for a mix in pixels; for one the
-        backbone mixes, the service ``'mix'`` on a grid of :attr:`patch_size` (checked when the model is built)."""
+        """Nothing for a mix in pixels; for one in tokens, the service ``'mix'`` on a grid of :attr:`patch_size`."""
         if self.space == 'tokens':
-            return TraceRequest(services=SPACE_SERVICES['tokens'], patch_size=self.patch_size)
+            return TraceRequest(services={'mix'}, patch_size=self.patch_size)
         return TraceRequest()
 
-    def __init__(self, alpha: Optional[float] = None, patch_size: int = 16, partner: str = 'flip'):
+    def __init__(self, alpha: Optional[float] = 1.0, patch_size: int = 16, partner: str = 'flip'):
         if alpha is not None and not alpha > 0:
             raise ValueError(f'{type(self).__name__}: alpha must be positive (lam ~ Beta(alpha, alpha)), got {alpha}')
         if int(patch_size) != patch_size or patch_size < 1:
@@ -73,22 +64,12 @@ class BatchMix:
         self.alpha = None if alpha is None else float(alpha)
         self.patch_size, self.partner = int(patch_size), partner
 
-    def token_grid(self, inputs: Tensor) -> Tuple[int, int]:
-        """``(Hg, Wg)`` of images ``(B, C, H, W)``, as the backbone embeds them."""
-        return token_grid(tuple(inputs.shape[-2:]), self.patch_size)
-
     def draw_lam(self) -> float:
         """One ``lam ~ Beta(alpha, alpha)`` (again while it is 1 when :attr:`REDRAW_FULL`)."""
         lam = np.random.beta(self.alpha, self.alpha)
         while self.REDRAW_FULL and lam == 1.:
             lam = np.random.beta(self.alpha, self.alpha)
         return float(lam)
-
-    def partner_index(self, batch: int, device=None) -> Tensor:
-        """``(B,)`` long: the partner of every image."""
-        if self.partner == 'flip':
-            return torch.arange(batch - 1, -1, -1, device=device)
-        return torch.randperm(batch, device=device)
 
     def to_pixels(self, mask: Tensor, size: Tuple[int, int]) -> Tensor:
         """A token mask ``(..., Hg, Wg)`` in whole patches on the image ``(..., H, W)`` (padding cropped)."""
@@ -102,9 +83,12 @@ class BatchMix:
 
     def plan(self, inputs: Tensor) -> MixPlan:
         """One :class:`~mmvitreg.models.trace.MixPlan` for images ``(B, C, H, W)``, on their device."""
-        mask, pixel_mask = self.masks(inputs, self.token_grid(inputs))
+        mask, pixel_mask = self.masks(inputs, token_grid(tuple(inputs.shape[-2:]), self.patch_size))
         if (pixel_mask is not None) != (self.space == 'pixels'):
             raise TypeError(f'{type(self).__name__} declares space={self.space!r} but its masks '
                             f'{"have" if pixel_mask is not None else "lack"} a pixel mask: declare the space it mixes')
-        return MixPlan(index=self.partner_index(len(inputs), inputs.device), mask=mask, pixel_mask=pixel_mask)
+        index = torch.arange(len(inputs) - 1, -1, -1, device=inputs.device)  # 'flip'
+        if self.partner == 'permute':
+            index = torch.randperm(len(inputs), device=inputs.device)
+        return MixPlan(index=index, mask=mask, pixel_mask=pixel_mask)
 

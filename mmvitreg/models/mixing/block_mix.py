@@ -18,17 +18,13 @@ class BlockMix(TokenMaskMix):
     Per sample, rectangles of tokens are added until ``count = round((1 - lam) * Hg * Wg)`` tokens come
     from the partner (BEiT Algorithm 1):
 
-    * with ``left = count - taken`` tokens still to take, a block size ``s ~ U[min(min_block, left), left]``
-      (``min_block``: BEiT's 16),
-      an aspect ratio ``log r ~ U[log aspect, -log aspect]`` (BEiT's 0.3), sides
-      ``h = round(sqrt(s r))``, ``w = round(sqrt(s / r))`` and a uniform position;
-    * a block is kept when it adds tokens without overshooting ``count``; after ``max_attempts``
-      draws without progress the fill stops (as BEiT's generator), so the partner share can fall
-      short of ``1 - lam`` and ``lam`` is the true own share.
+    * with ``left = count - taken`` tokens still to take, a block size ``s ~ U[min(min_block, left), left]``,
+      an aspect ratio ``log r ~ U[log aspect, -log aspect]``, sides ``h = round(sqrt(s r))``,
+      ``w = round(sqrt(s / r))`` and a uniform position;
+    * a block is kept when it adds tokens without overshooting ``count``; after ``max_attempts`` draws without
+      progress the fill stops (as BEiT's generator), so ``lam`` (the mask mean) is the true own share.
 
-    The paper gives no ``lam`` distribution for this strategy; this follows its CutMix
-    (``Beta(1, 1)``); see :class:`~mmvitreg.models.mixing.token_mask_mix.TokenMaskMix` for the other
-    arguments. No official code.
+    Other arguments as :class:`~mmvitreg.models.mixing.token_mask_mix.TokenMaskMix`.
 
     Args:
         min_block (int): Smallest block in tokens. Defaults to 16 (BEiT).

@@ -9,22 +9,19 @@ from .batch_mix import BatchMix
 
 
 class BoxMix(BatchMix):
-    """Base of the mixes that take one box of the partner for the whole batch, drawn with mmpretrain's
-    :class:`CutMix` bounding-box code (sides ``int(h * sqrt(1 - lam))`` x ``int(w * sqrt(1 - lam))``, centre
-    uniform, ``centre +- side // 2`` clipped). It says nothing of what is mixed: each subclass declares its
-    :attr:`~BatchMix.space` (MixToken mixes tokens in the backbone, PatchCutMix the images' pixels).
+    """Base of the mixes that take one box of the partner for the whole batch (as the official MixToken and
+    TL-Align codes), drawn with mmpretrain's :class:`CutMix` box code: sides ``int(h * sqrt(1 - lam))`` x
+    ``int(w * sqrt(1 - lam))``, centre uniform, ``centre +- side // 2`` clipped. The mask mean
+    (:attr:`MixPlan.lam`) is the clipped box's true share; an empty box leaves the batch unmixed (official).
 
     Args:
-        alpha (float): Beta parameter of ``lam``; positive. Defaults to 1.0.
-        patch_size (int): Token stride of the backbone in input pixels. Defaults to 16.
-        partner (str): ``'flip'`` or ``'permute'``. Defaults to ``'flip'``.
         cutmix_minmax (List[float], optional): Draw the box sides uniformly in this range of the grid sides
             instead of from ``lam`` (as mmpretrain's CutMix). Defaults to None.
+        **kwargs: ``alpha``, ``patch_size``, ``partner`` of :class:`BatchMix`.
     """
 
-    def __init__(self, alpha: float = 1.0, patch_size: int = 16, partner: str = 'flip',
-                 cutmix_minmax: Optional[List[float]] = None):
-        super().__init__(alpha=alpha, patch_size=patch_size, partner=partner)
+    def __init__(self, cutmix_minmax: Optional[List[float]] = None, **kwargs):
+        super().__init__(**kwargs)
         self.cutmix_box = CutMix(alpha=self.alpha, cutmix_minmax=cutmix_minmax, correct_lam=True)  # its box code
 
     def box_mask(self, shape: Tuple[int, int], device) -> Tensor:

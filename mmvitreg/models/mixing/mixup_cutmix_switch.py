@@ -33,7 +33,7 @@ class MixupCutMixSwitch(BatchMix):
                  patch_size: int = 16, partner: str = 'flip', box_on: str = 'tokens'):
         if not 0 <= switch_prob <= 1:
             raise ValueError(f'switch_prob must be in [0, 1], got {switch_prob}')
-        super().__init__(patch_size=patch_size, partner=partner)
+        super().__init__(alpha=None, patch_size=patch_size, partner=partner)
         self.switch_prob = float(switch_prob)
         self.mixup = PixelMixup(alpha=mixup_alpha, patch_size=patch_size, partner=partner)
         self.cutmix = PatchCutMix(alpha=cutmix_alpha, patch_size=patch_size, partner=partner, box_on=box_on)

@@ -13,37 +13,21 @@ class PatchCutMix(BoxMix):
     r"""CutMix on patch-aligned boxes, as the official code of `Token-Label Alignment for Vision
     Transformers <https://arxiv.org/abs/2210.06455>`_ (TL-Align) draws it (``tla.py``, ``TL_AlignMix``).
 
-    Follows the official code, not the paper's pixel box (paper Sec. 3.3 allows split patches):
+    By default as the official code: one box (:class:`BoxMix`) on the ``(Hg, Wg)`` token grid for the batch,
+    ``lam`` drawn again while 1, and the **images** mixed in pixel space in whole patches (the token mask
+    upsampled by ``patch_size``), so every backbone serves it, conv stems included. ``box_on='pixels'`` draws
+    the box in pixels (the paper's CutMix, Sec. 3.3): it may split patches, and each token starts with its
+    patch's share of own pixels.
 
-    * ``lam ~ Beta(alpha, alpha)``, drawn again while ``lam == 1`` (official ``while lam == 1.``);
-    * the box is drawn on the ``(H / patch_size, W / patch_size)`` token grid with CutMix's rule
-      (sides ``int(Hg * sqrt(1 - lam))`` x ``int(Wg * sqrt(1 - lam))``, centre uniform on the grid,
-      ``centre +- side // 2`` clipped), one box for the whole batch;
-    * ``lam`` is corrected to the box's true share of the grid, ``1 - box_area / (Hg * Wg)``
-      (:attr:`MixPlan.lam`); the box can still be empty after clipping (then the batch is unmixed,
-      as in the official code);
-    * partner ``flip``: sample ``i`` takes the box from sample ``B - 1 - i`` (official ``flip(0)``);
-    * the **images** are mixed in pixel space in whole patches (``m * x + (1 - m) * x[index]``, the
-      token mask upsampled by ``patch_size``), so it works for every backbone, conv stems included
-      (:attr:`~mmvitreg.models.mixing.BatchMix.space` ``'pixels'``: it asks nothing of the backbone).
-
-    ``box_on='pixels'`` draws the box in pixels instead (the paper's CutMix, not the official code):
-    it may split patches, and each token starts with its patch's share of own pixels (paper Sec. 3.3),
-    ``lam`` is the pixel area share.
-
-    The plan carries the token mask (1 = own token, 0 = inside the box; the official code's mask is
-    the opposite) as each token's initial label weight for :class:`~mmvitreg.models.target_transforms.TLAlign`,
-    and the pixel mask (:attr:`MixPlan.pixel_mask`) so the backbone does not mix its tokens again.
-    The data preprocessor (:class:`~mmvitreg.models.data_preprocessors.TokenClsDataPreprocessor`) mixes
-    the images and the image-level targets (``lam * y + (1 - lam) * y[index]``, plain CutMix); give it
-    as ``train_cfg=dict(mix=dict(type='mmvitreg.PatchCutMix', patch_size=16))``. Without TL-Align
-    it is token-aligned CutMix with the area target, the fair baseline of TL-Align.
+    The plan's token mask (1 own, 0 inside the box; the official mask is the opposite) is each token's initial
+    label weight for :class:`~mmvitreg.models.target_transforms.TLAlign`; the data preprocessor mixes the images
+    and the image targets (``lam * y + (1 - lam) * y[index]``). Without TL-Align it is token-aligned CutMix with
+    the area target, TL-Align's baseline. Use it as ``train_cfg=dict(mix=dict(type='mmvitreg.PatchCutMix'))``.
 
     Args:
         alpha (float): Beta distribution parameter of ``lam``; must be positive. Defaults to 1.0
             (official ``--cutmix 1.0``).
-        patch_size (int): Token stride of the backbone in input pixels (16 for DeiT, 4 for Swin's
-            first stage). Defaults to 16.
+        patch_size (int): Token stride of the backbone in input pixels (4 for Swin). Defaults to 16.
         partner (str): ``'flip'`` (official) or ``'permute'``. Defaults to ``'flip'``.
         box_on (str): ``'tokens'`` (official: whole patches) or ``'pixels'`` (paper: any pixel box).
             Defaults to ``'tokens'``.

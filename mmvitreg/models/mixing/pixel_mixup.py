@@ -13,12 +13,9 @@ class PixelMixup(BatchMix):
     r"""MixUp (`Zhang et al. 2018 <https://arxiv.org/abs/1710.09412>`_) as a batch mix for
     :class:`~mmvitreg.models.target_transforms.TLAlign` (paper Table 7, "MixUp").
 
-    The images are blended in pixel space, ``lam * x + (1 - lam) * x[index]``, and every token
-    starts with label weight ``lam`` (paper Sec. 3.3: with MixUp every token is the same blend). The
-    official code crashes on this branch (``tla.py``: ``len(None)``), so this follows the paper.
-    ``lam ~ Beta(alpha, alpha)``, drawn again while ``lam == 1`` (official loop), one per batch;
-    partner ``flip`` (official ``flip(0)``) or ``permute``. Give it to
-    :class:`~mmvitreg.models.classifiers.TokenClassifier` as ``train_cfg.mix``.
+    The images are blended in pixel space, ``lam * x + (1 - lam) * x[index]``, one ``lam`` per batch, and every
+    token starts with label weight ``lam`` (paper Sec. 3.3). The official code crashes on this branch
+    (``tla.py``: ``len(None)``), so this follows the paper.
 
     Args:
         alpha (float): Beta parameter; positive. Defaults to 0.8 (DeiT's MixUp).
@@ -33,7 +30,6 @@ class PixelMixup(BatchMix):
 
     def masks(self, inputs: Tensor, grid: Tuple[int, int]) -> Tuple[Tensor, Tensor]:
         """Token mask ``(B, Hg, Wg)`` and pixel mask ``(B, H, W)``, all ``lam``."""
-        lam = self.draw_lam()
-        B, _, H, W = inputs.shape
-        return (torch.full((1, *grid), lam, device=inputs.device).expand(B, -1, -1),
-                torch.full((1, H, W), lam, device=inputs.device).expand(B, -1, -1))
+        lam, (B, _, H, W) = self.draw_lam(), inputs.shape
+        mask, pixels = (torch.full((1, *size), lam, device=inputs.device) for size in (grid, (H, W)))
+        return mask.expand(B, -1, -1), pixels.expand(B, -1, -1)

@@ -13,10 +13,8 @@ class RandomPatchMix(TokenMaskMix):
     <https://arxiv.org/abs/2210.06455>`_ (Table 7, appendix B, Fig. 7): MAE's random masking with the
     masked patches replaced by the partner's patches instead of dropped.
 
-    Per sample, ``round((1 - lam) * Hg * Wg)`` of the ``(Hg, Wg)`` tokens, chosen uniformly without
-    replacement, come from the partner (16x16 patches in the paper). The paper gives no ``lam``
-    distribution for this strategy; this follows its CutMix (``Beta(1, 1)``), see
-    :class:`~mmvitreg.models.mixing.token_mask_mix.TokenMaskMix` for the arguments. No official code.
+    Per sample, ``round((1 - lam) * Hg * Wg)`` tokens chosen uniformly without replacement come from the partner
+    (:class:`~mmvitreg.models.mixing.token_mask_mix.TokenMaskMix`).
     """
 
     def draw(self, grid: Tuple[int, int], count: int) -> np.ndarray:

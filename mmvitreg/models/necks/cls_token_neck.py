@@ -9,23 +9,16 @@ from mmvitreg.registry import MODELS
 
 @MODELS.register_module()
 class ClsTokenNeck(BaseModule):
-    """``(B, E + N, C)`` raw tokens -> the ``(B, C)`` class token at ``index`` (default 0), per output.
+    """``(B, E + N, C)`` raw tokens -> the ``(B, C)`` class token (the first), per output.
 
     For a backbone without a trace whose raw tokens feed both a cls-token head and a user of the
     patch tokens: e.g. mmpretrain's ``T2T_ViT(out_type='raw')`` with
     :class:`~mmvitreg.models.losses.DRLoc`, which reads the patch tokens of the backbone output (before
     the neck) while the head keeps T2T-ViT's own classifier input, the normed class token.
-
-    Args:
-        index (int): Position of the class token. Defaults to 0.
     """
-
-    def __init__(self, index: int = 0):
-        super().__init__()
-        self.index = index
 
     def forward(self, feats: Tuple[Tensor, ...]) -> Tuple[Tensor, ...]:
         bad = [tuple(f.shape) for f in feats if f.dim() != 3]
         if bad:
             raise ValueError(f'ClsTokenNeck takes raw (B, E + N, C) token sequences (out_type="raw"), got {bad}')
-        return tuple(f[:, self.index] for f in feats)
+        return tuple(f[:, 0] for f in feats)

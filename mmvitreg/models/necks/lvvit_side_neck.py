@@ -26,9 +26,8 @@ class LVViTSideNeck(BaseModule):
     3            Conv 1x1 to ``out_channels``, norm                            ``(B, 2048, H/16, W/16)``
     ==========  =========================================================  ====================
 
-    so UPerHead takes ``in_channels=[C, C, C, 2048]``. This follows the official code (the paper
-    only says UperNet); the official norm is SyncBN. mmseg's ``MultiLevelNeck`` (x4, x2, x1, x0.5)
-    is the other choice (the ``*_mln_*`` configs).
+    so UPerHead takes ``in_channels=[C, C, C, 2048]``. This follows the official code (the paper only says
+    UperNet); mmseg's ``MultiLevelNeck`` is the other choice (the ``*_mln_*`` configs).
 
     Args:
         in_channels (int): ``C``, the backbone's token dimension.
@@ -42,27 +41,21 @@ class LVViTSideNeck(BaseModule):
         super().__init__(init_cfg=init_cfg)
         C = in_channels
 
-        def norm_relu(channels):
-            return [build_norm_layer(norm_cfg, channels)[1], nn.ReLU(inplace=True)]
+        def conv(layer: nn.Module, channels: int) -> list:  # a bias-free conv, its norm and ReLU
+            return [layer, build_norm_layer(norm_cfg, channels)[1], nn.ReLU(inplace=True)]
 
-        self.side_layers = nn.ModuleList([
-            nn.Sequential(nn.ConvTranspose2d(C, C, 4, stride=4, bias=False), *norm_relu(C),
-                          nn.Conv2d(C, C, 1, bias=False), *norm_relu(C)),
-            nn.Sequential(nn.ConvTranspose2d(C, C, 2, stride=2, bias=False), *norm_relu(C),
-                          nn.Conv2d(C, C, 1, bias=False), *norm_relu(C)),
-            nn.Sequential(nn.Conv2d(C, C, 1, bias=False), *norm_relu(C)),
-            nn.Sequential(nn.Conv2d(C, out_channels, 1, bias=False), *norm_relu(out_channels)),
-        ])
+        up4 = conv(nn.ConvTranspose2d(C, C, 4, stride=4, bias=False), C) + conv(nn.Conv2d(C, C, 1, bias=False), C)
+        up2 = conv(nn.ConvTranspose2d(C, C, 2, stride=2, bias=False), C) + conv(nn.Conv2d(C, C, 1, bias=False), C)
+        same = conv(nn.Conv2d(C, C, 1, bias=False), C)
+        wide = conv(nn.Conv2d(C, out_channels, 1, bias=False), out_channels)
+        self.side_layers = nn.ModuleList(nn.Sequential(*layers) for layers in (up4, up2, same, wide))
         self.in_channels = in_channels
-        self.out_channels = out_channels
 
     def forward(self, inputs: Sequence[Tensor]) -> Tuple[Tensor, ...]:
         """Four ``(B, C, h, w)`` maps (stride 16) -> the pyramid above (strides 4, 8, 16, 16)."""
         if len(inputs) != 4:
-            raise ValueError(f'LVViTSideNeck takes the maps of 4 tapped blocks (backbone out_indices of length 4), '
-                             f'got {len(inputs)}')
+            raise ValueError(f'LVViTSideNeck takes the maps of 4 tapped blocks, got {len(inputs)}')
         for x in inputs:
             if x.dim() != 4 or x.shape[1] != self.in_channels:
-                raise ValueError(f'LVViTSideNeck expects (B, {self.in_channels}, h, w) maps (backbone '
-                                 f"out_type='featmap'), got {tuple(x.shape)}")
+                raise ValueError(f"LVViTSideNeck takes out_type='featmap' maps of in_channels, got {tuple(x.shape)}")
         return tuple(layer(x) for layer, x in zip(self.side_layers, inputs))

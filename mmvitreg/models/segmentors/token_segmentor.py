@@ -15,12 +15,10 @@ class TokenSegmentor(DenseTraceUsers, EncoderDecoder):
                      aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=768, layers=(-1, ), reduction='mean')],
                      ...)  # the EncoderDecoder's arguments, unchanged
 
-    A training step runs the backbone once with the trace the users ask for, then mmseg's own ``loss``
-    (``decode.loss_ce``, ``aux.loss_ce``, ...) on its outputs through the neck, then the users' terms on the
-    backbone's outputs before the neck (the composition rule of every model kind:
-    :meth:`~mmvitreg.models.trace_users.TraceUsers.loss`). Inference (``whole`` or ``slide``, ``--tta``)
-    is mmseg's, without a trace. Users that need an image-level target (TL-Align, MixToken, TokenLabelHead,
-    PatchMixingLoss) are refused when the model is built.
+    A training step is :meth:`~mmvitreg.models.trace_users.TraceUsers.loss`: one backbone pass with the trace,
+    mmseg's own ``loss`` (``decode.loss_ce``, ...), then the users' terms. Inference (``whole`` or ``slide``,
+    ``--tta``) is mmseg's, without a trace. Users that need an image-level target are refused
+    (:class:`~mmvitreg.models.trace_users.DenseTraceUsers`).
 
     Args:
         aux_losses (Sequence[dict], optional): The trace users. Defaults to None.
