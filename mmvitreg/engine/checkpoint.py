@@ -133,17 +133,15 @@ class KeyReport:
 
     def describe(self) -> str:
         """The summary and the first keys of each kind that did not load as they are (one line)."""
-        parts = []
-        if self.resized:
-            parts.append("resized by the model's load hooks: " + _shown(
-                [f'{k} {list(c)} in the checkpoint to {list(m)}' for k, (c, m) in self.resized.items()]))
+        resized = [f'{k} {list(c)} in the checkpoint to {list(m)}' for k, (c, m) in self.resized.items()]
+        mismatched = [f'{k} {list(c)} in the checkpoint vs {list(m)} in the model' for k, (c, m) in self.mismatched.items()]
+        parts = [f"resized by the model's load hooks: {_shown(resized)}"] if resized else []
         if self.missing:
             parts.append(f'missing: {_shown(self.missing)}')
         if self.unexpected:
             parts.append(f'unexpected: {_shown(self.unexpected)}')
-        if self.mismatched:
-            parts.append('size mismatch: ' + _shown([f'{k} {list(c)} in the checkpoint vs {list(m)} in the model'
-                                                     for k, (c, m) in self.mismatched.items()]))
+        if mismatched:
+            parts.append(f'size mismatch: {_shown(mismatched)}')
         parts += [f'error: {e}' for e in self.errors[:SHOWN_KEYS]]
         return self.summary() + ('; ' + '; '.join(parts) if parts else '')
 
@@ -199,7 +197,7 @@ def _looks_like(checkpoint: dict, state_dict: Dict[str, torch.Tensor]) -> str:
 
 
 def judge(model: nn.Module, report: KeyReport, checkpoint: dict, filename: str, policy: str, hint: str,
-          what: str = 'the model') -> None:
+          what='the model') -> None:
     """Stage 4 of the pass: ``report`` (of ``checkpoint`` in ``model``) by ``policy``. *strict*: every key fits
     (:attr:`KeyReport.clean`). *backbone*: no module reported an error, :data:`MIN_BACKBONE_SHARE` of the backbone's
     tensors (``model.backbone``, else the model) are filled, and no backbone parameter of the file is dropped but
@@ -247,9 +245,8 @@ def compare_copy(copy: nn.Module, checkpoint: dict) -> KeyReport:
     nothing: each tensor equal to the same key's in ``checkpoint['state_dict']`` or its ``ema_state_dict``
     (``module.`` dropped) is *matched*, one of another shape in every source *mismatched*, any other *missing*."""
     ema = checkpoint.get('ema_state_dict')
-    # an AveragedModel's state dict keeps the model's under module. (and its step count)
-    sources = [checkpoint['state_dict'], {k[len('module.'):]: v for k, v in (ema or {}).items()
-                                          if k.startswith('module.')} if isinstance(ema, dict) else {}]
+    ema = ema if isinstance(ema, dict) else {}  # an AveragedModel's: the model's under module., and a step count
+    sources = [checkpoint['state_dict'], {k[len('module.'):]: v for k, v in ema.items() if k.startswith('module.')}]
     report = KeyReport()
     for key, tensor in copy.state_dict().items():
         if is_derived(key):
