@@ -134,7 +134,8 @@ class KeyReport:
     def describe(self) -> str:
         """The summary and the first keys of each kind that did not load as they are (one line)."""
         resized = [f'{k} {list(c)} in the checkpoint to {list(m)}' for k, (c, m) in self.resized.items()]
-        mismatched = [f'{k} {list(c)} in the checkpoint vs {list(m)} in the model' for k, (c, m) in self.mismatched.items()]
+        mismatched = [f'{k} {list(c)} in the checkpoint vs {list(m)} in the model'
+                      for k, (c, m) in self.mismatched.items()]
         parts = [f"resized by the model's load hooks: {_shown(resized)}"] if resized else []
         if self.missing:
             parts.append(f'missing: {_shown(self.missing)}')

@@ -12,10 +12,10 @@ from mmengine.optim import OptimWrapper, OptimWrapperDict
 from mmengine.runner import EpochBasedTrainLoop, Runner
 from mmengine.runner.checkpoint import find_latest_checkpoint
 
-from mmvitreg.registry import RUNNERS
+from mmvitreg.fileio import read_checkpoint, remove_stale_temporaries
 from mmvitreg.models.converters import convert_checkpoint
-from .checkpoint import (ATOMIC_BACKEND, POLICIES, CheckpointError, is_local, load_converted, non_finite,
-                         read_checkpoint, remove_stale_temporaries)
+from mmvitreg.registry import RUNNERS
+from .checkpoint import ATOMIC_BACKEND, POLICIES, CheckpointError, is_local, load_converted, non_finite
 from .hooks import LossGuardHook, NonFiniteLossError, RNGStateHook, unwrap_model
 from .resume_diff import resume_changes
 
@@ -51,8 +51,7 @@ class GuardedRunner(Runner):
         randomness = dict(randomness or dict(seed=None))
         randomness.setdefault('diff_rank_seed', True)
         super().__init__(*args, randomness=randomness, **kwargs)
-        policy = dict(load_from='backbone', resume='strict')
-        policy.update(self.cfg.get('checkpoint_policy') or {})
+        policy = {'load_from': 'backbone', 'resume': 'strict', **(self.cfg.get('checkpoint_policy') or {})}
         for key, value in policy.items():
             if key not in _HINTS or value not in POLICIES:
                 raise ValueError(f'checkpoint_policy takes load_from / resume = one of {POLICIES}, got {policy}')
@@ -63,10 +62,9 @@ class GuardedRunner(Runner):
         for hook in (RNGStateHook, LossGuardHook):
             if hook not in present:
                 self.register_hook(hook())
-        for hook in self.hooks:
-            if (isinstance(hook, CheckpointHook) and hook.backend_args is None and hook.file_client_args is None
-                    and is_local(hook.out_dir or self.work_dir)):
-                hook.backend_args = dict(backend=ATOMIC_BACKEND)
+        for hook in self.hooks:  # the hook's removals and its last_checkpoint go through the atomic backend too
+            if isinstance(hook, CheckpointHook) and hook.backend_args is None and hook.file_client_args is None:
+                hook.backend_args = dict(backend=ATOMIC_BACKEND) if is_local(hook.out_dir or self.work_dir) else None
 
     def load_checkpoint(self, filename: str, map_location='cpu', strict: bool = False,
                         revise_keys: list = [(r'^module.', '')]) -> dict:
@@ -84,8 +82,8 @@ class GuardedRunner(Runner):
         emas = [hook for hook in self.hooks if isinstance(hook, EMAHook) and hasattr(hook, 'ema_model')]
 
         def after_read(checkpoint: dict) -> None:  # an EMA hook swaps each module.<key> with state_dict[<key>]
-            unpaired = [k for k in checkpoint.get('ema_state_dict') or {}
-                        if k.startswith('module.') and k[len('module.'):] not in checkpoint['state_dict']]
+            ema, weights = checkpoint.get('ema_state_dict') or {}, checkpoint['state_dict']
+            unpaired = [k for k in ema if k.startswith('module.') and k.removeprefix('module.') not in weights]
             if emas and unpaired:
                 raise CheckpointError(f'checkpoint {filename}: its ema_state_dict has {len(unpaired)} weights its '
                                       f'state_dict lacks (first: {unpaired[0]}), which {type(emas[0]).__name__} '

@@ -14,19 +14,16 @@ from .unwrap import unwrap_model
 class DRLocWeightScheduleHook(Hook):
     r"""Set the weight λ of every :class:`~mmvitreg.models.losses.DRLoc` of the model at each epoch.
 
-    Official code only (yhlleo/VTs-Drloc ``main.py: _weight_decay``, called before every epoch); the
-    paper uses a fixed λ (no hook). With the configured weight ``λ`` and the 0-based epoch ``e``:
+    Official code only (yhlleo/VTs-Drloc ``main.py: _weight_decay``, before every epoch); the paper uses a fixed λ
+    (no hook). With the configured weight ``λ`` and the 0-based epoch ``e``:
 
     .. math::
         λ_e = λ \frac{e}{W} \ (e \le W), \qquad λ_e = λ \Big(1 - \frac{e - W}{T - W}\Big) \ (e > W)
 
-    ``W = warmup_epochs`` (official ``ssl_warmup_epochs`` 20), ``T = total_epochs`` (official
-    ``--total_epochs`` 300, also the LR schedule's length, while the official loop stops after epoch
-    100, so λ ends at 0.714 λ). Epoch 0 trains with λ = 0. λ is constant within an epoch. The
-    configured weights are read once, before training, and each epoch's value is computed from them
-    (so a resumed run continues the same schedule). A model without DRLoc (the baseline of a DRLoc
-    recipe, ``--cfg-options model.aux_losses=[]``) trains unchanged: the hook logs one line and does
-    nothing.
+    ``W = warmup_epochs`` (official ``ssl_warmup_epochs`` 20), ``T = total_epochs`` (official ``--total_epochs``,
+    the LR schedule's length, 300). λ is constant within an epoch, 0 in epoch 0, and computed from the configured
+    weights, read before training (so a resumed run continues the schedule). A model without DRLoc (a baseline,
+    ``model.aux_losses=[]``) trains unchanged, with one warning.
 
     Args:
         warmup_epochs (int): ``W``. Defaults to 20.
