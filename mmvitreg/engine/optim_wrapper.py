@@ -22,7 +22,7 @@ class Float32Ops(TorchFunctionMode):
 
     #: those ops: ``torch``'s, ``Tensor``'s and ``F``'s of these names, and ``F``'s losses
     NAMES = ('softmax', 'log_softmax', 'log', 'log1p', 'logsumexp', 'xlogy', 'cosine_similarity')
-    OPS = frozenset([getattr(space, name) for space in (torch, Tensor, F) for name in NAMES if hasattr(space, name)]
+    OPS = frozenset([getattr(space, name) for name in NAMES for space in (torch, Tensor, F) if hasattr(space, name)]
                     + [F.cross_entropy, F.nll_loss, F.kl_div, F.binary_cross_entropy, F.normalize,
                        F.binary_cross_entropy_with_logits])
     LOW = (torch.bfloat16, torch.float16)
