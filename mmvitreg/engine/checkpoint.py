@@ -294,11 +294,7 @@ def load_weights(model: nn.Module, filename: str, policy: str = 'strict', prefix
                  map_location='cpu', hint: str = 'use a checkpoint of this model', logger='current',
                  purpose: str = 'weights') -> KeyReport:
     """The pass for a tool or an init: read and convert ``filename``, keep the keys under ``prefix`` (without it) and
-    load them into ``model`` by ``policy`` (:func:`load_converted`, one log line).
-
-    Raises:
-        CheckpointError: the file cannot be read, holds no key under ``prefix``, or breaks the policy.
-    """
+    load them into ``model`` by ``policy`` (:func:`load_converted`); a :class:`CheckpointError` if any stage fails."""
     checkpoint = convert_checkpoint(read_checkpoint(filename, map_location), filename, logger=logger)
     state_dict = checkpoint['state_dict']
     if prefix:
@@ -338,13 +334,9 @@ _INFERENCE_HINT = ("mmengine's loaders fill an mmvitreg model only from a file t
 
 
 def fill_model(model: nn.Module, checkpoint: dict, rules: Sequence = REVISE_KEYS) -> dict:
-    """mmengine's ``_load_checkpoint_to_model`` for models holding an mmvitreg module (through ``mmvitreg.compat``:
-    ``load_checkpoint``, inferencers, plain runners): a read ``checkpoint`` converted and loaded by
-    :func:`load_converted`, *strict* whatever mmengine's ``strict`` says, *partial* inside :func:`partial_loading`.
-
-    Raises:
-        CheckpointError: the checkpoint does not convert or does not fill the model (naming the opt-out).
-    """
+    """mmengine's ``_load_checkpoint_to_model`` for models holding an mmvitreg module (through ``mmvitreg.compat``):
+    a read ``checkpoint`` converted and loaded by :func:`load_converted`, *strict* whatever mmengine's ``strict``
+    says, *partial* inside :func:`partial_loading`."""
     name = 'given to load_checkpoint'
     checkpoint = convert_checkpoint(checkpoint, name, rules)
     load_converted(model, checkpoint, name, 'partial' if _PARTIAL.get() else 'strict', _INFERENCE_HINT, 'checkpoint')
@@ -366,12 +358,10 @@ def partial_loading() -> Iterator[None]:
 
 
 class AtomicLocalBackend(LocalBackend):
-    """mmengine's :class:`LocalBackend` writing through :func:`mmvitreg.fileio.atomic_write`: a killed write
-    leaves at most a hidden ``.<name>.*.tmp`` (the next write of any run on that host removes it once its writer has
-    died; another live run's stay: :func:`~mmvitreg.fileio.remove_stale_temporaries`), never a truncated file under
-    the final name.
-    A file it is asked to remove (``max_keep_ckpts``, the old best) goes when the next write into its folder completes,
-    so a failed or refused save never costs the previous checkpoint."""
+    """mmengine's :class:`LocalBackend` writing through :func:`mmvitreg.fileio.atomic_write`: a killed write leaves at
+    most a hidden temporary (:func:`~mmvitreg.fileio.remove_stale_temporaries`), never a truncated file. A file it is
+    asked to remove (``max_keep_ckpts``, the old best) goes when the next write into its folder completes, so a failed
+    or refused save never costs the previous checkpoint."""
 
     #: folder -> files to remove at its next completed write (shared: the hook removes, the runner writes)
     pending: Dict[str, List[str]] = {}

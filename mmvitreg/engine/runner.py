@@ -68,15 +68,10 @@ class GuardedRunner(Runner):
 
     def load_checkpoint(self, filename: str, map_location='cpu', strict: bool = False,
                         revise_keys: list = [(r'^module.', '')]) -> dict:
-        """As :meth:`Runner.load_checkpoint`, through the one pass of :mod:`mmvitreg.engine.checkpoint`: the
-        ``after_load_checkpoint`` hooks run on the converted checkpoint before the model is fitted (each ``EMAHook``
-        fills its copy by its own rule), by the policy (``resume`` while resuming, else ``load_from``; ``strict=True``:
-        strict), every EMA copy is compared with the file and, resuming, :meth:`_check_resumable`.
-
-        Raises:
-            CheckpointError: the file cannot be read, holds no training state to resume, or the load breaks the
-                policy (the model's or an EMA copy's).
-        """
+        """As :meth:`Runner.load_checkpoint`, through the one pass of :mod:`mmvitreg.engine.checkpoint` by the
+        ``resume`` or ``load_from`` policy (``strict=True``: strict); the ``after_load_checkpoint`` hooks run before
+        the fit (an ``EMAHook`` fills its copy by its own rule, then the copy is compared with the file); resuming,
+        :meth:`_check_resumable`. Raises a one-line :class:`CheckpointError`."""
         purpose = 'resume' if self._resuming else 'load_from'
         policy, hint = 'strict' if strict else self.checkpoint_policy[purpose], _HINTS[purpose]
         emas = [hook for hook in self.hooks if isinstance(hook, EMAHook) and hasattr(hook, 'ema_model')]
@@ -172,11 +167,10 @@ class GuardedRunner(Runner):
         converted from epochs (``convert_to_iter_based``) still has the old epochs' iterations to count."""
         found, saved, wrapper = [], checkpoint.get('optimizer'), self.optim_wrapper
         if isinstance(saved, dict) and isinstance(wrapper, OptimWrapper):
-            pairs = ([(saved[k], w) for k, w in wrapper.items()] if isinstance(wrapper, OptimWrapperDict)
-                     else [(saved, wrapper)])
-            for state, built in pairs:
-                was, now = ([len(g['params']) for g in groups]
-                            for groups in (state['param_groups'], built.optimizer.param_groups))
+            several = isinstance(wrapper, OptimWrapperDict)
+            for state, built in [(saved[k], w) for k, w in wrapper.items()] if several else [(saved, wrapper)]:
+                was = [len(group['params']) for group in state['param_groups']]
+                now = [len(group['params']) for group in built.optimizer.param_groups]
                 if was != now:
                     found.append(f'the optimizer state has {len(was)} parameter groups, the new optimizer '
                                  f'{len(now)} (optim_wrapper.paramwise_cfg makes them)')
@@ -185,8 +179,8 @@ class GuardedRunner(Runner):
         configs = [configs] if isinstance(configs, dict) else configs
         if isinstance(self.train_loop, EpochBasedTrainLoop) and info.get('max_epochs') and isinstance(states, list):
             was, now = info['max_iters'] // info['max_epochs'], len(self.train_loop.dataloader)
-            ends = [state.get('end', 0) for cfg, state in zip(configs, states)
-                    if cfg.get('convert_to_iter_based') and state.get('end', 0) > checkpoint['meta']['iter']]
+            ends = [state.get('end', 0) for cfg, state in zip(configs, states) if cfg.get('convert_to_iter_based')]
+            ends = [end for end in ends if end > checkpoint['meta']['iter']]
             if was != now and ends:
                 found.append(f'an epoch is now {now} iterations (was {was}; train_dataloader), while the resumed '
                              f'schedulers count the old epochs\' iterations up to iteration {max(ends)}')
@@ -223,8 +217,8 @@ class GuardedRunner(Runner):
                          'be slow.')
 
     @master_only
-    def save_checkpoint(self, out_dir: str, filename: str, file_client_args=None, save_optimizer=True,
-                        save_param_scheduler=True, **kwargs) -> None:
+    def save_checkpoint(self, out_dir, filename, file_client_args=None, save_optimizer=True, save_param_scheduler=True,
+                        **kwargs) -> None:
         """As :meth:`Runner.save_checkpoint`; a local file is written atomically, weights that are not all finite
         are not written (:meth:`call_hook`); a file saved with the optimizer's and schedulers' states (one that
         resumes) becomes :attr:`last_finite_checkpoint`."""

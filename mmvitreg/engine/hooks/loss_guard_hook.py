@@ -35,8 +35,7 @@ class LossGuardHook(Hook):
 
     @staticmethod
     def non_finite_terms(outputs: dict) -> dict:
-        """``{name: value}`` of the non-finite loss terms in ``outputs`` (the total ``loss`` only when no named term
-        is)."""
+        """``{name: value}`` of the non-finite loss terms in ``outputs`` (``loss``, the total, only if no other)."""
         bad = {}
         for name, value in (outputs or {}).items():
             if 'loss' not in name:
@@ -68,15 +67,14 @@ class LossGuardHook(Hook):
         another runner's files are not known to be sound)."""
         if not hasattr(runner, 'last_finite_checkpoint'):
             return 'this runner writes checkpoints unchecked: check their weights before resuming'
-        last = runner.last_finite_checkpoint
-        return (f'the last resumable checkpoint with finite weights is {last}' if last
-                else 'this run has no resumable checkpoint yet')
+        if not runner.last_finite_checkpoint:
+            return 'this run has no resumable checkpoint yet'
+        return f'the last resumable checkpoint with finite weights is {runner.last_finite_checkpoint}'
 
     @staticmethod
     def hint(model) -> str:
         """What to try, drop path first when the model's largest ``DropPath`` rate is large."""
-        hint = ('lower the learning rate, check the data of this batch, or add gradient clipping: '
-                'optim_wrapper.clip_grad')
+        hint = 'lower the learning rate, check the data of this batch, or clip gradients: optim_wrapper.clip_grad'
         rate = max((m.drop_prob for m in drop_path_modules(unwrap_model(model))), default=0.)
         if rate >= LARGE_DROP_PATH_RATE:
             hint = (f'the model drops residual branches with rates up to {rate:g} and scales the kept ones by '

@@ -81,10 +81,8 @@ class RNGStateHook(Hook):
     priority = 'HIGH'  # before CheckpointHook (VERY_LOW) captures in after_train_*
 
     def __init__(self):
-        self._rank_states: Optional[list] = None
-        self._pending: Optional[dict] = None
-        self._before_val: Optional[dict] = None
-        self._sampler_seed: Optional[int] = None
+        # every rank's state (distributed), the state to restore, the state before validation, the sampler's seed
+        self._rank_states = self._pending = self._before_val = self._sampler_seed = None
 
     def _gather(self):
         if get_world_size() > 1:  # checkpoints are saved on rank 0 only: collect every rank's state
