@@ -269,10 +269,7 @@ def load_converted(model: nn.Module, checkpoint: dict, filename: str, policy: st
     runner's ``after_load_checkpoint`` hooks), :func:`fit` into ``model``, :func:`judge` by ``policy`` and one log line
     ``{purpose} {filename}: {report.describe()}`` (INFO if clean, else WARNING); then each ``(EMA copy, hook name)``
     of ``ema_copies`` compared (:func:`compare_copy`), judged, and refused if it holds none of the file's tensors.
-
-    Raises:
-        CheckpointError: a value is wrong, or the load breaks the policy (the model's or an EMA copy's).
-    """
+    Raises a :class:`CheckpointError` if a value is wrong or the load breaks the policy."""
     check_values(checkpoint, filename)
     if after_read is not None:
         after_read(checkpoint)

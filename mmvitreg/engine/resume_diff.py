@@ -40,16 +40,15 @@ def resume_changes(saved_text: Optional[str], current: Config, notes=()) -> Tupl
     try:
         saved = Config.fromstring(saved_text, file_format='.py') if isinstance(saved_text, str) else current
     except Exception as e:  # a config text that no longer parses (written by another mmengine or package version)
-        return [], f'the checkpoint\'s config does not parse ({type(e).__name__}), so what the new config changes ' \
-                   'cannot be listed'
+        return [], f"the checkpoint's config does not parse ({type(e).__name__}), so its changes cannot be listed"
     current = Config.fromstring(current.pretty_text, file_format='.py')  # both as pretty_text writes them
     old, new = flatten(saved.to_dict()), flatten(current.to_dict())
     refused, restored, taken = [], [], []
-    changed = sorted(k for k in old.keys() | new.keys()
-                     if old.get(k, '<unset>') != new.get(k, '<unset>') and k.split('.')[0] not in RUN_KEYS)
-    for key in changed:
-        was = old.get(key, '<unset>')
-        change = f'{key} {was!r} -> {new.get(key, "<unset>")!r}'
+    for key in sorted(old.keys() | new.keys()):
+        was, now = old.get(key, '<unset>'), new.get(key, '<unset>')
+        if was == now or key.split('.')[0] in RUN_KEYS:
+            continue
+        change = f'{key} {was!r} -> {now!r}'
         by = next((what for prefix, what in RESTORED if key.startswith(prefix)), None)
         if key == 'optim_wrapper.optimizer.type' or key.startswith('param_scheduler') and key.endswith('.type'):
             refused.append(f'{change} (the state resumed for it belongs to {was!r})')

@@ -236,11 +236,8 @@ class GuardedRunner(Runner):
           file has, gets the models inside, so it fills its copy from the file and tests the EMA weights.
         * After the last ``before_save_checkpoint`` hook (an EMA hook's swap included): a checkpoint whose
           ``state_dict`` or ``ema_state_dict`` holds a NaN or an infinity stops the run unwritten (the check reads
-          the CPU copies mmengine is about to save: no device synchronisation).
-
-        Raises:
-            NonFiniteLossError: naming the iteration, the first non-finite tensor, the file not written and
-                :attr:`last_finite_checkpoint`.
+          the CPU copies mmengine is about to save: no device synchronisation): a :class:`NonFiniteLossError` naming
+          the first such tensor and :attr:`last_finite_checkpoint`.
         """
         super().call_hook(fn_name, **kwargs)
         if fn_name == 'before_run':  # under --tta an EMA hook copied the TTA wrapper: it keeps the model it wraps

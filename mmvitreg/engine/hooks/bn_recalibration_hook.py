@@ -1,5 +1,6 @@
 """Re-estimate BatchNorm statistics before validation, as DeepViT's official training does."""
 import copy
+from itertools import islice
 from typing import Iterable, List, Optional, Union
 
 import torch
@@ -62,12 +63,8 @@ class BNRecalibrationHook(Hook):
             m.train()
         seen = 0
         with torch.no_grad():
-            for data in batches:
-                if seen == self.num_batches:
-                    break
-                data = model.data_preprocessor(data, False)
-                model._run_forward(data, mode='tensor')
-                seen += 1
+            for seen, data in enumerate(islice(batches, self.num_batches), 1):
+                model._run_forward(model.data_preprocessor(data, False), mode='tensor')
         if not seen:
             raise RuntimeError('BNRecalibrationHook read no batch from its calibration data (an empty data set, '
                                'or drop_last with fewer images than batch_size): set batch_size or dataloader')
