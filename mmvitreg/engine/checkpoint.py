@@ -38,8 +38,6 @@ from mmvitreg.models.converters import REVISE_KEYS, convert_checkpoint, where_ke
 from mmvitreg.registry import WEIGHT_INITIALIZERS
 from .hooks.unwrap import unwrap_model
 
-__all__ = ['CheckpointError', 'read_checkpoint']  # stage 1 and its error, from mmvitreg.fileio
-
 #: name of the atomic local backend in mmengine's file-backend registry
 ATOMIC_BACKEND = 'mmvitreg_atomic_local'
 #: how many keys of each kind an error message lists

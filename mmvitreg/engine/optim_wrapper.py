@@ -1,7 +1,5 @@
 """Mixed-precision training on any device: ``torch.autocast`` on CPU (bfloat16) and CUDA (float16 or bfloat16)."""
 from contextlib import contextmanager, nullcontext
-from typing import Optional, Union
-
 import torch
 import torch.nn.functional as F
 from mmengine.logging import print_log
@@ -63,8 +61,7 @@ class AutocastOptimWrapper(OptimWrapper):
 
     DTYPES = ('float16', 'bfloat16')
 
-    def __init__(self, dtype: Union[str, torch.dtype, None] = None, loss_scale: Union[str, float, dict] = 'dynamic',
-                 device_type: Optional[str] = None, **kwargs):
+    def __init__(self, dtype=None, loss_scale='dynamic', device_type=None, **kwargs):
         super().__init__(**kwargs)
         self.device_type = device_type or ('cuda' if torch.cuda.is_available() else 'cpu')
         if self.device_type not in ('cuda', 'cpu'):
@@ -85,9 +82,9 @@ class AutocastOptimWrapper(OptimWrapper):
         if self.cast_dtype == torch.float16:
             if isinstance(loss_scale, str) and loss_scale != 'dynamic':
                 raise ValueError(f"loss_scale must be 'dynamic', a float or a dict, got {loss_scale!r}")
-            scaler_args = (loss_scale if isinstance(loss_scale, dict)
-                           else {} if loss_scale == 'dynamic' else dict(init_scale=float(loss_scale)))
-            self.loss_scaler = torch.amp.GradScaler(self.device_type, **scaler_args)
+            if not isinstance(loss_scale, dict):
+                loss_scale = {} if loss_scale == 'dynamic' else dict(init_scale=float(loss_scale))
+            self.loss_scaler = torch.amp.GradScaler(self.device_type, **loss_scale)
 
     def backward(self, loss: torch.Tensor, **kwargs):
         """Back-propagate ``loss`` (scaled first under float16)."""
