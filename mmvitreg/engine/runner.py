@@ -2,6 +2,7 @@
 import os
 import os.path as osp
 import re
+from contextlib import suppress
 from typing import List, Optional
 
 import torch
@@ -152,13 +153,9 @@ class GuardedRunner(Runner):
         folders = dict.fromkeys(osp.abspath(folder) for folder in (osp.dirname(filename), self.work_dir)
                                 if is_local(folder))
         for path in (path for folder in folders for path in resume_candidates(folder)):
-            if osp.abspath(path) == osp.abspath(filename):
-                continue
-            try:
-                if not self.lacking_state(read_checkpoint(path)):
+            with suppress(CheckpointError):  # a file that does not read is no candidate
+                if osp.abspath(path) != osp.abspath(filename) and not self.lacking_state(read_checkpoint(path)):
                     return path
-            except CheckpointError:
-                continue
         return None
 
     def _unfollowed_state(self, checkpoint: dict) -> List[str]:

@@ -1,9 +1,7 @@
 """The official DRLoc λ schedule: a linear warm-up, then a linear decay, set per epoch."""
-import logging
 from typing import Dict
 
 from mmengine.hooks import Hook
-from mmengine.logging import print_log
 from mmengine.runner import EpochBasedTrainLoop
 
 from mmvitreg.registry import HOOKS
@@ -52,8 +50,8 @@ class DRLocWeightScheduleHook(Hook):
                             "(train_cfg=dict(by_epoch=True, ...))")
         self._base = {m: m.loss_weight for m in model.modules() if isinstance(m, DRLoc)}
         if not self._base:
-            print_log('DRLocWeightScheduleHook: the model has no mmvitreg.DRLoc (a baseline run, e.g. '
-                      'model.aux_losses=[]): no λ to schedule', logger='current', level=logging.WARNING)
+            runner.logger.warning('DRLocWeightScheduleHook: the model has no mmvitreg.DRLoc (a baseline run, e.g. '
+                                  'model.aux_losses=[]): no λ to schedule')
 
     def before_train_epoch(self, runner) -> None:
         for loss, weight in self._base.items():

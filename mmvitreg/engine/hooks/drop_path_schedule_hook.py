@@ -1,5 +1,5 @@
 """Change the stochastic-depth rate of a backbone during training (DiversePatch's segmentation recipe)."""
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 from mmengine.hooks import Hook
 from torch import nn
@@ -45,8 +45,7 @@ class DropPathScheduleHook(Hook):
         if any(not 0 <= r < 1 for _, r in schedule):
             raise ValueError(f'drop-path rates must be in [0, 1), got {schedule}')
         self.schedule, self.module = schedule, module
-        self.shares: Optional[List[Tuple[nn.Module, float]]] = None
-        self.rate: Optional[float] = None
+        self.shares, self.rate = None, None  # (DropPath, share of the rate) pairs, set in before_run; the rate set
 
     def rate_at(self, progress: float) -> float:
         """The scheduled rate at ``progress`` (the fraction of ``max_iters`` done)."""
