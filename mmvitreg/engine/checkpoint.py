@@ -1,28 +1,20 @@
 """Checkpoints that are never silently wrong: mmvitreg's loading design, told here once.
 
-mmengine 0.10.7 reads a checkpoint with a bare ``torch.load`` (a truncated file: an ``UnpicklingError`` naming no
-file), loads non-strictly with one warning per key (``tools/test.py`` given another model's checkpoint scores a
-half-random model) and writes in place (a killed save leaves a truncated file). Every checkpoint mmvitreg's tools
-and models read goes through one pass instead, each stage one function:
+mmengine 0.10.7 loads non-strictly with one warning per key (``tools/test.py`` given another model's checkpoint
+scores a half-random model) and writes in place (a killed save leaves a truncated file). Every checkpoint mmvitreg's
+tools and models read goes through one pass instead, each stage one function:
 
-1. **read** (:func:`mmvitreg.fileio.read_checkpoint`): local or remote, a regular file of a plausible size,
-   unpickled with ``weights_only=True`` and, for that read, an allow-list of checked globals; a bad file is one
+1. **read** (:func:`mmvitreg.fileio.read_checkpoint`): bounded, ``weights_only``; a bad file is one
    :class:`CheckpointError` line naming it;
-2. **convert** (:func:`mmvitreg.models.converters.convert_checkpoint`): DDP's ``module.`` dropped, an official release
-   (LV-ViT, DeepViT, DiversePatch, timm DeiT / TL-Align, Swin) converted with one log line;
-3. **fit** (:func:`fit`): the values checked first (:func:`check_values`: tensors of the kinds a model holds, all
-   finite), then mmengine's ``load_state_dict`` walk (load-time hooks such as position-embedding resize run) and a
-   :class:`KeyReport` of what loaded, read from the tensors as torch compares them;
-4. **judge** (:func:`judge`): the report by a policy: *strict* (every key fits), *backbone* or *partial* (whatever
-   fits); one log line ``{purpose} {file}: {report}``. An ``EMAHook``'s copy, filled by the hook, is only compared
-   (:func:`compare_copy`) and judged.
+2. **convert** (:func:`mmvitreg.models.converters.convert_checkpoint`): DDP's ``module.`` dropped, official releases
+   converted;
+3. **fit** (:func:`fit`): the values checked (:func:`check_values`), then mmengine's ``load_state_dict`` (load-time
+   hooks run) and a :class:`KeyReport` of what loaded;
+4. **judge** (:func:`judge`): the report by a policy, *strict*, *backbone* or *partial*; one log line.
 
-:func:`load_into` runs the pass on a file, :func:`load_converted` stages 3-4 on a converted checkpoint. Callers and
-policies: :class:`~mmvitreg.engine.runner.GuardedRunner` (``checkpoint_policy``, default
-``dict(load_from='backbone', resume='strict')``; ``tools/test.py`` strict; ``--allow-partial``), :class:`Pretrained`
-(``init_cfg``: *backbone*), :func:`fill_model` (through ``mmvitreg.compat``, mmengine's ``load_checkpoint``,
-inferencers and plain runners: *strict*, :func:`partial_loading` the opt-out), :func:`load_weights` (analysis tools,
-ONNX export: *strict*, ``--allow-partial``) and ``tools/model_converters/``. Saving: :class:`AtomicLocalBackend`.
+Callers: :class:`~mmvitreg.engine.runner.GuardedRunner` (``checkpoint_policy``), :class:`Pretrained` (``init_cfg``),
+:func:`fill_model` (mmengine's loaders, through ``mmvitreg.compat``) and :func:`load_weights` (tools). Saving:
+:class:`AtomicLocalBackend`.
 """
 import logging
 import os
@@ -46,8 +38,6 @@ from mmvitreg.models.converters import REVISE_KEYS, convert_checkpoint, where_ke
 from mmvitreg.registry import WEIGHT_INITIALIZERS
 from .hooks.unwrap import unwrap_model
 
-__all__ = ['CheckpointError', 'read_checkpoint']  # stage 1 and its error, from mmvitreg.fileio
-
 #: name of the atomic local backend in mmengine's file-backend registry
 ATOMIC_BACKEND = 'mmvitreg_atomic_local'
 #: how many keys of each kind an error message lists
@@ -59,9 +49,9 @@ MIN_BACKBONE_SHARE = 0.9
 DERIVED_BUFFERS = ('num_batches_tracked', 'relative_position_index', 'attn_mask')
 #: the load policies (``checkpoint_policy`` of a config, :func:`judge`)
 POLICIES = ('strict', 'backbone', 'partial')
-#: the tensor dtypes a checkpoint's weights may have; :func:`non_finite` checks the floating and complex ones
-WEIGHT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128,
-                 torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool)
+#: the tensor dtypes a checkpoint's weights may have: the floating ones, checked for NaN and infinities, and the rest
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128)
+WEIGHT_DTYPES = FLOAT_DTYPES + (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool)
 
 
 def is_local(path) -> bool:
@@ -75,10 +65,9 @@ def is_derived(key: str) -> bool:
 
 
 def non_finite(*state_dicts: dict) -> List[str]:
-    """The keys of the floating-point and complex tensors of ``state_dicts`` (of :data:`WEIGHT_DTYPES`) holding a NaN
-    or an infinity: one ``isfinite().all()`` per tensor, stacked into one flag vector that the host reads once."""
-    tensors = [(k, v) for sd in state_dicts for k, v in sd.items()
-               if torch.is_tensor(v) and v.dtype in WEIGHT_DTYPES and (v.is_floating_point() or v.is_complex())]
+    """The keys of the tensors of :data:`FLOAT_DTYPES` in ``state_dicts`` holding a NaN or an infinity, read by the
+    host once (one stacked flag vector)."""
+    tensors = [(k, v) for sd in state_dicts for k, v in sd.items() if torch.is_tensor(v) and v.dtype in FLOAT_DTYPES]
     finite = torch.stack([torch.isfinite(v).all() for _, v in tensors]) if tensors else torch.ones(0, dtype=torch.bool)
     return [] if bool(finite.all()) else [tensors[i][0] for i in (~finite).nonzero().flatten().tolist()]
 
@@ -93,13 +82,8 @@ def _kind(tensor: torch.Tensor) -> str:
 
 
 def check_values(checkpoint: dict, filename: str) -> None:
-    """The values of ``checkpoint['state_dict']`` and its ``ema_state_dict``: some tensors, each a dense tensor of
-    :data:`WEIGHT_DTYPES` (no sparse layout, quantization or float8), none holding NaN or an infinity
-    (:func:`non_finite`; no opt-out).
-
-    Raises:
-        CheckpointError: one line naming the file and the first key that is wrong.
-    """
+    """Refuse ``checkpoint`` unless its ``state_dict`` and ``ema_state_dict`` hold tensors, each dense, of
+    :data:`WEIGHT_DTYPES` (no quantization or float8) and finite (no opt-out): one line naming the file and key."""
     state_dicts = [checkpoint['state_dict'], checkpoint.get('ema_state_dict') or {}]
     tensors = [(k, v) for sd in state_dicts for k, v in sd.items() if isinstance(v, torch.Tensor)]
     if not tensors:
@@ -122,11 +106,11 @@ def _shown(keys: List[str]) -> str:
 
 @dataclass
 class KeyReport:
-    """How a state dict fitted a model: ``matched`` (checkpoint keys loaded as they are), ``resized`` (loaded after the
-    model's load-time hooks gave them its shape, e.g. mmpretrain's position-embedding resize), ``missing`` (model keys
-    the file lacks), ``unexpected`` (file keys the model lacks), ``mismatched`` (of another shape than the model's,
-    still after its hooks; not loaded) and ``errors`` (other errors of the modules). ``resized`` and ``mismatched``:
-    key -> (file shape, model shape). Derived buffers (:data:`DERIVED_BUFFERS`) are in no list."""
+    """How a state dict fitted a model: ``matched`` (loaded as they are), ``resized`` (loaded after the model's
+    load-time hooks gave them its shape, e.g. mmpretrain's position-embedding resize), ``missing`` (model keys the file
+    lacks), ``unexpected`` (file keys the model lacks), ``mismatched`` (another shape, after the hooks; not loaded) and
+    ``errors`` (other errors of the modules). ``resized``, ``mismatched``: key -> (file shape, model shape). Derived
+    buffers (:data:`DERIVED_BUFFERS`) are in no list."""
 
     matched: List[str] = field(default_factory=list)
     missing: List[str] = field(default_factory=list)
@@ -137,8 +121,7 @@ class KeyReport:
 
     @property
     def clean(self) -> bool:
-        """Every model key loaded from a key of the file (resized by the model's own hooks or not), nothing left
-        over."""
+        """Every model key loaded from the file (resized by the model's own hooks or not), nothing left over."""
         return not (self.missing or self.unexpected or self.mismatched or self.errors)
 
     def summary(self) -> str:
@@ -148,28 +131,25 @@ class KeyReport:
 
     def describe(self) -> str:
         """The summary and the first keys of each kind that did not load as they are (one line)."""
-        parts = []
-        if self.resized:
-            parts.append("resized by the model's load hooks: " + _shown(
-                [f'{k} {list(c)} in the checkpoint to {list(m)}' for k, (c, m) in self.resized.items()]))
+        resized = [f'{k} {list(c)} in the checkpoint to {list(m)}' for k, (c, m) in self.resized.items()]
+        mismatched = [f'{k} {list(c)} in the checkpoint vs {list(m)} in the model'
+                      for k, (c, m) in self.mismatched.items()]
+        parts = [f"resized by the model's load hooks: {_shown(resized)}"] if resized else []
         if self.missing:
             parts.append(f'missing: {_shown(self.missing)}')
         if self.unexpected:
             parts.append(f'unexpected: {_shown(self.unexpected)}')
-        if self.mismatched:
-            parts.append('size mismatch: ' + _shown([f'{k} {list(c)} in the checkpoint vs {list(m)} in the model'
-                                                     for k, (c, m) in self.mismatched.items()]))
+        if mismatched:
+            parts.append(f'size mismatch: {_shown(mismatched)}')
         parts += [f'error: {e}' for e in self.errors[:SHOWN_KEYS]]
         return self.summary() + ('; ' + '; '.join(parts) if parts else '')
 
 
 def fit(model: nn.Module, state_dict: Dict[str, torch.Tensor]) -> KeyReport:
     """Stage 3 of the pass: copy ``state_dict`` into ``model`` wherever it fits (mmengine's non-strict
-    :func:`~mmengine.runner.checkpoint.load_state_dict`, so the model's load-time pre- and post-hooks run) and report
-    what did and did not. A pre-hook on every module, run after the model's own, compares each of its tensors with the
-    file's as torch is about to (a key of another shape is taken out of that module's copy of the state dict, so
-    torch leaves it as it is without an error message); a post-hook on ``model`` hears mmengine's missing / unexpected
-    lists and the modules' other errors."""
+    ``load_state_dict``, so the model's load-time hooks run) and report what did and did not. A pre-hook on every
+    module, run after the model's own, compares its tensors with the file's (a key of another shape is taken out, so
+    torch leaves it without an error); a post-hook on ``model`` hears the missing / unexpected keys and other errors."""
     model = unwrap_model(model)  # mmengine's walk starts inside the wrappers: the hooks go where it starts
     report, found = KeyReport(), {}
 
@@ -192,7 +172,7 @@ def fit(model: nn.Module, state_dict: Dict[str, torch.Tensor]) -> KeyReport:
     handles.append(model.register_load_state_dict_post_hook(
         lambda module, keys: found.update(keys=keys, errors=list(found.get('errors', [])))))
     try:
-        mmengine_load_state_dict(model, state_dict, strict=False, logger=_UNHEARD)
+        mmengine_load_state_dict(model, state_dict, strict=False, logger='silent')  # the report holds its message
     finally:
         for handle in handles:
             handle.remove()
@@ -205,12 +185,6 @@ def fit(model: nn.Module, state_dict: Dict[str, torch.Tensor]) -> KeyReport:
     return report
 
 
-#: where :func:`fit` sends mmengine's message of what did not load (the report holds it)
-_UNHEARD = logging.getLogger('mmvitreg.engine.checkpoint.unheard')
-_UNHEARD.propagate = False
-_UNHEARD.addHandler(logging.NullHandler())
-
-
 def _looks_like(checkpoint: dict, state_dict: Dict[str, torch.Tensor]) -> str:
     meta = checkpoint.get('meta') or {}
     if 'official_layout' in meta:
@@ -221,41 +195,13 @@ def _looks_like(checkpoint: dict, state_dict: Dict[str, torch.Tensor]) -> str:
     return f'a state dict of no known layout (first keys: {_shown(list(state_dict))})'
 
 
-def _judge_backbone(model: nn.Module, report: KeyReport, filename: str, checkpoint: dict, hint: str) -> None:
-    """The *backbone* policy: raise on any error of the modules, or unless the load filled
-    :data:`MIN_BACKBONE_SHARE` of the backbone's tensors (``model.backbone``, else the model) and dropped no backbone
-    parameter of the file but those its options leave out (``left_out``, e.g. a final norm); the error names the keys
-    and what takes them (:func:`~mmvitreg.models.converters.where_keys_belong`). The rest of the model may differ."""
-    backbone = model.backbone if hasattr(model, 'backbone') else model
-    prefix = 'backbone.' if backbone is not model else ''
-    keys = [k for k in model.state_dict() if not is_derived(k) and k.startswith(prefix)]
-    empty = set(report.missing) | set(report.mismatched)
-    filled = sum(k not in empty for k in keys)
-    state_dict = checkpoint.get('state_dict', checkpoint)
-    if report.errors:
-        raise CheckpointError(f'checkpoint {filename} does not load into the model {type(model).__name__}: '
-                              f'{report.errors[0]}; {hint}')
-    if not keys or filled < MIN_BACKBONE_SHARE * len(keys):
-        raise CheckpointError(
-            f'checkpoint {filename} does not fit the model {type(model).__name__}: it would fill {filled} of the '
-            f'{len(keys)} backbone tensors (at least {MIN_BACKBONE_SHARE:.0%} needed; {report.summary()}); the file '
-            f'looks like {_looks_like(checkpoint, state_dict)}. Use a checkpoint of this architecture or a config '
-            f'built for this one; {hint}')
-    left_out = tuple(f'{prefix}{name}.' for name in getattr(backbone, 'left_out', ()))
-    dropped = [k for k in report.unexpected if k.startswith(prefix) and not k.startswith(left_out)]
-    if dropped:
-        takers = where_keys_belong(dropped)
-        belong = '; '.join(takers) or f'another model (the file looks like {_looks_like(checkpoint, state_dict)})'
-        raise CheckpointError(
-            f'checkpoint {filename} has {len(dropped)} parameters the model {type(model).__name__} has no '
-            f'place for ({_shown(dropped)}): without them it would not compute what was trained. They '
-            f'belong to {belong}: use that config; {hint}')
-
-
 def judge(model: nn.Module, report: KeyReport, checkpoint: dict, filename: str, policy: str, hint: str,
-          what: str = 'the model') -> None:
-    """Stage 4 of the pass: ``report`` (of ``checkpoint`` in ``model``) by ``policy``: *strict*, every key fits
-    (:attr:`KeyReport.clean`); *backbone*, the backbone is filled (:func:`_judge_backbone`); *partial*, anything.
+          what='the model') -> None:
+    """Stage 4 of the pass: ``report`` (of ``checkpoint`` in ``model``) by ``policy``. *strict*: every key fits
+    (:attr:`KeyReport.clean`). *backbone*: no module reported an error, :data:`MIN_BACKBONE_SHARE` of the backbone's
+    tensors (``model.backbone``, else the model) are filled, and no backbone parameter of the file is dropped but
+    those its options leave out (``left_out``, e.g. a final norm; the error names what takes them:
+    :func:`~mmvitreg.models.converters.where_keys_belong`); the rest of the model may differ. *partial*: anything.
 
     Raises:
         ValueError: ``policy`` is not one of :data:`POLICIES`.
@@ -266,8 +212,31 @@ def judge(model: nn.Module, report: KeyReport, checkpoint: dict, filename: str, 
     if policy == 'strict' and not report.clean:
         raise CheckpointError(f'checkpoint {filename} does not fit {what} {type(model).__name__} '
                               f'({report.describe()}); {hint}')
-    if policy == 'backbone':
-        _judge_backbone(model, report, filename, checkpoint, hint)
+    if policy != 'backbone':
+        return
+    backbone = model.backbone if hasattr(model, 'backbone') else model
+    prefix = 'backbone.' if backbone is not model else ''
+    keys = [k for k in model.state_dict() if not is_derived(k) and k.startswith(prefix)]
+    empty = set(report.missing) | set(report.mismatched)
+    filled = sum(k not in empty for k in keys)
+    looks_like = _looks_like(checkpoint, checkpoint.get('state_dict', checkpoint))
+    if report.errors:
+        raise CheckpointError(f'checkpoint {filename} does not load into the model {type(model).__name__}: '
+                              f'{report.errors[0]}; {hint}')
+    if not keys or filled < MIN_BACKBONE_SHARE * len(keys):
+        raise CheckpointError(
+            f'checkpoint {filename} does not fit the model {type(model).__name__}: it would fill {filled} of the '
+            f'{len(keys)} backbone tensors (at least {MIN_BACKBONE_SHARE:.0%} needed; {report.summary()}); the file '
+            f'looks like {looks_like}. Use a checkpoint of this architecture or a config built for this one; {hint}')
+    left_out = tuple(f'{prefix}{name}.' for name in getattr(backbone, 'left_out', ()))
+    dropped = [k for k in report.unexpected if k.startswith(prefix) and not k.startswith(left_out)]
+    if dropped:
+        takers = where_keys_belong(dropped)
+        belong = '; '.join(takers) or f'another model (the file looks like {looks_like})'
+        raise CheckpointError(
+            f'checkpoint {filename} has {len(dropped)} parameters the model {type(model).__name__} has no '
+            f'place for ({_shown(dropped)}): without them it would not compute what was trained. They '
+            f'belong to {belong}: use that config; {hint}')
 
 
 def compare_copy(copy: nn.Module, checkpoint: dict) -> KeyReport:
@@ -275,9 +244,8 @@ def compare_copy(copy: nn.Module, checkpoint: dict) -> KeyReport:
     nothing: each tensor equal to the same key's in ``checkpoint['state_dict']`` or its ``ema_state_dict``
     (``module.`` dropped) is *matched*, one of another shape in every source *mismatched*, any other *missing*."""
     ema = checkpoint.get('ema_state_dict')
-    # an AveragedModel's state dict keeps the model's under module. (and its step count)
-    sources = [checkpoint['state_dict'], {k[len('module.'):]: v for k, v in (ema or {}).items()
-                                          if k.startswith('module.')} if isinstance(ema, dict) else {}]
+    ema = ema if isinstance(ema, dict) else {}  # an AveragedModel's: the model's under module., and a step count
+    sources = [checkpoint['state_dict'], {k[len('module.'):]: v for k, v in ema.items() if k.startswith('module.')}]
     report = KeyReport()
     for key, tensor in copy.state_dict().items():
         if is_derived(key):
@@ -292,21 +260,14 @@ def compare_copy(copy: nn.Module, checkpoint: dict) -> KeyReport:
     return report
 
 
-#: an EMA copy to compare with the file and the name of the hook that filled it (e.g. ``'EMAHook'``)
-EmaCopy = Tuple[nn.Module, str]
-
-
 def load_converted(model: nn.Module, checkpoint: dict, filename: str, policy: str, hint: str, purpose: str,
-                   after_read: Optional[Callable[[dict], None]] = None, ema_copies: Sequence[EmaCopy] = (),
+                   after_read: Optional[Callable[[dict], None]] = None, ema_copies: Sequence = (),
                    logger='current') -> KeyReport:
     """Stages 3-4 of the pass on a converted ``checkpoint``: :func:`check_values`, ``after_read(checkpoint)`` (a
     runner's ``after_load_checkpoint`` hooks), :func:`fit` into ``model``, :func:`judge` by ``policy`` and one log line
-    ``{purpose} {filename}: {report.describe()}`` (INFO if clean, else WARNING); then each EMA copy compared
-    (:func:`compare_copy`), judged by the same policy, and refused if it holds none of the file's tensors.
-
-    Raises:
-        CheckpointError: a value is wrong, or the load breaks the policy (the model's or an EMA copy's).
-    """
+    ``{purpose} {filename}: {report.describe()}`` (INFO if clean, else WARNING); then each ``(EMA copy, hook name)``
+    of ``ema_copies`` compared (:func:`compare_copy`), judged, and refused if it holds none of the file's tensors.
+    Raises a :class:`CheckpointError` if a value is wrong or the load breaks the policy."""
     check_values(checkpoint, filename)
     if after_read is not None:
         after_read(checkpoint)
@@ -324,29 +285,11 @@ def load_converted(model: nn.Module, checkpoint: dict, filename: str, policy: st
     return report
 
 
-def load_into(model: nn.Module, filename: str, policy: str, hint: str, purpose: str, map_location='cpu',
-              rules: Sequence = REVISE_KEYS, after_read: Optional[Callable[[dict], None]] = None,
-              ema_copies: Sequence[EmaCopy] = (), logger='current') -> dict:
-    """The pass on a file: :func:`read_checkpoint`, :func:`convert_checkpoint` (keys revised by ``rules``) and
-    :func:`load_converted`. Returns the converted checkpoint.
-
-    Raises:
-        CheckpointError: the file cannot be read or converted, a value is wrong, or the load breaks the policy.
-    """
-    checkpoint = convert_checkpoint(read_checkpoint(filename, map_location), filename, rules, logger)
-    load_converted(model, checkpoint, filename, policy, hint, purpose, after_read, ema_copies, logger)
-    return checkpoint
-
-
 def load_weights(model: nn.Module, filename: str, policy: str = 'strict', prefix: Optional[str] = None,
                  map_location='cpu', hint: str = 'use a checkpoint of this model', logger='current',
                  purpose: str = 'weights') -> KeyReport:
     """The pass for a tool or an init: read and convert ``filename``, keep the keys under ``prefix`` (without it) and
-    load them into ``model`` by ``policy`` (:func:`load_converted`, one log line).
-
-    Raises:
-        CheckpointError: the file cannot be read, holds no key under ``prefix``, or breaks the policy.
-    """
+    load them into ``model`` by ``policy`` (:func:`load_converted`); a :class:`CheckpointError` if any stage fails."""
     checkpoint = convert_checkpoint(read_checkpoint(filename, map_location), filename, logger=logger)
     state_dict = checkpoint['state_dict']
     if prefix:
@@ -386,13 +329,9 @@ _INFERENCE_HINT = ("mmengine's loaders fill an mmvitreg model only from a file t
 
 
 def fill_model(model: nn.Module, checkpoint: dict, rules: Sequence = REVISE_KEYS) -> dict:
-    """mmengine's ``_load_checkpoint_to_model`` for models holding an mmvitreg module (through ``mmvitreg.compat``:
-    ``load_checkpoint``, inferencers, plain runners): a read ``checkpoint`` converted and loaded by
-    :func:`load_converted`, *strict* whatever mmengine's ``strict`` says, *partial* inside :func:`partial_loading`.
-
-    Raises:
-        CheckpointError: the checkpoint does not convert or does not fill the model (naming the opt-out).
-    """
+    """mmengine's ``_load_checkpoint_to_model`` for models holding an mmvitreg module (through ``mmvitreg.compat``):
+    a read ``checkpoint`` converted and loaded by :func:`load_converted`, *strict* whatever mmengine's ``strict``
+    says, *partial* inside :func:`partial_loading`."""
     name = 'given to load_checkpoint'
     checkpoint = convert_checkpoint(checkpoint, name, rules)
     load_converted(model, checkpoint, name, 'partial' if _PARTIAL.get() else 'strict', _INFERENCE_HINT, 'checkpoint')
@@ -414,12 +353,10 @@ def partial_loading() -> Iterator[None]:
 
 
 class AtomicLocalBackend(LocalBackend):
-    """mmengine's :class:`LocalBackend` writing through :func:`mmvitreg.fileio.atomic_write`: a killed write
-    leaves at most a hidden ``.<name>.*.tmp`` (the next write of any run on that host removes it once its writer has
-    died; another live run's stay: :func:`~mmvitreg.fileio.remove_stale_temporaries`), never a truncated file under
-    the final name.
-    A file it is asked to remove (``max_keep_ckpts``, the old best) goes when the next write into its folder completes,
-    so a failed or refused save never costs the previous checkpoint."""
+    """mmengine's :class:`LocalBackend` writing through :func:`mmvitreg.fileio.atomic_write`: a killed write leaves at
+    most a hidden temporary (:func:`~mmvitreg.fileio.remove_stale_temporaries`), never a truncated file. A file it is
+    asked to remove (``max_keep_ckpts``, the old best) goes when the next write into its folder completes, so a failed
+    or refused save never costs the previous checkpoint."""
 
     #: folder -> files to remove at its next completed write (shared: the hook removes, the runner writes)
     pending: Dict[str, List[str]] = {}

@@ -1,7 +1,5 @@
 """Mixed-precision training on any device: ``torch.autocast`` on CPU (bfloat16) and CUDA (float16 or bfloat16)."""
-from contextlib import contextmanager
-from typing import Optional, Union
-
+from contextlib import contextmanager, nullcontext
 import torch
 import torch.nn.functional as F
 from mmengine.logging import print_log
@@ -15,18 +13,16 @@ from mmvitreg.registry import OPTIM_WRAPPERS
 class Float32Ops(TorchFunctionMode):
     """Runs the ops that need float32 in float32 under CPU autocast, as CUDA autocast does.
 
-    CUDA autocast casts softmax, log-softmax, cross entropy, logs, cosine similarity and their kin
-    to float32 by itself; CPU autocast (torch 2.14) does not, so mmpretrain's heads (and any loss
-    of a plugin) would take their log-softmax in bfloat16. This mode upcasts the low-precision
-    floating inputs of those ops to float32.
+    CUDA autocast casts softmax, log-softmax, cross entropy, logs, cosine similarity and their kin to float32 by
+    itself; CPU autocast (torch 2.14) does not, so mmpretrain's heads would take their log-softmax in bfloat16. This
+    mode upcasts the low-precision floating inputs of those ops to float32.
     """
 
-    OPS = frozenset([
-        F.softmax, F.log_softmax, torch.softmax, torch.log_softmax, Tensor.softmax, Tensor.log_softmax,
-        F.cross_entropy, F.nll_loss, F.kl_div, F.binary_cross_entropy, F.binary_cross_entropy_with_logits,
-        F.cosine_similarity, torch.cosine_similarity, torch.log, Tensor.log, torch.log1p, Tensor.log1p,
-        torch.logsumexp, Tensor.logsumexp, F.normalize, torch.xlogy, Tensor.xlogy,
-    ])
+    #: those ops: ``torch``'s, ``Tensor``'s and ``F``'s of these names, and ``F``'s losses
+    NAMES = ('softmax', 'log_softmax', 'log', 'log1p', 'logsumexp', 'xlogy', 'cosine_similarity')
+    OPS = frozenset([getattr(space, name) for name in NAMES for space in (torch, Tensor, F) if hasattr(space, name)]
+                    + [F.cross_entropy, F.nll_loss, F.kl_div, F.binary_cross_entropy, F.normalize,
+                       F.binary_cross_entropy_with_logits])
     LOW = (torch.bfloat16, torch.float16)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -40,9 +36,8 @@ class Float32Ops(TorchFunctionMode):
 class AutocastOptimWrapper(OptimWrapper):
     """Automatic mixed precision that also runs on a CPU (``tools/train.py --amp``).
 
-    mmengine 0.10.7's ``AmpOptimWrapper`` asserts an accelerator. This wrapper runs the model's
-    forward and losses (``train_step`` inside :meth:`optim_context`) under ``torch.autocast`` on the
-    device the model lives on:
+    mmengine 0.10.7's ``AmpOptimWrapper`` asserts an accelerator. This wrapper runs the model's forward and losses
+    (inside :meth:`optim_context`) under ``torch.autocast`` on the device the model lives on:
 
     ======  ====================  =========================================================
     device  ``dtype``             gradient scaling
@@ -52,24 +47,21 @@ class AutocastOptimWrapper(OptimWrapper):
     CUDA    ``bfloat16``          none
     ======  ====================  =========================================================
 
-    Parameters, gradients and optimizer state stay float32. The ops that need float32 (softmax over
-    classes, logs, cosine similarities) run in float32: CUDA autocast does so by itself, on CPU
-    :class:`Float32Ops` does it; mmvitreg's own losses also cast (e.g.
-    :class:`~mmvitreg.models.heads.TokenLabelHead`).
+    Parameters, gradients and optimizer state stay float32. The ops that need float32 (softmax over classes, logs,
+    cosine similarities) run in float32: CUDA autocast does so by itself, on CPU :class:`Float32Ops` does it.
 
     Args:
-        dtype (str or torch.dtype, optional): ``'float16'`` or ``'bfloat16'``; None picks
-            ``float16`` on CUDA and ``bfloat16`` on CPU. Defaults to None.
-        loss_scale (str, float or dict): float16 only: ``'dynamic'``, an initial scale, or
-            ``GradScaler`` arguments. Defaults to ``'dynamic'``.
+        dtype (str or torch.dtype, optional): ``'float16'`` or ``'bfloat16'``; None picks ``float16`` on CUDA and
+            ``bfloat16`` on CPU. Defaults to None.
+        loss_scale (str, float or dict): float16 only: ``'dynamic'``, an initial scale, or ``GradScaler``
+            arguments. Defaults to ``'dynamic'``.
         device_type (str, optional): ``'cuda'`` or ``'cpu'``; None means CUDA when available.
         **kwargs: the arguments of :class:`mmengine.optim.OptimWrapper`.
     """
 
     DTYPES = ('float16', 'bfloat16')
 
-    def __init__(self, dtype: Union[str, torch.dtype, None] = None, loss_scale: Union[str, float, dict] = 'dynamic',
-                 device_type: Optional[str] = None, **kwargs):
+    def __init__(self, dtype=None, loss_scale='dynamic', device_type=None, **kwargs):
         super().__init__(**kwargs)
         self.device_type = device_type or ('cuda' if torch.cuda.is_available() else 'cpu')
         if self.device_type not in ('cuda', 'cpu'):
@@ -90,9 +82,9 @@ class AutocastOptimWrapper(OptimWrapper):
         if self.cast_dtype == torch.float16:
             if isinstance(loss_scale, str) and loss_scale != 'dynamic':
                 raise ValueError(f"loss_scale must be 'dynamic', a float or a dict, got {loss_scale!r}")
-            scaler_args = (loss_scale if isinstance(loss_scale, dict)
-                           else {} if loss_scale == 'dynamic' else dict(init_scale=float(loss_scale)))
-            self.loss_scaler = torch.amp.GradScaler(self.device_type, **scaler_args)
+            if not isinstance(loss_scale, dict):
+                loss_scale = {} if loss_scale == 'dynamic' else dict(init_scale=float(loss_scale))
+            self.loss_scaler = torch.amp.GradScaler(self.device_type, **loss_scale)
 
     def backward(self, loss: torch.Tensor, **kwargs):
         """Back-propagate ``loss`` (scaled first under float16)."""
@@ -102,8 +94,8 @@ class AutocastOptimWrapper(OptimWrapper):
         self._inner_count += 1
 
     def step(self, **kwargs):
-        """Optimizer step; under float16 the gradients are unscaled (before clipping) and a step with
-        non-finite gradients is skipped by the scaler."""
+        """Optimizer step; under float16 the gradients are unscaled (before clipping) and a step with non-finite
+        gradients is skipped by the scaler."""
         if self.loss_scaler is None:
             return super().step(**kwargs)
         if self.clip_grad_kwargs:
@@ -131,9 +123,6 @@ class AutocastOptimWrapper(OptimWrapper):
     def optim_context(self, model: nn.Module):
         """Gradient-accumulation context of :class:`OptimWrapper` plus ``torch.autocast`` (and, on CPU,
         :class:`Float32Ops`)."""
-        with super().optim_context(model), torch.autocast(self.device_type, dtype=self.cast_dtype):
-            if self.device_type == 'cpu':
-                with Float32Ops():
-                    yield
-            else:
-                yield
+        with super().optim_context(model), torch.autocast(self.device_type, dtype=self.cast_dtype), (
+                Float32Ops() if self.device_type == 'cpu' else nullcontext()):
+            yield

@@ -1,22 +1,15 @@
 """What a resumed run changes against the run it resumes: what it refuses, and one warning for the rest.
 
-mmengine stores the run's config in every checkpoint (``checkpoint['meta']['cfg']``, its ``pretty_text``) and
-:meth:`~mmengine.runner.Runner.resume` restores the optimizer's and the schedulers' states, the seed and the loop
-counters from the file, whatever the new config says. :func:`resume_changes` compares the two configs and sorts each
-difference by what the resumed run does with it (each group is a resume run in ``tests/test_resume_says_what_runs.py``):
+mmengine's :meth:`~mmengine.runner.Runner.resume` restores the optimizer's and the schedulers' states, the seed and the
+loop counters from the file, whatever the new config says. :func:`resume_changes` compares the new config with the
+file's (``checkpoint['meta']['cfg']``) and sorts each difference (each group is a run in
+``tests/test_resume_says_what_runs.py``):
 
-* *refused* (it cannot be honoured): another optimizer type (the old type's state would be loaded into it) and
-  other scheduler types or another number of schedulers (mmengine gives each new scheduler the state of the one at
-  its index: a ``StepLR`` given a cosine's state follows neither schedule);
-* *overridden by the resumed state*: the optimizer's settings (``optim_wrapper.optimizer.*``, ``paramwise_cfg``: the
-  optimizer state's parameter groups carry lr, weight decay, betas, ...; ``auto_scale_lr``: the lr comes from that
-  state, unscaled), the schedulers' (``param_scheduler``: a scheduler's state holds every attribute) and
-  ``randomness.seed`` (mmengine re-seeds with the checkpoint's; :class:`~mmvitreg.engine.hooks.RNGStateHook` gives
-  the sampler and the data-loader workers the seeds of the checkpoint's run);
-* *taken from the new config*: everything else (the pipeline, a backbone's ``drop_path_rate``, the batch size, ...).
-
-What only the built run shows (other parameter groups, an epoch length that the resumed schedulers do not count,
-a removed EMA hook) :class:`~mmvitreg.engine.GuardedRunner` adds.
+* *refused*: another optimizer type, other scheduler types or another number of schedulers (the old state would be
+  loaded into a scheduler or an optimizer it does not belong to);
+* *overridden by the resumed state*: ``optim_wrapper.optimizer.*``, ``paramwise_cfg`` and ``auto_scale_lr`` (the
+  optimizer state's parameter groups carry lr, weight decay, ...), ``param_scheduler`` and ``randomness.seed``;
+* *taken from the new config*: everything else (the pipeline, ``drop_path_rate``, the batch size, ...).
 """
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -33,55 +26,31 @@ RESTORED = (('optim_wrapper.optimizer.', 'the optimizer state keeps {old}'),
 
 
 def flatten(node: Any, prefix: str = '') -> Dict[str, Any]:
-    """``{'a.b.0.c': value}`` of a config's nested dicts and lists."""
-    if isinstance(node, dict):
-        items = node.items()
-    elif isinstance(node, (list, tuple)):
-        items = ((str(i), v) for i, v in enumerate(node))
-    else:
-        return {prefix: node}
-    flat = {}
-    for key, value in items:
-        flat.update(flatten(value, f'{prefix}{key}.') if isinstance(value, (dict, list, tuple)) and value
-                    else {f'{prefix}{key}': value})
-    return flat
+    """``{'a.b.0.c': value}`` of a config's nested dicts and lists (an empty one is a value)."""
+    if not isinstance(node, (dict, list, tuple)) or not node and prefix:
+        return {prefix[:-1]: node}
+    items = node.items() if isinstance(node, dict) else enumerate(node)
+    return {k: v for key, value in items for k, v in flatten(value, f'{prefix}{key}.').items()}
 
 
-def refused_by_state(key: str) -> bool:
-    """Whether a change of ``key`` leaves a resumed state with nothing it belongs to: the optimizer's type, or a
-    scheduler's type (also a scheduler added or removed)."""
-    return key == 'optim_wrapper.optimizer.type' or key.startswith('param_scheduler') and key.endswith('.type')
-
-
-def resume_changes(saved_text: Optional[str], current: Config,
-                   notes: Tuple[str, ...] = ()) -> Tuple[List[str], Optional[str]]:
-    """What ``current`` changes against the config ``saved_text`` of the checkpoint, sorted as the module says.
-
-    Args:
-        saved_text (str, optional): ``checkpoint['meta']['cfg']`` (a config's ``pretty_text``); None: not saved.
-        current (Config): The resumed run's config.
-        notes (tuple[str]): What the runner found besides (e.g. which weights the run continues from), a group of
-            the warning.
-
-    Returns:
-        tuple: the refused changes (``'key old -> new (why)'``) and the warning of the others and ``notes`` (None
-        when there is nothing to say).
-    """
+def resume_changes(saved_text: Optional[str], current: Config, notes=()) -> Tuple[List[str], Optional[str]]:
+    """What ``current`` changes against the config ``saved_text`` (a ``pretty_text``; None: not saved) of the
+    checkpoint, sorted as the module says: the refused changes (``'key old -> new (why)'``) and one warning of the
+    others and of the runner's ``notes`` (None when there is nothing to say)."""
     try:
         saved = Config.fromstring(saved_text, file_format='.py') if isinstance(saved_text, str) else current
     except Exception as e:  # a config text that no longer parses (written by another mmengine or package version)
-        return [], f'the checkpoint\'s config does not parse ({type(e).__name__}), so what the new config changes ' \
-                   'cannot be listed'
+        return [], f"the checkpoint's config does not parse ({type(e).__name__}), so its changes cannot be listed"
     current = Config.fromstring(current.pretty_text, file_format='.py')  # both as pretty_text writes them
     old, new = flatten(saved.to_dict()), flatten(current.to_dict())
     refused, restored, taken = [], [], []
-    changed = sorted(k for k in old.keys() | new.keys()
-                     if old.get(k, '<unset>') != new.get(k, '<unset>') and k.split('.')[0] not in RUN_KEYS)
-    for key in changed:
-        was = old.get(key, '<unset>')
-        change = f'{key} {was!r} -> {new.get(key, "<unset>")!r}'
+    for key in sorted(old.keys() | new.keys()):
+        was, now = old.get(key, '<unset>'), new.get(key, '<unset>')
+        if was == now or key.split('.')[0] in RUN_KEYS:
+            continue
+        change = f'{key} {was!r} -> {now!r}'
         by = next((what for prefix, what in RESTORED if key.startswith(prefix)), None)
-        if refused_by_state(key):
+        if key == 'optim_wrapper.optimizer.type' or key.startswith('param_scheduler') and key.endswith('.type'):
             refused.append(f'{change} (the state resumed for it belongs to {was!r})')
         elif by is not None:
             restored.append(f'{change} ({by.format(old=repr(was))})')

@@ -1,8 +1,8 @@
 """mmengine's Runner with checked checkpoint loading, atomic saving and the training guards."""
-import functools
 import os
 import os.path as osp
 import re
+from contextlib import suppress
 from typing import List, Optional
 
 import torch
@@ -13,9 +13,10 @@ from mmengine.optim import OptimWrapper, OptimWrapperDict
 from mmengine.runner import EpochBasedTrainLoop, Runner
 from mmengine.runner.checkpoint import find_latest_checkpoint
 
+from mmvitreg.fileio import read_checkpoint, remove_stale_temporaries
+from mmvitreg.models.converters import convert_checkpoint
 from mmvitreg.registry import RUNNERS
-from .checkpoint import (ATOMIC_BACKEND, POLICIES, CheckpointError, is_local, load_into, non_finite, read_checkpoint,
-                         remove_stale_temporaries)
+from .checkpoint import ATOMIC_BACKEND, POLICIES, CheckpointError, is_local, load_converted, non_finite
 from .hooks import LossGuardHook, NonFiniteLossError, RNGStateHook, unwrap_model
 from .resume_diff import resume_changes
 
@@ -27,42 +28,31 @@ _HINTS = {
 
 @RUNNERS.register_module()
 class GuardedRunner(Runner):
-    """mmengine's :class:`~mmengine.runner.Runner`, never silently wrong about checkpoints or losses.
+    """mmengine's :class:`~mmengine.runner.Runner`, never silently wrong about checkpoints or losses
+    (``tools/train.py`` and ``tools/test.py`` build every run with it).
 
-    What it changes (``tools/train.py`` and ``tools/test.py`` build every run with it):
-
-    * **Checkpoints**: loaded through the one pass of :mod:`mmvitreg.engine.checkpoint` (where the design is told),
-      by the config's ``checkpoint_policy`` (:meth:`load_checkpoint`); an ``EMAHook``'s copy is checked against
-      the file by the same policy. Resuming: a weights-only file, or one without the optimizer's or schedulers' state
-      (a best checkpoint), stops naming ``load_from`` (and a file that resumes), a config change the resumed state
-      cannot follow stops, the others are one warning (:meth:`_check_resumable`). ``--resume``
-      without a file takes the newest checkpoint that reads (:func:`resume_candidates`). Saved atomically
-      (:class:`~mmvitreg.engine.checkpoint.AtomicLocalBackend`), never with weights that are not finite
-      (:meth:`call_hook`).
-    * **Hooks**: :class:`~mmvitreg.engine.hooks.RNGStateHook` (exact resume) and
-      :class:`~mmvitreg.engine.hooks.LossGuardHook` (stop at a non-finite loss) are added unless
-      the config already has them.
-    * **compile**: ``compile=True`` (or a dict of ``torch.compile`` options) compiles ``model.loss``, the training
-      forward (:func:`compile_loss`); mmengine 0.10 compiles the whole ``train_step``, optimizer step included,
-      where dynamo fails (``Adam.step``).
-    * **Randomness**: ``randomness.diff_rank_seed`` defaults to True: each rank seeds ``seed + rank`` and draws its
-      own mixing boxes, drop-path masks and augmentations, as the official codes do (mmengine's default draws the
-      same box on every GPU); the sampler's seed stays shared, so the shards stay disjoint.
-
-    Args: as :class:`~mmengine.runner.Runner` (``randomness`` by keyword); the policy is the config's
-    ``checkpoint_policy``.
+    * **Checkpoints**: loaded through the one pass of :mod:`mmvitreg.engine.checkpoint` by the config's
+      ``checkpoint_policy`` (:meth:`load_checkpoint`), EMA copies included; a resume is checked
+      (:meth:`_check_resumable`); ``--resume`` without a file takes the newest checkpoint that reads
+      (:func:`resume_candidates`). Saved atomically (:class:`~mmvitreg.engine.checkpoint.AtomicLocalBackend`), never
+      with weights that are not finite (:meth:`call_hook`).
+    * **Hooks**: :class:`~mmvitreg.engine.hooks.RNGStateHook` and :class:`~mmvitreg.engine.hooks.LossGuardHook` are
+      added unless the config has them.
+    * **compile**: ``compile=True`` (or ``torch.compile`` options) compiles ``model.loss`` only (:func:`compile_loss`):
+      mmengine 0.10 compiles the whole ``train_step``, where dynamo fails on ``Adam.step``.
+    * **Randomness**: ``randomness.diff_rank_seed`` defaults to True: each rank draws its own mixing boxes, drop-path
+      masks and augmentations, as the official codes do; the sampler's seed stays shared, so the shards stay disjoint.
 
     Attributes:
-        last_finite_checkpoint (str | None): the last checkpoint this run wrote or resumed from that resumes (all
-            its weights finite, its optimizer and schedulers saved: no best checkpoint), None before the first.
+        last_finite_checkpoint (str | None): the last checkpoint this run wrote or resumed from that resumes (finite
+            weights, optimizer and schedulers saved), None before the first.
     """
 
     def __init__(self, *args, randomness: Optional[dict] = None, **kwargs):
         randomness = dict(randomness or dict(seed=None))
         randomness.setdefault('diff_rank_seed', True)
         super().__init__(*args, randomness=randomness, **kwargs)
-        policy = dict(load_from='backbone', resume='strict')
-        policy.update(self.cfg.get('checkpoint_policy') or {})
+        policy = {'load_from': 'backbone', 'resume': 'strict', **(self.cfg.get('checkpoint_policy') or {})}
         for key, value in policy.items():
             if key not in _HINTS or value not in POLICIES:
                 raise ValueError(f'checkpoint_policy takes load_from / resume = one of {POLICIES}, got {policy}')
@@ -73,53 +63,44 @@ class GuardedRunner(Runner):
         for hook in (RNGStateHook, LossGuardHook):
             if hook not in present:
                 self.register_hook(hook())
-        for hook in self.hooks:
-            if (isinstance(hook, CheckpointHook) and hook.backend_args is None and hook.file_client_args is None
-                    and is_local(hook.out_dir or self.work_dir)):
-                hook.backend_args = dict(backend=ATOMIC_BACKEND)
+        for hook in self.hooks:  # the hook's removals and its last_checkpoint go through the atomic backend too
+            if isinstance(hook, CheckpointHook) and hook.backend_args is None and hook.file_client_args is None:
+                hook.backend_args = dict(backend=ATOMIC_BACKEND) if is_local(hook.out_dir or self.work_dir) else None
 
     def load_checkpoint(self, filename: str, map_location='cpu', strict: bool = False,
                         revise_keys: list = [(r'^module.', '')]) -> dict:
-        """As :meth:`Runner.load_checkpoint`, through the one pass of :mod:`mmvitreg.engine.checkpoint`
-        (:func:`load_into`): the ``after_load_checkpoint`` hooks run on the converted checkpoint before the model is
-        fitted (each ``EMAHook`` fills its copy by its own rule), by the policy (``resume`` while resuming, else
-        ``load_from``; ``strict=True``: strict), every EMA copy is compared with the file and, resuming,
-        :meth:`_check_resumable`.
-
-        Raises:
-            CheckpointError: the file cannot be read, holds no training state to resume, or the load breaks the
-                policy (the model's or an EMA copy's).
-        """
+        """As :meth:`Runner.load_checkpoint`, through the one pass of :mod:`mmvitreg.engine.checkpoint` by the
+        ``resume`` or ``load_from`` policy (``strict=True``: strict); the ``after_load_checkpoint`` hooks run before
+        the fit (an ``EMAHook`` fills its copy by its own rule, then the copy is compared with the file); resuming,
+        :meth:`_check_resumable`. Raises a one-line :class:`CheckpointError`."""
         purpose = 'resume' if self._resuming else 'load_from'
+        policy, hint = 'strict' if strict else self.checkpoint_policy[purpose], _HINTS[purpose]
         emas = [hook for hook in self.hooks if isinstance(hook, EMAHook) and hasattr(hook, 'ema_model')]
-        policy = 'strict' if strict else self.checkpoint_policy[purpose]
-        checkpoint = load_into(unwrap_model(self.model), filename, policy, _HINTS[purpose], purpose, map_location,
-                               revise_keys, functools.partial(self._after_read, filename, emas),
-                               [(hook.ema_model.module, type(hook).__name__) for hook in emas],
-                               self.logger)
+
+        def after_read(checkpoint: dict) -> None:  # an EMA hook swaps each module.<key> with state_dict[<key>]
+            ema, weights = checkpoint.get('ema_state_dict') or {}, checkpoint['state_dict']
+            unpaired = [k for k in ema if k.startswith('module.') and k.removeprefix('module.') not in weights]
+            if emas and unpaired:
+                raise CheckpointError(f'checkpoint {filename}: its ema_state_dict has {len(unpaired)} weights its '
+                                      f'state_dict lacks (first: {unpaired[0]}), which {type(emas[0]).__name__} '
+                                      'cannot pair; use a checkpoint an EMA hook saved, or drop the hook '
+                                      '(custom_hooks=[])')
+            self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
+
+        copies = [(hook.ema_model.module, type(hook).__name__) for hook in emas]
+        checkpoint = convert_checkpoint(read_checkpoint(filename, map_location), filename, revise_keys, self.logger)
+        load_converted(unwrap_model(self.model), checkpoint, filename, policy, hint, purpose, after_read, copies,
+                       self.logger)
         if self._resuming:  # after the fit: a checkpoint of another model is named as such first
             self._check_resumable(filename, checkpoint)
         self._has_loaded = True
         return checkpoint
 
-    def _after_read(self, filename: str, emas: List[EMAHook], checkpoint: dict) -> None:
-        """The ``after_load_checkpoint`` hooks on a converted checkpoint; an EMA hook's copy first checked to pair
-        (the hooks swap each ``module.<key>`` of ``ema_state_dict`` with ``state_dict[<key>]``: else a KeyError)."""
-        unpaired = [k for k in checkpoint.get('ema_state_dict') or {}
-                    if k.startswith('module.') and k[len('module.'):] not in checkpoint['state_dict']]
-        if emas and unpaired:
-            raise CheckpointError(f'checkpoint {filename}: its ema_state_dict has {len(unpaired)} weights its '
-                                  f'state_dict lacks (first: {unpaired[0]}), which {type(emas[0]).__name__} cannot '
-                                  'pair; use a checkpoint an EMA hook saved, or drop the hook (custom_hooks=[])')
-        self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
-
     def _check_resumable(self, filename: str, checkpoint: dict) -> None:
-        """Stop with one line at a file without a training state (naming ``load_from``), without the optimizer's or
-        the schedulers' (:meth:`lacking_state`: naming a file of the folder or work dir that has them, and
-        ``load_from``), that has trained beyond ``train_cfg.max_epochs`` (``max_iters``), or at a change the resumed
-        state cannot follow (:func:`resume_changes`, :meth:`_unfollowed_state`); warn once about the other changes
-        and, when the config lost the file's EMA hook, which weights the run continues from, and when nothing is left
-        to train; remove an interrupted save's temporaries."""
+        """Stop with one line at a file without a training state, without the optimizer's or the schedulers'
+        (:meth:`lacking_state`), trained beyond ``train_cfg.max_epochs`` (``max_iters``), or at a change the resumed
+        state cannot follow (:func:`resume_changes`, :meth:`_unfollowed_state`); warn once about the other changes;
+        remove an interrupted save's temporaries."""
         meta = checkpoint.get('meta') or {}
         fresh = (f'start a new training from its weights with load_from={filename} (tools/train.py CONFIG '
                  f'--cfg-options load_from={filename})')
@@ -147,10 +128,11 @@ class GuardedRunner(Runner):
         if removed:
             self.logger.info(f'resume: removed {len(removed)} temporary file(s) of an interrupted save: '
                              f'{", ".join(removed)}')
-        notes = () if 'ema_state_dict' not in checkpoint or any(isinstance(h, EMAHook) for h in self.hooks) else (
-            "this config has no EMA hook, so the run continues from the file's state_dict, which holds the EMA "
-            "copy its hook saved, not from the trained weights (its ema_state_dict) that the optimizer state "
-            'belongs to; keep the hook to continue from those', )
+        notes = []
+        if 'ema_state_dict' in checkpoint and not any(isinstance(h, EMAHook) for h in self.hooks):
+            notes.append("this config has no EMA hook, so the run continues from the file's state_dict, which holds "
+                         "the EMA copy its hook saved, not from the trained weights (its ema_state_dict) that the "
+                         'optimizer state belongs to; keep the hook to continue from those')
         refused, warning = resume_changes(meta.get('cfg'), self.cfg, notes)
         refused += self._unfollowed_state(checkpoint)
         if refused:
@@ -171,13 +153,9 @@ class GuardedRunner(Runner):
         folders = dict.fromkeys(osp.abspath(folder) for folder in (osp.dirname(filename), self.work_dir)
                                 if is_local(folder))
         for path in (path for folder in folders for path in resume_candidates(folder)):
-            if osp.abspath(path) == osp.abspath(filename):
-                continue
-            try:
-                if not self.lacking_state(read_checkpoint(path)):
+            with suppress(CheckpointError):  # a file that does not read is no candidate
+                if osp.abspath(path) != osp.abspath(filename) and not self.lacking_state(read_checkpoint(path)):
                     return path
-            except CheckpointError:
-                continue
         return None
 
     def _unfollowed_state(self, checkpoint: dict) -> List[str]:
@@ -186,11 +164,10 @@ class GuardedRunner(Runner):
         converted from epochs (``convert_to_iter_based``) still has the old epochs' iterations to count."""
         found, saved, wrapper = [], checkpoint.get('optimizer'), self.optim_wrapper
         if isinstance(saved, dict) and isinstance(wrapper, OptimWrapper):
-            pairs = ([(saved[k], w) for k, w in wrapper.items()] if isinstance(wrapper, OptimWrapperDict)
-                     else [(saved, wrapper)])
-            for state, built in pairs:
-                was, now = ([len(g['params']) for g in groups]
-                            for groups in (state['param_groups'], built.optimizer.param_groups))
+            several = isinstance(wrapper, OptimWrapperDict)
+            for state, built in [(saved[k], w) for k, w in wrapper.items()] if several else [(saved, wrapper)]:
+                was = [len(group['params']) for group in state['param_groups']]
+                now = [len(group['params']) for group in built.optimizer.param_groups]
                 if was != now:
                     found.append(f'the optimizer state has {len(was)} parameter groups, the new optimizer '
                                  f'{len(now)} (optim_wrapper.paramwise_cfg makes them)')
@@ -199,8 +176,8 @@ class GuardedRunner(Runner):
         configs = [configs] if isinstance(configs, dict) else configs
         if isinstance(self.train_loop, EpochBasedTrainLoop) and info.get('max_epochs') and isinstance(states, list):
             was, now = info['max_iters'] // info['max_epochs'], len(self.train_loop.dataloader)
-            ends = [state.get('end', 0) for cfg, state in zip(configs, states)
-                    if cfg.get('convert_to_iter_based') and state.get('end', 0) > checkpoint['meta']['iter']]
+            ends = [state.get('end', 0) for cfg, state in zip(configs, states) if cfg.get('convert_to_iter_based')]
+            ends = [end for end in ends if end > checkpoint['meta']['iter']]
             if was != now and ends:
                 found.append(f'an epoch is now {now} iterations (was {was}; train_dataloader), while the resumed '
                              f'schedulers count the old epochs\' iterations up to iteration {max(ends)}')
@@ -216,8 +193,8 @@ class GuardedRunner(Runner):
         self.last_finite_checkpoint = filename  # the load pass refuses weights that are not finite
 
     def load_or_resume(self) -> None:
-        """As :meth:`Runner.load_or_resume`; ``resume=True`` without ``load_from`` takes the newest
-        checkpoint of the work dir that reads, skipping unreadable newer ones with a warning."""
+        """As :meth:`Runner.load_or_resume`; ``resume=True`` without ``load_from`` takes the newest checkpoint of the
+        work dir that reads, skipping unreadable newer ones with a warning."""
         if self._has_loaded or not (self._resume and self._load_from is None):
             return super().load_or_resume()
         found = first_readable(resume_candidates(self.work_dir), warn=self.logger.warning)
@@ -226,7 +203,6 @@ class GuardedRunner(Runner):
             return
         self.logger.info(f'--resume auto: resuming from {found}')
         self.resume(found)
-        self._has_loaded = True
 
     def _maybe_compile(self, target: str) -> None:
         """As :meth:`Runner._maybe_compile`, but ``train_step`` stays eager and ``model.loss`` is compiled."""
@@ -238,34 +214,27 @@ class GuardedRunner(Runner):
                          'be slow.')
 
     @master_only
-    def save_checkpoint(self, out_dir: str, filename: str, file_client_args=None, save_optimizer: bool = True,
-                        save_param_scheduler: bool = True, meta=None, by_epoch: bool = True,
-                        backend_args=None) -> None:
+    def save_checkpoint(self, out_dir, filename, file_client_args=None, save_optimizer=True, save_param_scheduler=True,
+                        **kwargs) -> None:
         """As :meth:`Runner.save_checkpoint`; a local file is written atomically, weights that are not all finite
         are not written (:meth:`call_hook`); a file saved with the optimizer's and schedulers' states (one that
         resumes) becomes :attr:`last_finite_checkpoint`."""
-        if file_client_args is None and backend_args is None and is_local(out_dir):
-            backend_args = dict(backend=ATOMIC_BACKEND)
+        if file_client_args is None and kwargs.get('backend_args') is None and is_local(out_dir):
+            kwargs['backend_args'] = dict(backend=ATOMIC_BACKEND)
         self._saving = osp.join(out_dir, filename)
-        super().save_checkpoint(out_dir, filename, file_client_args=file_client_args, save_optimizer=save_optimizer,
-                                save_param_scheduler=save_param_scheduler, meta=meta, by_epoch=by_epoch,
-                                backend_args=backend_args)
+        super().save_checkpoint(out_dir, filename, file_client_args, save_optimizer, save_param_scheduler, **kwargs)
         if save_optimizer and (save_param_scheduler or not self.param_schedulers):  # not a best checkpoint
             self.last_finite_checkpoint = self._saving
 
     def call_hook(self, fn_name: str, **kwargs) -> None:
         """As :meth:`Runner.call_hook`, with two additions.
 
-        * After ``before_run``: an ``EMAHook`` copies ``runner.model``, under ``tools/test.py --tta`` the TTA wrapper,
-          whose keys no file has; its copy and source become the models inside, so the hook fills the copy from the
-          file by its own rule and tests the EMA weights, as without ``--tta``.
+        * After ``before_run``: an ``EMAHook`` that copied the TTA wrapper (``tools/test.py --tta``), whose keys no
+          file has, gets the models inside, so it fills its copy from the file and tests the EMA weights.
         * After the last ``before_save_checkpoint`` hook (an EMA hook's swap included): a checkpoint whose
-          ``state_dict`` or ``ema_state_dict`` holds a NaN or an infinity stops the run unwritten; the check reads
-          the CPU copies mmengine is about to save (no device synchronisation), once per save.
-
-        Raises:
-            NonFiniteLossError: naming the iteration, the first non-finite tensor, the file not written and
-                :attr:`last_finite_checkpoint`.
+          ``state_dict`` or ``ema_state_dict`` holds a NaN or an infinity stops the run unwritten (the check reads
+          the CPU copies mmengine is about to save: no device synchronisation): a :class:`NonFiniteLossError` naming
+          the first such tensor and :attr:`last_finite_checkpoint`.
         """
         super().call_hook(fn_name, **kwargs)
         if fn_name == 'before_run':  # under --tta an EMA hook copied the TTA wrapper: it keeps the model it wraps
@@ -283,21 +252,19 @@ class GuardedRunner(Runner):
                 f'the run stops; {LossGuardHook.last_finite(self)} ({LossGuardHook.hint(self.model)})')
 
 
-def compile_loss(model: torch.nn.Module, **options) -> torch.nn.Module:
-    """Compile ``model.loss`` (the training forward: backbone, trace users and losses; mmpretrain, mmseg and mmdet
-    models all route ``mode='loss'`` there) with ``torch.compile(**options)``, in place; a wrapped model (DDP,
-    mmengine's wrappers) has its inner module's ``loss`` compiled (:func:`unwrap_model`). Returns ``model``."""
+def compile_loss(model: torch.nn.Module, **options) -> None:
+    """Compile ``model.loss`` (the training forward of mmpretrain, mmseg and mmdet models), inside any wrapper, with
+    ``torch.compile(**options)``, in place."""
     inner = unwrap_model(model)
     inner.loss = torch.compile(inner.loss, **options)
-    return model
 
 
 _STEP = re.compile(r'^(?:epoch|iter)_(\d+)\.pth$')
 
 
 def resume_candidates(work_dir: str) -> List[str]:
-    """Checkpoints ``--resume auto`` may resume from, newest first: the one ``last_checkpoint``
-    names, then ``epoch_N.pth`` / ``iter_N.pth`` of ``work_dir`` by decreasing ``N``."""
+    """Checkpoints ``--resume auto`` may resume from, newest first: the one ``last_checkpoint`` names, then
+    ``epoch_N.pth`` / ``iter_N.pth`` of ``work_dir`` by decreasing ``N``."""
     named = find_latest_checkpoint(work_dir)
     candidates = [named] if named else []
     if osp.isdir(work_dir):
@@ -310,12 +277,8 @@ def resume_candidates(work_dir: str) -> List[str]:
 
 
 def first_readable(candidates: List[str], warn) -> Optional[str]:
-    """The first candidate that reads as a checkpoint (:meth:`GuardedRunner.resume` reads it again, through the
-    whole pass); ``warn(message)`` for each one skipped. None when there is no candidate.
-
-    Raises:
-        CheckpointError: there were candidates, but none could be read.
-    """
+    """The first candidate that reads as a checkpoint, ``warn(message)`` for each one skipped; None when there is no
+    candidate, a :class:`CheckpointError` when none reads."""
     problems = []
     for path in candidates:
         try:

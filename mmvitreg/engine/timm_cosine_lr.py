@@ -10,30 +10,28 @@ from mmvitreg.registry import PARAM_SCHEDULERS
 class TimmCosineLR(CosineAnnealingLR):
     r"""The LR of timm's ``CosineLRScheduler`` (``warmup_prefix=False``, one cycle), in closed form, per group.
 
-    timm lays the cosine over ``[0, T_max)`` from step 0 and lets a linear warm-up take its first
-    ``W`` steps, so from step ``W`` on the LR is the cosine's value there, below the peak (mmengine's
-    ``LinearLR`` + ``CosineAnnealingLR(begin=W)`` restarts the cosine at its peak at ``W``). Every parameter
-    group warms up from the same absolute ``warmup_lr_init`` ``w`` to its own base LR ``b`` (a group with
-    ``lr_mult`` has its own ``b``; timm's ``warmup_steps``), and ``eta_min`` is absolute too (timm's
-    ``lr_min``). With ``t = max(step - delay, 0)``:
+    timm lays the cosine over ``[0, T_max)`` from step 0 and lets a linear warm-up take its first ``W`` steps, so
+    from step ``W`` on the LR is the cosine's value there, below the peak (mmengine's ``LinearLR`` +
+    ``CosineAnnealingLR(begin=W)`` restarts the cosine at its peak). Every parameter group warms up from the same
+    absolute ``warmup_lr_init`` ``w`` to its own base LR ``b``; ``eta_min`` is absolute too (timm's ``lr_min``). With
+    ``t = max(step - delay, 0)``:
 
     .. math::
         lr_t = w + (b - w) \frac{t}{W} \ (t < W), \qquad
         lr_t = \eta_{min} + \frac{b - \eta_{min}}{2} \Big(1 + \cos\frac{\pi t}{T_{max}}\Big) \ (t \ge W)
 
-    ``delay`` is the official loops' lateness: DeiT / TL-Align step timm's scheduler after each epoch
-    (``t_in_epochs``), so epoch ``e`` trains with the LR of epoch ``e - 1`` (``delay=1``; epochs 0 and 1
-    both at the warm-up start; the recipes' curves: configs/drloc, configs/tlalign). Closed form: it is meant to be
-    the only scheduler of its parameter.
+    ``delay`` is the official loops' lateness: DeiT / TL-Align step timm's scheduler after each epoch, so epoch ``e``
+    trains with the LR of epoch ``e - 1`` (``delay=1``). Closed form: it is meant to be the only scheduler of its
+    parameter.
 
     Args:
         T_max (int): The cosine's period, from step 0 (timm's ``t_initial``).
         warmup (int): ``W`` warm-up steps (timm's ``warmup_t``). Defaults to 0.
-        warmup_lr_init (float): The warm-up's first LR, the same for every group (timm's
-            ``warmup_lr_init``, the official scripts' ``--warmup-lr``). Defaults to 0 (timm's).
+        warmup_lr_init (float): The warm-up's first LR, the same for every group (the official scripts'
+            ``--warmup-lr``). Defaults to 0 (timm's).
         delay (int): Steps by which the official loop applies the schedule late. Defaults to 0.
-        **kwargs: As :class:`~mmengine.optim.CosineAnnealingLR` (``eta_min``, ``begin``, ``end``,
-            ``by_epoch``, ``convert_to_iter_based``, which also converts ``warmup`` and ``delay``).
+        **kwargs: As :class:`~mmengine.optim.CosineAnnealingLR` (``convert_to_iter_based`` also converts ``warmup``
+            and ``delay``).
     """
 
     def __init__(self, optimizer, T_max: int, warmup: int = 0, warmup_lr_init: float = 0., delay: int = 0, **kwargs):
@@ -49,13 +47,10 @@ class TimmCosineLR(CosineAnnealingLR):
         return super().build_iter_from_epoch(*args, warmup=warmup * epoch_length, delay=delay * epoch_length,
                                              epoch_length=epoch_length, **kwargs)
 
-    def value_at(self, base: float, step: int) -> float:
-        """The LR at global ``step`` for a group of base LR ``base``."""
-        t = max(step - self.delay, 0)
-        if t < self.warmup:
-            return self.warmup_lr_init + (base - self.warmup_lr_init) * t / self.warmup
-        eta = self.eta_min if self.eta_min_ratio is None else base * self.eta_min_ratio
-        return eta + (base - eta) * (1 + math.cos(math.pi * t / self.T_max)) / 2
-
     def _get_value(self) -> list:
-        return [self.value_at(base, self.begin + self.last_step) for base in self.base_values]
+        t, w = max(self.begin + self.last_step - self.delay, 0), self.warmup_lr_init
+        if t < self.warmup:
+            return [w + (base - w) * t / self.warmup for base in self.base_values]
+        etas = [self.eta_min if self.eta_min_ratio is None else base * self.eta_min_ratio for base in self.base_values]
+        cosine = (1 + math.cos(math.pi * t / self.T_max)) / 2
+        return [eta + (base - eta) * cosine for base, eta in zip(self.base_values, etas)]

@@ -1,9 +1,7 @@
 """The official DRLoc λ schedule: a linear warm-up, then a linear decay, set per epoch."""
-import logging
 from typing import Dict
 
 from mmengine.hooks import Hook
-from mmengine.logging import print_log
 from mmengine.runner import EpochBasedTrainLoop
 
 from mmvitreg.registry import HOOKS
@@ -14,19 +12,16 @@ from .unwrap import unwrap_model
 class DRLocWeightScheduleHook(Hook):
     r"""Set the weight λ of every :class:`~mmvitreg.models.losses.DRLoc` of the model at each epoch.
 
-    Official code only (yhlleo/VTs-Drloc ``main.py: _weight_decay``, called before every epoch); the
-    paper uses a fixed λ (no hook). With the configured weight ``λ`` and the 0-based epoch ``e``:
+    Official code only (yhlleo/VTs-Drloc ``main.py: _weight_decay``, before every epoch); the paper uses a fixed λ
+    (no hook). With the configured weight ``λ`` and the 0-based epoch ``e``:
 
     .. math::
         λ_e = λ \frac{e}{W} \ (e \le W), \qquad λ_e = λ \Big(1 - \frac{e - W}{T - W}\Big) \ (e > W)
 
-    ``W = warmup_epochs`` (official ``ssl_warmup_epochs`` 20), ``T = total_epochs`` (official
-    ``--total_epochs`` 300, also the LR schedule's length, while the official loop stops after epoch
-    100, so λ ends at 0.714 λ). Epoch 0 trains with λ = 0. λ is constant within an epoch. The
-    configured weights are read once, before training, and each epoch's value is computed from them
-    (so a resumed run continues the same schedule). A model without DRLoc (the baseline of a DRLoc
-    recipe, ``--cfg-options model.aux_losses=[]``) trains unchanged: the hook logs one line and does
-    nothing.
+    ``W = warmup_epochs`` (official ``ssl_warmup_epochs`` 20), ``T = total_epochs`` (official ``--total_epochs``,
+    the LR schedule's length, 300). λ is constant within an epoch, 0 in epoch 0, and computed from the configured
+    weights, read before training (so a resumed run continues the schedule). A model without DRLoc (a baseline,
+    ``model.aux_losses=[]``) trains unchanged, with one warning.
 
     Args:
         warmup_epochs (int): ``W``. Defaults to 20.
@@ -55,8 +50,8 @@ class DRLocWeightScheduleHook(Hook):
                             "(train_cfg=dict(by_epoch=True, ...))")
         self._base = {m: m.loss_weight for m in model.modules() if isinstance(m, DRLoc)}
         if not self._base:
-            print_log('DRLocWeightScheduleHook: the model has no mmvitreg.DRLoc (a baseline run, e.g. '
-                      'model.aux_losses=[]): no λ to schedule', logger='current', level=logging.WARNING)
+            runner.logger.warning('DRLocWeightScheduleHook: the model has no mmvitreg.DRLoc (a baseline run, e.g. '
+                                  'model.aux_losses=[]): no λ to schedule')
 
     def before_train_epoch(self, runner) -> None:
         for loss, weight in self._base.items():

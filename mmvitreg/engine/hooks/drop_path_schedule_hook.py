@@ -1,5 +1,5 @@
 """Change the stochastic-depth rate of a backbone during training (DiversePatch's segmentation recipe)."""
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 from mmengine.hooks import Hook
 from torch import nn
@@ -9,8 +9,7 @@ from .unwrap import unwrap_model
 
 
 def drop_path_modules(root: nn.Module) -> List[nn.Module]:
-    """Every stochastic-depth module under ``root``: mmcv's ``DropPath`` (mmpretrain, mmseg, mmdet and
-    mmvitreg backbones) and timm's, both a class named ``DropPath`` with a ``drop_prob`` attribute."""
+    """Every stochastic-depth module under ``root``: mmcv's and timm's ``DropPath`` (a ``drop_prob`` attribute)."""
     return [m for m in root.modules() if type(m).__name__ == 'DropPath' and hasattr(m, 'drop_prob')]
 
 
@@ -18,29 +17,21 @@ def drop_path_modules(root: nn.Module) -> List[nn.Module]:
 class DropPathScheduleHook(Hook):
     """Stochastic depth that changes over the training iterations.
 
-    `DiversePatch <https://arxiv.org/abs/2104.12753>`_ §5.2, following Swin's segmentation runs:
-    "a stochastic depth dropout of 0.3 for the first 80% of training iterations, and increase the
-    dropout ratio to 0.5 for the last 20%" (the default ``schedule``; the official code ran it as two
-    jobs, 160k iterations at 0.3 then a resume to 200k at 0.5).
+    `DiversePatch <https://arxiv.org/abs/2104.12753>`_ §5.2, following Swin's segmentation runs: "a stochastic
+    depth dropout of 0.3 for the first 80% of training iterations, and increase the dropout ratio to 0.5 for the last
+    20%" (the default ``schedule``).
 
-    The rate is the backbone's ``drop_path_rate``: the *largest* per-block rate, the others scaled as
-    the backbone set them (``linspace(0, rate, depth)`` in every library). At the start of the run the
-    hook finds the ``DropPath`` modules under ``module`` (:func:`drop_path_modules`), records each
-    one's share ``p_i / max_j p_j``, and before every training iteration sets
-    ``p_i = share_i * rate(iter / max_iters)``, where ``rate`` is the last entry of ``schedule`` whose
-    start fraction has been reached. Works in iteration- and epoch-based loops (``runner.max_iters``),
-    on resume, and in mmpretrain, mmseg and mmdet configs alike::
+    The rate is the backbone's ``drop_path_rate``, the *largest* per-block rate. At the start of the run the hook
+    records each ``DropPath`` module's share ``p_i / max_j p_j`` (:func:`drop_path_modules`) and before every training
+    iteration sets ``p_i = share_i * rate(iter / max_iters)``, ``rate`` the last entry of ``schedule`` reached.
+    The backbone must be built with a positive ``drop_path_rate`` (a block of rate 0 has no ``DropPath``)::
 
         custom_hooks = [dict(type='mmvitreg.DropPathScheduleHook', schedule=[(0., 0.3), (0.8, 0.5)])]
 
-    The backbone must be built with a positive ``drop_path_rate`` (blocks built with rate 0 have no
-    ``DropPath`` module to change); its value only fixes the per-block shares.
-
     Args:
-        schedule (Sequence[Tuple[float, float]]): ``(start fraction of max_iters, rate)`` pairs with
-            increasing fractions, the first at 0. Defaults to ``((0., 0.3), (0.8, 0.5))`` (paper).
-        module (str): The submodule of the model to search (``''`` for the whole model). Defaults to
-            ``'backbone'``.
+        schedule (Sequence[Tuple[float, float]]): ``(start fraction of max_iters, rate)`` pairs with increasing
+            fractions, the first at 0. Defaults to ``((0., 0.3), (0.8, 0.5))`` (paper).
+        module (str): The submodule of the model to search (``''``: the whole model). Defaults to ``'backbone'``.
     """
 
     priority = 'NORMAL'
@@ -54,8 +45,7 @@ class DropPathScheduleHook(Hook):
         if any(not 0 <= r < 1 for _, r in schedule):
             raise ValueError(f'drop-path rates must be in [0, 1), got {schedule}')
         self.schedule, self.module = schedule, module
-        self.shares: Optional[List[Tuple[nn.Module, float]]] = None
-        self.rate: Optional[float] = None
+        self.shares, self.rate = None, None  # (DropPath, share of the rate) pairs, set in before_run; the rate set
 
     def rate_at(self, progress: float) -> float:
         """The scheduled rate at ``progress`` (the fraction of ``max_iters`` done)."""

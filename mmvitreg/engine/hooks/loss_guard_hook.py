@@ -9,8 +9,7 @@ from mmvitreg.registry import HOOKS
 from .drop_path_schedule_hook import drop_path_modules
 from .unwrap import unwrap_model
 
-#: a stochastic-depth rate from which the loss guard's hint names drop path first: the kept residual branches are
-#: scaled by ``1 / (1 - rate)``, at least 2x, and beyond 1 the scale is negative or infinite
+#: a stochastic-depth rate from which the hint names drop path first: the kept branches are scaled by at least 2x
 LARGE_DROP_PATH_RATE = 0.5
 
 
@@ -22,18 +21,11 @@ class NonFiniteLossError(RuntimeError):
 class LossGuardHook(Hook):
     """Stops the run at the first iteration whose loss is NaN or infinite.
 
-    Without it mmengine keeps stepping with NaN gradients, logs ``loss: nan`` and saves NaN
-    weights over the last good checkpoint's successors. This hook reads the logged loss terms of
-    every training iteration (``loss`` and each named term, e.g. ``loss_cls``, ``loss_token``) and
-    raises :class:`NonFiniteLossError` naming the iteration (1-based, as the logger counts), the
-    epoch, every non-finite term and the last checkpoint whose weights are all finite (:meth:`last_finite`),
-    before any later hook (logger, checkpoint) runs, so nothing is written after the bad step. In a distributed run every rank stops at the same iteration (the
-    finding is all-reduced), so no rank waits forever for the others.
-
-    The error's hint names drop path first when the model's largest stochastic-depth rate (the backbone's
-    ``drop_path_rate``) is :data:`LARGE_DROP_PATH_RATE` or more.
-
-    :class:`GuardedRunner` registers this hook for every run of ``tools/train.py``.
+    Without it mmengine keeps stepping with NaN gradients and saves NaN weights. This hook reads the logged loss terms
+    of every training iteration and raises :class:`NonFiniteLossError` naming the iteration (1-based, as the logger
+    counts), the epoch, every non-finite term, the last checkpoint whose weights are all finite (:meth:`last_finite`)
+    and what to try (:meth:`hint`), before any later hook (logger, checkpoint) runs. In a distributed run every rank
+    stops at the same iteration (the finding is all-reduced).
 
     Not mmdet's ``CheckInvalidLossHook``: it ``assert``s (gone under ``python -O``) the total loss every 50 iterations,
     on one rank, naming no term; and mmdet is no dependency of a classification install.
@@ -43,8 +35,7 @@ class LossGuardHook(Hook):
 
     @staticmethod
     def non_finite_terms(outputs: dict) -> dict:
-        """``{name: value}`` of the non-finite loss terms in ``outputs`` (the total ``loss`` only when
-        no named term is non-finite)."""
+        """``{name: value}`` of the non-finite loss terms in ``outputs`` (``loss``, the total, only if no other)."""
         bad = {}
         for name, value in (outputs or {}).items():
             if 'loss' not in name:
@@ -72,19 +63,18 @@ class LossGuardHook(Hook):
 
     @staticmethod
     def last_finite(runner) -> str:
-        """Where to go on from: the runner's ``last_finite_checkpoint`` (:class:`~mmvitreg.engine.GuardedRunner`
-        writes none whose weights are not finite; another runner's files are not known to be sound)."""
+        """Where to go on from: the runner's ``last_finite_checkpoint`` (:class:`~mmvitreg.engine.GuardedRunner`'s;
+        another runner's files are not known to be sound)."""
         if not hasattr(runner, 'last_finite_checkpoint'):
             return 'this runner writes checkpoints unchecked: check their weights before resuming'
-        last = runner.last_finite_checkpoint
-        return (f'the last resumable checkpoint with finite weights is {last}' if last
-                else 'this run has no resumable checkpoint yet')
+        if not runner.last_finite_checkpoint:
+            return 'this run has no resumable checkpoint yet'
+        return f'the last resumable checkpoint with finite weights is {runner.last_finite_checkpoint}'
 
     @staticmethod
     def hint(model) -> str:
         """What to try, drop path first when the model's largest ``DropPath`` rate is large."""
-        hint = ('lower the learning rate, check the data of this batch, or add gradient clipping: '
-                'optim_wrapper.clip_grad')
+        hint = 'lower the learning rate, check the data of this batch, or clip gradients: optim_wrapper.clip_grad'
         rate = max((m.drop_prob for m in drop_path_modules(unwrap_model(model))), default=0.)
         if rate >= LARGE_DROP_PATH_RATE:
             hint = (f'the model drops residual branches with rates up to {rate:g} and scales the kept ones by '

@@ -1,5 +1,4 @@
 """Save and restore the random number generators with the checkpoint, so a resumed run is exact."""
-import logging
 import random
 from functools import partial
 from typing import Optional
@@ -8,16 +7,14 @@ import numpy as np
 import torch
 from mmengine.dist import all_gather_object, get_rank, get_world_size
 from mmengine.hooks import Hook
-from mmengine.logging import print_log
 
 from mmvitreg.registry import HOOKS
 
 
 def capture_rng_state() -> dict:
-    """The state of every global generator a training step draws from: Python's ``random``,
-    NumPy's legacy global generator (MixToken's ``lam`` and box, mmpretrain's Mixup/CutMix,
-    random augmentations), torch's CPU generator (drop path, dropout, the data loader's base seed,
-    ``randperm`` partners) and, when present, every CUDA device's."""
+    """The state of every global generator a training step draws from: Python's ``random``, NumPy's (MixToken,
+    mmpretrain's Mixup/CutMix, augmentations), torch's CPU generator (drop path, dropout, the loader's base seed) and,
+    when present, every CUDA device's."""
     state = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state['cuda'] = torch.cuda.get_rng_state_all()
@@ -45,10 +42,8 @@ def train_sampler(loader) -> Optional[object]:
 
 def follow_seed(runner, sampler_seed: int) -> None:
     """Put the resumed run's training data on the checkpoint's seed: the sampler draws the order from
-    ``sampler_seed``, the one the checkpoint's run drew it from, and mmengine's ``worker_init_fn`` seeds the workers
-    from ``runner.seed`` (the checkpoint's, which :meth:`~mmengine.runner.Runner.resume` has set). An order drawn
-    when the sampler was built (``InfiniteSampler``) is drawn again, and an iteration-based loop's iterator, made when
-    the loop was built, made again."""
+    ``sampler_seed`` and ``worker_init_fn`` seeds the workers from ``runner.seed`` (the checkpoint's, set by mmengine's
+    resume); an order or an iterator made at build time (``InfiniteSampler``, ``IterBasedTrainLoop``) is made again."""
     loop = runner.train_loop
     loader, sampler = loop.dataloader, train_sampler(loop.dataloader)
     init = loader.worker_init_fn
@@ -68,40 +63,27 @@ def follow_seed(runner, sampler_seed: int) -> None:
 class RNGStateHook(Hook):
     """Makes ``--resume`` continue with the random draws the uninterrupted run would have made.
 
-    mmengine 0.10.7 checkpoints hold the weights, optimizer, schedulers and the seed, but not the
-    generators' states, so a resumed run re-seeds and draws different MixToken boxes, drop-path
-    masks and augmentations than the run it continues. This hook
+    mmengine 0.10.7 checkpoints hold the seed but not the generators' states, so a resumed run draws other MixToken
+    boxes, drop-path masks and augmentations than the run it continues. This hook
 
-    * adds ``rng_state`` (:func:`capture_rng_state`; one per rank in a distributed run) to every
-      checkpoint, captured where the checkpoint is saved;
-    * on resume, restores it just before the first resumed training iteration (after mmengine has
-      re-seeded), each rank its own;
-    * records the training sampler's seed (``rng_state['sampler_seed']``: the data order) and, on resume, gives it
-      back to the sampler, and the checkpoint's seed to the data-loader workers' seeding: mmengine's resume re-seeds
-      the run with the checkpoint's ``seed`` (:meth:`~mmengine.runner.Runner.resume`), but the sampler and the
-      workers' ``worker_init_fn`` were built with the config's, so a resume with another ``randomness.seed`` (or
-      ``seed=None``) drew another data order; the whole resumed run now follows the checkpoint's seed;
-    * keeps validation from consuming the training generators (state saved before validation and
-      put back after), so the random draws of training do not depend on how often it validates -
-      a resumed run skips the validation the uninterrupted one ran right after the checkpoint.
+    * saves ``rng_state`` (:func:`capture_rng_state`, one per rank) in every checkpoint and, on resume, restores it,
+      each rank its own, just before the first resumed training iteration (after mmengine has re-seeded);
+    * saves the training sampler's seed and, on resume, gives the run's data order the checkpoint's seed
+      (:func:`follow_seed`): the sampler and the workers were built with the config's;
+    * keeps validation from drawing from the training generators, so the draws do not depend on how often a run
+      validates (a resumed run skips the validation right after the checkpoint).
 
-    With it, N iterations + resume to 2N equals 2N straight, bit for bit on CPU with deterministic
-    settings, when the checkpoint falls at an epoch end (epoch-based loops; mmengine's iter-based
-    loop re-reads the batches it skips on resume) and the data loader has no persistent workers
-    (their generators live in worker processes; with ``num_workers=0`` or non-persistent workers
-    every draw is made in, or seeded from, the main process). :class:`GuardedRunner` registers
-    this hook for every run of ``tools/train.py``.
+    N iterations + resume to 2N then equals 2N straight, bit for bit on CPU with deterministic settings, when the
+    checkpoint falls at an epoch end (mmengine's iter-based loop re-reads the batches it skips) and the data loader
+    has no persistent workers (their generators live in the worker processes).
     """
 
     priority = 'HIGH'  # before CheckpointHook (VERY_LOW) captures in after_train_*
 
     def __init__(self):
-        self._rank_states: Optional[list] = None
-        self._pending: Optional[dict] = None
-        self._before_val: Optional[dict] = None
-        self._sampler_seed: Optional[int] = None
+        # every rank's state (distributed), the state to restore, the state before validation, the sampler's seed
+        self._rank_states = self._pending = self._before_val = self._sampler_seed = None
 
-    # ---- saving
     def _gather(self):
         if get_world_size() > 1:  # checkpoints are saved on rank 0 only: collect every rank's state
             self._rank_states = all_gather_object(capture_rng_state())
@@ -123,32 +105,29 @@ class RNGStateHook(Hook):
         if sampler is not None:
             checkpoint['rng_state']['sampler_seed'] = sampler.seed
 
-    # ---- resuming
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         ranks = checkpoint.get('rng_state', {}).get('ranks')
         if not runner._resume:
             return  # load_from (fine-tuning) starts its own random stream
         if ranks is None:
-            print_log('the checkpoint holds no random-generator state (saved without RNGStateHook): the resumed '
-                      'run draws different random numbers than an uninterrupted run would',
-                      logger='current', level=logging.WARNING)
+            runner.logger.warning('the checkpoint holds no random-generator state (saved without RNGStateHook): the '
+                                  'resumed run draws different random numbers than an uninterrupted run would')
             return
         if len(ranks) != get_world_size():
-            print_log(f'the checkpoint holds the random-generator states of {len(ranks)} process(es) but this run '
-                      f'has {get_world_size()}: each rank restores the state of rank (its rank mod {len(ranks)})',
-                      logger='current', level=logging.WARNING)
+            runner.logger.warning(f'the checkpoint holds the random-generator states of {len(ranks)} process(es) but '
+                                  f'this run has {get_world_size()}: each rank restores the state of rank (its rank '
+                                  f'mod {len(ranks)})')
         self._pending = ranks[get_rank() % len(ranks)]
         self._sampler_seed = checkpoint['rng_state'].get('sampler_seed')
-        if self._sampler_seed is None and (checkpoint.get('meta') or {}).get('seed') != runner.cfg.get(
-                'randomness', {}).get('seed'):
-            print_log("the checkpoint does not record its sampler's seed (saved by an older mmvitreg): the data order "
-                      "follows this run's randomness.seed, not the checkpoint's", logger='current',
-                      level=logging.WARNING)
+        seeds = (checkpoint.get('meta') or {}).get('seed'), runner.cfg.get('randomness', {}).get('seed')
+        if self._sampler_seed is None and seeds[0] != seeds[1]:
+            runner.logger.warning("the checkpoint does not record its sampler's seed (saved by an older mmvitreg): "
+                                  "the data order follows this run's randomness.seed, not the checkpoint's")
         loader = runner.cfg.get('train_dataloader') or {}
         if loader.get('num_workers', 0) > 0 and loader.get('persistent_workers', False):
-            print_log('resuming with persistent data-loader workers: their random generators are not part of the '
-                      'checkpoint, so random augmentations differ from an uninterrupted run '
-                      '(persistent_workers=False makes them reproducible)', logger='current', level=logging.WARNING)
+            runner.logger.warning('resuming with persistent data-loader workers: their random generators are not part '
+                                  'of the checkpoint, so random augmentations differ from an uninterrupted run '
+                                  '(persistent_workers=False makes them reproducible)')
 
     def before_train(self, runner) -> None:
         # after Runner.resume, which may re-seed every generator
@@ -159,7 +138,6 @@ class RNGStateHook(Hook):
             follow_seed(runner, self._sampler_seed)
             self._sampler_seed = None
 
-    # ---- validation does not draw from the training stream
     def before_val(self, runner) -> None:
         self._before_val = capture_rng_state()
 
