@@ -11,6 +11,7 @@ finder, so a compiled ``mmcv._ext`` is always the one used; only a process that 
 is none (which would fail without it) imports mmvitreg, whose :mod:`mmvitreg.mmcv_ops` fills the module.
 A top-level module, as the hook of a ``.pth`` must be importable without running ``mmvitreg/__init__.py``.
 """
+
 import sys
 
 
@@ -21,6 +22,7 @@ class StandIn:
         if name != 'mmcv._ext':
             return None
         from importlib.machinery import ModuleSpec
+
         return ModuleSpec(name, self)
 
     def create_module(self, spec):
@@ -28,6 +30,7 @@ class StandIn:
 
     def exec_module(self, module):
         from mmvitreg.mmcv_ops import serve
+
         serve(module)
 
 

@@ -31,6 +31,7 @@ Both wheels also get ``_mmvitreg_mmcv_ext.pth`` at the top of site-packages: at 
 of the top-level module ``_mmvitreg_mmcv_ext`` on ``sys.meta_path`` (``mmcv._ext`` served where mmcv has no compiled
 one, for mmseg's and mmdet's own tools: the module's docstring says what it reaches and costs).
 """
+
 import json
 import shutil
 import subprocess
@@ -38,15 +39,18 @@ import sys
 import warnings
 from pathlib import Path
 
-from setuptools import find_packages, setup
+from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 MIM_ITEMS = ('configs', 'tools', 'model-index.yml')
 # silent where the module is gone (an editable install whose checkout moved): site would print a traceback at
 # every start of that environment's Python, pip's included
-STARTUP_HOOK = ('_mmvitreg_mmcv_ext.pth', "import importlib.util; importlib.util.find_spec('_mmvitreg_mmcv_ext') "
-                "and __import__('_mmvitreg_mmcv_ext').install()\n")
+STARTUP_HOOK = (
+    '_mmvitreg_mmcv_ext.pth',
+    "import importlib.util; importlib.util.find_spec('_mmvitreg_mmcv_ext') "
+    "and __import__('_mmvitreg_mmcv_ext').install()\n",
+)
 
 
 def requirements(name):
@@ -70,8 +74,8 @@ def mmcv_requirement():
     probe = 'import importlib.metadata as md; md.distribution("mmcv")'
     if subprocess.run([sys.executable, '-E', '-c', probe], capture_output=True).returncode == 0:
         return 'mmcv'
-    mmcv, = requirements('mminstall.txt')
-    return 'mmcv-lite' + mmcv[len('mmcv'):]
+    (mmcv,) = requirements('mminstall.txt')
+    return 'mmcv-lite' + mmcv[len('mmcv') :]
 
 
 class BuildPyWithMim(build_py):
@@ -107,9 +111,11 @@ class BuildPyWithMim(build_py):
         mode = self.distribution.get_command_obj('editable_wheel').mode
         if not wheel_root or str(mode).lower() == 'lenient':
             # (lenient: a mmvitreg/ folder in site-packages would hide the checkout's package from import)
-            warnings.warn(f'editable install without mmvitreg/.mim (setuptools: wheel folder {wheel_root!r}, mode '
-                          f'{mode!r}): `mim train/test/search mmvitreg` will not find it; install in compat mode '
-                          '(the default here) or not editable for mim')
+            warnings.warn(
+                f'editable install without mmvitreg/.mim (setuptools: wheel folder {wheel_root!r}, mode '
+                f'{mode!r}): `mim train/test/search mmvitreg` will not find it; install in compat mode '
+                '(the default here) or not editable for mim'
+            )
             return
         Path(wheel_root, STARTUP_HOOK[0]).write_text(STARTUP_HOOK[1])
         mim = Path(wheel_root, 'mmvitreg', '.mim')
@@ -130,14 +136,20 @@ def editable_mim_files():
             continue  # a module of a package beside the tools (studies/): the checkout's scripts import it there
         files[tool.relative_to(ROOT).as_posix()] = (
             f'{head}import runpy\nimport sys\n\nsys.path[0] = {str(tool.parent)!r}\n'
-            f'runpy.run_path({str(tool)!r}, run_name=\'__main__\')\n')
+            f'runpy.run_path({str(tool)!r}, run_name=\'__main__\')\n'
+        )
     return files
 
 
 setup(
     install_requires=requirements('runtime.txt') + [mmcv_requirement()],
-    extras_require={'seg': requirements('seg.txt'), 'det': requirements('det.txt'), 'all': requirements('all.txt'),
-                    'mim': requirements('mim.txt'), 'tests': requirements('tests.txt')},
+    extras_require={
+        'seg': requirements('seg.txt'),
+        'det': requirements('det.txt'),
+        'all': requirements('all.txt'),
+        'mim': requirements('mim.txt'),
+        'tests': requirements('tests.txt'),
+    },
     cmdclass={'build_py': BuildPyWithMim},
     options={'editable_wheel': {'mode': 'compat'}},  # see the module's docstring
     # here, not in pyproject.toml, whose string form needs setuptools >= 77 and whose table form is deprecated

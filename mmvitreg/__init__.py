@@ -4,6 +4,7 @@ Importing the package applies the gated workarounds of :mod:`mmvitreg.compat` an
 ops, serves ``mmcv._ext`` from torchvision's kernels (:mod:`mmvitreg.mmcv_ops`). Components are reached from
 mmpretrain, mmseg and mmdet configs as ``type='mmvitreg.<Name>'`` (:mod:`mmvitreg.registry`).
 """
+
 from _mmvitreg_mmcv_ext import install as _install_mmcv_ops
 
 from .compat import apply as _apply_compat

@@ -1,6 +1,7 @@
 """The workarounds ``import mmvitreg`` applies to its hosts where the installed versions need them (what each
 changes and why: docs/workarounds.md). None changes what a host function does for a model with no mmvitreg module.
 """
+
 import importlib.metadata
 import os.path as osp
 import warnings
@@ -32,6 +33,7 @@ def is_mmvitreg_model(model: torch.nn.Module) -> bool:
 class Patch:
     """One workaround: its name (as :func:`needed` and :func:`applied` list it), the upstream issue it answers,
     its gate ``needed()`` (whether the installed stack needs it) and ``patch()`` (applied at most once)."""
+
     name: str
     upstream: str
     needed: Callable[[], bool]
@@ -43,14 +45,17 @@ PATCHES: List[Patch] = []
 
 def workaround(name: str, upstream: str, needed: Callable[[], bool]):
     """Register the decorated function as the :class:`Patch` ``name`` (:data:`PATCHES` keeps their order)."""
+
     def register(patch: Callable[[], None]):
         PATCHES.append(Patch(name, upstream, needed, patch))
         return patch
+
     return register
 
 
 def _mmengine_lacks_mmvitreg() -> bool:
     from mmengine.config.utils import MODULE2PACKAGE
+
     return 'mmvitreg' not in MODULE2PACKAGE
 
 
@@ -86,27 +91,40 @@ def _multimodal_breaks_mmpretrain() -> bool:
     return mmpretrain < Version('1.3') and transformers >= Version('5')
 
 
-@workaround('multimodal_off', 'not fixed upstream (mmpretrain 1.2.0 is the latest release)',
-            _multimodal_breaks_mmpretrain)
+@workaround(
+    'multimodal_off', 'not fixed upstream (mmpretrain 1.2.0 is the latest release)', _multimodal_breaks_mmpretrain
+)
 def _turn_multimodal_off():
     """mmpretrain's ``WITH_MULTIMODAL`` set to False before its models are imported, with one warning."""
     from mmpretrain.utils import dependency  # mmpretrain's top level, not its models
+
     dependency.WITH_MULTIMODAL = False
-    warnings.warn(f'mmpretrain {installed_version("mmpretrain")}\'s multimodal models (BLIP, CLIP, Flamingo, ...) '
-                  f'need transformers < 5, and transformers {installed_version("transformers")} is installed: '
-                  'mmvitreg turned them off (mmvitreg.compat multimodal_off) so that mmpretrain.models imports; '
-                  'install "transformers>=4.28,<5" to use them', stacklevel=3)
+    warnings.warn(
+        f'mmpretrain {installed_version("mmpretrain")}\'s multimodal models (BLIP, CLIP, Flamingo, ...) '
+        f'need transformers < 5, and transformers {installed_version("transformers")} is installed: '
+        'mmvitreg turned them off (mmvitreg.compat multimodal_off) so that mmpretrain.models imports; '
+        'install "transformers>=4.28,<5" to use them',
+        stacklevel=3,
+    )
 
 
 #: whether mmengine's checkpoint reader reads for a model holding an mmvitreg module
 _MMVITREG_READ = ContextVar('mmvitreg_model_read', default=False)
 #: the modules that import mmengine's ``load_checkpoint`` by name
-_LOAD_CHECKPOINT_HOLDERS = ('mmengine.runner.checkpoint', 'mmengine.runner', 'mmpretrain.apis.base',
-                            'mmseg.apis.inference', 'mmdet.apis.inference')
+_LOAD_CHECKPOINT_HOLDERS = (
+    'mmengine.runner.checkpoint',
+    'mmengine.runner',
+    'mmpretrain.apis.base',
+    'mmseg.apis.inference',
+    'mmdet.apis.inference',
+)
 
 
-@workaround('mmvitreg_model_loading', 'not an upstream defect: mmengine has no per-model checkpoint conversion',
-            lambda: installed_version('mmengine') is not None)
+@workaround(
+    'mmvitreg_model_loading',
+    'not an upstream defect: mmengine has no per-model checkpoint conversion',
+    lambda: installed_version('mmengine') is not None,
+)
 def _patch_mmvitreg_model_loading():
     """A model holding an mmvitreg module, in mmengine's loaders (``Runner.load_checkpoint``, ``load_checkpoint``,
     ``BaseInferencer``: the hosts' tools, ``get_model``, ``init_model``): a local file is read by
@@ -126,6 +144,7 @@ def _patch_mmvitreg_model_loading():
         if not _MMVITREG_READ.get():
             return read(filename, map_location, logger)
         from mmvitreg.fileio import checkpoint_globals, read_checkpoint
+
         if '://' not in str(filename):
             return read_checkpoint(filename, map_location)
         with checkpoint_globals():  # a URL: mmengine's download and cache (torch.hub's, rank 0 first), its torch.load
@@ -135,6 +154,7 @@ def _patch_mmvitreg_model_loading():
         if not is_mmvitreg_model(model):
             return load_to_model(model, checkpoint, strict, logger, revise_keys)
         from mmvitreg.engine.checkpoint import fill_model
+
         return fill_model(model, checkpoint, revise_keys)
 
     def reading_for(model, load, *args, **kwargs):

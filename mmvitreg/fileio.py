@@ -3,6 +3,7 @@
 hold: torch's own list is never widened for the process) and :func:`atomic_write`. How checkpoints are loaded:
 :mod:`mmvitreg.engine.checkpoint`.
 """
+
 import argparse
 import os
 import os.path as osp
@@ -13,7 +14,7 @@ import socket
 import stat
 import time
 from contextlib import ExitStack, contextmanager, suppress
-from typing import Callable, IO, Iterator, List, Optional, Tuple
+from typing import IO, Callable, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -23,8 +24,10 @@ from packaging.version import Version
 #: environment variable that lets :func:`load_checkpoint` unpickle anything (``--unsafe-load`` sets it)
 UNSAFE_LOAD_ENV = 'MMVITREG_UNSAFE_LOAD'
 #: the help of every tool's ``--unsafe-load`` flag
-UNSAFE_LOAD_HELP = (f'unpickle checkpoints without the allow-list of what checkpoints hold (as {UNSAFE_LOAD_ENV}=1 '
-                    'does): a pickle can run code, so only for files you trust')
+UNSAFE_LOAD_HELP = (
+    f'unpickle checkpoints without the allow-list of what checkpoints hold (as {UNSAFE_LOAD_ENV}=1 '
+    'does): a pickle can run code, so only for files you trust'
+)
 #: torch >= 2.6: ``weights_only=True`` by default, allow-list entries by name; an older torch unpickles everything by
 #: default, and :func:`load_checkpoint` with it
 TORCH_WEIGHTS_ONLY = Version(torch.__version__).release >= (2, 6)
@@ -79,9 +82,9 @@ def _numpy_reconstruct(subtype, shape, typecode) -> np.ndarray:
     """numpy's ``_reconstruct(numpy.ndarray, (0,), b'b')``: the empty array whose BUILD (``ndarray.__setstate__``)
     sets its dtype (one of :func:`_numpy_dtype`'s: numpy takes no other object there) and data, which numpy checks
     against the shape (``buffer size does not match array size``)."""
-    if subtype is not _numpy_array_type or tuple(shape) != (0, ) or typecode != b'b':
+    if subtype is not _numpy_array_type or tuple(shape) != (0,) or typecode != b'b':
         raise pickle.UnpicklingError(f'numpy _reconstruct{(subtype, shape, typecode)!r} is not a plain array')
-    return _NUMPY_RECONSTRUCT(np.ndarray, (0, ), b'b')
+    return _NUMPY_RECONSTRUCT(np.ndarray, (0,), b'b')
 
 
 def _numpy_scalar(dtype, data: bytes):
@@ -89,8 +92,9 @@ def _numpy_scalar(dtype, data: bytes):
     numeric = isinstance(dtype, np.dtype) and dtype.kind in NUMPY_KINDS
     if not (numeric and isinstance(data, bytes) and len(data) == dtype.itemsize):
         got = f'{len(data)} bytes' if isinstance(data, bytes) else f'a {type(data).__name__}'  # no crafted repr
-        raise pickle.UnpicklingError(f'numpy scalar({dtype if numeric else type(dtype).__name__}, {got}) is not a '
-                                     'number of a checkpoint dtype')
+        raise pickle.UnpicklingError(
+            f'numpy scalar({dtype if numeric else type(dtype).__name__}, {got}) is not a number of a checkpoint dtype'
+        )
     return _NUMPY_SCALAR(dtype, data)
 
 
@@ -135,10 +139,13 @@ class _CheckedHistoryBuffer(_StandIn, HistoryBuffer):
             return False
         histories = [state.get(k) for k in ('_log_history', '_count_history')]
         methods = state.get('statistics_methods', {})
-        return (type(state.get('max_length')) is int and isinstance(methods, dict)
-                and all(isinstance(h, np.ndarray) and h.ndim == 1 and h.dtype.kind in NUMPY_KINDS for h in histories)
-                and len({len(h) for h in histories}) == 1
-                and all(_statistics().get(k) is v for k, v in methods.items()))
+        return (
+            type(state.get('max_length')) is int
+            and isinstance(methods, dict)
+            and all(isinstance(h, np.ndarray) and h.ndim == 1 and h.dtype.kind in NUMPY_KINDS for h in histories)
+            and len({len(h) for h in histories}) == 1
+            and all(_statistics().get(k) is v for k, v in methods.items())
+        )
 
 
 class _CheckedNamespace(_StandIn, argparse.Namespace):
@@ -162,7 +169,9 @@ def checkpoint_safe_globals() -> list:
     return [
         (_CheckedHistoryBuffer, 'mmengine.logging.history_buffer.HistoryBuffer'),
         (_history_buffer_statistic, 'builtins.getattr'),
-        (_numpy_dtype, 'numpy.dtype'), (_numpy_array_type, 'numpy.ndarray'), *numpy_names,
+        (_numpy_dtype, 'numpy.dtype'),
+        (_numpy_array_type, 'numpy.ndarray'),
+        *numpy_names,
         # the BUILD of a dtype that _numpy_dtype returned: numpy leaves these dtypes as they are
         *sorted(dtype_classes, key=str),
         # the BUILD of the array _numpy_reconstruct returned (numpy checks it); no GLOBAL spells a line break, so no
@@ -206,7 +215,8 @@ def load_checkpoint(file, map_location=None, name: Optional[str] = None, unsafe:
         raise UnsafeCheckpointError(
             f'checkpoint {name or file}: refused to unpickle {what}: it is not on mmvitreg\'s allow-list of what '
             'checkpoints hold, and unpickling it could run code; if you trust the file, pass --unsafe-load '
-            f'(tools/train.py, tools/test.py, the converters) or set {UNSAFE_LOAD_ENV}=1') from None
+            f'(tools/train.py, tools/test.py, the converters) or set {UNSAFE_LOAD_ENV}=1'
+        ) from None
 
 
 def first_line(e: BaseException) -> str:
@@ -222,6 +232,7 @@ def open_regular_file(path: str, name: str, bounds: Tuple[int, int], error: type
     byte is read. ``os.stat`` decides before the open, which does not block (a FIFO swapped in meanwhile), and the
     open descriptor is checked again. Each refusal is one ``error`` (``missing``, if given, for a missing file)
     ``'<name> <problem>; <fix>'``."""
+
     def refuse(problem: str, cls: type = error) -> Exception:
         return cls(f'{name} {problem}' + (f'; {fix}' if fix else ''))
 
@@ -259,26 +270,33 @@ def read_checkpoint(filename: str, map_location='cpu', unsafe: Optional[bool] = 
             PyTorch checkpoint dict, or names a global outside the allow-list (one line naming the file).
     """
     from mmengine.fileio import get_local_path
+
     filename = str(filename)
     memory = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
     with ExitStack() as stack:
         try:  # a local path is itself
             path = stack.enter_context(get_local_path(filename))
         except Exception as e:  # no backend for the prefix, a network or permission error, ...
-            raise CheckpointError(f"checkpoint {filename}: cannot be fetched through mmengine's file backends "
-                                  f'({first_line(e)}); download it and give the local path') from None
+            raise CheckpointError(
+                f"checkpoint {filename}: cannot be fetched through mmengine's file backends "
+                f'({first_line(e)}); download it and give the local path'
+            ) from None
         f = stack.enter_context(open_regular_file(path, f'checkpoint {filename}', (1, memory), CheckpointError))
         try:
             checkpoint = load_checkpoint(f, map_location, name=filename, unsafe=unsafe)
         except UnsafeCheckpointError as e:  # its message names the file, the global and the opt-in
             raise CheckpointError(str(e)) from None
         except Exception as e:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for damaged files
-            raise CheckpointError(f'checkpoint {filename}: not a readable PyTorch checkpoint '
-                                  f'({os.fstat(f.fileno()).st_size} bytes; truncated or another format): '
-                                  f'{first_line(e)}') from None
+            raise CheckpointError(
+                f'checkpoint {filename}: not a readable PyTorch checkpoint '
+                f'({os.fstat(f.fileno()).st_size} bytes; truncated or another format): '
+                f'{first_line(e)}'
+            ) from None
     if not isinstance(checkpoint, dict):
-        raise CheckpointError(f'checkpoint {filename}: holds a {type(checkpoint).__name__}, not a checkpoint '
-                              '(a dict with a state_dict, or a state dict)')
+        raise CheckpointError(
+            f'checkpoint {filename}: holds a {type(checkpoint).__name__}, not a checkpoint '
+            '(a dict with a state_dict, or a state dict)'
+        )
     return checkpoint
 
 

@@ -3,6 +3,7 @@ reaches a component as ``type='mmvitreg.Name'`` under its own ``default_scope`` 
 models built on mmseg's and mmdet's classes are imported only when asked for (:class:`HostedRegistry`), so a
 classification run imports nothing of mmseg and mmdet.
 """
+
 import sys
 from importlib import import_module
 from typing import Sequence
@@ -29,18 +30,28 @@ class HostedRegistry(Registry):
         return found
 
 
-MODELS = HostedRegistry('model', parent=mmengine_registry.MODELS, scope='mmvitreg', locations=['mmvitreg.models'],
-                        host_locations=['mmvitreg.models.segmentors', 'mmvitreg.models.detectors'])
+MODELS = HostedRegistry(
+    'model',
+    parent=mmengine_registry.MODELS,
+    scope='mmvitreg',
+    locations=['mmvitreg.models'],
+    host_locations=['mmvitreg.models.segmentors', 'mmvitreg.models.detectors'],
+)
 DATASETS = Registry('dataset', parent=mmengine_registry.DATASETS, scope='mmvitreg', locations=['mmvitreg.datasets'])
 TRANSFORMS = Registry(
-    'transform', parent=mmengine_registry.TRANSFORMS, scope='mmvitreg', locations=['mmvitreg.datasets'])
+    'transform', parent=mmengine_registry.TRANSFORMS, scope='mmvitreg', locations=['mmvitreg.datasets']
+)
 HOOKS = Registry('hook', parent=mmengine_registry.HOOKS, scope='mmvitreg', locations=['mmvitreg.engine'])
 MODEL_WRAPPERS = Registry(
-    'model_wrapper', parent=mmengine_registry.MODEL_WRAPPERS, scope='mmvitreg', locations=['mmvitreg.utils'])
+    'model_wrapper', parent=mmengine_registry.MODEL_WRAPPERS, scope='mmvitreg', locations=['mmvitreg.utils']
+)
 OPTIM_WRAPPERS = Registry(
-    'optim_wrapper', parent=mmengine_registry.OPTIM_WRAPPERS, scope='mmvitreg', locations=['mmvitreg.engine'])
+    'optim_wrapper', parent=mmengine_registry.OPTIM_WRAPPERS, scope='mmvitreg', locations=['mmvitreg.engine']
+)
 PARAM_SCHEDULERS = Registry(
-    'parameter scheduler', parent=mmengine_registry.PARAM_SCHEDULERS, scope='mmvitreg', locations=['mmvitreg.engine'])
+    'parameter scheduler', parent=mmengine_registry.PARAM_SCHEDULERS, scope='mmvitreg', locations=['mmvitreg.engine']
+)
 RUNNERS = Registry('runner', parent=mmengine_registry.RUNNERS, scope='mmvitreg', locations=['mmvitreg.engine'])
 WEIGHT_INITIALIZERS = Registry(
-    'weight initializer', parent=mmengine_registry.WEIGHT_INITIALIZERS, scope='mmvitreg', locations=['mmvitreg.engine'])
+    'weight initializer', parent=mmengine_registry.WEIGHT_INITIALIZERS, scope='mmvitreg', locations=['mmvitreg.engine']
+)

@@ -1,5 +1,6 @@
 """Config and command-line helpers shared by the tools in ``tools/``: reading and checking a config, its data
 (:func:`check_data`) and its model; building the model and the data a tool analyses (:func:`build_model`)."""
+
 import argparse
 import difflib
 import importlib.util
@@ -32,6 +33,7 @@ def check_plugin_types(cfg) -> None:
     from mmengine.registry import Registry
 
     from mmvitreg import registry
+
     registries = [r for r in vars(registry).values() if isinstance(r, Registry) and r.scope == 'mmvitreg']
     for reg in registries:
         reg.import_from_location()
@@ -45,8 +47,9 @@ def check_plugin_types(cfg) -> None:
                     known = sorted({n for reg in registries for n in reg.module_dict})
                     close = difflib.get_close_matches(name, known, n=3)
                     hint = f' Did you mean {", ".join("mmvitreg." + c for c in close)}?' if close else ''
-                    raise ConfigError(f'unknown component type {t!r} at {where}.{hint} '
-                                      f'mmvitreg provides: {", ".join(known)}')
+                    raise ConfigError(
+                        f'unknown component type {t!r} at {where}.{hint} mmvitreg provides: {", ".join(known)}'
+                    )
             for k, v in node.items():
                 walk(v, f'{where}.{k}')
         elif isinstance(node, (list, tuple)):
@@ -58,6 +61,7 @@ def check_plugin_types(cfg) -> None:
 
 def _library_missing(path: str, library: str) -> str:
     from mmvitreg.models.unavailable import extra_command
+
     return f'{path} is a config of {library}, which is not installed: {extra_command(library)}'
 
 
@@ -76,6 +80,7 @@ def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
             cfg = Config.fromfile(path)
     except ModuleNotFoundError as error:  # `_base_ = 'mmseg::...'`: mmengine names the missing distribution
         from mmengine.config.utils import MODULE2PACKAGE
+
         for library in ('mmseg', 'mmdet'):
             if importlib.util.find_spec(library) is None and MODULE2PACKAGE.get(library, library) in str(error):
                 raise ConfigError(_library_missing(path, library)) from None
@@ -84,8 +89,10 @@ def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
         cfg.merge_from_dict(cfg_options)
     scope = cfg.get('default_scope')
     if scope not in SCOPES:
-        raise ConfigError(f'{path}: default_scope is {scope!r}; mmvitreg tools serve configs of '
-                          f'{", ".join(SCOPES)} (inherit one of their default_runtime.py)')
+        raise ConfigError(
+            f'{path}: default_scope is {scope!r}; mmvitreg tools serve configs of '
+            f'{", ".join(SCOPES)} (inherit one of their default_runtime.py)'
+        )
     if scope in ('mmseg', 'mmdet') and importlib.util.find_spec(scope) is None:
         raise ConfigError(_library_missing(path, scope))
     check_plugin_types(cfg)
@@ -98,8 +105,9 @@ def set_run_args(cfg: Config, args: argparse.Namespace) -> None:
     the backend is gloo (NCCL needs GPUs); a distributed run then starts it here (:func:`init_dist`) and wraps the
     model in :class:`CPUDistributedDataParallel`."""
     cfg.launcher = args.launcher
-    cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
-        './work_dirs', osp.splitext(osp.basename(args.config))[0])
+    cfg.work_dir = (
+        args.work_dir or cfg.get('work_dir') or osp.join('./work_dirs', osp.splitext(osp.basename(args.config))[0])
+    )
     off = [opt for opt in ('pin_memory', 'persistent_workers') if getattr(args, f'no_{opt}', False)]
     for split in ('train', 'val', 'test'):
         loader = cfg.get(f'{split}_dataloader')
@@ -112,7 +120,8 @@ def set_run_args(cfg: Config, args: argparse.Namespace) -> None:
         if args.launcher != 'none':  # mmengine's Runner keeps this process group, and DDP takes no device_ids here
             init_dist(args.launcher, **dist_cfg)
             wrapper = cfg.get('model_wrapper_cfg') or dict(  # what mmengine's wrap_model gives its own wrapper
-                broadcast_buffers=False, find_unused_parameters=cfg.get('find_unused_parameters', False))
+                broadcast_buffers=False, find_unused_parameters=cfg.get('find_unused_parameters', False)
+            )
             if wrapper.get('type', 'MMDistributedDataParallel') == 'MMDistributedDataParallel':
                 cfg.model_wrapper_cfg = {**wrapper, 'type': 'mmvitreg.CPUDistributedDataParallel'}
 
@@ -163,9 +172,11 @@ def check_data(cfg, splits: Iterable[str] = ('train', 'val', 'test')) -> None:
         for dataset, where in _datasets(loader.get('dataset'), f'{split}_dataloader.dataset'):
             root = dataset.get('data_root') or ''
             if root and not osp.isdir(root):
-                raise ConfigError(f'{where}.data_root {root!r} does not exist (working directory {os.getcwd()}); '
-                                  'build the data set or set --cfg-options '
-                                  f'{where}.data_root=<folder>')
+                raise ConfigError(
+                    f'{where}.data_root {root!r} does not exist (working directory {os.getcwd()}); '
+                    'build the data set or set --cfg-options '
+                    f'{where}.data_root=<folder>'
+                )
             ann = dataset.get('ann_file') or ''
             if ann:
                 path = ann if osp.isabs(ann) else osp.join(root, ann)
@@ -195,6 +206,7 @@ def check_trace_users(cfg: Config) -> None:
 
     from mmvitreg.models.trace import TraceUserError
     from mmvitreg.models.trace_users import TraceUsers
+
     model = cfg.get('model')
     model_type = model.get('type') if isinstance(model, dict) else None
     ours = isinstance(model_type, str) and model_type.startswith('mmvitreg.')
@@ -225,23 +237,31 @@ def build_runner(cfg):
     """
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
+
     check_trace_users(cfg)
     try:
         runner = RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
     except (ValueError, TypeError, KeyError, AssertionError) as e:  # a component's own check of its settings
         text = (e.args[0] if isinstance(e, KeyError) and e.args else str(e)).strip().splitlines()
-        raise ConfigError(f'the config does not build ({type(e).__name__}): {text[0] if text else type(e).__name__}'
-                          '; fix the setting it names') from e
+        raise ConfigError(
+            f'the config does not build ({type(e).__name__}): {text[0] if text else type(e).__name__}'
+            '; fix the setting it names'
+        ) from e
     if cfg.get('default_scope') in ('mmseg', 'mmdet'):
         from mmvitreg.mmcv_ops import backend
+
         runner.logger.info(backend())
     return runner
 
 
 def parse_tool_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
     """Add the flags every tool shares (``--cfg-options``, ``--launcher``, ``--local-rank``) and parse."""
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override settings of the config, e.g. train_dataloader.batch_size=8')
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        action=DictAction,
+        help='override settings of the config, e.g. train_dataloader.batch_size=8',
+    )
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     args = parser.parse_args(argv)
@@ -250,8 +270,7 @@ def parse_tool_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Name
 
 
 #: the opt-out a tool's strict load names
-PARTIAL_HINT = ('use a checkpoint of this config, or pass --allow-partial (allow_partial=True) to use the keys '
-                'that fit')
+PARTIAL_HINT = 'use a checkpoint of this config, or pass --allow-partial (allow_partial=True) to use the keys that fit'
 
 
 def build_model(cfg: Config, checkpoint, device: str, allow_partial: bool = False) -> nn.Module:
@@ -267,6 +286,7 @@ def build_model(cfg: Config, checkpoint, device: str, allow_partial: bool = Fals
     from mmengine.registry import MODELS
 
     from mmvitreg.engine.checkpoint import load_weights
+
     model_cfg = cfg.model.copy()
     model_cfg.setdefault('data_preprocessor', cfg.get('data_preprocessor'))
     model = MODELS.build(model_cfg)
@@ -287,6 +307,7 @@ def build_dataloader(cfg: Config, split: str, batch_size: int, num_workers: int)
     """The config's ``<split>_dataloader`` in a fixed order with the given batch size and workers (a
     :class:`ConfigError` if it has none)."""
     from mmengine.runner import Runner
+
     key = f'{split}_dataloader'
     if not cfg.get(key):
         raise ConfigError(f'the config has no {key}')
@@ -300,6 +321,7 @@ def first_images(batches: Iterable[dict], num_images: int, split: str = 'data') 
     """``(batch, take)`` for the batches that hold the first ``num_images`` images (the first ``take`` of each), with
     a progress bar and a note when the ``split`` holds fewer."""
     from mmengine.utils import ProgressBar
+
     progress = ProgressBar(num_images, file=sys.stdout)
     seen = 0
     for batch in batches:

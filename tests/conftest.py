@@ -1,6 +1,7 @@
 """Shared fixtures: the repository paths, a runner for the tools, the bundled digits data sets, and the mark of
 the tests that need mmcv's compiled ops (skipped on mmcv-lite, where mmvitreg/mmcv_ops.py serves the others).
 """
+
 import importlib.machinery
 import importlib.util
 import os
@@ -15,6 +16,7 @@ import mmvitreg  # noqa: F401  (first, as every tool: on mmcv-lite it serves mmc
 
 if os.environ.get('PYTEST_XDIST_WORKER_COUNT'):  # tools/run_tests.sh's workers share the cores between them
     import torch
+
     torch.set_num_threads(max(1, torch.get_num_threads() // int(os.environ['PYTEST_XDIST_WORKER_COUNT'])))
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,8 +30,13 @@ for _folder in ('analysis_tools', 'dataset_converters', 'misc', 'model_converter
 
 
 def tool_env():
-    env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-               PYTHON=sys.executable, OMP_NUM_THREADS='1', MKL_NUM_THREADS='1')
+    env = dict(
+        os.environ,
+        PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        PYTHON=sys.executable,
+        OMP_NUM_THREADS='1',
+        MKL_NUM_THREADS='1',
+    )
     return env
 
 
@@ -44,11 +51,14 @@ def run_tool(args, cwd, check=True, timeout=600, env=None):
     """Run ``tools/<args[0]>`` (a .py with this interpreter, a .sh with bash) in ``cwd``."""
     tool = TOOLS / args[0]
     cmd = (['bash', str(tool)] if tool.suffix == '.sh' else [sys.executable, str(tool)]) + [str(a) for a in args[1:]]
-    proc = subprocess.run(cmd, cwd=cwd, env={**tool_env(), **(env or {})}, capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        cmd, cwd=cwd, env={**tool_env(), **(env or {})}, capture_output=True, text=True, timeout=timeout
+    )
     if check and proc.returncode != 0:
-        raise AssertionError(f'{" ".join(cmd)} exited {proc.returncode}\n--- stdout\n{proc.stdout[-6000:]}'
-                             f'\n--- stderr\n{proc.stderr[-6000:]}')
+        raise AssertionError(
+            f'{" ".join(cmd)} exited {proc.returncode}\n--- stdout\n{proc.stdout[-6000:]}'
+            f'\n--- stderr\n{proc.stderr[-6000:]}'
+        )
     return proc
 
 
@@ -69,5 +79,6 @@ def _compiled_mmcv_ops() -> bool:
 #: mark of the compiled tier: the tests that need mmcv's compiled ops (the stand-in compared with them; a host
 #: import before mmvitreg's)
 needs_compiled_ops = pytest.mark.skipif(
-    not _compiled_mmcv_ops(), reason="needs mmcv's compiled ops, which this mmcv lacks (mmcv-lite): bash "
-    'tools/run_tests.sh --with-ops')
+    not _compiled_mmcv_ops(),
+    reason="needs mmcv's compiled ops, which this mmcv lacks (mmcv-lite): bash tools/run_tests.sh --with-ops",
+)

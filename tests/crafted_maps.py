@@ -5,6 +5,7 @@
 ``craft_tensors``: several tensors over one member, each declaring its own storage dtype, size, offset and strides
 (one member read as float32, then as float16 at another offset); ``memo_bomb``: a 363-byte archive whose pickle asks an
 unpickler for a 2**26-entry memo; ``craft_npy``: an ``.npy`` header declaring any shape / dtype over any data."""
+
 import io
 import pickle
 import struct
@@ -15,8 +16,13 @@ import numpy as np
 import torch
 from torch._utils import _rebuild_tensor_v2
 
-STORAGES = {'HalfStorage': torch.float16, 'FloatStorage': torch.float32, 'DoubleStorage': torch.float64,
-            'LongStorage': torch.int64, 'BFloat16Storage': torch.bfloat16}
+STORAGES = {
+    'HalfStorage': torch.float16,
+    'FloatStorage': torch.float32,
+    'DoubleStorage': torch.float64,
+    'LongStorage': torch.int64,
+    'BFloat16Storage': torch.bfloat16,
+}
 
 
 class _Storage:
@@ -50,7 +56,7 @@ def _archive(path, data_pkl, members, compress=zipfile.ZIP_STORED, member_size=N
                 with archive.open(member, 'w', force_zip64=True) as f:
                     chunk = bytes(64 << 20)
                     for start in range(0, member_size, len(chunk)):
-                        f.write(chunk[:member_size - start])
+                        f.write(chunk[: member_size - start])
             else:
                 archive.writestr(member, member_bytes)
         archive.writestr('archive/version', '3\n', zipfile.ZIP_STORED)
@@ -70,7 +76,7 @@ def _pickle(objects, storages, last_only=False):
     for obj in objects:
         start = buffer.tell()
         pickler.dump(obj)  # PROTO 2 (2 bytes), the object, STOP
-        parts.append(buffer.getvalue()[start + 2:-1])
+        parts.append(buffer.getvalue()[start + 2 : -1])
     return b'\x80\x02' + b'0'.join(parts) + b'.'
 
 
@@ -82,8 +88,18 @@ def member_values(numel, storage='HalfStorage', values=None):
     return (data.view(torch.int16) if data.dtype == torch.bfloat16 else data).numpy().tobytes()
 
 
-def craft_map(path, size, stride, offset=0, numel=None, storage='HalfStorage', member_bytes=None,
-              compress=zipfile.ZIP_STORED, values=None, member_size=None):
+def craft_map(
+    path,
+    size,
+    stride,
+    offset=0,
+    numel=None,
+    storage='HalfStorage',
+    member_bytes=None,
+    compress=zipfile.ZIP_STORED,
+    values=None,
+    member_size=None,
+):
     """Write a ``.pt`` file holding one tensor of ``size`` / ``stride`` / ``offset`` over a storage that declares
     ``numel`` values (default: exactly what the view reaches); the member ``data/0`` holds ``member_bytes`` bytes
     (default: ``numel`` values, see :func:`member_values`), written with ``compress``; ``member_size`` (bytes)

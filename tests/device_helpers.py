@@ -7,6 +7,7 @@ the small workspace of :func:`guard_helpers.build_workspace`, the runner's data 
 dropout and drop path off so that a training forward is a function of the weights, the batch and the random
 draws alone.
 """
+
 import copy
 import os
 import random
@@ -17,13 +18,12 @@ from typing import Dict, Tuple
 import numpy as np
 import pytest
 import torch
+from conftest import CONFIGS
+from guard_helpers import run_options
 from mmengine.config import Config, DictAction
 from mmengine.registry import DefaultScope
 from torch import nn
 from torch.overrides import TorchFunctionMode
-
-from conftest import CONFIGS
-from guard_helpers import run_options
 
 # cuBLAS is deterministic (as mmengine's randomness.deterministic=True demands through
 # torch.use_deterministic_algorithms) only with a fixed workspace, read when its first handle is made: set when the
@@ -32,8 +32,10 @@ os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')
 
 #: the device the tests of ``tests/cuda`` run on: ``cuda`` (the default), or ``cpu`` for a dry run
 DEVICE = os.environ.get('MMVITREG_TEST_DEVICE', 'cuda')
-NO_CUDA = ('no CUDA device is visible (torch.cuda.is_available() is False); MMVITREG_TEST_DEVICE=cpu runs these '
-           'tests on the CPU as a dry run')
+NO_CUDA = (
+    'no CUDA device is visible (torch.cuda.is_available() is False); MMVITREG_TEST_DEVICE=cpu runs these '
+    'tests on the CPU as a dry run'
+)
 #: mark of every test of ``tests/cuda``: skipped, with the reason, where its device is absent
 needs_device = pytest.mark.skipif(DEVICE.startswith('cuda') and not torch.cuda.is_available(), reason=NO_CUDA)
 #: every classifier trained on the bundled digits (``configs/<technique>/*_digits.py``: each technique's, the demos,
@@ -60,6 +62,7 @@ def build_model_and_batch(cfg: Config) -> Tuple[nn.Module, dict]:
     from mmengine.model import revert_sync_batchnorm
     from mmengine.registry import MODELS
     from mmengine.runner import Runner
+
     with DefaultScope.overwrite_default_scope(cfg.default_scope):
         batch = next(iter(Runner.build_dataloader(cfg.train_dataloader, seed=0)))
         model_cfg = cfg.model.copy()
@@ -69,9 +72,9 @@ def build_model_and_batch(cfg: Config) -> Tuple[nn.Module, dict]:
         model.init_weights()
     for module in model.modules():
         if isinstance(module, nn.modules.dropout._DropoutNd):
-            module.p = 0.
+            module.p = 0.0
         if type(module).__name__ == 'DropPath' and hasattr(module, 'drop_prob'):
-            module.drop_prob = 0.
+            module.drop_prob = 0.0
     return model, batch
 
 
@@ -100,8 +103,11 @@ def seed_everything(seed: int = 0) -> None:
 @contextmanager
 def full_float32():
     """float32 matrix products in full precision (TF32 off on CUDA) for the duration."""
-    saved = (torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32,
-             torch.backends.cudnn.allow_tf32)
+    saved = (
+        torch.get_float32_matmul_precision(),
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+    )
     torch.set_float32_matmul_precision('highest')
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:
@@ -153,10 +159,13 @@ def amp_steps(cfg: Config, device: str, amp: str, steps: int = 3) -> Tuple[list,
     ``amp`` (``'bf16'`` / ``'fp16'``: mmengine's ``AmpOptimWrapper`` on CUDA; see
     ``studies.train_step_benchmark.build_optim_wrapper``), then its weights: ``(logs, {name: parameter})``."""
     from studies.train_step_benchmark import build_optim_wrapper
+
     model, batch = build_model_and_batch(cfg)
     model = model.to(device).train()
     optim_wrapper = build_optim_wrapper(model, device, amp)
     seed_everything(0)
-    logs = [{k: float(v.detach()) for k, v in model.train_step(copy.deepcopy(batch), optim_wrapper).items()}
-            for _ in range(steps)]
+    logs = [
+        {k: float(v.detach()) for k, v in model.train_step(copy.deepcopy(batch), optim_wrapper).items()}
+        for _ in range(steps)
+    ]
     return logs, dict(model.named_parameters())

@@ -1,12 +1,13 @@
 """Shared by the inference, export and compile tests: a composed model (DeepViT re-attention trained with
 TL-Align, DRLoc and a DiversePatch loss in one ``mmvitreg.TokenClassifier``, on the bundled digits) and
 random checkpoints of a config's model."""
+
 from pathlib import Path
 
 import torch
+from conftest import CONFIGS
 from mmengine.registry import DefaultScope
 
-from conftest import CONFIGS
 from mmvitreg.utils import build_model
 
 COMPOSED = f'''

@@ -1,14 +1,16 @@
 """UperNet configs of the repository shrunk to tiny backbones and heads reading the bundled digits sets (ADE20K
 or Cityscapes layout), written as one file: shared by the segmentation tests."""
+
 from pathlib import Path
 from typing import Sequence
 
+from conftest import CONFIGS
 from mmengine.config import Config
 
-from conftest import CONFIGS
-
-DIGITS = {'ade20k': CONFIGS / '_base_' / 'datasets' / 'digits_ade20k.py',
-          'cityscapes': CONFIGS / '_base_' / 'datasets' / 'digits_cityscapes.py'}
+DIGITS = {
+    'ade20k': CONFIGS / '_base_' / 'datasets' / 'digits_ade20k.py',
+    'cityscapes': CONFIGS / '_base_' / 'datasets' / 'digits_cityscapes.py',
+}
 NUM_CLASSES = 11  # background + 10 digits in both layouts
 # a Swin in miniature: four stages of one block, widths 16 .. 128
 TINY_SWIN = dict(embed_dims=16, depths=[1, 1, 1, 1], num_heads=[1, 1, 2, 2])
@@ -28,10 +30,17 @@ def shrunk_config(seg_config: Path, path: Path, arch: dict = None, keep: Sequenc
     ``keep`` as the config has them (``init_cfg``, a Swin's ``window_size``; absent stays absent); 2 training
     iterations; the whole image at test time."""
     import mmvitreg  # noqa: F401  (mmseg:: bases need mmvitreg.compat)
+
     cfg = Config.fromfile(str(seg_config))
     digits = Config.fromfile(str(DIGITS[digits_layout(cfg)]))
-    for key in ('train_dataloader', 'val_dataloader', 'test_dataloader', 'val_evaluator', 'test_evaluator',
-                'tta_pipeline'):
+    for key in (
+        'train_dataloader',
+        'val_dataloader',
+        'test_dataloader',
+        'val_evaluator',
+        'test_evaluator',
+        'tta_pipeline',
+    ):
         cfg[key] = digits[key]
     cfg.train_dataloader.batch_size = 2
     cfg.model.data_preprocessor.size = digits.crop_size
@@ -52,8 +61,9 @@ def shrunk_config(seg_config: Path, path: Path, arch: dict = None, keep: Sequenc
         backbone.pop(key, None)
     backbone.update(own)
     cfg.model.decode_head.update(in_channels=widths, channels=32, num_classes=NUM_CLASSES)
-    cfg.model.auxiliary_head.update(in_channels=widths[cfg.model.auxiliary_head.in_index], channels=16,
-                                    num_classes=NUM_CLASSES)
+    cfg.model.auxiliary_head.update(
+        in_channels=widths[cfg.model.auxiliary_head.in_index], channels=16, num_classes=NUM_CLASSES
+    )
     cfg.model.test_cfg = dict(mode='whole')
     cfg.train_cfg.update(max_iters=2, val_interval=2)
     cfg.default_hooks.checkpoint.interval = 2

@@ -2,15 +2,16 @@
 20 iterations on CPU in bfloat16 with finite losses, and the loss terms that need float32 (softmax over
 classes, logs, cosine similarities) compute in float32 under autocast. (CUDA float16 / bfloat16 take the
 same wrapper with a GradScaler for float16; this machine has no GPU to run them.)"""
+
 import math
 
 import pytest
 import torch
+from guard_helpers import TECHNIQUES, build_workspace, logged_losses, train
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from guard_helpers import TECHNIQUES, build_workspace, logged_losses, train
 from mmvitreg.engine import AutocastOptimWrapper
 
 ITERS = 20
@@ -24,9 +25,15 @@ def ws(tmp_path_factory):
 @pytest.mark.parametrize('config', TECHNIQUES, ids=lambda p: p.stem)
 def test_amp_on_cpu_trains_20_iterations_in_bfloat16_with_finite_losses(ws, config):
     work = ws / f'amp_{config.stem}'
-    train(config, ws, work, '--amp', '--no-validate', **{
-        'train_dataloader.batch_size': 4, 'train_dataloader.dataset.indices': 4 * ITERS, 'train_cfg.max_epochs': 1})
-    built = Config.fromfile(str(next(work.glob(f'*/vis_data/config.py'))))
+    train(
+        config,
+        ws,
+        work,
+        '--amp',
+        '--no-validate',
+        **{'train_dataloader.batch_size': 4, 'train_dataloader.dataset.indices': 4 * ITERS, 'train_cfg.max_epochs': 1},
+    )
+    built = Config.fromfile(str(next(work.glob('*/vis_data/config.py'))))
     assert built.optim_wrapper.type == 'mmvitreg.AutocastOptimWrapper'
     log = next(work.glob('*/*.log')).read_text()
     assert log.count('mixed precision on a CPU: the model trains under torch.autocast in bfloat16') == 1
@@ -59,6 +66,7 @@ def test_loss_terms_compute_in_float32_under_bfloat16_autocast(ws, config):
     head's and the auxiliary losses sees float32 inputs."""
     from mmpretrain.registry import MODELS
     from mmpretrain.structures import DataSample
+
     cfg = Config.fromfile(str(config))
     model_cfg = cfg.model.copy()
     model_cfg.setdefault('data_preprocessor', cfg.get('data_preprocessor'))
@@ -70,11 +78,15 @@ def test_loss_terms_compute_in_float32_under_bfloat16_autocast(ws, config):
     for i in range(4):
         s = DataSample().set_gt_label(i)
         if 'LoadTokenLabelMap' in str(cfg.train_pipeline):
-            classes = torch.arange(5.).view(5, 1, 1).expand(5, grid, grid)
+            classes = torch.arange(5.0).view(5, 1, 1).expand(5, grid, grid)
             s.set_field(torch.stack([torch.full((5, grid, grid), 0.2), classes]), 'token_label')
         samples.append(s)
-    batch = model.data_preprocessor(dict(inputs=[torch.randint(0, 255, (3, size, size), dtype=torch.uint8)
-                                                 for _ in range(4)], data_samples=samples), True)
+    batch = model.data_preprocessor(
+        dict(
+            inputs=[torch.randint(0, 255, (3, size, size), dtype=torch.uint8) for _ in range(4)], data_samples=samples
+        ),
+        True,
+    )
 
     users = [model.head] + list(getattr(model, 'aux_losses', []))
     recorder = DtypeRecorder()
@@ -84,6 +96,7 @@ def test_loss_terms_compute_in_float32_under_bfloat16_autocast(ws, config):
         def recorded(*args, _loss=loss, **kwargs):
             with recorder:
                 return _loss(*args, **kwargs)
+
         user.loss = recorded
     wrapper = AutocastOptimWrapper(optimizer=torch.optim.SGD(model.parameters(), lr=0.1), device_type='cpu')
     linear_dtypes = []

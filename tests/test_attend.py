@@ -1,5 +1,6 @@
 """The attention layers: one entry point for their core (:func:`mmvitreg.models.layers.attend`); they know rides
 and window layouts, not traces."""
+
 import ast
 from pathlib import Path
 
@@ -8,8 +9,20 @@ import torch
 import torch.nn.functional as F
 
 import mmvitreg.models.layers as layers
-from mmvitreg.models.layers import (MultiheadSelfAttention, ReAttention, Ride, WindowAttention, WindowLayout, attend,
-                                    attention as attention_module, ride as ride_module)
+from mmvitreg.models.layers import (
+    MultiheadSelfAttention,
+    ReAttention,
+    Ride,
+    WindowAttention,
+    WindowLayout,
+    attend,
+)
+from mmvitreg.models.layers import (
+    attention as attention_module,
+)
+from mmvitreg.models.layers import (
+    ride as ride_module,
+)
 
 
 def imported_modules(path: Path, package):
@@ -18,7 +31,7 @@ def imported_modules(path: Path, package):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = '.'.join(package[:len(package) + 1 - node.level] if node.level else [])
+            base = '.'.join(package[: len(package) + 1 - node.level] if node.level else [])
             module = '.'.join(filter(None, (base, node.module)))
             yield module
             yield from (f'{module}.{alias.name}' for alias in node.names)  # ``from .. import trace``
@@ -131,7 +144,7 @@ def test_attend_gives_the_reference_on_every_path(monkeypatch, kind, path):
 def test_attend_refuses_a_bias_with_an_attention_map():
     qkv = torch.zeros(1, 3, 3, 1, 2)
     with pytest.raises(ValueError, match='bias or an attention_map'):
-        attend(qkv, 1., bias=torch.zeros(1, 1, 3, 3), attention_map=lambda q, k: q @ k.transpose(-2, -1))
+        attend(qkv, 1.0, bias=torch.zeros(1, 1, 3, 3), attention_map=lambda q, k: q @ k.transpose(-2, -1))
 
 
 @pytest.mark.parametrize('windows', [1, 3])

@@ -1,7 +1,7 @@
 """DeepViT Eq. 2 (cross-layer attention similarity) and the "similar blocks" count."""
+
 import pytest
 import torch
-
 from studies.attention_similarity import AttentionSimilarity, adjacent_blocks, attention_similarity
 
 
@@ -62,7 +62,7 @@ def test_matrix_and_similar_blocks_of_a_constructed_sequence():
     res = acc.compute()
     expected = torch.tensor([[float(perms[p] == perms[q]) for q in range(6)] for p in range(6)])
     torch.testing.assert_close(res.matrix, expected)
-    torch.testing.assert_close(res.adjacent, torch.tensor([0., 0., 0., 0.5, 1., 1.]))
+    torch.testing.assert_close(res.adjacent, torch.tensor([0.0, 0.0, 0.0, 0.5, 1.0, 1.0]))
     torch.testing.assert_close(res.ratio, res.adjacent)
     assert res.similar.tolist() == [False, False, False, False, True, True]
     assert res.num_similar_blocks == 2
@@ -112,6 +112,7 @@ model = dict(
 
 def _read_csv(path):
     import csv
+
     with open(path) as f:
         return list(csv.DictReader(f))
 
@@ -121,14 +122,24 @@ def test_tool_on_digits_untrained_and_from_a_checkpoint(digits_workspace, tmp_pa
     From a checkpoint whose queries and keys are all zero (uniform attention; re-attention's Θ the
     identity): every pair of blocks has identical maps, so Eq. 2 is 1 everywhere and all 4 blocks
     are similar -- which only holds if the checkpoint was loaded."""
-    from mmengine.config import Config
-    from mmengine.registry import DefaultScope, MODELS
-
     from conftest import CONFIGS, run_tool
+    from mmengine.config import Config
+    from mmengine.registry import MODELS, DefaultScope
+
     cfg_path = tmp_path / 'tiny_deepvit_digits.py'
     cfg_path.write_text(TINY_CONFIG.format(configs=CONFIGS))
-    args = ['analysis_tools/attention_similarity.py', cfg_path, '--num-images', 12, '--batch-size', 5,
-            '--num-workers', 0, '--device', 'cpu']
+    args = [
+        'analysis_tools/attention_similarity.py',
+        cfg_path,
+        '--num-images',
+        12,
+        '--batch-size',
+        5,
+        '--num-workers',
+        0,
+        '--device',
+        'cpu',
+    ]
 
     proc = run_tool(args + ['--out', tmp_path / 'untrained'], cwd=digits_workspace)
     rows = _read_csv(tmp_path / 'untrained.csv')
@@ -148,7 +159,7 @@ def test_tool_on_digits_untrained_and_from_a_checkpoint(digits_workspace, tmp_pa
     state = model.state_dict()
     for key in state:
         if key.endswith('.attn.qkv.weight'):
-            state[key].normal_(0., 1.)
+            state[key].normal_(0.0, 1.0)
     torch.save(dict(state_dict=state), tmp_path / 'sharp.pth')
     run_tool(args + ['--checkpoint', tmp_path / 'sharp.pth', '--out', tmp_path / 'sharp'], cwd=digits_workspace)
     rows = _read_csv(tmp_path / 'sharp.csv')
@@ -164,8 +175,9 @@ def test_tool_on_digits_untrained_and_from_a_checkpoint(digits_workspace, tmp_pa
         if key.endswith('reatten_matrix.bias'):
             state[key].zero_()
     torch.save(dict(state_dict=state), tmp_path / 'uniform.pth')
-    proc = run_tool(args + ['--checkpoint', tmp_path / 'uniform.pth', '--out', tmp_path / 'uniform'],
-                    cwd=digits_workspace)
+    proc = run_tool(
+        args + ['--checkpoint', tmp_path / 'uniform.pth', '--out', tmp_path / 'uniform'], cwd=digits_workspace
+    )
     rows = _read_csv(tmp_path / 'uniform.csv')
     matrix = torch.tensor([[float(r[f'similarity_to_block_{q}']) for q in range(1, 5)] for r in rows])
     torch.testing.assert_close(matrix, torch.ones(4, 4), atol=1e-5, rtol=0)

@@ -4,6 +4,7 @@ unchanged and no checkpoint was written. docs/troubleshooting.md is generated fr
 
 Cases that depend on the model run for every config in guard_helpers.TECHNIQUES (a checkpoint of
 another technique, a NaN loss), so a new technique is covered by adding its config there."""
+
 import itertools
 import os
 import re
@@ -18,13 +19,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from conftest import REPO, TOOLS, tool_env
+from crafted_maps import craft_map
+from guard_helpers import TECHNIQUES, build_workspace, files_of, tool, train
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 from torch import nn
-
-from conftest import REPO, TOOLS, tool_env
-from crafted_maps import craft_map
-from guard_helpers import TECHNIQUES, build_workspace, files_of, run_options, tool, train
 from troubleshooting import CASES, render_markdown
 
 DEEPVIT, LVVIT_TL, SWIN_MIX = TECHNIQUES[:3]  # the first three; later techniques join the generic cases
@@ -37,6 +37,7 @@ def scenario(case_id):
     def register(fn):
         SCENARIOS[case_id] = fn
         return fn
+
     return register
 
 
@@ -47,8 +48,13 @@ def ctx(tmp_path_factory):
     runs = {}
     for config in TECHNIQUES:
         runs[config] = ws / f'run_{config.stem}'
-        train(config, ws, runs[config], '--no-validate', **{'train_cfg.max_epochs': 1, 'train_dataloader.batch_size': 8,
-                                                            'train_dataloader.dataset.indices': 8})
+        train(
+            config,
+            ws,
+            runs[config],
+            '--no-validate',
+            **{'train_cfg.max_epochs': 1, 'train_dataloader.batch_size': 8, 'train_dataloader.dataset.indices': 8},
+        )
     return SimpleNamespace(ws=ws, runs=runs, ckpt={c: r / 'epoch_1.pth' for c, r in runs.items()})
 
 
@@ -66,26 +72,41 @@ def stop_message(fn) -> str:
 
 def stops(fn, check=None):
     """The scenario's run: ``fn`` must stop; ``check(message)`` asserts more about the message."""
+
     def run():
         message = stop_message(fn)
         if check is not None:
             check(message)
         return message
+
     return run
 
 
 def run_train(ctx, config, *flags, work=None, **options):
     work = work or ctx.ws / f'scenario_{next(_work_dirs)}'
-    return lambda: train(config, ctx.ws, work, *flags, **{'train_cfg.max_epochs': 1, 'train_dataloader.batch_size': 4,
-                                                           'train_dataloader.dataset.indices': 4, **options})
+    return lambda: train(
+        config,
+        ctx.ws,
+        work,
+        *flags,
+        **{
+            'train_cfg.max_epochs': 1,
+            'train_dataloader.batch_size': 4,
+            'train_dataloader.dataset.indices': 4,
+            **options,
+        },
+    )
 
 
 def run_test(ctx, config, checkpoint, *flags):
-    data = [f'test_dataloader.dataset.data_root={ctx.ws / "digits"}', 'test_dataloader.num_workers=0',
-            'test_dataloader.persistent_workers=False', 'test_dataloader.dataset.indices=8']
+    data = [
+        f'test_dataloader.dataset.data_root={ctx.ws / "digits"}',
+        'test_dataloader.num_workers=0',
+        'test_dataloader.persistent_workers=False',
+        'test_dataloader.dataset.indices=8',
+    ]
     work = ctx.ws / f'scenario_{next(_work_dirs)}'
-    return lambda: tool('test')([str(config), str(checkpoint), '--work-dir', str(work), *flags,
-                                 '--cfg-options', *data])
+    return lambda: tool('test')([str(config), str(checkpoint), '--work-dir', str(work), *flags, '--cfg-options', *data])
 
 
 def derived(ctx, name, base, body):
@@ -110,38 +131,58 @@ def run_without(ctx, name, hidden, cmd, distributions=()):
     """``python cmd`` in a process of its own (in ``ctx.ws``) that sees neither the modules ``hidden`` nor the
     ``distributions``, as in an environment without them (tests/test_env_imports.py); it must stop: its stderr."""
     from test_env_imports import hiding
+
     env = tool_env()
-    env['PYTHONPATH'] = os.pathsep.join([str(hiding(ctx.ws.parent / name, *hidden, distributions=distributions)),
-                                         env['PYTHONPATH']])
+    env['PYTHONPATH'] = os.pathsep.join(
+        [str(hiding(ctx.ws.parent / name, *hidden, distributions=distributions)), env['PYTHONPATH']]
+    )
 
     def run():
-        proc = subprocess.run([sys.executable, *map(str, cmd)], cwd=ctx.ws, env=env, capture_output=True, text=True,
-                              timeout=600)
+        proc = subprocess.run(
+            [sys.executable, *map(str, cmd)], cwd=ctx.ws, env=env, capture_output=True, text=True, timeout=600
+        )
         assert proc.returncode != 0, proc.stdout[-3000:]
         return proc.stderr
+
     return run
 
 
 @scenario('extra-missing')
 def _(ctx):
     from test_env_imports import SEG_DEMO
-    return run_without(ctx, 'without_mmseg', ['mmseg'], [TOOLS / 'train.py', SEG_DEMO, '--work-dir', ctx.ws / 'seg'],
-                       distributions=['mmsegmentation'])
+
+    return run_without(
+        ctx,
+        'without_mmseg',
+        ['mmseg'],
+        [TOOLS / 'train.py', SEG_DEMO, '--work-dir', ctx.ws / 'seg'],
+        distributions=['mmsegmentation'],
+    )
 
 
 @scenario('pkg-resources-missing')
 def _(ctx):
     import mmpretrain
     from test_env_imports import DEMO
+
     train = Path(mmpretrain.__file__).parent / '.mim' / 'tools' / 'train.py'  # mmpretrain's own, as pip installs it
     return run_without(ctx, 'without_pkg_resources', ['pkg_resources'], [train, DEMO, '--work-dir', ctx.ws / 'own'])
 
 
 @scenario('op-not-served')
 def _(ctx):
-    return run_without(ctx, 'without_ext', ['mmcv._ext'], ['-c', (
-        "import mmvitreg, torch; from mmcv.ops import RoIAlign; "
-        "RoIAlign(2, 1.0, 2, pool_mode='max')(torch.zeros(1, 1, 4, 4), torch.tensor([[0., 0., 0., 3., 3.]]))")])
+    return run_without(
+        ctx,
+        'without_ext',
+        ['mmcv._ext'],
+        [
+            '-c',
+            (
+                "import mmvitreg, torch; from mmcv.ops import RoIAlign; "
+                "RoIAlign(2, 1.0, 2, pool_mode='max')(torch.zeros(1, 1, 4, 4), torch.tensor([[0., 0., 0., 3., 3.]]))"
+            ),
+        ],
+    )
 
 
 @scenario('mmcv-ext-missing')
@@ -152,8 +193,9 @@ def _(ctx):
 
 @scenario('host-imported-first')
 def _(ctx):
-    return run_without(ctx, 'without_ext_host_first', ['mmcv._ext'],
-                       ['-c', 'import mmpretrain.models, mmvitreg, mmdet.models'])
+    return run_without(
+        ctx, 'without_ext_host_first', ['mmcv._ext'], ['-c', 'import mmpretrain.models, mmvitreg, mmdet.models']
+    )
 
 
 # ---------------------------------------------------------------- config and tools
@@ -209,9 +251,18 @@ def _(ctx):
     data = broken_copy(ctx, 'corrupt_digits')
     image = first_train_image(data)
     image.write_bytes(b'\xff\xd8 not really a JPEG')
-    return stops(run_train(ctx, DEEPVIT, **{'train_dataloader.dataset.data_root': data,
-                                             'train_dataloader.dataset.indices': 1, 'train_dataloader.batch_size': 1}),
-                 check=lambda message: _names(message, image))
+    return stops(
+        run_train(
+            ctx,
+            DEEPVIT,
+            **{
+                'train_dataloader.dataset.data_root': data,
+                'train_dataloader.dataset.indices': 1,
+                'train_dataloader.batch_size': 1,
+            },
+        ),
+        check=lambda message: _names(message, image),
+    )
 
 
 def _names(message, path):
@@ -220,9 +271,14 @@ def _names(message, path):
 
 @scenario('label-maps-not-configured')
 def _(ctx):
-    cfg = derived(ctx, 'tl_no_maps', LVVIT_TL, """
+    cfg = derived(
+        ctx,
+        'tl_no_maps',
+        LVVIT_TL,
+        """
         train_dataloader = dict(dataset=dict(pipeline=[dict(type='LoadImageFromFile'), dict(type='PackInputs')]))
-    """)
+    """,
+    )
     return stops(run_train(ctx, cfg))
 
 
@@ -241,36 +297,51 @@ def broken_maps(ctx, name, label_map, **options):
     target = maps / image.relative_to(data / 'train').with_suffix('.pt')
     target.with_suffix('.npy').unlink(missing_ok=True)  # the generator's map of that image, else read before the .pt
     label_map(target) if callable(label_map) else torch.save(label_map, target)
-    return run_train(ctx, LVVIT_TL, **{'train_dataloader.dataset.pipeline.1.label_root': maps,
-                                       'train_dataloader.dataset.indices': 1, 'train_dataloader.batch_size': 1,
-                                       **options}), target
+    return run_train(
+        ctx,
+        LVVIT_TL,
+        **{
+            'train_dataloader.dataset.pipeline.1.label_root': maps,
+            'train_dataloader.dataset.indices': 1,
+            'train_dataloader.batch_size': 1,
+            **options,
+        },
+    ), target
 
 
 def one_line_naming(path):
     def check(message):
         _names(message, path)
         assert '\n' not in message.strip(), message
+
     return check
 
 
 @scenario('label-map-bounds')
 def _(ctx):
-    run, target = broken_maps(ctx, 'maps_bounds', lambda path: craft_map(path, (2, 5, 4, 4), (1 << 40, 16, 4, 1),
-                                                                       numel=160),
-                              **{'train_dataloader.num_workers': 1})
+    run, target = broken_maps(
+        ctx,
+        'maps_bounds',
+        lambda path: craft_map(path, (2, 5, 4, 4), (1 << 40, 16, 4, 1), numel=160),
+        **{'train_dataloader.num_workers': 1},
+    )
     return stops(run, check=one_line_naming(target))
 
 
 @scenario('label-map-compressed')
 def _(ctx):
-    run, target = broken_maps(ctx, 'maps_compressed', lambda path: craft_map(
-        path, (2, 5, 4, 4), (80, 16, 4, 1), compress=zipfile.ZIP_DEFLATED))
+    run, target = broken_maps(
+        ctx,
+        'maps_compressed',
+        lambda path: craft_map(path, (2, 5, 4, 4), (80, 16, 4, 1), compress=zipfile.ZIP_DEFLATED),
+    )
     return stops(run, check=one_line_naming(target))
 
 
 @scenario('label-map-store-classes')
 def _(ctx):
     from mmvitreg.datasets.label_map_store import pack_label_maps
+
     store = ctx.ws / 'store_classes'
     if not store.exists():
         pack_label_maps(str(ctx.ws / 'label_maps'), str(store), progress=False)
@@ -278,8 +349,10 @@ def _(ctx):
         maps[:, 1, 0] = 12  # each map's top class, after packing: packed.json still says max_class 9
         maps.flush()
         del maps
-    return stops(run_train(ctx, LVVIT_TL, **{'train_dataloader.dataset.pipeline.1.label_root': store}),
-                 check=one_line_naming(store))
+    return stops(
+        run_train(ctx, LVVIT_TL, **{'train_dataloader.dataset.pipeline.1.label_root': store}),
+        check=one_line_naming(store),
+    )
 
 
 @scenario('label-map-shape')
@@ -290,7 +363,7 @@ def _(ctx):
 
 @scenario('label-map-classes')
 def _(ctx):
-    indices = torch.tensor([12., 1., 2., 3., 4.]).view(5, 1, 1).expand(5, 4, 4)
+    indices = torch.tensor([12.0, 1.0, 2.0, 3.0, 4.0]).view(5, 1, 1).expand(5, 4, 4)
     run, target = broken_maps(ctx, 'maps_classes', torch.stack([torch.ones(5, 4, 4), indices]).half())
     return stops(run, check=lambda message: _names(message, target))
 
@@ -308,19 +381,29 @@ def _(ctx):
 # ---------------------------------------------------------------- model composition
 @scenario('mixtoken-backbone')
 def _(ctx):
-    cfg = derived(ctx, 'mixtoken_resnet', SWIN_MIX, """
+    cfg = derived(
+        ctx,
+        'mixtoken_resnet',
+        SWIN_MIX,
+        """
         model = dict(backbone=dict(_delete_=True, type='ResNet', depth=18), head=dict(in_channels=512))
-    """)
+    """,
+    )
     return stops(run_train(ctx, cfg))
 
 
 @scenario('trace-user-backbone')
 def _(ctx):
-    cfg = derived(ctx, 'tl_swin', LVVIT_TL, """
+    cfg = derived(
+        ctx,
+        'tl_swin',
+        LVVIT_TL,
+        """
         model = dict(backbone=dict(_delete_=True, type='mmvitreg.SwinTransformer', arch=dict(
             embed_dims=32, depths=[2, 2], num_heads=[2, 4]), img_size=32, window_size=4, out_indices=(1, )),
             head=dict(in_channels=64))
-    """)
+    """,
+    )
     return stops(run_train(ctx, cfg))
 
 
@@ -330,7 +413,8 @@ class TapUser(nn.Module):
     def __init__(self):
         super().__init__()
         from mmvitreg.models.trace import TraceRequest
-        self.trace_request = TraceRequest(token_layers=(12, ))
+
+        self.trace_request = TraceRequest(token_layers=(12,))
 
     def loss(self, feats, data_samples, trace):
         return {}
@@ -338,9 +422,16 @@ class TapUser(nn.Module):
 
 def build_classifier(**kwargs):
     from mmpretrain.registry import MODELS
-    kwargs.setdefault('backbone', dict(type='mmvitreg.DeepViT', arch=dict(embed_dims=96, num_layers=4, num_heads=3,
-                                                                         feedforward_channels=288, attn_types='reattn'),
-                                       img_size=32, patch_size=4))
+
+    kwargs.setdefault(
+        'backbone',
+        dict(
+            type='mmvitreg.DeepViT',
+            arch=dict(embed_dims=96, num_layers=4, num_heads=3, feedforward_channels=288, attn_types='reattn'),
+            img_size=32,
+            patch_size=4,
+        ),
+    )
     kwargs.setdefault('head', dict(type='VisionTransformerClsHead', num_classes=10, in_channels=96))
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         return MODELS.build(dict(type='mmvitreg.TokenClassifier', **kwargs))
@@ -353,11 +444,20 @@ def _(ctx):
 
 @scenario('tap-untraced-block')
 def _(ctx):
-    cvt = dict(type='mmvitreg.CvT', arch=dict(embed_dims=(8, 16), depths=(1, 2), num_heads=(1, 2)),
-               embed_kernels=(3, 3), embed_strides=(2, 2), embed_paddings=(1, 1))
-    return stops(lambda: build_classifier(backbone=cvt, aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=8,
-                                                                         layers=(0, ))],
-                                          head=dict(type='LinearClsHead', num_classes=10, in_channels=16)))
+    cvt = dict(
+        type='mmvitreg.CvT',
+        arch=dict(embed_dims=(8, 16), depths=(1, 2), num_heads=(1, 2)),
+        embed_kernels=(3, 3),
+        embed_strides=(2, 2),
+        embed_paddings=(1, 1),
+    )
+    return stops(
+        lambda: build_classifier(
+            backbone=cvt,
+            aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=8, layers=(0,))],
+            head=dict(type='LinearClsHead', num_classes=10, in_channels=16),
+        )
+    )
 
 
 @scenario('head-out-type')
@@ -368,18 +468,20 @@ def _(ctx):
 @scenario('image-target-dense')
 def _(ctx):
     from mmseg.registry import MODELS as SEG_MODELS
+
     cfg = Config.fromfile(str(REPO / 'configs' / 'demo' / 'upernet_swin-nano_1xb8-300_digits-ade20k-128x128.py'))
     model = dict(cfg.model, type='mmvitreg.TokenSegmentor', aux_losses=[dict(type='mmvitreg.TLAlign')])
 
     def build():
         with DefaultScope.overwrite_default_scope('mmseg'):
             SEG_MODELS.build(model)
+
     return stops(build)
 
 
 @scenario('drloc-in-channels')
 def _(ctx):
-    return stops(lambda: build_classifier(aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=64, layers=(-1, ))]))
+    return stops(lambda: build_classifier(aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=64, layers=(-1,))]))
 
 
 @scenario('two-target-transforms')
@@ -402,7 +504,7 @@ def _(ctx):
 @scenario('checkpoint-truncated')
 def _(ctx):
     data = ctx.ckpt[DEEPVIT].read_bytes()
-    (ctx.ws / 'truncated.pth').write_bytes(data[:len(data) // 3])
+    (ctx.ws / 'truncated.pth').write_bytes(data[: len(data) // 3])
     return stops(run_test(ctx, DEEPVIT, ctx.ws / 'truncated.pth'))
 
 
@@ -415,6 +517,7 @@ def _(ctx):
 @scenario('checkpoint-unsafe-pickle')
 def _(ctx):
     from test_safe_loading import code_running_checkpoint
+
     marker = ctx.ws.parent / 'unsafe_pickle_ran'
     ckpt = code_running_checkpoint(ctx.ws / 'unsafe.pth', ctx.ckpt[DEEPVIT], marker)
 
@@ -422,6 +525,7 @@ def _(ctx):
         _names(message, ckpt)
         assert 'the global exec' in message and '--unsafe-load' in message, message
         assert not marker.exists(), 'the pickle ran'
+
     return stops(run_test(ctx, DEEPVIT, ckpt), check=check)
 
 
@@ -443,27 +547,39 @@ def _(ctx):
 
 @scenario('resume-state-mismatch')
 def _(ctx):
-    cfg = derived(ctx, 'deepvit_steplr', DEEPVIT, """
+    cfg = derived(
+        ctx,
+        'deepvit_steplr',
+        DEEPVIT,
+        """
         param_scheduler = [dict(type='LinearLR', start_factor=1e-3, by_epoch=True, end=2, convert_to_iter_based=True),
                            dict(type='StepLR', step_size=1, gamma=0.1, by_epoch=True, begin=2, end=30)]
-    """)
+    """,
+    )
     return stops(run_train(ctx, cfg, '--resume', ctx.ckpt[DEEPVIT]), check=one_line_naming(ctx.ckpt[DEEPVIT]))
 
 
 @scenario('ema-copy-empty')
 def _(ctx):
-    cfg = derived(ctx, 'deepvit_lazy_ema', DEEPVIT, """
+    cfg = derived(
+        ctx,
+        'deepvit_lazy_ema',
+        DEEPVIT,
+        """
         custom_hooks = [dict(type='test_honest_weights.LazyEMAHook', priority='ABOVE_NORMAL')]
         custom_imports = dict(imports=['test_honest_weights'], allow_failed_imports=False)
-    """)
+    """,
+    )
     return stops(run_test(ctx, cfg, ctx.ckpt[DEEPVIT], '--allow-partial'), check=one_line_naming(ctx.ckpt[DEEPVIT]))
 
 
 @scenario('ema-unpaired')
 def _(ctx):
     checkpoint = torch.load(ctx.ckpt[DEEPVIT], weights_only=False)
-    checkpoint['ema_state_dict'] = {**{'module.' + k: v for k, v in checkpoint['state_dict'].items()},
-                                    'module.backbone.extra': torch.zeros(3)}
+    checkpoint['ema_state_dict'] = {
+        **{'module.' + k: v for k, v in checkpoint['state_dict'].items()},
+        'module.backbone.extra': torch.zeros(3),
+    }
     torch.save(checkpoint, ctx.ws / 'unpaired_ema.pth')
     cfg = derived(ctx, 'deepvit_ema', DEEPVIT, "custom_hooks = [dict(type='EMAHook', priority='ABOVE_NORMAL')]\n")
     return stops(run_test(ctx, cfg, ctx.ws / 'unpaired_ema.pth'), check=one_line_naming(ctx.ws / 'unpaired_ema.pth'))
@@ -487,6 +603,7 @@ def _(ctx):
         log = next(work.rglob('*.log')).read_text()
         assert f'--resume auto: resuming from {work / "epoch_1.pth"}' in log
         return log
+
     return run
 
 
@@ -496,8 +613,10 @@ def _(ctx):
     checkpoint = torch.load(ctx.ckpt[DEEPVIT], weights_only=False)
     del checkpoint['optimizer'], checkpoint['param_schedulers']
     torch.save(checkpoint, ctx.ws / 'best_accuracy_top1_epoch_1.pth')
-    return stops(run_train(ctx, DEEPVIT, '--resume', ctx.ws / 'best_accuracy_top1_epoch_1.pth'),
-                 check=one_line_naming(ctx.ws / 'best_accuracy_top1_epoch_1.pth'))
+    return stops(
+        run_train(ctx, DEEPVIT, '--resume', ctx.ws / 'best_accuracy_top1_epoch_1.pth'),
+        check=one_line_naming(ctx.ws / 'best_accuracy_top1_epoch_1.pth'),
+    )
 
 
 @scenario('resume-beyond-max-epochs')
@@ -506,23 +625,33 @@ def _(ctx):
     checkpoint = torch.load(ctx.ckpt[DEEPVIT], weights_only=False)
     checkpoint['meta'].update(epoch=3, iter=3 * checkpoint['meta']['iter'])
     torch.save(checkpoint, ctx.ws / 'epoch_3.pth')
-    return stops(run_train(ctx, DEEPVIT, '--resume', ctx.ws / 'epoch_3.pth'),
-                 check=one_line_naming(ctx.ws / 'epoch_3.pth'))
+    return stops(
+        run_train(ctx, DEEPVIT, '--resume', ctx.ws / 'epoch_3.pth'), check=one_line_naming(ctx.ws / 'epoch_3.pth')
+    )
 
 
 def tiny_lvvit_release(path):
     """An official LV-ViT release (TokenLabeling key names and shapes) much narrower than the digits models."""
     from test_model_converters import official_state_dict
-    torch.save({'state_dict': official_state_dict(dim=24, depth=1, heads=4, qkv_bias=False, stem=(8, 3),
-                                                  aux_head=True, classes=10, img_size=32)}, path)
+
+    torch.save(
+        {
+            'state_dict': official_state_dict(
+                dim=24, depth=1, heads=4, qkv_bias=False, stem=(8, 3), aux_head=True, classes=10, img_size=32
+            )
+        },
+        path,
+    )
     return path
 
 
 @scenario('load-from-other-model')
 def _(ctx):
     release = tiny_lvvit_release(ctx.ws / 'lvvit_release.pth')
-    return stops(run_train(ctx, DEEPVIT, load_from=release),
-                 check=lambda message: _names(message, release) or _names(message, 'official LV-ViT'))
+    return stops(
+        run_train(ctx, DEEPVIT, load_from=release),
+        check=lambda message: _names(message, release) or _names(message, 'official LV-ViT'),
+    )
 
 
 @scenario('load-from-unexpected-layers')
@@ -530,40 +659,52 @@ def _(ctx):
     """The talking-heads DiversePatch release (tiny: two blocks of 16 channels) in the plain-attention digits
     DiversePatch config at its width and depth."""
     from test_diversepatch_converter import official_state_dict
+
     config = ctx.ws / 'diversepatch_as_release.py'
-    config.write_text(f"_base_ = '{DIVERSEPATCH}'\n"
-                      "model = dict(backbone=dict(img_size=32, patch_size=8, arch=dict(_delete_=True, embed_dims=16, "
-                      "num_layers=2, num_heads=2, feedforward_channels=64)), head=dict(num_classes=5, in_channels=16), "
-                      "aux_losses=[dict(type='mmvitreg.PatchCosineLoss'), dict(type='mmvitreg.PatchContrastiveLoss'), "
-                      "dict(type='mmvitreg.PatchMixingLoss', num_classes=5, in_channels=16)])\n")
+    config.write_text(
+        f"_base_ = '{DIVERSEPATCH}'\n"
+        "model = dict(backbone=dict(img_size=32, patch_size=8, arch=dict(_delete_=True, embed_dims=16, "
+        "num_layers=2, num_heads=2, feedforward_channels=64)), head=dict(num_classes=5, in_channels=16), "
+        "aux_losses=[dict(type='mmvitreg.PatchCosineLoss'), dict(type='mmvitreg.PatchContrastiveLoss'), "
+        "dict(type='mmvitreg.PatchMixingLoss', num_classes=5, in_channels=16)])\n"
+    )
     torch.save({'model': official_state_dict()}, ctx.ws / 'talking_heads_release.pth')
 
     def check(message):
         assert 'proj_pre' in message and "attn_types='talking_heads'" in message, message
+
     return stops(run_train(ctx, config, load_from=ctx.ws / 'talking_heads_release.pth'), check=check)
 
 
 @scenario('checkpoint-remote-unreadable')
 def _(ctx):
-    return stops(run_test(ctx, DEEPVIT, 'nobackend://models.example/deepvit.pth'),
-                 check=lambda message: _names(message, 'nobackend://models.example/deepvit.pth'))
+    return stops(
+        run_test(ctx, DEEPVIT, 'nobackend://models.example/deepvit.pth'),
+        check=lambda message: _names(message, 'nobackend://models.example/deepvit.pth'),
+    )
 
 
 @scenario('official-checkpoint-unconvertible')
 def _(ctx):
     from test_diversepatch_converter import official_state_dict
+
     deit = {k: v for k, v in official_state_dict().items() if '.proj_p' not in k and not k.startswith('patch_head')}
-    torch.save({'model': {**deit, 'dist_token': torch.zeros(1, 1, 16), 'head_dist.weight': torch.zeros(5, 16)}},
-               ctx.ws / 'deit_distilled.pth')
-    return stops(run_test(ctx, DEEPVIT, ctx.ws / 'deit_distilled.pth'),
-                 check=lambda message: _names(message, 'dist_token'))
+    torch.save(
+        {'model': {**deit, 'dist_token': torch.zeros(1, 1, 16), 'head_dist.weight': torch.zeros(5, 16)}},
+        ctx.ws / 'deit_distilled.pth',
+    )
+    return stops(
+        run_test(ctx, DEEPVIT, ctx.ws / 'deit_distilled.pth'), check=lambda message: _names(message, 'dist_token')
+    )
 
 
 @scenario('converter-other-model')
 def _(ctx):
-    from mmpretrain.models import SwinTransformer
     from checkpoint_converter import converter_cli
+    from mmpretrain.models import SwinTransformer
+
     from mmvitreg.models.backbones.deepvit import convert_deepvit
+
     src, dst = ctx.ws / 'swin_official.pth', ctx.ws / 'converted.pth'
     torch.save({'model': SwinTransformer(arch='tiny', img_size=32, window_size=4).state_dict()}, src)
     return stops(lambda: converter_cli(convert_deepvit, 'DeepViT', argv=[str(src), str(dst)]))
@@ -571,14 +712,17 @@ def _(ctx):
 
 @scenario('converter-unsafe-pickle')
 def _(ctx):
-    from test_safe_loading import code_running_checkpoint
     from checkpoint_converter import converter_cli
+    from test_safe_loading import code_running_checkpoint
+
     from mmvitreg.models.backbones.deepvit import convert_deepvit
+
     marker = ctx.ws.parent / 'converter_pickle_ran'
     src = code_running_checkpoint(ctx.ws / 'unsafe_release.pth', ctx.ckpt[DEEPVIT], marker)
 
     def check(message):
         assert '\n' not in message and 'the global exec' in message and not marker.exists(), message
+
     return stops(lambda: converter_cli(convert_deepvit, 'DeepViT', argv=[str(src), str(ctx.ws / 'out.pth')]), check)
 
 
@@ -588,11 +732,15 @@ def _(ctx):
     from conftest import run_tool
 
     def run():
-        proc = run_tool(['deployment/pytorch2onnx.py', DEEPVIT, ctx.ckpt[LVVIT_TL], '--out', ctx.ws / 'other.onnx'],
-                        cwd=ctx.ws.parent, check=False)
+        proc = run_tool(
+            ['deployment/pytorch2onnx.py', DEEPVIT, ctx.ckpt[LVVIT_TL], '--out', ctx.ws / 'other.onnx'],
+            cwd=ctx.ws.parent,
+            check=False,
+        )
         assert proc.returncode == 1 and 'Traceback' not in proc.stderr, proc.stderr[-3000:]
         _names(proc.stderr, ctx.ckpt[LVVIT_TL])
         return proc.stderr
+
     return run
 
 
@@ -600,24 +748,34 @@ def _(ctx):
 @scenario('nan-loss')
 def _(ctx):
     # every technique with an absurd learning rate: a finite first step, weights of ~1e30, then non-finite losses
-    runs = [run_train(ctx, config, **{'optim_wrapper.optimizer.lr': 1e30, 'train_dataloader.dataset.indices': 16})
-            for config in TECHNIQUES]
+    runs = [
+        run_train(ctx, config, **{'optim_wrapper.optimizer.lr': 1e30, 'train_dataloader.dataset.indices': 16})
+        for config in TECHNIQUES
+    ]
 
     def check(message):
         assert re.search(r'non-finite loss at iteration \d+ \(epoch 1\): loss\w* = (nan|-?inf)', message), message
+
     return lambda: '\n'.join(stops(run, check)() for run in runs)
 
 
 @scenario('nan-weights')
 def _(ctx):
     # a step whose loss is finite but whose update leaves a weight NaN (the test hook plays the overflowing step)
-    cfg = derived(ctx, 'deepvit_poisoned', DEEPVIT, """
+    cfg = derived(
+        ctx,
+        'deepvit_poisoned',
+        DEEPVIT,
+        """
         custom_hooks = [dict(type='test_non_finite_weights.PoisonHook', at=1, when='iter')]
         custom_imports = dict(imports=['test_non_finite_weights'], allow_failed_imports=False)
-    """)
+    """,
+    )
+
     def check(message):
         assert 'is not written and the run stops; this run has no resumable checkpoint yet' in message, message
         assert '\n' not in message.strip(), message
+
     return stops(run_train(ctx, cfg), check=check)
 
 

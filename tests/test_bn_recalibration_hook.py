@@ -1,16 +1,17 @@
 """BNRecalibrationHook: DeepViT's official BatchNorm re-calibration before validation (dvit_repo
 train.py / utils/misc.py bn_calibration): every BatchNorm's statistics become the cumulative average
 over 50 training batches read with the evaluation pipeline."""
+
 from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import CONFIGS
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 from mmpretrain.structures import DataSample
 
-from conftest import CONFIGS
 from mmvitreg.engine.hooks import BNRecalibrationHook
 from mmvitreg.engine.hooks.bn_recalibration_hook import calibration_dataloader_cfg
 from mmvitreg.registry import HOOKS
@@ -18,20 +19,37 @@ from mmvitreg.registry import HOOKS
 
 def tiny_deepvit():
     """A DeepViT with a conv stem (BatchNorms) and re-attention (BatchNorm over heads)."""
-    cfg = dict(type='ImageClassifier',
-               backbone=dict(type='mmvitreg.DeepViT', img_size=32, patch_size=8,
-                             arch=dict(embed_dims=24, num_layers=2, num_heads=3, feedforward_channels=48,
-                                       attn_types=['msa', 'reattn'], stem=dict(channels=8, num_convs=2))),
-               head=dict(type='VisionTransformerClsHead', num_classes=10, in_channels=24),
-               data_preprocessor=dict(num_classes=10, mean=[127.5] * 3, std=[127.5] * 3))
+    cfg = dict(
+        type='ImageClassifier',
+        backbone=dict(
+            type='mmvitreg.DeepViT',
+            img_size=32,
+            patch_size=8,
+            arch=dict(
+                embed_dims=24,
+                num_layers=2,
+                num_heads=3,
+                feedforward_channels=48,
+                attn_types=['msa', 'reattn'],
+                stem=dict(channels=8, num_convs=2),
+            ),
+        ),
+        head=dict(type='VisionTransformerClsHead', num_classes=10, in_channels=24),
+        data_preprocessor=dict(num_classes=10, mean=[127.5] * 3, std=[127.5] * 3),
+    )
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         return MMPRETRAIN_MODELS.build(cfg)
 
 
 def batches(n, size=4):
     g = torch.Generator().manual_seed(1)
-    return [dict(inputs=[torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8, generator=g) for _ in range(size)],
-                 data_samples=[DataSample().set_gt_label(0) for _ in range(size)]) for _ in range(n)]
+    return [
+        dict(
+            inputs=[torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8, generator=g) for _ in range(size)],
+            data_samples=[DataSample().set_gt_label(0) for _ in range(size)],
+        )
+        for _ in range(n)
+    ]
 
 
 def test_statistics_are_the_cumulative_average_of_the_batch_statistics():
@@ -42,8 +60,9 @@ def test_statistics_are_the_cumulative_average_of_the_batch_statistics():
     assert any('var_norm' in n for n in norms) and any('patch_embed' in n for n in norms)
     data = batches(4)
     inputs = {n: [] for n in norms}
-    handles = [m.register_forward_hook(lambda m, args, out, n=n: inputs[n].append(args[0].detach()))
-               for n, m in norms.items()]
+    handles = [
+        m.register_forward_hook(lambda m, args, out, n=n: inputs[n].append(args[0].detach())) for n, m in norms.items()
+    ]
     model.train()  # every norm normalises with its batch statistics, as during calibration
     with torch.no_grad():
         for batch in data[:3]:
@@ -51,7 +70,7 @@ def test_statistics_are_the_cumulative_average_of_the_batch_statistics():
     for h in handles:
         h.remove()
     for m in norms.values():  # stale statistics and momentum the hook must replace
-        m.running_mean.fill_(7.)
+        m.running_mean.fill_(7.0)
         m.momentum = 0.1
     hook = BNRecalibrationHook(num_batches=3)
     hook.recalibrate(model, data)
@@ -70,8 +89,9 @@ def test_restore_momentum_and_the_hook_runs_before_validation():
     for m in model.modules():
         if isinstance(m, torch.nn.BatchNorm2d):
             m.momentum = 0.2
-    hook = HOOKS.build(dict(type='mmvitreg.BNRecalibrationHook', num_batches=2, dataloader=batches(5),
-                            restore_momentum=True))
+    hook = HOOKS.build(
+        dict(type='mmvitreg.BNRecalibrationHook', num_batches=2, dataloader=batches(5), restore_momentum=True)
+    )
     runner = SimpleNamespace(model=model)
     hook.before_val_epoch(runner)
     norms = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
@@ -83,6 +103,7 @@ def test_restore_momentum_and_the_hook_runs_before_validation():
 def test_default_calibration_data_is_the_training_set_with_the_validation_pipeline():
     """The DeepViT recipes turn the hook on with the official 50 batches of 256 un-augmented images."""
     from mmvitreg.utils import load_config
+
     cfg = load_config(str(CONFIGS / 'deepvit' / 'deepvit-s_8xb32_in1k.py'))
     hook = [h for h in cfg.custom_hooks if h['type'] == 'mmvitreg.BNRecalibrationHook'][0]
     assert (hook['num_batches'], hook['batch_size'], hook['restore_momentum']) == (50, 256, False)
@@ -90,8 +111,9 @@ def test_default_calibration_data_is_the_training_set_with_the_validation_pipeli
     assert loader['batch_size'] == 256
     assert loader['dataset']['pipeline'] == cfg.val_dataloader.dataset.pipeline
     train = cfg.train_dataloader.dataset.to_dict()
-    assert {k: v for k, v in loader['dataset'].items() if k != 'pipeline'} == \
-        {k: v for k, v in train.items() if k != 'pipeline'} and train['split'] == 'train'  # the training set
+    assert {k: v for k, v in loader['dataset'].items() if k != 'pipeline'} == {
+        k: v for k, v in train.items() if k != 'pipeline'
+    } and train['split'] == 'train'  # the training set
     assert cfg.train_dataloader.batch_size == 32  # the config itself is untouched
     with pytest.raises(ValueError, match='val_dataloader'):
         calibration_dataloader_cfg(Config(dict(train_dataloader=dict())))

@@ -1,6 +1,7 @@
 """Checkpoints are never silently wrong (issue 14, part 1): checked reading, strict / partial loading
 with a key report, atomic saving (also under SIGKILL), and --resume auto past an unreadable newest
 checkpoint - through mmvitreg.engine and through tools/train.py and tools/test.py."""
+
 import os
 import signal
 import subprocess
@@ -10,11 +11,10 @@ import time
 
 import pytest
 import torch
+from guard_helpers import TECHNIQUES, build_workspace, checkpoints, files_of, logged_losses, tool, train
 from torch import nn
 
-from guard_helpers import TECHNIQUES, build_workspace, checkpoints, files_of, logged_losses, tool, train
-from mmvitreg.engine import (AtomicLocalBackend, CheckpointError, fit, read_checkpoint,
-                             resume_candidates)
+from mmvitreg.engine import AtomicLocalBackend, CheckpointError, fit, read_checkpoint, resume_candidates
 from mmvitreg.engine.checkpoint import load_weights
 
 
@@ -26,7 +26,7 @@ def test_read_checkpoint_names_the_file_and_the_problem(tmp_path):
     cases = {
         'missing.pth': (None, 'does not exist'),
         'empty.pth': (b'', 'empty file (0 bytes)'),
-        'truncated.pth': (good.read_bytes()[:len(good.read_bytes()) // 2], 'not a readable PyTorch checkpoint'),
+        'truncated.pth': (good.read_bytes()[: len(good.read_bytes()) // 2], 'not a readable PyTorch checkpoint'),
         'notes.txt': (b'lr=0.1\n', 'not a readable PyTorch checkpoint'),
     }
     for name, (content, problem) in cases.items():
@@ -66,7 +66,7 @@ def test_key_report_counts_matched_missing_unexpected_and_mismatched():
     report = fit(model, source)
     assert report.missing == ['body.bias']
     assert report.unexpected == ['extra.weight']
-    assert report.mismatched == {'head.weight': ((3, 8), (10, 8)), 'head.bias': ((3, ), (10, ))}
+    assert report.mismatched == {'head.weight': ((3, 8), (10, 8)), 'head.bias': ((3,), (10,))}
     assert report.resized == {}
     assert sorted(report.matched) == ['bn.bias', 'bn.running_mean', 'bn.running_var', 'bn.weight', 'body.weight']
     assert not report.clean and report.summary() == '5 matched, 0 resized, 1 missing, 1 unexpected, 2 mismatched keys'
@@ -80,6 +80,7 @@ def test_key_report_runs_load_time_hooks_position_embedding_resize_is_reported_r
     size fits (the mmpretrain compatibility the design promises), it is not a size mismatch, and the report says
     which key was resized from which shape (issue 47: it said "0 resized keys")."""
     from mmvitreg.models.backbones import VisionTransformer
+
     arch = dict(embed_dims=32, num_layers=1, num_heads=2, feedforward_channels=64)
     small = VisionTransformer(arch=arch, img_size=32, patch_size=8).state_dict()
     big = VisionTransformer(arch=arch, img_size=64, patch_size=8)
@@ -87,8 +88,9 @@ def test_key_report_runs_load_time_hooks_position_embedding_resize_is_reported_r
     assert report.clean and big.pos_embed.shape == (1, 65, 32)
     assert report.resized == {'pos_embed': ((1, 17, 32), (1, 65, 32))} and 'pos_embed' not in report.matched
     assert report.summary().startswith(f'{len(small) - 1} matched, 1 resized, 0 missing')
-    assert "resized by the model's load hooks: pos_embed [1, 17, 32] in the checkpoint to [1, 65, 32]" in \
-        report.describe()
+    assert (
+        "resized by the model's load hooks: pos_embed [1, 17, 32] in the checkpoint to [1, 65, 32]" in report.describe()
+    )
 
 
 # ---------------------------------------------------------------- atomic saving
@@ -124,8 +126,13 @@ def test_a_process_killed_while_saving_leaves_the_previous_checkpoint_intact(tmp
     previous = target.read_bytes()
     script = tmp_path / 'killed_save.py'
     script.write_text(KILLED_SAVE)
-    proc = subprocess.run([sys.executable, str(script), str(target)], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, 'PYTHONPATH': os.pathsep.join(sys.path)})
+    proc = subprocess.run(
+        [sys.executable, str(script), str(target)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, 'PYTHONPATH': os.pathsep.join(sys.path)},
+    )
     assert proc.returncode == -signal.SIGKILL and 'saving' in proc.stdout
     assert target.read_bytes() == previous  # the final name still holds the complete old file
     leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith('.epoch_2.pth.')]
@@ -162,9 +169,16 @@ def test_two_runs_saving_into_one_work_dir_both_keep_every_checkpoint(tmp_path):
     script = tmp_path / 'concurrent_saves.py'
     script.write_text(CONCURRENT_SAVES)
     env = {**os.environ, 'PYTHONPATH': os.pathsep.join(sys.path)}
-    runs = {run: subprocess.Popen([sys.executable, str(script), str(work_dir), str(control), run, str(count)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-            for run in ('a', 'b')}
+    runs = {
+        run: subprocess.Popen(
+            [sys.executable, str(script), str(work_dir), str(control), run, str(count)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for run in ('a', 'b')
+    }
     deadline = time.time() + 120
     while not all((control / run).exists() for run in runs) and time.time() < deadline:
         time.sleep(0.01)
@@ -183,7 +197,10 @@ def test_resume_candidates_newest_first(tmp_path):
         (tmp_path / name).write_bytes(b'x')
     (tmp_path / 'last_checkpoint').write_text(str(tmp_path / 'epoch_10.pth'))
     assert [os.path.basename(p) for p in resume_candidates(str(tmp_path))] == [
-        'epoch_10.pth', 'epoch_2.pth', 'epoch_1.pth']
+        'epoch_10.pth',
+        'epoch_2.pth',
+        'epoch_1.pth',
+    ]
 
 
 # ---------------------------------------------------------------- through the tools
@@ -194,8 +211,17 @@ def trained(tmp_path_factory):
     runs = {}
     for config in TECHNIQUES:
         work = ws / f'train_{config.stem}'
-        train(config, ws, work, **{'train_cfg.max_epochs': 2, 'train_dataloader.batch_size': 16,
-                                   'train_dataloader.dataset.indices': 32, 'train_cfg.val_interval': 2})
+        train(
+            config,
+            ws,
+            work,
+            **{
+                'train_cfg.max_epochs': 2,
+                'train_dataloader.batch_size': 16,
+                'train_dataloader.dataset.indices': 32,
+                'train_cfg.val_interval': 2,
+            },
+        )
         runs[config] = work
     return ws, runs
 
@@ -206,12 +232,21 @@ def test_test_tool_refuses_a_checkpoint_of_another_model_and_names_file_and_keys
         ckpt = runs[other] / 'epoch_2.pth'
         before = files_of(runs[other])
         with pytest.raises(SystemExit) as e:
-            tool('test')([str(config), str(ckpt), '--work-dir', str(ws / 'test_mismatch'), '--cfg-options',
-                          f'test_dataloader.dataset.data_root={ws / "digits"}', 'test_dataloader.num_workers=0',
-                          'test_dataloader.persistent_workers=False'])
+            tool('test')(
+                [
+                    str(config),
+                    str(ckpt),
+                    '--work-dir',
+                    str(ws / 'test_mismatch'),
+                    '--cfg-options',
+                    f'test_dataloader.dataset.data_root={ws / "digits"}',
+                    'test_dataloader.num_workers=0',
+                    'test_dataloader.persistent_workers=False',
+                ]
+            )
         message = str(e.value.code)
         assert message.startswith(f'error: checkpoint {ckpt} does not fit the model')
-        assert ('missing: backbone.' in message or 'unexpected: backbone.' in message), message
+        assert 'missing: backbone.' in message or 'unexpected: backbone.' in message, message
         assert 'pass --allow-partial' in message
         assert files_of(runs[other]) == before
     capsys.readouterr()
@@ -220,13 +255,26 @@ def test_test_tool_refuses_a_checkpoint_of_another_model_and_names_file_and_keys
 def test_test_tool_loads_its_own_checkpoint_strictly_and_allow_partial_evaluates_a_foreign_one(trained, capsys):
     ws, runs = trained
     config, other = TECHNIQUES[0], TECHNIQUES[1]
-    data = [f'test_dataloader.dataset.data_root={ws / "digits"}', 'test_dataloader.num_workers=0',
-            'test_dataloader.persistent_workers=False']
-    tool('test')([str(config), str(runs[config] / 'epoch_2.pth'), '--work-dir', str(ws / 't_own'),
-                  '--cfg-options', *data])
+    data = [
+        f'test_dataloader.dataset.data_root={ws / "digits"}',
+        'test_dataloader.num_workers=0',
+        'test_dataloader.persistent_workers=False',
+    ]
+    tool('test')(
+        [str(config), str(runs[config] / 'epoch_2.pth'), '--work-dir', str(ws / 't_own'), '--cfg-options', *data]
+    )
     assert 'metrics: ' in capsys.readouterr().out
-    tool('test')([str(config), str(runs[other] / 'epoch_2.pth'), '--work-dir', str(ws / 't_partial'),
-                  '--allow-partial', '--cfg-options', *data])
+    tool('test')(
+        [
+            str(config),
+            str(runs[other] / 'epoch_2.pth'),
+            '--work-dir',
+            str(ws / 't_partial'),
+            '--allow-partial',
+            '--cfg-options',
+            *data,
+        ]
+    )
     assert 'metrics: ' in capsys.readouterr().out
     log = next((ws / 't_partial').rglob('*.log')).read_text()
     assert f'load_from {runs[other] / "epoch_2.pth"}: ' in log and ' matched, ' in log
@@ -238,8 +286,12 @@ def test_load_from_of_another_model_stops_unless_allowed_partial_then_one_summar
     ws, runs = trained
     config, other = TECHNIQUES[0], TECHNIQUES[1]
     ckpt = runs[other] / 'epoch_2.pth'
-    options = {'load_from': ckpt, 'train_cfg.max_epochs': 1, 'train_dataloader.batch_size': 16,
-               'train_dataloader.dataset.indices': 16}
+    options = {
+        'load_from': ckpt,
+        'train_cfg.max_epochs': 1,
+        'train_dataloader.batch_size': 16,
+        'train_dataloader.dataset.indices': 16,
+    }
     with pytest.raises(SystemExit) as e:
         train(config, ws, ws / 'finetune_refused', **options)
     assert f'checkpoint {ckpt} does not fit the model' in str(e.value.code) and '--allow-partial' in str(e.value.code)
@@ -248,8 +300,12 @@ def test_load_from_of_another_model_stops_unless_allowed_partial_then_one_summar
     train(config, ws, work, '--allow-partial', **options)
     lines = [ln for ln in next(work.rglob('*.log')).read_text().splitlines() if f'load_from {ckpt}:' in ln]
     assert len(lines) == 1
-    assert ' matched, ' in lines[0] and ' missing, ' in lines[0] and ' unexpected, ' in lines[0] \
+    assert (
+        ' matched, ' in lines[0]
+        and ' missing, ' in lines[0]
+        and ' unexpected, ' in lines[0]
         and ' mismatched keys' in lines[0]
+    )
     assert [c for c in checkpoints(work) if not c.startswith('best_')] == ['epoch_1.pth']  # and the best of the run
 
 
@@ -275,8 +331,18 @@ def test_resume_auto_skips_an_unreadable_newest_checkpoint(trained):
     newest = work / 'epoch_3.pth'
     newest.write_bytes((runs[config] / 'epoch_2.pth').read_bytes()[:1000])  # truncated by a crash of another tool
     (work / 'last_checkpoint').write_text(str(newest))
-    train(config, ws, work, '--resume', **{'train_cfg.max_epochs': 3, 'train_dataloader.batch_size': 16,
-                                           'train_dataloader.dataset.indices': 32, 'train_cfg.val_interval': 5})
+    train(
+        config,
+        ws,
+        work,
+        '--resume',
+        **{
+            'train_cfg.max_epochs': 3,
+            'train_dataloader.batch_size': 16,
+            'train_dataloader.dataset.indices': 32,
+            'train_cfg.val_interval': 5,
+        },
+    )
     log = next(work.rglob('*.log')).read_text()
     assert f'--resume auto: skipping {newest}, which cannot be read' in log
     assert f'--resume auto: resuming from {work / "epoch_2.pth"}' in log

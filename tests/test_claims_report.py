@@ -1,12 +1,12 @@
 """The digits claims report (issue 16): the tie rule, the fragment-per-section writer, and a run of
 ``tools/analysis_tools/claims_report.py --size ci`` over every registered section."""
+
 import importlib
 import re
 import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, run_tool
 from studies.claims import assemble, core, register_section, sections, verdict
 
@@ -21,12 +21,12 @@ def two_sections(monkeypatch):
 
 
 def test_difference_smaller_than_the_spread_is_a_tie():
-    assert verdict([89., 92., 95.], [89., 90., 91.]) == 'tie'  # +2 < std 3
-    assert verdict([90., 92., 94.], [89.5, 90., 90.5]) == 'better'  # +2 = std 2: not smaller
-    assert verdict([95., 96., 97.], [90., 90.5, 91.]) == 'better'
-    assert verdict([90., 90.5, 91.], [95., 96., 97.]) == 'worse'
-    assert verdict([1., 1.1, 1.2], [2., 2.1, 2.2], higher_is_better=False) == 'better'
-    assert verdict([97.], [95.]) == 'n/a (1 seed)'
+    assert verdict([89.0, 92.0, 95.0], [89.0, 90.0, 91.0]) == 'tie'  # +2 < std 3
+    assert verdict([90.0, 92.0, 94.0], [89.5, 90.0, 90.5]) == 'better'  # +2 = std 2: not smaller
+    assert verdict([95.0, 96.0, 97.0], [90.0, 90.5, 91.0]) == 'better'
+    assert verdict([90.0, 90.5, 91.0], [95.0, 96.0, 97.0]) == 'worse'
+    assert verdict([1.0, 1.1, 1.2], [2.0, 2.1, 2.2], higher_is_better=False) == 'better'
+    assert verdict([97.0], [95.0]) == 'n/a (1 seed)'
 
 
 def test_running_one_section_writes_its_fragment_and_claims_md_keeps_registry_order(two_sections, tmp_path):
@@ -59,8 +59,10 @@ def test_few_shot_subset_takes_the_same_first_images_of_every_class(tmp_path):
         assert [n for n, label in subset if label == c] == [n for n, label in train if label == c][:3]
     assert len(subset) == 30
     assert ctx.data_options(3)['train_dataloader.dataset.ann_file'] == ann
-    assert core.Context('s', 'ci', (0, ), tmp_path, tmp_path).data_options(50)[
-        'train_dataloader.dataset.ann_file'] == f'meta/train_{core.CI_PER_CLASS}pc.txt'
+    assert (
+        core.Context('s', 'ci', (0,), tmp_path, tmp_path).data_options(50)['train_dataloader.dataset.ann_file']
+        == f'meta/train_{core.CI_PER_CLASS}pc.txt'
+    )
     with pytest.raises(ValueError, match='images per class asked'):
         ctx.subset(1000)
 
@@ -69,8 +71,11 @@ def test_ci_size_report_fills_every_registered_section_with_numbers_and_plots(tm
     """The CI size of the report: every section (the registered ones, whoever added them) runs end to
     end through the real tools and writes its text with numbers and its plots."""
     out = tmp_path / 'docs'
-    run_tool(['analysis_tools/claims_report.py', '--size', 'ci', '--out', out, '--work-dir', tmp_path / 'work'],
-             cwd=tmp_path, timeout=900)
+    run_tool(
+        ['analysis_tools/claims_report.py', '--size', 'ci', '--out', out, '--work-dir', tmp_path / 'work'],
+        cwd=tmp_path,
+        timeout=900,
+    )
     text = (out / 'claims.md').read_text()
     for section in sections():
         part = text.split(f'## {section.title}\n')[1].split('\n## ')[0]
@@ -86,9 +91,11 @@ def test_committed_claims_md_is_assembled_from_the_committed_fragments(tmp_path)
     """docs/claims.md is what ``claims_report.py --assemble`` makes of docs/claims/<section>.md (after
     merging branches that ran different sections, re-assemble)."""
     import shutil
+
     shutil.copytree(REPO / 'docs' / 'claims', tmp_path / 'claims')
-    assert assemble(tmp_path) == (REPO / 'docs' / 'claims.md').read_text(), \
+    assert assemble(tmp_path) == (REPO / 'docs' / 'claims.md').read_text(), (
         'docs/claims.md is stale: python tools/analysis_tools/claims_report.py --assemble'
+    )
 
 
 def test_tools_are_imported_from_the_folder_of_the_configs_or_refused(tmp_path, monkeypatch):

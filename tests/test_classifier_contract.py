@@ -2,6 +2,7 @@
 mmpretrain 1.2.0's ``tests/test_models/test_classifiers.py::TestImageClassifier`` (written anew here, same
 models and the same assertions) with ``type='mmvitreg.TokenClassifier'`` in place of ``'ImageClassifier'``.
 Code written for ImageClassifier reads ``losses['loss']``; the log shows the total under ``loss``."""
+
 from unittest.mock import MagicMock
 
 import pytest
@@ -13,10 +14,12 @@ from mmpretrain.structures import DataSample
 
 from mmvitreg.models.classifiers import TokenClassifier
 
-DEFAULT_ARGS = dict(type='mmvitreg.TokenClassifier', backbone=dict(type='ResNet', depth=18),
-                    neck=dict(type='GlobalAveragePooling'),
-                    head=dict(type='LinearClsHead', num_classes=10, in_channels=512,
-                              loss=dict(type='CrossEntropyLoss')))
+DEFAULT_ARGS = dict(
+    type='mmvitreg.TokenClassifier',
+    backbone=dict(type='ResNet', depth=18),
+    neck=dict(type='GlobalAveragePooling'),
+    head=dict(type='LinearClsHead', num_classes=10, in_channels=512, loss=dict(type='CrossEntropyLoss')),
+)
 NORMALISE = dict(data_preprocessor=dict(mean=[127.5] * 3, std=[127.5] * 3))
 
 
@@ -42,7 +45,7 @@ def test_initialize():
     cfg = ConfigDict(DEFAULT_ARGS)
     cfg.pop('head')
     assert not build(cfg).with_head
-    assert build(train_cfg=dict(augments=dict(type='Mixup', alpha=1.))).data_preprocessor.batch_augments is not None
+    assert build(train_cfg=dict(augments=dict(type='Mixup', alpha=1.0))).data_preprocessor.batch_augments is not None
     assert build(train_cfg=dict()).data_preprocessor.batch_augments is None
 
 
@@ -79,9 +82,9 @@ def test_predict():
     """Upstream ``test_predict``: scores per class, written into the given data samples too."""
     inputs, samples = torch.rand(1, 3, 224, 224), [DataSample().set_gt_label(1)]
     model = build()
-    assert model.predict(inputs)[0].pred_score.shape == (10, )
+    assert model.predict(inputs)[0].pred_score.shape == (10,)
     predictions = model.predict(inputs, samples)
-    assert predictions[0].pred_score.shape == samples[0].pred_score.shape == (10, )
+    assert predictions[0].pred_score.shape == samples[0].pred_score.shape == (10,)
     torch.testing.assert_close(samples[0].pred_score, predictions[0].pred_score)
 
 
@@ -91,9 +94,9 @@ def test_forward():
     model = build()
     assert isinstance(model(inputs), torch.Tensor)
     assert model(inputs, samples, mode='loss')['loss'].item() > 0
-    assert model(inputs, mode='predict')[0].pred_score.shape == (10, )
+    assert model(inputs, mode='predict')[0].pred_score.shape == (10,)
     predictions = model(inputs, samples, mode='predict')
-    assert predictions[0].pred_score.shape == samples[0].pred_score.shape == (10, )
+    assert predictions[0].pred_score.shape == samples[0].pred_score.shape == (10,)
     torch.testing.assert_close(samples[0].pred_score, predictions[0].pred_score)
     with pytest.raises(RuntimeError, match='Invalid mode "unknown"'):
         model(inputs, mode='unknown')
@@ -114,5 +117,5 @@ def test_train_step():
 def test_val_step_and_test_step():
     """Upstream ``test_val_step`` and ``test_test_step``."""
     model = build(**NORMALISE)
-    assert model.val_step(batch())[0].pred_score.shape == (10, )
-    assert model.test_step(batch())[0].pred_score.shape == (10, )
+    assert model.val_step(batch())[0].pred_score.shape == (10,)
+    assert model.test_step(batch())[0].pred_score.shape == (10,)

@@ -2,15 +2,16 @@
 without it (so these tests fail if the upstream behaviour or the patch changes), each is applied
 only on the stacks whose versions need it (shown by faking the installed versions), and ``import mmvitreg``
 replaces no other host function."""
+
 import importlib.metadata
 import json
 import subprocess
 import sys
 
 import pytest
+from conftest import tool_env
 from packaging.version import Version
 
-from conftest import tool_env
 from mmvitreg import compat
 from mmvitreg.fileio import TORCH_WEIGHTS_ONLY
 
@@ -25,19 +26,25 @@ def fake_versions(**versions):
     """Code that makes ``importlib.metadata.version`` report ``versions`` (e.g. torch='2.5.1') in a
     fresh interpreter, before mmvitreg is imported."""
     fake = {k.replace('_', '-'): v for k, v in versions.items()}
-    return ("import importlib.metadata as md\n_real = md.version\n"
-            f"md.version = lambda d: {fake!r}.get(d, None) or _real(d)\n")
+    return (
+        "import importlib.metadata as md\n_real = md.version\n"
+        f"md.version = lambda d: {fake!r}.get(d, None) or _real(d)\n"
+    )
 
 
 # --- the gates -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize('torch_version, mmengine_version, expected', [
-    ('2.14.1', '0.10.7', ALL),  # the quick start
-    ('2.6.0', '0.10.3', ALL),   # first weights_only torch: torch's allow-list is left as it is all the same
-    ('2.5.1', '0.10.7', ALL),   # torch before weights_only
-    ('2.1.2', '0.10.3', ALL),   # the oldest stack
-    ('2.14.1', '0.11.0', ALL),  # mmengine with PR #1670: our models still convert releases
-])
+
+@pytest.mark.parametrize(
+    'torch_version, mmengine_version, expected',
+    [
+        ('2.14.1', '0.10.7', ALL),  # the quick start
+        ('2.6.0', '0.10.3', ALL),  # first weights_only torch: torch's allow-list is left as it is all the same
+        ('2.5.1', '0.10.7', ALL),  # torch before weights_only
+        ('2.1.2', '0.10.3', ALL),  # the oldest stack
+        ('2.14.1', '0.11.0', ALL),  # mmengine with PR #1670: our models still convert releases
+    ],
+)
 def test_gates_read_the_installed_versions(monkeypatch, torch_version, mmengine_version, expected):
     fake = {'torch': Version(torch_version), 'mmengine': Version(mmengine_version)}
     monkeypatch.setattr(compat, 'installed_version', fake.get)
@@ -59,6 +66,7 @@ def test_installed_version_drops_local_labels_and_absent_is_none():
 
 def test_this_stack_applies_exactly_the_patches_it_needs():
     import mmvitreg  # noqa: F401  (applies them)
+
     assert compat.applied() == compat.needed() == [p.name for p in compat.PATCHES if p.name in compat.applied()]
     assert 'mmvitreg_config_scope' in compat.applied()
 
@@ -118,16 +126,19 @@ def test_mmengine_checkpoints_read_by_mmengine_as_without_mmvitreg_and_by_mmvitr
     default refuses. mmengine's own reader does after ``import mmvitreg`` exactly what it does without (torch's
     allow-list is not widened); mmvitreg's reader reads the file with its allow-list, for that read."""
     ckpt = tmp_path / 'runner.pth'
-    load = f"from mmengine.runner import CheckpointLoader\nck = CheckpointLoader.load_checkpoint('{ckpt}')\n" \
-           "print('epoch', ck['meta']['epoch'])"
+    load = (
+        f"from mmengine.runner import CheckpointLoader\nck = CheckpointLoader.load_checkpoint('{ckpt}')\n"
+        "print('epoch', ck['meta']['epoch'])"
+    )
     assert run_py(SAVE_RUNNER_STYLE_CHECKPOINT.replace('CKPT', str(ckpt))).returncode == 0
     plain, imported = run_py(load), run_py('import mmvitreg\n' + load)
     assert plain.returncode == imported.returncode
     assert plain.stdout.split(' - ')[-1:] == imported.stdout.split(' - ')[-1:]  # without its time stamp
     assert plain.stderr.strip().splitlines()[-1:] == imported.stderr.strip().splitlines()[-1:]
     assert (plain.returncode != 0 and 'weights_only' in plain.stderr) == TORCH_WEIGHTS_ONLY, plain.stderr
-    ours = run_py(f"from mmvitreg.fileio import read_checkpoint\n"
-                  f"print('epoch', read_checkpoint('{ckpt}')['meta']['epoch'])")
+    ours = run_py(
+        f"from mmvitreg.fileio import read_checkpoint\nprint('epoch', read_checkpoint('{ckpt}')['meta']['epoch'])"
+    )
     assert ours.returncode == 0 and 'epoch 1' in ours.stdout, ours.stderr
 
 
@@ -160,6 +171,7 @@ def test_mmvitreg_base_resolves_and_keeps_its_library_scope(tmp_path):
     where the package is, it stamps ``_scope_='mmvitreg'`` on the inherited data set, which then is looked up in
     our registry, where mmpretrain's ``CustomDataset`` does not exist. With mmvitreg imported the base resolves
     from the imported package and its data set is mmpretrain's."""
+
     def run(setup):
         return run_py(MMVITREG_BASE.format(setup=setup, mine=tmp_path / 'mine.py'))
 
@@ -169,10 +181,12 @@ def test_mmvitreg_base_resolves_and_keeps_its_library_scope(tmp_path):
         told_the_name = run("from mmengine.config.utils import MODULE2PACKAGE\nMODULE2PACKAGE['mmvitreg'] = 'mmvitreg'")
         assert told_the_name.returncode != 0 and "KeyError: 'Models'" in told_the_name.stderr
     # mmengine told only the package and where it is (the checkout), without mmvitreg.compat
-    stamped = run("import importlib.util, os.path\nimport mmengine.config.config as cc\n"
-                  "from mmengine.config.utils import MODULE2PACKAGE\nMODULE2PACKAGE['mmvitreg'] = 'mmvitreg'\n"
-                  "cc.is_installed = lambda package: True\n"
-                  "cc.get_installed_path = lambda package: os.path.dirname(importlib.util.find_spec(package).origin)")
+    stamped = run(
+        "import importlib.util, os.path\nimport mmengine.config.config as cc\n"
+        "from mmengine.config.utils import MODULE2PACKAGE\nMODULE2PACKAGE['mmvitreg'] = 'mmvitreg'\n"
+        "cc.is_installed = lambda package: True\n"
+        "cc.get_installed_path = lambda package: os.path.dirname(importlib.util.find_spec(package).origin)"
+    )
     assert stamped.returncode == 0, stamped.stderr
     assert stamped.stdout.split('\n')[-2] == 'mmpretrain mmvitreg None'  # sent to our scope: not found
     fixed = run('import mmvitreg')

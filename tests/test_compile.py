@@ -9,17 +9,16 @@ them, without inductor's C++ code generation, which takes minutes for 7 configs 
 model compiles with ``compile=True``, the default inductor path users get (with ``fallback_random``, so
 that its random numbers are eager PyTorch's).
 """
+
 import subprocess
 import sys
 
 import pytest
 import torch
-from mmengine.registry import DefaultScope
-
 from conftest import CONFIGS, REPO, tool_env
-
-from model_helpers import composed_config
 from guard_helpers import TECHNIQUES, build_workspace, logged_losses, train
+from mmengine.registry import DefaultScope
+from model_helpers import composed_config
 
 STEPS = 3
 
@@ -31,9 +30,18 @@ def ws(tmp_path_factory):
 
 def three_steps(config, ws, work, **options):
     """Logged losses of ``STEPS`` training steps of batch 4 (no validation)."""
-    train(config, ws, work, '--no-validate', **{
-        'train_dataloader.batch_size': 4, 'train_dataloader.dataset.indices': 4 * STEPS, 'train_cfg.max_epochs': 1,
-        **options})
+    train(
+        config,
+        ws,
+        work,
+        '--no-validate',
+        **{
+            'train_dataloader.batch_size': 4,
+            'train_dataloader.dataset.indices': 4 * STEPS,
+            'train_cfg.max_epochs': 1,
+            **options,
+        },
+    )
     steps = logged_losses(work)
     assert len(steps) == STEPS
     compiled = 'model.loss has been compiled' in next(work.glob('*/*.log')).read_text()
@@ -56,11 +64,17 @@ def test_the_guarded_runner_compiles_the_loss_not_the_optimizer_step():
     from mmpretrain.models import ImageClassifier
 
     from mmvitreg.engine import GuardedRunner
+
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         model = ImageClassifier(
-            backbone=dict(type='mmvitreg.VisionTransformer', img_size=16, patch_size=8,
-                          arch=dict(embed_dims=32, num_layers=1, num_heads=2, feedforward_channels=64)),
-            head=dict(type='VisionTransformerClsHead', num_classes=3, in_channels=32))
+            backbone=dict(
+                type='mmvitreg.VisionTransformer',
+                img_size=16,
+                patch_size=8,
+                arch=dict(embed_dims=32, num_layers=1, num_heads=2, feedforward_channels=64),
+            ),
+            head=dict(type='VisionTransformerClsHead', num_classes=3, in_channels=32),
+        )
     train_step, loss = model.train_step, model.loss
     runner = GuardedRunner.__new__(GuardedRunner)  # the attributes _maybe_compile reads, without a run
     vars(runner).update(model=model, cfg=dict(compile=dict(backend='eager')), logger=logging.getLogger())
@@ -88,8 +102,9 @@ train(Path({str(CONFIGS / 'demo' / 'deit-tiny_1xb64_digits.py')!r}), ws, ws / 'w
       **{{'train_dataloader.batch_size': 4, 'train_dataloader.dataset.indices': 8, 'train_cfg.max_epochs': 1,
          'compile': True, 'runner_type': 'Runner'}})
 """
-    proc = subprocess.run([sys.executable, '-c', code], cwd=REPO, env=tool_env(), capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, '-c', code], cwd=REPO, env=tool_env(), capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode != 0
     assert "'UserDefinedDictVariable' object has no attribute 'items'" in proc.stderr
     assert 'torch/optim/adam.py' in proc.stderr and 'in step' in proc.stderr
@@ -109,6 +124,7 @@ def test_composed_model_compiles_with_inductor(ws, tmp_path, monkeypatch):
     makes it draw them from PyTorch's generator, as the eager run does, so that the losses can be compared.
     """
     import torch._inductor.config as inductor_config
+
     monkeypatch.setattr(inductor_config, 'fallback_random', True)
     config = composed_config(tmp_path)
     eager = three_steps(config, ws, ws / 'eager_composed')
@@ -123,13 +139,16 @@ def test_composed_loss_traces_without_a_graph_break(tmp_path):
     from mmengine.config import Config
     from mmpretrain.registry import MODELS
     from mmpretrain.structures import DataSample
+
     cfg = Config.fromfile(str(composed_config(tmp_path)))
     model_cfg = cfg.model.copy()
     model_cfg.setdefault('data_preprocessor', cfg.get('data_preprocessor'))
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         model = MODELS.build(model_cfg).train()
-    data = dict(inputs=[torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8) for _ in range(4)],
-                data_samples=[DataSample().set_gt_label(i) for i in range(4)])
+    data = dict(
+        inputs=[torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8) for _ in range(4)],
+        data_samples=[DataSample().set_gt_label(i) for i in range(4)],
+    )
     batch = model.data_preprocessor(data, True)
     assert batch.get('mix_plan') is not None  # the token-aligned CutMix plan goes into the loss
     explanation = torch._dynamo.explain(model.loss)(**batch)
@@ -145,6 +164,7 @@ def test_each_techniques_loss_compiles_as_one_graph(config):
     from mmengine.config import Config
     from mmpretrain.registry import MODELS
     from studies.train_step_benchmark import classification_batch, token_label_batch
+
     cfg = Config.fromfile(str(config))
     model_cfg = cfg.model.copy()
     model_cfg.setdefault('data_preprocessor', cfg.get('data_preprocessor'))

@@ -1,5 +1,6 @@
 """mmvitreg.CvT (Wu et al. 2021): CvT-13's published configuration and size, its outputs, and the token
 trace of its last stage that DRLoc reads."""
+
 import pytest
 import torch
 
@@ -27,8 +28,12 @@ def test_cvt13_has_the_published_size_and_grids():
 
 
 def tiny():
-    return CvT(arch=dict(embed_dims=(8, 16), depths=(1, 2), num_heads=(1, 2)), embed_kernels=(3, 3),
-               embed_strides=(2, 2), embed_paddings=(1, 1))
+    return CvT(
+        arch=dict(embed_dims=(8, 16), depths=(1, 2), num_heads=(1, 2)),
+        embed_kernels=(3, 3),
+        embed_strides=(2, 2),
+        embed_paddings=(1, 1),
+    )
 
 
 def test_trace_serves_the_last_stage_map_with_the_cls_head():
@@ -36,9 +41,9 @@ def test_trace_serves_the_last_stage_map_with_the_cls_head():
     to the 'featmap' output; DRLoc(layers=(-1,)) reads it."""
     model = tiny().eval()
     x = torch.randn(2, 3, 32, 32)
-    drloc = DRLoc(in_channels=16, layers=(-1, ))
+    drloc = DRLoc(in_channels=16, layers=(-1,))
     check_trace_user(model, drloc.trace_request, 'DRLoc')
-    trace = TokenTrace(token_layers=(-1, ))
+    trace = TokenTrace(token_layers=(-1,))
     cls = model(x, trace=trace)[0]
     assert cls.shape == (2, 16) and trace.num_extra_tokens == 1 and trace.grids[2] == (8, 8)
     torch.testing.assert_close(model(x)[0], cls)
@@ -46,4 +51,4 @@ def test_trace_serves_the_last_stage_map_with_the_cls_head():
     torch.testing.assert_close(trace.token_map(-1), model(x)[0])
     assert drloc.loss((), [], trace)['loss_drloc'] > 0
     with pytest.raises(TraceUserError, match=r'CvT traces only blocks 1\.\.2 \(of 0\.\.2\)'):
-        model(x, trace=TokenTrace(token_layers=(0, )))
+        model(x, trace=TokenTrace(token_layers=(0,)))

@@ -1,19 +1,19 @@
 """The bundled digits sets: written in the real ImageNet / ADE20K / Cityscapes / COCO layouts and read
 by the real dataset classes, pipelines and metrics of mmpretrain, mmseg and mmdet."""
+
 import filecmp
 import json
 import runpy
 from pathlib import Path
 
 import cv2
+import digits
 import numpy as np
 import pytest
 import torch
+from digits import DIGIT_CLASSES, SEG_CLASSES, SEG_PALETTE
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
-
-import digits
-from digits import DIGIT_CLASSES, SEG_CLASSES, SEG_PALETTE
 
 CONFIGS = Path(__file__).resolve().parents[1] / 'configs' / '_base_' / 'datasets'
 SMALL = dict(
@@ -33,8 +33,7 @@ def sets(tmp_path_factory):
 
 def drawn(layout, split, **params):
     """The canvases the builder composed, redrawn from the same seed: ``[(image, [(d, mask)])]``."""
-    spec = dict(ade20k=((128, 128), (2, 5), 1), cityscapes=((128, 256), (3, 8), 1),
-                coco=((128, 128), (2, 5), 0))
+    spec = dict(ade20k=((128, 128), (2, 5), 1), cityscapes=((128, 256), (3, 8), 1), coco=((128, 128), (2, 5), 0))
     size, per_image, band = spec[layout]
     canvas = digits._CanvasSpec(0, params['num_train'], params['num_val'], size, per_image, (20, 48), band)
     return list(canvas.draw(layout, split))
@@ -65,9 +64,9 @@ def test_split_is_disjoint_and_seeded():
 def test_imagenet_layout_read_by_custom_dataset(sets):
     """ImageNet layout: CustomDataset reads it in folder mode and in ann-file mode alike, the labels
     are the scans' labels, the images are the upscaled scans, train and val scans are disjoint."""
+    from mmcv.transforms import LoadImageFromFile
     from mmpretrain.datasets import CustomDataset
     from mmpretrain.datasets.transforms import PackInputs
-    from mmcv.transforms import LoadImageFromFile
 
     root, summary = sets['imagenet']
     assert summary['images'] == dict(train=40, val=20) and summary['classes'] == list(DIGIT_CLASSES)
@@ -76,8 +75,13 @@ def test_imagenet_layout_read_by_custom_dataset(sets):
     seen = {}
     for split in ('train', 'val'):
         folder = CustomDataset(data_root=str(root), data_prefix=split, pipeline=pipeline)
-        annotated = CustomDataset(data_root=str(root), data_prefix=split, ann_file=f'meta/{split}.txt',
-                                  metainfo=dict(classes=DIGIT_CLASSES), pipeline=pipeline)
+        annotated = CustomDataset(
+            data_root=str(root),
+            data_prefix=split,
+            ann_file=f'meta/{split}.txt',
+            metainfo=dict(classes=DIGIT_CLASSES),
+            pipeline=pipeline,
+        )
         assert len(folder) == len(annotated) == summary['images'][split]
         assert folder.metainfo['classes'] == annotated.metainfo['classes'] == DIGIT_CLASSES
         by_path = {info['img_path']: info['gt_label'] for info in folder.load_data_list()}
@@ -98,9 +102,9 @@ def test_ade20k_layout_reduce_zero_label(sets):
     """ADE20K layout: ids 1..11 on disk with 0 in a band around each digit; ADE20KDataset's
     reduce_zero_label turns the band into 255 (ignored) and 1..11 into classes 0..10, and every pixel
     of a composited digit ``d`` carries class ``d + 1`` ('digit_d' of SEG_CLASSES)."""
+    from mmcv.transforms import LoadImageFromFile
     from mmseg.datasets import ADE20KDataset, BaseSegDataset
     from mmseg.datasets.transforms import LoadAnnotations, PackSegInputs
-    from mmcv.transforms import LoadImageFromFile
 
     root, summary = sets['ade20k']
     pipeline = [LoadImageFromFile(), LoadAnnotations(), PackSegInputs()]
@@ -120,9 +124,15 @@ def test_ade20k_layout_reduce_zero_label(sets):
     # the real class refuses the digits class names, hence BaseSegDataset with ADE's settings in the config
     with pytest.raises(ValueError, match='not a subset'):
         ADE20KDataset(data_root=str(root), data_prefix=prefix, metainfo=dict(classes=SEG_CLASSES))
-    named = BaseSegDataset(data_root=str(root), data_prefix=prefix, img_suffix='.jpg',
-                           seg_map_suffix='.png', reduce_zero_label=True, pipeline=pipeline,
-                           metainfo=dict(classes=SEG_CLASSES, palette=SEG_PALETTE))
+    named = BaseSegDataset(
+        data_root=str(root),
+        data_prefix=prefix,
+        img_suffix='.jpg',
+        seg_map_suffix='.png',
+        reduce_zero_label=True,
+        pipeline=pipeline,
+        metainfo=dict(classes=SEG_CLASSES, palette=SEG_PALETTE),
+    )
     assert named.metainfo['classes'] == SEG_CLASSES and named.metainfo['palette'] == SEG_PALETTE
     assert np.array_equal(named[1]['data_samples'].gt_sem_seg.data, ade[1]['data_samples'].gt_sem_seg.data)
 
@@ -130,9 +140,9 @@ def test_ade20k_layout_reduce_zero_label(sets):
 def test_cityscapes_layout_train_ids(sets):
     """Cityscapes layout: CityscapesDataset finds every image/labelTrainIds pair; trainIds 0..10,
     255 in the band around each digit, digit ``d`` on its pixels as trainId ``d + 1``."""
+    from mmcv.transforms import LoadImageFromFile
     from mmseg.datasets import CityscapesDataset
     from mmseg.datasets.transforms import LoadAnnotations, PackSegInputs
-    from mmcv.transforms import LoadImageFromFile
 
     root, summary = sets['cityscapes']
     pipeline = [LoadImageFromFile(), LoadAnnotations(), PackSegInputs()]
@@ -143,8 +153,9 @@ def test_cityscapes_layout_train_ids(sets):
         paths = sorted(Path(info['img_path']).name for info in city.load_data_list())
         assert all(p.endswith('_000019_leftImg8bit.png') for p in paths)
     canvases = drawn('cityscapes', 'val', **SMALL['cityscapes'])
-    val = CityscapesDataset(data_root=str(root), pipeline=pipeline,
-                            data_prefix=dict(img_path='leftImg8bit/val', seg_map_path='gtFine/val'))
+    val = CityscapesDataset(
+        data_root=str(root), pipeline=pipeline, data_prefix=dict(img_path='leftImg8bit/val', seg_map_path='gtFine/val')
+    )
     for k, (image, canvas_digits) in enumerate(canvases):
         sample = val[k]  # one validation city: files sort in canvas order
         gt = sample['data_samples'].gt_sem_seg.data[0].numpy()
@@ -156,15 +167,19 @@ def test_cityscapes_layout_train_ids(sets):
 def test_coco_layout_masks_and_boxes_agree(sets):
     """COCO layout: CocoDataset loads every image and instance; each polygon mask is non-empty,
     enclosed by its bbox (tight), covers the composited digit, and has the digit's class."""
+    from mmcv.transforms import LoadImageFromFile
     from mmdet.datasets import CocoDataset
     from mmdet.datasets.transforms import LoadAnnotations, PackDetInputs
-    from mmcv.transforms import LoadImageFromFile
 
     root, summary = sets['coco']
     pipeline = [LoadImageFromFile(), LoadAnnotations(with_bbox=True, with_mask=True), PackDetInputs()]
-    coco = CocoDataset(data_root=str(root), ann_file='annotations/instances_val2017.json',
-                       data_prefix=dict(img='val2017/'), metainfo=dict(classes=DIGIT_CLASSES),
-                       pipeline=pipeline)
+    coco = CocoDataset(
+        data_root=str(root),
+        ann_file='annotations/instances_val2017.json',
+        data_prefix=dict(img='val2017/'),
+        metainfo=dict(classes=DIGIT_CLASSES),
+        pipeline=pipeline,
+    )
     assert len(coco) == summary['images']['val'] == 4
     assert sum(len(info['instances']) for info in coco.load_data_list()) == summary['instances']['val']
     for k, (image, canvas_digits) in enumerate(drawn('coco', 'val', **SMALL['coco'])):
@@ -183,8 +198,8 @@ def test_coco_layout_masks_and_boxes_agree(sets):
 def test_coco_metric_scores_a_perfect_prediction_one(sets):
     """CocoMetric(bbox, segm) of the base config gives mAP 1.0 to predictions equal to the ground
     truth, and less when the classes are wrong."""
-    from pycocotools.coco import COCO
     from mmdet.registry import METRICS
+    from pycocotools.coco import COCO
 
     root, _ = sets['coco']
     ann_file = str(root / 'annotations/instances_val2017.json')
@@ -199,11 +214,16 @@ def test_coco_metric_scores_a_perfect_prediction_one(sets):
             anns = gt.loadAnns(gt.getAnnIds(imgIds=img_id))
             info = gt.loadImgs(img_id)[0]
             pred = dict(
-                bboxes=torch.tensor([[a['bbox'][0], a['bbox'][1], a['bbox'][0] + a['bbox'][2],
-                                      a['bbox'][1] + a['bbox'][3]] for a in anns]),
+                bboxes=torch.tensor(
+                    [
+                        [a['bbox'][0], a['bbox'][1], a['bbox'][0] + a['bbox'][2], a['bbox'][1] + a['bbox'][3]]
+                        for a in anns
+                    ]
+                ),
                 scores=torch.ones(len(anns)),
                 labels=torch.tensor([(a['category_id'] - 1 + shift) % 10 for a in anns]),
-                masks=torch.from_numpy(np.stack([gt.annToMask(a) for a in anns]).astype(bool)))
+                masks=torch.from_numpy(np.stack([gt.annToMask(a) for a in anns]).astype(bool)),
+            )
             shape = (info['height'], info['width'])
             metric.process({}, [dict(img_id=img_id, ori_shape=shape, pred_instances=pred)])
         return metric.evaluate(len(gt.getImgIds()))
@@ -219,8 +239,9 @@ def test_builds_are_deterministic(sets, tmp_path):
         again = digits.BUILDERS[layout](tmp_path / layout, **SMALL[layout])
         assert not again['skipped']
         files = sorted(str(p.relative_to(root)) for p in root.rglob('*') if p.is_file())
-        assert files == sorted(str(p.relative_to(tmp_path / layout)) for p in (tmp_path / layout).rglob('*')
-                               if p.is_file())
+        assert files == sorted(
+            str(p.relative_to(tmp_path / layout)) for p in (tmp_path / layout).rglob('*') if p.is_file()
+        )
         match, mismatch, errors = filecmp.cmpfiles(root, tmp_path / layout, files, shallow=False)
         assert match == files and not mismatch and not errors
         other = digits.BUILDERS[layout](tmp_path / f'{layout}_seed1', seed=1, **SMALL[layout])
@@ -260,20 +281,31 @@ def test_build_is_idempotent_and_safe(tmp_path, capsys):
     assert cv2.imread(str(image)).shape == (64, 64, 3)
 
 
-@pytest.mark.parametrize('layout, scope, classes, length', [
-    ('imagenet', 'mmpretrain', DIGIT_CLASSES, 40),
-    ('ade20k', 'mmseg', SEG_CLASSES, 3),
-    ('cityscapes', 'mmseg', SEG_CLASSES, 3),
-    ('coco', 'mmdet', DIGIT_CLASSES, 3),
-])
+@pytest.mark.parametrize(
+    'layout, scope, classes, length',
+    [
+        ('imagenet', 'mmpretrain', DIGIT_CLASSES, 40),
+        ('ade20k', 'mmseg', SEG_CLASSES, 3),
+        ('cityscapes', 'mmseg', SEG_CLASSES, 3),
+        ('coco', 'mmdet', DIGIT_CLASSES, 3),
+    ],
+)
 def test_base_configs_build_their_datasets(sets, layout, scope, classes, length):
     """configs/_base_/datasets/digits_<layout>.py: loads with Config.fromfile, holds the usual
     dataset keys, and its train / val datasets build from the library's registry under its scope and
     run their pipelines on the set; seg sets carry the palette and a multi-scale flip TTA pipeline."""
     import importlib
+
     cfg = Config.fromfile(str(CONFIGS / f'digits_{layout}.py'))
-    assert {'dataset_type', 'data_root', 'train_dataloader', 'val_dataloader', 'test_dataloader',
-            'val_evaluator', 'test_evaluator'} <= set(cfg.keys())
+    assert {
+        'dataset_type',
+        'data_root',
+        'train_dataloader',
+        'val_dataloader',
+        'test_dataloader',
+        'val_evaluator',
+        'test_evaluator',
+    } <= set(cfg.keys())
     assert tuple(cfg.metainfo.classes) == classes and cfg.data_root.rstrip('/') == f'data/digits_{layout}'
     if layout == 'coco':
         assert [list(c) for c in cfg.metainfo.palette] == SEG_PALETTE[1:]

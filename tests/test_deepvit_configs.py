@@ -1,15 +1,15 @@
 """The DeepViT configs (configs/deepvit): every one loads, builds its model and runs it (shapes on the
 meta device), carries the paper's §5.1 recipe with the official values where the paper is silent,
 and agrees with metafile.yml."""
+
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from conftest import CONFIGS, REPO
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
-
-from conftest import CONFIGS, REPO
 
 DEEPVIT = CONFIGS / 'deepvit'
 RECIPE = DEEPVIT / 'deepvit_8xb32_in1k_recipe.py'
@@ -35,11 +35,13 @@ METAFILE = {m['Name']: m for m in yaml.safe_load((DEEPVIT / 'metafile.yml').read
 
 def load(path):
     from mmvitreg.utils import load_config
+
     return load_config(str(path))
 
 
 def build_model(cfg, scope):
     from mmengine.registry import MODELS
+
     model_cfg = cfg.model.copy()
     model_cfg.setdefault('data_preprocessor', cfg.get('data_preprocessor'))
     with DefaultScope.overwrite_default_scope(scope):
@@ -98,8 +100,13 @@ def test_recipe_numbers_paper_first_then_official():
     # official: rand-m9-mstd0.5-inc1, reprob 0.25, mixup 0.8 / cutmix 1.0, smoothing 0.1, crop_pct 0.9
     steps = {t['type']: t for t in cfg.train_dataloader.dataset.pipeline}
     rand_aug = steps['RandAugment']
-    assert (rand_aug.policies, rand_aug.num_policies, rand_aug.magnitude_level, rand_aug.total_level,
-            rand_aug.magnitude_std) == ('timm_increasing', 2, 9, 10, 0.5)
+    assert (
+        rand_aug.policies,
+        rand_aug.num_policies,
+        rand_aug.magnitude_level,
+        rand_aug.total_level,
+        rand_aug.magnitude_std,
+    ) == ('timm_increasing', 2, 9, 10, 0.5)
     assert steps['RandomErasing'].erase_prob == 0.25
     assert cfg.model.train_cfg.augments == [dict(type='Mixup', alpha=0.8), dict(type='CutMix', alpha=1.0)]
     assert cfg.model.head.loss == dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original')
@@ -111,9 +118,17 @@ def test_weight_decay_follows_timm_rule():
     """timm's optimizer (official code): no decay on biases, 1-D parameters (norms, BatchNorms) and
     pos_embed / cls_token; decay on every weight matrix and the re-attention transform."""
     from mmengine.optim import build_optim_wrapper
+
     cfg = load(DEEPVIT / 'deepvit-s_8xb32_in1k.py')
-    tiny = dict(embed_dims=24, num_layers=2, num_heads=2, feedforward_channels=48, attn_types=['msa', 'reattn'],
-                stem=dict(channels=8, num_convs=2), scale_adjustment=0.5)
+    tiny = dict(
+        embed_dims=24,
+        num_layers=2,
+        num_heads=2,
+        feedforward_channels=48,
+        attn_types=['msa', 'reattn'],
+        stem=dict(channels=8, num_convs=2),
+        scale_adjustment=0.5,
+    )
     cfg.model.backbone.arch = tiny
     cfg.model.head.in_channels = 24
     model = build_model(cfg, 'mmpretrain')
@@ -126,17 +141,20 @@ def test_weight_decay_follows_timm_rule():
             decay[names[id(p)]] = group['weight_decay']
     assert len(decay) == len(names)
     for name, wd in decay.items():
-        no_decay = (name.endswith('.bias') or model.get_parameter(name).ndim <= 1
-                    or name.endswith(('cls_token', 'pos_embed')))
-        assert wd == (0. if no_decay else 0.05), name
+        no_decay = (
+            name.endswith('.bias') or model.get_parameter(name).ndim <= 1 or name.endswith(('cls_token', 'pos_embed'))
+        )
+        assert wd == (0.0 if no_decay else 0.05), name
     assert decay['backbone.layers.1.attn.reatten_matrix.weight'] == 0.05
 
 
 def test_segmentation_config_swaps_the_backbone_of_mmsegs_vit_upernet():
     cfg = load(SEG)
     import mmseg
-    base = Config.fromfile(Path(mmseg.__file__).parent / '.mim' / 'configs' / 'vit' /
-                           'vit_vit-b16_mln_upernet_8xb2-160k_ade20k-512x512.py')
+
+    base = Config.fromfile(
+        Path(mmseg.__file__).parent / '.mim' / 'configs' / 'vit' / 'vit_vit-b16_mln_upernet_8xb2-160k_ade20k-512x512.py'
+    )
     # mmseg's recipe unchanged: AdamW 6e-5, warm-up + poly, 160k iterations, 2 images per GPU
     assert unscoped(cfg.optim_wrapper) == unscoped(base.optim_wrapper)
     assert unscoped(cfg.param_scheduler) == unscoped(base.param_scheduler)
@@ -168,21 +186,35 @@ def test_recipe_trains_and_tests_on_digits(digits_workspace, tmp_path):
     """The whole recipe (RandAugment, random erasing, Mixup/CutMix, label smoothing, AdamW with the
     timm decay rule, warm-up + cosine, EMA of weights and BatchNorm statistics) runs through
     tools/train.py and tools/test.py, with DeepViT-S shrunk to 32x32 digits."""
-    import mmvitreg  # noqa: F401  (mmpretrain:: bases)
     from conftest import run_tool
+
+    import mmvitreg  # noqa: F401  (mmpretrain:: bases)
+
     cfg = Config.fromfile(str(DEEPVIT / 'deepvit-s_8xb32_in1k.py'))
     digits = Config.fromfile(str(CONFIGS / '_base_' / 'datasets' / 'digits_imagenet.py'))
-    cfg.model.backbone.update(arch=dict(embed_dims=24, num_layers=3, num_heads=2, feedforward_channels=72,
-                                        attn_types=['msa', 'reattn', 'reattn'], stem=dict(channels=8, num_convs=2),
-                                        attn_cfgs=dict(reattn=dict(transform_scale=True)), scale_adjustment=0.5),
-                              img_size=32)
+    cfg.model.backbone.update(
+        arch=dict(
+            embed_dims=24,
+            num_layers=3,
+            num_heads=2,
+            feedforward_channels=72,
+            attn_types=['msa', 'reattn', 'reattn'],
+            stem=dict(channels=8, num_convs=2),
+            attn_cfgs=dict(reattn=dict(transform_scale=True)),
+            scale_adjustment=0.5,
+        ),
+        img_size=32,
+    )
     cfg.model.head.update(num_classes=10, in_channels=24)
     cfg.data_preprocessor.num_classes = 10
     train_pipeline = cfg.train_dataloader.dataset.pipeline
     train_pipeline[1].scale = 32  # RandomResizedCrop
     test_pipeline = [dict(type='LoadImageFromFile'), dict(type='PackInputs')]
-    for key, pipeline, size in (('train_dataloader', train_pipeline, 16), ('val_dataloader', test_pipeline, 8),
-                                ('test_dataloader', test_pipeline, 8)):
+    for key, pipeline, size in (
+        ('train_dataloader', train_pipeline, 16),
+        ('val_dataloader', test_pipeline, 8),
+        ('test_dataloader', test_pipeline, 8),
+    ):
         cfg[key] = digits[key]
         cfg[key].update(batch_size=8, num_workers=0, persistent_workers=False)
         cfg[key].dataset.update(pipeline=pipeline, indices=size)

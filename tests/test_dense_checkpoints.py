@@ -9,6 +9,7 @@ file: the model of the backbone's classification config (the one the dense confi
 tiny arch and saved as mmengine's CheckpointHook saves it. The smoke test starts every segmentation and detection
 config of configs/ at tiny size from such a file through the config's own ``init_cfg`` (same prefix), then takes one
 training step (on mmseg's and mmdet's models: reported skipped where they do not import, see conftest)."""
+
 import copy
 import functools
 import re
@@ -17,22 +18,26 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import CONFIGS, REPO
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
-
-from conftest import CONFIGS, REPO
 from seg_helpers import TINY_SWIN, shrunk_config
 from test_dense_configs import seg_batch, unscoped
 from test_dense_token_losses import TINY_VIT, det_batch
 from test_upernet_seg import TINY_DEEPVIT, TINY_LVVIT
 
 # the backbone of each dense config in miniature (its classifier's checkpoint is saved at the same size)
-TINY = {'mmvitreg.VisionTransformer': TINY_VIT['arch'], 'mmvitreg.DeepViT': TINY_DEEPVIT,
-        'mmvitreg.LVViT': TINY_LVVIT, 'mmvitreg.SwinTransformer': TINY_SWIN}
+TINY = {
+    'mmvitreg.VisionTransformer': TINY_VIT['arch'],
+    'mmvitreg.DeepViT': TINY_DEEPVIT,
+    'mmvitreg.LVViT': TINY_LVVIT,
+    'mmvitreg.SwinTransformer': TINY_SWIN,
+}
 # the releases the dense configs download, and the classification configs whose checkpoints they are
 CLASSIFIER_OF_URL = {
-    'https://download.openmmlab.com/mmclassification/v0/deit/deit-small_pt-4xb256_in1k_20220218-9425b9bb.pth':
-    'mmpretrain::deit/deit-small_4xb256_in1k.py',  # mmpretrain's metafile
+    # mmpretrain's metafile
+    'https://download.openmmlab.com/mmclassification/v0/deit/deit-small_pt-4xb256_in1k_20220218-9425b9bb.pth':  # noqa: E501
+    'mmpretrain::deit/deit-small_4xb256_in1k.py',
     # mmseg's conversion of the official Swin-T ImageNet-1k release: the backbone's weights alone
     'https://download.openmmlab.com/mmsegmentation/v0.5/pretrain/swin/swin_tiny_patch4_window7_224_20220317-1cdeb081.pth':  # noqa: E501
     'mmpretrain::swin_transformer/swin-tiny_16xb64_in1k.py',
@@ -59,7 +64,7 @@ def classification_config(checkpoint: str) -> str:
 
 def width(arch: dict) -> int:
     """The channels of the backbone's last output (a Swin doubles them at every stage)."""
-    return arch['embed_dims'] * 2**(len(arch['depths']) - 1) if 'depths' in arch else arch['embed_dims']
+    return arch['embed_dims'] * 2 ** (len(arch['depths']) - 1) if 'depths' in arch else arch['embed_dims']
 
 
 def save_classifier(config: str, arch: dict, path: Path, prefix) -> Path:
@@ -67,10 +72,12 @@ def save_classifier(config: str, arch: dict, path: Path, prefix) -> Path:
     ``arch`` (the head and any loss reading the features at its width), initialised and saved as mmengine's
     CheckpointHook saves it (``Runner.save_checkpoint``: ``meta`` and the state dict on the CPU). Without a
     ``prefix`` the backbone's weights alone, as mmseg's converted Swin release holds them."""
-    import mmvitreg  # noqa: F401  (mmvitreg.compat: the libraries' configs load)
     from mmengine.hub import get_config
     from mmengine.registry import MODELS
     from mmengine.runner.checkpoint import get_state_dict, save_checkpoint, weights_to_cpu
+
+    import mmvitreg  # noqa: F401  (mmvitreg.compat: the libraries' configs load)
+
     cfg = get_config(config) if '::' in config else Config.fromfile(str(REPO / config))
     cfg.model.backbone.arch = arch
     for part in (cfg.model.head, *cfg.model.get('aux_losses', [])):
@@ -81,7 +88,7 @@ def save_classifier(config: str, arch: dict, path: Path, prefix) -> Path:
     model.init_weights()
     state = weights_to_cpu(get_state_dict(model))
     if not prefix:
-        state = OrderedDict((k[len('backbone.'):], v) for k, v in state.items() if k.startswith('backbone.'))
+        state = OrderedDict((k[len('backbone.') :], v) for k, v in state.items() if k.startswith('backbone.'))
     save_checkpoint(dict(meta=dict(epoch=1, iter=1), state_dict=state), str(path))
     return path
 
@@ -97,6 +104,7 @@ def classifiers(tmp_path_factory):
         if key not in made:
             made[key] = save_classifier(config, arch, folder / f'{len(made)}.pth', prefix)
         return made[key]
+
     return get
 
 
@@ -110,6 +118,7 @@ def mln_backbone(config: Path, classifiers, source: str = None, arch: dict = Non
     names) with ``arch`` (default: the same tiny arch); with that file and ``source``."""
     from mmvitreg.registry import MODELS
     from mmvitreg.utils import load_config
+
     backbone = unscoped(load_config(str(config)).to_dict())['model']['backbone']
     init = backbone['init_cfg']
     source = source or classification_config(init['checkpoint'])
@@ -132,6 +141,7 @@ def test_mln_backbone_starts_from_the_classifier_checkpoint_its_comment_names(co
     from mmpretrain.models.utils import resize_pos_embed
 
     from mmvitreg.engine.checkpoint import is_derived, load_weights
+
     backbone, ckpt, source = mln_backbone(config, classifiers)
     assert source in config.read_text()  # the comment names the classification config of its checkpoint
     assert backbone.left_out == ('ln1', 'ln2')
@@ -139,9 +149,14 @@ def test_mln_backbone_starts_from_the_classifier_checkpoint_its_comment_names(co
     saved = saved_state(ckpt)
     for key, tensor in backbone.state_dict().items():
         if key == 'pos_embed':
-            grid = int((saved['backbone.pos_embed'].shape[1] - 1)**0.5)
-            expected = resize_pos_embed(saved['backbone.pos_embed'], (grid, grid), backbone.patch_resolution,
-                                        backbone.interpolate_mode, num_extra_tokens=1)
+            grid = int((saved['backbone.pos_embed'].shape[1] - 1) ** 0.5)
+            expected = resize_pos_embed(
+                saved['backbone.pos_embed'],
+                (grid, grid),
+                backbone.patch_resolution,
+                backbone.interpolate_mode,
+                num_extra_tokens=1,
+            )
             torch.testing.assert_close(tensor, expected)
         elif not is_derived(key):
             assert torch.equal(tensor, saved[f'backbone.{key}']), key
@@ -149,27 +164,40 @@ def test_mln_backbone_starts_from_the_classifier_checkpoint_its_comment_names(co
     assert report.unexpected == ['ln1.weight', 'ln1.bias'] and not report.missing and not report.mismatched
 
 
-def test_the_backbone_policy_still_refuses_another_architecture_a_dropped_parameter_and_missing_weights(
-        classifiers):
+def test_the_backbone_policy_still_refuses_another_architecture_a_dropped_parameter_and_missing_weights(classifiers):
     """From real saved classifiers, each a one-line CheckpointError naming the file: a Swin's into the DeepViT
     UperNet's backbone (nothing fits), a talking-heads DeiT's into the DiversePatch DeiT UperNet's (plain attention:
     the talking-heads projections would be dropped; the final norm, left out, is not listed) and a 2-block DeepViT's
     into the 4-block one (half the blocks would stay random)."""
     from mmvitreg.engine.checkpoint import CheckpointError
+
     deepvit, deit = (next(p for p in MLN if name in p.name) for name in ('deepvit', 'deit-s_mln_patch'))
     cases = (
         # another architecture: nothing fits
-        (deepvit, 'mmpretrain::swin_transformer/swin-tiny_16xb64_in1k.py', TINY_SWIN,
-         ['does not fit the model DeepViT: it would fill 0 of the']),
+        (
+            deepvit,
+            'mmpretrain::swin_transformer/swin-tiny_16xb64_in1k.py',
+            TINY_SWIN,
+            ['does not fit the model DeepViT: it would fill 0 of the'],
+        ),
         # talking heads in a plain-attention backbone: their projections would be dropped (the final norm is not
         # listed: the backbone leaves it out)
-        (deit, 'configs/diversepatch/deit-base12-talking-heads_4xb256-400e_diversepatch_in1k.py',
-         dict(TINY['mmvitreg.VisionTransformer'], attn_types='talking_heads'),
-         ['has 8 parameters the model VisionTransformer has no place for (layers.0.attn.proj_pre.weight, ',
-          "attn_types='talking_heads'"]),
+        (
+            deit,
+            'configs/diversepatch/deit-base12-talking-heads_4xb256-400e_diversepatch_in1k.py',
+            dict(TINY['mmvitreg.VisionTransformer'], attn_types='talking_heads'),
+            [
+                'has 8 parameters the model VisionTransformer has no place for (layers.0.attn.proj_pre.weight, ',
+                "attn_types='talking_heads'",
+            ],
+        ),
         # 2 blocks for 4: half the blocks would stay random
-        (deepvit, 'configs/deepvit/deepvit-s_8xb32_in1k.py', dict(TINY_DEEPVIT, num_layers=2, attn_types=[False, True]),
-         ['does not fit the model DeepViT: it would fill ', ' (at least 90% needed']),
+        (
+            deepvit,
+            'configs/deepvit/deepvit-s_8xb32_in1k.py',
+            dict(TINY_DEEPVIT, num_layers=2, attn_types=[False, True]),
+            ['does not fit the model DeepViT: it would fill ', ' (at least 90% needed'],
+        ),
     )
     for config, source, arch, fragments in cases:
         backbone, ckpt, _ = mln_backbone(config, classifiers, source, arch)
@@ -184,10 +212,17 @@ def test_a_swin_backbone_leaves_out_the_norms_of_the_stages_it_does_not_output(c
     classifier (its norm3) with norm3 reported unexpected (left out) and its own norm0-2 missing (new)."""
     from mmvitreg.engine.checkpoint import load_weights
     from mmvitreg.registry import MODELS
+
     ckpt = classifiers('mmpretrain::swin_transformer/swin-tiny_16xb64_in1k.py', TINY_SWIN)
-    swin = MODELS.build(dict(type='mmvitreg.SwinTransformer', arch=TINY_SWIN, out_indices=(0, 1, 2),
-                             init_cfg=dict(type='Pretrained', checkpoint=str(ckpt), prefix='backbone.')))
-    assert swin.left_out == ('norm3', )
+    swin = MODELS.build(
+        dict(
+            type='mmvitreg.SwinTransformer',
+            arch=TINY_SWIN,
+            out_indices=(0, 1, 2),
+            init_cfg=dict(type='Pretrained', checkpoint=str(ckpt), prefix='backbone.'),
+        )
+    )
+    assert swin.left_out == ('norm3',)
     swin.init_weights()
     report = load_weights(swin, str(ckpt), 'backbone', 'backbone.')
     assert report.unexpected == ['norm3.weight', 'norm3.bias']
@@ -206,6 +241,7 @@ def tiny_dense(config: Path, folder: Path) -> Config:
     backbone of :data:`TINY` with its own window, the heads at its widths, the digits crops); a Cascade Mask R-CNN
     with the tiny Swin, the demo cascade's neck and heads and fewer RoIs; any DRLoc at the last output's width."""
     from mmvitreg.utils import load_config
+
     if 'upernet' in config.name:  # one load: the arch of a ViT-family backbone set once its type is read
         cfg = Config.fromfile(str(shrunk_config(config, folder / f'{config.stem}.json', keep=KEEP)))
         arch = cfg.model.backbone.arch = TINY[cfg.model.backbone.type]
@@ -226,6 +262,7 @@ def tiny_dense(config: Path, folder: Path) -> Config:
 def build_dense(cfg: Config):
     from mmengine.model import revert_sync_batchnorm
     from mmengine.registry import MODELS
+
     with DefaultScope.overwrite_default_scope(cfg.default_scope):
         return revert_sync_batchnorm(MODELS.build(cfg.model))
 
@@ -237,6 +274,7 @@ def test_every_dense_config_starts_from_a_saved_classifier_and_takes_a_training_
     backbone with the file's tensors, and a training step returns finite losses. The digits demos name no
     checkpoint (they start from scratch, by design): they are built, initialised and stepped the same way."""
     from mmvitreg.engine.checkpoint import is_derived
+
     cfg = tiny_dense(config, tmp_path)
     backbone, init = cfg.model.backbone, cfg.model.backbone.init_cfg
     assert not cfg.get('load_from')
@@ -255,8 +293,9 @@ def test_every_dense_config_starts_from_a_saved_classifier_and_takes_a_training_
         assert len(loaded) >= 0.9 * len(keys), sorted(set(keys) - set(loaded))
     model.train()
     if 'decode_head' in cfg.model:
-        data = model.data_preprocessor(seg_batch(tuple(cfg.model.data_preprocessor.size),
-                                                 cfg.model.decode_head.num_classes), True)
+        data = model.data_preprocessor(
+            seg_batch(tuple(cfg.model.data_preprocessor.size), cfg.model.decode_head.num_classes), True
+        )
     else:
         data = det_batch(model)
     losses = model(**data, mode='loss')
@@ -270,20 +309,27 @@ def test_a_classifier_checkpoint_loads_into_a_segmentor_without_its_head_and_fin
     the saved classifier's backbone, and the classifier's head (outside the backbone) and final norm (left out) are
     reported unexpected, not refused; a talking-heads classifier into the DiversePatch DeiT UperNet still is."""
     from mmvitreg.engine.checkpoint import CheckpointError, load_weights
+
     deepvit, deit = (next(p for p in MLN if name in p.name) for name in ('deepvit', 'deit-s_mln_patch'))
     cfg = tiny_dense(deepvit, tmp_path)
     cfg.model.backbone.init_cfg = None
     model = build_dense(cfg)
     ckpt = classifiers('configs/deepvit/deepvit-s_8xb32_in1k.py', TINY_DEEPVIT)
     report = load_weights(model, str(ckpt), 'backbone')
-    assert sorted(report.unexpected) == ['backbone.ln1.bias', 'backbone.ln1.weight', 'head.layers.head.bias',
-                                         'head.layers.head.weight']
+    assert sorted(report.unexpected) == [
+        'backbone.ln1.bias',
+        'backbone.ln1.weight',
+        'head.layers.head.bias',
+        'head.layers.head.weight',
+    ]
     assert not [k for k in report.missing + list(report.mismatched) if k.startswith('backbone.')]
 
     cfg = tiny_dense(deit, tmp_path)
     cfg.model.backbone.init_cfg = None
-    talking = classifiers('configs/diversepatch/deit-base12-talking-heads_4xb256-400e_diversepatch_in1k.py',
-                          dict(TINY['mmvitreg.VisionTransformer'], attn_types='talking_heads'))
+    talking = classifiers(
+        'configs/diversepatch/deit-base12-talking-heads_4xb256-400e_diversepatch_in1k.py',
+        dict(TINY['mmvitreg.VisionTransformer'], attn_types='talking_heads'),
+    )
     with pytest.raises(CheckpointError) as e:
         load_weights(build_dense(cfg), str(talking), 'backbone')
     assert_one_line(e, 'has 8 parameters the model TokenSegmentor has no place for (backbone.layers.0.attn.proj_pre')

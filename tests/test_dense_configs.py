@@ -3,18 +3,27 @@ every one loads, its model is ours (mmvitreg.TokenSegmentor / mmvitreg.TokenCasc
 losses configs/*/README.md documents, everything else is the library's baseline it inherits (optimizer, schedule,
 crop, data), and it builds its model in its library's scope (Swins with one block per stage on the CPU, ViTs on the
 meta device); a training step of each segmentation config returns the library's losses and the token losses."""
+
 import copy
 
 import pytest
 import torch
+from conftest import CONFIGS
 from mmengine.config import Config
 from mmengine.hub import get_config
 from mmengine.registry import DefaultScope
 
-from conftest import CONFIGS
-
-DRLOC = dict(type='mmvitreg.DRLoc', in_channels=768, layers=(-1, ), num_pairs=64, loss_weight=0.5, target='abs',
-             reduction='mean', replacement=True, init_cfg=dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.))
+DRLOC = dict(
+    type='mmvitreg.DRLoc',
+    in_channels=768,
+    layers=(-1,),
+    num_pairs=64,
+    loss_weight=0.5,
+    target='abs',
+    reduction='mean',
+    replacement=True,
+    init_cfg=dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.0),
+)
 COS = dict(type='mmvitreg.PatchCosineLoss', loss_weight=1.0)
 CONTRASTIVE = dict(type='mmvitreg.PatchContrastiveLoss', loss_weight=1.0, form='paper')
 SWIN_ADE = CONFIGS / 'swin' / 'upernet_swin-t_8xb2-160k_ade20k-512x512.py'
@@ -23,14 +32,23 @@ SWIN_CASCADE = CONFIGS / 'swin' / 'cascade-mask-rcnn_swin-t-p4-w7_fpn_4conv1fc-g
 DENSE = {
     'drloc/upernet_swin-t_drloc_8xb2-160k_ade20k-512x512': ('mmvitreg.TokenSegmentor', [DRLOC], SWIN_ADE),
     'drloc/upernet_swin-t_drloc_8xb2-160k_ade20k-1of8-512x512': ('mmvitreg.TokenSegmentor', [DRLOC], None),
-    'drloc/cascade-mask-rcnn_swin-t-p4-w7_fpn_4conv1fc-giou_amp-ms-crop_drloc_8xb2-3x_coco':
-    ('mmvitreg.TokenCascadeRCNN', [DRLOC], SWIN_CASCADE),
-    'drloc/cascade-mask-rcnn_swin-t-p4-w7_fpn_4conv1fc-giou_amp_drloc_8xb2-1x_coco':
-    ('mmvitreg.TokenCascadeRCNN', [DRLOC], None),
+    'drloc/cascade-mask-rcnn_swin-t-p4-w7_fpn_4conv1fc-giou_amp-ms-crop_drloc_8xb2-3x_coco': (
+        'mmvitreg.TokenCascadeRCNN',
+        [DRLOC],
+        SWIN_CASCADE,
+    ),
+    'drloc/cascade-mask-rcnn_swin-t-p4-w7_fpn_4conv1fc-giou_amp_drloc_8xb2-1x_coco': (
+        'mmvitreg.TokenCascadeRCNN',
+        [DRLOC],
+        None,
+    ),
     'diversepatch/upernet_swin-t_patch-cos_8xb2-160k_ade20k-512x512': ('mmvitreg.TokenSegmentor', [COS], SWIN_ADE),
     'diversepatch/upernet_swin-t_patch-cos_8xb2-80k_cityscapes-769x769': ('mmvitreg.TokenSegmentor', [COS], None),
-    'diversepatch/upernet_deit-s_mln_patch-contrastive-cos_8xb2-160k_ade20k-512x512':
-    ('mmvitreg.TokenSegmentor', [CONTRASTIVE, COS], None),
+    'diversepatch/upernet_deit-s_mln_patch-contrastive-cos_8xb2-160k_ade20k-512x512': (
+        'mmvitreg.TokenSegmentor',
+        [CONTRASTIVE, COS],
+        None,
+    ),
 }
 LIBRARY_TYPE = {'mmvitreg.TokenSegmentor': 'EncoderDecoder', 'mmvitreg.TokenCascadeRCNN': 'CascadeRCNN'}
 # the small digits configs of the "Beyond the papers" study of docs/claims.md: the digits UperNet with the same losses
@@ -45,6 +63,7 @@ SCHEDULE = ('max_iters', 'train_cfg', 'param_scheduler', 'default_hooks')
 
 def load(name):
     from mmvitreg.utils import load_config
+
     return load_config(str(CONFIGS / f'{name}.py'))
 
 
@@ -74,6 +93,7 @@ def bounded(hooks: dict) -> dict:
 def library(path):
     """A library's config (``mmseg::...``) or one of ours, as a dict."""
     import mmvitreg  # noqa: F401  (mmvitreg.compat: the libraries' configs load)
+
     return unscoped((get_config(path) if '::' in str(path) else Config.fromfile(str(path))).to_dict())
 
 
@@ -82,6 +102,7 @@ def build_model(cfg):
     reads tensor values), the arch's widths and heads kept; ViTs on the meta device."""
     from mmengine.registry import MODELS
     from mmpretrain.models import SwinTransformer
+
     model_cfg = copy.deepcopy(cfg.model)
     backbone = model_cfg.backbone
     swin = backbone.type == 'mmvitreg.SwinTransformer'
@@ -140,8 +161,7 @@ def test_cityscapes_config_is_mmsegs_cityscapes_upernet_with_the_swin_t_recipe()
     cfg = Config(unscoped(cfg.to_dict()))
     upernet = library('mmseg::upernet/upernet_r50_4xb2-80k_cityscapes-769x769.py')
     swin = library(SWIN_ADE)
-    for key in ('train_dataloader', 'val_dataloader', 'test_dataloader', 'val_evaluator', 'tta_pipeline',
-                'train_cfg'):
+    for key in ('train_dataloader', 'val_dataloader', 'test_dataloader', 'val_evaluator', 'tta_pipeline', 'train_cfg'):
         assert cfg[key] == upernet[key], key
     assert cfg.default_hooks == bounded(upernet['default_hooks'])
     assert cfg.model.test_cfg == upernet['model']['test_cfg'] and cfg.model.data_preprocessor.size == (769, 769)
@@ -165,8 +185,12 @@ def test_deit_config_is_mmsegs_deit_s_upernet_with_our_backbone():
     assert plain['model'].pop('pretrained') is None and plain.pop('checkpoint').startswith('https://')
     base['model'].pop('pretrained')
     assert plain == dict(base, default_hooks=bounded(base['default_hooks']))
-    assert (backbone['type'], backbone['arch'], backbone['out_indices'], backbone['final_norm']) == \
-        ('mmvitreg.VisionTransformer', 'deit-small', (2, 5, 8, 11), False)
+    assert (backbone['type'], backbone['arch'], backbone['out_indices'], backbone['final_norm']) == (
+        'mmvitreg.VisionTransformer',
+        'deit-small',
+        (2, 5, 8, 11),
+        False,
+    )
     assert backbone['drop_path_rate'] == base_backbone['drop_path_rate'] == 0.1
     assert tuple(base_backbone['out_indices']) == (2, 5, 8, 11) and not base_backbone.get('final_norm', False)
     assert backbone['img_size'] == base_backbone['img_size'] == (512, 512)
@@ -183,13 +207,18 @@ def test_digits_study_configs_are_the_digits_upernet_with_the_losses(name):
 def test_the_seg_demos_are_the_digits_upernets_on_one_short_schedule():
     """configs/demo's two UperNets are the digits UperNet and configs/drloc's digits one with nothing changed but
     the schedule, and both train on the same 300-iteration one."""
-    demo, drloc_demo = (unscoped(load(f'demo/upernet_swin-nano_1xb8-300{tag}_digits-ade20k-128x128').to_dict())
-                        for tag in ('', '_drloc'))
-    bases = (unscoped(load(f'{name}_digits-ade20k-128x128').to_dict())
-             for name in ('swin/upernet_swin-nano_1xb8-2k', 'drloc/upernet_swin-nano_drloc_1xb8-2k'))
+    demo, drloc_demo = (
+        unscoped(load(f'demo/upernet_swin-nano_1xb8-300{tag}_digits-ade20k-128x128').to_dict())
+        for tag in ('', '_drloc')
+    )
+    bases = (
+        unscoped(load(f'{name}_digits-ade20k-128x128').to_dict())
+        for name in ('swin/upernet_swin-nano_1xb8-2k', 'drloc/upernet_swin-nano_drloc_1xb8-2k')
+    )
     for config, base in zip((demo, drloc_demo), bases):
-        assert {k: v for k, v in config.items() if k not in SCHEDULE} == \
-            {k: v for k, v in base.items() if k not in SCHEDULE}
+        assert {k: v for k, v in config.items() if k not in SCHEDULE} == {
+            k: v for k, v in base.items() if k not in SCHEDULE
+        }
         assert base['train_cfg']['max_iters'] == 2000
     assert {k: drloc_demo[k] for k in SCHEDULE} == {k: demo[k] for k in SCHEDULE}
     assert demo['train_cfg']['max_iters'] == demo['param_scheduler'][-1]['end'] == 300
@@ -200,7 +229,8 @@ def test_the_digits_drloc_upernet_is_in_the_dense_configs_form():
     full-size dense configs' DRLoc (DRLOC: 64 pairs, the MLP initialised trunc-normal 0.02 as the official Swin) at
     the digits model's 256 channels; built, its MLP starts trunc-normal 0.02 with zero biases."""
     from mmvitreg.registry import MODELS
-    (drloc, ) = load('drloc/upernet_swin-nano_drloc_1xb8-2k_digits-ade20k-128x128').model.aux_losses
+
+    (drloc,) = load('drloc/upernet_swin-nano_drloc_1xb8-2k_digits-ade20k-128x128').model.aux_losses
     assert drloc == dict(DRLOC, in_channels=256)
     torch.manual_seed(0)
     user = MODELS.build(drloc)
@@ -214,22 +244,27 @@ def test_the_digits_drloc_upernet_is_in_the_dense_configs_form():
 def seg_batch(crop, num_classes, n=2):
     from mmengine.structures import PixelData
     from mmseg.structures import SegDataSample
+
     g = torch.Generator().manual_seed(0)
     samples = []
     for _ in range(n):
         sample = SegDataSample(metainfo=dict(img_shape=crop, pad_shape=crop, ori_shape=crop))
         sample.gt_sem_seg = PixelData(data=torch.randint(0, num_classes, (1, *crop), generator=g))
         samples.append(sample)
-    return dict(inputs=[torch.randint(0, 256, (3, *crop), generator=g, dtype=torch.uint8) for _ in range(n)],
-                data_samples=samples)
+    return dict(
+        inputs=[torch.randint(0, 256, (3, *crop), generator=g, dtype=torch.uint8) for _ in range(n)],
+        data_samples=samples,
+    )
 
 
-@pytest.mark.parametrize('name', sorted(n for n, (kind, _, _) in DENSE.items()
-                                        if kind == 'mmvitreg.TokenSegmentor' and '1of8' not in n))
+@pytest.mark.parametrize(
+    'name', sorted(n for n, (kind, _, _) in DENSE.items() if kind == 'mmvitreg.TokenSegmentor' and '1of8' not in n)
+)
 def test_segmentation_training_step_returns_the_library_and_token_losses(name):
     """One training step (the 512 / 769 recipes at a small non-square crop, Swins with one block per stage):
     mmseg's decode and auxiliary losses and every configured token loss, each finite."""
     from mmengine.model import revert_sync_batchnorm
+
     cfg = load(name)
     cfg.model.backbone.img_size = (64, 96) if 'deit' in name else cfg.model.backbone.img_size
     cfg.model.data_preprocessor.size = (64, 96)
@@ -238,8 +273,10 @@ def test_segmentation_training_step_returns_the_library_and_token_losses(name):
     model_cfg.backbone.init_cfg = None
     if model_cfg.backbone.type == 'mmvitreg.SwinTransformer':
         from mmpretrain.models import SwinTransformer
+
         model_cfg.backbone.arch = dict(SwinTransformer.arch_zoo[model_cfg.backbone.arch], depths=[1, 1, 1, 1])
     from mmengine.registry import MODELS
+
     with DefaultScope.overwrite_default_scope('mmseg'):
         model = revert_sync_batchnorm(MODELS.build(model_cfg)).train()
     data = model.data_preprocessor(seg_batch((64, 96), cfg.model.decode_head.num_classes), True)
@@ -250,8 +287,13 @@ def test_segmentation_training_step_returns_the_library_and_token_losses(name):
     assert all(torch.isfinite(v).all() for k, v in losses.items() if 'loss' in k)
 
 
-@pytest.mark.parametrize('name', ['drloc/upernet_swin-t_drloc_8xb2-160k_ade20k-512x512',
-                                  'diversepatch/upernet_deit-s_mln_patch-contrastive-cos_8xb2-160k_ade20k-512x512'])
+@pytest.mark.parametrize(
+    'name',
+    [
+        'drloc/upernet_swin-t_drloc_8xb2-160k_ade20k-512x512',
+        'diversepatch/upernet_deit-s_mln_patch-contrastive-cos_8xb2-160k_ade20k-512x512',
+    ],
+)
 def test_inference_is_mmsegs_and_makes_no_trace(name, monkeypatch):
     """Prediction (the config's whole-image test and a sliding window) of the TokenSegmentor with its token losses
     equals that of mmseg's EncoderDecoder with the same weights, and no trace is made: the losses cost nothing at
@@ -260,6 +302,7 @@ def test_inference_is_mmsegs_and_makes_no_trace(name, monkeypatch):
     from mmengine.registry import MODELS
 
     from mmvitreg.models.trace import TokenTrace
+
     cfg = load(name)
     crop = (64, 96)
     model_cfg = copy.deepcopy(cfg.model)
@@ -267,6 +310,7 @@ def test_inference_is_mmsegs_and_makes_no_trace(name, monkeypatch):
     model_cfg.backbone.init_cfg = None
     if model_cfg.backbone.type == 'mmvitreg.SwinTransformer':
         from mmpretrain.models import SwinTransformer
+
         model_cfg.backbone.arch = dict(SwinTransformer.arch_zoo[model_cfg.backbone.arch], depths=[1, 1, 1, 1])
     else:
         model_cfg.backbone.img_size = crop
@@ -280,8 +324,9 @@ def test_inference_is_mmsegs_and_makes_no_trace(name, monkeypatch):
     plain.load_state_dict(state)
     made = []
     for_request = TokenTrace.for_request.__func__
-    monkeypatch.setattr(TokenTrace, 'for_request',
-                        classmethod(lambda cls, *a, **k: made.append(for_request(cls, *a, **k)) or made[-1]))
+    monkeypatch.setattr(
+        TokenTrace, 'for_request', classmethod(lambda cls, *a, **k: made.append(for_request(cls, *a, **k)) or made[-1])
+    )
     data = seg_batch(crop, cfg.model.decode_head.num_classes)
     for test_cfg in (dict(mode='whole'), dict(mode='slide', crop_size=(64, 64), stride=(32, 32))):
         ours.test_cfg = plain.test_cfg = Config(test_cfg)

@@ -6,6 +6,7 @@ not whole windows) and on a ViT with out_type='featmap' behind mmseg's MultiLeve
 cannot serve are refused when it is built. The end-to-end part trains, resumes exactly and tests both kinds
 through tools/train.py, tools/test.py (--tta for segmentation) and tools/dist_train.sh with 2 CPU processes
 on tiny digits sets."""
+
 import json
 import re
 import subprocess
@@ -14,13 +15,13 @@ import textwrap
 
 import pytest
 import torch
+from conftest import CONFIGS, REPO, free_port, run_tool, tool_env
+from guard_helpers import tool
 from mmengine.config import Config
 from mmengine.model import BaseModule
 from mmengine.registry import MODELS, DefaultScope
 from mmengine.structures import PixelData
 
-from conftest import CONFIGS, REPO, free_port, run_tool, tool_env
-from guard_helpers import tool
 from mmvitreg.models.losses import DRLoc
 from mmvitreg.models.trace import TraceRequest, TraceUserError
 from mmvitreg.models.trace_users import BackboneOutputs, TraceUsers
@@ -30,11 +31,17 @@ from mmvitreg.utils import ConfigError, check_trace_users
 SEG = CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-300_drloc_digits-ade20k-128x128.py'
 DET = CONFIGS / 'demo' / 'cascade-mask-rcnn_swin-nano_fpn_1xb4-4e_drloc_digits-coco.py'
 CROP = (88, 136)  # Swin: 22x34 tokens (not whole 4x4 windows), 3x5 in the last stage (padded); ViT/16: 6x9
-TINY_VIT = dict(type='mmvitreg.VisionTransformer', arch=dict(embed_dims=32, num_layers=4, num_heads=2,
-                                                              feedforward_channels=64),
-                img_size=128, patch_size=16, out_type='featmap', out_indices=(0, 1, 2, 3), final_norm=False,
-                init_cfg=None)
-DRLOC = dict(type='mmvitreg.DRLoc', in_channels=256, layers=(-1, ), reduction='mean')
+TINY_VIT = dict(
+    type='mmvitreg.VisionTransformer',
+    arch=dict(embed_dims=32, num_layers=4, num_heads=2, feedforward_channels=64),
+    img_size=128,
+    patch_size=16,
+    out_type='featmap',
+    out_indices=(0, 1, 2, 3),
+    final_norm=False,
+    init_cfg=None,
+)
+DRLOC = dict(type='mmvitreg.DRLoc', in_channels=256, layers=(-1,), reduction='mean')
 
 
 def seg_model(aux_losses=None, vit=False, **model):
@@ -63,6 +70,7 @@ def det_model(aux_losses=None, **model):
 
 def seg_batch(size=CROP, batch=2):
     from mmseg.structures import SegDataSample
+
     torch.manual_seed(0)
     samples = []
     for _ in range(batch):
@@ -74,6 +82,7 @@ def seg_batch(size=CROP, batch=2):
 
 def det_batch(model):
     from mmdet.testing import demo_mm_inputs
+
     data = demo_mm_inputs(2, [(3, 88, 136), (3, 120, 72)], with_mask=True, num_classes=10)
     return model.data_preprocessor(data, True)
 
@@ -91,8 +100,9 @@ def spy_grids(model):
     for aux in model.aux_losses:
         if isinstance(aux, DRLoc):
             sample = aux.sample_pairs
-            aux.sample_pairs = lambda batch, grid, device, sample=sample: grids.append(tuple(grid)) or sample(
-                batch, grid, device)
+            aux.sample_pairs = lambda batch, grid, device, sample=sample: (
+                grids.append(tuple(grid)) or sample(batch, grid, device)
+            )
     return grids
 
 
@@ -102,17 +112,40 @@ def total(losses):
 
 SEG_CASES = {
     # the last stage as one map, the four stages after patch merging (the official multi-scale form), the cosine
-    'swin': (dict(), [DRLOC, dict(type='mmvitreg.DRLoc', in_channels=(64, 128, 256, 256), stages=(0, 1, 2, 3),
-                                  reduction='mean', loss_name='loss_drloc_ms'),
-                      dict(type='mmvitreg.PatchCosineLoss')],
-             {'loss_drloc', 'loss_drloc_ms', 'loss_patch_cos'}, [(3, 5), (11, 17), (6, 9), (3, 5), (3, 5)]),
+    'swin': (
+        dict(),
+        [
+            DRLOC,
+            dict(
+                type='mmvitreg.DRLoc',
+                in_channels=(64, 128, 256, 256),
+                stages=(0, 1, 2, 3),
+                reduction='mean',
+                loss_name='loss_drloc_ms',
+            ),
+            dict(type='mmvitreg.PatchCosineLoss'),
+        ],
+        {'loss_drloc', 'loss_drloc_ms', 'loss_patch_cos'},
+        [(3, 5), (11, 17), (6, 9), (3, 5), (3, 5)],
+    ),
     # the official contrastive form (7x7 neighbourhood on the 6x9 grid), the final-norm cosine, the attention maps
-    'vit': (dict(vit=True), [dict(DRLOC, in_channels=32), dict(type='mmvitreg.PatchCosineLoss', tokens='final_norm'),
-                             dict(type='mmvitreg.PatchContrastiveLoss', form='official'),
-                             dict(type='mmvitreg.AttentionCosineLoss', num_pairs=3)],
-            {'loss_drloc', 'loss_patch_cos', 'loss_patch_contrastive', 'loss_attn_cos'}, [(6, 9)]),
-    'vit-paper-contrastive': (dict(vit=True), [dict(type='mmvitreg.PatchContrastiveLoss')],
-                              {'loss_patch_contrastive'}, []),
+    'vit': (
+        dict(vit=True),
+        [
+            dict(DRLOC, in_channels=32),
+            dict(type='mmvitreg.PatchCosineLoss', tokens='final_norm'),
+            dict(type='mmvitreg.PatchContrastiveLoss', form='official'),
+            dict(type='mmvitreg.AttentionCosineLoss', num_pairs=3),
+        ],
+        {'loss_drloc', 'loss_patch_cos', 'loss_patch_contrastive', 'loss_attn_cos'},
+        [(6, 9)],
+    ),
+    'vit-paper-contrastive': (
+        dict(vit=True),
+        [dict(type='mmvitreg.PatchContrastiveLoss')],
+        {'loss_patch_contrastive'},
+        [],
+    ),
 }
 
 
@@ -191,6 +224,7 @@ def test_one_composition_skeleton_for_every_model_kind():
     from mmvitreg.models.classifiers import TokenClassifier
     from mmvitreg.models.detectors import DETECTORS
     from mmvitreg.models.segmentors import TokenSegmentor
+
     kinds = [(TokenClassifier, ImageClassifier), (TokenSegmentor, EncoderDecoder)]
     kinds += [(MMVITREG_MODELS.get(name), TwoStageDetector) for name in DETECTORS]
     for model, library in kinds:
@@ -201,7 +235,8 @@ def test_one_composition_skeleton_for_every_model_kind():
 @MMVITREG_MODELS.register_module(name='ToyTokenScale', force=True)
 class TokenScale(BaseModule):
     """A target transform that needs no image-level target: it reads the last block and logs a scalar."""
-    trace_request = TraceRequest(token_layers=(-1, ))
+
+    trace_request = TraceRequest(token_layers=(-1,))
 
     def transform(self, trace, data_samples):
         return {'token_scale': trace.patch_tokens(-1).detach().abs().mean()}
@@ -219,31 +254,48 @@ def test_a_refusal_points_to_the_table_instead_of_building_every_user(monkeypatc
     """The refusal of a user that needs an image-level target names the fix and the tool that lists the users a
     segmentor serves; it builds no other user to word itself."""
     from mmvitreg.models.losses import DRLoc
+
     built, init = [], DRLoc.__init__
     monkeypatch.setattr(DRLoc, '__init__', lambda self, *args, **kwargs: built.append(1) or init(self, *args, **kwargs))
     with pytest.raises(TraceUserError) as err:
         seg_model([dict(type='mmvitreg.TLAlign')])
-    assert str(err.value).endswith('use it in an image classifier (mmvitreg.TokenClassifier), or a token loss that '
-                                   'needs no label here (python tools/analysis_tools/trace_support.py --model-kind '
-                                   'seg lists them)')
+    assert str(err.value).endswith(
+        'use it in an image classifier (mmvitreg.TokenClassifier), or a token loss that '
+        'needs no label here (python tools/analysis_tools/trace_support.py --model-kind '
+        'seg lists them)'
+    )
     assert not built
 
 
 IMAGE_TARGET = 'trains with an image-level target (one label per image), which {} does not have'
 REFUSED = {
     'tlalign': (dict(aux_losses=[dict(type='mmvitreg.TLAlign')]), TraceUserError, 'TLAlign ' + IMAGE_TARGET),
-    'tlalign-transform': (dict(target_transform=dict(type='mmvitreg.TLAlign')), TraceUserError,
-                          'TLAlign ' + IMAGE_TARGET),
-    'mixtoken': (dict(train_cfg=dict(mix=dict(type='mmvitreg.MixToken'))), TraceUserError,
-                 'MixToken ' + IMAGE_TARGET),
-    'token-label-head': (dict(aux_losses=[dict(type='mmvitreg.TokenLabelHead', num_classes=11, in_channels=256)]),
-                         TraceUserError, 'TokenLabelHead ' + IMAGE_TARGET),
-    'patch-mixing': (dict(aux_losses=[dict(type='mmvitreg.PatchMixingLoss', num_classes=11, in_channels=256)]),
-                     TraceUserError, 'PatchMixingLoss ' + IMAGE_TARGET),
-    'contrastive-on-swin': (dict(aux_losses=[dict(type='mmvitreg.PatchContrastiveLoss')]), TraceUserError,
-                            "PatchContrastiveLoss needs the fact ['isotropic']"),
-    'tap-past-the-last-block': (dict(aux_losses=[dict(DRLOC, layers=(8, ))]), TraceUserError,
-                                'DRLoc taps the tokens of a block that SwinTransformer does not have'),
+    'tlalign-transform': (
+        dict(target_transform=dict(type='mmvitreg.TLAlign')),
+        TraceUserError,
+        'TLAlign ' + IMAGE_TARGET,
+    ),
+    'mixtoken': (dict(train_cfg=dict(mix=dict(type='mmvitreg.MixToken'))), TraceUserError, 'MixToken ' + IMAGE_TARGET),
+    'token-label-head': (
+        dict(aux_losses=[dict(type='mmvitreg.TokenLabelHead', num_classes=11, in_channels=256)]),
+        TraceUserError,
+        'TokenLabelHead ' + IMAGE_TARGET,
+    ),
+    'patch-mixing': (
+        dict(aux_losses=[dict(type='mmvitreg.PatchMixingLoss', num_classes=11, in_channels=256)]),
+        TraceUserError,
+        'PatchMixingLoss ' + IMAGE_TARGET,
+    ),
+    'contrastive-on-swin': (
+        dict(aux_losses=[dict(type='mmvitreg.PatchContrastiveLoss')]),
+        TraceUserError,
+        "PatchContrastiveLoss needs the fact ['isotropic']",
+    ),
+    'tap-past-the-last-block': (
+        dict(aux_losses=[dict(DRLOC, layers=(8,))]),
+        TraceUserError,
+        'DRLoc taps the tokens of a block that SwinTransformer does not have',
+    ),
 }
 
 
@@ -253,15 +305,18 @@ def test_users_a_model_kind_cannot_serve_fail_at_build_time(case, kind):
     change, error, message = REFUSED[case]
     if kind == 'det':
         change = {k: v for k, v in change.items() if k != 'train_cfg'} or dict(
-            train_cfg=dict(Config.fromfile(str(DET)).model.train_cfg, mix=dict(type='mmvitreg.MixToken')))
+            train_cfg=dict(Config.fromfile(str(DET)).model.train_cfg, mix=dict(type='mmvitreg.MixToken'))
+        )
         message = message.format('TokenCascadeRCNN')
     with pytest.raises(error, match=re.escape(message.format('TokenSegmentor'))):
         (seg_model if kind == 'seg' else det_model)(**change)
 
 
 def test_attention_maps_past_the_last_vit_block_are_refused():
-    with pytest.raises(TraceUserError, match='AttentionCosineLoss taps the attention maps of a block that '
-                       'VisionTransformer does not have'):
+    with pytest.raises(
+        TraceUserError,
+        match='AttentionCosineLoss taps the attention maps of a block that VisionTransformer does not have',
+    ):
         seg_model([dict(type='mmvitreg.AttentionCosineLoss', num_pairs=4)], vit=True)
 
 
@@ -279,7 +334,7 @@ def test_drloc_draws_distinct_pairs_on_a_detectors_large_grid():
     p1, p2 = loss.sample_pairs(3, (100, 167), 'cpu')  # stage 0 after merging at 800x1333: 2.8e8 pairs per image
     assert p1.shape == p2.shape == (3, 64, 2)
     assert (p1[..., 0] < 100).all() and (p1[..., 1] < 167).all() and (p2[..., 0] < 100).all()
-    pairs = ((p1[..., 0] * 167 + p1[..., 1]) * 16700 + p2[..., 0] * 167 + p2[..., 1])
+    pairs = (p1[..., 0] * 167 + p1[..., 1]) * 16700 + p2[..., 0] * 167 + p2[..., 1]
     assert all(len(set(row.tolist())) == 64 for row in pairs)
     first = torch.cat([loss._distinct(200, 2000**2, 'cpu')[:, 0] for _ in range(5)]).double() / 2000**2
     assert abs(first.mean() - 0.5) < 0.05  # uniform over the pairs, also in draw order
@@ -336,6 +391,7 @@ USERS = {'loss_drloc', 'loss_patch_cos'}
 def ws(tmp_path_factory):
     """Tiny non-square digits sets (4 training, 2 validation images) and the two run configs."""
     from digits import build_ade20k, build_coco
+
     ws = tmp_path_factory.mktemp('dense_ws')
     build_ade20k(str(ws / 'data' / 'digits_ade20k'), num_train=4, num_val=2, size=(96, 160))
     build_coco(str(ws / 'data' / 'digits_coco'), num_train=4, num_val=2, size=(96, 160))
@@ -346,8 +402,11 @@ def ws(tmp_path_factory):
 
 def logged_steps(work_dir):
     """Every logged training step of every run in ``work_dir``: its loss terms, by iteration."""
-    steps = [json.loads(line) for f in sorted(work_dir.glob('*/vis_data/scalars.json'))
-             for line in f.read_text().splitlines()]
+    steps = [
+        json.loads(line)
+        for f in sorted(work_dir.glob('*/vis_data/scalars.json'))
+        for line in f.read_text().splitlines()
+    ]
     return [{k: v for k, v in s.items() if 'loss' in k or k == 'iter'} for s in steps if 'loss' in s]
 
 
@@ -374,8 +433,19 @@ def test_trains_resumes_exactly_and_tests_through_the_tools(ws, kind, monkeypatc
 
     def run(work, *flags, epochs=2):  # a visualizer of its own per run: mmseg and mmdet name theirs 'visualizer',
         # and mmengine keeps one instance per name in a process
-        train([str(config), '--work-dir', str(work), '--no-validate', *flags, '--cfg-options',
-               f'train_cfg.max_epochs={epochs}', f'visualizer.name={work.name}_{epochs}{"".join(flags)}'])
+        train(
+            [
+                str(config),
+                '--work-dir',
+                str(work),
+                '--no-validate',
+                *flags,
+                '--cfg-options',
+                f'train_cfg.max_epochs={epochs}',
+                f'visualizer.name={work.name}_{epochs}{"".join(flags)}',
+            ]
+        )
+
     run(straight)
     run(resumed, epochs=1)
     run(resumed, '--resume')
@@ -390,10 +460,19 @@ def test_trains_resumes_exactly_and_tests_through_the_tools(ws, kind, monkeypatc
     assert logged_steps(resumed) == steps
 
     capsys.readouterr()
-    tool('test')([str(config), str(straight / 'epoch_2.pth'), '--work-dir', str(ws / f'{kind}_test'),
-                  '--cfg-options', f'visualizer.name={kind}_test'] + (['--tta'] if kind == 'seg' else []))
+    tool('test')(
+        [
+            str(config),
+            str(straight / 'epoch_2.pth'),
+            '--work-dir',
+            str(ws / f'{kind}_test'),
+            '--cfg-options',
+            f'visualizer.name={kind}_test',
+        ]
+        + (['--tta'] if kind == 'seg' else [])
+    )
     out = capsys.readouterr().out
-    metrics = json.loads([ln for ln in out.splitlines() if ln.startswith('metrics: ')][-1][len('metrics: '):])
+    metrics = json.loads([ln for ln in out.splitlines() if ln.startswith('metrics: ')][-1][len('metrics: ') :])
     assert ({'mIoU', 'aAcc'} if kind == 'seg' else {'coco/bbox_mAP', 'coco/segm_mAP'}) <= set(metrics)
 
 
@@ -401,8 +480,20 @@ def test_trains_resumes_exactly_and_tests_through_the_tools(ws, kind, monkeypatc
 def test_trains_in_dist_train_with_two_cpu_processes(ws, kind):
     work = ws / f'{kind}_dist'
     # one step: seg 4 images / (2 processes x 2; UperNet's 1x1 pooling branch needs 2 per BatchNorm), det 2 / (2 x 1)
-    proc = run_tool(['dist_train.sh', ws / f'{kind}.py', 2, '--work-dir', work, '--no-validate', '--cfg-options',
-                     'train_cfg.max_epochs=1'], cwd=ws, env={'PYTHONPATH': str(REPO), 'PORT': str(free_port())})
+    proc = run_tool(
+        [
+            'dist_train.sh',
+            ws / f'{kind}.py',
+            2,
+            '--work-dir',
+            work,
+            '--no-validate',
+            '--cfg-options',
+            'train_cfg.max_epochs=1',
+        ],
+        cwd=ws,
+        env={'PYTHONPATH': str(REPO), 'PORT': str(free_port())},
+    )
     assert 'Distributed training: True' in proc.stdout + proc.stderr
     steps = logged_steps(work)
     assert len(steps) == 1 and USERS <= set(steps[0])

@@ -1,12 +1,19 @@
 """The dry run of tests/cuda on the CPU (issue 30, item 4): the device comparison and the mixed-precision steps
 that the GPU tests run, with the CPU on both sides, so that those tests are known to work up to the device."""
+
 import math
 
 import pytest
 import torch
-
-from device_helpers import (DIGITS_CLASSIFIERS, HostRandom, amp_steps, build_model_and_batch, compare_devices,
-                            load_digits_config, outputs_on)
+from device_helpers import (
+    DIGITS_CLASSIFIERS,
+    HostRandom,
+    amp_steps,
+    build_model_and_batch,
+    compare_devices,
+    load_digits_config,
+    outputs_on,
+)
 from guard_helpers import TECHNIQUES, build_workspace
 
 # the named outputs each technique's training forward must bring to the comparison (besides loss_cls / loss and

@@ -1,17 +1,18 @@
 """The DiversePatch configs (configs/diversepatch): every one loads and builds its model in its library's scope
 (shapes on the meta device), carries the paper's numbers (§5.1 ImageNet, Table 2 fine-tuning, §5.2
 segmentation recipe), agrees with metafile.yml, and the digits config trains through tools/train.py."""
+
 import json
 
 import pytest
 import torch
 import yaml
-from mmengine.config import Config
-from mmengine.registry import DefaultScope
-
 from conftest import CONFIGS
 from guard_helpers import build_workspace, logged_losses, train
-from test_dense_configs import DENSE, DIGITS as DENSE_DIGITS
+from mmengine.config import Config
+from mmengine.registry import DefaultScope
+from test_dense_configs import DENSE
+from test_dense_configs import DIGITS as DENSE_DIGITS
 
 DP = CONFIGS / 'diversepatch'
 DIGITS = DP / 'deit-deep-narrow_1xb64_diversepatch_digits.py'
@@ -43,6 +44,7 @@ METAFILE = {m['Name']: m for m in yaml.safe_load((DP / 'metafile.yml').read_text
 
 def load(name):
     from mmvitreg.utils import load_config
+
     return load_config(str(DP / f'{name}.py'))
 
 
@@ -51,6 +53,7 @@ def build_model(cfg, scope):
     with one block per stage, the arch's channels and heads kept."""
     from mmengine.registry import MODELS
     from mmpretrain.models import SwinTransformer
+
     model_cfg = cfg.model.copy()
     model_cfg.setdefault('data_preprocessor', cfg.get('data_preprocessor'))
     backbone = model_cfg.backbone
@@ -119,10 +122,15 @@ def test_seg_configs_carry_the_paper_recipe(name):
     dims, crop, iters, classes = SEG[name]
     assert cfg.optim_wrapper.optimizer.lr == 6e-5 and cfg.optim_wrapper.optimizer.weight_decay == 0.01
     warmup, cosine = cfg.param_scheduler
-    assert (warmup.type, warmup.end, cosine.type, cosine.begin, cosine.end) == \
-        ('LinearLR', 1500, 'CosineAnnealingLR', 1500, iters)
+    assert (warmup.type, warmup.end, cosine.type, cosine.begin, cosine.end) == (
+        'LinearLR',
+        1500,
+        'CosineAnnealingLR',
+        1500,
+        iters,
+    )
     assert cfg.train_cfg.max_iters == iters and tuple(cfg.model.data_preprocessor.size) == (crop, crop)
-    assert cfg.custom_hooks == [dict(type='mmvitreg.DropPathScheduleHook', schedule=[(0., 0.3), (0.8, 0.5)])]
+    assert cfg.custom_hooks == [dict(type='mmvitreg.DropPathScheduleHook', schedule=[(0.0, 0.3), (0.8, 0.5)])]
     assert cfg.model.backbone.drop_path_rate == 0.3
     assert [t.scale_factor for t in cfg.tta_pipeline[1].transforms[0]] == [0.5, 0.75, 1.0, 1.25, 1.5, 1.75]
     model = build_model(cfg, 'mmseg')
@@ -139,7 +147,9 @@ def test_digits_config_trains_with_the_three_losses_through_train_py(tmp_path):
     assert steps and all({'loss_patch_cos', 'loss_patch_contrastive', 'loss_patch_mixing'} <= set(s) for s in steps)
     built = Config.fromfile(str(next(work.glob('*/vis_data/config.py'))))
     assert built.model.backbone.arch.num_layers == 12 and built.model.backbone.arch.embed_dims == 64
-    assert 'aux_losses.2.patch_head.weight' in torch.load(work / 'epoch_1.pth', map_location='cpu',
-                                                          weights_only=False)['state_dict']
+    assert (
+        'aux_losses.2.patch_head.weight'
+        in torch.load(work / 'epoch_1.pth', map_location='cpu', weights_only=False)['state_dict']
+    )
     logged = [json.loads(ln) for ln in next(work.glob('*/vis_data/scalars.json')).read_text().splitlines()]
     assert any('accuracy/top1' in entry for entry in logged)

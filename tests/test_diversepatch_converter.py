@@ -1,14 +1,14 @@
 """tools/model_converters/diversepatch_to_mmvitreg.py: an official DiversePatch state dict (deit/models.py key
 names and shapes: talking-heads proj_pre / proj_post, patch_head) converts into the mmvitreg model of the
 configs, which gives the official model's logits and its t_acc ensemble (a transcription of its forward)."""
+
 import importlib.util
 
 import torch
 import torch.nn.functional as F
+from conftest import REPO
 from mmengine.registry import DefaultScope
 from mmpretrain.registry import MODELS
-
-from conftest import REPO
 
 D, HEADS, DEPTH, K, P, IMG = 16, 2, 2, 5, 8, 32
 
@@ -17,22 +17,44 @@ def official_state_dict():
     """Random tensors under the official names and shapes (deit/models.py VisionTransformer, use_talk=True)."""
     g = torch.Generator().manual_seed(0)
     r = lambda *s: torch.randn(*s, generator=g) * 0.2  # noqa: E731
-    sd = {'cls_token': r(1, 1, D), 'pos_embed': r(1, (IMG // P)**2 + 1, D), 'patch_embed.proj.weight': r(D, 3, P, P),
-          'patch_embed.proj.bias': r(D), 'norm.weight': 1 + r(D), 'norm.bias': r(D), 'head.weight': r(K, D),
-          'head.bias': r(K), 'patch_head.weight': r(K, D), 'patch_head.bias': r(K)}
+    sd = {
+        'cls_token': r(1, 1, D),
+        'pos_embed': r(1, (IMG // P) ** 2 + 1, D),
+        'patch_embed.proj.weight': r(D, 3, P, P),
+        'patch_embed.proj.bias': r(D),
+        'norm.weight': 1 + r(D),
+        'norm.bias': r(D),
+        'head.weight': r(K, D),
+        'head.bias': r(K),
+        'patch_head.weight': r(K, D),
+        'patch_head.bias': r(K),
+    }
     for i in range(DEPTH):
         b = f'blocks.{i}.'
-        sd.update({b + 'norm1.weight': 1 + r(D), b + 'norm1.bias': r(D), b + 'attn.qkv.weight': r(3 * D, D),
-                   b + 'attn.qkv.bias': r(3 * D), b + 'attn.proj.weight': r(D, D), b + 'attn.proj.bias': r(D),
-                   b + 'attn.proj_pre.weight': r(HEADS, HEADS), b + 'attn.proj_post.weight': r(HEADS, HEADS),
-                   b + 'norm2.weight': 1 + r(D), b + 'norm2.bias': r(D), b + 'mlp.fc1.weight': r(4 * D, D),
-                   b + 'mlp.fc1.bias': r(4 * D), b + 'mlp.fc2.weight': r(D, 4 * D), b + 'mlp.fc2.bias': r(D)})
+        sd.update(
+            {
+                b + 'norm1.weight': 1 + r(D),
+                b + 'norm1.bias': r(D),
+                b + 'attn.qkv.weight': r(3 * D, D),
+                b + 'attn.qkv.bias': r(3 * D),
+                b + 'attn.proj.weight': r(D, D),
+                b + 'attn.proj.bias': r(D),
+                b + 'attn.proj_pre.weight': r(HEADS, HEADS),
+                b + 'attn.proj_post.weight': r(HEADS, HEADS),
+                b + 'norm2.weight': 1 + r(D),
+                b + 'norm2.bias': r(D),
+                b + 'mlp.fc1.weight': r(4 * D, D),
+                b + 'mlp.fc1.bias': r(4 * D),
+                b + 'mlp.fc2.weight': r(D, 4 * D),
+                b + 'mlp.fc2.bias': r(D),
+            }
+        )
     return sd
 
 
 def official_eval_forward(sd, x):
     """The official model in eval mode: (head logits, softmax(patch_head(mean patch)) + softmax(head))."""
-    ln = lambda t, n: F.layer_norm(t, (D, ), sd[n + '.weight'], sd[n + '.bias'], eps=1e-6)  # noqa: E731
+    ln = lambda t, n: F.layer_norm(t, (D,), sd[n + '.weight'], sd[n + '.bias'], eps=1e-6)  # noqa: E731
     lin = lambda t, n: F.linear(t, sd[n + '.weight'], sd.get(n + '.bias'))  # noqa: E731
     t = F.conv2d(x, sd['patch_embed.proj.weight'], sd['patch_embed.proj.bias'], stride=P).flatten(2).transpose(1, 2)
     t = torch.cat([sd['cls_token'].expand(len(x), -1, -1), t], 1) + sd['pos_embed']
@@ -40,7 +62,7 @@ def official_eval_forward(sd, x):
     for i in range(DEPTH):
         b = f'blocks.{i}.'
         q, k, v = lin(ln(t, b + 'norm1'), b + 'attn.qkv').reshape(B, N, 3, HEADS, D // HEADS).permute(2, 0, 3, 1, 4)
-        attn = (q @ k.transpose(-2, -1)) * (D // HEADS)**-0.5
+        attn = (q @ k.transpose(-2, -1)) * (D // HEADS) ** -0.5
         attn = lin(attn.permute(0, 2, 3, 1), b + 'attn.proj_pre').permute(0, 3, 1, 2).softmax(-1)
         attn = lin(attn.permute(0, 2, 3, 1), b + 'attn.proj_post').permute(0, 3, 1, 2)
         t = t + lin((attn @ v).transpose(1, 2).reshape(B, N, D), b + 'attn.proj')
@@ -51,8 +73,9 @@ def official_eval_forward(sd, x):
 
 
 def converter_tool():
-    spec = importlib.util.spec_from_file_location('conv', REPO / 'tools' / 'model_converters' /
-                                                  'diversepatch_to_mmvitreg.py')
+    spec = importlib.util.spec_from_file_location(
+        'conv', REPO / 'tools' / 'model_converters' / 'diversepatch_to_mmvitreg.py'
+    )
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     return tool
@@ -73,14 +96,23 @@ def test_converted_official_checkpoint_gives_the_official_logits_and_t_acc(tmp_p
     src, dst = tmp_path / 'official.pth', tmp_path / 'mmvitreg.pth'
     torch.save({'model': official_state_dict(), 'epoch': 399}, src)
     converter_tool().main([str(src), str(dst)])
-    cfg = dict(type='mmvitreg.TokenClassifier',
-               backbone=dict(type='mmvitreg.VisionTransformer', img_size=IMG, patch_size=P,
-                             arch=dict(embed_dims=D, num_layers=DEPTH, num_heads=HEADS, feedforward_channels=4 * D,
-                                       attn_types='talking_heads')),
-               head=dict(type='VisionTransformerClsHead', num_classes=K, in_channels=D),
-               aux_losses=[dict(type='mmvitreg.PatchCosineLoss'), dict(type='mmvitreg.PatchContrastiveLoss'),
-                           dict(type='mmvitreg.PatchMixingLoss', num_classes=K, in_channels=D, tokens='final_norm',
-                                ensemble=True)])
+    cfg = dict(
+        type='mmvitreg.TokenClassifier',
+        backbone=dict(
+            type='mmvitreg.VisionTransformer',
+            img_size=IMG,
+            patch_size=P,
+            arch=dict(
+                embed_dims=D, num_layers=DEPTH, num_heads=HEADS, feedforward_channels=4 * D, attn_types='talking_heads'
+            ),
+        ),
+        head=dict(type='VisionTransformerClsHead', num_classes=K, in_channels=D),
+        aux_losses=[
+            dict(type='mmvitreg.PatchCosineLoss'),
+            dict(type='mmvitreg.PatchContrastiveLoss'),
+            dict(type='mmvitreg.PatchMixingLoss', num_classes=K, in_channels=D, tokens='final_norm', ensemble=True),
+        ],
+    )
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         model = MODELS.build(cfg).eval()
     state = torch.load(dst, map_location='cpu')['state_dict']

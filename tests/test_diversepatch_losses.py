@@ -1,6 +1,7 @@
 """DiversePatch (paper §4): the patch-wise cosine, contrastive and mixing losses, each checked against a
 direct transcription of its formula (loops over patches and pairs) on small tensors, their official
 forms (ChengyueGongR/PatchVisionTransformer deit/models.py), and tiny models trained through the trace."""
+
 import math
 
 import pytest
@@ -9,10 +10,10 @@ from mmengine.optim import OptimWrapper
 from mmengine.registry import DefaultScope
 from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 from mmpretrain.structures import DataSample
+from test_attention_cosine_loss import digits_batch
 
 from mmvitreg.models.losses import PatchContrastiveLoss, PatchCosineLoss, PatchMixingLoss
 from mmvitreg.models.trace import MixPlan, TokenTrace, TraceUserError
-from test_attention_cosine_loss import digits_batch
 
 G = torch.Generator().manual_seed(0)
 
@@ -21,9 +22,16 @@ def vit_trace(B=2, grid=(3, 4), C=5, layers=3, mix=None):
     """A filled ViT trace: cls + patches for every block, the final norm's tokens and the embedding."""
     n = grid[0] * grid[1]
     tokens = {i: torch.randn(B, 1 + n, C, generator=G) for i in range(layers)}
-    return TokenTrace(mix=mix, grid=grid, num_layers=layers, num_extra_tokens=1, tokens=tokens,
-                      grids={i: grid for i in range(layers)}, embed=torch.randn(B, n, C, generator=G),
-                      final=torch.randn(B, 1 + n, C, generator=G))
+    return TokenTrace(
+        mix=mix,
+        grid=grid,
+        num_layers=layers,
+        num_extra_tokens=1,
+        tokens=tokens,
+        grids={i: grid for i in range(layers)},
+        embed=torch.randn(B, n, C, generator=G),
+        final=torch.randn(B, 1 + n, C, generator=G),
+    )
 
 
 def test_cosine_loss_is_the_mean_absolute_cosine_over_pairs_i_ne_j():
@@ -31,8 +39,17 @@ def test_cosine_loss_is_the_mean_absolute_cosine_over_pairs_i_ne_j():
     trace = vit_trace()
     for tokens, h in (('block', trace.tokens[2][:, 1:]), ('final_norm', trace.final[:, 1:])):
         B, n, _ = h.shape
-        direct = sum(abs(h[b, i] @ h[b, j]) / (h[b, i].norm() * h[b, j].norm())
-                     for b in range(B) for i in range(n) for j in range(n) if i != j) / (n * (n - 1)) / B
+        direct = (
+            sum(
+                abs(h[b, i] @ h[b, j]) / (h[b, i].norm() * h[b, j].norm())
+                for b in range(B)
+                for i in range(n)
+                for j in range(n)
+                if i != j
+            )
+            / (n * (n - 1))
+            / B
+        )
         out = PatchCosineLoss(loss_weight=0.5, tokens=tokens).loss((), [], trace)
         torch.testing.assert_close(out['loss_patch_cos'], 0.5 * direct)
     with pytest.raises(ValueError, match='tokens must be one of'):
@@ -70,12 +87,17 @@ def test_contrastive_loss_official_form_adds_the_7x7_neighbourhood_negative():
     for b in range(a.shape[0]):
         for i in range(n):
             r, c = divmod(i, W)
-            neigh = [h[b, rr * W + cc] for rr in range(r - 3, r + 4) for cc in range(c - 3, c + 4)
-                     if 0 <= rr < H and 0 <= cc < W and (rr, cc) != (r, c)]
-            logits = torch.stack([a[b, i] @ h[b, i], a[b, i] @ ((h[b].sum(0) - h[b, i]) / (n - 1)),
-                                  a[b, i] @ (sum(neigh) / 48)])
+            neigh = [
+                h[b, rr * W + cc]
+                for rr in range(r - 3, r + 4)
+                for cc in range(c - 3, c + 4)
+                if 0 <= rr < H and 0 <= cc < W and (rr, cc) != (r, c)
+            ]
+            logits = torch.stack(
+                [a[b, i] @ h[b, i], a[b, i] @ ((h[b].sum(0) - h[b, i]) / (n - 1)), a[b, i] @ (sum(neigh) / 48)]
+            )
             terms.append(-torch.log(logits.softmax(0)[0] + 1e-8))
-    out = PatchContrastiveLoss(form='official', loss_weight=2.).loss((), [], trace)['loss_patch_contrastive']
+    out = PatchContrastiveLoss(form='official', loss_weight=2.0).loss((), [], trace)['loss_patch_contrastive']
     torch.testing.assert_close(out, 2 * torch.stack(terms).mean())
     with pytest.raises(ValueError, match='form must be one of'):
         PatchContrastiveLoss(form='simclr')
@@ -84,7 +106,7 @@ def test_contrastive_loss_official_form_adds_the_7x7_neighbourhood_negative():
 def half_plan(B, grid):
     """Own tokens on the left half, the partner's (reversed batch) on the right."""
     mask = torch.ones(B, *grid)
-    mask[..., grid[1] // 2:] = 0
+    mask[..., grid[1] // 2 :] = 0
     return MixPlan(index=torch.arange(B - 1, -1, -1), mask=mask)
 
 
@@ -103,8 +125,9 @@ def test_mixing_loss_paper_form_classifies_every_patch_by_its_source_image():
     for b in range(B):
         for i in range(h.shape[1]):
             source = b if i % grid[1] < grid[1] // 2 else B - 1 - b
-            terms.append(torch.nn.functional.cross_entropy(loss.patch_head(h[b, i])[None],
-                                                           torch.tensor([labels[source]])))
+            terms.append(
+                torch.nn.functional.cross_entropy(loss.patch_head(h[b, i])[None], torch.tensor([labels[source]]))
+            )
     out = loss.loss((), samples(labels), trace)['loss_patch_mixing']
     torch.testing.assert_close(out, torch.stack(terms).mean())
     with pytest.raises(ValueError, match='gt_label'):
@@ -120,7 +143,7 @@ def test_mixing_loss_official_form_is_the_area_weighted_region_pooled_kl():
     trace = vit_trace(B=B, grid=(2, 2), mix=MixPlan(index=torch.tensor([1, 0]), mask=mask))
     loss = PatchMixingLoss(num_classes=K, in_channels=5, form='official', tokens='final_norm').eval()
     h, labels = trace.final[:, 1:], [3, 0]
-    w = torch.tensor([.5, 0, .5, 0])
+    w = torch.tensor([0.5, 0, 0.5, 0])
     total = 0
     for b in range(B):
         for region, label in ((w, labels[b]), (1 - w, labels[1 - b])):
@@ -136,13 +159,20 @@ def test_mixing_loss_official_form_is_the_area_weighted_region_pooled_kl():
 
 def tiny_classifier(backbone, embed_dims, aux_losses, token_mix):
     if backbone['type'] == 'mmvitreg.SwinTransformer':
-        head = dict(neck=dict(type='GlobalAveragePooling'),
-                    head=dict(type='LinearClsHead', num_classes=10, in_channels=embed_dims))
+        head = dict(
+            neck=dict(type='GlobalAveragePooling'),
+            head=dict(type='LinearClsHead', num_classes=10, in_channels=embed_dims),
+        )
     else:
         head = dict(head=dict(type='mmpretrain.VisionTransformerClsHead', num_classes=10, in_channels=embed_dims))
-    cfg = dict(type='mmvitreg.TokenClassifier', backbone=backbone, **head, aux_losses=aux_losses,
-               train_cfg=dict(mix=token_mix),
-               data_preprocessor=dict(num_classes=10, mean=[127.5] * 3, std=[127.5] * 3))
+    cfg = dict(
+        type='mmvitreg.TokenClassifier',
+        backbone=backbone,
+        **head,
+        aux_losses=aux_losses,
+        train_cfg=dict(mix=token_mix),
+        data_preprocessor=dict(num_classes=10, mean=[127.5] * 3, std=[127.5] * 3),
+    )
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         return MMPRETRAIN_MODELS.build(cfg)
 
@@ -150,8 +180,9 @@ def tiny_classifier(backbone, embed_dims, aux_losses, token_mix):
 def predict_on_digits(mixing, batch_size):
     """A tiny DeiT TokenClassifier with ``mixing`` as its aux loss, in eval: its predictions on ``batch_size`` digits
     and, from the same images, the backbone's final tokens ``(B, 1 + N, C)`` and the model."""
-    model = tiny_classifier(dict(type='mmvitreg.VisionTransformer', arch=TINY_ARCH, img_size=32, patch_size=8),
-                            32, [mixing], None).eval()
+    model = tiny_classifier(
+        dict(type='mmvitreg.VisionTransformer', arch=TINY_ARCH, img_size=32, patch_size=8), 32, [mixing], None
+    ).eval()
     data = model.data_preprocessor(digits_batch(batch_size), False)
     with torch.no_grad():
         out = model.predict(data['inputs'], data['data_samples'])
@@ -160,8 +191,11 @@ def predict_on_digits(mixing, batch_size):
     return out, trace.final, model
 
 
-ALL_THREE = [dict(type='mmvitreg.PatchCosineLoss'), dict(type='mmvitreg.PatchContrastiveLoss'),
-             dict(type='mmvitreg.PatchMixingLoss', num_classes=10, in_channels=32)]
+ALL_THREE = [
+    dict(type='mmvitreg.PatchCosineLoss'),
+    dict(type='mmvitreg.PatchContrastiveLoss'),
+    dict(type='mmvitreg.PatchMixingLoss', num_classes=10, in_channels=32),
+]
 TINY_ARCH = dict(embed_dims=32, num_layers=3, num_heads=2, feedforward_channels=64)
 
 
@@ -172,12 +206,16 @@ def test_all_three_train_a_tiny_vit_with_patch_cutmix(backbone_type):
     recorded trace."""
     arch = dict(TINY_ARCH, attn_types='reattn') if backbone_type == 'mmvitreg.DeepViT' else TINY_ARCH
     if backbone_type == 'mmvitreg.LVViT':
-        arch = dict(TINY_ARCH, stem=dict(channels=16), skip_lam=2.)
-    model = tiny_classifier(dict(type=backbone_type, arch=arch, img_size=32, patch_size=8), 32, ALL_THREE,
-                            dict(type='mmvitreg.PatchCutMix', patch_size=8))
+        arch = dict(TINY_ARCH, stem=dict(channels=16), skip_lam=2.0)
+    model = tiny_classifier(
+        dict(type=backbone_type, arch=arch, img_size=32, patch_size=8),
+        32,
+        ALL_THREE,
+        dict(type='mmvitreg.PatchCutMix', patch_size=8),
+    )
     seen = []
     model.backbone.register_forward_hook(lambda m, a, kw, out: seen.append(kw.get('trace')), with_kwargs=True)
-    log = model.train_step(digits_batch(), OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.)))
+    log = model.train_step(digits_batch(), OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.0)))
     assert set(log) == {'loss', 'loss_cls', 'loss_patch_cos', 'loss_patch_contrastive', 'loss_patch_mixing'}
     trace = seen[0]
     assert trace.mix is not None and trace.mix.in_pixels and set(trace.tokens) == {0, 2}
@@ -193,14 +231,20 @@ def test_swin_takes_cosine_and_mixing_on_the_last_stage_and_refuses_contrastive(
     """Swin: the cosine and mixing losses read the last stage's tokens (32 px, patch 4, three stages: 8x8 ->
     4x4 -> 2x2; PatchCutMix boxes of 16 px align with them); the contrastive loss is refused when the model is
     built (the paper does not define it across down-sampling, Table 5: N/A)."""
-    swin = dict(type='mmvitreg.SwinTransformer', arch=dict(embed_dims=16, depths=[1, 1, 2], num_heads=[1, 2, 4]),
-                img_size=32, window_size=2, out_indices=(2, ))
+    swin = dict(
+        type='mmvitreg.SwinTransformer',
+        arch=dict(embed_dims=16, depths=[1, 1, 2], num_heads=[1, 2, 4]),
+        img_size=32,
+        window_size=2,
+        out_indices=(2,),
+    )
     mixing = dict(type='mmvitreg.PatchMixingLoss', num_classes=10, in_channels=64)
-    model = tiny_classifier(swin, 64, [dict(type='mmvitreg.PatchCosineLoss'), mixing],
-                            dict(type='mmvitreg.PatchCutMix', patch_size=16))
+    model = tiny_classifier(
+        swin, 64, [dict(type='mmvitreg.PatchCosineLoss'), mixing], dict(type='mmvitreg.PatchCutMix', patch_size=16)
+    )
     seen = []
     model.backbone.register_forward_hook(lambda m, a, kw, out: seen.append(kw.get('trace')), with_kwargs=True)
-    log = model.train_step(digits_batch(), OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.)))
+    log = model.train_step(digits_batch(), OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.0)))
     assert set(log) == {'loss', 'loss_cls', 'loss_patch_cos', 'loss_patch_mixing'}
     trace = seen[0]
     assert trace.patch_tokens(-1).shape == (8, 4, 64) and trace.mix.mask.shape[-2:] == (2, 2)
@@ -210,8 +254,7 @@ def test_swin_takes_cosine_and_mixing_on_the_last_stage_and_refuses_contrastive(
 
 def test_ensemble_prediction_averages_the_cls_head_and_the_patch_head():
     """ensemble=True (official t_acc): the prediction is (softmax(cls head) + softmax(g(mean patch))) / 2."""
-    mixing = dict(type='mmvitreg.PatchMixingLoss', num_classes=10, in_channels=32, tokens='final_norm',
-                  ensemble=True)
+    mixing = dict(type='mmvitreg.PatchMixingLoss', num_classes=10, in_channels=32, tokens='final_norm', ensemble=True)
     out, final, model = predict_on_digits(mixing, 4)
     with torch.no_grad():
         cls = model.head.layers.head(final[:, 0])
@@ -223,6 +266,7 @@ def test_ensemble_prediction_averages_the_cls_head_and_the_patch_head():
 
 def test_support_table_shows_the_contrastive_loss_only_on_isotropic_backbones():
     from studies.trace_support import support_table
+
     table = support_table(users=['PatchCosineLoss', 'PatchContrastiveLoss', 'PatchMixingLoss'])
     for backbone in ('VisionTransformer', 'DeepViT', 'LVViT'):
         assert list(table[backbone].values()) == ['✓'] * 6  # each loss at its defaults and its other form

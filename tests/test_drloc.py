@@ -1,16 +1,17 @@
 """DRLoc (Liu et al. 2021, §4): the loss against a direct implementation of Eq. 1-2 and of the official
 variants (yhlleo/VTs-Drloc drloc/losses.py), pair sampling, the feature grid of every backbone kind, and a
 train step through TokenClassifier."""
+
 import pytest
 import torch
 import torch.nn.functional as F
 from mmengine.optim import OptimWrapper
 from mmengine.registry import DefaultScope
 from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
+from test_attention_cosine_loss import digits_batch
 
 from mmvitreg.models.losses import DRLoc
 from mmvitreg.models.trace import TokenTrace, TraceRequest, TraceUserError
-from test_attention_cosine_loss import digits_batch
 
 
 def fixed_pairs(loss, p1, p2):
@@ -22,7 +23,7 @@ def eq2_reference(fmap, p1, p2, mlp):
     """Eq. 2 written out: for every image, the mean over its pairs of |t - d|_1 with t = |Δ| / k (Eq. 1),
     summed over the images."""
     B, C, k, _ = fmap.shape
-    total = 0.
+    total = 0.0
     for b in range(B):
         per_image = []
         for (i, j), (p, h) in zip(p1[b].tolist(), p2[b].tolist()):
@@ -48,7 +49,7 @@ def test_paper_loss_equals_eq2_on_fixed_pairs():
     widths = [(m.in_features, m.out_features) for m in loss.heads[0].trunk if isinstance(m, torch.nn.Linear)]
     assert widths == [(12, 512), (512, 512), (512, 2)]
     fixed_pairs(loss, p1, p2)
-    out = loss.loss((fmap, ), [], None)
+    out = loss.loss((fmap,), [], None)
     assert set(out) == {'loss_drloc'}
     torch.testing.assert_close(out['loss_drloc'], 0.3 * eq2_reference(fmap, p1, p2, loss.heads[0].trunk))
 
@@ -60,11 +61,18 @@ def test_official_l1_abs_and_signed_targets():
     fmap = torch.randn(2, 4, 7, 7)
     p1, p2 = random_pairs(2, 5, 7, seed=1)
     for target, expect in (('abs', (p1 - p2).abs().float()), ('signed', (p1 - p2 + 6).float())):
-        loss = DRLoc(in_channels=4, num_pairs=5, loss_weight=1., target=target, reduction='mean')
+        loss = DRLoc(in_channels=4, num_pairs=5, loss_weight=1.0, target=target, reduction='mean')
         fixed_pairs(loss, p1, p2)
-        pred = loss.heads[0](torch.cat((fmap[torch.arange(2)[:, None], :, p1[..., 0], p1[..., 1]],
-                                        fmap[torch.arange(2)[:, None], :, p2[..., 0], p2[..., 1]]), -1))
-        torch.testing.assert_close(loss.loss((fmap, ), [], None)['loss_drloc'], F.l1_loss(pred, expect))
+        pred = loss.heads[0](
+            torch.cat(
+                (
+                    fmap[torch.arange(2)[:, None], :, p1[..., 0], p1[..., 1]],
+                    fmap[torch.arange(2)[:, None], :, p2[..., 0], p2[..., 1]],
+                ),
+                -1,
+            )
+        )
+        torch.testing.assert_close(loss.loss((fmap,), [], None)['loss_drloc'], F.l1_loss(pred, expect))
 
 
 def test_official_ce_and_cbr_variants():
@@ -75,11 +83,16 @@ def test_official_ce_and_cbr_variants():
     p1, p2 = random_pairs(2, 6, 5, seed=2)
     target = (p1 - p2).abs()
     for mode in ('ce', 'cbr'):
-        loss = DRLoc(in_channels=4, num_pairs=6, loss_weight=1., mode=mode, target='abs', reduction='mean', num_bins=7)
+        loss = DRLoc(in_channels=4, num_pairs=6, loss_weight=1.0, mode=mode, target='abs', reduction='mean', num_bins=7)
         assert [h.out_features for h in loss.heads[0].bins] == [7, 7]
         fixed_pairs(loss, p1, p2)
-        pairs = torch.cat((fmap[torch.arange(2)[:, None], :, p1[..., 0], p1[..., 1]],
-                           fmap[torch.arange(2)[:, None], :, p2[..., 0], p2[..., 1]]), -1).flatten(0, 1)
+        pairs = torch.cat(
+            (
+                fmap[torch.arange(2)[:, None], :, p1[..., 0], p1[..., 1]],
+                fmap[torch.arange(2)[:, None], :, p2[..., 0], p2[..., 1]],
+            ),
+            -1,
+        ).flatten(0, 1)
         trunk = loss.heads[0].trunk(pairs)
         expect = 0
         for axis, head in enumerate(loss.heads[0].bins):
@@ -88,11 +101,11 @@ def test_official_ce_and_cbr_variants():
                 expect = expect + F.cross_entropy(logits, t.long())
             else:
                 beta = logits.softmax(-1)
-                idx = torch.arange(7.)
+                idx = torch.arange(7.0)
                 mu = (beta * idx).sum(1)
-                var = (beta * (idx - mu[:, None])**2).sum(1) + 1e-8
-                expect = expect + ((mu - t)**2 * torch.exp(-var.log()) + 0.001 * var.log()).mean()
-        torch.testing.assert_close(loss.loss((fmap, ), [], None)['loss_drloc'], expect)
+                var = (beta * (idx - mu[:, None]) ** 2).sum(1) + 1e-8
+                expect = expect + ((mu - t) ** 2 * torch.exp(-var.log()) + 0.001 * var.log()).mean()
+        torch.testing.assert_close(loss.loss((fmap,), [], None)['loss_drloc'], expect)
     signed = DRLoc(in_channels=4, mode='ce', target='signed', num_bins=7)
     assert signed.heads[0].bins[0].out_features == 13
 
@@ -122,15 +135,14 @@ def test_grid_sources_and_pooling():
     14x14 to 7x7."""
     tokens = torch.randn(2, 1 + 196, 8)
     trace = TokenTrace(num_layers=4, num_extra_tokens=1, grids={3: (14, 14)}, tokens={3: tokens})
-    tapped = DRLoc(in_channels=8, layers=(-1, ))
-    assert tapped.trace_request == TraceRequest(token_layers=(-1, ), token_channels=(8, ))
-    torch.testing.assert_close(tapped.feature_maps((), trace)[0],
-                               tokens[:, 1:].transpose(1, 2).reshape(2, 8, 14, 14))
+    tapped = DRLoc(in_channels=8, layers=(-1,))
+    assert tapped.trace_request == TraceRequest(token_layers=(-1,), token_channels=(8,))
+    torch.testing.assert_close(tapped.feature_maps((), trace)[0], tokens[:, 1:].transpose(1, 2).reshape(2, 8, 14, 14))
     fmap = torch.randn(2, 8, 14, 14)
     assert not DRLoc(in_channels=8).trace_request.needs_trace
-    paper = DRLoc(in_channels=8, grid_pool='avg2x2').feature_maps((fmap, ), None)[0]
+    paper = DRLoc(in_channels=8, grid_pool='avg2x2').feature_maps((fmap,), None)[0]
     torch.testing.assert_close(paper, fmap.unfold(2, 2, 2).unfold(3, 2, 2).mean((-1, -2)))
-    official = DRLoc(in_channels=8, grid_pool='avg3x3').feature_maps((fmap, ), None)[0]
+    official = DRLoc(in_channels=8, grid_pool='avg3x3').feature_maps((fmap,), None)[0]
     torch.testing.assert_close(official, torch.nn.AvgPool2d(3, 2, 1, count_include_pad=False)(fmap))
     assert paper.shape == official.shape == (2, 8, 7, 7)
 
@@ -139,10 +151,13 @@ def test_multiscale_sums_one_head_per_map():
     """Official --use_multiscale: each map has its own MLP, λ times the sum of their losses."""
     torch.manual_seed(4)
     maps = (torch.randn(2, 4, 8, 8), torch.randn(2, 6, 4, 4))
-    loss = DRLoc(in_channels=(4, 6), feat_indices=(0, 1), loss_weight=0.5, reduction='mean', target='abs',
-                 replacement=True)
-    single = [DRLoc(in_channels=c, feat_indices=(i, ), loss_weight=0.5, reduction='mean', target='abs',
-                    replacement=True) for i, c in enumerate((4, 6))]
+    loss = DRLoc(
+        in_channels=(4, 6), feat_indices=(0, 1), loss_weight=0.5, reduction='mean', target='abs', replacement=True
+    )
+    single = [
+        DRLoc(in_channels=c, feat_indices=(i,), loss_weight=0.5, reduction='mean', target='abs', replacement=True)
+        for i, c in enumerate((4, 6))
+    ]
     for s, h in zip(single, loss.heads):
         s.heads[0].load_state_dict(h.state_dict())
     torch.manual_seed(5)
@@ -155,6 +170,7 @@ def test_multiscale_sums_one_head_per_map():
 def swin_t_224_trace():
     """Swin-T at 224 (one image) run with a trace that records every stage's output and each stage's last block."""
     from mmvitreg.models.backbones import SwinTransformer
+
     torch.manual_seed(0)
     swin = SwinTransformer(arch='tiny').eval()
     trace = TokenTrace.for_request(TraceRequest(token_layers=(1, 3, 9, 11), points={'stages'}))
@@ -167,8 +183,9 @@ def test_multiscale_stage_maps_are_the_official_swin_stage_outputs(swin_t_224_tr
     """Official --use_multiscale reads each Swin BasicLayer's output, whose patch merging runs inside the
     layer: 2C@28, 4C@14, 8C@7, 8C@7 for Swin-T at 224 (C = 96), i.e. each stage's last block merged."""
     swin, trace = swin_t_224_trace
-    loss = DRLoc(in_channels=(192, 384, 768, 768), stages=(0, 1, 2, 3), target='abs', reduction='mean',
-                 replacement=True)
+    loss = DRLoc(
+        in_channels=(192, 384, 768, 768), stages=(0, 1, 2, 3), target='abs', reduction='mean', replacement=True
+    )
     maps = loss.feature_maps((), trace)
     assert [tuple(m.shape) for m in maps] == [(1, 192, 28, 28), (1, 384, 14, 14), (1, 768, 7, 7), (1, 768, 7, 7)]
     for stage, (block, grid) in enumerate(zip((1, 3, 9), ((56, 56), (28, 28), (14, 14)))):
@@ -181,7 +198,7 @@ def official_multiscale_loss(heads, maps, pairs, lam, mode):
     """Official VTs-Drloc losses.py cal_selfsupervised_loss with --use_multiscale --use_abs, transcribed: per map,
     the pairs' embeddings (aux_modules.py: index p[..., 0] * H + p[..., 1]) concatenated through its MLP,
     l1: F.l1_loss(|Δ|, pred); ce: CE_x + CE_y on |Δ| as the class; λ times each, summed over the maps."""
-    total = 0.
+    total = 0.0
     for head, fmap, (p1, p2) in zip(heads, maps, pairs):
         B, C, H, W = fmap.shape
         x = fmap.reshape(B, C, H * W)
@@ -202,8 +219,16 @@ def test_multiscale_loss_equals_the_official_one(swin_t_224_trace, mode, num_bin
     with the official per-scale bin counts (out_dim max(224 // (4 * 2^i), 7) = 56, 28, 14, 7)."""
     _, trace = swin_t_224_trace
     torch.manual_seed(1)
-    loss = DRLoc(in_channels=(192, 384, 768, 768), stages=(0, 1, 2, 3), loss_weight=0.5, mode=mode, target='abs',
-                 reduction='mean', replacement=True, num_bins=num_bins)
+    loss = DRLoc(
+        in_channels=(192, 384, 768, 768),
+        stages=(0, 1, 2, 3),
+        loss_weight=0.5,
+        mode=mode,
+        target='abs',
+        reduction='mean',
+        replacement=True,
+        num_bins=num_bins,
+    )
     if num_bins:
         assert [h.bins[0].out_features for h in loss.heads] == list(num_bins)
     maps = loss.feature_maps((), trace)
@@ -221,26 +246,30 @@ def test_bad_configurations_fail_with_the_fix():
     with pytest.raises(ValueError, match='num_bins'):
         DRLoc(in_channels=4, mode='cbr', target='abs')
     with pytest.raises(ValueError, match='one channel count per map'):
-        DRLoc(in_channels=(4, 8), layers=(-1, ))
+        DRLoc(in_channels=(4, 8), layers=(-1,))
     with pytest.raises(ValueError, match='not both'):
-        DRLoc(in_channels=4, layers=(-1, ), stages=(-1, ))
+        DRLoc(in_channels=4, layers=(-1,), stages=(-1,))
     with pytest.raises(ValueError, match='one per map'):
         DRLoc(in_channels=(4, 8), feat_indices=(0, 1), mode='ce', target='abs', num_bins=(7, 7, 7))
     with pytest.raises(ValueError, match="mode must be one of"):
         DRLoc(in_channels=4, mode='l2')
     with pytest.raises(ValueError, match="out_type='featmap'"):
-        DRLoc(in_channels=4).loss((torch.randn(2, 4), ), [], None)
+        DRLoc(in_channels=4).loss((torch.randn(2, 4),), [], None)
     with pytest.raises(ValueError, match='in_channels do not match'):
-        DRLoc(in_channels=4).loss((torch.randn(2, 5, 7, 7), ), [], None)
+        DRLoc(in_channels=4).loss((torch.randn(2, 5, 7, 7),), [], None)
     with pytest.raises(ValueError, match='num_bins >= 7'):
-        DRLoc(in_channels=4, mode='ce', target='abs', num_bins=5).loss((torch.randn(2, 4, 7, 7), ), [], None)
+        DRLoc(in_channels=4, mode='ce', target='abs', num_bins=5).loss((torch.randn(2, 4, 7, 7),), [], None)
 
 
 def build_classifier(backbone, in_channels, neck, drloc):
-    cfg = dict(type='mmvitreg.TokenClassifier', backbone=backbone, neck=neck,
-               head=dict(type='mmpretrain.LinearClsHead', num_classes=10, in_channels=in_channels),
-               aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=in_channels, **drloc)],
-               data_preprocessor=dict(num_classes=10, mean=[127.5] * 3, std=[127.5] * 3))
+    cfg = dict(
+        type='mmvitreg.TokenClassifier',
+        backbone=backbone,
+        neck=neck,
+        head=dict(type='mmpretrain.LinearClsHead', num_classes=10, in_channels=in_channels),
+        aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=in_channels, **drloc)],
+        data_preprocessor=dict(num_classes=10, mean=[127.5] * 3, std=[127.5] * 3),
+    )
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         return MMPRETRAIN_MODELS.build(cfg)
 
@@ -248,30 +277,78 @@ def build_classifier(backbone, in_channels, neck, drloc):
 GAP = dict(type='mmpretrain.GlobalAveragePooling')
 
 
-@pytest.mark.parametrize('backbone,channels', [
-    (dict(type='mmvitreg.VisionTransformer', arch='deit-tiny', img_size=32, patch_size=8), [192]),
-    (dict(type='mmvitreg.SwinTransformer', img_size=32, window_size=4, out_indices=(1, ),
-          arch=dict(embed_dims=16, depths=[1, 2], num_heads=[1, 2])), [32]),
-    (dict(type='mmvitreg.CvT', arch=dict(embed_dims=(8, 16), depths=(1, 2), num_heads=(1, 2)), embed_kernels=(3, 3),
-          embed_strides=(2, 2), embed_paddings=(1, 1)), [16]),
-], ids=['vit', 'swin', 'cvt'])
+@pytest.mark.parametrize(
+    'backbone,channels',
+    [
+        (dict(type='mmvitreg.VisionTransformer', arch='deit-tiny', img_size=32, patch_size=8), [192]),
+        (
+            dict(
+                type='mmvitreg.SwinTransformer',
+                img_size=32,
+                window_size=4,
+                out_indices=(1,),
+                arch=dict(embed_dims=16, depths=[1, 2], num_heads=[1, 2]),
+            ),
+            [32],
+        ),
+        (
+            dict(
+                type='mmvitreg.CvT',
+                arch=dict(embed_dims=(8, 16), depths=(1, 2), num_heads=(1, 2)),
+                embed_kernels=(3, 3),
+                embed_strides=(2, 2),
+                embed_paddings=(1, 1),
+            ),
+            [16],
+        ),
+    ],
+    ids=['vit', 'swin', 'cvt'],
+)
 def test_an_in_channels_mismatch_on_a_trace_tap_fails_when_the_model_is_built(backbone, channels):
     """The tapped block's width is checked with the build-time trace check (it used to fail at the first step)."""
-    with pytest.raises(TraceUserError, match=rf'DRLoc expects \[24\] channels .* set its in_channels to '
-                                                rf'\[{channels[0]}\]') as error:
-        build_classifier(backbone, 24, GAP, dict(layers=(-1, )))
-    model = build_classifier(backbone, channels[0], GAP, dict(layers=(-1, )))  # the right width builds
+    with pytest.raises(
+        TraceUserError,
+        match=rf'DRLoc expects \[24\] channels .* set its in_channels to '
+        rf'\[{channels[0]}\]',
+    ):
+        build_classifier(backbone, 24, GAP, dict(layers=(-1,)))
+    model = build_classifier(backbone, channels[0], GAP, dict(layers=(-1,)))  # the right width builds
     assert model.aux_losses[0].trace_request.token_channels == tuple(channels)
 
 
-@pytest.mark.parametrize('backbone,in_channels,neck,drloc', [
-    (dict(type='mmvitreg.SwinTransformer', img_size=32, window_size=4, out_indices=(1, ),
-          arch=dict(embed_dims=16, depths=[1, 1], num_heads=[1, 2])), 32, GAP, dict(layers=(-1, ))),
-    (dict(type='mmpretrain.ResNet_CIFAR', depth=18, out_indices=(3, )), 512, GAP, dict(loss_weight=0.1)),
-    (dict(type='mmpretrain.T2T_ViT', img_size=32, embed_dims=32, num_layers=2, out_type='raw',
-          layer_cfgs=dict(num_heads=2, feedforward_channels=96), t2t_cfg=dict(token_dims=16)), 32,
-     dict(type='mmvitreg.ClsTokenNeck'), dict(loss_weight=0.1, num_pairs=8)),  # a 2x2 grid at 32x32
-], ids=['swin-trace', 'resnet-featmap', 't2t-raw-tokens'])
+@pytest.mark.parametrize(
+    'backbone,in_channels,neck,drloc',
+    [
+        (
+            dict(
+                type='mmvitreg.SwinTransformer',
+                img_size=32,
+                window_size=4,
+                out_indices=(1,),
+                arch=dict(embed_dims=16, depths=[1, 1], num_heads=[1, 2]),
+            ),
+            32,
+            GAP,
+            dict(layers=(-1,)),
+        ),
+        (dict(type='mmpretrain.ResNet_CIFAR', depth=18, out_indices=(3,)), 512, GAP, dict(loss_weight=0.1)),
+        (
+            dict(
+                type='mmpretrain.T2T_ViT',
+                img_size=32,
+                embed_dims=32,
+                num_layers=2,
+                out_type='raw',
+                layer_cfgs=dict(num_heads=2, feedforward_channels=96),
+                t2t_cfg=dict(token_dims=16),
+            ),
+            32,
+            dict(type='mmvitreg.ClsTokenNeck'),
+            dict(loss_weight=0.1, num_pairs=8),
+        ),  # a 2x2 grid at 32x32
+    ],
+    ids=['swin-trace', 'resnet-featmap', 't2t-raw-tokens'],
+)
 def test_train_step_reaches_the_backbone(backbone, in_channels, neck, drloc):
     """One train step: 'loss_drloc' is logged, and its gradient alone reaches the MLP and the backbone
     (never the classification head)."""
@@ -289,7 +366,9 @@ def test_train_step_reaches_the_backbone(backbone, in_channels, neck, drloc):
 def test_raw_tokens_drop_the_cls_token():
     """A raw (B, 1 + N, C) output goes on the square grid without its cls token; the neck keeps the cls token."""
     from mmvitreg.models.necks import ClsTokenNeck
+
     raw = torch.randn(2, 1 + 16, 8)
-    torch.testing.assert_close(DRLoc(in_channels=8).feature_maps((raw, ), None)[0],
-                               raw[:, 1:].transpose(1, 2).reshape(2, 8, 4, 4))
-    torch.testing.assert_close(ClsTokenNeck()((raw, ))[0], raw[:, 0])
+    torch.testing.assert_close(
+        DRLoc(in_channels=8).feature_maps((raw,), None)[0], raw[:, 1:].transpose(1, 2).reshape(2, 8, 4, 4)
+    )
+    torch.testing.assert_close(ClsTokenNeck()((raw,))[0], raw[:, 0])

@@ -1,22 +1,32 @@
 """The DRLoc recipe configs (configs/drloc): every one loads, names the backbone / data set / schedule of
 the paper row it cites, carries the official numbers (yhlleo/VTs-Drloc config.py, main.py, train.sh), builds
 its model in mmpretrain's scope (one per backbone) and has a metafile entry."""
+
 import re
 
 import pytest
 import yaml
+from conftest import CONFIGS
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 
-from conftest import CONFIGS
-
 DRLOC = CONFIGS / 'drloc'
 RECIPES = sorted(p for p in DRLOC.glob('*_8xb128-*.py'))
-NUM_CLASSES = {'cifar10': 10, 'cifar100': 100, 'svhn': 10, 'flowers102': 102, 'imagenet100': 100,
-               **{f'domainnet-{d}': 345 for d in ('clipart', 'infograph', 'painting', 'quickdraw', 'real', 'sketch')}}
+NUM_CLASSES = {
+    'cifar10': 10,
+    'cifar100': 100,
+    'svhn': 10,
+    'flowers102': 102,
+    'imagenet100': 100,
+    **{f'domainnet-{d}': 345 for d in ('clipart', 'infograph', 'painting', 'quickdraw', 'real', 'sketch')},
+}
 # backbone -> (type, DRLoc λ, DRLoc in_channels, grid pooling) of the official code
-BACKBONES = {'swin-t': ('mmvitreg.SwinTransformer', 0.5, 768, None), 't2t-vit-14': ('T2T_ViT', 0.1, 384, 'avg3x3'),
-             'cvt-13': ('mmvitreg.CvT', 0.1, 384, 'avg3x3'), 'resnet50': ('ResNet', 0.5, 2048, None)}
+BACKBONES = {
+    'swin-t': ('mmvitreg.SwinTransformer', 0.5, 768, None),
+    't2t-vit-14': ('T2T_ViT', 0.1, 384, 'avg3x3'),
+    'cvt-13': ('mmvitreg.CvT', 0.1, 384, 'avg3x3'),
+    'resnet50': ('ResNet', 0.5, 2048, None),
+}
 NAME = re.compile(r'(?P<backbone>[a-z0-9-]+?)(?P<pre>_in1k-pre)?_drloc_8xb128-(?P<epochs>\d+)e_(?P<data>[a-z0-9-]+)')
 
 
@@ -39,15 +49,20 @@ def test_recipe_numbers(path):
     kind, lam, channels, pool = BACKBONES[name['backbone']]
     assert cfg.model.backbone.type == kind and cfg.model.head.num_classes == NUM_CLASSES[name['data']]
     assert cfg.data_preprocessor.num_classes == NUM_CLASSES[name['data']]
-    (drloc, ) = cfg.model.aux_losses
+    (drloc,) = cfg.model.aux_losses
     assert (drloc.loss_weight, drloc.in_channels, drloc.get('grid_pool')) == (lam, channels, pool)
     assert (drloc.num_pairs, drloc.target, drloc.reduction, drloc.replacement) == (64, 'abs', 'mean', True)
     assert cfg.train_dataloader.batch_size == 128 and cfg.train_dataloader.drop_last
     assert cfg.optim_wrapper.optimizer.lr == 1e-3 and cfg.optim_wrapper.optimizer.weight_decay == 0.05
     assert cfg.optim_wrapper.clip_grad.max_norm == 5.0
-    (lr, ) = cfg.param_scheduler  # timm's curve (compared epoch by epoch in test_recipes_official.py)
-    assert (lr.type, lr.warmup, lr.warmup_lr_init, lr.T_max, lr.eta_min) == ('mmvitreg.TimmCosineLR', 20, 1e-6,
-                                                                                  300, 1e-5)
+    (lr,) = cfg.param_scheduler  # timm's curve (compared epoch by epoch in test_recipes_official.py)
+    assert (lr.type, lr.warmup, lr.warmup_lr_init, lr.T_max, lr.eta_min) == (
+        'mmvitreg.TimmCosineLR',
+        20,
+        1e-6,
+        300,
+        1e-5,
+    )
     assert cfg.train_cfg.max_epochs == (300 if name['epochs'] == '300' else 101)
     assert cfg.custom_hooks == [dict(type='mmvitreg.DRLocWeightScheduleHook', warmup_epochs=20, total_epochs=300)]
     crop = [t for t in cfg.train_dataloader.dataset.pipeline if t.type == 'RandomResizedCrop']
@@ -58,8 +73,10 @@ def test_recipe_numbers(path):
 
 @pytest.mark.parametrize('backbone', BACKBONES)
 def test_model_builds_in_mmpretrain_scope(backbone):
-    import mmvitreg  # noqa: F401
     from mmpretrain.registry import MODELS
+
+    import mmvitreg  # noqa: F401
+
     cfg = Config.fromfile(str(DRLOC / f'{backbone}_drloc_8xb128-100e_cifar100.py'))
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         model = MODELS.build(cfg.model)
@@ -72,6 +89,6 @@ def test_metafile_lists_every_recipe_with_its_paper_number():
     assert set(models) == {p.stem for p in RECIPES}
     for name, model in models.items():
         assert model['Config'] == f'configs/drloc/{name}.py'
-        (result, ) = model['Results']
+        (result,) = model['Results']
         assert 0 < result['Metrics']['Top 1 Accuracy'] < 100
     assert models['swin-t_drloc_8xb128-100e_cifar100']['Results'][0]['Metrics']['Top 1 Accuracy'] == 66.23

@@ -1,11 +1,12 @@
 """DRLoc on the bundled digits through the real tools: every backbone kind the paper uses (ViT, Swin,
 T2T-ViT, CvT, ResNet; tiny variants) trains with the loss, and the official λ warm-up/decay hook sets λ
 per epoch in a real runner."""
-import pytest
-from mmengine.config import Config
 
+import pytest
 from conftest import CONFIGS
 from guard_helpers import build_workspace, logged_losses, train
+from mmengine.config import Config
+
 from mmvitreg.engine.hooks import DRLocWeightScheduleHook
 
 DIGITS = sorted((CONFIGS / 'drloc').glob('*_drloc_digits.py'))
@@ -41,8 +42,10 @@ def test_official_schedule_values():
 def test_schedule_hook_sets_lambda_per_epoch_in_a_runner(ws, tmp_path):
     """With W = 2, T = 4: epoch 0 trains with λ = 0 (logged DRLoc term exactly 0), epoch 1 with λ/2."""
     config = tmp_path / 'swin_drloc_schedule.py'
-    config.write_text(f"_base_ = '{CONFIGS / 'drloc' / 'swin-nano_1xb64_drloc_digits.py'}'\n"
-                      "custom_hooks = [dict(type='mmvitreg.DRLocWeightScheduleHook', warmup_epochs=2, total_epochs=4)]\n")
+    config.write_text(
+        f"_base_ = '{CONFIGS / 'drloc' / 'swin-nano_1xb64_drloc_digits.py'}'\n"
+        "custom_hooks = [dict(type='mmvitreg.DRLocWeightScheduleHook', warmup_epochs=2, total_epochs=4)]\n"
+    )
     train(config, ws, tmp_path, **{'train_cfg.max_epochs': 2, 'train_cfg.val_interval': 2})
     steps = logged_losses(tmp_path)
     by_epoch = {e: [s['loss_drloc'] for s in steps if s['epoch'] == e] for e in (1, 2)}
@@ -55,10 +58,12 @@ def test_baseline_override_runs_with_the_schedule_hook(ws, tmp_path):
     λ schedule hook and LR scheduler (official timm curve) in place: the hook says once that there is no DRLoc
     and stays idle, no DRLoc term is logged."""
     config = tmp_path / 'swin_drloc_recipe_hooks.py'
-    config.write_text(f"_base_ = '{CONFIGS / 'drloc' / 'swin-nano_1xb64_drloc_digits.py'}'\n"
-                      "custom_hooks = [dict(type='mmvitreg.DRLocWeightScheduleHook', warmup_epochs=2, total_epochs=4)]\n"
-                      "param_scheduler = [dict(type='mmvitreg.TimmCosineLR', T_max=4, warmup=1, eta_min=1e-5,\n"
-                      "                        by_epoch=True, convert_to_iter_based=True)]\n")
+    config.write_text(
+        f"_base_ = '{CONFIGS / 'drloc' / 'swin-nano_1xb64_drloc_digits.py'}'\n"
+        "custom_hooks = [dict(type='mmvitreg.DRLocWeightScheduleHook', warmup_epochs=2, total_epochs=4)]\n"
+        "param_scheduler = [dict(type='mmvitreg.TimmCosineLR', T_max=4, warmup=1, eta_min=1e-5,\n"
+        "                        by_epoch=True, convert_to_iter_based=True)]\n"
+    )
     train(config, ws, tmp_path, **{'model.aux_losses': '[]', 'train_cfg.max_epochs': 1, 'train_cfg.val_interval': 1})
     steps = logged_losses(tmp_path)
     assert steps and all('loss_drloc' not in s and 0 < s['loss'] < 100 for s in steps)

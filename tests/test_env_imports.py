@@ -4,6 +4,7 @@ mmcv without its compiled ops (mmcv-lite: mmvitreg/mmcv_ops.py serves them), a c
 and mmdet; and a classification
 import that leaves mmseg and mmdet alone. Each runs in a fresh interpreter, the environment faked before anything
 imports."""
+
 import json
 import os
 import subprocess
@@ -11,17 +12,24 @@ import sys
 import textwrap
 
 import pytest
+from conftest import CONFIGS, REPO, TOOLS, needs_compiled_ops, tool_env
 from packaging.version import Version
 
-from conftest import CONFIGS, REPO, TOOLS, needs_compiled_ops, tool_env
 from mmvitreg import compat
 
 DEMO = CONFIGS / 'demo' / 'deit-tiny_1xb64_digits.py'
 SEG_DEMO = CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-300_digits-ade20k-128x128.py'
 DET_DEMO = CONFIGS / 'demo' / 'cascade-mask-rcnn_swin-nano_fpn_1xb4-4e_digits-coco.py'
-SMALL = ['train_cfg.max_epochs=1', 'train_dataloader.dataset.indices=64', 'val_dataloader.dataset.indices=32',
-         'test_dataloader.dataset.indices=32', 'train_dataloader.batch_size=16', 'train_dataloader.num_workers=0',
-         'val_dataloader.num_workers=0', 'test_dataloader.num_workers=0']
+SMALL = [
+    'train_cfg.max_epochs=1',
+    'train_dataloader.dataset.indices=64',
+    'val_dataloader.dataset.indices=32',
+    'test_dataloader.dataset.indices=32',
+    'train_dataloader.batch_size=16',
+    'train_dataloader.num_workers=0',
+    'val_dataloader.num_workers=0',
+    'test_dataloader.num_workers=0',
+]
 MULTIMODAL_WARNING = "'s multimodal models (BLIP, CLIP, Flamingo, ...) need transformers < 5"
 
 
@@ -29,8 +37,9 @@ def run_py(code, path=(), cwd=None, timeout=300):
     """``python -c code`` with ``path`` first on ``PYTHONPATH`` (so a ``sitecustomize.py`` there runs first)."""
     env = tool_env()
     env['PYTHONPATH'] = os.pathsep.join([*map(str, path), env['PYTHONPATH']])
-    return subprocess.run([sys.executable, '-c', textwrap.dedent(code)], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, '-c', textwrap.dedent(code)], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
 
 
 # --- transformers 5 beside mmpretrain 1.2.0 --------------------------------------------------------------------
@@ -104,11 +113,14 @@ def test_the_stand_in_transformers_5_breaks_mmpretrain_models_alone_with_a_type_
     """The control: beside pycocotools (installed: the tests need it) and the stand-in transformers 5, every name
     of which imports, ``import mmpretrain.models`` without mmvitreg raises the TypeError the real one raises (no
     startup finder either: mmcv's bricks probe ``mmcv.ops``, which would import mmvitreg through it)."""
-    proc = run_py('''
+    proc = run_py(
+        '''
         from transformers.modeling_utils import apply_chunking_to_forward, prune_linear_layer  # any name imports
         import pycocotools
         import mmpretrain.models
-    ''', [fake_transformers(tmp_path, '5.24.0'), hiding(tmp_path / 'no_finder', 'mmcv._ext')])
+    ''',
+        [fake_transformers(tmp_path, '5.24.0'), hiding(tmp_path / 'no_finder', 'mmcv._ext')],
+    )
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines()[-1].startswith('TypeError: '), proc.stderr[-3000:]
     assert 'PreTrainedModel' in proc.stderr[-1500:] and 'ImportError' not in proc.stderr, proc.stderr[-3000:]
@@ -119,10 +131,32 @@ def test_the_step_benchmark_s_fork_server_imports_mmvitreg_before_mmpretrain_mod
     the stand-in transformers 5 it still ends with its table, as the fork server applies mmvitreg's patch first."""
     env = tool_env()
     env['PYTHONPATH'] = os.pathsep.join([str(fake_transformers(tmp_path, '5.24.0')), env['PYTHONPATH']])
-    proc = subprocess.run([sys.executable, str(TOOLS / 'analysis_tools' / 'benchmark_train_step.py'), '--case',
-                           'deit-s-tlalign-vs-cutmix', '--tiny', '--memory', 'forkserver', '--repeats', '1',
-                           '--warmup', '1', '--batch-size', '2', '--img-size', '32', '--threads', '1'],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(TOOLS / 'analysis_tools' / 'benchmark_train_step.py'),
+            '--case',
+            'deit-s-tlalign-vs-cutmix',
+            '--tiny',
+            '--memory',
+            'forkserver',
+            '--repeats',
+            '1',
+            '--warmup',
+            '1',
+            '--batch-size',
+            '2',
+            '--img-size',
+            '32',
+            '--threads',
+            '1',
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     row = [ln for ln in proc.stdout.splitlines() if ln.startswith('| deit-s-tlalign-vs-cutmix |')]
     assert row, proc.stdout[-3000:]
@@ -133,7 +167,8 @@ def test_the_step_benchmark_s_fork_server_imports_mmvitreg_before_mmpretrain_mod
 
 
 def test_transformers_5_turns_mmpretrain_multimodal_models_off_with_one_warning(tmp_path):
-    proc = run_py('''
+    proc = run_py(
+        '''
         import json, warnings
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter('always')
@@ -152,7 +187,9 @@ def test_transformers_5_turns_mmpretrain_multimodal_models_off_with_one_warning(
             feedforward_channels=64), img_size=32, patch_size=8)))
         print(json.dumps(dict(applied=compat.applied(), blip=blip, classifier=type(classifier).__name__,
                               warnings=[str(w.message) for w in caught if "multimodal" in str(w.message)])))
-    ''', [fake_transformers(tmp_path, '5.0.0')])
+    ''',
+        [fake_transformers(tmp_path, '5.0.0')],
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.splitlines()[-1])
     assert 'multimodal_off' in out['applied']
@@ -167,11 +204,17 @@ def test_every_tool_imports_mmvitreg_before_a_host_model_package():
     """Each script under ``tools/`` that imports mmpretrain, mmseg or mmdet at its top level imports ``mmvitreg``
     (which applies the compat patches) before it, so transformers 5 cannot break the first host import."""
     import ast
+
     late = []
     for tool in sorted(TOOLS.rglob('*.py')):
         for node in ast.parse(tool.read_text()).body:
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ''] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or '']
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             tops = {n.split('.')[0] for n in names}
             if 'mmvitreg' in tops:
                 break
@@ -184,7 +227,8 @@ def test_every_tool_imports_mmvitreg_before_a_host_model_package():
 @pytest.mark.parametrize('version', [None, '4.40.0'])
 def test_without_transformers_5_nothing_is_patched(tmp_path, version):
     path = [fake_transformers(tmp_path, version)] if version else []
-    proc = run_py('''
+    proc = run_py(
+        '''
         import json, warnings
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter('always')
@@ -194,18 +238,23 @@ def test_without_transformers_5_nothing_is_patched(tmp_path, version):
         own = all(dependency.satisfy_requirement(r) for r in ('pycocotools', 'transformers>=4.28.0'))
         print(json.dumps([compat.applied(), [str(w.message) for w in caught if 'multimodal' in str(w.message)],
                           dependency.WITH_MULTIMODAL == own]))
-    ''', path)
+    ''',
+        path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     applied, warned, unchanged = json.loads(proc.stdout.splitlines()[-1])
     assert 'multimodal_off' not in applied and warned == [] and unchanged
 
 
-@pytest.mark.parametrize('versions, expected', [
-    (dict(mmpretrain='1.2.0', pycocotools='2.0.11', transformers='5.0.0'), True),
-    (dict(mmpretrain='1.2.0', pycocotools='2.0.11', transformers='4.57.1'), False),
-    (dict(mmpretrain='1.2.0', transformers='5.0.0'), False),  # no pycocotools: mmpretrain keeps them off itself
-    (dict(mmpretrain='1.3.0', pycocotools='2.0.11', transformers='5.0.0'), False),  # a release that may fix it
-])
+@pytest.mark.parametrize(
+    'versions, expected',
+    [
+        (dict(mmpretrain='1.2.0', pycocotools='2.0.11', transformers='5.0.0'), True),
+        (dict(mmpretrain='1.2.0', pycocotools='2.0.11', transformers='4.57.1'), False),
+        (dict(mmpretrain='1.2.0', transformers='5.0.0'), False),  # no pycocotools: mmpretrain keeps them off itself
+        (dict(mmpretrain='1.3.0', pycocotools='2.0.11', transformers='5.0.0'), False),  # a release that may fix it
+    ],
+)
 def test_multimodal_gate_reads_the_installed_versions(monkeypatch, versions, expected):
     monkeypatch.setattr(compat, 'installed_version', {k: Version(v) for k, v in versions.items()}.get)
     assert next(p for p in compat.PATCHES if p.name == 'multimodal_off').needed() is expected
@@ -264,7 +313,8 @@ def hiding(folder, *modules, distributions=()):
 def test_classification_imports_without_pycocotools_and_builds_its_data(tmp_path):
     """``pycocotools`` is imported only where COCO data is built or read: the package, its models and the
     ImageNet-layout digits build without it; the COCO builder is what asks for it."""
-    proc = run_py(f'''
+    proc = run_py(
+        f'''
         import sys
         sys.path.insert(0, {str(TOOLS / 'dataset_converters')!r})
         import mmvitreg.datasets, mmvitreg.models, mmvitreg.engine
@@ -274,7 +324,9 @@ def test_classification_imports_without_pycocotools_and_builds_its_data(tmp_path
             build_coco({str(tmp_path / 'coco')!r}, num_train=2, num_val=1)
         except ImportError as e:
             print('coco:', e)
-    ''', [hiding(tmp_path / 'site', 'pycocotools')])
+    ''',
+        [hiding(tmp_path / 'site', 'pycocotools')],
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "{'train': 20, 'val': 10}" in proc.stdout and "coco: No module named 'pycocotools'" in proc.stdout
 
@@ -283,21 +335,30 @@ def test_digits_classification_trains_and_tests_without_mmcv_ops_or_pycocotools(
     """mmcv-lite (no compiled ``mmcv._ext``) and no pycocotools: the quick start's classification config trains
     and tests through ``tools/train.py`` and ``tools/test.py``, and the step benchmark runs."""
     site = hiding(tmp_path / 'site', 'mmcv._ext', 'pycocotools')
-    check = run_py('''
+    check = run_py(
+        '''
         for name in ('mmcv._ext', 'pycocotools'):
             try:
                 __import__(name)
             except ImportError:
                 print('hidden', name)
-    ''', [site])
+    ''',
+        [site],
+    )
     assert check.stdout.split('\n')[:2] == ['hidden mmcv._ext', 'hidden pycocotools']
 
     env = tool_env()
     env['PYTHONPATH'] = os.pathsep.join([str(site), env['PYTHONPATH']])
 
     def tool(*args):
-        proc = subprocess.run([sys.executable, str(TOOLS / args[0]), *map(str, args[1:])], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [sys.executable, str(TOOLS / args[0]), *map(str, args[1:])],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert proc.returncode == 0, f'{args[0]}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}'
         return proc
 
@@ -307,8 +368,22 @@ def test_digits_classification_trains_and_tests_without_mmcv_ops_or_pycocotools(
     test = tool('test.py', DEMO, checkpoint, '--work-dir', 'work', '--cfg-options', *SMALL[2:])
     metrics = json.loads([ln for ln in test.stdout.splitlines() if ln.startswith('metrics: ')][-1][9:])
     assert 0.0 <= metrics['accuracy/top1'] <= 100.0
-    bench = tool('analysis_tools/benchmark_train_step.py', '--case', 'deit-s-tlalign-vs-cutmix', '--tiny',
-                 '--memory', 'off', '--repeats', 2, '--warmup', 1, '--batch-size', 2, '--img-size', 32)
+    bench = tool(
+        'analysis_tools/benchmark_train_step.py',
+        '--case',
+        'deit-s-tlalign-vs-cutmix',
+        '--tiny',
+        '--memory',
+        'off',
+        '--repeats',
+        2,
+        '--warmup',
+        1,
+        '--batch-size',
+        2,
+        '--img-size',
+        32,
+    )
     assert 'deit-s-tlalign-vs-cutmix' in bench.stdout and 'images/s' in bench.stdout
 
 
@@ -316,14 +391,46 @@ def test_a_detection_run_without_mmcv_ops_trains_on_the_stand_in_and_says_so(tmp
     """No compiled ``mmcv._ext`` (mmcv-lite): ``tools/train.py`` trains the Cascade Mask R-CNN digits demo (RPN
     nms, RoIAlign forward and backward, mask targets) on mmvitreg/mmcv_ops.py and logs that it does."""
     from mmvitreg.mmcv_ops import PROVIDED
+
     env = tool_env()
     env['PYTHONPATH'] = os.pathsep.join([str(hiding(tmp_path / 'site', 'mmcv._ext')), env['PYTHONPATH']])
-    subprocess.run([sys.executable, str(TOOLS / 'dataset_converters' / 'digits.py'), 'coco', '--out', 'data',
-                    '--num-train', '2', '--num-val', '1'], cwd=tmp_path, env=env, check=True, capture_output=True)
-    proc = subprocess.run([sys.executable, str(TOOLS / 'train.py'), str(DET_DEMO), '--work-dir', 'work',
-                           '--no-validate', '--cfg-options', 'train_cfg.max_epochs=1', 'train_dataloader.batch_size=2',
-                           'train_dataloader.num_workers=0', 'train_dataloader.persistent_workers=False'],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            str(TOOLS / 'dataset_converters' / 'digits.py'),
+            'coco',
+            '--out',
+            'data',
+            '--num-train',
+            '2',
+            '--num-val',
+            '1',
+        ],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(TOOLS / 'train.py'),
+            str(DET_DEMO),
+            '--work-dir',
+            'work',
+            '--no-validate',
+            '--cfg-options',
+            'train_cfg.max_epochs=1',
+            'train_dataloader.batch_size=2',
+            'train_dataloader.num_workers=0',
+            'train_dataloader.persistent_workers=False',
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     log = next((tmp_path / 'work').glob('*/*.log')).read_text()
     assert "mmcv ops: torchvision " in log and f"({', '.join(PROVIDED)}; no compiled mmcv._ext here)" in log
@@ -338,23 +445,33 @@ def test_a_dense_config_without_its_library_stops_with_one_line_naming_the_extra
     site = hiding(tmp_path / 'site', 'mmseg', 'mmdet', distributions=('mmsegmentation', 'mmdet'))
     env = tool_env()
     env['PYTHONPATH'] = os.pathsep.join([str(site), env['PYTHONPATH']])
-    proc = subprocess.run([sys.executable, str(TOOLS / 'train.py'), str(config), '--work-dir', 'work'],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(TOOLS / 'train.py'), str(config), '--work-dir', 'work'],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode != 0
     assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]  # (mmcv-lite may warn before it)
-    assert proc.stderr.strip().splitlines()[-1] == (f'error: {config} is a config of {library}, which is not '
-                                                    f'installed: pip install "{REPO}[{extra}]"'), proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f'error: {config} is a config of {library}, which is not installed: pip install "{REPO}[{extra}]"'
+    ), proc.stderr[-3000:]
     assert not (tmp_path / 'work').exists()
 
     component = 'TokenSegmentor' if library == 'mmseg' else 'TokenCascadeRCNN'
-    built = run_py(f'''
+    built = run_py(
+        f'''
         import mmvitreg.models
         from mmvitreg.registry import MODELS
         try:
             MODELS.build(dict(type={component!r}))
         except ImportError as e:
             print(e)
-    ''', [site])
+    ''',
+        [site],
+    )
     assert built.returncode == 0, built.stderr[-3000:]
     message = built.stdout.strip().splitlines()[-1]
     assert message.startswith(f"mmvitreg.{component} is built on {library}'s models, which do not import here")
@@ -366,15 +483,32 @@ def test_the_digits_builder_without_scikit_learn_says_what_to_install(tmp_path):
     with one line naming it."""
     env = tool_env()
     env['PYTHONPATH'] = os.pathsep.join([str(hiding(tmp_path / 'site', 'sklearn')), env['PYTHONPATH']])
-    proc = subprocess.run([sys.executable, str(TOOLS / 'dataset_converters' / 'digits.py'), 'imagenet', '--out',
-                           'data', '--num-train', '4', '--num-val', '2'], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(TOOLS / 'dataset_converters' / 'digits.py'),
+            'imagenet',
+            '--out',
+            'data',
+            '--num-train',
+            '4',
+            '--num-val',
+            '2',
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1
-    assert proc.stderr.strip() == ("imagenet: No module named 'sklearn': the digits are scikit-learn's bundled scans; "
-                                   'pip install scikit-learn'), proc.stderr[-3000:]
+    assert proc.stderr.strip() == (
+        "imagenet: No module named 'sklearn': the digits are scikit-learn's bundled scans; pip install scikit-learn"
+    ), proc.stderr[-3000:]
 
 
 # --- classification leaves mmseg and mmdet alone ----------------------------------------------------------------
+
 
 @pytest.mark.parametrize('first', ['mmvitreg', pytest.param('mmpretrain', marks=needs_compiled_ops)])
 def test_classification_import_leaves_mmseg_and_mmdet_until_a_dense_model_is_asked_for(first):

@@ -4,15 +4,18 @@ LV-ViT token-labeling digits config with MixToken (its random boxes are part of 
 DeepViT digits config (Mixup/CutMix, drop path, re-attention BatchNorm). Validation runs after every
 epoch, so the straight run validates at N and the resumed one does not: training draws must not
 depend on it."""
+
 import numpy as np
 import pytest
 import torch
-
 from guard_helpers import TECHNIQUES, build_workspace, logged_losses, train
 
 N_EPOCHS, ITERS_PER_EPOCH = 1, 4  # N = 4 iterations
-OPTIONS = {'train_dataloader.batch_size': 8, 'train_dataloader.dataset.indices': 8 * ITERS_PER_EPOCH,
-           'train_cfg.val_interval': 1}
+OPTIONS = {
+    'train_dataloader.batch_size': 8,
+    'train_dataloader.dataset.indices': 8 * ITERS_PER_EPOCH,
+    'train_cfg.val_interval': 1,
+}
 
 
 @pytest.fixture(scope='module')
@@ -66,7 +69,6 @@ def test_n_then_resume_to_2n_equals_2n_straight(ws, config):
         assert {'loss_cls', 'loss_token'} <= set(losses_straight[0])
 
 
-
 def test_a_resume_puts_the_sampler_and_the_workers_back_on_the_checkpoints_seed():
     """An iteration-based loop made its iterator, and mmengine's InfiniteSampler its order, when built from the
     config's seed (a worker has already drawn the first batches): follow_seed draws them again from the checkpoint's
@@ -82,8 +84,13 @@ def test_a_resume_puts_the_sampler_and_the_workers_back_on_the_checkpoints_seed(
     from mmvitreg.engine.hooks.rng_state_hook import follow_seed
 
     def loader(seed):
-        return DataLoader(list(range(64)), batch_size=8, sampler=InfiniteSampler(list(range(64)), seed=seed),
-                          num_workers=1, worker_init_fn=partial(worker_init_fn, num_workers=1, rank=0, seed=seed))
+        return DataLoader(
+            list(range(64)),
+            batch_size=8,
+            sampler=InfiniteSampler(list(range(64)), seed=seed),
+            num_workers=1,
+            worker_init_fn=partial(worker_init_fn, num_workers=1, rank=0, seed=seed),
+        )
 
     built = loader(seed=1)
     loop = SimpleNamespace(dataloader=built, dataloader_iterator=_InfiniteDataloaderIterator(built))

@@ -3,6 +3,7 @@
 A tiny mmpretrain classifier annotates the bundled digits set: one (2, k, H, W) float16 map per image,
 and a second run skips every finished file.
 """
+
 import importlib.util
 import os
 import os.path as osp
@@ -13,32 +14,44 @@ import sys
 import numpy as np
 import pytest
 import torch
-
 from conftest import free_port, tool_env
 from digits import build_imagenet
+
 from mmvitreg.datasets.label_maps import load_label_map
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
 MODELS = {
     # ViT: the head on every patch token (out_type='featmap'); 32 px / patch 8 -> 4x4 map
-    'vit': dict(backbone=dict(type='VisionTransformer', arch=dict(embed_dims=32, num_layers=1, num_heads=2,
-                                                                  feedforward_channels=64),
-                              img_size=32, patch_size=8),
-                neck=None,
-                head=dict(type='VisionTransformerClsHead', num_classes=10, in_channels=32), size=32, grid=4,
-                region='center_square'),
+    'vit': dict(
+        backbone=dict(
+            type='VisionTransformer',
+            arch=dict(embed_dims=32, num_layers=1, num_heads=2, feedforward_channels=64),
+            img_size=32,
+            patch_size=8,
+        ),
+        neck=None,
+        head=dict(type='VisionTransformerClsHead', num_classes=10, in_channels=32),
+        size=32,
+        grid=4,
+        region='center_square',
+    ),
     # CNN: the fc as a 1x1 conv on the final feature map; 64 px / stride 32 -> 2x2 map
-    'cnn': dict(backbone=dict(type='ResNet', depth=18, base_channels=8, stem_channels=8),
-                neck=dict(type='GlobalAveragePooling'),
-                head=dict(type='LinearClsHead', num_classes=10, in_channels=64), size=64, grid=2,
-                region='full'),
+    'cnn': dict(
+        backbone=dict(type='ResNet', depth=18, base_channels=8, stem_channels=8),
+        neck=dict(type='GlobalAveragePooling'),
+        head=dict(type='LinearClsHead', num_classes=10, in_channels=64),
+        size=64,
+        grid=2,
+        region='full',
+    ),
 }
 
 
 def load_tool():
-    spec = importlib.util.spec_from_file_location('generate_label_maps',
-                                                  osp.join(ROOT, 'tools', 'generate_label_maps.py'))
+    spec = importlib.util.spec_from_file_location(
+        'generate_label_maps', osp.join(ROOT, 'tools', 'generate_label_maps.py')
+    )
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     return tool
@@ -46,8 +59,13 @@ def load_tool():
 
 def write_config(tmp_path, data_root, kind):
     spec = MODELS[kind]
-    model = dict(type='ImageClassifier', backbone=spec['backbone'], neck=spec['neck'], head=spec['head'],
-                 data_preprocessor=dict(mean=[127.5] * 3, std=[127.5] * 3, to_rgb=True))
+    model = dict(
+        type='ImageClassifier',
+        backbone=spec['backbone'],
+        neck=spec['neck'],
+        head=spec['head'],
+        data_preprocessor=dict(mean=[127.5] * 3, std=[127.5] * 3, to_rgb=True),
+    )
     cfg = f"""
 default_scope = 'mmpretrain'
 model = {model!r}
@@ -65,6 +83,7 @@ train_dataloader = dict(batch_size=8, num_workers=0, sampler=dict(type='DefaultS
 def test_generate_maps_for_every_image_and_resume(tmp_path, kind, capsys):
     from mmengine.registry import init_default_scope
     from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
+
     data_root = str(tmp_path / 'digits')
     build_imagenet(data_root, num_train=20, num_val=4)
     config, model_cfg = write_config(tmp_path, data_root, kind)
@@ -77,8 +96,21 @@ def test_generate_maps_for_every_image_and_resume(tmp_path, kind, capsys):
     tool = load_tool()
     label_root = tmp_path / 'labels'
     size, grid = MODELS[kind]['size'], MODELS[kind]['grid']
-    argv = [config, checkpoint, str(label_root), '--img-size', str(size), '--batch-size', '8',
-            '--num-workers', '0', '--topk', '3', '--region', MODELS[kind]['region']]
+    argv = [
+        config,
+        checkpoint,
+        str(label_root),
+        '--img-size',
+        str(size),
+        '--batch-size',
+        '8',
+        '--num-workers',
+        '0',
+        '--topk',
+        '3',
+        '--region',
+        MODELS[kind]['region'],
+    ]
     tool.main(argv)
     assert 'wrote 20 label maps' in capsys.readouterr().out
 
@@ -104,10 +136,12 @@ def test_cnn_annotation_is_the_classifier_per_position(tmp_path):
     map is exactly the classifier's logits (the fc acts as a 1x1 conv on the final feature map)."""
     from mmengine.registry import init_default_scope
     from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
+
     init_default_scope('mmpretrain')
     spec = MODELS['cnn']
-    classifier = MMPRETRAIN_MODELS.build(dict(type='ImageClassifier', backbone=spec['backbone'],
-                                              neck=spec['neck'], head=spec['head'])).eval()
+    classifier = MMPRETRAIN_MODELS.build(
+        dict(type='ImageClassifier', backbone=spec['backbone'], neck=spec['neck'], head=spec['head'])
+    ).eval()
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
         pooled = classifier(x, mode='tensor')
@@ -122,6 +156,7 @@ def test_token_label_head_annotates_with_its_aux_head():
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
     from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
+
     init_default_scope('mmpretrain')
     cfg = Config.fromfile(osp.join(ROOT, 'configs', 'lvvit', 'lvvit-tiny_1xb64_tl_digits.py'))
     classifier = MMPRETRAIN_MODELS.build(cfg.model).eval()
@@ -138,14 +173,15 @@ def test_teacher_gets_the_config_top_level_data_preprocessor(tmp_path):
     inputs with them exactly as in training (else every map collapses to one class)."""
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
+
     cfg_path, model = write_config(tmp_path, str(tmp_path), 'cnn')
     cfg = Config.fromfile(cfg_path)
     cfg.data_preprocessor = cfg.model.pop('data_preprocessor')
-    cfg.data_preprocessor.update(mean=[10., 20., 30.], std=[2., 3., 4.])
+    cfg.data_preprocessor.update(mean=[10.0, 20.0, 30.0], std=[2.0, 3.0, 4.0])
     init_default_scope('mmpretrain')
     classifier = load_tool().build_classifier(cfg)
-    assert classifier.data_preprocessor.mean.flatten().tolist() == [10., 20., 30.]
-    assert classifier.data_preprocessor.std.flatten().tolist() == [2., 3., 4.]
+    assert classifier.data_preprocessor.mean.flatten().tolist() == [10.0, 20.0, 30.0]
+    assert classifier.data_preprocessor.std.flatten().tolist() == [2.0, 3.0, 4.0]
 
 
 def test_two_processes_annotate_disjoint_shards_like_one_process(tmp_path):
@@ -154,6 +190,7 @@ def test_two_processes_annotate_disjoint_shards_like_one_process(tmp_path):
     of a single-process run with the same checkpoint."""
     from mmengine.registry import init_default_scope
     from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
+
     num_images = 20
     data_root = str(tmp_path / 'digits')
     build_imagenet(data_root, num_train=num_images, num_val=2)
@@ -166,10 +203,28 @@ def test_two_processes_annotate_disjoint_shards_like_one_process(tmp_path):
     tool = osp.join(ROOT, 'tools', 'generate_label_maps.py')
     args = [config, checkpoint, '--img-size', '64', '--batch-size', '4', '--num-workers', '0', '--topk', '3']
     roots = {'dist': tmp_path / 'labels_dist', 'single': tmp_path / 'labels_single'}
-    cmds = {'dist': [sys.executable, '-m', 'torch.distributed.run', '--nnodes', '1', '--nproc_per_node', '2',
-                     '--master_addr', '127.0.0.1', '--master_port', str(free_port()),
-                     tool, *args[:2], str(roots['dist']), *args[2:], '--launcher', 'pytorch'],
-            'single': [sys.executable, tool, *args[:2], str(roots['single']), *args[2:]]}
+    cmds = {
+        'dist': [
+            sys.executable,
+            '-m',
+            'torch.distributed.run',
+            '--nnodes',
+            '1',
+            '--nproc_per_node',
+            '2',
+            '--master_addr',
+            '127.0.0.1',
+            '--master_port',
+            str(free_port()),
+            tool,
+            *args[:2],
+            str(roots['dist']),
+            *args[2:],
+            '--launcher',
+            'pytorch',
+        ],
+        'single': [sys.executable, tool, *args[:2], str(roots['single']), *args[2:]],
+    }
     outs = {}
     for key, cmd in cmds.items():
         proc = subprocess.run(cmd, cwd=tmp_path, env=tool_env(), capture_output=True, text=True, timeout=120)
@@ -199,6 +254,7 @@ def test_a_teacher_checkpoint_without_its_head_stops_the_run(tmp_path, capsys):
     ``--allow-partial`` it annotates."""
     from mmengine.registry import init_default_scope
     from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
+
     data_root = str(tmp_path / 'digits')
     build_imagenet(data_root, num_train=4, num_val=2)
     config, model_cfg = write_config(tmp_path, data_root, 'cnn')
@@ -206,8 +262,19 @@ def test_a_teacher_checkpoint_without_its_head_stops_the_run(tmp_path, capsys):
     state_dict = MMPRETRAIN_MODELS.build(model_cfg).state_dict()
     checkpoint = str(tmp_path / 'backbone_only.pth')
     torch.save(dict(state_dict={k: v for k, v in state_dict.items() if not k.startswith('head.')}), checkpoint)
-    argv = [config, checkpoint, str(tmp_path / 'labels'), '--img-size', '64', '--batch-size', '4',
-            '--num-workers', '0', '--topk', '3']
+    argv = [
+        config,
+        checkpoint,
+        str(tmp_path / 'labels'),
+        '--img-size',
+        '64',
+        '--batch-size',
+        '4',
+        '--num-workers',
+        '0',
+        '--topk',
+        '3',
+    ]
     tool = load_tool()
     with pytest.raises(SystemExit) as stop:
         tool.main(argv)
@@ -225,19 +292,31 @@ def test_existing_maps_are_skipped_only_once_they_read_as_valid(tmp_path, capsys
     unpickled); the valid ones are kept untouched."""
     from mmengine.registry import init_default_scope
     from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
+
     data_root = str(tmp_path / 'digits')
     build_imagenet(data_root, num_train=10, num_val=2)
     config, model_cfg = write_config(tmp_path, data_root, 'cnn')
     init_default_scope('mmpretrain')
     torch.save(dict(state_dict=MMPRETRAIN_MODELS.build(model_cfg).state_dict()), tmp_path / 'teacher.pth')
-    argv = [config, str(tmp_path / 'teacher.pth'), str(tmp_path / 'labels'), '--img-size', '64', '--batch-size',
-            '4', '--num-workers', '0', '--topk', '3']
+    argv = [
+        config,
+        str(tmp_path / 'teacher.pth'),
+        str(tmp_path / 'labels'),
+        '--img-size',
+        '64',
+        '--batch-size',
+        '4',
+        '--num-workers',
+        '0',
+        '--topk',
+        '3',
+    ]
     tool = load_tool()
     tool.main(argv)
     maps = sorted((tmp_path / 'labels').rglob('*.npy'))
     maps[0].write_bytes(maps[0].read_bytes()[:100])
     np.save(maps[1], np.array([None, 'x'] * 12, dtype=object).reshape(2, 3, 2, 2), allow_pickle=True)
-    np.save(maps[2], np.stack([np.ones((3, 2, 2)), np.full((3, 2, 2), 99.)]).astype(np.float16))
+    np.save(maps[2], np.stack([np.ones((3, 2, 2)), np.full((3, 2, 2), 99.0)]).astype(np.float16))
     np.save(maps[3], np.stack([np.ones((5, 2, 2)), np.zeros((5, 2, 2))]).astype(np.float16))
     for path in maps[4:6]:
         path.unlink()

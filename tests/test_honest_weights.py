@@ -9,6 +9,7 @@
    save's temporaries removed.
 4. ``drop_path_rate`` outside [0, 1) is refused when a backbone is built; a config error is one line.
 """
+
 import importlib.util
 import os
 import pickle
@@ -19,15 +20,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import CONFIGS, REPO
+from guard_helpers import TECHNIQUES, build_workspace, run_options, tool
 from mmengine.config import Config
 from mmengine.hooks import EMAHook as MMEngineEMAHook
 from mmengine.registry import DefaultScope
+from model_helpers import random_checkpoint
 
-from conftest import CONFIGS, REPO
-from guard_helpers import TECHNIQUES, build_workspace, run_options, tool
 from mmvitreg.engine import CheckpointError, partial_loading
 from mmvitreg.fileio import temporary_path
-from model_helpers import random_checkpoint
 
 QUICK_START = CONFIGS / 'demo' / 'deit-tiny_1xb64_digits.py'
 #: the hook of the LV-ViT / DeepViT recipes (mmpretrain's EMAHook in an mmpretrain config), mmengine's own, and a
@@ -54,8 +55,10 @@ def ws(tmp_path_factory):
 
 def ema_config(tmp_path, hook):
     config = tmp_path / f'deit-tiny_{hook}-ema_digits.py'
-    config.write_text(f"_base_ = '{QUICK_START}'\ncustom_hooks = [{HOOKS[hook]}]\n"
-                      "custom_imports = dict(imports=['test_honest_weights'], allow_failed_imports=False)\n")
+    config.write_text(
+        f"_base_ = '{QUICK_START}'\ncustom_hooks = [{HOOKS[hook]}]\n"
+        "custom_imports = dict(imports=['test_honest_weights'], allow_failed_imports=False)\n"
+    )
     return config
 
 
@@ -66,19 +69,31 @@ def ema_checkpoint(config, path):
     raw = torch.load(random_checkpoint(Config.fromfile(str(config)), path), weights_only=False)['state_dict']
     g = torch.Generator().manual_seed(1)
     ema = {k: v + 0.3 * torch.randn(v.shape, generator=g) if v.is_floating_point() else v for k, v in raw.items()}
-    torch.save({'state_dict': ema, 'ema_state_dict': {**{'module.' + k: v for k, v in raw.items()},
-                                                      'steps': torch.tensor(10)}, 'meta': {}}, path)
+    torch.save(
+        {
+            'state_dict': ema,
+            'ema_state_dict': {**{'module.' + k: v for k, v in raw.items()}, 'steps': torch.tensor(10)},
+            'meta': {},
+        },
+        path,
+    )
     return path, raw, ema
 
 
 def cli_options(ws, *extra):
-    return ['--cfg-options', f'test_dataloader.dataset.data_root={ws / "digits"}', 'test_dataloader.num_workers=0',
-            'test_dataloader.persistent_workers=False', *extra]
+    return [
+        '--cfg-options',
+        f'test_dataloader.dataset.data_root={ws / "digits"}',
+        'test_dataloader.num_workers=0',
+        'test_dataloader.persistent_workers=False',
+        *extra,
+    ]
 
 
 def scores(ws, config, ckpt, out, *extra):
-    tool('test')([str(config), str(ckpt), '--work-dir', str(out.parent / out.stem), '--out', str(out),
-                  *cli_options(ws, *extra)])
+    tool('test')(
+        [str(config), str(ckpt), '--work-dir', str(out.parent / out.stem), '--out', str(out), *cli_options(ws, *extra)]
+    )
     with open(out, 'rb') as f:
         return torch.stack([torch.as_tensor(p['pred_score']) for p in pickle.load(f)])
 
@@ -106,8 +121,9 @@ def train_module():
 def build_train_runner(config, ws, work_dir, *flags, **options):
     """The GuardedRunner tools/train.py builds (to look at its model and hooks after ``train()``)."""
     module = train_module()
-    args = module.parse_args([str(config), '--work-dir', str(work_dir), *map(str, flags),
-                              *run_options(config, ws, work_dir, **options)])
+    args = module.parse_args(
+        [str(config), '--work-dir', str(work_dir), *map(str, flags), *run_options(config, ws, work_dir, **options)]
+    )
     return module.build_runner(module.build_train_config(args))
 
 
@@ -117,8 +133,11 @@ def ema_hook(runner):
 
 def close(module, weights):
     state = module.state_dict()
-    return all(torch.allclose(state[k].float(), weights[k].float(), atol=1e-5) for k in weights
-               if weights[k].is_floating_point())
+    return all(
+        torch.allclose(state[k].float(), weights[k].float(), atol=1e-5)
+        for k in weights
+        if weights[k].is_floating_point()
+    )
 
 
 @pytest.mark.parametrize('hook', ['mmpretrain', 'mmengine'])
@@ -130,33 +149,46 @@ def test_load_from_an_ema_file_starts_from_the_weights_the_hook_documents_and_re
     config = ema_config(tmp_path, hook)
     ckpt, raw, ema = ema_checkpoint(config, tmp_path / 'ema.pth')
     work = tmp_path / 'work'
-    runner = build_train_runner(config, ws, work, **{'load_from': ckpt, 'optim_wrapper.optimizer.lr': 0,
-                                                     'train_cfg.max_epochs': 1, 'train_cfg.val_interval': 5})
+    runner = build_train_runner(
+        config,
+        ws,
+        work,
+        **{'load_from': ckpt, 'optim_wrapper.optimizer.lr': 0, 'train_cfg.max_epochs': 1, 'train_cfg.val_interval': 5},
+    )
     runner.train()
     saved = torch.load(work / 'epoch_1.pth', weights_only=False)
-    assert all(torch.allclose(saved['state_dict'][k].float(), v.float(), atol=1e-5) for k, v in ema.items()
-               if v.is_floating_point())
+    assert all(
+        torch.allclose(saved['state_dict'][k].float(), v.float(), atol=1e-5)
+        for k, v in ema.items()
+        if v.is_floating_point()
+    )
     assert not torch.allclose(raw['backbone.cls_token'], ema['backbone.cls_token'], atol=1e-3)
 
     resumed = build_train_runner(config, ws, work, '--resume', work / 'epoch_1.pth', **{'train_cfg.max_epochs': 1})
     resumed.train()  # resumes at the end: nothing left to train
-    file_raw = {k[len('module.'):]: v for k, v in saved['ema_state_dict'].items() if k.startswith('module.')}
+    file_raw = {k[len('module.') :]: v for k, v in saved['ema_state_dict'].items() if k.startswith('module.')}
     assert close(resumed.model, file_raw)
     assert close(ema_hook(resumed).ema_model.module, saved['state_dict'])
 
 
-@pytest.mark.parametrize('flags, stop', [
-    ([], "does not fit LazyEMAHook's EMA copy of ImageClassifier"),
-    # issue 43.2: --allow-partial (also under --tta) used to test the copy at its initialisation "on EMA model"
-    (['--allow-partial'], 'LazyEMAHook loaded none of its tensors into its EMA copy (0 matched'),
-    (['--tta', '--allow-partial'], 'LazyEMAHook loaded none of its tensors into its EMA copy (0 matched')])
+@pytest.mark.parametrize(
+    'flags, stop',
+    [
+        ([], "does not fit LazyEMAHook's EMA copy of ImageClassifier"),
+        # issue 43.2: --allow-partial (also under --tta) used to test the copy at its initialisation "on EMA model"
+        (['--allow-partial'], 'LazyEMAHook loaded none of its tensors into its EMA copy (0 matched'),
+        (['--tta', '--allow-partial'], 'LazyEMAHook loaded none of its tensors into its EMA copy (0 matched'),
+    ],
+)
 def test_an_ema_copy_that_did_not_load_stops_tools_test_py(ws, tmp_path, flags, stop):
     """The copy is checked against the file, whatever the hook's rule and the policy: a hook that leaves it at its
     initialisation (here a subclass that loads nothing) is one error line, not a score of random weights."""
     config = tmp_path / 'lazy_hook.py'
-    config.write_text(f"_base_ = '{QUICK_START}'\n"
-                      "custom_hooks = [dict(type='test_honest_weights.LazyEMAHook', priority='ABOVE_NORMAL')]\n"
-                      "custom_imports = dict(imports=['test_honest_weights'], allow_failed_imports=False)\n")
+    config.write_text(
+        f"_base_ = '{QUICK_START}'\n"
+        "custom_hooks = [dict(type='test_honest_weights.LazyEMAHook', priority='ABOVE_NORMAL')]\n"
+        "custom_imports = dict(imports=['test_honest_weights'], allow_failed_imports=False)\n"
+    )
     ckpt, _, _ = ema_checkpoint(ema_config(tmp_path, 'mmengine'), tmp_path / 'ema.pth')
     with pytest.raises(SystemExit) as e:
         scores(ws, config, ckpt, tmp_path / 'lazy.pkl', *flags)
@@ -188,6 +220,7 @@ def test_the_inferencer_and_get_model_stop_at_a_partly_fitting_file_with_one_lin
     tensors, is one error line naming what does not fit and the opt-out (it used to predict from a random head or
     backbone with a warning); inside ``partial_loading()`` it predicts from the keys that fit; a full file loads."""
     from mmpretrain import ImageClassificationInferencer, get_model
+
     cfg, full, head1000, few = deepvit_files(tmp_path)
     for path, what in ((head1000, 'size mismatch: head.'), (few, 'missing: backbone.')):
         with pytest.raises(CheckpointError) as e:
@@ -224,9 +257,14 @@ def test_resume_lists_what_the_config_changes_and_a_weights_only_file_names_load
     build_train_runner(QUICK_START, ws, work, **options).train()
     stale = Path(temporary_path(work / 'epoch_2.pth', dead_pid()))
     stale.write_bytes(b'half a checkpoint')
-    resumed = build_train_runner(QUICK_START, ws, work, '--resume', work / 'epoch_1.pth',
-                                 **{**options, 'optim_wrapper.optimizer.lr': 0.01,
-                                    'model.backbone.drop_path_rate': 0.2})
+    resumed = build_train_runner(
+        QUICK_START,
+        ws,
+        work,
+        '--resume',
+        work / 'epoch_1.pth',
+        **{**options, 'optim_wrapper.optimizer.lr': 0.01, 'model.backbone.drop_path_rate': 0.2},
+    )
     resumed.train()
     assert not stale.exists()
     log = sorted(work.glob('*/*.log'))[-1].read_text()
@@ -239,8 +277,16 @@ def test_resume_lists_what_the_config_changes_and_a_weights_only_file_names_load
     weights = tmp_path / 'weights.pth'
     torch.save({'state_dict': torch.load(work / 'epoch_1.pth', weights_only=False)['state_dict']}, weights)
     with pytest.raises(SystemExit) as e:
-        tool('train')([str(QUICK_START), '--work-dir', str(tmp_path / 'w2'), '--resume', str(weights),
-                       *run_options(QUICK_START, ws, tmp_path / 'w2', **options)])
+        tool('train')(
+            [
+                str(QUICK_START),
+                '--work-dir',
+                str(tmp_path / 'w2'),
+                '--resume',
+                str(weights),
+                *run_options(QUICK_START, ws, tmp_path / 'w2', **options),
+            ]
+        )
     message = str(e.value)
     assert 'weights-only file' in message and f'load_from={weights}' in message and '\n' not in message
 
@@ -257,6 +303,7 @@ def test_the_next_save_removes_an_interrupted_saves_temporaries_and_no_live_writ
     next save (a dead process's, this process's own, an old-format one unchanged for an hour); those another live
     process may be writing stay (a live pid's, another host's, a fresh old-format one); the new file is complete."""
     from mmvitreg.engine import AtomicLocalBackend
+
     pid = dead_pid()
     dead = Path(temporary_path(tmp_path / 'epoch_2.pth', pid))
     own = Path(temporary_path(tmp_path / 'epoch_1.pth'))
@@ -279,16 +326,19 @@ def test_the_next_save_removes_an_interrupted_saves_temporaries_and_no_live_writ
 def test_drop_path_rate_outside_zero_one_is_refused_by_every_backbone(rate):
     """A negative rate scales kept branches up, 1 or more divides by zero: each backbone refuses it, naming it."""
     from mmvitreg.models.backbones import CvT, DeepViT, LVViT, SwinTransformer, VisionTransformer
+
     small = dict(embed_dims=16, num_layers=1, num_heads=2, feedforward_channels=32)
-    builds = [lambda: VisionTransformer(arch=small, img_size=32, patch_size=8, drop_path_rate=rate),
-              lambda: DeepViT(arch='s', img_size=32, patch_size=8, drop_path_rate=rate),
-              lambda: LVViT(arch='s', img_size=32, patch_size=8, drop_path_rate=rate),
-              lambda: SwinTransformer(arch='tiny', img_size=32, drop_path_rate=rate),
-              lambda: CvT(drop_path_rate=rate)]
+    builds = [
+        lambda: VisionTransformer(arch=small, img_size=32, patch_size=8, drop_path_rate=rate),
+        lambda: DeepViT(arch='s', img_size=32, patch_size=8, drop_path_rate=rate),
+        lambda: LVViT(arch='s', img_size=32, patch_size=8, drop_path_rate=rate),
+        lambda: SwinTransformer(arch='tiny', img_size=32, drop_path_rate=rate),
+        lambda: CvT(drop_path_rate=rate),
+    ]
     for build in builds:
         with DefaultScope.overwrite_default_scope('mmpretrain'), pytest.raises(ValueError, match='drop_path_rate'):
             build()
-    VisionTransformer(arch=small, img_size=32, patch_size=8, drop_path_rate=0.)
+    VisionTransformer(arch=small, img_size=32, patch_size=8, drop_path_rate=0.0)
 
 
 def test_tools_print_one_line_for_a_config_error(ws, tmp_path):
@@ -296,8 +346,9 @@ def test_tools_print_one_line_for_a_config_error(ws, tmp_path):
     tools/train.py and tools/test.py, not a traceback around it."""
     bad = ['model.head.num_classes=0']
     with pytest.raises(SystemExit) as e:
-        tool('train')([str(QUICK_START), '--work-dir', str(tmp_path / 'w'),
-                       *run_options(QUICK_START, ws, tmp_path / 'w'), *bad])
+        tool('train')(
+            [str(QUICK_START), '--work-dir', str(tmp_path / 'w'), *run_options(QUICK_START, ws, tmp_path / 'w'), *bad]
+        )
     assert 'num_classes' in str(e.value) and '\n' not in str(e.value)
     ckpt = random_checkpoint(Config.fromfile(str(QUICK_START)), tmp_path / 'q.pth')
     with pytest.raises(SystemExit) as e:

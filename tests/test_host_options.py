@@ -9,11 +9,12 @@ they do in mmpretrain, and one seed the same outputs (or, where the two draw the
 the same mean and spread over seeds); ``torch.autograd.grad`` through a checkpointed block fails in both or in
 neither (reentrant ``with_cp``); a configuration one refuses the other refuses; ``init_cfg`` initialises alike.
 """
+
 import inspect
 
 import pytest
 import torch
-from mmcv.cnn.bricks.drop import DropPath, Dropout
+from mmcv.cnn.bricks.drop import Dropout, DropPath
 from mmcv.cnn.bricks.transformer import FFN
 from mmpretrain.models import SwinTransformer as HostSwin
 from mmpretrain.models import VisionTransformer as HostViT
@@ -24,8 +25,13 @@ from torch import nn
 
 from mmvitreg.models.backbones import SwinTransformer, VisionTransformer
 
-SWIN = dict(arch=dict(embed_dims=16, depths=(2, 2), num_heads=(2, 2)), img_size=40, window_size=4,
-            out_indices=(0, 1), drop_path_rate=0.)  # grids 10x10 (padded to 12) and 5x5 (padded to 8)
+SWIN = dict(
+    arch=dict(embed_dims=16, depths=(2, 2), num_heads=(2, 2)),
+    img_size=40,
+    window_size=4,
+    out_indices=(0, 1),
+    drop_path_rate=0.0,
+)  # grids 10x10 (padded to 12) and 5x5 (padded to 8)
 VIT = dict(arch=dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32), img_size=32, patch_size=8)
 INIT = dict(type='TruncNormal', layer='Linear', std=0.5, bias=0.25)
 
@@ -54,16 +60,23 @@ WALK = {
         embed_dims=STRUCTURAL,
         depth=[(STAGE(dict(depth=1)), None), (STAGE(dict(depth=3)), None)],
         num_heads=[(STAGE(dict(num_heads=4)), None)],
-        window_size=[(STAGE(dict(window_size=2)), None), (STAGE(dict(window_size=5)), None),
-                     (STAGE(dict(window_size=6)), None)],  # larger than the 5x5 grid: both refuse
+        window_size=[
+            (STAGE(dict(window_size=2)), None),
+            (STAGE(dict(window_size=5)), None),
+            (STAGE(dict(window_size=6)), None),
+        ],  # larger than the 5x5 grid: both refuse
         downsample=[(STAGE(dict(downsample=True)), None), (STAGE(dict(downsample=False)), None)],
-        downsample_cfg=[(STAGE(dict(downsample_cfg=dict(norm_cfg=None))), None),
-                        (STAGE(dict(downsample_cfg=dict(out_channels=24))), None)],
-        drop_paths=[(STAGE(dict(drop_paths=0.5)), None), (STAGE(dict(drop_paths=[0., 0.5])), None)],
-        block_cfgs=[(STAGE(dict(block_cfgs=[dict(), dict(ffn_ratio=2.)])), None)],  # per block; a dict: SwinBlock
+        downsample_cfg=[
+            (STAGE(dict(downsample_cfg=dict(norm_cfg=None))), None),
+            (STAGE(dict(downsample_cfg=dict(out_channels=24))), None),
+        ],
+        drop_paths=[(STAGE(dict(drop_paths=0.5)), None), (STAGE(dict(drop_paths=[0.0, 0.5])), None)],
+        block_cfgs=[(STAGE(dict(block_cfgs=[dict(), dict(ffn_ratio=2.0)])), None)],  # per block; a dict: SwinBlock
         with_cp=[(STAGE(dict(with_cp=True)), None)],
-        pad_small_map=[(STAGE(dict(pad_small_map=True)), None),
-                       (STAGE(dict(pad_small_map=True, window_size=5)), None)],  # 5x5 grid: shifted
+        pad_small_map=[
+            (STAGE(dict(pad_small_map=True)), None),
+            (STAGE(dict(pad_small_map=True, window_size=5)), None),
+        ],  # 5x5 grid: shifted
         init_cfg=[(STAGE(dict(init_cfg=INIT)), None)],
     ),
     SwinBlock: dict(
@@ -71,7 +84,7 @@ WALK = {
         num_heads=[(BLOCK(dict(num_heads=1)), None), (BLOCK(dict(num_heads=4)), None)],
         window_size=[(BLOCK(dict(window_size=2)), None), (BLOCK(dict(window_size=5)), None)],
         shift=[(BLOCK(dict(shift=True)), None), (BLOCK(dict(shift=False)), None)],
-        ffn_ratio=[(BLOCK(dict(ffn_ratio=2.)), None)],
+        ffn_ratio=[(BLOCK(dict(ffn_ratio=2.0)), None)],
         drop_path=[(BLOCK(dict(drop_path=0.5)), None)],
         pad_small_map=[(BLOCK(dict(pad_small_map=True, window_size=5)), None)],
         attn_cfgs=[(BLOCK(dict(attn_cfgs=dict())), None)],  # its keys: ShiftWindowMSA's, walked there
@@ -85,15 +98,19 @@ WALK = {
         num_heads=[(ATTN(dict(num_heads=4)), None)],
         window_size=[(ATTN(dict(window_size=2)), None)],
         shift_size=[(ATTN(dict(shift_size=1)), None), (ATTN(dict(shift_size=3)), None)],
-        dropout_layer=[(ATTN(dict(dropout_layer=dict(type='DropPath', drop_prob=0.5))), None),
-                       (ATTN(dict(dropout_layer=dict(type='Dropout', drop_prob=0.5))), None)],
+        dropout_layer=[
+            (ATTN(dict(dropout_layer=dict(type='DropPath', drop_prob=0.5))), None),
+            (ATTN(dict(dropout_layer=dict(type='Dropout', drop_prob=0.5))), None),
+        ],
         pad_small_map=[(ATTN(dict(pad_small_map=True)), None)],
         window_msa=[(ATTN(dict(window_msa=WindowMSA)), None), (ATTN(dict(window_msa=WindowMSAV2)), None)],
         init_cfg=[(ATTN(dict(init_cfg=INIT)), None)],
         kwargs=[(ATTN(dict(qkv_bias=False, proj_drop=0.5)), None)],  # the window attention's, walked as WindowMSA's
     ),
     WindowMSA: dict(
-        embed_dims=PASSED_ON, window_size=PASSED_ON, num_heads=PASSED_ON,
+        embed_dims=PASSED_ON,
+        window_size=PASSED_ON,
+        num_heads=PASSED_ON,
         qkv_bias=[(ATTN(dict(qkv_bias=False)), None)],
         qk_scale=[(ATTN(dict(qk_scale=0.25)), None)],
         attn_drop=[(ATTN(dict(attn_drop=0.5)), None)],
@@ -106,25 +123,35 @@ WALK = {
         num_fcs=[(FFN_(dict(num_fcs=3)), None)],
         act_cfg=[(FFN_(dict(act_cfg=dict(type='ReLU', inplace=True))), None)],
         ffn_drop=[(FFN_(dict(ffn_drop=0.5)), None)],
-        dropout_layer=[(FFN_(dict(dropout_layer=dict(type='Dropout', drop_prob=0.9))), None),
-                       (FFN_(dict(dropout_layer=dict(type='DropPath', drop_prob=0.5))), None),
-                       (FFN_(dict(dropout_layer=None)), None)],
+        dropout_layer=[
+            (FFN_(dict(dropout_layer=dict(type='Dropout', drop_prob=0.9))), None),
+            (FFN_(dict(dropout_layer=dict(type='DropPath', drop_prob=0.5))), None),
+            (FFN_(dict(dropout_layer=None)), None),
+        ],
         add_identity=[(FFN_(dict(add_identity=False)), None)],
         init_cfg=[(FFN_(dict(init_cfg=INIT)), None)],
         layer_scale_init_value=[(FFN_(dict(layer_scale_init_value=0.5)), None)],
     ),
     Dropout: dict(drop_prob=dropouts(type='Dropout', drop_prob=0.25), inplace=dropouts(type='Dropout', inplace=True)),
     DropPath: dict(drop_prob=dropouts(type='DropPath', drop_prob=0.25)),
-    nn.Dropout: dict(p='walked as attn_drop, proj_drop, ffn_drop and drop_rate',
-                     inplace='every host constructor builds it with inplace=False'),
+    nn.Dropout: dict(
+        p='walked as attn_drop, proj_drop, ffn_drop and drop_rate',
+        inplace='every host constructor builds it with inplace=False',
+    ),
     TransformerEncoderLayer: dict(
-        embed_dims=STRUCTURAL, num_heads=STRUCTURAL, feedforward_channels=STRUCTURAL,
-        layer_scale_init_value=[(TOP(dict(layer_scale_init_value=0.1)), None),
-                                (LAYER(dict(layer_scale_init_value=0.1)), None)],
+        embed_dims=STRUCTURAL,
+        num_heads=STRUCTURAL,
+        feedforward_channels=STRUCTURAL,
+        layer_scale_init_value=[
+            (TOP(dict(layer_scale_init_value=0.1)), None),
+            (LAYER(dict(layer_scale_init_value=0.1)), None),
+        ],
         drop_rate=[(TOP(dict(drop_rate=0.5)), None), (LAYER(dict(drop_rate=0.5)), None)],
         # mmvitreg's ViT also takes it top-level (mmpretrain's does not): our blocks against mmpretrain's
-        attn_drop_rate=[(LAYER(dict(attn_drop_rate=0.5)), TOP(dict(attn_drop_rate=0.5))),
-                        (LAYER(dict(attn_drop_rate=0.5)), None)],
+        attn_drop_rate=[
+            (LAYER(dict(attn_drop_rate=0.5)), TOP(dict(attn_drop_rate=0.5))),
+            (LAYER(dict(attn_drop_rate=0.5)), None),
+        ],
         drop_path_rate=[(TOP(dict(drop_path_rate=0.5)), None), (LAYER(dict(drop_path_rate=0.5)), None)],
         num_fcs=[(LAYER(dict(num_fcs=3)), None)],
         qkv_bias=[(TOP(dict(qkv_bias=False)), None)],
@@ -134,12 +161,28 @@ WALK = {
         init_cfg=[(LAYER(dict(init_cfg=INIT)), None)],
     ),
     MultiheadAttention: dict(
-        embed_dims=PASSED_ON, num_heads=PASSED_ON, attn_drop=PASSED_ON, proj_drop=PASSED_ON, dropout_layer=PASSED_ON,
-        qkv_bias=PASSED_ON, layer_scale_init_value=PASSED_ON, input_dims=NOT_PASSED, qk_scale=NOT_PASSED,
-        proj_bias=NOT_PASSED, v_shortcut=NOT_PASSED, use_layer_scale=NOT_PASSED, init_cfg=NOT_PASSED),
+        embed_dims=PASSED_ON,
+        num_heads=PASSED_ON,
+        attn_drop=PASSED_ON,
+        proj_drop=PASSED_ON,
+        dropout_layer=PASSED_ON,
+        qkv_bias=PASSED_ON,
+        layer_scale_init_value=PASSED_ON,
+        input_dims=NOT_PASSED,
+        qk_scale=NOT_PASSED,
+        proj_bias=NOT_PASSED,
+        v_shortcut=NOT_PASSED,
+        use_layer_scale=NOT_PASSED,
+        init_cfg=NOT_PASSED,
+    ),
 }
-CASES = [(ctor, name, i, host, ours) for ctor, options in WALK.items() for name, values in options.items()
-         if not isinstance(values, str) for i, (host, ours) in enumerate(values)]
+CASES = [
+    (ctor, name, i, host, ours)
+    for ctor, options in WALK.items()
+    for name, values in options.items()
+    if not isinstance(values, str)
+    for i, (host, ours) in enumerate(values)
+]
 
 
 def parameters(ctor):
@@ -150,8 +193,9 @@ def parameters(ctor):
 def test_the_walk_covers_every_host_option():
     for ctor, options in WALK.items():
         assert set(options) == parameters(ctor), f'{ctor.__name__}: walk its new options in WALK'
-    print(f'{len(CASES)} option values walked, {sum(len(o) for o in WALK.values())} options of {len(WALK)} '
-          'constructors')
+    print(
+        f'{len(CASES)} option values walked, {sum(len(o) for o in WALK.values())} options of {len(WALK)} constructors'
+    )
 
 
 def outcome(make):
@@ -175,8 +219,9 @@ def spread(model, x, seeds=range(100, 108)):
     return torch.stack([(outs - plain).abs().mean(), outs.std(0).mean()])
 
 
-@pytest.mark.parametrize('ctor, name, index, host_cfg, ours_cfg', CASES,
-                         ids=[f'{c.__name__}.{n}-{i}' for c, n, i, _, _ in CASES])
+@pytest.mark.parametrize(
+    'ctor, name, index, host_cfg, ours_cfg', CASES, ids=[f'{c.__name__}.{n}-{i}' for c, n, i, _, _ in CASES]
+)
 def test_host_option_behaves_as_in_the_host(ctor, name, index, host_cfg, ours_cfg):
     vit = ctor in (TransformerEncoderLayer, MultiheadAttention)
     host_cls, ours_cls, base = (HostViT, VisionTransformer, VIT) if vit else (HostSwin, SwinTransformer, SWIN)
@@ -213,7 +258,9 @@ def test_host_option_behaves_as_in_the_host(ctor, name, index, host_cfg, ours_cf
         assert ((0.8 < ratio) & (ratio < 1.25)).all(), f'change from eval, spread over seeds: ours / host {ratio}'
 
     if 'with_cp' in str(host_cfg):  # torch.autograd.grad refuses a reentrant checkpoint, in both or neither
+
         def grad(model):
             out = run(model, x, 1, True)
             return outcome(lambda: torch.autograd.grad(out.sum(), list(model.parameters()), allow_unused=True))
+
         assert isinstance(grad(host), RuntimeError) and isinstance(grad(ours), RuntimeError)

@@ -4,17 +4,18 @@ that ``mmengine.runner.runner`` imported by name; an mmvitreg model gets there t
 mmengine's ``load_checkpoint`` and inferencers (``mmvitreg.engine.checkpoint.fill_model``): a file that leaves a
 parameter unfilled stops the run with one line before any step, and an official release is converted and loads
 exactly the converter's weights."""
+
 import textwrap
 
 import pytest
 import torch
-
 from guard_helpers import TECHNIQUES, build_workspace
-from model_helpers import random_checkpoint
 from mmengine.config import Config
-from mmvitreg.models.backbones.deepvit import convert_deepvit
+from model_helpers import random_checkpoint
 from test_model_converters import official_state_dict
 from test_plain_models import mmpretrain_train
+
+from mmvitreg.models.backbones.deepvit import convert_deepvit
 
 DEEPVIT = TECHNIQUES[0]
 DROPPED = 'backbone.layers.0.ffn.layers.0.0.weight'
@@ -25,14 +26,16 @@ def ws(tmp_path_factory):
     ws = build_workspace(tmp_path_factory.mktemp('host_runner_ws'))
     # the DeepViT digits recipe at the width of a tiny official release (CNN stem, re-attention in blocks 3-4);
     # lr 0: the saved weights are the loaded ones (BatchNorm statistics aside)
-    (ws / 'release_sized.py').write_text(textwrap.dedent(f'''
+    (ws / 'release_sized.py').write_text(
+        textwrap.dedent(f'''
         _base_ = '{DEEPVIT}'
         model = dict(backbone=dict(patch_size=16, arch=dict(
             _delete_=True, embed_dims=36, num_layers=4, num_heads=12, feedforward_channels=108,
             attn_types=[False] * 2 + [True] * 2, stem=dict(channels=8, num_convs=2), scale_adjustment=0.5)),
             head=dict(in_channels=36))
         optim_wrapper = dict(optimizer=dict(lr=0.))
-    '''))
+    ''')
+    )
     return ws
 
 
@@ -71,8 +74,9 @@ def test_mmpretrains_own_train_py_resumes_a_checkpoint_of_an_mmvitreg_model(ws, 
     first = mmpretrain_train(ws, DEEPVIT, tmp_path / 'first', False)
     assert first.returncode == 0, first.stderr[-3000:]
     checkpoint = tmp_path / 'first' / 'epoch_1.pth'
-    resumed = mmpretrain_train(ws, DEEPVIT, tmp_path / 'resumed', False, resume=True, load_from=checkpoint,
-                               **{'train_cfg.max_epochs': 2})
+    resumed = mmpretrain_train(
+        ws, DEEPVIT, tmp_path / 'resumed', False, resume=True, load_from=checkpoint, **{'train_cfg.max_epochs': 2}
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert 'resumed epoch: 1' in next((tmp_path / 'resumed').rglob('*.log')).read_text()
     assert sorted(p.name for p in (tmp_path / 'resumed').glob('epoch_*.pth')) == ['epoch_2.pth']

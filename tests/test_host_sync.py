@@ -7,23 +7,34 @@ under an audit that records every such call with the line of the package that ma
 The audit runs on the CPU, where the same calls dispatch to the same operators, so it needs no GPU. The
 optimizer's step is left out: PyTorch keeps its step counters on the host on purpose.
 """
+
 import traceback
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import CONFIGS
 from mmengine.config import Config
 from mmengine.optim import OptimWrapper
 from mmengine.registry import DefaultScope
+from studies.train_step_benchmark import classification_batch, token_label_batch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from conftest import CONFIGS
-from studies.train_step_benchmark import classification_batch, token_label_batch
-
 #: operators that read a value on the host or whose output shape depends on the values
-SYNCING = {'_local_scalar_dense', 'item', 'is_nonzero', 'nonzero', 'unique', '_unique', '_unique2', 'unique_dim',
-           'unique_consecutive', 'masked_select', 'equal'}
+SYNCING = {
+    '_local_scalar_dense',
+    'item',
+    'is_nonzero',
+    'nonzero',
+    'unique',
+    '_unique',
+    '_unique2',
+    'unique_dim',
+    'unique_consecutive',
+    'masked_select',
+    'equal',
+}
 PACKAGE = str(Path(__file__).resolve().parents[1] / 'mmvitreg')
 
 
@@ -46,7 +57,8 @@ class HostSyncAudit(TorchDispatchMode):
         name = func.overloadpacket.__name__
         indices = args[1] if len(args) > 1 and isinstance(args[1], (list, tuple)) else ()
         boolean_index = name in ('index', 'index_put', 'index_put_') and any(
-            isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in indices)
+            isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in indices
+        )
         if name in SYNCING or boolean_index:
             self.calls.append((name, _call_site()))
         return func(*args, **(kwargs or {}))
@@ -99,6 +111,7 @@ def test_a_training_step_never_waits_for_the_device(case):
     np.random.seed(0)
     with DefaultScope.overwrite_default_scope(cfg.default_scope):
         from mmengine.registry import MODELS
+
         model_cfg = cfg.model.copy()
         model_cfg.setdefault('data_preprocessor', cfg.get('data_preprocessor'))
         model = MODELS.build(model_cfg)

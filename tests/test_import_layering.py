@@ -16,6 +16,7 @@ too) is read from the source. The layers, bottom up:
 6. ``engine``: runner, loading, hooks, optimizer wrappers, schedulers
 7. ``utils`` and ``mmvitreg`` itself: what the tools use
 """
+
 import ast
 from pathlib import Path
 
@@ -26,21 +27,32 @@ import mmvitreg
 ROOT = Path(mmvitreg.__file__).parent
 LAYERS = (
     ('mmvitreg.registry', 'mmvitreg.fileio', 'mmvitreg.compat', 'mmvitreg.mmcv_ops'),
-    ('mmvitreg.datasets', ),
+    ('mmvitreg.datasets',),
     ('mmvitreg.models.layers', 'mmvitreg.models.converters', 'mmvitreg.models.unavailable'),
-    ('mmvitreg.models.trace', ),
-    ('mmvitreg.models.backbones', 'mmvitreg.models.mixing', 'mmvitreg.models.losses', 'mmvitreg.models.heads',
-     'mmvitreg.models.target_transforms', 'mmvitreg.models.necks', 'mmvitreg.models.data_preprocessors',
-     'mmvitreg.models.trace_users'),
+    ('mmvitreg.models.trace',),
+    (
+        'mmvitreg.models.backbones',
+        'mmvitreg.models.mixing',
+        'mmvitreg.models.losses',
+        'mmvitreg.models.heads',
+        'mmvitreg.models.target_transforms',
+        'mmvitreg.models.necks',
+        'mmvitreg.models.data_preprocessors',
+        'mmvitreg.models.trace_users',
+    ),
     ('mmvitreg.models.classifiers', 'mmvitreg.models.segmentors', 'mmvitreg.models.detectors', 'mmvitreg.models'),
-    ('mmvitreg.engine', ),
+    ('mmvitreg.engine',),
     ('mmvitreg.utils', 'mmvitreg'),
 )
 
 
 #: the one import up the layers, inside the function that needs it (no circle: the engine imports no workaround)
-UPWARD = {('mmvitreg.compat', 'mmvitreg.engine.checkpoint'):
-          "mmengine's loaders hand a model holding an mmvitreg module to the loader's fill_model"}
+UPWARD = {
+    (
+        'mmvitreg.compat',
+        'mmvitreg.engine.checkpoint',
+    ): "mmengine's loaders hand a model holding an mmvitreg module to the loader's fill_model"
+}
 
 
 def modules():
@@ -60,7 +72,7 @@ def imports(name, path, known):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = '.'.join(package[:len(package) + 1 - node.level]) if node.level else ''
+            base = '.'.join(package[: len(package) + 1 - node.level]) if node.level else ''
             module = '.'.join(filter(None, (base, node.module)))
             names = [module] + [f'{module}.{alias.name}' for alias in node.names]
         else:
@@ -75,8 +87,12 @@ def imports(name, path, known):
 
 def layer(name):
     """The index of ``name``'s layer: the one with the longest prefix of it."""
-    matches = [(len(prefix), i) for i, prefixes in enumerate(LAYERS) for prefix in prefixes
-               if name == prefix or name.startswith(prefix + '.')]
+    matches = [
+        (len(prefix), i)
+        for i, prefixes in enumerate(LAYERS)
+        for prefix in prefixes
+        if name == prefix or name.startswith(prefix + '.')
+    ]
     assert matches, f'{name} is in no layer: add it to LAYERS'
     return max(matches)[1]
 
@@ -88,9 +104,12 @@ def graph():
 
 
 def test_no_module_imports_a_layer_above_its_own(graph):
-    upward = [f'{name} (layer {layer(name)}) imports {target} (layer {layer(target)})'
-              for name, targets in graph.items() for target in sorted(targets)
-              if layer(target) > layer(name) and (name, target) not in UPWARD]
+    upward = [
+        f'{name} (layer {layer(name)}) imports {target} (layer {layer(target)})'
+        for name, targets in graph.items()
+        for target in sorted(targets)
+        if layer(target) > layer(name) and (name, target) not in UPWARD
+    ]
     assert not upward, '\n'.join(upward)
 
 
@@ -102,7 +121,7 @@ def test_the_imports_have_no_circle(graph):
         path.append(name)
         for target in sorted(graph[name]):
             if state.get(target) == 'open':
-                circles.append(path[path.index(target):] + [target])
+                circles.append(path[path.index(target) :] + [target])
             elif target not in state:
                 visit(target)
         path.pop()
@@ -117,8 +136,10 @@ def test_the_imports_have_no_circle(graph):
 def test_the_checks_see_an_upward_import_and_a_circle():
     """The two checks can fail: a made-up graph with an upward import and a circle trips both."""
     assert layer('mmvitreg.models.layers.ride') < layer('mmvitreg.engine.checkpoint')
-    fake = {'mmvitreg.models.layers.ride': {'mmvitreg.engine.checkpoint'},
-            'mmvitreg.engine.checkpoint': {'mmvitreg.models.layers.ride'}}
+    fake = {
+        'mmvitreg.models.layers.ride': {'mmvitreg.engine.checkpoint'},
+        'mmvitreg.engine.checkpoint': {'mmvitreg.models.layers.ride'},
+    }
     with pytest.raises(AssertionError, match='imports mmvitreg.engine.checkpoint'):
         test_no_module_imports_a_layer_above_its_own(fake)
     with pytest.raises(AssertionError, match='checkpoint -> mmvitreg.models.layers.ride -> mmvitreg.engine.checkpoint'):

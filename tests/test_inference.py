@@ -2,15 +2,16 @@
 ``ImageClassificationInferencer`` / ``get_model`` and mmseg's ``MMSegInferencer`` run our configs and
 checkpoints (a composed ``mmvitreg.TokenClassifier`` included) on the bundled digits and give the
 predictions of the model's own test step; prediction builds no token trace unless the head asks for one."""
+
 import numpy as np
 import pytest
 import torch
+from conftest import CONFIGS
 from mmengine.config import Config
 from mmengine.dataset import Compose, pseudo_collate
 from mmengine.registry import DefaultScope
-
-from conftest import CONFIGS
 from model_helpers import composed_config, random_checkpoint
+
 from mmvitreg.models.trace import TokenTrace
 
 CLASSES = tuple(f'digit_{i}' for i in range(10))
@@ -43,6 +44,7 @@ def scores_of_test_step(model, cfg, images):
 def test_image_classification_inferencer_and_get_model(name, digits_workspace, tmp_path):
     from mmpretrain import get_model
     from mmpretrain.apis import ImageClassificationInferencer
+
     config = config_of(name, tmp_path)
     cfg = Config.fromfile(str(config))
     ckpt = random_checkpoint(cfg, tmp_path / 'weights.pth', meta=dict(dataset_meta=dict(classes=CLASSES)))
@@ -68,13 +70,15 @@ def test_prediction_builds_a_trace_only_when_the_head_asks(name, head_asks, digi
     the backbone with ``trace=None`` and never makes a trace. The token-labeling head reads the grid from
     one, so LV-ViT's prediction makes exactly one per batch, with no taps."""
     from mmpretrain.apis import ImageClassificationInferencer
+
     config = config_of(name, tmp_path)
     ckpt = random_checkpoint(Config.fromfile(str(config)), tmp_path / 'weights.pth')
     inferencer = ImageClassificationInferencer(str(config), pretrained=str(ckpt), device='cpu')
     made, seen = [], []
     for_request = TokenTrace.for_request.__func__
-    monkeypatch.setattr(TokenTrace, 'for_request',
-                        classmethod(lambda cls, *a, **k: made.append(for_request(cls, *a, **k)) or made[-1]))
+    monkeypatch.setattr(
+        TokenTrace, 'for_request', classmethod(lambda cls, *a, **k: made.append(for_request(cls, *a, **k)) or made[-1])
+    )
     backbone = inferencer.model.backbone
     forward = backbone.forward
     monkeypatch.setattr(backbone, 'forward', lambda x, trace=None: seen.append(trace) or forward(x, trace=trace))
@@ -89,12 +93,15 @@ def test_prediction_builds_a_trace_only_when_the_head_asks(name, head_asks, digi
 
 def test_mmseg_inferencer_runs_a_upernet_config(digits_workspace, tmp_path):
     from mmseg.apis import MMSegInferencer, inference_model
+
     config = CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-300_digits-ade20k-128x128.py'
     cfg = Config.fromfile(str(config))
-    classes = ('background', ) + CLASSES
+    classes = ('background',) + CLASSES
     ckpt = random_checkpoint(cfg, tmp_path / 'weights.pth', meta=dict(dataset_meta=dict(classes=classes)))
-    images = [str(p) for p in sorted((digits_workspace / 'data' / 'digits_ade20k' / 'images' / 'validation')
-                                     .glob('*.jpg'))[:2]]
+    images = [
+        str(p)
+        for p in sorted((digits_workspace / 'data' / 'digits_ade20k' / 'images' / 'validation').glob('*.jpg'))[:2]
+    ]
     inferencer = MMSegInferencer(str(config), weights=str(ckpt), device='cpu')
     results = inferencer(images, return_datasamples=True)
     assert type(inferencer.model.backbone).__module__.startswith('mmvitreg.')

@@ -5,6 +5,7 @@ non-finite scores, float and out-of-range class indices, sparse and huge files, 
 crashes or hangs the process, its peak memory stays within a bound, every map accepted is exactly what
 ``torch.load(weights_only=True)`` / ``np.load(allow_pickle=False)`` reads and passes an independent value check,
 and every refusal is one line naming the file (in a DataLoader worker too)."""
+
 import json
 import os
 import random
@@ -15,9 +16,9 @@ import zipfile
 import numpy as np
 import pytest
 import torch
-
 from conftest import REPO, tool_env
 from crafted_maps import STORAGES, craft_map, craft_npy, craft_tensors, member_values, memo_bomb, reach
+
 from mmvitreg.datasets.label_map_store import LabelMapStore, pack_label_maps
 from mmvitreg.datasets.label_maps import LabelMapError, load_label_map, save_label_map
 
@@ -64,8 +65,13 @@ print(json.dumps(dict(peak_rss_mb=peak_mb(), rss_before_mb=before)))
 
 
 def read_in_a_fresh_process(paths, map_shape=None, timeout=300):
-    proc = subprocess.run([sys.executable, '-c', READER, str(REPO), json.dumps(map_shape), *map(str, paths)],
-                          env=tool_env(), capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, '-c', READER, str(REPO), json.dumps(map_shape), *map(str, paths)],
+        env=tool_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert proc.returncode == 0, f'the reader crashed (rc {proc.returncode}): {proc.stderr[-2000:]}'
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     return {r['path']: r for r in lines[:-1]}, lines[-1]
@@ -73,9 +79,18 @@ def read_in_a_fresh_process(paths, map_shape=None, timeout=300):
 
 def valid_map(t):
     """The value check, independently in torch: a (2, k, H, W) float16/32 map, finite, integer classes in range."""
-    return (isinstance(t, torch.Tensor) and t.layout == torch.strided and t.dtype in (torch.float16, torch.float32)
-            and t.dim() == 4 and t.shape[0] == 2 and t.numel() > 0 and bool(torch.isfinite(t).all())
-            and bool((t[1] == t[1].round()).all()) and bool((t[1] >= 0).all()) and bool((t[1] < NUM_CLASSES).all()))
+    return (
+        isinstance(t, torch.Tensor)
+        and t.layout == torch.strided
+        and t.dtype in (torch.float16, torch.float32)
+        and t.dim() == 4
+        and t.shape[0] == 2
+        and t.numel() > 0
+        and bool(torch.isfinite(t).all())
+        and bool((t[1] == t[1].round()).all())
+        and bool((t[1] >= 0).all())
+        and bool((t[1] < NUM_CLASSES).all())
+    )
 
 
 def reference(path):
@@ -99,8 +114,14 @@ def reference(path):
     return loaded if valid_map(loaded) else None
 
 
-VALUES = {'classes': None, 'nan': [0., float('nan'), 2.], 'inf': [1., float('inf')], 'fraction': [2.5, 1.],
-          'negative': [-1., 3.], 'too large': [5000., 7.]}
+VALUES = {
+    'classes': None,
+    'nan': [0.0, float('nan'), 2.0],
+    'inf': [1.0, float('inf')],
+    'fraction': [2.5, 1.0],
+    'negative': [-1.0, 3.0],
+    'too large': [5000.0, 7.0],
+}
 
 
 def fuzz_pt(rng: random.Random, path):
@@ -109,7 +130,7 @@ def fuzz_pt(rng: random.Random, path):
     dtypes, stored or deflated, values torch reads but the value check refuses, and now and then numbers torch
     never writes (negative, mismatched lengths)."""
     rank = rng.choice([4, 4, 4, 4, 3, 5])
-    size = [2] + [rng.randint(0 if rng.random() < .05 else 1, 5) for _ in range(rank - 1)]
+    size = [2] + [rng.randint(0 if rng.random() < 0.05 else 1, 5) for _ in range(rank - 1)]
     order = list(range(rank))
     layout = rng.choice(['contiguous', 'permuted', 'arbitrary'])
     if layout == 'permuted':
@@ -121,19 +142,23 @@ def fuzz_pt(rng: random.Random, path):
         stride = [rng.randint(0, 40) for _ in range(rank)]
     offset = rng.choice([0, 0, 0, rng.randint(1, 60)])
     end = reach(size, stride, offset)
-    numel = rng.choice([end] * 4 + [end + rng.randint(1, 50), max(0, end - rng.randint(1, 30)),
-                                    end * rng.choice([2, 1000])])
-    kwargs = dict(numel=numel, storage=rng.choice(['HalfStorage'] * 3 + ['FloatStorage'] * 2 + sorted(STORAGES)),
-                  compress=zipfile.ZIP_DEFLATED if rng.random() < .15 else zipfile.ZIP_STORED,
-                  values=VALUES[rng.choice(['classes'] * 5 + sorted(VALUES))])
+    numel = rng.choice(
+        [end] * 4 + [end + rng.randint(1, 50), max(0, end - rng.randint(1, 30)), end * rng.choice([2, 1000])]
+    )
+    kwargs = dict(
+        numel=numel,
+        storage=rng.choice(['HalfStorage'] * 3 + ['FloatStorage'] * 2 + sorted(STORAGES)),
+        compress=zipfile.ZIP_DEFLATED if rng.random() < 0.15 else zipfile.ZIP_STORED,
+        values=VALUES[rng.choice(['classes'] * 5 + sorted(VALUES))],
+    )
     odd = rng.random()
-    if odd < .05:
+    if odd < 0.05:
         stride[rng.randrange(rank)] = -rng.randint(1, 5)
-    elif odd < .08:
+    elif odd < 0.08:
         offset = -rng.randint(1, 5)
-    elif odd < .11:
+    elif odd < 0.11:
         stride = stride[:-1]
-    elif odd < .16:
+    elif odd < 0.16:
         kwargs['member_bytes'] = bytes(rng.randrange(256) for _ in range(rng.randint(0, 64)))
     return craft_map(path, size, stride, offset, **kwargs)
 
@@ -142,21 +167,34 @@ def fuzz_shared(rng: random.Random, path):
     """One member read by two tensors with other dtypes, sizes, offsets or strides (the map the hand-written reader
     read out of bounds: FloatStorage(N), then HalfStorage(2N) at offset N-1); the map alone or in a list."""
     n = rng.choice([159, 160, rng.randint(1, 400)])
-    first, second = rng.choice(['FloatStorage', 'DoubleStorage', 'LongStorage']), rng.choice(['HalfStorage',
-                                                                                              'BFloat16Storage'])
+    first, second = (
+        rng.choice(['FloatStorage', 'DoubleStorage', 'LongStorage']),
+        rng.choice(['HalfStorage', 'BFloat16Storage']),
+    )
     ratio = STORAGES[first].itemsize // STORAGES[second].itemsize
     stride = rng.choice([(80, 16, 4, 1), (80, 16, 1, 4), (0, 16, 4, 1), (1, 2, 3, 4)])
     offset = rng.choice([n - 1, n, 0, ratio * n - 160, rng.randint(0, 2 * n)])
-    tensors = [(first, n, '0', (n, ), (1, ), 0), (second, rng.choice([ratio * n, ratio * n + 8, 4 * n]), '0',
-                                                 (2, 5, 4, 4), stride, offset)]
-    return craft_tensors(path, tensors, {'0': member_values(n, first)}, last_only=rng.random() < .5)
+    tensors = [
+        (first, n, '0', (n,), (1,), 0),
+        (second, rng.choice([ratio * n, ratio * n + 8, 4 * n]), '0', (2, 5, 4, 4), stride, offset),
+    ]
+    return craft_tensors(path, tensors, {'0': member_values(n, first)}, last_only=rng.random() < 0.5)
 
 
 def fuzz_npy(rng: random.Random, path):
     """One crafted ``.npy`` map: a header (written by numpy) declaring a random shape, dtype (objects, structures
     and bytes among them) and order, over data of that length, shorter, longer or absurdly short for its shape."""
-    shape = rng.choice([(2, 5, 4, 4), (2, 3, 2, 5), (3, 5, 4, 4), (2, 5, 4), (2, 0, 4, 4), (1 << 40, 2, 1, 1),
-                        (2, 5, 4, rng.randint(1, 9))])
+    shape = rng.choice(
+        [
+            (2, 5, 4, 4),
+            (2, 3, 2, 5),
+            (3, 5, 4, 4),
+            (2, 5, 4),
+            (2, 0, 4, 4),
+            (1 << 40, 2, 1, 1),
+            (2, 5, 4, rng.randint(1, 9)),
+        ]
+    )
     dtype = rng.choice(['<f2'] * 4 + ['<f4'] * 2 + ['>f2', '<f8', '<i8', '|O', '|S4', '<u2', [('a', '<f2')]])
     dtype = np.dtype(dtype)
     count = int(np.prod(shape[:4])) if np.prod(shape) < 1 << 20 else 160
@@ -167,7 +205,7 @@ def fuzz_npy(rng: random.Random, path):
     else:
         data = bytes(rng.randrange(256) for _ in range(count * max(dtype.itemsize, 1)))
     length = rng.choice([len(data)] * 5 + [len(data) - rng.randint(1, 16), len(data) + rng.randint(1, 16), 0])
-    return craft_npy(path, shape, dtype, (data * 2)[:max(length, 0)], fortran=rng.random() < .1)
+    return craft_npy(path, shape, dtype, (data * 2)[: max(length, 0)], fortran=rng.random() < 0.1)
 
 
 def test_fuzz_crafted_maps_through_the_transform_and_the_generator_check(tmp_path):
@@ -198,27 +236,41 @@ def test_fuzz_crafted_maps_through_the_transform_and_the_generator_check(tmp_pat
             assert result['generator'] == result['refused'], result  # the generator rewrites it, saying why
     assert counts['accepted'] >= 40 and counts['refused'] >= 300, counts  # both sides exercised
     assert memory['peak_rss_mb'] - memory['rss_before_mb'] < MEMORY_BOUND_MB, memory
-    print(f"\nfuzz: {len(paths)} crafted maps ({FUZZ_PT} .pt, {FUZZ_SHARED} .pt sharing a member, {FUZZ_NPY} .npy): "
-          f"{counts['accepted']} accepted (each equal to torch.load / np.load), {counts['refused']} refused by name, "
-          f"0 crashes; peak RSS +{memory['peak_rss_mb'] - memory['rss_before_mb']:.0f} MB")
+    print(
+        f"\nfuzz: {len(paths)} crafted maps ({FUZZ_PT} .pt, {FUZZ_SHARED} .pt sharing a member, {FUZZ_NPY} .npy): "
+        f"{counts['accepted']} accepted (each equal to torch.load / np.load), {counts['refused']} refused by name, "
+        f"0 crashes; peak RSS +{memory['peak_rss_mb'] - memory['rss_before_mb']:.0f} MB"
+    )
 
 
 def special_files(folder):
     """``{path: what the refusal says}``: the files of the issue's findings, and a few more."""
     folder.mkdir()
     n = 159  # FloatStorage(159) and HalfStorage(318) at offset 158: a (2, 5, 4, 4) view ending at the member's end
-    one_member = [('FloatStorage', n, '0', (n, ), (1, ), 0), ('HalfStorage', 2 * n, '0', (2, 5, 4, 4), (80, 16, 1, 4),
-                                                            n - 1)]
-    files = {craft_tensors(folder / 'one_member_two_dtypes.pt', one_member, {'0': member_values(n, 'FloatStorage')},
-                           last_only=True): 'Unsupported operand',
-             craft_tensors(folder / 'one_member_two_dtypes_listed.pt', one_member,
-                           {'0': member_values(n, 'FloatStorage')}): 'Trying to resize storage that is not resizable',
-             memo_bomb(folder / 'memo_bomb.pt'): 'got a NoneType',
-             craft_npy(folder / 'huge_header.npy', (1 << 40, 2, 5, 4), '<f2', bytes(320)): 'declares',
-             craft_map(folder / 'zip_bomb.pt', (2, 1, 2, 2), (4, 4, 2, 1), numel=1 << 29, member_size=1 << 30,
-                       compress=zipfile.ZIP_DEFLATED): 'is compressed, which torch.save never does',
-             craft_npy(folder / 'pickled.npy', (2, 5, 4, 4), '|O', bytes(1280)): 'dtype object',
-             craft_npy(folder / 'zero_size_dtype.npy', (2, 5, 4, 4), 'V0', b''): 'holds no bytes'}
+    one_member = [
+        ('FloatStorage', n, '0', (n,), (1,), 0),
+        ('HalfStorage', 2 * n, '0', (2, 5, 4, 4), (80, 16, 1, 4), n - 1),
+    ]
+    files = {
+        craft_tensors(
+            folder / 'one_member_two_dtypes.pt', one_member, {'0': member_values(n, 'FloatStorage')}, last_only=True
+        ): 'Unsupported operand',
+        craft_tensors(
+            folder / 'one_member_two_dtypes_listed.pt', one_member, {'0': member_values(n, 'FloatStorage')}
+        ): 'Trying to resize storage that is not resizable',
+        memo_bomb(folder / 'memo_bomb.pt'): 'got a NoneType',
+        craft_npy(folder / 'huge_header.npy', (1 << 40, 2, 5, 4), '<f2', bytes(320)): 'declares',
+        craft_map(
+            folder / 'zip_bomb.pt',
+            (2, 1, 2, 2),
+            (4, 4, 2, 1),
+            numel=1 << 29,
+            member_size=1 << 30,
+            compress=zipfile.ZIP_DEFLATED,
+        ): 'is compressed, which torch.save never does',
+        craft_npy(folder / 'pickled.npy', (2, 5, 4, 4), '|O', bytes(1280)): 'dtype object',
+        craft_npy(folder / 'zero_size_dtype.npy', (2, 5, 4, 4), 'V0', b''): 'holds no bytes',
+    }
     for name, size in (('sparse_2gib.pt', 2 << 30), ('sparse_8gib.npy', 8 << 30)):
         with open(folder / name, 'wb') as f:
             f.truncate(size)
@@ -228,9 +280,15 @@ def special_files(folder):
     for name, target in (('dev_zero.pt', '/dev/zero'), ('to_fifo.npy', folder / 'fifo_target'), ('folder.pt', '/tmp')):
         os.symlink(target, folder / name)
     os.mkfifo(folder / 'fifo_too.npy')
-    files.update({folder / 'fifo.pt': 'is not a regular file', folder / 'dev_zero.pt': 'is not a regular file',
-                  folder / 'to_fifo.npy': 'is not a regular file', folder / 'fifo_too.npy': 'is not a regular file',
-                  folder / 'folder.pt': 'is not a regular file'})
+    files.update(
+        {
+            folder / 'fifo.pt': 'is not a regular file',
+            folder / 'dev_zero.pt': 'is not a regular file',
+            folder / 'to_fifo.npy': 'is not a regular file',
+            folder / 'fifo_too.npy': 'is not a regular file',
+            folder / 'folder.pt': 'is not a regular file',
+        }
+    )
     os.symlink(folder / 'nowhere.npy', folder / 'dangling.npy')
     files[folder / 'dangling.npy'] = 'does not exist'
     return files
@@ -254,8 +312,10 @@ def test_findings_are_refused_by_name_without_a_hang_within_the_memory_bound(tmp
         assert result['type'] == ('FileNotFoundError' if 'dangling' in path.name else 'LabelMapError')
     assert results[str(tmp_path / 'maps' / 'link_to_valid.npy')]['accepted']
     assert memory['peak_rss_mb'] - memory['rss_before_mb'] < MEMORY_BOUND_MB, memory
-    print(f"\nworst crafted files: peak RSS {memory['peak_rss_mb']:.0f} MB "
-          f"(+{memory['peak_rss_mb'] - memory['rss_before_mb']:.0f} MB over the imports)")
+    print(
+        f"\nworst crafted files: peak RSS {memory['peak_rss_mb']:.0f} MB "
+        f"(+{memory['peak_rss_mb'] - memory['rss_before_mb']:.0f} MB over the imports)"
+    )
 
 
 def test_the_expected_shape_bounds_a_file_before_it_is_read(tmp_path):
@@ -265,8 +325,11 @@ def test_the_expected_shape_bounds_a_file_before_it_is_read(tmp_path):
     (tmp_path / 'big.pt').write_bytes(bytes(1 << 20))
     save_label_map(str(tmp_path / 'other.npy'), torch.randn(5, 18, 19), torch.zeros(5, 18, 19))
     save_label_map(str(tmp_path / 'right.pt'), torch.randn(5, 18, 18), torch.zeros(5, 18, 18))
-    for name, says in (('bomb.pt', r'holds \d+ bytes, outside the 6480..'), ('big.pt', 'holds 1048576 bytes, '),
-                       ('other.npy', r'is not \(2, k, H, W\) = \(2, 5, 18, 18\)')):
+    for name, says in (
+        ('bomb.pt', r'holds \d+ bytes, outside the 6480..'),
+        ('big.pt', 'holds 1048576 bytes, '),
+        ('other.npy', r'is not \(2, k, H, W\) = \(2, 5, 18, 18\)'),
+    ):
         with pytest.raises(LabelMapError, match=f'{tmp_path / name}.*{says}'):
             load_label_map(str(tmp_path / name), map_shape=(5, 18, 18))
     assert load_label_map(str(tmp_path / 'right.pt'), map_shape=(5, 18, 18)).shape == (2, 5, 18, 18)
@@ -290,9 +353,12 @@ def test_a_refusal_in_a_dataloader_worker_names_the_file(tmp_path, kind):
     if kind == 'fifo':
         os.mkfifo(path)
     else:
-        craft_tensors(path, [('FloatStorage', 159, '0', (159, ), (1, ), 0),
-                             ('HalfStorage', 318, '0', (2, 5, 4, 4), (80, 16, 1, 4), 158)],
-                      {'0': member_values(159, 'FloatStorage')}, last_only=True)
+        craft_tensors(
+            path,
+            [('FloatStorage', 159, '0', (159,), (1,), 0), ('HalfStorage', 318, '0', (2, 5, 4, 4), (80, 16, 1, 4), 158)],
+            {'0': member_values(159, 'FloatStorage')},
+            last_only=True,
+        )
     with pytest.raises(LabelMapError) as e:
         next(iter(torch.utils.data.DataLoader(_Maps(str(path)), num_workers=1, batch_size=None, timeout=120)))
     last = str(e.value).strip().splitlines()[-1]
@@ -301,23 +367,33 @@ def test_a_refusal_in_a_dataloader_worker_names_the_file(tmp_path, kind):
 
 def packed_store(tmp_path, count=4):
     for i in range(count):
-        save_label_map(str(tmp_path / 'labels' / f'a_{i}.npy'), torch.randn(5, 4, 4),
-                       torch.arange(5.).view(5, 1, 1).expand(5, 4, 4) + i)
+        save_label_map(
+            str(tmp_path / 'labels' / f'a_{i}.npy'),
+            torch.randn(5, 4, 4),
+            torch.arange(5.0).view(5, 1, 1).expand(5, 4, 4) + i,
+        )
     pack_label_maps(str(tmp_path / 'labels'), str(tmp_path / 'store'), progress=False)
     return tmp_path / 'store'
 
 
-@pytest.mark.parametrize('where,value,says', [(1, 2.5, 'class indices that are not integers'),
-                                              (0, np.nan, 'NaN or infinite'), (0, np.inf, 'NaN or infinite'),
-                                              (1, -1., 'class indices -1..'),
-                                              (1, 12., 'class indices 1..12 are out of range for num_classes=10')])
+@pytest.mark.parametrize(
+    'where,value,says',
+    [
+        (1, 2.5, 'class indices that are not integers'),
+        (0, np.nan, 'NaN or infinite'),
+        (0, np.inf, 'NaN or infinite'),
+        (1, -1.0, 'class indices -1..'),
+        (1, 12.0, 'class indices 1..12 are out of range for num_classes=10'),
+    ],
+)
 def test_the_store_refuses_what_the_file_readers_refuse(tmp_path, where, value, says):
     """A store whose maps.npy was edited after packing: LabelMapStore.get used to return class 2.5 (trained as class
     2), NaN and inf logits, and class -1; now the value check of the file readers refuses each, naming the store's
     file, the key and the image."""
     store = packed_store(tmp_path)
-    np.testing.assert_array_equal(LabelMapStore(str(store), 10).get('a_1'),
-                                  load_label_map(str(tmp_path / 'labels' / 'a_1.npy')))
+    np.testing.assert_array_equal(
+        LabelMapStore(str(store), 10).get('a_1'), load_label_map(str(tmp_path / 'labels' / 'a_1.npy'))
+    )
     maps = np.load(store / 'maps.npy', mmap_mode='r+')
     maps[1, where, 0, 0, 0] = value  # a logit ([0]) or a class index ([1]) of the map of a_1
     maps.flush()
@@ -343,7 +419,7 @@ def test_crafted_stores_are_refused_by_name_without_a_hang(tmp_path):
         elif case == 'maps_header':
             craft_npy(store / 'maps.npy', (2000, 2, 5, 4, 4), '<f2', bytes(2 * 320))
         elif case == 'keys_pickled':
-            craft_npy(store / 'keys.npy', (2, ), '|O', bytes(16))
+            craft_npy(store / 'keys.npy', (2,), '|O', bytes(16))
         elif case == 'index_fifo':
             os.remove(store / 'packed.json')
             os.mkfifo(store / 'packed.json')
@@ -360,12 +436,23 @@ for store in sys.argv[1:]:
     except Exception as e:
         print(json.dumps(dict(store=store, refused=str(e), type=type(e).__name__)))
 '''
-    proc = subprocess.run([sys.executable, '-c', script, *map(str, cases.values())], env=tool_env(),
-                          capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, '-c', script, *map(str, cases.values())],
+        env=tool_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = {r['store']: r for r in map(json.loads, proc.stdout.splitlines())}
-    names = {'maps_fifo': 'maps.npy', 'maps_dev_zero': 'maps.npy', 'maps_header': 'maps.npy',
-             'keys_pickled': 'keys.npy', 'index_fifo': 'packed.json', 'maps_fortran': 'maps.npy'}
+    names = {
+        'maps_fifo': 'maps.npy',
+        'maps_dev_zero': 'maps.npy',
+        'maps_header': 'maps.npy',
+        'keys_pickled': 'keys.npy',
+        'index_fifo': 'packed.json',
+        'maps_fortran': 'maps.npy',
+    }
     for case, store in cases.items():
         result = results[str(store)]
         assert result.get('type') == 'LabelMapError' and '\n' not in result['refused'], (case, result)

@@ -1,5 +1,6 @@
 """The packed label-map store: the same maps as the .pt folder it was packed from, errors that name
 the file, and a loader that survives being pickled into data-loader workers."""
+
 import importlib.util
 import json
 import os.path as osp
@@ -24,14 +25,15 @@ def write_maps(label_root, names=IMAGES, shape=(3, 4, 5), seed=0):
     gen = torch.Generator().manual_seed(seed)
     for i, name in enumerate(names):
         logits = torch.randn(shape, generator=gen).sort(0, descending=True).values
-        classes = torch.randperm(40, generator=gen)[:shape[0], None, None].expand(shape).float()
+        classes = torch.randperm(40, generator=gen)[: shape[0], None, None].expand(shape).float()
         save_label_map(osp.join(label_root, osp.splitext(name)[0] + ('.npy', '.pt')[i % 2]), logits, classes)
 
 
 def loader(label_root, **kwargs):
     init_default_scope('mmpretrain')
-    return TRANSFORMS.build(dict(type='mmvitreg.LoadTokenLabelMap', label_root=str(label_root),
-                                 img_prefix='/data/train', **kwargs))
+    return TRANSFORMS.build(
+        dict(type='mmvitreg.LoadTokenLabelMap', label_root=str(label_root), img_prefix='/data/train', **kwargs)
+    )
 
 
 def load(transform, name):
@@ -65,7 +67,9 @@ def test_image_missing_from_the_store_names_image_and_store(tmp_path):
     pack_label_maps(str(tmp_path / 'labels'), str(tmp_path / 'store'), progress=False)
     transform = loader(tmp_path / 'store')
     for name in ('n01/a_0.JPEG', 'n01/a_3.JPEG', 'zzz/c.JPEG'):  # before, between and after the keys
-        with pytest.raises(LookupError, match=re.escape(f'/data/train/{name}') + '.*' + re.escape(str(tmp_path / 'store'))):
+        with pytest.raises(
+            LookupError, match=re.escape(f'/data/train/{name}') + '.*' + re.escape(str(tmp_path / 'store'))
+        ):
             load(transform, name)
 
 
@@ -90,8 +94,12 @@ def test_packing_refuses_mixed_shapes_and_out_of_range_classes(tmp_path):
     with pytest.raises(FileExistsError, match='already exists'):
         pack_label_maps(str(tmp_path / 'labels'), str(tmp_path / 'store'), progress=False)
     # the loader checks each map's classes as it reads it from the store
-    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'store' / 'maps.npy'}['n01/a_1'] (of /data/train/"
-                                                   "n01/a_1.JPEG): its class indices")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            f"{tmp_path / 'store' / 'maps.npy'}['n01/a_1'] (of /data/train/n01/a_1.JPEG): its class indices"
+        ),
+    ):
         load(loader(tmp_path / 'store', num_classes=2), IMAGES[0])
     with pytest.raises(ValueError, match=r'holds maps of \(2, 3, 4, 5\), not \(2, k, h, w\) = \(2, 3, 4, 4\)'):
         loader(tmp_path / 'store', map_shape=(3, 4, 4))
@@ -110,7 +118,8 @@ def test_inconsistent_store_is_an_error(tmp_path):
 
 def test_pack_tool(tmp_path, capsys):
     spec = importlib.util.spec_from_file_location(
-        'pack_label_maps', osp.join(ROOT, 'tools', 'dataset_converters', 'pack_label_maps.py'))
+        'pack_label_maps', osp.join(ROOT, 'tools', 'dataset_converters', 'pack_label_maps.py')
+    )
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     write_maps(tmp_path / 'labels')

@@ -6,6 +6,7 @@ every token's target is the class of the image content under that token. The ima
 the crop is off the diagonal, so a transposed (x, y) reading of the map, which the official code is
 suspected of, would fail.
 """
+
 import re
 
 import numpy as np
@@ -14,8 +15,7 @@ import torch
 from mmengine.registry import init_default_scope
 from mmpretrain.registry import TRANSFORMS
 
-from mmvitreg.datasets.label_maps import (LabelMapError, TokenLabelMap, label_map_path, load_label_map,
-                                          save_label_map)
+from mmvitreg.datasets.label_maps import LabelMapError, TokenLabelMap, label_map_path, load_label_map, save_label_map
 from mmvitreg.datasets.token_label_target import TokenLabelTarget, token_label_targets
 from mmvitreg.models.data_preprocessors import TokenClsDataPreprocessor
 
@@ -35,7 +35,7 @@ def position_map(h, w, region, k=3):
         y, x = (H0 - side) / 2 + i * side / h, (W0 - side) / 2 + j * side / w
     top = BINS * np.floor(y * BINS / H0) + np.floor(x * BINS / W0)
     classes = np.stack([(top + c * 17) % (BINS * BINS) for c in range(k)])
-    logits = np.stack([np.full((h, w), 10. - 5 * c) for c in range(k)])
+    logits = np.stack([np.full((h, w), 10.0 - 5 * c) for c in range(k)])
     return torch.tensor(logits), torch.tensor(classes)
 
 
@@ -56,7 +56,7 @@ def expected_classes(img):
     out = np.full((S, S), -1)
     for r in range(S):
         for c in range(S):
-            patch = img[max(r * cell - 1, 0):(r + 1) * cell + 1, max(c * cell - 1, 0):(c + 1) * cell + 1]
+            patch = img[max(r * cell - 1, 0) : (r + 1) * cell + 1, max(c * cell - 1, 0) : (c + 1) * cell + 1]
             flat = patch.reshape(-1, 3)
             if (flat == flat[0]).all() and flat[0, 2] == 255:
                 out[r, c] = BINS * (flat[0, 0] // 16) + flat[0, 1] // 16
@@ -64,26 +64,42 @@ def expected_classes(img):
 
 
 SPATIAL_POLICIES = {
-    'rotate': [dict(type='Rotate', magnitude_range=(0, 30), prob=1.)],
-    'shear': [dict(type='Shear', magnitude_range=(0, 0.3), prob=1., direction='horizontal',
-                   interpolation='nearest'),
-              dict(type='Shear', magnitude_range=(0, 0.3), prob=1., direction='vertical',
-                   interpolation='nearest')],
-    'translate': [dict(type='Translate', magnitude_range=(0, 0.3), prob=1., direction='horizontal'),
-                  dict(type='Translate', magnitude_range=(0, 0.3), prob=1., direction='vertical')],
+    'rotate': [dict(type='Rotate', magnitude_range=(0, 30), prob=1.0)],
+    'shear': [
+        dict(type='Shear', magnitude_range=(0, 0.3), prob=1.0, direction='horizontal', interpolation='nearest'),
+        dict(type='Shear', magnitude_range=(0, 0.3), prob=1.0, direction='vertical', interpolation='nearest'),
+    ],
+    'translate': [
+        dict(type='Translate', magnitude_range=(0, 0.3), prob=1.0, direction='horizontal'),
+        dict(type='Translate', magnitude_range=(0, 0.3), prob=1.0, direction='vertical'),
+    ],
 }
 
 
 def pipeline(tmp_path, policies, region='full', flip_direction='horizontal', **target_kwargs):
     init_default_scope('mmpretrain')
     cfgs = [
-        dict(type='mmvitreg.LoadTokenLabelMap', label_root=str(tmp_path / 'labels'),
-             img_prefix=str(tmp_path / 'images'), region=region),
-        dict(type='mmvitreg.RandomResizedCropWithLabelMap', scale=OUT, crop_ratio_range=(0.15, 0.4),
-             interpolation='nearest'),
-        dict(type='mmvitreg.RandomFlipWithLabelMap', prob=1., direction=flip_direction),
-        dict(type='mmvitreg.RandAugmentWithLabelMap', policies=policies, num_policies=len(policies),
-             magnitude_level=9, magnitude_std=0.5, hparams=dict(pad_val=0)),
+        dict(
+            type='mmvitreg.LoadTokenLabelMap',
+            label_root=str(tmp_path / 'labels'),
+            img_prefix=str(tmp_path / 'images'),
+            region=region,
+        ),
+        dict(
+            type='mmvitreg.RandomResizedCropWithLabelMap',
+            scale=OUT,
+            crop_ratio_range=(0.15, 0.4),
+            interpolation='nearest',
+        ),
+        dict(type='mmvitreg.RandomFlipWithLabelMap', prob=1.0, direction=flip_direction),
+        dict(
+            type='mmvitreg.RandAugmentWithLabelMap',
+            policies=policies,
+            num_policies=len(policies),
+            magnitude_level=9,
+            magnitude_std=0.5,
+            hparams=dict(pad_val=0),
+        ),
         dict(type='mmvitreg.TokenLabelTarget', token_label_size=S, topk=3, **target_kwargs),
         dict(type='PackInputs', algorithm_keys=['token_label_map']),
     ]
@@ -92,8 +108,9 @@ def pipeline(tmp_path, policies, region='full', flip_direction='horizontal', **t
 
 def read_batch(packed):
     """The token labels the data preprocessor computes for a batch of packed samples."""
-    data = TokenClsDataPreprocessor()(dict(inputs=[p['inputs'] for p in packed],
-                                           data_samples=[p['data_samples'] for p in packed]), training=True)
+    data = TokenClsDataPreprocessor()(
+        dict(inputs=[p['inputs'] for p in packed], data_samples=[p['data_samples'] for p in packed]), training=True
+    )
     return [sample.token_label for sample in data['data_samples']]
 
 
@@ -103,8 +120,12 @@ def targets_of(transform, label_map, img_shape):
 
 
 def run(transforms, tmp_path, img):
-    results = dict(img=img.copy(), img_path=str(tmp_path / 'images' / 'cls' / 'a.png'),
-                   ori_shape=img.shape[:2], img_shape=img.shape[:2])
+    results = dict(
+        img=img.copy(),
+        img_path=str(tmp_path / 'images' / 'cls' / 'a.png'),
+        ori_shape=img.shape[:2],
+        img_shape=img.shape[:2],
+    )
     for t in transforms:
         results = t(results)
     return results
@@ -143,14 +164,18 @@ def test_transposed_map_reading_is_caught(tmp_path):
     save_label_map(str(tmp_path / 'labels' / 'cls' / 'a.pt'), logits, classes)
     transforms = pipeline(tmp_path, SPATIAL_POLICIES['rotate'])
     np.random.seed(0)
-    results = dict(img=position_image(), img_path=str(tmp_path / 'images' / 'cls' / 'a.png'),
-                   ori_shape=(H0, W0), img_shape=(H0, W0))
+    results = dict(
+        img=position_image(),
+        img_path=str(tmp_path / 'images' / 'cls' / 'a.png'),
+        ori_shape=(H0, W0),
+        img_shape=(H0, W0),
+    )
     for t in transforms[:4]:
         results = t(results)
     label_map = results['token_label_map']
-    swap = np.array([[0., 1., 0.], [1., 0., 0.], [0., 0., 1.]])
+    swap = np.array([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
     # normalised (y, x) read as (x, y)
-    label_map.affine = np.diag([W0 / H0, H0 / W0, 1.]) @ swap @ label_map.affine
+    label_map.affine = np.diag([W0 / H0, H0 / W0, 1.0]) @ swap @ label_map.affine
     target = targets_of(transforms[4], label_map, label_map.img_shape)
     expect = expected_classes(results['img'])
     valid = expect >= 0
@@ -163,27 +188,29 @@ def identity_map(logits, classes, shape=(28, 28)):
 
 def test_paper_reading_softmax_over_stored_topk():
     """Default: a token's score is the teacher's softmax over the stored top-k logits (renormalised)."""
-    logits = np.array([2., 1., 0.])[:, None, None] * np.ones((3, 4, 4))
-    classes = np.array([7., 3., 5.])[:, None, None] * np.ones((3, 4, 4))
+    logits = np.array([2.0, 1.0, 0.0])[:, None, None] * np.ones((3, 4, 4))
+    classes = np.array([7.0, 3.0, 5.0])[:, None, None] * np.ones((3, 4, 4))
     label_map = identity_map(logits, classes)
     target = targets_of(TokenLabelTarget(token_label_size=2, topk=3), label_map, (28, 28))
-    expect = np.exp([2., 1., 0.]) / np.exp([2., 1., 0.]).sum()
-    np.testing.assert_allclose(target[0].permute(1, 2, 0).reshape(-1, 3).numpy(), np.tile(expect, (4, 1)),
-                               rtol=1e-6)
-    assert (target[1].permute(1, 2, 0).reshape(-1, 3) == torch.tensor([7., 3., 5.])).all()
+    expect = np.exp([2.0, 1.0, 0.0]) / np.exp([2.0, 1.0, 0.0]).sum()
+    np.testing.assert_allclose(target[0].permute(1, 2, 0).reshape(-1, 3).numpy(), np.tile(expect, (4, 1)), rtol=1e-6)
+    assert (target[1].permute(1, 2, 0).reshape(-1, 3) == torch.tensor([7.0, 3.0, 5.0])).all()
 
 
 def test_official_reading_softmax_over_all_classes():
     """reading='official': stored logits scattered into all C classes (0 elsewhere), softmax over C;
     the unlisted classes share the last (tail) slot's probability."""
-    logits = np.array([2., 1., 0.])[:, None, None] * np.ones((3, 4, 4))
-    classes = np.array([7., 3., 5.])[:, None, None] * np.ones((3, 4, 4))
-    target = targets_of(TokenLabelTarget(token_label_size=2, reading='official', num_classes=10),
-                        identity_map(logits, classes), (28, 28))
-    z = np.exp([2., 1., 0.]).sum() + 7
+    logits = np.array([2.0, 1.0, 0.0])[:, None, None] * np.ones((3, 4, 4))
+    classes = np.array([7.0, 3.0, 5.0])[:, None, None] * np.ones((3, 4, 4))
+    target = targets_of(
+        TokenLabelTarget(token_label_size=2, reading='official', num_classes=10),
+        identity_map(logits, classes),
+        (28, 28),
+    )
+    z = np.exp([2.0, 1.0, 0.0]).sum() + 7
     assert target.shape == (2, 4, 2, 2)
-    np.testing.assert_array_equal(target[1, :, 0, 0].numpy(), [3., 5., 7., -1.])  # listed in class order
-    np.testing.assert_allclose(target[0, :, 0, 0].numpy(), np.exp([1., 0., 2., 0.]) / z, rtol=1e-6)
+    np.testing.assert_array_equal(target[1, :, 0, 0].numpy(), [3.0, 5.0, 7.0, -1.0])  # listed in class order
+    np.testing.assert_allclose(target[0, :, 0, 0].numpy(), np.exp([1.0, 0.0, 2.0, 0.0]) / z, rtol=1e-6)
     with pytest.raises(ValueError, match='num_classes'):
         TokenLabelTarget(reading='official')
     with pytest.raises(ValueError, match='reading'):
@@ -192,25 +219,24 @@ def test_official_reading_softmax_over_all_classes():
 
 def test_token_score_is_mean_over_its_region():
     """Eq. 6's y^i: one token over a map whose left half is class 1 and right half class 2 gets 1/2 each."""
-    label_map = identity_map(np.zeros((1, 1, 2)), np.array([[[1., 2.]]]), shape=(10, 20))
+    label_map = identity_map(np.zeros((1, 1, 2)), np.array([[[1.0, 2.0]]]), shape=(10, 20))
     target = targets_of(TokenLabelTarget(token_label_size=1, topk=2), label_map, (10, 20))
     np.testing.assert_allclose(target[0, :, 0, 0].numpy(), [0.5, 0.5])
-    assert sorted(target[1, :, 0, 0].tolist()) == [1., 2.]
+    assert sorted(target[1, :, 0, 0].tolist()) == [1.0, 2.0]
 
 
 def test_outside_the_image():
     """Tokens over the pad area (here: the image translated by its full width) carry no label (paper
     reading), or the fill logit for every class, i.e. a uniform distribution (official reading)."""
-    logits = np.array([2., 1.])[:, None, None] * np.ones((2, 4, 4))
-    classes = np.array([1., 2.])[:, None, None] * np.ones((2, 4, 4))
+    logits = np.array([2.0, 1.0])[:, None, None] * np.ones((2, 4, 4))
+    classes = np.array([1.0, 2.0])[:, None, None] * np.ones((2, 4, 4))
     label_map = identity_map(logits, classes)
     # x_in = x_out - 14: the left half of the output comes from outside the image
-    label_map.compose(np.array([[1., 0., -14.], [0., 1., 0.], [0., 0., 1.]]), (28, 28), (28, 28))
+    label_map.compose(np.array([[1.0, 0.0, -14.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]), (28, 28), (28, 28))
     paper = targets_of(TokenLabelTarget(token_label_size=2, topk=2), label_map, (28, 28))
-    assert paper[0, :, :, 0].sum(0).tolist() == [0., 0.]  # left column of tokens: outside
-    np.testing.assert_allclose(paper[0, :, :, 1].sum(0).numpy(), [1., 1.], rtol=1e-6)
-    official = targets_of(TokenLabelTarget(token_label_size=2, reading='official', num_classes=4),
-                          label_map, (28, 28))
+    assert paper[0, :, :, 0].sum(0).tolist() == [0.0, 0.0]  # left column of tokens: outside
+    np.testing.assert_allclose(paper[0, :, :, 1].sum(0).numpy(), [1.0, 1.0], rtol=1e-6)
+    official = targets_of(TokenLabelTarget(token_label_size=2, reading='official', num_classes=4), label_map, (28, 28))
     assert (official[1, :, :, 0] == -1).all()  # left column: no class listed, each of the 4 has the tail
     np.testing.assert_allclose(official[0, -1, :, 0].numpy(), np.full(2, 0.25), rtol=1e-6)
 
@@ -223,8 +249,9 @@ def reference_scores(label_map, img_shape, s, n, num_classes):
     ys, xs = np.meshgrid(centres * h_img, centres * w_img, indexing='ij')
     points = np.stack([xs.ravel(), ys.ravel(), np.ones(side * side)])
     orig = label_map.affine @ points
-    inside = ((orig[0] >= 0) & (orig[0] < label_map.ori_shape[1]) & (orig[1] >= 0)
-              & (orig[1] < label_map.ori_shape[0])).astype(float)
+    inside = (
+        (orig[0] >= 0) & (orig[0] < label_map.ori_shape[1]) & (orig[1] >= 0) & (orig[1] < label_map.ori_shape[0])
+    ).astype(float)
     logits, classes = label_map.label_map.astype(np.float64)
     k, h, w = logits.shape
     values = np.exp(logits) / np.exp(logits).sum(0)
@@ -233,7 +260,7 @@ def reference_scores(label_map, img_shape, s, n, num_classes):
         np.put_along_axis(dense, classes[c][..., None].astype(int), values[c][..., None], 2)
     x, y = (label_map.map_matrix() @ points)[:2] - 0.5
     x0, y0 = np.floor(x).astype(int), np.floor(y).astype(int)
-    read = 0.
+    read = 0.0
     for dx, dy in ((0, 0), (1, 0), (0, 1), (1, 1)):
         weight = (x - x0 if dx else 1 - x + x0) * (y - y0 if dy else 1 - y + y0)
         read = read + weight[:, None] * dense[np.clip(y0 + dy, 0, h - 1), np.clip(x0 + dx, 0, w - 1)]
@@ -246,13 +273,13 @@ def reference_scores(label_map, img_shape, s, n, num_classes):
 def random_label_map(rng, k, h, w, num_classes, region):
     """A random top-k map on a 120x200 image, seen through a random rotation, scale and shift that
     leave part of the output outside the image."""
-    logits = -np.sort(-rng.normal(0., 2., (k, h, w)), 0)
+    logits = -np.sort(-rng.normal(0.0, 2.0, (k, h, w)), 0)
     classes = np.stack([rng.choice(num_classes, k, replace=False) for _ in range(h * w)], 1).reshape(k, h, w)
     label_map = TokenLabelMap(np.stack([logits, classes]).astype(np.float16), (120, 200), region)
     angle, scale = rng.uniform(-0.6, 0.6), rng.uniform(0.3, 1.5)
     matrix = np.eye(3)
     matrix[:2, :2] = scale * np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
-    matrix[:2, 2] = rng.uniform(-30., 150., 2)
+    matrix[:2, 2] = rng.uniform(-30.0, 150.0, 2)
     label_map.compose(matrix, (120, 200), (56, 70))
     return label_map
 
@@ -291,8 +318,15 @@ def test_missing_map_names_the_file(tmp_path):
         transform(results)
 
 
-@pytest.mark.parametrize('content', [torch.zeros(3, 5, 4, 4), torch.zeros(2, 5, 4, 4, dtype=torch.int64),
-                                     {'map': torch.zeros(2, 5, 4, 4)}, torch.full((2, 5, 4, 4), -1.)])
+@pytest.mark.parametrize(
+    'content',
+    [
+        torch.zeros(3, 5, 4, 4),
+        torch.zeros(2, 5, 4, 4, dtype=torch.int64),
+        {'map': torch.zeros(2, 5, 4, 4)},
+        torch.full((2, 5, 4, 4), -1.0),
+    ],
+)
 def test_malformed_map_names_the_file(tmp_path, content):
     path = tmp_path / 'bad.pt'
     torch.save(content, path)
@@ -306,13 +340,13 @@ def test_reads_official_format(tmp_path):
     output = torch.randn(14, 14, 1000)
     value, indices = output.topk(5)
     (tmp_path / 'n01440764').mkdir()
-    torch.save(torch.stack([value.half(), indices.half()]).permute(0, 3, 1, 2),
-               tmp_path / 'n01440764' / 'n01440764_10026.pt')
+    torch.save(
+        torch.stack([value.half(), indices.half()]).permute(0, 3, 1, 2), tmp_path / 'n01440764' / 'n01440764_10026.pt'
+    )
     img_path = '/data/imagenet/train/n01440764/n01440764_10026.JPEG'
     assert label_map_path(str(tmp_path), img_path, suffix='.pt') == str(tmp_path / 'n01440764' / 'n01440764_10026.pt')
     init_default_scope('mmpretrain')
-    load = TRANSFORMS.build(dict(type='mmvitreg.LoadTokenLabelMap', label_root=str(tmp_path),
-                                 num_classes=1000))
+    load = TRANSFORMS.build(dict(type='mmvitreg.LoadTokenLabelMap', label_root=str(tmp_path), num_classes=1000))
     results = load(dict(img=np.zeros((224, 224, 3), np.uint8), img_path=img_path))
     assert results['token_label_map'].label_map.shape == (2, 5, 14, 14)
     official = torch.load(tmp_path / 'n01440764' / 'n01440764_10026.pt', weights_only=True)
@@ -336,8 +370,14 @@ def test_untracked_geometric_transform_is_refused(tmp_path):
 def test_randaugment_refuses_ops_it_cannot_follow():
     init_default_scope('mmpretrain')
     with pytest.raises(ValueError, match='cannot keep the label map aligned through RandomFlip'):
-        TRANSFORMS.build(dict(type='mmvitreg.RandAugmentWithLabelMap',
-                              policies=[dict(type='RandomFlip', prob=.5)], num_policies=1, magnitude_level=9))
+        TRANSFORMS.build(
+            dict(
+                type='mmvitreg.RandAugmentWithLabelMap',
+                policies=[dict(type='RandomFlip', prob=0.5)],
+                num_policies=1,
+                magnitude_level=9,
+            )
+        )
 
 
 def test_reads_legacy_torch_save_format(tmp_path):
@@ -354,7 +394,7 @@ class _RunsCode:
         self.code = code
 
     def __reduce__(self):
-        return exec, (self.code, )
+        return exec, (self.code,)
 
 
 @pytest.mark.parametrize('dtype', [torch.float16, torch.float32])
@@ -363,8 +403,11 @@ def test_float_maps_of_every_layout_read_as_torch_reads_them(tmp_path, dtype, la
     """A float map (contiguous, a strided view as the official generator's permute saves, or a view into a
     larger storage) reads as a writable array equal to torch.load's."""
     label_map = torch.stack([torch.randn(5, 6, 4), torch.randint(0, 1000, (5, 6, 4)).float()]).to(dtype)
-    saved = {'contiguous': label_map, 'strided': label_map.permute(0, 1, 3, 2).contiguous().transpose(2, 3),
-             'offset': torch.cat([torch.zeros(1, 5, 6, 4, dtype=dtype), label_map])[1:]}[layout]
+    saved = {
+        'contiguous': label_map,
+        'strided': label_map.permute(0, 1, 3, 2).contiguous().transpose(2, 3),
+        'offset': torch.cat([torch.zeros(1, 5, 6, 4, dtype=dtype), label_map])[1:],
+    }[layout]
     torch.save(saved, tmp_path / 'map.pt')
     read = load_label_map(str(tmp_path / 'map.pt'))
     assert read.dtype == saved.numpy().dtype and read.flags.writeable
@@ -376,8 +419,10 @@ def test_a_code_running_pickle_is_refused_by_torch_before_it_runs(tmp_path):
     the global, and nothing ran."""
     marker = tmp_path / 'ran'
     torch.save([torch.zeros(2, 5, 4, 4), _RunsCode(f'open({str(marker)!r}, "w").close()')], tmp_path / 'map.pt')
-    with pytest.raises(LabelMapError, match=re.escape(f'malformed token label map {tmp_path / "map.pt"}: ')
-                       + '.*Unsupported global: GLOBAL exec') as e:
+    with pytest.raises(
+        LabelMapError,
+        match=re.escape(f'malformed token label map {tmp_path / "map.pt"}: ') + '.*Unsupported global: GLOBAL exec',
+    ) as e:
         load_label_map(str(tmp_path / 'map.pt'))
     assert '\n' not in str(e.value) and not marker.exists()
 
@@ -393,8 +438,9 @@ def test_generator_maps_are_npy_files_found_before_pt_ones(tmp_path):
     save_label_map(str(tmp_path / 'n01' / 'a.pt'), logits + 1, classes)
     save_label_map(str(tmp_path / 'n01' / 'b.pt'), logits + 2, classes)
     init_default_scope('mmpretrain')
-    load = TRANSFORMS.build(dict(type='mmvitreg.LoadTokenLabelMap', label_root=str(tmp_path), img_prefix='/data',
-                                 map_shape=(5, 4, 4)))
+    load = TRANSFORMS.build(
+        dict(type='mmvitreg.LoadTokenLabelMap', label_root=str(tmp_path), img_prefix='/data', map_shape=(5, 4, 4))
+    )
     for name, shift in (('a', 0), ('b', 2)):
         got = load(dict(img=np.zeros((8, 8, 3), np.uint8), img_path=f'/data/n01/{name}.JPEG'))
         np.testing.assert_array_equal(got['token_label_map'].label_map[0], (logits + shift).half().numpy())

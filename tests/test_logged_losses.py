@@ -1,10 +1,10 @@
 """tools/train.py logs the truth: `loss` is the total the backward uses (the sum of the named terms; the head's
 term is `loss_cls`), and TL-Align adds one scalar per iteration (`tla_shift`), on DeepViT + TL-Align + DRLoc +
 the attention-cosine regulariser composed as a user would; a CPU run logs the gloo backend it uses."""
+
 import json
 
 import pytest
-
 from conftest import CONFIGS
 from guard_helpers import build_workspace, train
 
@@ -38,7 +38,7 @@ def test_the_logged_loss_of_a_composed_run_is_the_sum_of_its_parts(ws, tmp_path)
     log = next((tmp_path / 'work').glob('*/*.log')).read_text()
     line = [ln for ln in log.splitlines() if 'loss_drloc:' in ln][-1]
     words = line.split()
-    printed = {k[:-1]: float(v) for k, v in zip(words, words[1:]) if k[:-1] in parts + ('loss', )}
+    printed = {k[:-1]: float(v) for k, v in zip(words, words[1:]) if k[:-1] in parts + ('loss',)}
     assert printed['loss'] == pytest.approx(sum(printed[p] for p in parts), abs=3e-4)
     assert 'tla_shift:' in line
     # a CPU run initialises (and logs) gloo, not the configs' NCCL

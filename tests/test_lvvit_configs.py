@@ -1,4 +1,5 @@
 """Every config under configs/lvvit loads, names known components, and holds the paper's numbers."""
+
 from pathlib import Path
 
 import pytest
@@ -60,8 +61,7 @@ def test_recipe_numbers():
     assert {t.type: t for t in s.train_pipeline}['mmvitreg.TokenLabelTarget'].token_label_size == 14
     assert s.custom_hooks[0].momentum == pytest.approx(1 - 0.99992)
     assert [s.test_pipeline[1].scale, s.test_pipeline[2].crop_size] == [248, 224]  # crop_pct 0.9
-    drop = {a: Config.fromfile(f'{DIR}/lvvit-{a}_8xb128_tl_in1k.py').model.backbone.drop_path_rate
-            for a in 'tsml'}
+    drop = {a: Config.fromfile(f'{DIR}/lvvit-{a}_8xb128_tl_in1k.py').model.backbone.drop_path_rate for a in 'tsml'}
     assert drop == dict(t=0.1, s=0.1, m=0.2, l=0.3)
     m = Config.fromfile(f'{DIR}/lvvit-m_8xb128_tl_in1k.py')
     assert [m.test_pipeline[1].scale, m.test_pipeline[2].crop_size] == [224, 224]  # crop_pct 1.0
@@ -74,7 +74,8 @@ def test_recipe_numbers():
     assert {t.type: t for t in ft.train_pipeline}['mmvitreg.TokenLabelTarget'].token_label_size == 24
     seg = {a: Config.fromfile(f'{DIR}/upernet_lvvit-{a}_mln_8xb2-160k_ade20k-512x512.py') for a in 'sml'}
     assert {a: tuple(c.model.backbone.out_indices) for a, c in seg.items()} == dict(
-        s=(6, 9, 12, 15), m=(10, 13, 16, 19), l=(14, 17, 20, 23))
+        s=(6, 9, 12, 15), m=(10, 13, 16, 19), l=(14, 17, 20, 23)
+    )
     assert {a: c.model.backbone.drop_path_rate for a, c in seg.items()} == dict(s=0.1, m=0.2, l=0.5)
     assert seg['s'].optim_wrapper.optimizer.lr == 6e-5 and seg['s'].train_cfg.max_iters == 160000
     assert seg['s'].model.test_cfg == dict(mode='slide', crop_size=(512, 512), stride=(341, 341))
@@ -82,6 +83,7 @@ def test_recipe_numbers():
 
 def test_digits_models_build_and_run():
     from mmpretrain.registry import MODELS
+
     for name in ('lvvit-tiny_1xb64_tl_digits.py', 'lvvit-tiny_1xb64_digits.py', TEACHER.name):
         cfg = Config.fromfile(f'{DIR}/{name}')
         with DefaultScope.overwrite_default_scope('mmpretrain'):
@@ -91,6 +93,7 @@ def test_digits_models_build_and_run():
 
 def test_segmentor_builds():
     from mmseg.registry import MODELS
+
     cfg = Config.fromfile(f'{DIR}/upernet_lvvit-s_mln_8xb2-160k_ade20k-512x512.py')
     cfg.model.backbone.init_cfg = None
     for head in ('decode_head', 'auxiliary_head'):
@@ -106,9 +109,12 @@ def test_imagenet_teacher_gives_official_size_maps():
     """The downloadable teacher (mmpretrain's EfficientNetV2-L) annotates 576 px views as 18 x 18 maps
     over 1000 classes, the official maps' size, through tools/generate_label_maps.py's annotator."""
     import sys
+
     sys.path.insert(0, str(DIR.parents[1] / 'tools'))
     from generate_label_maps import DenseAnnotator, build_classifier
+
     from mmvitreg.utils import load_config
+
     cfg = load_config(str(IMAGENET_TEACHER))
     assert cfg.train_dataloader.dataset.data_root == 'data/imagenet'
     with DefaultScope.overwrite_default_scope('mmpretrain'):

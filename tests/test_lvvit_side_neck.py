@@ -1,11 +1,12 @@
 """The official LV-ViT segmentation side layers (TokenLabeling seg/mmseg/models/backbones/vit.py,
 use_side_layer=True) as mmvitreg.LVViTSideNeck, and the UperNet configs that use it."""
+
 import pytest
 import torch
+from conftest import CONFIGS
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 
-from conftest import CONFIGS
 from mmvitreg.models.necks import LVViTSideNeck
 
 LVVIT = CONFIGS / 'lvvit'
@@ -55,6 +56,7 @@ def test_upernet_configs_use_the_side_neck(arch, C, batch):
     """UPerHead in_channels [C, C, C, 2048]; 4 images per GPU for S/M, 2 for L; FCN channels 512 for L;
     the MultiLevelNeck variant stays as its own config. The segmentor runs on the meta device."""
     from mmseg.registry import MODELS
+
     name = f'upernet_lvvit-{arch}_8xb{batch}-160k_ade20k-512x512.py'
     cfg = Config.fromfile(str(LVVIT / name))
     mln = Config.fromfile(str(LVVIT / f'upernet_lvvit-{arch}_mln_8xb2-160k_ade20k-512x512.py'))

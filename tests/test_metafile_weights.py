@@ -4,14 +4,15 @@ For each ``Converted From`` entry of ``model-index.yml``, random tensors under t
 shapes (the architecture of the official code: ``OFFICIAL``) go through the loading pass (detect the layout,
 convert, fit) into the entry's config's model, built at full size on the meta device, with the *strict* policy:
 no key missing, none left over, none of another shape."""
+
 import pytest
 import torch
+from conftest import REPO
 from mmengine.registry import MODELS, DefaultScope
 from modelindex import load as load_model_index
-
-from conftest import REPO
-from mmvitreg.engine.checkpoint import fill_model
 from test_model_converters import official_state_dict
+
+from mmvitreg.engine.checkpoint import fill_model
 
 LVVIT = dict(qkv_bias=False, aux_head=True)
 # entry -> official_state_dict arguments (the official codes' architectures) and whether it has talking heads
@@ -26,13 +27,16 @@ OFFICIAL = {
     'lvvit-m_8xb128_tl_in1k': dict(dim=512, depth=20, heads=8, stem=(64, 3), **LVVIT),
     'lvvit-m_8xb64_tl_in1k-384px': dict(dim=512, depth=20, heads=8, stem=(64, 3), img_size=384, **LVVIT),
     'lvvit-l_8xb64_tl_in1k-448px': dict(dim=768, depth=24, heads=12, stem=(128, 3), img_size=448, **LVVIT),
-    'deit-base12-talking-heads_4xb256-400e_diversepatch_in1k': dict(dim=768, depth=12, heads=12, mlp_ratio=4,
-                                                                    talking_heads=True),
-    'deit-base24-talking-heads_4xb256-400e_diversepatch_in1k': dict(dim=768, depth=24, heads=12, mlp_ratio=4,
-                                                                    talking_heads=True),
+    'deit-base12-talking-heads_4xb256-400e_diversepatch_in1k': dict(
+        dim=768, depth=12, heads=12, mlp_ratio=4, talking_heads=True
+    ),
+    'deit-base24-talking-heads_4xb256-400e_diversepatch_in1k': dict(
+        dim=768, depth=24, heads=12, mlp_ratio=4, talking_heads=True
+    ),
     'vit-large-p16_8xb128-30e_diversepatch_in21k-pre_in1k': dict(dim=1024, depth=24, heads=16, mlp_ratio=4),
-    'vit-large-p16_8xb128-30e_diversepatch_in21k-pre_in1k-384px': dict(dim=1024, depth=24, heads=16, mlp_ratio=4,
-                                                                       img_size=384),
+    'vit-large-p16_8xb128-30e_diversepatch_in21k-pre_in1k-384px': dict(
+        dim=1024, depth=24, heads=16, mlp_ratio=4, img_size=384
+    ),
 }
 pytestmark = pytest.mark.filterwarnings("ignore:for .*copying from a non-meta parameter")
 DIVERSEPATCH = 'tools/model_converters/diversepatch_to_mmvitreg.py SRC DST'
@@ -52,8 +56,12 @@ def official_release(name: str, converter: str) -> dict:
         dim, heads = kwargs['dim'], kwargs['heads']
         sd.update({'patch_head.weight': torch.zeros(1000, dim), 'patch_head.bias': torch.zeros(1000)})
         for i in range(kwargs['depth'] if talking_heads else 0):
-            sd.update({f'blocks.{i}.attn.proj_pre.weight': torch.zeros(heads, heads),
-                       f'blocks.{i}.attn.proj_post.weight': torch.zeros(heads, heads)})
+            sd.update(
+                {
+                    f'blocks.{i}.attn.proj_pre.weight': torch.zeros(heads, heads),
+                    f'blocks.{i}.attn.proj_post.weight': torch.zeros(heads, heads),
+                }
+            )
     return sd
 
 
@@ -64,6 +72,7 @@ def test_the_table_covers_every_released_entry():
 @pytest.mark.parametrize('name', sorted(OFFICIAL))
 def test_released_weights_load_strictly_into_the_config_their_entry_names(name):
     from mmvitreg.utils import load_config
+
     entry = released()[name]
     cfg = load_config(str(REPO / entry['Config']))
     model_cfg = cfg.model.copy()

@@ -1,4 +1,5 @@
 """MixToken (LV-ViT paper Eq. 8-10): box on the token grid, M_bar from the clipped box, target mixing."""
+
 import numpy as np
 import pytest
 import torch
@@ -32,7 +33,7 @@ def test_box_on_token_grid_follows_cutmix_sampling():
         assert plan.index.tolist() == [3, 2, 1, 0]
         # Eq. 10: M_bar is the mean of M, i.e. 1 - clipped box area / N
         area = (y2 - y1) * (x2 - x1)
-        torch.testing.assert_close(plan.lam, torch.full((4, ), 1 - area / 140.))
+        torch.testing.assert_close(plan.lam, torch.full((4,), 1 - area / 140.0))
 
 
 def test_permute_partner_and_registry():
@@ -48,7 +49,7 @@ def test_token_label_mixing_equals_c_dim_mixing_token_by_token():
     """Eq. 9: the head's loss equals the soft CE against Y_hat = Y1*M + Y2*(1-M) built token by token."""
     B, G, C, D, K = 4, 3, 7, 5, 3
     g = torch.Generator().manual_seed(0)
-    feats = (torch.randn(B, 1 + G * G, D, generator=g), )
+    feats = (torch.randn(B, 1 + G * G, D, generator=g),)
     samples = []
     for b in range(B):
         p = torch.rand(K, G, G, generator=g)
@@ -61,7 +62,9 @@ def test_token_label_mixing_equals_c_dim_mixing_token_by_token():
     plan.mask = plan.mask.clone()
     plan.mask[0, 0, 0] = 0.25  # a soft mask value: Eq. 9 holds for any M
     head = TokenLabelHead(num_classes=C, in_channels=D, beta=1.0, token_label_smooth_val=0.1)
-    loss = head.loss(feats, samples, TokenTrace(mix=plan, grid=(G, G), num_layers=1, grids={0: (G, G)}, num_extra_tokens=1))['loss_token']
+    loss = head.loss(
+        feats, samples, TokenTrace(mix=plan, grid=(G, G), num_layers=1, grids={0: (G, G)}, num_extra_tokens=1)
+    )['loss_token']
 
     aux = head.aux_head(feats[0][:, 1:])
     ref = []
@@ -105,7 +108,11 @@ def test_errors():
         MixToken(partner='roll')
     with pytest.raises(KeyError, match='mmvitreg.MixToken is not in the mmpretrain::batch augment registry'):
         ClsDataPreprocessor(num_classes=3, batch_augments=dict(augments=[dict(type='mmvitreg.MixToken')]))(
-            dict(inputs=torch.zeros(2, 3, 32, 32), data_samples=[DataSample().set_gt_label(0)] * 2), True)
+            dict(inputs=torch.zeros(2, 3, 32, 32), data_samples=[DataSample().set_gt_label(0)] * 2), True
+        )
     with pytest.raises(ValueError, match='batch_augments'):
-        TokenClsDataPreprocessor(num_classes=3, mix=dict(type='mmvitreg.MixToken'),
-                                 batch_augments=dict(augments=[dict(type='Mixup', alpha=0.8)]))
+        TokenClsDataPreprocessor(
+            num_classes=3,
+            mix=dict(type='mmvitreg.MixToken'),
+            batch_augments=dict(augments=[dict(type='Mixup', alpha=0.8)]),
+        )

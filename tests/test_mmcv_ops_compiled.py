@@ -3,17 +3,25 @@ backward, called as mmcv calls it, to 1e-5; and a Cascade Mask R-CNN and an Uper
 second after an SGD update, so the backward counts) give the same losses on either backend, to 1e-5 relative, the
 stand-in's side in a process where the compiled ``mmcv._ext`` is hidden. Runs where mmcv is built with its ops
 (``bash tools/run_tests.sh --with-ops``); skipped on mmcv-lite."""
+
 import importlib
 import json
 
 import pytest
 import torch
-
 from conftest import CONFIGS, needs_compiled_ops
-from mmvitreg.mmcv_ops import StandIn
 from test_env_imports import run_py
-from test_mmcv_ops import (HOST, ROI_CASES, make_boxes, make_rois, roi_align_both_ways, run_hidden, stand_in_ext,
-                           tied_scores)  # noqa: F401  (a fixture)
+from test_mmcv_ops import (
+    HOST,
+    ROI_CASES,
+    make_boxes,
+    make_rois,
+    roi_align_both_ways,
+    run_hidden,
+    stand_in_ext,
+)  # noqa: F401  (a fixture)
+
+from mmvitreg.mmcv_ops import StandIn
 
 pytestmark = needs_compiled_ops
 
@@ -88,8 +96,10 @@ print(json.dumps(dict(backend=backend(), losses=losses)))
 '''
 
 
-@pytest.mark.parametrize('config', ['cascade-mask-rcnn_swin-nano_fpn_1xb4-4e_digits-coco',
-                                    'upernet_swin-nano_1xb8-300_digits-ade20k-128x128'])
+@pytest.mark.parametrize(
+    'config',
+    ['cascade-mask-rcnn_swin-nano_fpn_1xb4-4e_digits-coco', 'upernet_swin-nano_1xb8-300_digits-ade20k-128x128'],
+)
 def test_two_training_steps_give_the_same_losses_on_either_backend(tmp_path, config):
     code = STEPS.format(config=str(CONFIGS / 'demo' / f'{config}.py'))
     runs = []

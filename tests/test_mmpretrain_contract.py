@@ -6,6 +6,7 @@ with mmpretrain's class swapped for mmvitreg's; checkpoints go to a temporary di
 ``tempfile.gettempdir()``. The last tests check mmvitreg's own addition to that contract: every error
 starts with mmpretrain's wording (what mmpretrain's tests and users match) and then names the fix.
 """
+
 import math
 import os
 import tempfile
@@ -62,14 +63,17 @@ class TestSwinTransformer(TestCase):
 
     def test_init_weights(self):
         """Mirrors ``test_init_weights``: init_cfg, v1/v3 checkpoints, absolute position embedding resized on load."""
-        cfg = dict(self.cfg, use_abs_pos_embed=True,
-                   init_cfg=[dict(type='Kaiming', layer='Conv2d', mode='fan_in', nonlinearity='linear')])
+        cfg = dict(
+            self.cfg,
+            use_abs_pos_embed=True,
+            init_cfg=[dict(type='Kaiming', layer='Conv2d', mode='fan_in', nonlinearity='linear')],
+        )
         model = SwinTransformer(**cfg)
         ori_weight = model.patch_embed.projection.weight.clone().detach()
-        self.assertTrue(torch.allclose(model.absolute_pos_embed, torch.tensor(0.)))
+        self.assertTrue(torch.allclose(model.absolute_pos_embed, torch.tensor(0.0)))
         model.init_weights()
         self.assertFalse(torch.allclose(ori_weight, model.patch_embed.projection.weight))
-        self.assertFalse(torch.allclose(model.absolute_pos_embed, torch.tensor(0.)))
+        self.assertFalse(torch.allclose(model.absolute_pos_embed, torch.tensor(0.0)))
         pretrain_pos_embed = model.absolute_pos_embed.clone().detach()
 
         with tempfile.TemporaryDirectory() as tmpdir:
@@ -147,8 +151,14 @@ class TestSwinTransformer(TestCase):
             self.assertAlmostEqual(block.ffn.dropout_layer.drop_prob, expect_prob)
             self.assertAlmostEqual(block.attn.drop.drop_prob, expect_prob)
 
-        model = SwinTransformer(**dict(self.cfg, norm_eval=True, norm_cfg=dict(type='BN'),
-                                       stage_cfgs=dict(block_cfgs=dict(norm_cfg=dict(type='BN')))))
+        model = SwinTransformer(
+            **dict(
+                self.cfg,
+                norm_eval=True,
+                norm_cfg=dict(type='BN'),
+                stage_cfgs=dict(block_cfgs=dict(norm_cfg=dict(type='BN'))),
+            )
+        )
         model.init_weights()
         model.train()
         self.assertTrue(check_norm_state(model.modules(), False))
@@ -183,11 +193,9 @@ class TestVisionTransformer(TestCase):
         with self.assertRaisesRegex(AssertionError, 'not in default archs'):
             VisionTransformer(**dict(self.cfg, arch='unknown'))
         with self.assertRaisesRegex(AssertionError, 'Custom arch needs'):
-            VisionTransformer(**dict(self.cfg, arch={'num_layers': 24, 'num_heads': 16,
-                                                     'feedforward_channels': 4096}))
+            VisionTransformer(**dict(self.cfg, arch={'num_layers': 24, 'num_heads': 16, 'feedforward_channels': 4096}))
 
-        cfg = dict(self.cfg, arch={'embed_dims': 128, 'num_layers': 24, 'num_heads': 16,
-                                   'feedforward_channels': 1024})
+        cfg = dict(self.cfg, arch={'embed_dims': 128, 'num_layers': 24, 'num_heads': 16, 'feedforward_channels': 1024})
         model = VisionTransformer(**cfg)
         self.assertEqual(model.embed_dims, 128)
         self.assertEqual(model.num_layers, 24)
@@ -222,10 +230,10 @@ class TestVisionTransformer(TestCase):
         cfg = dict(self.cfg, init_cfg=[dict(type='Kaiming', layer='Conv2d', mode='fan_in', nonlinearity='linear')])
         model = VisionTransformer(**cfg)
         ori_weight = model.patch_embed.projection.weight.clone().detach()
-        self.assertTrue(torch.allclose(model.pos_embed, torch.tensor(0.)))
+        self.assertTrue(torch.allclose(model.pos_embed, torch.tensor(0.0)))
         model.init_weights()
         self.assertFalse(torch.allclose(ori_weight, model.patch_embed.projection.weight))
-        self.assertFalse(torch.allclose(model.pos_embed, torch.tensor(0.)))
+        self.assertFalse(torch.allclose(model.pos_embed, torch.tensor(0.0)))
 
         pretrain_pos_embed = model.pos_embed.clone().detach()
         with tempfile.TemporaryDirectory() as tmpdir:
@@ -274,21 +282,43 @@ class TestVisionTransformer(TestCase):
 TINY_VIT = dict(embed_dims=48, num_layers=4, num_heads=3, feedforward_channels=96)
 TINY_SWIN = dict(embed_dims=16, depths=[2, 2], num_heads=[1, 2])
 ERRORS = {
-    'swin-arch-name': (lambda: SwinTransformer(arch='unknown'),
-                       'Arch unknown is not in default archs', 'choose one of them'),
-    'swin-arch-dict': (lambda: SwinTransformer(arch={'embed_dims': 96, 'num_heads': [3, 6, 12, 16]}),
-                       'Custom arch needs a dict with keys', "add the missing keys ['depths']"),
-    'swin-small-map': (lambda: SwinTransformer(arch=TINY_SWIN, window_size=8, out_indices=(1, ))(
-                           torch.randn(1, 3, 16, 16), TokenTrace(token_layers=(0, ))),
-                       'The input shape (4, 4) is smaller than the window size (8)', 'set pad_small_map=True'),
-    'vit-arch-name': (lambda: VisionTransformer(arch='unknown'),
-                      'Arch unknown is not in default archs', 'choose one of them'),
-    'vit-arch-dict': (lambda: VisionTransformer(arch={'num_layers': 24, 'num_heads': 16, 'feedforward_channels': 64}),
-                      'Custom arch needs a dict with keys', "add the missing keys ['embed_dims']"),
-    'vit-out-indices-type': (lambda: VisionTransformer(arch=TINY_VIT, out_indices={1: 1}),
-                             '"out_indices" must be a sequence or int, get <class \'dict\'>', 'e.g. -1 or [3, 7, 11]'),
-    'vit-out-indices-range': (lambda: VisionTransformer(arch=TINY_VIT, out_indices=[0, 13]),
-                              'Invalid out_indices 13', 'the 4 blocks have the indices 0 .. 3'),
+    'swin-arch-name': (
+        lambda: SwinTransformer(arch='unknown'),
+        'Arch unknown is not in default archs',
+        'choose one of them',
+    ),
+    'swin-arch-dict': (
+        lambda: SwinTransformer(arch={'embed_dims': 96, 'num_heads': [3, 6, 12, 16]}),
+        'Custom arch needs a dict with keys',
+        "add the missing keys ['depths']",
+    ),
+    'swin-small-map': (
+        lambda: SwinTransformer(arch=TINY_SWIN, window_size=8, out_indices=(1,))(
+            torch.randn(1, 3, 16, 16), TokenTrace(token_layers=(0,))
+        ),
+        'The input shape (4, 4) is smaller than the window size (8)',
+        'set pad_small_map=True',
+    ),
+    'vit-arch-name': (
+        lambda: VisionTransformer(arch='unknown'),
+        'Arch unknown is not in default archs',
+        'choose one of them',
+    ),
+    'vit-arch-dict': (
+        lambda: VisionTransformer(arch={'num_layers': 24, 'num_heads': 16, 'feedforward_channels': 64}),
+        'Custom arch needs a dict with keys',
+        "add the missing keys ['embed_dims']",
+    ),
+    'vit-out-indices-type': (
+        lambda: VisionTransformer(arch=TINY_VIT, out_indices={1: 1}),
+        '"out_indices" must be a sequence or int, get <class \'dict\'>',
+        'e.g. -1 or [3, 7, 11]',
+    ),
+    'vit-out-indices-range': (
+        lambda: VisionTransformer(arch=TINY_VIT, out_indices=[0, 13]),
+        'Invalid out_indices 13',
+        'the 4 blocks have the indices 0 .. 3',
+    ),
 }
 
 
@@ -302,5 +332,4 @@ def test_errors_start_with_mmpretrains_wording_then_name_the_fix(case):
         build()
     message = str(info.value)
     assert isinstance(info.value, ValueError)
-    assert message.startswith(wording) and fix in message[len(wording):], message
-
+    assert message.startswith(wording) and fix in message[len(wording) :], message

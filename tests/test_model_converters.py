@@ -1,4 +1,5 @@
 """Converters of the official DeepViT / LV-ViT checkpoints: every official tensor lands, unchanged, strictly."""
+
 import runpy
 import sys
 from pathlib import Path
@@ -6,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from modelindex import load as load_model_index
 from mmpretrain.models.heads import VisionTransformerClsHead
+from modelindex import load as load_model_index
 
 from mmvitreg.models.backbones import DeepViT, LVViT, convert_deepvit, convert_lvvit
 from mmvitreg.models.converters import convert_checkpoint, convert_timm_vit, unwrap_checkpoint
@@ -15,8 +16,19 @@ from mmvitreg.models.converters import convert_checkpoint, convert_timm_vit, unw
 REPO = Path(__file__).resolve().parents[1]
 
 
-def official_state_dict(dim, depth, heads, qkv_bias=True, reattn=(), stem=None, aux_head=False, classes=1000,
-                        img_size=224, patch=16, mlp_ratio=3):
+def official_state_dict(
+    dim,
+    depth,
+    heads,
+    qkv_bias=True,
+    reattn=(),
+    stem=None,
+    aux_head=False,
+    classes=1000,
+    img_size=224,
+    patch=16,
+    mlp_ratio=3,
+):
     """Random tensors under the official names and shapes.
 
     DeepViT: zhoudaquan/dvit_repo models/{layers,deep_vision_transformer}.py (``PatchEmbed.proj`` or
@@ -48,7 +60,7 @@ def official_state_dict(dim, depth, heads, qkv_bias=True, reattn=(), stem=None, 
         add('patch_embed.proj.weight', dim, channels, patch // 2, patch // 2)
     add('patch_embed.proj.bias', dim)
     add('cls_token', 1, 1, dim)
-    add('pos_embed', 1, (img_size // patch)**2 + 1, dim)
+    add('pos_embed', 1, (img_size // patch) ** 2 + 1, dim)
     for i in range(depth):
         p = f'blocks.{i}.'
         norm(p + 'norm1', dim)
@@ -76,8 +88,8 @@ def official_state_dict(dim, depth, heads, qkv_bias=True, reattn=(), stem=None, 
 
 
 def split(converted):
-    backbone = {k[len('backbone.'):]: v for k, v in converted.items() if k.startswith('backbone.')}
-    head = {k[len('head.'):]: v for k, v in converted.items() if k.startswith('head.')}
+    backbone = {k[len('backbone.') :]: v for k, v in converted.items() if k.startswith('backbone.')}
+    head = {k[len('head.') :]: v for k, v in converted.items() if k.startswith('head.')}
     assert len(backbone) + len(head) == len(converted)
     return backbone, head
 
@@ -89,16 +101,28 @@ def assert_lands(model, backbone_sd, official, converted):
     ours = model.state_dict()
     for value, new_key in zip(official.values(), converted):
         if new_key.startswith('backbone.'):
-            assert torch.equal(ours[new_key[len('backbone.'):]], value), new_key
+            assert torch.equal(ours[new_key[len('backbone.') :]], value), new_key
 
 
-@pytest.mark.parametrize('arch,official_kwargs', [
-    ('s', dict(dim=396, depth=16, heads=12, reattn=range(11, 16), stem=(64, 2))),
-    ('16b', dict(dim=384, depth=16, heads=12, reattn=range(16))),
-    (dict(embed_dims=36, num_layers=4, num_heads=12, feedforward_channels=108, attn_types=[False] * 2 + [True] * 2,
-          stem=dict(channels=8, num_convs=2), scale_adjustment=0.5),
-     dict(dim=36, depth=4, heads=12, reattn=(2, 3), stem=(8, 2))),
-])
+@pytest.mark.parametrize(
+    'arch,official_kwargs',
+    [
+        ('s', dict(dim=396, depth=16, heads=12, reattn=range(11, 16), stem=(64, 2))),
+        ('16b', dict(dim=384, depth=16, heads=12, reattn=range(16))),
+        (
+            dict(
+                embed_dims=36,
+                num_layers=4,
+                num_heads=12,
+                feedforward_channels=108,
+                attn_types=[False] * 2 + [True] * 2,
+                stem=dict(channels=8, num_convs=2),
+                scale_adjustment=0.5,
+            ),
+            dict(dim=36, depth=4, heads=12, reattn=(2, 3), stem=(8, 2)),
+        ),
+    ],
+)
 def test_deepvit_official_checkpoint_loads_strictly(arch, official_kwargs):
     """DeepViT: backbone keys load strict=True into mmvitreg.DeepViT, head into mmpretrain's ViT cls head."""
     official = official_state_dict(**official_kwargs)
@@ -111,11 +135,23 @@ def test_deepvit_official_checkpoint_loads_strictly(arch, official_kwargs):
     assert torch.equal(head.layers.head.weight, official['head.weight'])
 
 
-@pytest.mark.parametrize('arch,official_kwargs', [
-    ('t', dict(dim=240, depth=12, heads=4, stem=(64, 3))),
-    (dict(embed_dims=48, num_layers=2, num_heads=4, feedforward_channels=144, stem=dict(channels=128, num_convs=3),
-          skip_lam=3.), dict(dim=48, depth=2, heads=4, stem=(128, 3))),
-])
+@pytest.mark.parametrize(
+    'arch,official_kwargs',
+    [
+        ('t', dict(dim=240, depth=12, heads=4, stem=(64, 3))),
+        (
+            dict(
+                embed_dims=48,
+                num_layers=2,
+                num_heads=4,
+                feedforward_channels=144,
+                stem=dict(channels=128, num_convs=3),
+                skip_lam=3.0,
+            ),
+            dict(dim=48, depth=2, heads=4, stem=(128, 3)),
+        ),
+    ],
+)
 def test_lvvit_official_checkpoint_loads_strictly(arch, official_kwargs):
     """LV-ViT: backbone strict into mmvitreg.LVViT; head.layers.head.* (cls) and head.aux_head.* (token labels)."""
     official = official_state_dict(qkv_bias=False, aux_head=True, **official_kwargs)
@@ -154,10 +190,18 @@ def test_unwrap_checkpoint_prefers_the_requested_weights():
 
 def test_cli_converts_a_saved_official_checkpoint(tmp_path, monkeypatch):
     """tools/model_converters/lvvit_to_mmvitreg.py SRC DST --ema: loads the pickle, unwraps, converts, saves."""
-    official = official_state_dict(dim=24, depth=1, heads=4, qkv_bias=False, stem=(8, 3), aux_head=True, classes=5,
-                                   img_size=32)
-    torch.save({'state_dict': {k: torch.zeros_like(v) for k, v in official.items()}, 'state_dict_ema': official,
-                'epoch': 300, 'arch': 'lvvit_t'}, tmp_path / 'src.pth.tar')
+    official = official_state_dict(
+        dim=24, depth=1, heads=4, qkv_bias=False, stem=(8, 3), aux_head=True, classes=5, img_size=32
+    )
+    torch.save(
+        {
+            'state_dict': {k: torch.zeros_like(v) for k, v in official.items()},
+            'state_dict_ema': official,
+            'epoch': 300,
+            'arch': 'lvvit_t',
+        },
+        tmp_path / 'src.pth.tar',
+    )
     tool = REPO / 'tools/model_converters/lvvit_to_mmvitreg.py'
     monkeypatch.setattr(sys, 'argv', [str(tool), str(tmp_path / 'src.pth.tar'), str(tmp_path / 'dst.pth'), '--ema'])
     runpy.run_path(str(tool), run_name='__main__')
@@ -172,8 +216,9 @@ def test_every_released_checkpoint_is_in_the_model_index_with_its_config_and_con
     the papers that released weights (DeepViT, DiversePatch, LV-ViT) list them; TL-Align and DRLoc released none
     in a layout a converter takes."""
     index = load_model_index(str(REPO / 'model-index.yml'))
-    assert len(index.models) == sum(len(yaml.safe_load(p.read_text())['Models'])
-                                    for p in (REPO / 'configs').glob('*/metafile.yml'))
+    assert len(index.models) == sum(
+        len(yaml.safe_load(p.read_text())['Models']) for p in (REPO / 'configs').glob('*/metafile.yml')
+    )
     released = {}
     for model in index.models:
         source = model.data.get('Converted From')

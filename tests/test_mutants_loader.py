@@ -2,22 +2,34 @@
 (``tools/misc/mutation_score.py``, docs/mutation.md) found untested: the HistoryBuffer ``getattr`` allow-list, the
 errors a module reports while loading, what a refused file looks like, the EMA copy check, the backbone policy's
 share and ``--resume auto``'s candidates. Tiny ``nn.Linear`` models, files in ``tmp_path``; no training."""
+
 import os
 import pickle
 from collections import defaultdict
 
 import pytest
 import torch
+from checkpoint_converter import convert_checkpoint_file, converter_cli
 from mmengine.logging import HistoryBuffer
 from torch import nn
 
-from checkpoint_converter import convert_checkpoint_file, converter_cli
-from mmvitreg.engine.checkpoint import (ATOMIC_BACKEND, AtomicLocalBackend, CheckpointError, KeyReport, Pretrained,
-                                        _looks_like, compare_copy, fill_model, fit, judge, load_weights,
-                                        partial_loading)
-from mmvitreg.models.converters import convert_checkpoint
+from mmvitreg.engine.checkpoint import (
+    ATOMIC_BACKEND,
+    AtomicLocalBackend,
+    CheckpointError,
+    KeyReport,
+    Pretrained,
+    _looks_like,
+    compare_copy,
+    fill_model,
+    fit,
+    judge,
+    load_weights,
+    partial_loading,
+)
 from mmvitreg.engine.runner import first_readable, resume_candidates
 from mmvitreg.fileio import UnsafeCheckpointError, _history_buffer_statistic, atomic_write, load_checkpoint
+from mmvitreg.models.converters import convert_checkpoint
 
 
 class Net(nn.Module):
@@ -46,12 +58,20 @@ def test_what_mmengine_and_numpy_put_in_a_checkpoint_loads_through_the_allow_lis
     """The allow-list holds numpy's array and scalar rebuild functions and dtypes (a HistoryBuffer's history, a
     numpy RNG state, numpy scalars in meta) and argparse.Namespace (timm-era official checkpoints' args)."""
     import argparse
+
     import numpy as np
+
     buffer = HistoryBuffer()
     buffer.update(0.5)
     buffer.update(1.5)
-    saved = {'state_dict': {'w': torch.ones(1)}, 'history': buffer, 'rng': np.random.RandomState(0).get_state(),
-             'eta': np.float64(2.5), 'steps': np.arange(3, dtype=np.int16), 'args': argparse.Namespace(lr=0.1)}
+    saved = {
+        'state_dict': {'w': torch.ones(1)},
+        'history': buffer,
+        'rng': np.random.RandomState(0).get_state(),
+        'eta': np.float64(2.5),
+        'steps': np.arange(3, dtype=np.int16),
+        'args': argparse.Namespace(lr=0.1),
+    }
     torch.save(saved, tmp_path / 'ckpt.pth')
     loaded = load_checkpoint(str(tmp_path / 'ckpt.pth'), unsafe=False)
     assert loaded['history'].mean() == 1.0 and loaded['history'].min() == 0.5
@@ -62,6 +82,7 @@ def test_what_mmengine_and_numpy_put_in_a_checkpoint_loads_through_the_allow_lis
 def test_an_object_array_is_refused_by_the_allow_list(tmp_path):
     """numpy's object dtype (and void) is left out of the allow-list: an object array unpickles arbitrary objects."""
     import numpy as np
+
     torch.save({'state_dict': {'w': torch.ones(1)}, 'a': np.array([1, 'x'], dtype=object)}, tmp_path / 'obj.pth')
     with pytest.raises(UnsafeCheckpointError, match='obj.pth: refused to unpickle'):
         load_checkpoint(str(tmp_path / 'obj.pth'), unsafe=False)
@@ -83,6 +104,7 @@ def test_a_failed_atomic_write_removes_its_temporary_keeps_the_old_file_and_rais
 def test_the_atomic_backend_is_registered_with_mmengine():
     """A config's backend_args=dict(backend='mmvitreg_atomic_local') builds the atomic backend."""
     from mmengine.fileio import get_file_backend
+
     assert isinstance(get_file_backend(backend_args=dict(backend=ATOMIC_BACKEND)), AtomicLocalBackend)
 
 
@@ -121,9 +143,9 @@ def test_a_modules_own_load_error_is_reported_and_mmengines_key_lines_are_not():
 def test_a_report_lists_the_first_five_keys_of_each_kind_and_counts_the_rest():
     five = [f'k{i}' for i in range(5)]
     assert KeyReport(missing=five).describe() == (
-        '0 matched, 0 resized, 5 missing, 0 unexpected, 0 mismatched keys; missing: k0, k1, k2, k3, k4')
-    assert KeyReport(unexpected=five + ['k5', 'k6']).describe().endswith(
-        'unexpected: k0, k1, k2, k3, k4, ... (2 more)')
+        '0 matched, 0 resized, 5 missing, 0 unexpected, 0 mismatched keys; missing: k0, k1, k2, k3, k4'
+    )
+    assert KeyReport(unexpected=five + ['k5', 'k6']).describe().endswith('unexpected: k0, k1, k2, k3, k4, ... (2 more)')
 
 
 def test_judge_refuses_an_unknown_policy():
@@ -138,9 +160,11 @@ def test_a_refused_file_is_described_by_its_layout_its_top_level_modules_or_its_
     meta = {'official_layout': 'DeepViT', 'official_model': 'deepvit-s'}
     assert _looks_like({'meta': meta}, {}) == 'the DeepViT release layout, converted on load for deepvit-s'
     assert _looks_like({}, {'backbone.a': 0, 'head.b': 0, 'neck.c': 0}) == (
-        'a checkpoint of another model (top-level modules: backbone, head, neck)')
+        'a checkpoint of another model (top-level modules: backbone, head, neck)'
+    )
     assert _looks_like({'meta': None}, {'blocks.0.w': 0, 'cls_token': 0}) == (
-        'a state dict of no known layout (first keys: blocks.0.w, cls_token)')
+        'a state dict of no known layout (first keys: blocks.0.w, cls_token)'
+    )
 
 
 # ---------------------------------------------------------------- the backbone policy
@@ -168,7 +192,8 @@ def test_the_backbone_policy_needs_ninety_percent_of_the_backbone_and_no_dropped
 
 class LeftOut(nn.Linear):
     """A backbone whose options left its output norm ``norm`` out."""
-    left_out = ('norm', )
+
+    left_out = ('norm',)
 
 
 def test_the_backbone_policy_accepts_the_keys_of_the_modules_the_backbone_leaves_out_and_no_other():
@@ -195,12 +220,14 @@ def test_the_ema_copy_check_matches_each_tensor_in_the_state_dict_or_the_ema_sta
     whose key has another shape in every source mismatched, any other missing; derived buffers are skipped."""
     copy = Net()
     state = {k: v.clone() for k, v in copy.state_dict().items()}
-    checkpoint = {'state_dict': {**state, 'backbone.weight': state['backbone.weight'] + 1, 'head.bias': torch.zeros(5)},
-                  'ema_state_dict': {'module.backbone.weight': state['backbone.weight']}}
+    checkpoint = {
+        'state_dict': {**state, 'backbone.weight': state['backbone.weight'] + 1, 'head.bias': torch.zeros(5)},
+        'ema_state_dict': {'module.backbone.weight': state['backbone.weight']},
+    }
     del checkpoint['state_dict']['bn.num_batches_tracked']
     report = compare_copy(copy, checkpoint)
     assert 'backbone.weight' in report.matched and 'bn.num_batches_tracked' not in report.matched + report.missing
-    assert report.mismatched == {'head.bias': ((5, ), (3, ))} and report.missing == []
+    assert report.mismatched == {'head.bias': ((5,), (3,))} and report.missing == []
     no_ema = {'state_dict': checkpoint['state_dict'], 'ema_state_dict': None}
     report = compare_copy(copy, no_ema)
     assert report.missing == ['backbone.weight'] and 'backbone.bias' in report.matched
@@ -216,14 +243,21 @@ def test_resume_candidates_put_the_file_last_checkpoint_names_first_once(tmp_pat
         (tmp_path / name).write_bytes(b'x')
     other = str(tmp_path / 'elsewhere' / 'best.pth')
     (tmp_path / 'last_checkpoint').write_text(other + '\n')
-    assert resume_candidates(str(tmp_path)) == [other] + [str(tmp_path / n) for n in (
-        'iter_30.pth', 'epoch_10.pth', 'epoch_2.pth')]
+    assert resume_candidates(str(tmp_path)) == [other] + [
+        str(tmp_path / n) for n in ('iter_30.pth', 'epoch_10.pth', 'epoch_2.pth')
+    ]
     (tmp_path / 'last_checkpoint').write_text(str(tmp_path / 'sub' / '..' / 'epoch_10.pth'))
     assert [os.path.basename(p) for p in resume_candidates(str(tmp_path))] == [
-        'epoch_10.pth', 'iter_30.pth', 'epoch_2.pth']  # the same file named another way is listed once
+        'epoch_10.pth',
+        'iter_30.pth',
+        'epoch_2.pth',
+    ]  # the same file named another way is listed once
     (tmp_path / 'last_checkpoint').write_text('  \n')
     assert [os.path.basename(p) for p in resume_candidates(str(tmp_path))] == [
-        'iter_30.pth', 'epoch_10.pth', 'epoch_2.pth']
+        'iter_30.pth',
+        'epoch_10.pth',
+        'epoch_2.pth',
+    ]
     assert resume_candidates(str(tmp_path / 'missing')) == []
 
 
@@ -235,8 +269,11 @@ def test_first_readable_skips_unreadable_candidates_with_a_warning_and_fails_whe
     assert first_readable([str(bad), str(good)], warned.append) == str(good)
     assert len(warned) == 1 and f'skipping {bad}' in warned[0]
     assert first_readable([], warned.append) is None
-    with pytest.raises(CheckpointError, match=r'no readable checkpoint to resume from: checkpoint .*epoch_2.pth '
-                                              r'is an empty file .* \| checkpoint .*missing.pth does not exist'):
+    with pytest.raises(
+        CheckpointError,
+        match=r'no readable checkpoint to resume from: checkpoint .*epoch_2.pth '
+        r'is an empty file .* \| checkpoint .*missing.pth does not exist',
+    ):
         first_readable([str(bad), str(tmp_path / 'missing.pth')], warned.append)
 
 
@@ -247,8 +284,7 @@ def test_pretrained_records_the_load_in_mmengines_init_info(tmp_path):
     """mmengine logs, per parameter, what initialised it: a Pretrained load updates the entries of the parameters it
     changed (a module without the record, a backbone built alone, loads as well)."""
     path = tmp_path / 'net.pth'
-    torch.save({'state_dict': {k: v + 1 if v.is_floating_point() else v for k, v in Net().state_dict().items()}},
-               path)
+    torch.save({'state_dict': {k: v + 1 if v.is_floating_point() else v for k, v in Net().state_dict().items()}}, path)
     model = Net()
     model._params_init_info = defaultdict(dict)
     for param in model.parameters():
@@ -276,20 +312,33 @@ def test_a_converter_takes_the_trained_weights_unless_ema_and_reports_what_it_sa
 
 def test_a_release_is_converted_with_one_log_line_and_a_file_that_does_not_convert_names_its_layout(caplog):
     import logging
+
     from test_official_checkpoint_loading import LAYOUTS
+
     release = LAYOUTS['deit'][0]()
     caplog.set_level(logging.INFO, logger='test_mutants_loader')
     converted = convert_checkpoint({'model': release}, 'deit.pth', logger=logging.getLogger('test_mutants_loader'))
     lines = [r.getMessage() for r in caplog.records if r.name == 'test_mutants_loader']
-    assert converted['meta']['official_layout'].startswith('timm / DeiT ViT') and 'backbone.cls_token' in converted[
-        'state_dict']
-    assert len(lines) == 1 and lines[0].startswith('checkpoint deit.pth: timm / DeiT ViT') and 'converted on load by' \
-        in lines[0]
-    with pytest.raises(CheckpointError, match=r"checkpoint f.pth looks like the timm / DeiT ViT .* release layout but "
-                                              r"does not convert: keys with no mmvitreg counterpart: \['blocks.0.x'\]"):
+    assert (
+        converted['meta']['official_layout'].startswith('timm / DeiT ViT')
+        and 'backbone.cls_token' in converted['state_dict']
+    )
+    assert (
+        len(lines) == 1
+        and lines[0].startswith('checkpoint deit.pth: timm / DeiT ViT')
+        and 'converted on load by' in lines[0]
+    )
+    with pytest.raises(
+        CheckpointError,
+        match=r"checkpoint f.pth looks like the timm / DeiT ViT .* release layout but "
+        r"does not convert: keys with no mmvitreg counterpart: \['blocks.0.x'\]",
+    ):
         convert_checkpoint({'model': {**release, 'blocks.0.x': torch.zeros(1)}}, 'f.pth')
-    with pytest.raises(CheckpointError, match=r"checkpoint f.pth: no state dict found in the checkpoint .* top-level "
-                                              r"keys: \['epoch', 'meta'\]"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"checkpoint f.pth: no state dict found in the checkpoint .* top-level "
+        r"keys: \['epoch', 'meta'\]",
+    ):
         convert_checkpoint({'meta': {}, 'epoch': 3}, 'f.pth')
 
 
@@ -316,6 +365,7 @@ def test_the_backbone_policy_accepts_exactly_ninety_percent():
 
 def test_load_weights_selects_the_prefix_logs_one_line_and_refuses_a_prefix_with_no_key(tmp_path, caplog):
     import logging
+
     path = tmp_path / 'classifier.pth'
     source = Net()
     torch.save({'state_dict': {f'backbone.{k}': v for k, v in source.backbone.state_dict().items()}}, path)
@@ -324,9 +374,13 @@ def test_load_weights_selects_the_prefix_logs_one_line_and_refuses_a_prefix_with
     report = load_weights(target, str(path), prefix='backbone', logger=logging.getLogger('test_mutants_loader'))
     assert report.clean and torch.equal(target.weight, source.backbone.weight)
     assert [r.getMessage() for r in caplog.records if r.name == 'test_mutants_loader'] == [
-        f"weights (prefix='backbone.') {path}: 2 matched, 0 resized, 0 missing, 0 unexpected, 0 mismatched keys"]
-    with pytest.raises(CheckpointError, match=r"has no key under the prefix='neck.'; the file looks like a checkpoint "
-                                              r'of another model \(top-level modules: backbone\); use a checkpoint'):
+        f"weights (prefix='backbone.') {path}: 2 matched, 0 resized, 0 missing, 0 unexpected, 0 mismatched keys"
+    ]
+    with pytest.raises(
+        CheckpointError,
+        match=r"has no key under the prefix='neck.'; the file looks like a checkpoint "
+        r'of another model \(top-level modules: backbone\); use a checkpoint',
+    ):
         load_weights(target, str(path), prefix='neck.')
 
 
@@ -340,6 +394,7 @@ def test_partial_loading_is_the_opt_out_only_inside_its_block():
 
 def test_a_converter_refuses_a_refused_global_by_default_and_names_keys_it_does_not_know(tmp_path):
     import numpy as np
+
     src, dst = tmp_path / 'official.pth', tmp_path / 'converted.pth'
     torch.save({'model': {'w': torch.zeros(2)}, 'a': np.array([1, 'x'], dtype=object)}, src)
     with pytest.raises(CheckpointError, match='official.pth: refused to unpickle'):

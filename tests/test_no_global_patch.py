@@ -4,6 +4,7 @@ file and from a URL (mmengine's own ``load_from_http``, from torch.hub's downloa
 mmengine's ``CheckpointLoader`` keeps its own loader of every scheme; mmvitreg's own models keep their loading
 (official releases converted, strict inference) in either order. Each order runs in a fresh interpreter, because
 the order is what is under test."""
+
 import json
 import shutil
 import subprocess
@@ -12,7 +13,6 @@ import textwrap
 
 import pytest
 import torch
-
 from conftest import tool_env
 
 ORDERS = ('without', 'infer-first', 'mmvitreg-first')
@@ -51,7 +51,8 @@ SCRIPT = textwrap.dedent('''
             'inferencer': lambda model: infer._load_checkpoint_to_model(model, torch.load(ckpt)),  # BaseInferencer
             'url': lambda model: load_checkpoint(model, URL)}
     outcome = {'PretrainedInit.__call__': PretrainedInit.__call__.__module__,
-               'loaders': {scheme: f'{f.__module__}.{f.__qualname__}' for scheme, f in CheckpointLoader._schemes.items()}}
+               'loaders': {scheme: f'{f.__module__}.{f.__qualname__}'
+                           for scheme, f in CheckpointLoader._schemes.items()}}
     for name, build in BUILD.items():
         for how, load in LOAD.items():
             torch.manual_seed(0)
@@ -85,8 +86,16 @@ def runs(tmp_path_factory):
     fits the ViT, one unknown key)."""
     tmp = tmp_path_factory.mktemp('no_global_patch')
     ckpt = tmp / 'not_fitting.pth'
-    torch.save({'state_dict': {'conv1.weight': torch.ones(8, 3, 3, 3), 'cls_token': torch.ones(1, 1, 32),
-                               'fc9.weight': torch.ones(2)}}, ckpt)
+    torch.save(
+        {
+            'state_dict': {
+                'conv1.weight': torch.ones(8, 3, 3, 3),
+                'cls_token': torch.ones(1, 1, 32),
+                'fc9.weight': torch.ones(2),
+            }
+        },
+        ckpt,
+    )
     cache = tmp / 'torch_home' / 'hub' / 'checkpoints'  # torch.hub's download cache, which mmengine's loader reads
     cache.mkdir(parents=True)
     shutil.copy(ckpt, cache / ckpt.name)
@@ -94,8 +103,14 @@ def runs(tmp_path_factory):
     script.write_text(SCRIPT)
     out = {}
     for order in ORDERS:
-        run = subprocess.run([sys.executable, str(script), order, str(ckpt)], capture_output=True, text=True,
-                             env={**tool_env(), 'TORCH_HOME': str(tmp / 'torch_home')}, timeout=300, cwd=tmp)
+        run = subprocess.run(
+            [sys.executable, str(script), order, str(ckpt)],
+            capture_output=True,
+            text=True,
+            env={**tool_env(), 'TORCH_HOME': str(tmp / 'torch_home')},
+            timeout=300,
+            cwd=tmp,
+        )
         assert run.returncode == 0, run.stderr[-3000:]
         out[order] = json.loads(run.stdout.strip().splitlines()[-1])
     return out
@@ -111,8 +126,10 @@ def test_plain_mmpretrain_models_load_as_without_mmvitreg_in_any_import_order(ru
     assert mine == runs['without']
     assert runs[order]['PretrainedInit.__call__'] == 'mmengine.model.weight_init'
     assert {runs[order]['loaders'][scheme] for scheme in ('', 'http://', 'https://', r'(\S+\:)?s3://')} == {
-        'mmengine.runner.checkpoint.load_from_local', 'mmengine.runner.checkpoint.load_from_http',
-        'mmengine.runner.checkpoint.load_from_ceph'}
+        'mmengine.runner.checkpoint.load_from_local',
+        'mmengine.runner.checkpoint.load_from_http',
+        'mmengine.runner.checkpoint.load_from_ceph',
+    }
     assert runs[order]['vit url'] == runs[order]['vit load_checkpoint']  # the URL read from mmengine's cache
     vit = runs[order]['vit load_checkpoint']
     assert vit['result'] == 'ok' and vit['state']['cls_token'] == 32.0  # the fitting key did load, non-strictly

@@ -3,24 +3,25 @@ and shapes of each release (the converter tests' builders) goes through ``load_f
 ``init_cfg=dict(type='Pretrained')`` (with and without ``prefix='backbone.'``) and ``tools/test.py``, raw or
 wrapped, and the model gives the outputs of the same model loaded strictly from the explicit converter's output.
 A load that would leave the backbone random stops with an error naming the file and the layout."""
+
 import copy
 import itertools
 import pickle
 
 import pytest
 import torch
+from conftest import CONFIGS
+from guard_helpers import build_workspace, tool
 from mmengine.config import ConfigDict
 from mmengine.registry import DefaultScope
 from mmpretrain.registry import MODELS
-
-from conftest import CONFIGS
-from guard_helpers import build_workspace, tool
-from mmvitreg.engine import CheckpointError, GuardedRunner
-from mmvitreg.models.backbones import convert_deepvit, convert_lvvit, convert_swin
-from mmvitreg.models.converters import convert_checkpoint, convert_diversepatch, convert_timm_vit, detect_layout
 from test_diversepatch_converter import official_state_dict as diversepatch_state_dict
 from test_model_converters import official_state_dict as timm_state_dict
 from test_swin import NANO, nano, official_swin_state_dict
+
+from mmvitreg.engine import CheckpointError, GuardedRunner
+from mmvitreg.models.backbones import convert_deepvit, convert_lvvit, convert_swin
+from mmvitreg.models.converters import convert_checkpoint, convert_diversepatch, convert_timm_vit, detect_layout
 
 K = 5  # classes of every tiny release
 _runs = itertools.count()
@@ -38,37 +39,95 @@ def deit_state_dict():
 
 # layout -> (official state dict, its converter, the mmpretrain-scope model the converter's keys are made for)
 LAYOUTS = {
-    'lvvit': (lambda: timm_state_dict(dim=24, depth=2, heads=4, qkv_bias=False, stem=(8, 3), aux_head=True,
-                                      classes=K, img_size=32),
-              convert_lvvit,
-              dict(type='mmvitreg.TokenClassifier',
-                   backbone=dict(type='mmvitreg.LVViT', img_size=32, out_type='raw', arch=dict(
-                       embed_dims=24, num_layers=2, num_heads=4, feedforward_channels=72,
-                       stem=dict(channels=8, num_convs=3), skip_lam=2.)),
-                   head=dict(type='mmvitreg.TokenLabelHead', num_classes=K, in_channels=24))),
-    'deepvit': (lambda: timm_state_dict(dim=36, depth=4, heads=12, reattn=(2, 3), stem=(8, 2), classes=K, img_size=32),
-                convert_deepvit,
-                dict(type='ImageClassifier', head=vit_head(36),
-                     backbone=dict(type='mmvitreg.DeepViT', img_size=32, arch=dict(
-                         embed_dims=36, num_layers=4, num_heads=12, feedforward_channels=108,
-                         attn_types=[False] * 2 + [True] * 2, stem=dict(channels=8, num_convs=2),
-                         scale_adjustment=0.5)))),
-    'diversepatch': (diversepatch_state_dict, convert_diversepatch,
-                     dict(type='mmvitreg.TokenClassifier', head=vit_head(16),
-                          backbone=dict(type='mmvitreg.VisionTransformer', img_size=32, patch_size=8, arch=dict(
-                              embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=64,
-                              attn_types='talking_heads')),
-                          aux_losses=[dict(type='mmvitreg.PatchCosineLoss'), dict(type='mmvitreg.PatchContrastiveLoss'),
-                                      dict(type='mmvitreg.PatchMixingLoss', num_classes=K, in_channels=16)])),
-    'deit': (deit_state_dict, convert_timm_vit,  # mmpretrain's own ViT, as the TL-Align and demo DeiT configs
-             dict(type='ImageClassifier', head=vit_head(16),
-                  backbone=dict(type='VisionTransformer', img_size=32, patch_size=8, arch=dict(
-                      embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=64)))),
-    'swin': (lambda: official_swin_state_dict(nano(), classes=K), convert_swin,
-             dict(type='ImageClassifier', neck=dict(type='GlobalAveragePooling'),
-                  head=dict(type='LinearClsHead', num_classes=K, in_channels=64),
-                  backbone=dict(type='mmvitreg.SwinTransformer', arch=NANO, img_size=64, window_size=4,
-                                out_indices=(2, )))),
+    'lvvit': (
+        lambda: timm_state_dict(
+            dim=24, depth=2, heads=4, qkv_bias=False, stem=(8, 3), aux_head=True, classes=K, img_size=32
+        ),
+        convert_lvvit,
+        dict(
+            type='mmvitreg.TokenClassifier',
+            backbone=dict(
+                type='mmvitreg.LVViT',
+                img_size=32,
+                out_type='raw',
+                arch=dict(
+                    embed_dims=24,
+                    num_layers=2,
+                    num_heads=4,
+                    feedforward_channels=72,
+                    stem=dict(channels=8, num_convs=3),
+                    skip_lam=2.0,
+                ),
+            ),
+            head=dict(type='mmvitreg.TokenLabelHead', num_classes=K, in_channels=24),
+        ),
+    ),
+    'deepvit': (
+        lambda: timm_state_dict(dim=36, depth=4, heads=12, reattn=(2, 3), stem=(8, 2), classes=K, img_size=32),
+        convert_deepvit,
+        dict(
+            type='ImageClassifier',
+            head=vit_head(36),
+            backbone=dict(
+                type='mmvitreg.DeepViT',
+                img_size=32,
+                arch=dict(
+                    embed_dims=36,
+                    num_layers=4,
+                    num_heads=12,
+                    feedforward_channels=108,
+                    attn_types=[False] * 2 + [True] * 2,
+                    stem=dict(channels=8, num_convs=2),
+                    scale_adjustment=0.5,
+                ),
+            ),
+        ),
+    ),
+    'diversepatch': (
+        diversepatch_state_dict,
+        convert_diversepatch,
+        dict(
+            type='mmvitreg.TokenClassifier',
+            head=vit_head(16),
+            backbone=dict(
+                type='mmvitreg.VisionTransformer',
+                img_size=32,
+                patch_size=8,
+                arch=dict(
+                    embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=64, attn_types='talking_heads'
+                ),
+            ),
+            aux_losses=[
+                dict(type='mmvitreg.PatchCosineLoss'),
+                dict(type='mmvitreg.PatchContrastiveLoss'),
+                dict(type='mmvitreg.PatchMixingLoss', num_classes=K, in_channels=16),
+            ],
+        ),
+    ),
+    'deit': (
+        deit_state_dict,
+        convert_timm_vit,  # mmpretrain's own ViT, as the TL-Align and demo DeiT configs
+        dict(
+            type='ImageClassifier',
+            head=vit_head(16),
+            backbone=dict(
+                type='VisionTransformer',
+                img_size=32,
+                patch_size=8,
+                arch=dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=64),
+            ),
+        ),
+    ),
+    'swin': (
+        lambda: official_swin_state_dict(nano(), classes=K),
+        convert_swin,
+        dict(
+            type='ImageClassifier',
+            neck=dict(type='GlobalAveragePooling'),
+            head=dict(type='LinearClsHead', num_classes=K, in_channels=64),
+            backbone=dict(type='mmvitreg.SwinTransformer', arch=NANO, img_size=64, window_size=4, out_indices=(2,)),
+        ),
+    ),
 }
 IMG = {'swin': 64}
 
@@ -99,33 +158,43 @@ def max_diff(model, layout):
 
 def save(path, layout, wrap='raw'):
     sd = LAYOUTS[layout][0]()
-    wrapped = {'raw': lambda: sd, 'model': lambda: {'model': sd, 'epoch': 300},
-               'state_dict': lambda: {'state_dict': sd, 'state_dict_ema': {k: v + 1 for k, v in sd.items()}},
-               'model_ema': lambda: {'model_ema': sd, 'epoch': 300},
-               'module': lambda: {'model': {'module.' + k: v for k, v in sd.items()}}}[wrap]()
+    wrapped = {
+        'raw': lambda: sd,
+        'model': lambda: {'model': sd, 'epoch': 300},
+        'state_dict': lambda: {'state_dict': sd, 'state_dict_ema': {k: v + 1 for k, v in sd.items()}},
+        'model_ema': lambda: {'model_ema': sd, 'epoch': 300},
+        'module': lambda: {'model': {'module.' + k: v for k, v in sd.items()}},
+    }[wrap]()
     torch.save(wrapped, path)
     return path
 
 
 def runner_load(tmp_path, cfg, ckpt, **policy):
-    runner = GuardedRunner(model=copy.deepcopy(cfg), work_dir=str(tmp_path / 'work'), load_from=str(ckpt),
-                           experiment_name=f'official_{next(_runs)}', default_scope='mmpretrain',
-                           cfg=dict(checkpoint_policy=policy or None))
+    runner = GuardedRunner(
+        model=copy.deepcopy(cfg),
+        work_dir=str(tmp_path / 'work'),
+        load_from=str(ckpt),
+        experiment_name=f'official_{next(_runs)}',
+        default_scope='mmpretrain',
+        cfg=dict(checkpoint_policy=policy or None),
+    )
     runner.load_or_resume()
     return runner
 
 
 def test_each_release_is_recognised_by_its_keys_and_native_checkpoints_are_left_alone():
     names = {layout: detect_layout(LAYOUTS[layout][0]()).name for layout in LAYOUTS}
-    assert names == {'lvvit': 'official LV-ViT (zihangJiang/TokenLabeling)',
-                     'deepvit': 'official DeepViT (zhoudaquan/dvit_repo)',
-                     'diversepatch': 'official DiversePatch (ChengyueGongR/PatchVisionTransformer)',
-                     'deit': 'timm / DeiT ViT (facebookresearch/deit, Euphoria16/TL-Align)',
-                     'swin': 'official Swin Transformer (microsoft/Swin-Transformer)'}
+    assert names == {
+        'lvvit': 'official LV-ViT (zihangJiang/TokenLabeling)',
+        'deepvit': 'official DeepViT (zhoudaquan/dvit_repo)',
+        'diversepatch': 'official DiversePatch (ChengyueGongR/PatchVisionTransformer)',
+        'deit': 'timm / DeiT ViT (facebookresearch/deit, Euphoria16/TL-Align)',
+        'swin': 'official Swin Transformer (microsoft/Swin-Transformer)',
+    }
     for layout, (official, convert, cfg) in LAYOUTS.items():
         converted = convert(official())
         assert detect_layout(converted) is None, layout  # mmvitreg / mmpretrain classifier keys
-        backbone = {k[len('backbone.'):]: v for k, v in converted.items() if k.startswith('backbone.')}
+        backbone = {k[len('backbone.') :]: v for k, v in converted.items() if k.startswith('backbone.')}
         assert detect_layout(backbone) is None, layout  # mmseg / mmdet backbone keys (e.g. swin2mmseg's output)
         checkpoint = {'state_dict': converted, 'meta': {'epoch': 3}}
         assert convert_checkpoint(checkpoint, 'native.pth') == checkpoint
@@ -175,12 +244,22 @@ def test_mmdet_swin_still_converts_official_releases_itself(tmp_path):
     """mmdet's (and mmseg's) own Swin reads official files through mmengine's CheckpointLoader and converts them
     itself (``convert_weights=True``): it must get the file as it is, not converted a second time."""
     from mmdet.models.backbones import SwinTransformer as MMDetSwin
+
     ckpt = str(save(tmp_path / 'official.pth', 'swin', 'model'))
-    theirs = MMDetSwin(embed_dims=16, depths=(2, 2, 2), num_heads=(1, 2, 4), strides=(4, 2, 2), window_size=4,
-                       out_indices=(0, 1, 2), convert_weights=True,
-                       init_cfg=ConfigDict(type='Pretrained', checkpoint=ckpt))
+    theirs = MMDetSwin(
+        embed_dims=16,
+        depths=(2, 2, 2),
+        num_heads=(1, 2, 4),
+        strides=(4, 2, 2),
+        window_size=4,
+        out_indices=(0, 1, 2),
+        convert_weights=True,
+        init_cfg=ConfigDict(type='Pretrained', checkpoint=ckpt),
+    )
     theirs.init_weights()
-    ours = {k[len('backbone.'):]: v for k, v in convert_swin(LAYOUTS['swin'][0]()).items() if k.startswith('backbone.')}
+    ours = {
+        k[len('backbone.') :]: v for k, v in convert_swin(LAYOUTS['swin'][0]()).items() if k.startswith('backbone.')
+    }
     loaded = {k: v for k, v in theirs.state_dict().items() if k.startswith(('patch_embed.', 'stages.'))}
     assert len(loaded) == 94  # every patch-embedding and stage tensor (mmdet's converter leaves the output norms)
     for key, value in loaded.items():
@@ -234,13 +313,15 @@ def test_tools_test_py_evaluates_the_release_as_the_converted_file(tmp_path, dig
     official, convert, model = LAYOUTS[layout]
     size = IMG.get(layout, 32)
     config = tmp_path / f'{layout}_digits.py'
-    config.write_text(f"_base_ = '{CONFIGS / 'demo' / 'deit-tiny_1xb64_digits.py'}'\n"
-                      f'model = dict(_delete_=True, **{model!r})\n'
-                      "test_pipeline = [dict(type='LoadImageFromFile'), "
-                      f"dict(type='Resize', scale={size}), dict(type='PackInputs')]\n"
-                      f"test_dataloader = dict(num_workers=0, persistent_workers=False, dataset=dict(\n"
-                      f"    data_root='{digits}', indices=8, pipeline=test_pipeline))\n"
-                      'test_evaluator = dict(topk=(1, ))\n')
+    config.write_text(
+        f"_base_ = '{CONFIGS / 'demo' / 'deit-tiny_1xb64_digits.py'}'\n"
+        f'model = dict(_delete_=True, **{model!r})\n'
+        "test_pipeline = [dict(type='LoadImageFromFile'), "
+        f"dict(type='Resize', scale={size}), dict(type='PackInputs')]\n"
+        f"test_dataloader = dict(num_workers=0, persistent_workers=False, dataset=dict(\n"
+        f"    data_root='{digits}', indices=8, pipeline=test_pipeline))\n"
+        'test_evaluator = dict(topk=(1, ))\n'
+    )
     converted = tmp_path / 'converted.pth'
     torch.save({'state_dict': convert(official())}, converted)
     scores = []

@@ -6,6 +6,7 @@ The reference below is a direct transcription of that code on dense ``(B, C, h, 
 torchvision's ``roi_align`` (boxes in its (x1, y1, x2, y2) order, i.e. the official crop with its
 x/y swap corrected, as our reading keeps the correct crop).
 """
+
 import numpy as np
 import torch
 from mmengine.registry import init_default_scope
@@ -24,14 +25,16 @@ def random_crops(rng, n):
     (top, left, height, width) of a 120 x 200 image, as TokenLabelMaps that went through the crop."""
     maps, boxes = [], []
     for _ in range(n):
-        logits = -np.sort(-rng.normal(0., 3., (K, MAP, MAP)), 0)
+        logits = -np.sort(-rng.normal(0.0, 3.0, (K, MAP, MAP)), 0)
         classes = np.stack([rng.choice(C, K, replace=False) for _ in range(MAP * MAP)], 1).reshape(K, MAP, MAP)
         label_map = TokenLabelMap(np.stack([logits, classes]).astype(np.float16), (H0, W0))
-        area = rng.uniform(0.08, 1.) * H0 * W0
+        area = rng.uniform(0.08, 1.0) * H0 * W0
         ratio = np.exp(rng.uniform(np.log(3 / 4), np.log(4 / 3)))
         ch, cw = min(np.sqrt(area / ratio), H0), min(np.sqrt(area * ratio), W0)
         top, left = rng.uniform(0, H0 - ch), rng.uniform(0, W0 - cw)
-        label_map.compose(np.array([[cw / OUT, 0., left], [0., ch / OUT, top], [0., 0., 1.]]), (H0, W0), (OUT, OUT))
+        label_map.compose(
+            np.array([[cw / OUT, 0.0, left], [0.0, ch / OUT, top], [0.0, 0.0, 1.0]]), (H0, W0), (OUT, OUT)
+        )
         maps.append(label_map)
         boxes.append((top / H0, left / W0, ch / H0, cw / W0))
     return maps, torch.tensor(boxes)
@@ -89,8 +92,9 @@ def test_preprocessor_attaches_the_relabel_target():
         sample = DataSample().set_gt_label(0)
         sample.set_field(transform.pack(m, (OUT, OUT)), 'token_label_map')
         samples.append(sample)
-    data = TokenClsDataPreprocessor()(dict(inputs=[torch.zeros(3, OUT, OUT, dtype=torch.uint8)] * 2,
-                                           data_samples=samples))
+    data = TokenClsDataPreprocessor()(
+        dict(inputs=[torch.zeros(3, OUT, OUT, dtype=torch.uint8)] * 2, data_samples=samples)
+    )
     relabel = torch.stack([s.relabel_label for s in data['data_samples']])
     assert (to_dense(relabel) - official_targets(maps, coords, 1)[..., 0]).abs().max() <= 1e-6
     token_label = torch.stack([s.token_label for s in data['data_samples']])
@@ -103,6 +107,7 @@ def test_official_targets_train_lvvit_with_mixtoken():
     from mmengine.optim import OptimWrapper
     from mmengine.registry import DefaultScope
     from mmpretrain.registry import MODELS
+
     maps, _ = random_crops(np.random.default_rng(2), 4)
     transform = TokenLabelTarget(token_label_size=4, reading='official', num_classes=C)
     samples = []
@@ -112,13 +117,31 @@ def test_official_targets_train_lvvit_with_mixtoken():
         samples.append(sample)
     cfg = dict(
         type='mmvitreg.TokenClassifier',
-        backbone=dict(type='mmvitreg.LVViT', img_size=32, patch_size=8, out_type='raw',
-                      arch=dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32,
-                                stem=dict(channels=8, num_convs=3), skip_lam=2.0)),
-        head=dict(type='mmvitreg.TokenLabelHead', num_classes=C, in_channels=16, beta=1.0, cls_target='relabel',
-                  label_smooth_form='official'),
+        backbone=dict(
+            type='mmvitreg.LVViT',
+            img_size=32,
+            patch_size=8,
+            out_type='raw',
+            arch=dict(
+                embed_dims=16,
+                num_layers=2,
+                num_heads=2,
+                feedforward_channels=32,
+                stem=dict(channels=8, num_convs=3),
+                skip_lam=2.0,
+            ),
+        ),
+        head=dict(
+            type='mmvitreg.TokenLabelHead',
+            num_classes=C,
+            in_channels=16,
+            beta=1.0,
+            cls_target='relabel',
+            label_smooth_form='official',
+        ),
         train_cfg=dict(mix=dict(type='mmvitreg.MixToken', patch_size=8)),
-        data_preprocessor=dict(num_classes=C))
+        data_preprocessor=dict(num_classes=C),
+    )
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         model = MODELS.build(cfg)
     head_before = [p.detach().clone() for p in (model.head.layers.head.weight, model.head.aux_head.weight)]
@@ -126,5 +149,6 @@ def test_official_targets_train_lvvit_with_mixtoken():
     inputs = [torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8) for _ in range(4)]
     log = model.train_step(dict(inputs=inputs, data_samples=samples), optim)
     assert {'loss_cls', 'loss_token'} <= set(log) and all(torch.isfinite(v) for v in log.values())
-    assert all(not torch.equal(a, b) for a, b in
-               zip(head_before, (model.head.layers.head.weight, model.head.aux_head.weight)))
+    assert all(
+        not torch.equal(a, b) for a, b in zip(head_before, (model.head.layers.head.weight, model.head.aux_head.weight))
+    )

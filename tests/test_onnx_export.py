@@ -1,10 +1,10 @@
 """tools/deployment/pytorch2onnx.py: every backbone's inference path (and a UperNet) exports to ONNX and
 onnxruntime gives PyTorch's outputs (<= 1e-4) on random weights, at another batch size than traced."""
+
 import importlib.util
 
 import pytest
 import torch
-
 from conftest import CONFIGS, TOOLS, run_tool
 from model_helpers import random_checkpoint
 
@@ -18,10 +18,16 @@ spec.loader.exec_module(pytorch2onnx)
 CASES = {
     'vit': (CONFIGS / 'tlalign' / 'deit-tiny_1xb64_cutmix-tlalign_digits.py', {}, None),
     # DeepViT-S's re-attention: Θ as a 1x1 conv, BatchNorm, then the reatten_scale (transform_scale)
-    'deepvit-reattention': (CONFIGS / 'deepvit' / 'deepvit-tiny_1xb64_digits.py',
-                            {'model.backbone.arch.attn_cfgs': dict(reattn=dict(transform_scale=True))}, None),
-    'talking-heads': (CONFIGS / 'diversepatch' / 'deit-deep-narrow_1xb64_diversepatch_digits.py',
-                      {'model.backbone.arch.attn_types': 'talking_heads', 'model.backbone.arch.num_layers': 4}, None),
+    'deepvit-reattention': (
+        CONFIGS / 'deepvit' / 'deepvit-tiny_1xb64_digits.py',
+        {'model.backbone.arch.attn_cfgs': dict(reattn=dict(transform_scale=True))},
+        None,
+    ),
+    'talking-heads': (
+        CONFIGS / 'diversepatch' / 'deit-deep-narrow_1xb64_diversepatch_digits.py',
+        {'model.backbone.arch.attn_types': 'talking_heads', 'model.backbone.arch.num_layers': 4},
+        None,
+    ),
     'lvvit-token-labeling': (CONFIGS / 'lvvit' / 'lvvit-tiny_1xb64_tl_digits.py', {}, None),
     'swin': (CONFIGS / 'demo' / 'swin-nano_1xb64_mixtoken_digits.py', {}, None),
     'cvt': (CONFIGS / 'drloc' / 'cvt-tiny_1xb64_drloc_digits.py', {}, (32, 32)),
@@ -48,8 +54,19 @@ def test_tool_exports_and_verifies_deepvit(tmp_path):
     """The command line, on DeepViT-S's re-attention (the case the TorchScript exporter used to refuse)."""
     config, options, _ = CASES['deepvit-reattention']
     random_checkpoint(pytorch2onnx.load_config(str(config), options), tmp_path / 'epoch_1.pth')
-    proc = run_tool(['deployment/pytorch2onnx.py', config, tmp_path / 'epoch_1.pth', '--verify', '--opset', 17,
-                     '--cfg-options', 'model.backbone.arch.attn_cfgs.reattn.transform_scale=True'], cwd=tmp_path)
+    proc = run_tool(
+        [
+            'deployment/pytorch2onnx.py',
+            config,
+            tmp_path / 'epoch_1.pth',
+            '--verify',
+            '--opset',
+            17,
+            '--cfg-options',
+            'model.backbone.arch.attn_cfgs.reattn.transform_scale=True',
+        ],
+        cwd=tmp_path,
+    )
     assert (tmp_path / 'epoch_1.onnx').is_file()
     assert 'inputs (batch, 3, 32, 32)' in proc.stdout
     assert float(proc.stdout.split('max |d| = ')[1].split()[0]) <= 1e-4
@@ -61,7 +78,9 @@ def test_tool_refuses_a_checkpoint_that_does_not_fit(tmp_path):
     proc = run_tool(['deployment/pytorch2onnx.py', config, tmp_path / 'partial.pth'], cwd=tmp_path, check=False)
     last = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode != 0 and 'Traceback' not in proc.stderr  # one error line, as tools/test.py
-    assert last.startswith(f'error: checkpoint {tmp_path / "partial.pth"} does not fit the model') and 'missing: ' in last
+    assert (
+        last.startswith(f'error: checkpoint {tmp_path / "partial.pth"} does not fit the model') and 'missing: ' in last
+    )
     assert not (tmp_path / 'partial.onnx').exists()
 
 

@@ -4,6 +4,7 @@ one's own that inherit ``mmvitreg::<folder>/<file>.py``, ``mim train/test mmvitr
 packaged tools, and the model index that ``mim search`` reads, all from ``mmvitreg/.mim/``. And the
 quick start's editable install of this checkout, where ``mim`` finds the same through the pointers
 ``setup.py`` puts in ``<site-packages>/mmvitreg/.mim``."""
+
 import json
 import os
 import re
@@ -16,18 +17,23 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from packaging.requirements import Requirement
-
 from conftest import REPO
+from packaging.requirements import Requirement
 
 # what a checkout holds that the sdist / wheel are not built from
 TOP_LEVEL_SKIP = {'.git', 'data', 'work_dirs', 'build', 'dist', '.venv', '.whl', '.gl'}
 ANYWHERE_SKIP = shutil.ignore_patterns('__pycache__', '*.pyc', '*.egg-info', '.pytest_cache')
 # the quick start's config and the slice of the digits set that keeps a run at seconds
 DEMO = 'deit-tiny_1xb64_digits.py'
-SMALL = ['train_cfg.max_epochs=1', 'train_dataloader.dataset.indices=128', 'val_dataloader.dataset.indices=64',
-         'test_dataloader.dataset.indices=64', 'train_dataloader.num_workers=0', 'val_dataloader.num_workers=0',
-         'test_dataloader.num_workers=0']
+SMALL = [
+    'train_cfg.max_epochs=1',
+    'train_dataloader.dataset.indices=128',
+    'val_dataloader.dataset.indices=64',
+    'test_dataloader.dataset.indices=64',
+    'train_dataloader.num_workers=0',
+    'val_dataloader.num_workers=0',
+    'test_dataloader.num_workers=0',
+]
 
 
 def _ignore(directory, names):
@@ -39,15 +45,19 @@ def _ignore(directory, names):
 
 def outside_env(site):
     """The environment of a user's shell: the installed wheel first, the stack, and not this checkout."""
-    keep = [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep)
-            if p and Path(p).resolve() != REPO]
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), *keep]), OMP_NUM_THREADS='1',
-                MKL_NUM_THREADS='1')
+    keep = [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p and Path(p).resolve() != REPO]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), *keep]), OMP_NUM_THREADS='1', MKL_NUM_THREADS='1')
 
 
 def run_outside(args, installed, cwd, timeout=300):
-    proc = subprocess.run([sys.executable, *map(str, args)], cwd=cwd, env=outside_env(installed.site),
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, *map(str, args)],
+        cwd=cwd,
+        env=outside_env(installed.site),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert proc.returncode == 0, f'{args} exited {proc.returncode}\n{proc.stdout[-5000:]}\n{proc.stderr[-5000:]}'
     return proc
 
@@ -55,7 +65,9 @@ def run_outside(args, installed, cwd, timeout=300):
 def pip(*args):
     cmd = [sys.executable, '-m', 'pip', '--disable-pip-version-check', '-q', *map(str, args)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f'{" ".join(cmd)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}'
+    assert proc.returncode == 0, (
+        f'{" ".join(cmd)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}'
+    )
 
 
 @pytest.fixture(scope='module')
@@ -66,7 +78,7 @@ def installed(tmp_path_factory):
     shutil.copytree(REPO, src, symlinks=True, ignore=_ignore)
     site = root / 'site'
     pip('wheel', src, '--no-deps', '--no-build-isolation', '-w', root / 'dist')
-    wheel, = (root / 'dist').glob('mmvitreg-*.whl')
+    (wheel,) = (root / 'dist').glob('mmvitreg-*.whl')
     pip('install', '--no-deps', '--no-compile', '--target', site, wheel)
     user = root / 'my_project'  # a researcher's own folder, outside the repository
     user.mkdir()
@@ -74,8 +86,11 @@ def installed(tmp_path_factory):
 
 
 def repo_files(folder):
-    return {p.relative_to(REPO).as_posix() for p in (REPO / folder).rglob('*')
-            if p.is_file() and '__pycache__' not in p.parts and p.suffix != '.pyc'}
+    return {
+        p.relative_to(REPO).as_posix()
+        for p in (REPO / folder).rglob('*')
+        if p.is_file() and '__pycache__' not in p.parts and p.suffix != '.pyc'
+    }
 
 
 def test_wheel_ships_configs_tools_and_model_index_as_real_files(installed):
@@ -85,7 +100,7 @@ def test_wheel_ships_configs_tools_and_model_index_as_real_files(installed):
         names = set(whl.namelist())
         metadata = whl.read(next(n for n in names if n.endswith('.dist-info/METADATA'))).decode()
         links = [i.filename for i in whl.infolist() if (i.external_attr >> 16) & 0o170000 == 0o120000]
-    shipped = {n[len('mmvitreg/.mim/'):] for n in names if n.startswith('mmvitreg/.mim/')}
+    shipped = {n[len('mmvitreg/.mim/') :] for n in names if n.startswith('mmvitreg/.mim/')}
     assert shipped == repo_files('configs') | repo_files('tools') | {'model-index.yml'}
     assert not links and not any('__pycache__' in n for n in names)
     assert not installed.mim.is_symlink() and (installed.mim / 'tools' / 'train.py').is_file()
@@ -99,22 +114,32 @@ def test_wheel_ships_configs_tools_and_model_index_as_real_files(installed):
         assert any(re.match(rf'{name}\s*[<>]', r) for r in core), (name, core)
     # `pip install /path/to/mmvitreg` is classification: mmseg, mmdet and what they pull in are the extras
     assert not [r for r in core if re.match(r'(mmsegmentation|mmdet|pycocotools|ftfy|regex)\b', r)], core
-    extras = {name: sorted(re.match(r'[\w-]+', r).group() for r in requires if f'extra == "{name}"' in r)
-              for name in ('seg', 'det', 'all', 'mim')}
-    assert extras == {'seg': ['ftfy', 'mmsegmentation', 'regex'], 'det': ['mmdet', 'pycocotools'],
-                      'all': ['ftfy', 'mmdet', 'mmsegmentation', 'pycocotools', 'regex'], 'mim': ['openmim']}, extras
+    extras = {
+        name: sorted(re.match(r'[\w-]+', r).group() for r in requires if f'extra == "{name}"' in r)
+        for name in ('seg', 'det', 'all', 'mim')
+    }
+    assert extras == {
+        'seg': ['ftfy', 'mmsegmentation', 'regex'],
+        'det': ['mmdet', 'pycocotools'],
+        'all': ['ftfy', 'mmdet', 'mmsegmentation', 'pycocotools', 'regex'],
+        'mim': ['openmim'],
+    }, extras
     # mmcv: the installed `mmcv` as it is where there is one, else mmcv-lite in mmcv's range (setup.py), and no extra
     # that would add mmcv beside that mmcv-lite
     assert [str(Requirement(r)) for r in core if re.match(r'mmcv\b', r)] == [the_mmcv_requirement_here()], core
     assert not [r for r in requires if re.match(r'mmcv\b', r) and 'extra ==' in r], requires
     assert 'Requires-Python: >=3.10' in metadata
     assert re.findall(r'^Classifier: Programming Language :: Python :: (3\.\d+)$', metadata, re.M) == [
-        '3.10', '3.11', '3.12']
+        '3.10',
+        '3.11',
+        '3.12',
+    ]
 
 
 def the_mmcv_requirement_here():
     """The Requires-Dist line of mmcv that a wheel built in this environment carries."""
     import importlib.metadata as md
+
     try:
         md.distribution('mmcv')
         return 'mmcv'
@@ -127,6 +152,7 @@ def run_setup_py(monkeypatch):
     import runpy
 
     import setuptools
+
     given = {}
     monkeypatch.setattr(setuptools, 'setup', lambda **kwargs: given.update(kwargs))
     return runpy.run_path(str(REPO / 'setup.py'), run_name='setup_under_test'), given
@@ -142,11 +168,12 @@ def test_mmcv_requirement_keeps_an_installed_mmcv_and_else_asks_for_mmcv_lite(tm
     assert the_mmcv_requirement_here() in [str(Requirement(r)) for r in given['install_requires']]
     venv = tmp_path / 'venv'
     subprocess.run([sys.executable, '-m', 'venv', '--without-pip', venv], check=True, timeout=120)
-    site, = venv.glob('lib/python*/site-packages')
+    (site,) = venv.glob('lib/python*/site-packages')
     isolation = tmp_path / 'isolation'
     isolation.mkdir()
-    (isolation / 'sitecustomize.py').write_text("import sys\nsys.path[:] = [p for p in sys.path if 'site-packages' "
-                                                "not in p]\n")
+    (isolation / 'sitecustomize.py').write_text(
+        "import sys\nsys.path[:] = [p for p in sys.path if 'site-packages' not in p]\n"
+    )
     monkeypatch.setenv('PYTHONPATH', str(isolation))
     monkeypatch.setattr(sys, 'executable', str(venv / 'bin' / 'python'))
     lite = f'mmcv-lite{read_requirements("mminstall.txt")["mmcv"].specifier}'
@@ -213,12 +240,14 @@ for arg in sys.argv[1:]:
 print(json.dumps(out))
 '''
 USER_CONFIGS = {
-    'my_lvvit.py': ("_base_ = 'mmvitreg::lvvit/lvvit-s_8xb128_tl_in1k.py'\n"
-                    "model = dict(head=dict(num_classes=37))\n"),
-    'my_deepvit.py': ("_base_ = 'mmvitreg::deepvit/deepvit-s_8xb32_in1k.py'\n"
-                      "model = dict(head=dict(num_classes=37))\n"),
-    'my_upernet.py': ("_base_ = 'mmvitreg::deepvit/upernet_deepvit-s_mln_8xb2-160k_ade20k-512x512.py'\n"
-                      "model = dict(decode_head=dict(num_classes=37), auxiliary_head=dict(num_classes=37))\n"),
+    'my_lvvit.py': ("_base_ = 'mmvitreg::lvvit/lvvit-s_8xb128_tl_in1k.py'\nmodel = dict(head=dict(num_classes=37))\n"),
+    'my_deepvit.py': (
+        "_base_ = 'mmvitreg::deepvit/deepvit-s_8xb32_in1k.py'\nmodel = dict(head=dict(num_classes=37))\n"
+    ),
+    'my_upernet.py': (
+        "_base_ = 'mmvitreg::deepvit/upernet_deepvit-s_mln_8xb2-160k_ade20k-512x512.py'\n"
+        "model = dict(decode_head=dict(num_classes=37), auxiliary_head=dict(num_classes=37))\n"
+    ),
 }
 
 
@@ -241,11 +270,15 @@ def test_own_configs_outside_the_repository_inherit_lvvit_deepvit_and_upernet(in
     assert {n: (o['default_scope'], o['backbone'], o['head_classes']) for n, o in out.items()} == {
         'my_lvvit.py': ('mmpretrain', 'mmvitreg.LVViT', 37),
         'my_deepvit.py': ('mmpretrain', 'mmvitreg.DeepViT', 37),
-        'my_upernet.py': ('mmseg', 'mmvitreg.DeepViT', 37)}
+        'my_upernet.py': ('mmseg', 'mmvitreg.DeepViT', 37),
+    }
     for o in out.values():
         assert 'mmvitreg' not in o['scopes'], o['scopes']
-    assert {n: o['model'] for n, o in out.items()} == {'my_lvvit.py': 'TokenClassifier',
-                                                       'my_deepvit.py': 'ImageClassifier', 'my_upernet.py': 'NoneType'}
+    assert {n: o['model'] for n, o in out.items()} == {
+        'my_lvvit.py': 'TokenClassifier',
+        'my_deepvit.py': 'ImageClassifier',
+        'my_upernet.py': 'NoneType',
+    }
 
 
 def test_own_upernet_config_outside_the_repository_builds(installed):
@@ -258,8 +291,12 @@ def test_mim_train_and_test_run_the_packaged_tools(installed, digits_workspace, 
     """``mim train mmvitreg <config name>`` finds the config and ``train.py`` in the installed
     package and trains; ``mim test mmvitreg <own config>`` (inheriting ``mmvitreg::``) evaluates it."""
     work = tmp_path / 'work'
-    train = run_outside(['-m', 'mim', 'train', 'mmvitreg', DEMO, '--gpus', '0', '--work-dir', work,
-                         '--cfg-options', *SMALL], installed, digits_workspace, timeout=600)
+    train = run_outside(
+        ['-m', 'mim', 'train', 'mmvitreg', DEMO, '--gpus', '0', '--work-dir', work, '--cfg-options', *SMALL],
+        installed,
+        digits_workspace,
+        timeout=600,
+    )
     assert f'{installed.mim}/configs/demo/{DEMO}' in train.stdout  # the config mim found
     assert f'{installed.mim}/tools/train.py' in train.stdout  # the script it ran
     ckpt = (work / 'last_checkpoint').read_text().strip()
@@ -267,9 +304,26 @@ def test_mim_train_and_test_run_the_packaged_tools(installed, digits_workspace, 
 
     own = installed.user / 'my_digits.py'
     own.write_text(f"_base_ = 'mmvitreg::demo/{DEMO}'\n")
-    test = run_outside(['-m', 'mim', 'test', 'mmvitreg', own, '--checkpoint', ckpt, '--gpus', '0',
-                        '--work-dir', tmp_path / 'test', '--cfg-options', *SMALL[1:]],
-                       installed, digits_workspace, timeout=600)
+    test = run_outside(
+        [
+            '-m',
+            'mim',
+            'test',
+            'mmvitreg',
+            own,
+            '--checkpoint',
+            ckpt,
+            '--gpus',
+            '0',
+            '--work-dir',
+            tmp_path / 'test',
+            '--cfg-options',
+            *SMALL[1:],
+        ],
+        installed,
+        digits_workspace,
+        timeout=600,
+    )
     assert f'{installed.mim}/tools/test.py' in test.stdout
     metrics = json.loads([ln for ln in test.stdout.splitlines() if ln.startswith('metrics: ')][-1][9:])
     assert 0.0 <= metrics['accuracy/top1'] <= 100.0
@@ -293,13 +347,24 @@ def test_studies_reach_their_tools_from_the_wheel(installed, tmp_path):
         library = [n for n in whl.namelist() if n.startswith('mmvitreg/') and not n.startswith('mmvitreg/.mim/')]
     assert library and not [n for n in library if 'claims' in n or 'train_step_benchmark' in n]
     # nor the demo-data builders, the analysis tools' diagnostics or the troubleshooting catalogue (in tools/)
-    assert not [n for n in library if n.endswith(('/digits.py', '/troubleshooting.py', '_similarity.py',
-                                                  '/tl_align_diagnostics.py', '/loading.py'))]
+    assert not [
+        n
+        for n in library
+        if n.endswith(
+            ('/digits.py', '/troubleshooting.py', '_similarity.py', '/tl_align_diagnostics.py', '/loading.py')
+        )
+    ]
     tools = installed.mim / 'tools' / 'analysis_tools'
     env = dict(outside_env(installed.site))
     env['PYTHONPATH'] = os.pathsep.join([str(tools), env['PYTHONPATH']])
-    proc = subprocess.run([sys.executable, '-c', STUDIES_OUTSIDE], cwd=installed.user, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, '-c', STUDIES_OUTSIDE],
+        cwd=installed.user,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-5000:]
     out = json.loads(proc.stdout.splitlines()[-1])
     assert Path(out['root']) == installed.mim and (installed.mim / 'configs' / 'demo' / DEMO).is_file()
@@ -317,8 +382,12 @@ def test_studies_reach_their_tools_from_the_wheel(installed, tmp_path):
 def test_library_loads_no_script_by_path():
     """Nothing in the installed ``mmvitreg`` package runs or imports a file by its path (the tools import
     the library, never the other way round)."""
-    found = [f'{p.relative_to(REPO)}: {word}' for p in (REPO / 'mmvitreg').rglob('*.py')
-             for word in ('run_path', 'spec_from_file_location', 'SourceFileLoader') if word in p.read_text()]
+    found = [
+        f'{p.relative_to(REPO)}: {word}'
+        for p in (REPO / 'mmvitreg').rglob('*.py')
+        for word in ('run_path', 'spec_from_file_location', 'SourceFileLoader')
+        if word in p.read_text()
+    ]
     assert not found, found
 
 
@@ -330,8 +399,10 @@ def test_checkout_resolves_mmvitreg_configs_through_its_mim_links(tmp_path):
         assert link.is_symlink() and link.resolve() == REPO / item
     own = tmp_path / 'mine.py'
     own.write_text("_base_ = 'mmvitreg::lvvit/lvvit-t_8xb128_tl_in1k.py'\n")
-    import mmvitreg  # (registers the scope)
     from mmengine.config import Config
+
+    import mmvitreg  # (registers the scope)
+
     assert Path(mmvitreg.__file__).parent == REPO / 'mmvitreg'
     cfg = Config.fromfile(own)
     assert cfg.model.backbone.arch == 't' and cfg.default_scope == 'mmpretrain'
@@ -342,7 +413,7 @@ def stack_venv(root):
     ``(python, site-packages)``."""
     venv = root / 'venv'
     subprocess.run([sys.executable, '-m', 'venv', '--without-pip', venv], check=True, timeout=120)
-    site, = venv.glob('lib/python*/site-packages')
+    (site,) = venv.glob('lib/python*/site-packages')
     stack = [p for p in sys.path if p.endswith('site-packages') and Path(p).is_dir()]
     (site / 'the_stack.pth').write_text('\n'.join(stack) + '\n')
     # the stack's setuptools provides `distutils` on Python >= 3.12 through a .pth of its own, which a .pth line
@@ -376,8 +447,14 @@ def venv_installed(installed, tmp_path_factory):
 
 
 def run_editable(args, editable, cwd, timeout=600):
-    proc = subprocess.run([str(editable.python), *map(str, args)], cwd=cwd, env=editable.env, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [str(editable.python), *map(str, args)],
+        cwd=cwd,
+        env=editable.env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert proc.returncode == 0, f'{args} exited {proc.returncode}\n{proc.stdout[-5000:]}\n{proc.stderr[-5000:]}'
     return proc
 
@@ -392,8 +469,10 @@ def test_mim_search_train_and_test_in_an_editable_install(editable, digits_works
     assert not (editable.site / 'mmvitreg' / '__init__.py').exists()
     assert str(REPO / 'configs' / 'demo' / DEMO) in (mim / 'configs' / 'demo' / DEMO).read_text()
     # a pointer for each tool, none for the modules the tools import from the checkout
-    assert str(REPO / 'tools' / 'analysis_tools' / 'claims_report.py') in \
-        (mim / 'tools' / 'analysis_tools' / 'claims_report.py').read_text()
+    assert (
+        str(REPO / 'tools' / 'analysis_tools' / 'claims_report.py')
+        in (mim / 'tools' / 'analysis_tools' / 'claims_report.py').read_text()
+    )
     assert not (mim / 'tools' / 'analysis_tools' / 'studies').exists()
 
     found = run_editable(['-m', 'mim', 'search', 'mmvitreg'], editable, tmp_path).stdout
@@ -402,12 +481,32 @@ def test_mim_search_train_and_test_in_an_editable_install(editable, digits_works
     assert mim_search_ids(found) == sorted(names)
 
     work = tmp_path / 'work'
-    train = run_editable(['-m', 'mim', 'train', 'mmvitreg', DEMO, '--gpus', '0', '--work-dir', work, '--cfg-options',
-                          *SMALL], editable, digits_workspace)
+    train = run_editable(
+        ['-m', 'mim', 'train', 'mmvitreg', DEMO, '--gpus', '0', '--work-dir', work, '--cfg-options', *SMALL],
+        editable,
+        digits_workspace,
+    )
     assert f'{mim}/configs/demo/{DEMO}' in train.stdout and f'{mim}/tools/train.py' in train.stdout
     ckpt = (work / 'last_checkpoint').read_text().strip()
-    test = run_editable(['-m', 'mim', 'test', 'mmvitreg', DEMO, '--checkpoint', ckpt, '--gpus', '0', '--work-dir',
-                         tmp_path / 'test', '--cfg-options', *SMALL[1:]], editable, digits_workspace)
+    test = run_editable(
+        [
+            '-m',
+            'mim',
+            'test',
+            'mmvitreg',
+            DEMO,
+            '--checkpoint',
+            ckpt,
+            '--gpus',
+            '0',
+            '--work-dir',
+            tmp_path / 'test',
+            '--cfg-options',
+            *SMALL[1:],
+        ],
+        editable,
+        digits_workspace,
+    )
     assert f'{mim}/tools/test.py' in test.stdout
     metrics = json.loads([ln for ln in test.stdout.splitlines() if ln.startswith('metrics: ')][-1][9:])
     assert 0.0 <= metrics['accuracy/top1'] <= 100.0
@@ -417,20 +516,24 @@ def test_the_editable_install_serves_mmcv_ext_from_interpreter_start(editable, t
     """The quick start's editable install gets the startup hook too: in its environment mmseg's and mmdet's models
     import with nothing of mmvitreg imported first (on mmcv-lite: the checkout's finder serves ``mmcv._ext``)."""
     assert (editable.site / '_mmvitreg_mmcv_ext.pth').is_file()
-    code = ('import sys; import mmseg.models, mmdet.models, mmcv._ext, _mmvitreg_mmcv_ext as hook; '
-            'print(hook.__file__); print(isinstance(mmcv._ext.__loader__, hook.StandIn))')
+    code = (
+        'import sys; import mmseg.models, mmdet.models, mmcv._ext, _mmvitreg_mmcv_ext as hook; '
+        'print(hook.__file__); print(isinstance(mmcv._ext.__loader__, hook.StandIn))'
+    )
     out = run_editable(['-c', code], editable, tmp_path).stdout.splitlines()
     from conftest import _compiled_mmcv_ops
+
     assert out == [str(REPO / '_mmvitreg_mmcv_ext.py'), str(not _compiled_mmcv_ops())], out
 
 
 def own_dense_config(library, path):
     """A config of one's own for ``library``'s own ``tools/train.py``: one file (no ``mmvitreg::`` base, which needs
     mmvitreg imported), mmvitreg only as ``type='mmvitreg.SwinTransformer'``, 2 iterations on a digits set."""
-    import mmvitreg  # noqa: F401  (reads the repository's configs)
     from mmengine.config import Config
-
     from seg_helpers import shrunk_config
+
+    import mmvitreg  # noqa: F401  (reads the repository's configs)
+
     if library == 'mmseg':  # the Swin-T UperNet (mmseg's EncoderDecoder) shrunk, as the segmentation tests do
         shrunk_config(REPO / 'configs' / 'swin' / 'upernet_swin-t_8xb2-160k_ade20k-512x512.py', path)
         return path
@@ -444,10 +547,12 @@ def own_dense_config(library, path):
     return path
 
 
-@pytest.mark.parametrize('library, layout, iteration', [('mmseg', 'ade20k', 'Iter(train) [2/2]'),
-                                                        ('mmdet', 'coco', 'Epoch(train) [1][2/2]')])
-def test_the_libraries_own_train_scripts_run_mmvitreg_components_on_mmcv_lite(venv_installed, installed, tmp_path,
-                                                                             library, layout, iteration):
+@pytest.mark.parametrize(
+    'library, layout, iteration', [('mmseg', 'ade20k', 'Iter(train) [2/2]'), ('mmdet', 'coco', 'Epoch(train) [1][2/2]')]
+)
+def test_the_libraries_own_train_scripts_run_mmvitreg_components_on_mmcv_lite(
+    venv_installed, installed, tmp_path, library, layout, iteration
+):
     """mmseg's and mmdet's own ``tools/train.py`` (as pip installs them: ``<library>/.mim/tools``), which import
     ``mmcv.ops`` long before their registry imports mmvitreg for ``type='mmvitreg.SwinTransformer'``, train a config
     of one's own in the environment the wheel was pip-installed into: its ``_mmvitreg_mmcv_ext.pth`` serves
@@ -455,18 +560,25 @@ def test_the_libraries_own_train_scripts_run_mmvitreg_components_on_mmcv_lite(ve
     there), the same run stops with ``No module named 'mmcv._ext'`` where mmcv has no compiled ops."""
     digits = REPO / 'tools' / 'dataset_converters' / 'digits.py'
     run_tool_outside = dict(cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    subprocess.run([sys.executable, digits, layout, '--out', 'data', '--num-train', '4', '--num-val', '2'], check=True,
-                   env=venv_installed.env, **run_tool_outside)
+    subprocess.run(
+        [sys.executable, digits, layout, '--out', 'data', '--num-train', '4', '--num-val', '2'],
+        check=True,
+        env=venv_installed.env,
+        **run_tool_outside,
+    )
     config = own_dense_config(library, tmp_path / f'my_{library}.py')
     train = Path(__import__(library).__file__).parent / '.mim' / 'tools' / 'train.py'
-    proc = subprocess.run([venv_installed.python, train, config, '--work-dir', 'work'], env=venv_installed.env,
-                          **run_tool_outside)
+    proc = subprocess.run(
+        [venv_installed.python, train, config, '--work-dir', 'work'], env=venv_installed.env, **run_tool_outside
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert iteration in proc.stdout + proc.stderr
 
     from conftest import _compiled_mmcv_ops
+
     if not _compiled_mmcv_ops():
         from test_env_imports import hiding
+
         env = outside_env(installed.site)  # and no .pth: this test's own Python may hold mmvitreg pip-installed
         env['PYTHONPATH'] = os.pathsep.join([str(hiding(tmp_path / 'no_pth', 'mmcv._ext')), env['PYTHONPATH']])
         proc = subprocess.run([sys.executable, train, config, '--work-dir', 'work_target'], env=env, **run_tool_outside)
@@ -477,11 +589,14 @@ def test_the_startup_hook_imports_nothing_but_its_finder_and_serves_only_mmcv_ex
     """The wheel's ``.pth`` runs at every start of the environment's Python: it imports one module of ``sys`` only
     (no torch, nothing of mmvitreg), puts its finder last on ``sys.meta_path``, and that finder answers only
     ``mmcv._ext``."""
-    code = ('import sys, _mmvitreg_mmcv_ext as hook; print(sorted(m for m in sys.modules if "torch" in m or '
-            '"mmvitreg" in m or "mmcv" in m)); print(isinstance(sys.meta_path[-1], hook.StandIn)); '
-            'print(hook.StandIn().find_spec("mmcv.ops"), hook.StandIn().find_spec("mmcv._ext").name)')
-    proc = subprocess.run([venv_installed.python, '-c', code], env=venv_installed.env, capture_output=True, text=True,
-                          timeout=120)
+    code = (
+        'import sys, _mmvitreg_mmcv_ext as hook; print(sorted(m for m in sys.modules if "torch" in m or '
+        '"mmvitreg" in m or "mmcv" in m)); print(isinstance(sys.meta_path[-1], hook.StandIn)); '
+        'print(hook.StandIn().find_spec("mmcv.ops"), hook.StandIn().find_spec("mmcv._ext").name)'
+    )
+    proc = subprocess.run(
+        [venv_installed.python, '-c', code], env=venv_installed.env, capture_output=True, text=True, timeout=120
+    )
     assert proc.stdout.splitlines() == ["['_mmvitreg_mmcv_ext']", 'True', 'None mmcv._ext'], proc.stderr[-3000:]
     hook = (venv_installed.site / '_mmvitreg_mmcv_ext.pth').read_text()
     assert 'import' in hook and '_mmvitreg_mmcv_ext' in hook and hook.count('\n') == 1
@@ -498,8 +613,10 @@ def test_the_startup_hook_is_silent_where_its_module_is_gone(tmp_path, monkeypat
     (site_dir / name).write_text(line)
     if module_there:
         shutil.copy(REPO / '_mmvitreg_mmcv_ext.py', site_dir)
-    code = (f'import site, sys; site.addsitedir({str(site_dir)!r}); '
-            'print(any(type(f).__name__ == "StandIn" for f in sys.meta_path))')
+    code = (
+        f'import site, sys; site.addsitedir({str(site_dir)!r}); '
+        'print(any(type(f).__name__ == "StandIn" for f in sys.meta_path))'
+    )
     proc = subprocess.run([sys.executable, '-S', '-c', code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert (proc.stdout.strip(), proc.stderr) == (str(module_there), ''), proc.stderr[-3000:]
 
@@ -508,6 +625,7 @@ def test_pyproject_declares_a_pep_517_build_and_the_static_metadata():
     """``pyproject.toml`` names setuptools' PEP 517 backend (no legacy ``setup.py install`` on any pip) and the
     PEP 621 metadata; setup.py computes only what is ``dynamic`` (the dependencies: mmcv by what is installed)."""
     from setuptools.config.pyprojecttoml import load_file  # (Python 3.10 has no tomllib)
+
     project = load_file(REPO / 'pyproject.toml')
     assert project['build-system']['build-backend'] == 'setuptools.build_meta'
     assert any(r.startswith('setuptools') for r in project['build-system']['requires'])
@@ -566,11 +684,18 @@ def test_the_quick_start_installs_the_whole_stack_and_its_stack_hash_covers_ever
     that decides whether its environment is current covers every requirements file it installs, those they include
     (``-r``) and mminstall.txt: editing any of them rebuilds the environment."""
     script = (REPO / 'tools' / 'setup_env.sh').read_text()
-    installed = set(re.findall(r'requirements/(\w+\.txt)', ' '.join(
-        ln for ln in script.splitlines() if re.search(r'install .*-r ', ln) or ln.strip().startswith('cp '))))
+    installed = set(
+        re.findall(
+            r'requirements/(\w+\.txt)',
+            ' '.join(
+                ln for ln in script.splitlines() if re.search(r'install .*-r ', ln) or ln.strip().startswith('cp ')
+            ),
+        )
+    )
     assert {'runtime.txt', 'all.txt', 'tests.txt'} <= installed, installed
-    hashed = set(re.search(r'HASH=\$\(cat "\$CONSTRAINTS" "\$REPO"/requirements/\{([\w,]+)\}\.txt', script)
-                 .group(1).split(','))
+    hashed = set(
+        re.search(r'HASH=\$\(cat "\$CONSTRAINTS" "\$REPO"/requirements/\{([\w,]+)\}\.txt', script).group(1).split(',')
+    )
 
     def with_includes(name):
         lines = (REPO / 'requirements' / name).read_text().splitlines()
@@ -581,8 +706,9 @@ def test_the_quick_start_installs_the_whole_stack_and_its_stack_hash_covers_ever
 
 
 def script(name, *args, env=None, cwd=REPO):
-    return subprocess.run(['bash', str(Path(cwd) / 'tools' / name), *args], capture_output=True, text=True,
-                          timeout=60, env=env, cwd=cwd)
+    return subprocess.run(
+        ['bash', str(Path(cwd) / 'tools' / name), *args], capture_output=True, text=True, timeout=60, env=env, cwd=cwd
+    )
 
 
 def test_setup_env_names_one_environment_per_mmcv_and_refuses_unknown_arguments(tmp_path):
@@ -592,8 +718,9 @@ def test_setup_env_names_one_environment_per_mmcv_and_refuses_unknown_arguments(
     home = tmp_path / 'home'
     env = {k: v for k, v in os.environ.items() if k not in ('MMVITREG_VENV', 'MMVITREG_OPS_VENV')}
     env['HOME'] = str(home)
-    printed = {args: script('setup_env.sh', '--print-venv', *args, env=env).stdout.strip()
-               for args in ((), ('--with-ops',))}
+    printed = {
+        args: script('setup_env.sh', '--print-venv', *args, env=env).stdout.strip() for args in ((), ('--with-ops',))
+    }
     assert printed == {(): f'{home}/.cache/mmvitreg/venv', ('--with-ops',): f'{home}/.cache/mmvitreg/venv-ops'}
     env.update(MMVITREG_VENV=str(tmp_path / 'lite'), MMVITREG_OPS_VENV=str(tmp_path / 'ops'))
     assert script('setup_env.sh', '--with-ops', '--print-venv', env=env).stdout == f'{tmp_path / "ops"}\n'
@@ -613,7 +740,8 @@ def test_run_tests_passes_with_ops_to_the_set_up_and_everything_else_to_pytest(t
     (tmp_path / 'tools' / 'setup_env.sh').write_text(
         f'echo "setup $*" >> {log}\n'
         f'case " $* " in *" --print-venv "*) case " $* " in *" --with-ops "*) echo {tmp_path}/ops ;; '
-        f'*) echo {tmp_path}/lite ;; esac ;; esac\n')
+        f'*) echo {tmp_path}/lite ;; esac ;; esac\n'
+    )
     for venv in ('lite', 'ops'):
         python = tmp_path / venv / 'bin' / 'python'
         python.parent.mkdir(parents=True)
@@ -625,8 +753,13 @@ def test_run_tests_passes_with_ops_to_the_set_up_and_everything_else_to_pytest(t
         assert script('run_tests.sh', *args, cwd=tmp_path).returncode == 0
         return log.read_text().splitlines()
 
-    assert calls('-x', '-k', 'wheel') == ['setup ', 'setup --print-venv',
-                                          'lite python -m pytest tests -q -p no:cacheprovider -n 2 --dist loadfile -x -k wheel']
+    assert calls('-x', '-k', 'wheel') == [
+        'setup ',
+        'setup --print-venv',
+        'lite python -m pytest tests -q -p no:cacheprovider -n 2 --dist loadfile -x -k wheel',
+    ]
     assert calls('-x', '--with-ops', 'tests/test_a.py') == [
-        'setup --with-ops', 'setup --print-venv --with-ops',
-        'ops python -m pytest tests -q -p no:cacheprovider -n 2 --dist loadfile -x tests/test_a.py']
+        'setup --with-ops',
+        'setup --print-venv --with-ops',
+        'ops python -m pytest tests -q -p no:cacheprovider -n 2 --dist loadfile -x tests/test_a.py',
+    ]

@@ -2,12 +2,12 @@
 mixes its images with its own box; mmengine's default seeds every rank alike (one box per global batch).
 `tools/dist_train.sh CONFIG 2` on the TL-Align digits config: the two ranks' CutMix boxes differ, and
 N epochs + --resume to 2N still equals 2N straight on each rank."""
+
 import json
 import textwrap
 
 import pytest
 import torch
-
 from conftest import CONFIGS, run_tool
 from guard_helpers import build_workspace, run_options
 from test_distributed_guard import env_for
@@ -52,17 +52,34 @@ PROBE = textwrap.dedent('''
 def ws(tmp_path_factory):
     ws = build_workspace(tmp_path_factory.mktemp('rank_ws'))
     (ws / 'plan_probe.py').write_text(PROBE)
-    (ws / 'probed.py').write_text(f"_base_ = '{TLALIGN}'\n"
-                                  "custom_imports = dict(imports=['plan_probe'], allow_failed_imports=False)\n"
-                                  "custom_hooks = [dict(type='PlanProbeHook')]\n")
+    (ws / 'probed.py').write_text(
+        f"_base_ = '{TLALIGN}'\n"
+        "custom_imports = dict(imports=['plan_probe'], allow_failed_imports=False)\n"
+        "custom_hooks = [dict(type='PlanProbeHook')]\n"
+    )
     return ws
 
 
 def launch(ws, work, epochs, *flags):
-    options = {'train_dataloader.batch_size': BATCH, 'train_dataloader.dataset.indices': 2 * BATCH * ITERS,
-               'train_cfg.max_epochs': epochs}
-    run_tool(['dist_train.sh', ws / 'probed.py', 2, '--work-dir', work, '--no-validate', *flags,
-              *run_options(ws / 'probed.py', ws, work, **options)], cwd=ws, env=env_for(ws))
+    options = {
+        'train_dataloader.batch_size': BATCH,
+        'train_dataloader.dataset.indices': 2 * BATCH * ITERS,
+        'train_cfg.max_epochs': epochs,
+    }
+    run_tool(
+        [
+            'dist_train.sh',
+            ws / 'probed.py',
+            2,
+            '--work-dir',
+            work,
+            '--no-validate',
+            *flags,
+            *run_options(ws / 'probed.py', ws, work, **options),
+        ],
+        cwd=ws,
+        env=env_for(ws),
+    )
 
 
 def test_ranks_draw_their_own_boxes_and_resume_stays_exact(ws):
@@ -81,6 +98,7 @@ def test_ranks_draw_their_own_boxes_and_resume_stays_exact(ws):
     for r in (0, 1):  # the resumed second epoch draws the boxes and gives the losses of the straight run
         second = json.loads((resumed / f'plans_rank{r}_epoch2.json').read_text())
         assert second == plans[r][ITERS:], f'rank {r}'
-    a, b = (torch.load(w / 'epoch_2.pth', map_location='cpu', weights_only=False)['state_dict']
-            for w in (straight, resumed))
+    a, b = (
+        torch.load(w / 'epoch_2.pth', map_location='cpu', weights_only=False)['state_dict'] for w in (straight, resumed)
+    )
     assert all(torch.equal(a[k], b[k]) for k in a)

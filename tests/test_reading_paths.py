@@ -1,5 +1,6 @@
 """The reading paths in the techniques' READMEs point at the code they name: every range exists, starts where a
 definition (or the module docstring) starts, ends on code, and the counts add up to the total the text states."""
+
 import re
 from pathlib import Path
 
@@ -14,7 +15,7 @@ STARTS = ('"""', 'r"""', '@', 'def ', 'class ', '    def ', '    @')
 @pytest.mark.parametrize('readme', READMES, ids=lambda p: p.parent.name)
 def test_reading_path_ranges_start_at_definitions_and_add_up(readme):
     text = readme.read_text()
-    rows = ROW.findall(text[text.index('## Reading path'):])
+    rows = ROW.findall(text[text.index('## Reading path') :])
     assert rows, f'{readme}: no reading-path table'
     total = 0
     for path, ranges, count in rows:

@@ -1,4 +1,5 @@
 """Attention kinds of the ViT family: MHSA (fused / explicit), Re-attention (DeepViT Eq. 3), talking heads."""
+
 import copy
 from collections import Counter
 
@@ -64,8 +65,9 @@ class Dispatched(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        shapes = [tuple(t.shape) for t in (out if isinstance(out, (tuple, list)) else (out, ))
-                  if isinstance(t, torch.Tensor)]
+        shapes = [
+            tuple(t.shape) for t in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(t, torch.Tensor)
+        ]
         self.ops.append((func.overloadpacket.__name__, shapes))
         return out
 
@@ -196,14 +198,14 @@ def test_reattention_layernorm_over_heads(x):
     _, weights = attn(x, need_attn=True)
     q, k, _ = split_heads(attn, x)
     mixed = attn.reatten_matrix((q @ k.transpose(-2, -1) / D**0.5).softmax(-1))
-    ref = torch.nn.functional.layer_norm(mixed.permute(0, 2, 3, 1), (H, ), attn.var_norm.weight, attn.var_norm.bias)
+    ref = torch.nn.functional.layer_norm(mixed.permute(0, 2, 3, 1), (H,), attn.var_norm.weight, attn.var_norm.bias)
     torch.testing.assert_close(weights, ref.permute(0, 3, 1, 2))
 
 
 def test_reattention_state_dict_keys_are_official():
     """Official key names: reatten_matrix (Conv2d H->H 1×1 with bias) and var_norm (BatchNorm2d(H))."""
     sd = ReAttention(C, H).state_dict()
-    assert sd['reatten_matrix.weight'].shape == (H, H, 1, 1) and sd['reatten_matrix.bias'].shape == (H, )
+    assert sd['reatten_matrix.weight'].shape == (H, H, 1, 1) and sd['reatten_matrix.bias'].shape == (H,)
     assert {'var_norm.weight', 'var_norm.running_mean', 'var_norm.running_var'} <= set(sd)
     assert 'reatten_matrix.bias' not in ReAttention(C, H, bias=False).state_dict()
 

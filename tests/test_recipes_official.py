@@ -1,16 +1,17 @@
 """What the official training scripts do, in our recipes (issue 26): every trace user's own
 initialisation, the official LR / λ curves, the best and a bounded number of checkpoints in every long
 recipe."""
+
 import functools
 import math
 
 import pytest
 import torch
+from conftest import CONFIGS
 from mmengine.config import Config
 from mmengine.model import BaseModule
 from torch import nn
 
-from conftest import CONFIGS
 from mmvitreg.models.classifiers import TokenClassifier
 from mmvitreg.registry import MODELS
 
@@ -30,12 +31,19 @@ def _constant(val):
 def test_init_weights_applies_the_init_cfg_of_every_trace_user():
     """model.init_weights() reaches the head, every auxiliary loss and the target transform, each with its own
     init_cfg (a plain nn.ModuleList of auxiliary losses would never be visited)."""
-    model = TokenClassifier(backbone=_Linear(None), head=_Linear(_constant(1.)),
-                            aux_losses=[_Linear(_constant(2.)), _Linear(_constant(3.))],
-                            target_transform=_Linear(_constant(4.)))
+    model = TokenClassifier(
+        backbone=_Linear(None),
+        head=_Linear(_constant(1.0)),
+        aux_losses=[_Linear(_constant(2.0)), _Linear(_constant(3.0))],
+        target_transform=_Linear(_constant(4.0)),
+    )
     model.init_weights()
-    users = {'head': (model.head, 1.), 'aux 0': (model.aux_losses[0], 2.), 'aux 1': (model.aux_losses[1], 3.),
-             'target transform': (model.target_transform, 4.)}
+    users = {
+        'head': (model.head, 1.0),
+        'aux 0': (model.aux_losses[0], 2.0),
+        'aux 1': (model.aux_losses[1], 3.0),
+        'target transform': (model.target_transform, 4.0),
+    }
     for name, (user, val) in users.items():
         assert torch.all(user.fc.weight == val) and torch.all(user.fc.bias == -val), name
 
@@ -48,10 +56,14 @@ def _linear_stats(module):
     return float(weights.std()), float(weights.abs().max()), float(biases.abs().max())
 
 
-@pytest.mark.parametrize('config, user', [
-    ('diversepatch/deit-deep-narrow_1xb64_diversepatch_digits.py', 'mmvitreg.PatchMixingLoss'),
-    ('_base_/models/drloc_t2t-vit-14.py', 'mmvitreg.DRLoc'),
-], ids=['PatchMixingLoss', 'T2T-DRLoc'])
+@pytest.mark.parametrize(
+    'config, user',
+    [
+        ('diversepatch/deit-deep-narrow_1xb64_diversepatch_digits.py', 'mmvitreg.PatchMixingLoss'),
+        ('_base_/models/drloc_t2t-vit-14.py', 'mmvitreg.DRLoc'),
+    ],
+    ids=['PatchMixingLoss', 'T2T-DRLoc'],
+)
 def test_recipe_aux_losses_get_their_trunc_normal_init(config, user):
     """DiversePatch's patch head and the T2T-ViT DRLoc MLP: trunc-normal std 0.02, zero bias after
     init_weights (official _init_weights / apply(_init_weights); PyTorch's default is uniform with bias),
@@ -65,28 +77,34 @@ def test_recipe_aux_losses_get_their_trunc_normal_init(config, user):
     before = _linear_stats(aux)
     model.init_weights()
     std, peak, bias = _linear_stats(aux)
-    print(f'{user} (weight std, max |w|, max |b|): before {tuple(round(v, 4) for v in before)}, '
-          f'after init_weights {(round(std, 4), round(peak, 4), round(bias, 4))}')
+    print(
+        f'{user} (weight std, max |w|, max |b|): before {tuple(round(v, 4) for v in before)}, '
+        f'after init_weights {(round(std, 4), round(peak, 4), round(bias, 4))}'
+    )
     assert bias == 0
     assert abs(std - 0.02) < 0.001
 
 
 # ---- the official LR and λ curves
 
+
 def lr_curve(cfg, epoch_length: int) -> list:
     """The LR at the first iteration of every epoch of ``cfg``'s run, stepped as mmengine's runner does
     (schedulers built like ``Runner.build_param_scheduler``: ``end`` defaults to ``max_epochs``;
     by-iteration ones step after each iteration, by-epoch ones after each epoch)."""
     from mmengine.registry import PARAM_SCHEDULERS, DefaultScope
+
     import mmvitreg.engine  # noqa: F401  (registers mmvitreg.TimmCosineLR)
+
     optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=cfg.optim_wrapper.optimizer.lr)
     schedulers = []
     with DefaultScope.overwrite_default_scope(cfg.get('default_scope', 'mmpretrain')):
         for scheduler in cfg.param_scheduler if isinstance(cfg.param_scheduler, list) else [cfg.param_scheduler]:
             scheduler = dict(scheduler)
             scheduler.setdefault('end', cfg.train_cfg.max_epochs)
-            schedulers.append(PARAM_SCHEDULERS.build(scheduler, default_args=dict(optimizer=optimizer,
-                                                                                   epoch_length=epoch_length)))
+            schedulers.append(
+                PARAM_SCHEDULERS.build(scheduler, default_args=dict(optimizer=optimizer, epoch_length=epoch_length))
+            )
     curve = []
     for _ in range(cfg.train_cfg.max_epochs):
         curve.append(optimizer.param_groups[0]['lr'])
@@ -114,8 +132,9 @@ def drloc_weight(init_weight, epoch, warmup_epochs=20, total_epoch=300):
 
 #: every DRLoc model kind (from scratch and ImageNet-pre-trained) at both lengths (one data set each:
 #: the schedule does not depend on it)
-DRLOC_RECIPES = sorted(c for c in (CONFIGS / 'drloc').glob('*_8xb128-*.py')
-                       if c.stem.endswith(('cifar10', '300e_imagenet100')))
+DRLOC_RECIPES = sorted(
+    c for c in (CONFIGS / 'drloc').glob('*_8xb128-*.py') if c.stem.endswith(('cifar10', '300e_imagenet100'))
+)
 
 
 @pytest.mark.parametrize('epochs', [100, 300], ids=['100e', '300e'])
@@ -126,13 +145,15 @@ def test_drloc_lr_and_lambda_equal_the_official_curves(epochs):
     the official _weight_decay. The official scheduler is set after each step, so its iteration k runs
     with the LR of k - 1: one iteration late, not compared."""
     from mmvitreg.engine.hooks import DRLocWeightScheduleHook
+
     configs = [c for c in DRLOC_RECIPES if f'-{epochs}e_' in c.name]
     assert configs
     signatures = {}
     for config in configs:  # every recipe of this length shares one schedule
         cfg = Config.fromfile(str(config))
-        signatures[repr((cfg.param_scheduler, cfg.train_cfg.max_epochs, cfg.custom_hooks,
-                         cfg.optim_wrapper.optimizer.lr))] = cfg
+        signatures[
+            repr((cfg.param_scheduler, cfg.train_cfg.max_epochs, cfg.custom_hooks, cfg.optim_wrapper.optimizer.lr))
+        ] = cfg
     assert len(signatures) == 1, [c.name for c in configs]
     n = 48  # CIFAR at 8 x 128 with drop_last (official); the curve per epoch does not depend on it
     lr = lr_curve(cfg, n)
@@ -144,14 +165,19 @@ def test_drloc_lr_and_lambda_equal_the_official_curves(epochs):
     assert max(abs(a - b) / b for a, b in zip(lr, official)) < 1e-9
     hook_cfg = next(h for h in cfg.custom_hooks if h['type'] == 'mmvitreg.DRLocWeightScheduleHook')
     hook = DRLocWeightScheduleHook(**{k: v for k, v in hook_cfg.items() if k != 'type'})
-    assert [hook.factor(e) for e in range(len(lr))] == pytest.approx([drloc_weight(1., e) for e in range(len(lr))],
-                                                                     abs=1e-12)
+    assert [hook.factor(e) for e in range(len(lr))] == pytest.approx(
+        [drloc_weight(1.0, e) for e in range(len(lr))], abs=1e-12
+    )
 
 
-@pytest.mark.parametrize('config, epochs, min_lr', [
-    ('tlalign/deit-small_8xb128_cutmix-tlalign_in1k.py', 300, 1e-5),
-    ('diversepatch/deit-small12_4xb256-400e_diversepatch_in1k.py', 400, 1e-7),
-], ids=['TL-Align', 'DiversePatch'])
+@pytest.mark.parametrize(
+    'config, epochs, min_lr',
+    [
+        ('tlalign/deit-small_8xb128_cutmix-tlalign_in1k.py', 300, 1e-5),
+        ('diversepatch/deit-small12_4xb256-400e_diversepatch_in1k.py', 400, 1e-7),
+    ],
+    ids=['TL-Align', 'DiversePatch'],
+)
 def test_deit_codebase_lr_equals_the_official_per_epoch_curve(config, epochs, min_lr):
     """TL-Align (train_deit_small_tla.sh) and DiversePatch (deit/main.py) run DeiT's loop: timm's scheduler
     stepped after each epoch with t_in_epochs, so epoch e trains with the value of e - 1 (epochs 0-1 at 1e-6,
@@ -169,13 +195,16 @@ def test_deit_codebase_lr_equals_the_official_per_epoch_curve(config, epochs, mi
 def two_group_optimizer():
     """SGD of lr 1e-3 with a second group of ``lr_mult=0.1`` (mmengine's optimizer constructor)."""
     from mmengine.optim import DefaultOptimWrapperConstructor
-    return DefaultOptimWrapperConstructor(dict(optimizer=dict(type='SGD', lr=1e-3)), paramwise_cfg=dict(
-        custom_keys={'1.': dict(lr_mult=0.1)}))(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)))
+
+    return DefaultOptimWrapperConstructor(
+        dict(optimizer=dict(type='SGD', lr=1e-3)), paramwise_cfg=dict(custom_keys={'1.': dict(lr_mult=0.1)})
+    )(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)))
 
 
 def timm_cosine_lrs(steps: int = 20, **kwargs) -> list:
     """``[[lr of each group] per step]`` of ``TimmCosineLR(**kwargs)`` on :func:`two_group_optimizer`."""
     from mmvitreg.engine import TimmCosineLR
+
     wrapper = two_group_optimizer()
     scheduler, lrs = TimmCosineLR(wrapper, by_epoch=False, **kwargs), []
     for _ in range(steps):
@@ -201,8 +230,9 @@ def test_timm_cosine_equals_timms_own_scheduler_per_group():
     """The same, against timm's ``CosineLRScheduler`` itself (stepped per update, as the DRLoc code does)."""
     scheduler = pytest.importorskip('timm.scheduler')
     wrapper = two_group_optimizer()
-    timm_lr = scheduler.CosineLRScheduler(wrapper.optimizer, t_initial=20, lr_min=1e-5, warmup_t=5,
-                                          warmup_lr_init=1e-6, t_in_epochs=False)
+    timm_lr = scheduler.CosineLRScheduler(
+        wrapper.optimizer, t_initial=20, lr_min=1e-5, warmup_t=5, warmup_lr_init=1e-6, t_in_epochs=False
+    )
     official = []
     for t in range(20):
         timm_lr.step_update(t)
@@ -214,12 +244,14 @@ def test_timm_cosine_equals_timms_own_scheduler_per_group():
 
 def test_timm_cosine_rejects_a_warmup_as_long_as_the_cosine():
     from mmvitreg.engine import TimmCosineLR
-    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.)
+
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
     with pytest.raises(ValueError, match='0 <= warmup < T_max'):
         TimmCosineLR(optimizer, T_max=5, warmup=5)
 
 
 # ---- checkpoints of long runs
+
 
 def test_every_long_config_bounds_its_checkpoints_and_saves_the_best(monkeypatch):
     """Every config of >= 30 epochs or >= 40k iterations (read from the configs themselves, all of them: the
@@ -227,6 +259,7 @@ def test_every_long_config_bounds_its_checkpoints_and_saves_the_best(monkeypatch
     keeps a bounded number of checkpoints and saves the best one (the libraries' runtimes keep every one: ~80 GB
     for 300 epochs of DeiT-S with the optimizer, 10 of a 160k UperNet, and no best)."""
     import mmengine.config.utils as config_utils
+
     # mmengine re-reads all of mmpretrain's metafiles for each `mmpretrain::` path it resolves: once is enough
     monkeypatch.setattr(config_utils, 'load', functools.lru_cache(maxsize=None)(config_utils.load))
     long_runs, unbounded = [], []

@@ -2,15 +2,17 @@
 default_scope, with no custom_imports and no import of mmvitreg by the caller (stack notes, §1.1). mmseg's and
 mmdet's registries import their models, and with them ``mmcv.ops``, before they look a scope up: without mmcv's
 compiled ops (mmcv-lite) that needs mmvitreg's stand-in in place, so there the caller imports mmvitreg first."""
+
 import subprocess
 import sys
 
 import pytest
-
 from conftest import needs_compiled_ops, tool_env
 
-TINY_DEEPVIT = "dict(type='mmvitreg.DeepViT', arch=dict(embed_dims=32, num_layers=2, num_heads=2, " \
-               "feedforward_channels=64, attn_types='reattn'), img_size=32, patch_size=16, out_type='featmap')"
+TINY_DEEPVIT = (
+    "dict(type='mmvitreg.DeepViT', arch=dict(embed_dims=32, num_layers=2, num_heads=2, "
+    "feedforward_channels=64, attn_types='reattn'), img_size=32, patch_size=16, out_type='featmap')"
+)
 
 
 def build_in_fresh_interpreter(scope, registry, cfg, first=False):
@@ -30,8 +32,10 @@ print(type(obj).__module__, type(obj).__name__)
     return proc.stdout.split()[-2:]
 
 
-@pytest.mark.parametrize('scope', ['mmpretrain', pytest.param('mmseg', marks=needs_compiled_ops),
-                                   pytest.param('mmdet', marks=needs_compiled_ops)])
+@pytest.mark.parametrize(
+    'scope',
+    ['mmpretrain', pytest.param('mmseg', marks=needs_compiled_ops), pytest.param('mmdet', marks=needs_compiled_ops)],
+)
 def test_backbone_builds_from_each_library_models_registry(scope):
     module, name = build_in_fresh_interpreter(scope, 'MODELS', TINY_DEEPVIT)
     assert (module, name) == ('mmvitreg.models.backbones.deepvit', 'DeepViT')
@@ -54,6 +58,6 @@ def test_token_mix_builds_from_mmpretrain_models_and_is_no_batch_augment():
 
 def test_transform_builds_from_mmpretrain_transforms():
     module, name = build_in_fresh_interpreter(
-        'mmpretrain', 'TRANSFORMS', "dict(type='mmvitreg.TokenLabelTarget', token_label_size=14)")
+        'mmpretrain', 'TRANSFORMS', "dict(type='mmvitreg.TokenLabelTarget', token_label_size=14)"
+    )
     assert name == 'TokenLabelTarget' and module.startswith('mmvitreg.')
-

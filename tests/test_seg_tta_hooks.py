@@ -1,18 +1,19 @@
 """tools/test.py --tta on every segmentation config of the repository that has custom hooks: the hooks find the
 model inside mmseg's SegTTAModel (DiversePatch's DropPathScheduleHook used to look up `backbone` on it)."""
+
 import json
 import re
 from pathlib import Path
 
 import pytest
 import torch
-from mmengine.config import Config
-from mmengine.registry import DefaultScope
-
 from conftest import CONFIGS
 from guard_helpers import tool
-from mmvitreg.engine import GuardedRunner
+from mmengine.config import Config
+from mmengine.registry import DefaultScope
 from seg_helpers import shrunk_config
+
+from mmvitreg.engine import GuardedRunner
 
 
 def _with_bases(path: Path) -> str:
@@ -31,6 +32,7 @@ def seg_configs_with_custom_hooks():
         text = _with_bases(path)
         if 'mmseg::' in text and 'custom_hooks' in text:
             import mmvitreg  # noqa: F401  (mmseg:: bases need mmvitreg.compat)
+
             cfg = Config.fromfile(str(path))
             if cfg.get('default_scope') == 'mmseg' and cfg.get('custom_hooks'):
                 found.append(path)
@@ -42,8 +44,10 @@ CASES = seg_configs_with_custom_hooks()
 
 def test_the_list_holds_the_diversepatch_segmentation_configs():
     assert {p.name for p in CASES} >= {
-        f'upernet_swin-{size}_8xb2-{sched}_diversepatch_{data}.py' for size in ('base', 'large')
-        for sched, data in (('160k', 'ade20k-512x512'), ('80k', 'cityscapes-769x769'))}
+        f'upernet_swin-{size}_8xb2-{sched}_diversepatch_{data}.py'
+        for size in ('base', 'large')
+        for sched, data in (('160k', 'ade20k-512x512'), ('80k', 'cityscapes-769x769'))
+    }
 
 
 @pytest.mark.parametrize('config', CASES, ids=[p.stem for p in CASES])
@@ -54,6 +58,7 @@ def test_tta_runs_with_the_configs_custom_hooks(config, digits_workspace, tmp_pa
     cfg.test_dataloader.dataset.indices = 2  # 2 images x 6 scales x 2 flips
     cfg.dump(str(cfg_path))
     from mmseg.registry import MODELS
+
     with DefaultScope.overwrite_default_scope('mmseg'):
         model = MODELS.build(cfg.model)
     ckpt = tmp_path / 'untrained.pth'
@@ -64,6 +69,7 @@ def test_tta_runs_with_the_configs_custom_hooks(config, digits_workspace, tmp_pa
     def recording_test(runner):
         tested.append(type(runner.model).__name__)
         return test(runner)
+
     monkeypatch.setattr(GuardedRunner, 'test', recording_test)
     tool('test')([str(cfg_path), str(ckpt), '--tta', '--work-dir', str(tmp_path / 'work')])
     assert tested == ['SegTTAModel']  # the run was the TTA model's, with the config's hooks

@@ -1,5 +1,6 @@
 """mmvitreg.SVHN reads the official {split}_32x32.mat layout (X: 32x32x3xN RGB, y: N x 1 with 10 for the
 digit 0) into BGR images and labels 0..9, as mmpretrain's CIFAR datasets."""
+
 import numpy as np
 import pytest
 from scipy.io import savemat

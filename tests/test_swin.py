@@ -1,8 +1,8 @@
 """mmvitreg.SwinTransformer: mmpretrain's Swin, key- and output-compatible, with the token trace."""
+
 import importlib.util
 from pathlib import Path
 
-import mmdet
 import mmseg
 import numpy as np
 import pytest
@@ -27,7 +27,7 @@ def copy_weights(dst, src):
 
 def nano(cls=SwinTransformer, **kw):
     torch.manual_seed(0)
-    model = cls(**dict(dict(arch=NANO, img_size=64, window_size=4, drop_path_rate=0., out_indices=(0, 1, 2)), **kw))
+    model = cls(**dict(dict(arch=NANO, img_size=64, window_size=4, drop_path_rate=0.0, out_indices=(0, 1, 2)), **kw))
     model.init_weights()
     model.eval()  # mmpretrain's Swin.train returns None
     return model
@@ -37,9 +37,9 @@ def nano(cls=SwinTransformer, **kw):
 def test_mmpretrain_checkpoints_load_with_every_key_and_give_the_same_features(arch):
     """Swin-T/S/B/L: an mmpretrain state dict loads strictly; features agree (fp64, and fp32 within 1e-5)."""
     torch.manual_seed(0)
-    theirs = MMPretrainSwin(arch=arch, drop_path_rate=0.)
+    theirs = MMPretrainSwin(arch=arch, drop_path_rate=0.0)
     theirs.eval()  # mmpretrain's Swin.train returns None
-    ours = SwinTransformer(arch=arch, drop_path_rate=0.).eval()
+    ours = SwinTransformer(arch=arch, drop_path_rate=0.0).eval()
     result = ours.load_state_dict(theirs.state_dict(), strict=False)
     assert result.missing_keys == [] and result.unexpected_keys == []
     assert list(ours.state_dict()) == list(theirs.state_dict())
@@ -62,9 +62,14 @@ def test_a_saved_mmpretrain_swin_classifier_loads_and_gives_the_same_logits(tmp_
 
     def classifier(backbone_type):
         with DefaultScope.overwrite_default_scope('mmpretrain'):
-            return MODELS.build(dict(type='ImageClassifier', backbone=dict(type=backbone_type, arch='tiny'),
-                                     neck=dict(type='GlobalAveragePooling'),
-                                     head=dict(type='LinearClsHead', num_classes=1000, in_channels=768))).eval()
+            return MODELS.build(
+                dict(
+                    type='ImageClassifier',
+                    backbone=dict(type=backbone_type, arch='tiny'),
+                    neck=dict(type='GlobalAveragePooling'),
+                    head=dict(type='LinearClsHead', num_classes=1000, in_channels=768),
+                )
+            ).eval()
 
     torch.manual_seed(1)
     theirs = classifier('SwinTransformer')
@@ -84,13 +89,25 @@ def test_downstream_swins_of_mmseg_and_mmdet_load_and_agree(size):
     four normed stage outputs match with pad_small_map=True (maps padded to the window, shifted always)."""
     from mmdet.models.backbones import SwinTransformer as DetSwin
     from mmseg.models.backbones import SwinTransformer as SegSwin
-    ours = SwinTransformer(arch=dict(embed_dims=16, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4]), window_size=4,
-                           drop_path_rate=0., out_indices=(0, 1, 2, 3), pad_small_map=True).eval()
+
+    ours = SwinTransformer(
+        arch=dict(embed_dims=16, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4]),
+        window_size=4,
+        drop_path_rate=0.0,
+        out_indices=(0, 1, 2, 3),
+        pad_small_map=True,
+    ).eval()
     x = torch.randn(2, 3, *size)
     for cls in (SegSwin, DetSwin):
         torch.manual_seed(0)
-        theirs = cls(embed_dims=16, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4], window_size=4,
-                     drop_path_rate=0., out_indices=(0, 1, 2, 3))
+        theirs = cls(
+            embed_dims=16,
+            depths=[2, 2, 2, 2],
+            num_heads=[1, 2, 2, 4],
+            window_size=4,
+            drop_path_rate=0.0,
+            out_indices=(0, 1, 2, 3),
+        )
         theirs.eval()
         for p in theirs.parameters():
             torch.nn.init.normal_(p, std=0.2)
@@ -116,11 +133,21 @@ def official_swin_state_dict(model, classes=10):
     for s, (d, heads) in enumerate(zip(dims, NANO['num_heads'])):
         for b in range(2):
             p = f'layers.{s}.blocks.{b}.'
-            shapes = {'norm1.weight': (d, ), 'norm1.bias': (d, ), 'attn.relative_position_bias_table': (49, heads),
-                      'attn.qkv.weight': (3 * d, d), 'attn.qkv.bias': (3 * d, ), 'attn.proj.weight': (d, d),
-                      'attn.proj.bias': (d, ), 'norm2.weight': (d, ), 'norm2.bias': (d, ),
-                      'mlp.fc1.weight': (4 * d, d), 'mlp.fc1.bias': (4 * d, ), 'mlp.fc2.weight': (d, 4 * d),
-                      'mlp.fc2.bias': (d, )}
+            shapes = {
+                'norm1.weight': (d,),
+                'norm1.bias': (d,),
+                'attn.relative_position_bias_table': (49, heads),
+                'attn.qkv.weight': (3 * d, d),
+                'attn.qkv.bias': (3 * d,),
+                'attn.proj.weight': (d, d),
+                'attn.proj.bias': (d,),
+                'norm2.weight': (d,),
+                'norm2.bias': (d,),
+                'mlp.fc1.weight': (4 * d, d),
+                'mlp.fc1.bias': (4 * d,),
+                'mlp.fc2.weight': (d, 4 * d),
+                'mlp.fc2.bias': (d,),
+            }
             official.update({p + k: torch.randn(*v, generator=g) for k, v in shapes.items()})
             official[p + 'attn.relative_position_index'] = model.stages[s].blocks[b].attn.w_msa.relative_position_index
             if b == 1:
@@ -129,9 +156,14 @@ def official_swin_state_dict(model, classes=10):
             official[f'layers.{s}.downsample.norm.weight'] = torch.randn(4 * d, generator=g)
             official[f'layers.{s}.downsample.norm.bias'] = torch.randn(4 * d, generator=g)
             official[f'layers.{s}.downsample.reduction.weight'] = torch.randn(2 * d, 4 * d, generator=g)
-    official.update({'norm.weight': torch.randn(64, generator=g), 'norm.bias': torch.randn(64, generator=g),
-                     'head.weight': torch.randn(classes, 64, generator=g),
-                     'head.bias': torch.randn(classes, generator=g)})
+    official.update(
+        {
+            'norm.weight': torch.randn(64, generator=g),
+            'norm.bias': torch.randn(64, generator=g),
+            'head.weight': torch.randn(classes, 64, generator=g),
+            'head.bias': torch.randn(classes, generator=g),
+        }
+    )
     return official
 
 
@@ -139,20 +171,22 @@ def test_official_release_converts_like_mmseg_swin2mmseg():
     """convert_swin on an official-layout state dict agrees with mmseg's own converter (an independent
     implementation of the same renaming and merge-order fix), and the result loads strictly."""
     spec = importlib.util.spec_from_file_location(
-        'swin2mmseg', Path(mmseg.__file__).parent / '.mim/tools/model_converters/swin2mmseg.py')
+        'swin2mmseg', Path(mmseg.__file__).parent / '.mim/tools/model_converters/swin2mmseg.py'
+    )
     swin2mmseg = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(swin2mmseg)
     official = official_swin_state_dict(nano())
     ours = convert_swin(official)
-    theirs = {k: v for k, v in swin2mmseg.convert_swin(official).items()
-              if 'attn_mask' not in k and not k.startswith('norm.')}  # mmseg keeps both, unused
+    theirs = {
+        k: v for k, v in swin2mmseg.convert_swin(official).items() if 'attn_mask' not in k and not k.startswith('norm.')
+    }  # mmseg keeps both, unused
     assert {k for k in ours if not k.startswith('backbone.')} == {'head.fc.weight', 'head.fc.bias'}
-    backbone = {k[len('backbone.'):]: v for k, v in ours.items() if k.startswith('backbone.')}
+    backbone = {k[len('backbone.') :]: v for k, v in ours.items() if k.startswith('backbone.')}
     assert set(backbone) - set(theirs) == {'norm2.weight', 'norm2.bias'} and set(theirs) <= set(backbone)
     for key, value in theirs.items():
         torch.testing.assert_close(backbone[key], value, rtol=0, atol=0)
     torch.testing.assert_close(backbone['norm2.weight'], official['norm.weight'], rtol=0, atol=0)
-    classifier_backbone = nano(out_indices=(2, ))  # a release has the last stage's norm only
+    classifier_backbone = nano(out_indices=(2,))  # a release has the last stage's norm only
     result = classifier_backbone.load_state_dict(backbone, strict=False)
     assert result.missing_keys == [] and result.unexpected_keys == []
     with pytest.raises(ValueError, match='no mmvitreg counterpart'):
@@ -163,7 +197,7 @@ def test_old_version_checkpoints_are_upgraded():
     """Version-1 mmpretrain Swin checkpoints: ``norm.`` is the last stage norm and attn_mask is dropped."""
     model = nano()
     state = model.state_dict()
-    old = {('norm.' + k[len('norm2.'):] if k.startswith('norm2.') else k): v for k, v in state.items()}
+    old = {('norm.' + k[len('norm2.') :] if k.startswith('norm2.') else k): v for k, v in state.items()}
     old['stages.0.blocks.1.attn.attn_mask'] = torch.zeros(1)
     result = model.load_state_dict(old, strict=False)
     assert result.missing_keys == [] and result.unexpected_keys == []
@@ -242,7 +276,7 @@ def test_every_block_runs_our_code_in_fewer_operators_than_mmpretrains():
         assert ran == shift_window_ran == list(range(6)) * 2
         with Dispatched() as their_ops:
             expected = theirs(x)
-        traced = ours(x, TokenTrace(token_layers=(0, ), attn_layers=(1, 4)))
+        traced = ours(x, TokenTrace(token_layers=(0,), attn_layers=(1, 4)))
     for a, b, c in zip(plain, traced, expected):
         torch.testing.assert_close(a, b)
         torch.testing.assert_close(a, c, rtol=0, atol=1e-5)
@@ -264,11 +298,11 @@ def test_stochastic_depth_is_mmcvs_in_fewer_operators():
         module(x)
     assert len(ours.names) < len(mmcv.names) and 'bernoulli_' in ours.names
     kept = out[:, 0, 0] > 0
-    assert torch.equal(out, torch.where(kept.view(-1, 1, 1), 1 / 0.75, 0.).expand_as(x))
+    assert torch.equal(out, torch.where(kept.view(-1, 1, 1), 1 / 0.75, 0.0).expand_as(x))
     assert abs(kept.float().mean() - 0.75) < 0.01
     module.eval()
     assert drop_path(x, module) is x
-    module.train().drop_prob = 0.
+    module.train().drop_prob = 0.0
     assert drop_path(x, module) is x
     model = nano(drop_path_rate=0.3).train()
     with Dispatched() as swin:
@@ -284,7 +318,7 @@ def test_trace_attention_is_mmpretrain_softmax_map():
     seen = {}
     theirs.stages[1].blocks[1].attn.w_msa.softmax.register_forward_hook(lambda m, i, o: seen.update(map=o))
     x = torch.randn(2, 3, 64, 64)
-    trace = TokenTrace(attn_layers=(3, ))
+    trace = TokenTrace(attn_layers=(3,))
     with torch.no_grad():
         theirs(x)
         ours(x, trace=trace)
@@ -310,7 +344,7 @@ def test_mix_is_applied_after_the_patch_embedding_before_the_position_embedding(
 
 def test_fused_and_explicit_paths_train_alike():
     """Recording every block's map (explicit path) changes neither the loss nor the gradients."""
-    model = SwinTransformer(arch=NANO, window_size=4, drop_path_rate=0., out_indices=(2, ), pad_small_map=True)
+    model = SwinTransformer(arch=NANO, window_size=4, drop_path_rate=0.0, out_indices=(2,), pad_small_map=True)
     model.init_weights()
     x = torch.randn(2, 3, 48, 40)
     grads = []
@@ -323,11 +357,14 @@ def test_fused_and_explicit_paths_train_alike():
 
 
 def test_small_maps_need_pad_small_map():
-    model = SwinTransformer(arch=NANO, window_size=8, drop_path_rate=0., out_indices=(2, ))
+    model = SwinTransformer(arch=NANO, window_size=8, drop_path_rate=0.0, out_indices=(2,))
     # mmpretrain's own check without a trace, ours (same wording, a ValueError too) with one
-    for trace in (None, TokenTrace(token_layers=(0, ))):
-        with pytest.raises(AssertionError, match=r'^The input shape \(4, 4\) is smaller than the window size '
-                                                 r'\(8\).*pad_small_map=True'):
+    for trace in (None, TokenTrace(token_layers=(0,))):
+        with pytest.raises(
+            AssertionError,
+            match=r'^The input shape \(4, 4\) is smaller than the window size '
+            r'\(8\).*pad_small_map=True',
+        ):
             model(torch.randn(1, 3, 16, 16), trace)
     np.testing.assert_equal(model.trace_spec.num_blocks, 6)
 
@@ -336,6 +373,7 @@ def test_window_attention_with_indivisible_heads_builds_and_refuses_to_run():
     """As mmpretrain's WindowMSA (whose test_arch builds a 256-channel, 6-head arch), the layer builds; running it
     fails with a message naming both numbers and the fix, not a reshape error."""
     from mmvitreg.models.layers import WindowAttention
+
     layer = WindowAttention(10, (2, 2), 3)
     with pytest.raises(ValueError, match=r'embed_dims \(10\) must be divisible by num_heads \(3\)'):
         layer(torch.randn(2, 4, 10))

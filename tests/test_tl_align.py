@@ -1,37 +1,46 @@
 """TL-Align (Xiao et al., ICCV 2023): label propagation (Eq. 9, 11, Table 10) and the CutMix that feeds it."""
+
 import json
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import CONFIGS, run_tool
 from mmengine.config import Config
 from mmengine.optim import OptimWrapper
 from mmengine.registry import DefaultScope
 from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 from mmpretrain.structures import DataSample
 
-from mmvitreg.models.target_transforms import TLAlign
 from mmvitreg.models.layers import Ride, WindowLayout, attend
+from mmvitreg.models.target_transforms import TLAlign
 from mmvitreg.models.trace import MixPlan, TokenTrace, TraceUserError
 from mmvitreg.registry import MODELS
 from mmvitreg.utils import check_plugin_types
-
-from conftest import CONFIGS, run_tool
 
 C = 1000  # the C-dimensional reference runs at ImageNet's label width
 
 
 def tiny_deit(img=32, patch=8, **kw):
-    return dict(type='mmvitreg.VisionTransformer', arch=dict(embed_dims=48, num_layers=4, num_heads=3,
-                                                             feedforward_channels=96),
-                img_size=img, patch_size=patch, **kw)
+    return dict(
+        type='mmvitreg.VisionTransformer',
+        arch=dict(embed_dims=48, num_layers=4, num_heads=3, feedforward_channels=96),
+        img_size=img,
+        patch_size=patch,
+        **kw,
+    )
 
 
 def tiny_swin(img=44):
     """11x11 tokens, windows of 3: stage 1 pads to 12x12 and shifts, merging pads 11 -> 12 -> 6x6."""
-    return dict(type='mmvitreg.SwinTransformer', arch=dict(embed_dims=16, depths=[2, 2], num_heads=[2, 2]),
-                img_size=img, window_size=3, out_indices=(1, ))
+    return dict(
+        type='mmvitreg.SwinTransformer',
+        arch=dict(embed_dims=16, depths=[2, 2], num_heads=[2, 2]),
+        img_size=img,
+        window_size=3,
+        out_indices=(1,),
+    )
 
 
 def reference_targets(trace: TokenTrace, labels: torch.Tensor) -> torch.Tensor:
@@ -54,7 +63,7 @@ def reference_targets(trace: TokenTrace, labels: torch.Tensor) -> torch.Tensor:
             merged = torch.zeros(Y.shape[0], H2, W2, C, dtype=Y.dtype)
             for r in range(H2):
                 for c in range(W2):
-                    merged[:, r, c] = Ym[:, 2 * r:2 * r + 2, 2 * c:2 * c + 2].sum((1, 2))
+                    merged[:, r, c] = Ym[:, 2 * r : 2 * r + 2, 2 * c : 2 * c + 2].sum((1, 2))
             Y = (merged / merged.sum(-1, keepdim=True)).flatten(1, 2)
             grid = (H2, W2)
         attn = trace.attn[i].double()
@@ -74,9 +83,9 @@ def dense_window_map(layout: WindowLayout, attn: torch.Tensor) -> torch.Tensor:
     windows = attn.view(B, nW, heads, n, n)
     full = attn.new_zeros(B, heads, nW * n, nW * n)
     for w in range(nW):
-        full[:, :, w * n:(w + 1) * n, w * n:(w + 1) * n] = windows[:, w]
+        full[:, :, w * n : (w + 1) * n, w * n : (w + 1) * n] = windows[:, w]
     index = layout.grid_index().flatten()
-    slots = index.argsort()[int((index < 0).sum()):]  # the slot of grid token 0, 1, ..., H * W - 1
+    slots = index.argsort()[int((index < 0).sum()) :]  # the slot of grid token 0, 1, ..., H * W - 1
     return full[:, :, slots][:, :, :, slots]
 
 
@@ -104,8 +113,8 @@ def aligned_vs_reference(backbone_cfg, img, num_layers, grid, B=4, seed=0, repre
     x = torch.randn(B, 3, img, img)
     labels = torch.tensor([3, 999, 3, 512])[:B]
     mask = torch.rand(B, *grid)
-    mask[0, :2] = 0.  # whole rows from the partner, whole tokens of own
-    mask[1, -1] = 1.
+    mask[0, :2] = 0.0  # whole rows from the partner, whole tokens of own
+    mask[1, -1] = 1.0
     plan = MixPlan(index=torch.arange(B - 1, -1, -1), mask=mask)
     samples = [DataSample().set_gt_label(int(y)).set_gt_score(torch.zeros(C)) for y in labels]
     trace = TokenTrace.for_request(tl.trace_request, mix=plan, samples=samples)
@@ -173,34 +182,41 @@ def test_deepvit_reattention_norm_equals_reference():
 def test_table10_norm_drops_negative_weights_and_keeps_label_of_rows_without_positive_weight():
     """Norm(W) on a re-attention-like map: negative weights count as 0, rows are scaled to sum 1,
     a row with no positive weight leaves the token's label unchanged."""
-    attn = torch.tensor([[[0.5, -0.2, 0.7],
-                          [-1., -1., -1.],
-                          [0.2, 0.3, 0.5]]]).view(1, 1, 3, 3)
-    w = torch.tensor([[1., 0., 0.25]]).unsqueeze(-1)
+    attn = torch.tensor([[[0.5, -0.2, 0.7], [-1.0, -1.0, -1.0], [0.2, 0.3, 0.5]]]).view(1, 1, 3, 3)
+    w = torch.tensor([[1.0, 0.0, 0.25]]).unsqueeze(-1)
     ride = Ride(torch.cat([w, 1 - w], -1))
     qkv = torch.zeros(1, 3, 3, 1, 1)
-    attend(qkv, 1., ride=ride, attention_map=lambda q, k: attn)
+    attend(qkv, 1.0, ride=ride, attention_map=lambda q, k: attn)
     out = TLAlign.step(TokenTrace(), 0, ride.values, ride.mixed)[..., 0]
-    aligned = torch.tensor([[(0.5 * 1 + 0.7 * 0.25) / 1.2, 0., 0.2 + 0.5 * 0.25]])
+    aligned = torch.tensor([[(0.5 * 1 + 0.7 * 0.25) / 1.2, 0.0, 0.2 + 0.5 * 0.25]])
     assert torch.allclose(out, 0.5 * (aligned + w[..., 0]))
 
 
 def build_classifier(backbone=None, num_layers=None, target_transform=True, num_classes=10, patch=8):
     """A TokenClassifier with PatchCutMix and TLAlign (``num_layers=None``: the depth from the trace)."""
     tl = dict(type='mmvitreg.TLAlign', **({} if num_layers is None else dict(num_layers=num_layers)))
-    cfg = dict(type='mmvitreg.TokenClassifier', backbone=backbone or tiny_deit(),
-               head=dict(type='mmpretrain.LinearClsHead', num_classes=num_classes, in_channels=48,
-                         loss=dict(type='mmpretrain.LabelSmoothLoss', label_smooth_val=0.1, mode='original')),
-               target_transform=tl if target_transform else None,
-               train_cfg=dict(mix=dict(type='mmvitreg.PatchCutMix', patch_size=patch)),
-               data_preprocessor=dict(num_classes=num_classes))
+    cfg = dict(
+        type='mmvitreg.TokenClassifier',
+        backbone=backbone or tiny_deit(),
+        head=dict(
+            type='mmpretrain.LinearClsHead',
+            num_classes=num_classes,
+            in_channels=48,
+            loss=dict(type='mmpretrain.LabelSmoothLoss', label_smooth_val=0.1, mode='original'),
+        ),
+        target_transform=tl if target_transform else None,
+        train_cfg=dict(mix=dict(type='mmvitreg.PatchCutMix', patch_size=patch)),
+        data_preprocessor=dict(num_classes=num_classes),
+    )
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         return MMPRETRAIN_MODELS.build(cfg)
 
 
 def make_data(B=4, img=32):
-    return dict(inputs=torch.randint(0, 255, (B, 3, img, img), dtype=torch.uint8),
-                data_samples=[DataSample().set_gt_label(b % 10) for b in range(B)])
+    return dict(
+        inputs=torch.randint(0, 255, (B, 3, img, img), dtype=torch.uint8),
+        data_samples=[DataSample().set_gt_label(b % 10) for b in range(B)],
+    )
 
 
 def test_training_uses_the_aligned_target_and_inference_builds_no_trace():
@@ -212,8 +228,10 @@ def test_training_uses_the_aligned_target_and_inference_builds_no_trace():
     traces, targets = [], []
     model.backbone.register_forward_hook(lambda m, a, kw, out: traces.append(kw.get('trace')), with_kwargs=True)
     head_loss = model.head.loss
-    model.head.loss = lambda feats, samples, **kw: (targets.append(torch.stack([s.gt_score for s in samples])),
-                                                    head_loss(feats, samples, **kw))[1]
+    model.head.loss = lambda feats, samples, **kw: (
+        targets.append(torch.stack([s.gt_score for s in samples])),
+        head_loss(feats, samples, **kw),
+    )[1]
     optim = OptimWrapper(torch.optim.AdamW(model.parameters(), lr=1e-3))
     data = model.data_preprocessor(make_data(), training=True)
     plan = data['mix_plan']
@@ -253,9 +271,11 @@ def test_depth_comes_from_the_trace_and_a_given_depth_is_checked_at_build_time()
     for num_layers in (3, 5):
         with pytest.raises(TraceUserError) as error:
             build_classifier(num_layers=num_layers)
-        assert str(error.value) == (f'TLAlign carries its stream through num_layers={num_layers} blocks but '
-                                    'VisionTransformer has 4: set num_layers=4 or leave it out (the depth is taken '
-                                    'from the backbone)')
+        assert str(error.value) == (
+            f'TLAlign carries its stream through num_layers={num_layers} blocks but '
+            'VisionTransformer has 4: set num_layers=4 or leave it out (the depth is taken '
+            'from the backbone)'
+        )
     with pytest.raises(ValueError, match='positive integer'):
         TLAlign(num_layers=0)
 
@@ -269,13 +289,19 @@ def test_tl_align_errors_name_the_fix():
     with pytest.raises(ValueError, match='PatchCutMix'):
         model.backbone(torch.randn(2, 3, 32, 32), trace=trace)
     x = torch.randn(2, 3, 32, 32)
-    trace = TokenTrace.for_request(TLAlign(num_layers=3).trace_request, mix=MixPlan(torch.tensor([1, 0]),
-                                                                                     torch.ones(2, 4, 4)))
-    with pytest.raises(TraceUserError, match=r'this trace carries its stream through num_layers=3 blocks but '
-                                               'VisionTransformer has 4: set num_layers=4 or leave it out'):
+    trace = TokenTrace.for_request(
+        TLAlign(num_layers=3).trace_request, mix=MixPlan(torch.tensor([1, 0]), torch.ones(2, 4, 4))
+    )
+    with pytest.raises(
+        TraceUserError,
+        match=r'this trace carries its stream through num_layers=3 blocks but '
+        'VisionTransformer has 4: set num_layers=4 or leave it out',
+    ):
         model.backbone(x, trace=trace)
-    trace = TokenTrace.for_request(model.target_transform.trace_request,
-                                   mix=MixPlan(torch.tensor([1, 0]), torch.ones(2, 2, 2), torch.ones(2, 32, 32)))
+    trace = TokenTrace.for_request(
+        model.target_transform.trace_request,
+        mix=MixPlan(torch.tensor([1, 0]), torch.ones(2, 2, 2), torch.ones(2, 32, 32)),
+    )
     with pytest.raises(ValueError, match='patch_size'):
         model.backbone(x, trace=trace)
     with pytest.raises(ValueError, match='num_classes'):
@@ -286,17 +312,17 @@ def test_patch_cutmix_is_the_official_token_box_mixed_in_pixels(monkeypatch):
     """tla.py: lam re-drawn while 1, box on the token grid, lam = 1 - box/grid, flip(0) partner, images
     mixed in whole patches; the token mask (1 = own) is the initial label weight."""
     aug = MODELS.build(dict(type='mmvitreg.PatchCutMix', patch_size=8))
-    draws = iter([1., 1., 0.5])
+    draws = iter([1.0, 1.0, 0.5])
     monkeypatch.setattr(np.random, 'beta', lambda a, b: next(draws))
     np.random.seed(3)
     x = torch.rand(4, 3, 48, 32)
     plan = aug.plan(x)
     assert next(draws, None) is None  # two lam == 1 draws were rejected
-    box = (plan.mask[0] == 0)
+    box = plan.mask[0] == 0
     assert plan.mask.shape == (4, 6, 4) and box.any()
     rows, cols = box.any(1).nonzero().flatten(), box.any(0).nonzero().flatten()
     assert int(box.sum()) == len(rows) * len(cols)  # one rectangle
-    assert torch.allclose(plan.lam, torch.full((4, ), 1 - box.sum().item() / 24))
+    assert torch.allclose(plan.lam, torch.full((4,), 1 - box.sum().item() / 24))
     assert torch.equal(plan.index, torch.tensor([3, 2, 1, 0]))
     assert torch.equal(plan.pixel_mask[0], plan.mask[0].repeat_interleave(8, 0).repeat_interleave(8, 1))
     mixed = plan.mix_images(x)
@@ -337,10 +363,22 @@ def test_digits_config_trains_through_the_tools(tmp_path):
     assert cfg.model.backbone.patch_size == 8
     run_tool(['dataset_converters/digits.py', 'imagenet', '--out', tmp_path / 'data'], cwd=tmp_path)
     work = tmp_path / 'work'
-    run_tool(['train.py', CONFIG, '--work-dir', work, '--cfg-options', 'train_cfg.max_epochs=1',
-              'train_dataloader.dataset.indices=256', 'val_dataloader.dataset.indices=128',
-              'train_dataloader.num_workers=0', 'val_dataloader.num_workers=0', 'train_cfg.val_interval=1'],
-             cwd=tmp_path)
+    run_tool(
+        [
+            'train.py',
+            CONFIG,
+            '--work-dir',
+            work,
+            '--cfg-options',
+            'train_cfg.max_epochs=1',
+            'train_dataloader.dataset.indices=256',
+            'val_dataloader.dataset.indices=128',
+            'train_dataloader.num_workers=0',
+            'val_dataloader.num_workers=0',
+            'train_cfg.val_interval=1',
+        ],
+        cwd=tmp_path,
+    )
     assert (work / 'last_checkpoint').read_text().strip().endswith('epoch_1.pth')
     logs = sorted(work.glob('*/vis_data/scalars.json'))[-1].read_text().splitlines()
     losses = [json.loads(ln)['loss'] for ln in logs if '"loss"' in ln]
@@ -368,7 +406,7 @@ def test_mixup_gives_every_token_lam_and_the_switch_picks_per_batch(monkeypatch)
     """MixUp (Table 7): images blended, every token weight lam (re-drawn while 1); MixUp + CutMix: CutMix with
     probability switch_prob per batch (timm/DeiT)."""
     mixup = MODELS.build(dict(type='mmvitreg.PixelMixup', alpha=0.8, patch_size=8))
-    draws = iter([1., 0.3])
+    draws = iter([1.0, 0.3])
     monkeypatch.setattr(np.random, 'beta', lambda a, b: next(draws))
     x = torch.rand(4, 3, 16, 24)
     plan = mixup.plan(x)
@@ -387,6 +425,7 @@ def test_mixup_gives_every_token_lam_and_the_switch_picks_per_batch(monkeypatch)
 def test_benchmark_case_compares_tl_align_with_the_same_cutmix():
     """deit-s-tlalign-vs-cutmix: the only difference between the two models is the TLAlign target transform."""
     from studies import train_step_benchmark as bench
+
     case = bench.get_case('deit-s-tlalign-vs-cutmix')
     model, baseline = case.build('model', 32, True), case.build('baseline', 32, True)
     assert isinstance(model.target_transform, TLAlign) and baseline.target_transform is None
@@ -400,6 +439,7 @@ def test_recorded_maps_are_taken_before_attention_dropout():
     """Eq. 9 uses the attention before dropout: with attention dropout on in training, the maps that plain
     MHSA and Swin window attention record are still row-stochastic softmax maps."""
     from mmvitreg.models.layers import MultiheadSelfAttention, WindowAttention
+
     torch.manual_seed(0)
     msa = MultiheadSelfAttention(16, 2, attn_drop=0.5).train()
     _, attn = msa(torch.randn(2, 5, 16), need_attn=True)
@@ -413,6 +453,7 @@ def test_benchmark_case_weight_stream_vs_c_dim_stream_trains_on_the_same_target(
     """deit-s-tlalign-weights-vs-labels: the two models differ only in TLAlign's representation, and with the
     same weights and the same CutMix draw both give the same loss (the same aligned target)."""
     from studies import train_step_benchmark as bench
+
     case = bench.get_case('deit-s-tlalign-weights-vs-labels')
     losses = {}
     for role, representation in (('model', 'weights'), ('baseline', 'labels')):
@@ -436,7 +477,7 @@ def test_random_patch_mix_takes_round_1_minus_lam_random_tokens_and_mixes_pixels
     """Table 7 "Random" (MAE-style): per sample round((1 - lam) N) whole 16x16 patches from the partner, drawn at
     random; images mixed in pixel space; TLAlign starts each token at 1 (own) / 0 (partner), the cls token at lam."""
     aug = MODELS.build(dict(type='mmvitreg.RandomPatchMix', patch_size=16))
-    draws = iter([1., 0.75, 0.5, 0.3])
+    draws = iter([1.0, 0.75, 0.5, 0.3])
     monkeypatch.setattr(np.random, 'beta', lambda a, b: next(draws))
     np.random.seed(0)
     x = torch.rand(3, 3, 64, 64)
@@ -458,7 +499,7 @@ def test_block_mix_fills_beit_blocks_from_the_partner(monkeypatch):
     added until round((1 - lam) N) tokens come from the partner, without overshooting."""
     aug = MODELS.build(dict(type='mmvitreg.BlockMix', patch_size=8))
     monkeypatch.setattr(np.random, 'beta', lambda a, b: 0.75)  # 64 tokens -> 16 from the partner
-    monkeypatch.setattr(np.random, 'uniform', lambda lo, hi: 16. if lo > 0 else 0.)  # s = 16, log r = 0
+    monkeypatch.setattr(np.random, 'uniform', lambda lo, hi: 16.0 if lo > 0 else 0.0)  # s = 16, log r = 0
     corners = iter([2, 3])
     monkeypatch.setattr(np.random, 'randint', lambda lo, hi: next(corners))
     x = torch.rand(1, 3, 64, 64)
@@ -472,11 +513,11 @@ def test_block_mix_fills_beit_blocks_from_the_partner(monkeypatch):
     plan = MODELS.build(dict(type='mmvitreg.BlockMix', patch_size=16)).plan(torch.rand(8, 3, 224, 224))
     taken = (plan.mask == 0).flatten(1).sum(1)
     assert plan.mask.shape == (8, 14, 14) and bool(((plan.mask == 0) | (plan.mask == 1)).all())
-    assert (taken > 0).all() and torch.allclose(plan.lam, 1 - taken / 196.)
+    assert (taken > 0).all() and torch.allclose(plan.lam, 1 - taken / 196.0)
     w = _initial_weights(plan, (14, 14))
     assert torch.equal(w[:, 1:, 0], plan.mask.flatten(1))
     with pytest.raises(ValueError, match='aspect'):
-        MODELS.build(dict(type='mmvitreg.BlockMix', aspect=2.))
+        MODELS.build(dict(type='mmvitreg.BlockMix', aspect=2.0))
 
 
 def test_labels_ride_in_the_bf16_call_under_autocast_on_the_cpu():
@@ -484,6 +525,7 @@ def test_labels_ride_in_the_bf16_call_under_autocast_on_the_cpu():
     GPU (the official AMP training mixes its labels with the low-precision map too): ``ride.mixed`` is float32
     and within bfloat16 rounding of the labels mixed by a float32 map built from the same (bfloat16) q and k."""
     from mmvitreg.models.layers import MultiheadSelfAttention
+
     torch.manual_seed(0)
     msa = MultiheadSelfAttention(32, 2).train()
     x = torch.randn(2, 9, 32)
@@ -507,6 +549,7 @@ def test_fused_attention_carries_the_ride_in_its_own_kernel_call(monkeypatch, ch
     applied to them. A wider ride (C = 1000 labels) takes the explicit map instead, with the same results."""
     from mmvitreg.models.layers import attention as attention_module
     from mmvitreg.models.layers import ride as ride_module
+
     torch.manual_seed(0)
     B, H, N, d = 3, 4, 17, 16
     qkv = torch.randn(B, N, 3, H, d, requires_grad=True)

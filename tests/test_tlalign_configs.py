@@ -1,9 +1,9 @@
 """The TL-Align configs (configs/tlalign): each inherits its library's baseline, builds in its scope with
 TL-Align over every block of its backbone, and carries the numbers of the run behind the paper's figure."""
+
 import pytest
 import torch
 import yaml
-
 from conftest import CONFIGS
 from test_deepvit_configs import build_model as build
 
@@ -22,26 +22,31 @@ UPERNET = {
     'upernet_deit-s-tlalign_mln_8xb2-160k_ade20k-512x512': ([384] * 4, 'deit-small_8xb128_cutmix-tlalign_in1k'),
     'upernet_swin-t-tlalign_8xb2-160k_ade20k-512x512': ([96, 192, 384, 768], 'swin-tiny_16xb64_cutmix-tlalign_in1k'),
     'upernet_swin-s-tlalign_8xb2-160k_ade20k-512x512': ([96, 192, 384, 768], 'swin-small_16xb64_cutmix-tlalign_in1k'),
-    'upernet_swin-b-tlalign_8xb2-160k_ade20k-512x512': ([128, 256, 512, 1024],
-                                                         'swin-base_16xb64_cutmix-tlalign-ft40e_in1k'),
+    'upernet_swin-b-tlalign_8xb2-160k_ade20k-512x512': (
+        [128, 256, 512, 1024],
+        'swin-base_16xb64_cutmix-tlalign-ft40e_in1k',
+    ),
 }
 CASCADE = {
     f'cascade-mask-rcnn_swin-{s}-tlalign-p4-w7_fpn_4conv1fc-giou_amp-ms-crop_8xb2-3x_coco': (arch, dims, dp, src)
     for s, arch, dims, dp, src in (
         ('t', 'tiny', [96, 192, 384, 768], 0.2, 'swin-tiny_16xb64_cutmix-tlalign_in1k'),
         ('s', 'small', [96, 192, 384, 768], 0.2, 'swin-small_16xb64_cutmix-tlalign_in1k'),
-        ('b', 'base', [128, 256, 512, 1024], 0.3, 'swin-base_16xb64_cutmix-tlalign-ft40e_in1k'))
+        ('b', 'base', [128, 256, 512, 1024], 0.3, 'swin-base_16xb64_cutmix-tlalign-ft40e_in1k'),
+    )
 }
-OTHERS = {'deit_8xb128_cutmix-tlalign_in1k_recipe', 'deit-tiny_1xb64_cutmix-tlalign_digits',
-          'swin-nano_1xb64_cutmix-tlalign_digits'}
+OTHERS = {
+    'deit_8xb128_cutmix-tlalign_in1k_recipe',
+    'deit-tiny_1xb64_cutmix-tlalign_digits',
+    'swin-nano_1xb64_cutmix-tlalign_digits',
+}
 METAFILE = {m['Name']: m for m in yaml.safe_load((TLALIGN / 'metafile.yml').read_text())['Models']}
 
 
 def load(name):
     from mmvitreg.utils import load_config
+
     return load_config(str(TLALIGN / f'{name}.py'))
-
-
 
 
 def device_of(cfg):
@@ -84,8 +89,9 @@ def test_deit_recipe_is_the_official_script():
     assert cfg.optim_wrapper.optimizer.lr == 1e-3 and cfg.optim_wrapper.optimizer.weight_decay == 0.05
     assert cfg.optim_wrapper.type == 'AmpOptimWrapper' and cfg.optim_wrapper.clip_grad is None
     assert [(s.type, s.warmup, s.eta_min, s.by_epoch) for s in cfg.param_scheduler] == [
-        ('mmvitreg.TimmCosineLR', 5, 1e-5, True)]
-    assert dict(cfg.model.head.init_cfg) == dict(type='TruncNormal', layer='Linear', std=.02, bias=0.)
+        ('mmvitreg.TimmCosineLR', 5, 1e-5, True)
+    ]
+    assert dict(cfg.model.head.init_cfg) == dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.0)
     assert cfg.train_cfg.max_epochs == 300 and cfg.model.backbone.drop_path_rate == 0.1
     assert dict(cfg.model.train_cfg.mix) == dict(type='mmvitreg.PatchCutMix', alpha=1.0, patch_size=16)
     assert cfg.model.head.loss.label_smooth_val == 0.1 and not cfg.get('custom_hooks')  # no EMA
@@ -97,7 +103,10 @@ def test_swin_recipe_keeps_mixup_cutmix_and_fine_tunes_are_40_epochs_at_constant
     swin = load('swin-tiny_16xb64_cutmix-tlalign_in1k')
     mix = swin.model.train_cfg.mix
     assert mix.type == 'mmvitreg.MixupCutMixSwitch' and (mix.mixup_alpha, mix.cutmix_alpha, mix.switch_prob) == (
-        0.8, 1.0, 0.5)
+        0.8,
+        1.0,
+        0.5,
+    )
     assert mix.patch_size == 4 and mix.box_on == 'pixels' and swin.optim_wrapper.clip_grad.max_norm == 5.0
     for name in ('deit-base_8xb128_cutmix-tlalign-ft40e_in1k', 'swin-base_16xb64_cutmix-tlalign-ft40e_in1k'):
         cfg = load(name)
@@ -121,8 +130,9 @@ def test_upernet_config_builds_on_the_tl_align_backbone_with_ms_flip_tta(name):
         model = build(cfg, 'mmseg').eval()
         feats = model.extract_feat(torch.zeros(1, 3, 64, 64))
     assert type(model.backbone).__module__.startswith('mmvitreg')
-    assert [f.shape[1] for f in feats] == (list(cfg.model.neck.out_channels for _ in range(4))
-                                           if cfg.model.get('neck') else dims)
+    assert [f.shape[1] for f in feats] == (
+        list(cfg.model.neck.out_channels for _ in range(4)) if cfg.model.get('neck') else dims
+    )
     assert list(cfg.model.decode_head.in_channels) == (dims if not cfg.model.get('neck') else [384] * 4)
 
 

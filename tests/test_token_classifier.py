@@ -1,4 +1,5 @@
 """TokenClassifier: the trace wiring (plan in from the preprocessor, taps out to the head)."""
+
 import numpy as np
 import pytest
 import torch
@@ -26,9 +27,15 @@ class TraceBackbone(BaseModule):
         self.blocks = nn.ModuleList([nn.Linear(D, D), nn.Linear(D, D)])
         self.ln = nn.LayerNorm(D)
         self.traces = []
-        self.trace_spec = TraceSpec(num_blocks=2, channels=(D, D), num_extra_tokens=1, services={'mix'},
-                                    facts={'cls_token'}, out_types=('cls_token', 'raw'),
-                                    out_type='cls_token' if cls_only else 'raw')
+        self.trace_spec = TraceSpec(
+            num_blocks=2,
+            channels=(D, D),
+            num_extra_tokens=1,
+            services={'mix'},
+            facts={'cls_token'},
+            out_types=('cls_token', 'raw'),
+            out_type='cls_token' if cls_only else 'raw',
+        )
 
     def forward(self, x, trace=None):
         self.traces.append(trace)
@@ -42,7 +49,7 @@ class TraceBackbone(BaseModule):
             run = lambda x, need_attn, ride: x + blk(x)  # noqa: E731
             x = run(x, False, None) if trace is None else trace.block(i, run, x, grid)
         x = self.ln(x)
-        return (x[:, 0] if self.cls_only else x, )
+        return (x[:, 0] if self.cls_only else x,)
 
 
 class PlainBackbone(TraceBackbone):
@@ -55,7 +62,8 @@ class PlainBackbone(TraceBackbone):
 
 class TapHead(ClsHead):
     """A head that asks for the tokens of the last block (as DiversePatch / DRLoc heads will)."""
-    trace_request = TraceRequest(token_layers=(-1, ))
+
+    trace_request = TraceRequest(token_layers=(-1,))
 
     def __init__(self):
         super().__init__(loss=dict(type='mmpretrain.CrossEntropyLoss', use_soft=True))
@@ -86,8 +94,12 @@ def token_label_head(**kw):
 
 def build(backbone=None, head=None, token_mix=True):
     train_cfg = dict(mix=dict(type='mmvitreg.MixToken', patch_size=P)) if token_mix else None
-    return TokenClassifier(backbone=backbone or TraceBackbone(), head=head or token_label_head(),
-                           train_cfg=train_cfg, data_preprocessor=dict(num_classes=C))
+    return TokenClassifier(
+        backbone=backbone or TraceBackbone(),
+        head=head or token_label_head(),
+        train_cfg=train_cfg,
+        data_preprocessor=dict(num_classes=C),
+    )
 
 
 def test_loss_hands_the_plan_to_the_backbone_and_the_trace_to_the_head():
@@ -106,7 +118,7 @@ def test_predict_and_tensor_modes_use_an_unmixed_trace():
     model = build()
     data = model.data_preprocessor(make_data(), training=False)
     preds = model(**data, mode='predict')
-    assert len(preds) == 4 and preds[0].pred_score.shape == (C, )
+    assert len(preds) == 4 and preds[0].pred_score.shape == (C,)
     assert model.backbone.traces[-1].mix is None
     score = model(data['inputs'], mode='tensor')
     feats = model.extract_feat(data['inputs'], trace=TokenTrace())
@@ -125,15 +137,19 @@ def test_head_declares_its_taps():
 
 def test_plain_head_with_mix_token_trains_on_eq10_targets():
     """A head without a trace still gets MixToken: mixed tokens in the backbone, mixed gt_score (Eq. 10)."""
-    head = dict(type='mmpretrain.LinearClsHead', num_classes=C, in_channels=D,
-                loss=dict(type='mmpretrain.CrossEntropyLoss', use_soft=True))
+    head = dict(
+        type='mmpretrain.LinearClsHead',
+        num_classes=C,
+        in_channels=D,
+        loss=dict(type='mmpretrain.CrossEntropyLoss', use_soft=True),
+    )
     backbone = TraceBackbone(cls_only=True)
     model = build(backbone=backbone, head=head)
     np.random.seed(0)
     data = model.data_preprocessor(make_data(token_label=False), training=True)
     assert set(model(**data, mode='loss')) == {'loss'}  # the head's term, named as mmpretrain names it
     assert backbone.traces[-1].mix is data['mix_plan']
-    assert data['data_samples'][0].gt_score.shape == (C, )
+    assert data['data_samples'][0].gt_score.shape == (C,)
 
 
 def test_errors():
@@ -149,9 +165,20 @@ def test_errors():
 
 
 def tiny_lvvit():
-    return dict(type='mmvitreg.LVViT', arch=dict(embed_dims=D, num_layers=2, num_heads=2, feedforward_channels=24,
-                                                  stem=dict(channels=8, num_convs=3), skip_lam=2.0),
-                img_size=IMG, patch_size=P, out_type='raw')
+    return dict(
+        type='mmvitreg.LVViT',
+        arch=dict(
+            embed_dims=D,
+            num_layers=2,
+            num_heads=2,
+            feedforward_channels=24,
+            stem=dict(channels=8, num_convs=3),
+            skip_lam=2.0,
+        ),
+        img_size=IMG,
+        patch_size=P,
+        out_type='raw',
+    )
 
 
 def test_real_lvvit_mixes_patch_tokens_before_the_position_embedding():
@@ -167,22 +194,30 @@ def test_real_lvvit_mixes_patch_tokens_before_the_position_embedding():
     losses = model(**data, mode='loss')
     expected = plan.mix_tokens(captured['embed'].flatten(2).transpose(1, 2)) + model.backbone.pos_embed[:, 1:]
     torch.testing.assert_close(captured['block_in'][:, 1:], expected)
-    torch.testing.assert_close(captured['block_in'][:, 0], (model.backbone.cls_token + model.backbone.pos_embed[:, :1])
-                               .expand(4, 1, D)[:, 0])
+    torch.testing.assert_close(
+        captured['block_in'][:, 0], (model.backbone.cls_token + model.backbone.pos_embed[:, :1]).expand(4, 1, D)[:, 0]
+    )
     sum(losses.values()).backward()
 
 
 def test_real_lvvit_train_step_and_grid_mismatch():
     from mmengine.optim import OptimWrapper
+
     model = build(backbone=tiny_lvvit())
     optim = OptimWrapper(torch.optim.AdamW(model.parameters(), lr=1e-3))
     log = model.train_step(make_data(), optim)
     assert set(log) == {'loss', 'loss_cls', 'loss_token'}
-    with pytest.raises(TraceUserError, match=f"^MixToken draws its plan on {2 * P}-pixel patches but LVViT embeds "
-                                             f"{P}-pixel patches: set the plan's patch_size={P}"):
-        TokenClassifier(backbone=tiny_lvvit(), head=token_label_head(),
-                        train_cfg=dict(mix=dict(type='mmvitreg.MixToken', patch_size=2 * P)),
-                        data_preprocessor=dict(num_classes=C))
+    with pytest.raises(
+        TraceUserError,
+        match=f"^MixToken draws its plan on {2 * P}-pixel patches but LVViT embeds "
+        f"{P}-pixel patches: set the plan's patch_size={P}",
+    ):
+        TokenClassifier(
+            backbone=tiny_lvvit(),
+            head=token_label_head(),
+            train_cfg=dict(mix=dict(type='mmvitreg.MixToken', patch_size=2 * P)),
+            data_preprocessor=dict(num_classes=C),
+        )
     trace = TokenTrace(mix=MixPlan(torch.arange(2), torch.ones(2, 1, 1)))  # a plan made by hand: checked each step
     with pytest.raises(ValueError, match=r'the mixing plan covers a \(1, 1\) token grid but LVViT has'):
         model.backbone(torch.zeros(2, 3, IMG, IMG), trace=trace)

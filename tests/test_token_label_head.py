@@ -1,4 +1,5 @@
 """TokenLabelHead: token labeling loss (LV-ViT paper Eq. 6-7), beta, smoothing, ReLabel target, prediction."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -14,10 +15,10 @@ N = G * G
 
 def make_inputs(seed=0, with_token_label=True):
     g = torch.Generator().manual_seed(seed)
-    feats = (torch.randn(B, 1 + N, D, generator=g), )
+    feats = (torch.randn(B, 1 + N, D, generator=g),)
     samples = []
     for b in range(B):
-        s = DataSample().set_gt_label(int(torch.randint(C, (1, ), generator=g)))
+        s = DataSample().set_gt_label(int(torch.randint(C, (1,), generator=g)))
         if with_token_label:
             p = torch.rand(K, G, G, generator=g)
             idx = torch.stack([torch.randperm(C, generator=g)[:K] for _ in range(N)], 1).view(K, G, G)
@@ -72,8 +73,9 @@ def test_beta_scales_the_token_term_and_zero_needs_no_token_labels():
     half = build(beta=0.5)
     one = build(beta=1.0)
     one.load_state_dict(half.state_dict())
-    torch.testing.assert_close(one.loss(feats, samples, trace)['loss_token'],
-                               2 * half.loss(feats, samples, trace)['loss_token'])
+    torch.testing.assert_close(
+        one.loss(feats, samples, trace)['loss_token'], 2 * half.loss(feats, samples, trace)['loss_token']
+    )
     feats, plain, trace = make_inputs(with_token_label=False)
     losses = build(beta=0.0).loss(feats, plain, trace)
     assert set(losses) == {'loss_cls'}
@@ -94,8 +96,9 @@ def test_token_label_smoothing():
     aux_logits = plain.aux_head(feats[0][:, 1:])
     y = dense_targets(samples)
     torch.testing.assert_close(plain.loss(feats, samples, trace)['loss_token'], soft_ce(aux_logits, y).mean())
-    torch.testing.assert_close(smooth.loss(feats, samples, trace)['loss_token'],
-                               soft_ce(aux_logits, 0.7 * y + 0.3 / C).mean())
+    torch.testing.assert_close(
+        smooth.loss(feats, samples, trace)['loss_token'], soft_ce(aux_logits, 0.7 * y + 0.3 / C).mean()
+    )
 
 
 def test_relabel_cls_target_is_pooled_token_labels_mixed_by_eq10():
@@ -127,7 +130,7 @@ def official_inputs(seed):
             p = torch.rand(5, generator=g)
             p = p / p.sum()
             probs = torch.cat([p[:3], torch.zeros(1), p[3:].sum().view(1) / (C - 3)])  # pad slot, tail slot
-            sparse.append(torch.stack([probs, torch.cat([listed.float(), torch.tensor([-1., -1.])])]))
+            sparse.append(torch.stack([probs, torch.cat([listed.float(), torch.tensor([-1.0, -1.0])])]))
             dense[b, t] = probs[-1]
             dense[b, t, listed] = p[:3]
         sparse = torch.stack(sparse, -1)  # (2, 5, 1 + N)
@@ -151,8 +154,9 @@ def test_official_reading_targets_and_official_smoothing():
     torch.testing.assert_close(losses['loss_token'], soft_ce(aux_logits, dense[:, 1:] * on + off).mean())
     standard = build(beta=1.0, cls_target='relabel', token_label_smooth_val=s)
     standard.load_state_dict(head.state_dict())
-    torch.testing.assert_close(standard.loss(feats, samples, trace)['loss_token'],
-                               soft_ce(aux_logits, dense[:, 1:] * (1 - s) + off).mean())
+    torch.testing.assert_close(
+        standard.loss(feats, samples, trace)['loss_token'], soft_ce(aux_logits, dense[:, 1:] * (1 - s) + off).mean()
+    )
 
 
 def test_relabel_gt_is_the_official_ground_truth_correction():
@@ -197,7 +201,7 @@ def test_prediction_adds_half_the_per_class_token_max():
 def test_cal_acc_of_the_host_head_is_honoured():
     """``cal_acc`` (a VisionTransformerClsHead option) adds mmpretrain's accuracy to the losses, as in the host."""
     feats, samples, trace = make_inputs()
-    head = build(cal_acc=True, topk=(1, ))
+    head = build(cal_acc=True, topk=(1,))
     losses = head.loss(feats, samples, trace)
     cls_logits = feats[0][:, 0] @ head.layers.head.weight.t() + head.layers.head.bias
     labels = torch.cat([t.gt_label for t in samples])
@@ -209,8 +213,7 @@ def test_cal_acc_of_the_host_head_is_honoured():
 
 def test_checkpoint_key_names():
     """Keys match mmpretrain's VisionTransformerClsHead (layers.head) plus the official aux_head."""
-    assert set(build().state_dict()) == {'layers.head.weight', 'layers.head.bias', 'aux_head.weight',
-                                         'aux_head.bias'}
+    assert set(build().state_dict()) == {'layers.head.weight', 'layers.head.bias', 'aux_head.weight', 'aux_head.bias'}
 
 
 def test_errors():
@@ -221,13 +224,17 @@ def test_errors():
     with pytest.raises(ValueError, match='label_smooth_form'):
         build(label_smooth_form='timm')
     with pytest.raises(ValueError, match="out_type='raw'"):
-        head.loss((feats[0][:, 0], ), samples, trace)
+        head.loss((feats[0][:, 0],), samples, trace)
     with pytest.raises(ValueError, match='TokenClassifier'):
         head(feats)
     with pytest.raises(ValueError, match='token grid'):
         head.loss(feats, samples, TokenTrace(grid=(3, 3), num_layers=1, grids={0: (3, 3)}, num_extra_tokens=1))
     with pytest.raises(ValueError, match='token_label_size'):
-        head.loss((torch.randn(B, 1 + 9, D), ), samples, TokenTrace(grid=(3, 3), num_layers=1, grids={0: (3, 3)}, num_extra_tokens=1))
+        head.loss(
+            (torch.randn(B, 1 + 9, D),),
+            samples,
+            TokenTrace(grid=(3, 3), num_layers=1, grids={0: (3, 3)}, num_extra_tokens=1),
+        )
 
 
 def test_mix_token_label_target_is_eq9_and_eq10():

@@ -1,5 +1,6 @@
 """The foundation: one set of tools trains and tests mmpretrain, mmseg and mmdet configs on the
 bundled digits sets, resumes, runs two CPU processes, and fails clearly on bad input."""
+
 import json
 import re
 import runpy
@@ -8,22 +9,25 @@ from types import SimpleNamespace
 import mmengine
 import pytest
 import torch
-from mmengine.config import Config
-
 from conftest import CONFIGS, TOOLS, free_port, run_tool
+from mmengine.config import Config
 
 CLS = CONFIGS / 'demo' / 'deit-tiny_1xb64_digits.py'
 SEG = CONFIGS / 'demo' / 'upernet_swin-nano_1xb8-300_digits-ade20k-128x128.py'
 DET = CONFIGS / 'demo' / 'cascade-mask-rcnn_swin-nano_fpn_1xb4-4e_digits-coco.py'
 QUICK_START = CONFIGS / 'demo' / 'deit-tiny_1xb64-13e_drloc_digits.py'  # tools/quickstart.sh's default
 # a small slice of the classification set keeps each run at a few seconds
-CLS_SMALL = ['train_dataloader.dataset.indices=256', 'val_dataloader.dataset.indices=128',
-             'test_dataloader.dataset.indices=128', 'train_cfg.val_interval=1']
+CLS_SMALL = [
+    'train_dataloader.dataset.indices=256',
+    'val_dataloader.dataset.indices=128',
+    'test_dataloader.dataset.indices=128',
+    'train_cfg.val_interval=1',
+]
 
 
 def metrics_of(proc):
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith('metrics: ')][-1]
-    return json.loads(line[len('metrics: '):])
+    return json.loads(line[len('metrics: ') :])
 
 
 def last_checkpoint(work_dir):
@@ -52,8 +56,12 @@ def test_quick_start_trains_a_technique_seeded_and_the_install_page_states_its_f
     cfg = Config.fromfile(str(QUICK_START))
     assert cfg.randomness == dict(seed=0, deterministic=False)
     assert [user['type'] for user in cfg.model.aux_losses] == ['mmvitreg.DRLoc']
-    short = ['train_cfg.max_epochs=1', 'train_dataloader.dataset.indices=128', 'val_dataloader.dataset.indices=64',
-             'default_hooks.logger.interval=1']
+    short = [
+        'train_cfg.max_epochs=1',
+        'train_dataloader.dataset.indices=128',
+        'val_dataloader.dataset.indices=64',
+        'default_hooks.logger.interval=1',
+    ]
     runs = [tmp_path / 'a', tmp_path / 'b']
     for work in runs:
         run_tool(['train.py', QUICK_START, '--work-dir', work, '--cfg-options', *short], cwd=digits_workspace)
@@ -64,7 +72,7 @@ def test_quick_start_trains_a_technique_seeded_and_the_install_page_states_its_f
     assert logged_scalars(runs[0], 'accuracy/top1') == logged_scalars(runs[1], 'accuracy/top1') != []
     install = (CLS.parents[2] / 'docs' / 'install.md').read_text()
     start = install.index('### Seeded figures')
-    quick_start = install[start:install.index('\n#', start)]
+    quick_start = install[start : install.index('\n#', start)]
     assert '`randomness.seed=0`' in quick_start
     assert re.search(r'`accuracy/top1` \d+\.\d+', quick_start)
 
@@ -73,18 +81,23 @@ def test_classification_train_checkpoint_test_reproduces_metric_and_resume(digit
     """train -> checkpoint -> tools/test.py (load_from) gives the metric validation logged; --resume
     continues at the iteration where the checkpoint stopped."""
     work = tmp_path / 'cls'
-    run_tool(['train.py', CLS, '--work-dir', work, '--cfg-options', 'train_cfg.max_epochs=1', *CLS_SMALL],
-             cwd=digits_workspace)
+    run_tool(
+        ['train.py', CLS, '--work-dir', work, '--cfg-options', 'train_cfg.max_epochs=1', *CLS_SMALL],
+        cwd=digits_workspace,
+    )
     ckpt = last_checkpoint(work)
     assert ckpt.endswith('epoch_1.pth')
     logged = val_metric_logged(work, 'accuracy/top1')
-    tested = metrics_of(run_tool(['test.py', CLS, ckpt, '--work-dir', work / 'test', '--cfg-options', *CLS_SMALL],
-                                 cwd=digits_workspace))
+    tested = metrics_of(
+        run_tool(['test.py', CLS, ckpt, '--work-dir', work / 'test', '--cfg-options', *CLS_SMALL], cwd=digits_workspace)
+    )
     assert abs(tested['accuracy/top1'] - logged) < 1e-6
 
     iters_per_epoch = 256 // 64
-    proc = run_tool(['train.py', CLS, '--work-dir', work, '--resume', '--cfg-options', 'train_cfg.max_epochs=2',
-                     *CLS_SMALL], cwd=digits_workspace)
+    proc = run_tool(
+        ['train.py', CLS, '--work-dir', work, '--resume', '--cfg-options', 'train_cfg.max_epochs=2', *CLS_SMALL],
+        cwd=digits_workspace,
+    )
     assert re.search(r'resumed epoch: 1, iter: 4', proc.stdout + proc.stderr)
     meta = torch.load(last_checkpoint(work), map_location='cpu', weights_only=False)['meta']
     assert (meta['epoch'], meta['iter']) == (2, 2 * iters_per_epoch)
@@ -92,8 +105,19 @@ def test_classification_train_checkpoint_test_reproduces_metric_and_resume(digit
 
 def test_segmentation_demo_trains_tests_and_runs_multiscale_flip_tta(digits_workspace, tmp_path):
     work = tmp_path / 'seg'
-    run_tool(['train.py', SEG, '--work-dir', work, '--cfg-options', 'train_cfg.max_iters=2',
-              'train_cfg.val_interval=2', 'train_dataloader.batch_size=2'], cwd=digits_workspace)
+    run_tool(
+        [
+            'train.py',
+            SEG,
+            '--work-dir',
+            work,
+            '--cfg-options',
+            'train_cfg.max_iters=2',
+            'train_cfg.val_interval=2',
+            'train_dataloader.batch_size=2',
+        ],
+        cwd=digits_workspace,
+    )
     ckpt = last_checkpoint(work)
     plain = run_tool(['test.py', SEG, ckpt, '--work-dir', work / 'plain'], cwd=digits_workspace)
     tta = run_tool(['test.py', SEG, ckpt, '--work-dir', work / 'tta', '--tta'], cwd=digits_workspace)
@@ -110,20 +134,30 @@ def test_segmentation_demo_trains_tests_and_runs_multiscale_flip_tta(digits_work
 
 def test_detection_demo_trains_and_tests(digits_workspace, tmp_path):
     work = tmp_path / 'det'
-    small = ['train_dataloader.dataset.indices=8', 'val_dataloader.dataset.indices=4',
-             'test_dataloader.dataset.indices=4']
-    run_tool(['train.py', DET, '--work-dir', work, '--cfg-options', 'train_cfg.max_epochs=1', *small],
-             cwd=digits_workspace)
-    metrics = metrics_of(run_tool(['test.py', DET, last_checkpoint(work), '--work-dir', work, '--cfg-options',
-                                   *small], cwd=digits_workspace))
+    small = [
+        'train_dataloader.dataset.indices=8',
+        'val_dataloader.dataset.indices=4',
+        'test_dataloader.dataset.indices=4',
+    ]
+    run_tool(
+        ['train.py', DET, '--work-dir', work, '--cfg-options', 'train_cfg.max_epochs=1', *small], cwd=digits_workspace
+    )
+    metrics = metrics_of(
+        run_tool(
+            ['test.py', DET, last_checkpoint(work), '--work-dir', work, '--cfg-options', *small], cwd=digits_workspace
+        )
+    )
     assert {'coco/bbox_mAP', 'coco/segm_mAP'} <= set(metrics)
 
 
 def test_two_cpu_processes_through_dist_train(digits_workspace, tmp_path):
     """`bash tools/dist_train.sh CONFIG 2` on a CPU-only machine: gloo, DDP without device ids."""
     work = tmp_path / 'dist'
-    proc = run_tool(['dist_train.sh', CLS, 2, '--work-dir', work, '--cfg-options', 'train_cfg.max_epochs=1',
-                     *CLS_SMALL], cwd=digits_workspace, env={'PORT': str(free_port())})
+    proc = run_tool(
+        ['dist_train.sh', CLS, 2, '--work-dir', work, '--cfg-options', 'train_cfg.max_epochs=1', *CLS_SMALL],
+        cwd=digits_workspace,
+        env={'PORT': str(free_port())},
+    )
     out = proc.stdout + proc.stderr
     assert 'Distributed training: True' in out and 'GPU number: 2' in out
     # the two ranks share the 256 images: 256 / (2 x 64) = 2 iterations per epoch, not 4
@@ -158,9 +192,22 @@ NO_WORKERS = [f'{split}_dataloader.num_workers=0' for split in ('train', 'val', 
 def deepvit_checkpoint(digits_workspace, tmp_path_factory):
     """One epoch of DeepViT-tiny on 64 digits, trained with --no-persistent-workers --no-pin-memory."""
     work = tmp_path_factory.mktemp('deepvit')
-    run_tool(['train.py', DEEPVIT, '--work-dir', work, '--no-validate', '--no-persistent-workers', '--no-pin-memory',
-              '--cfg-options', 'train_cfg.max_epochs=1', 'train_dataloader.dataset.indices=64', *NO_WORKERS],
-             cwd=digits_workspace)
+    run_tool(
+        [
+            'train.py',
+            DEEPVIT,
+            '--work-dir',
+            work,
+            '--no-validate',
+            '--no-persistent-workers',
+            '--no-pin-memory',
+            '--cfg-options',
+            'train_cfg.max_epochs=1',
+            'train_dataloader.dataset.indices=64',
+            *NO_WORKERS,
+        ],
+        cwd=digits_workspace,
+    )
     return SimpleNamespace(work=work, ckpt=last_checkpoint(work))
 
 
@@ -174,19 +221,53 @@ def test_train_no_persistent_workers_and_no_pin_memory_reach_every_dataloader(de
     assert Config.fromfile(DEEPVIT).train_dataloader.persistent_workers is True
 
 
-def test_show_dir_paints_every_test_image_and_out_item_chooses_what_out_holds(deepvit_checkpoint,
-                                                                           digits_workspace, tmp_path):
+def test_show_dir_paints_every_test_image_and_out_item_chooses_what_out_holds(
+    deepvit_checkpoint, digits_workspace, tmp_path
+):
     """--show-dir paints all 24 test images by default (mmpretrain's hook alone paints 1 in 5000) and
     every 4th with --interval 4; --out-item metrics writes the metrics only, --out alone the 24
     predictions; --amp on a CPU tests under bfloat16 autocast and says so."""
-    small = ['--cfg-options', 'test_dataloader.dataset.indices=24', 'test_dataloader.num_workers=0',
-             'test_dataloader.persistent_workers=False']
-    every = run_tool(['test.py', DEEPVIT, deepvit_checkpoint.ckpt, '--work-dir', tmp_path / 'w1', '--show-dir',
-                      tmp_path / 'all', '--out', tmp_path / 'metrics.json', '--out-item', 'metrics', *small],
-                     cwd=digits_workspace)
-    fourth = run_tool(['test.py', DEEPVIT, deepvit_checkpoint.ckpt, '--work-dir', tmp_path / 'w2', '--show-dir',
-                       tmp_path / 'fourth', '--interval', 4, '--out', tmp_path / 'preds.pkl', '--amp', *small],
-                      cwd=digits_workspace)
+    small = [
+        '--cfg-options',
+        'test_dataloader.dataset.indices=24',
+        'test_dataloader.num_workers=0',
+        'test_dataloader.persistent_workers=False',
+    ]
+    every = run_tool(
+        [
+            'test.py',
+            DEEPVIT,
+            deepvit_checkpoint.ckpt,
+            '--work-dir',
+            tmp_path / 'w1',
+            '--show-dir',
+            tmp_path / 'all',
+            '--out',
+            tmp_path / 'metrics.json',
+            '--out-item',
+            'metrics',
+            *small,
+        ],
+        cwd=digits_workspace,
+    )
+    fourth = run_tool(
+        [
+            'test.py',
+            DEEPVIT,
+            deepvit_checkpoint.ckpt,
+            '--work-dir',
+            tmp_path / 'w2',
+            '--show-dir',
+            tmp_path / 'fourth',
+            '--interval',
+            4,
+            '--out',
+            tmp_path / 'preds.pkl',
+            '--amp',
+            *small,
+        ],
+        cwd=digits_workspace,
+    )
     assert len(list((tmp_path / 'all').glob('*.png'))) == 24
     assert len(list((tmp_path / 'fourth').glob('*.png'))) == 6
     assert json.loads((tmp_path / 'metrics.json').read_text()) == metrics_of(every)
@@ -212,8 +293,9 @@ def test_show_interval_wait_time_and_no_pin_memory_set_each_librarys_hook(digits
         return test['build_test_config'](test['parse_args']([str(config), str(ckpt), *map(str, flags)]))
 
     cls = built(DEEPVIT, '--show', '--interval', 3, '--wait-time', 0.5, '--no-pin-memory')
-    assert {k: cls.default_hooks.visualization[k] for k in ('enable', 'show', 'interval', 'wait_time', 'out_dir')} \
-        == dict(enable=True, show=True, interval=3, wait_time=0.5, out_dir=None)
+    assert {
+        k: cls.default_hooks.visualization[k] for k in ('enable', 'show', 'interval', 'wait_time', 'out_dir')
+    } == dict(enable=True, show=True, interval=3, wait_time=0.5, out_dir=None)
     assert cls.test_dataloader.pin_memory is False
     seg = built(SEG, '--show-dir', 'painted')
     assert (seg.default_hooks.visualization.draw, seg.default_hooks.visualization.interval) == (True, 1)

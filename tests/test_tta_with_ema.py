@@ -5,9 +5,9 @@ Under ``--tta`` the model is mmpretrain's ``AverageClsScoreTTA`` around the clas
 to score the randomly initialised copy while the log said "Start testing on EMA model". Every hook (mmpretrain's,
 mmengine's, a user's subclass) now fills its copy from the file by its own rule (a copy that loaded nothing is refused
 whatever the policy: test_honest_weights.py)."""
+
 import pytest
 import torch
-
 from guard_helpers import build_workspace
 from test_honest_weights import HOOKS, QUICK_START, ema_checkpoint, ema_config, scores
 
@@ -41,6 +41,8 @@ def test_an_ema_state_dict_with_a_weight_the_state_dict_lacks_is_one_line(ws, tm
     with pytest.raises(SystemExit) as e:
         scores(ws, config, tmp_path / 'extra.pth', tmp_path / 'extra.pkl')
     message = str(e.value)
-    assert message.startswith(f'error: checkpoint {tmp_path / "extra.pth"}: its ema_state_dict has 1 weights its '
-                              'state_dict lacks (first: module.backbone.extra), which EMAHook cannot pair')
+    assert message.startswith(
+        f'error: checkpoint {tmp_path / "extra.pth"}: its ema_state_dict has 1 weights its '
+        'state_dict lacks (first: module.backbone.extra), which EMAHook cannot pair'
+    )
     assert '\n' not in message

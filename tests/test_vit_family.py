@@ -1,11 +1,13 @@
 """The mmvitreg ViT family: presets, mmpretrain compatibility, residual scalings, stems, the token trace."""
+
 import pytest
 import torch
 from mmpretrain.models.backbones import VisionTransformer as MMPretrainViT
 from mmpretrain.models.utils import resize_pos_embed
 
 from mmvitreg.models.backbones import DeepViT, LVViT, VisionTransformer
-from mmvitreg.models.layers import TransformerBlock, attention as attention_module
+from mmvitreg.models.layers import TransformerBlock
+from mmvitreg.models.layers import attention as attention_module
 from mmvitreg.models.trace import MixPlan, TokenTrace
 from mmvitreg.registry import MODELS
 
@@ -25,12 +27,24 @@ def count_params(model, heads):
     return sum(p.numel() for p in model.parameters()) + heads * (c * 1000 + 1000)
 
 
-@pytest.mark.parametrize('cls,arch,heads,millions', [
-    (DeepViT, '16b', 1, 24.43), (DeepViT, '24b', 1, 36.26), (DeepViT, '32b', 1, 48.10),
-    (DeepViT, 'vit-16b', 1, 24.42), (DeepViT, 'vit-24b', 1, 36.26), (DeepViT, 'vit-32b', 1, 48.09),
-    (DeepViT, 's', 1, 27.31), (DeepViT, 'l', 1, 58.88), (DeepViT, 'l-408', 1, 55.64),
-    (LVViT, 't', 2, 8.53), (LVViT, 's', 2, 26.15), (LVViT, 'm', 2, 55.83), (LVViT, 'l', 2, 150.02),
-])
+@pytest.mark.parametrize(
+    'cls,arch,heads,millions',
+    [
+        (DeepViT, '16b', 1, 24.43),
+        (DeepViT, '24b', 1, 36.26),
+        (DeepViT, '32b', 1, 48.10),
+        (DeepViT, 'vit-16b', 1, 24.42),
+        (DeepViT, 'vit-24b', 1, 36.26),
+        (DeepViT, 'vit-32b', 1, 48.09),
+        (DeepViT, 's', 1, 27.31),
+        (DeepViT, 'l', 1, 58.88),
+        (DeepViT, 'l-408', 1, 55.64),
+        (LVViT, 't', 2, 8.53),
+        (LVViT, 's', 2, 26.15),
+        (LVViT, 'm', 2, 55.83),
+        (LVViT, 'l', 2, 150.02),
+    ],
+)
 def test_preset_parameter_counts(cls, arch, heads, millions):
     """Official parameter counts at 224 (DeepViT README / official code, LV-ViT README: cls head + aux head)."""
     with torch.device('meta'):
@@ -48,13 +62,14 @@ def test_preset_architecture_details():
     assert s.layers[0].scale_adjustment == 0.5 and s.layers[0].ln1.eps == 1e-6
     assert [n for n, _ in s.patch_embed.named_children()] == ['conv1', 'bn1', 'conv2', 'bn2', 'relu', 'projection']
     assert lv.layers[0].attn.qkv.bias is None and lv.layers[0].ln1.eps == 1e-5
-    assert lv.layers[0].branch_divisor == 3. and lv.patch_embed.conv3.out_channels == 128
+    assert lv.layers[0].branch_divisor == 3.0 and lv.patch_embed.conv3.out_channels == 128
 
 
 def test_presets_build_from_the_registry():
     """`type='mmvitreg.DeepViT'` / `'mmvitreg.LVViT'` resolve from mmpretrain's registry."""
     from mmengine.registry import DefaultScope
     from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
+
     with torch.device('meta'):
         assert isinstance(MMPRETRAIN_MODELS.build(dict(type='mmvitreg.DeepViT', arch='16b')), DeepViT)
         assert isinstance(MMPRETRAIN_MODELS.build(dict(type='mmvitreg.LVViT', arch='t')), LVViT)
@@ -86,8 +101,10 @@ def test_unknown_arch_and_bad_options_fail_clearly():
     assert VisionTransformer(arch=TINY, out_indices=(-1, 0)).out_indices == [3, 0]  # a tuple too (not in mmpretrain)
 
 
-@pytest.mark.parametrize('arch,img_size,hw', [('deit-tiny-like', 32, (32, 32)), ('deit-tiny-like', 32, (44, 36)),
-                                              ('deit-base', 64, (64, 64))])
+@pytest.mark.parametrize(
+    'arch,img_size,hw',
+    [('deit-tiny-like', 32, (32, 32)), ('deit-tiny-like', 32, (44, 36)), ('deit-base', 64, (64, 64))],
+)
 def test_plain_configuration_matches_mmpretrain(arch, img_size, hw):
     """Plain config == mmpretrain VisionTransformer: its state dict loads with no missing/unexpected key and
     every out_type gives the same outputs (also on inputs that need padding)."""
@@ -101,8 +118,9 @@ def test_plain_configuration_matches_mmpretrain(arch, img_size, hw):
         ref.pos_embed.normal_(std=0.02)
         ref.cls_token.normal_(std=0.02)
     ref.eval()
-    ours = VisionTransformer(arch=arch, img_size=img_size, patch_size=patch, out_type='avg_featmap',
-                             out_indices=[0, -1]).eval()
+    ours = VisionTransformer(
+        arch=arch, img_size=img_size, patch_size=patch, out_type='avg_featmap', out_indices=[0, -1]
+    ).eval()
     result = ours.load_state_dict(ref.state_dict(), strict=True)
     assert not result.missing_keys and not result.unexpected_keys
     assert set(ours.state_dict()) == set(ref.state_dict())
@@ -135,8 +153,9 @@ def test_pre_norm_is_mmpretrains_and_patch_cfg_needs_the_linear_embedding():
 
 def test_featmap_outputs_for_dense_necks():
     """out_type='featmap' with several out_indices gives (B, C, Hg, Wg) maps (mmseg MultiLevelNeck / FPN input)."""
-    model = VisionTransformer(arch=TINY, img_size=32, patch_size=8, out_type='featmap', out_indices=[1, 3],
-                              with_cls_token=False).eval()
+    model = VisionTransformer(
+        arch=TINY, img_size=32, patch_size=8, out_type='featmap', out_indices=[1, 3], with_cls_token=False
+    ).eval()
     outs = model(torch.randn(2, 3, 48, 32))
     assert [o.shape for o in outs] == [(2, 48, 6, 4)] * 2 and model.patch_stride == 8
 
@@ -155,7 +174,7 @@ def test_deepvit_scale_adjustment_block_form():
 def test_lvvit_skip_lam_block_form():
     """LV-ViT Eq. 5 with α = 1/skip_lam: x + SA(LN(x)) / λ, then x + FF(LN(x)) / λ."""
     torch.manual_seed(0)
-    block = TransformerBlock(48, 3, 96, qkv_bias=False, skip_lam=2.).eval()
+    block = TransformerBlock(48, 3, 96, qkv_bias=False, skip_lam=2.0).eval()
     x = torch.randn(2, 5, 48)
     ref = x + block.attn(block.ln1(x)) / 2
     ref = ref + block.ffn(block.ln2(ref)) / 2
@@ -185,9 +204,17 @@ def test_pos_embed_of_a_224_checkpoint_loads_into_a_384_model():
 def test_training_step_reaches_every_parameter():
     """A training forward/backward (drop path, BatchNorm in the stem and re-attention) reaches every parameter."""
     torch.manual_seed(0)
-    model = DeepViT(arch=dict(TINY, stem=dict(channels=8, num_convs=2), attn_types=[False, True, True, True],
-                              attn_cfgs=dict(reattn=dict(transform_scale=True)), scale_adjustment=0.5),
-                    img_size=64, drop_path_rate=0.1).train()
+    model = DeepViT(
+        arch=dict(
+            TINY,
+            stem=dict(channels=8, num_convs=2),
+            attn_types=[False, True, True, True],
+            attn_cfgs=dict(reattn=dict(transform_scale=True)),
+            scale_adjustment=0.5,
+        ),
+        img_size=64,
+        drop_path_rate=0.1,
+    ).train()
     model(torch.randn(2, 3, 64, 64))[0].sum().backward()
     assert all(p.grad is not None for p in model.parameters())
 
@@ -206,10 +233,12 @@ def test_the_blocks_are_built_once_and_frozen_once(monkeypatch):
     thrown away) and ``_freeze_stages`` runs once; the options it would have set from the blocks are ours (depth,
     arch settings, out_indices), and the state-dict keys are mmpretrain's, in its order."""
     import mmpretrain.models.backbones.vision_transformer as host
+
     built, frozen = [], []
     layer_init, freeze = host.TransformerEncoderLayer.__init__, VisionTransformer._freeze_stages
-    monkeypatch.setattr(host.TransformerEncoderLayer, '__init__', lambda self, *a, **k: built.append(1) or
-                        layer_init(self, *a, **k))
+    monkeypatch.setattr(
+        host.TransformerEncoderLayer, '__init__', lambda self, *a, **k: built.append(1) or layer_init(self, *a, **k)
+    )
     monkeypatch.setattr(VisionTransformer, '_freeze_stages', lambda self: frozen.append(1) or freeze(self))
     model = VisionTransformer(arch=TINY, img_size=32, patch_size=8, out_indices=(-1, 1), frozen_stages=2)
     assert built == [] and frozen == [1]
@@ -267,7 +296,7 @@ def test_without_trace_every_block_stays_fused(monkeypatch):
     monkeypatch.setattr(attention_module, 'head_logits', spy)
     model(torch.randn(1, 3, 32, 32))
     assert calls == []
-    model(torch.randn(1, 3, 32, 32), TokenTrace(attn_layers=(2, ), token_layers=(0, 1, 2, 3)))
+    model(torch.randn(1, 3, 32, 32), TokenTrace(attn_layers=(2,), token_layers=(0, 1, 2, 3)))
     assert calls == [model.layers[2].attn]
 
 
@@ -319,8 +348,13 @@ def test_mix_grid_mismatch_raises():
 
 def test_trace_on_the_conv_stem_preset():
     """The trace contract holds for a DeepViT with a conv stem and re-attention (grid from the stem)."""
-    model = tiny(DeepViT, img_size=64, stem=dict(channels=8, num_convs=2), attn_types=[False, False, True, True],
-                 scale_adjustment=0.5)
-    trace = TokenTrace(token_layers=(-1, ), attn_layers=(-1, ))
+    model = tiny(
+        DeepViT,
+        img_size=64,
+        stem=dict(channels=8, num_convs=2),
+        attn_types=[False, False, True, True],
+        scale_adjustment=0.5,
+    )
+    trace = TokenTrace(token_layers=(-1,), attn_layers=(-1,))
     model(torch.randn(2, 3, 64, 64), trace)
     assert trace.grid == (4, 4) and trace.tokens[3].shape == (2, 17, 48) and trace.attn[3].shape == (2, 3, 17, 17)

@@ -1,18 +1,19 @@
 """Activation checkpointing (``with_cp``, as mmseg's ViT and mmpretrain's Swin) in the ViT family and Swin: a
 training step with a trace, TL-Align's labels riding in every attention and DRLoc / DiversePatch taps gives the
 losses and gradients of the step without it (stochastic depth on), keeping a fraction of the activations."""
+
 import numpy as np
 import pytest
 import torch
+from conftest import CONFIGS
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 from mmpretrain.structures import DataSample
-
-from conftest import CONFIGS
 from model_helpers import composed_config
+
 from mmvitreg.utils import build_model
 
-SWIN_TLALIGN_DRLOC = dict(aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=64, layers=(-1, ), loss_weight=0.1)])
+SWIN_TLALIGN_DRLOC = dict(aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=64, layers=(-1,), loss_weight=0.1)])
 
 
 def train_step(cfg: Config, with_cp: bool):
@@ -22,8 +23,10 @@ def train_step(cfg: Config, with_cp: bool):
     torch.manual_seed(0)
     with DefaultScope.overwrite_default_scope(cfg.default_scope):
         model = build_model(cfg, None, 'cpu').train()
-    data = dict(inputs=list(torch.randint(0, 255, (4, 3, 32, 32), dtype=torch.uint8)),
-                data_samples=[DataSample().set_gt_label(i) for i in range(4)])
+    data = dict(
+        inputs=list(torch.randint(0, 255, (4, 3, 32, 32), dtype=torch.uint8)),
+        data_samples=[DataSample().set_gt_label(i) for i in range(4)],
+    )
     torch.manual_seed(1)
     np.random.seed(1)
     saved, inside = [], []
@@ -33,7 +36,8 @@ def train_step(cfg: Config, with_cp: bool):
         block.register_forward_pre_hook(lambda *_: inside.append(True))
         block.register_forward_hook(lambda *_: inside.clear())
     with torch.autograd.graph.saved_tensors_hooks(
-            lambda t: saved.append(t.numel() * t.element_size() if inside else 0) or t, lambda t: t):
+        lambda t: saved.append(t.numel() * t.element_size() if inside else 0) or t, lambda t: t
+    ):
         losses = model(**model.data_preprocessor(data, True), mode='loss')
     sum(losses.values()).backward()
     return losses, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}, sum(saved)
@@ -78,13 +82,26 @@ def test_checkpoints_are_the_hosts_reentrant_ones_and_non_reentrant_when_tapped(
 
     from mmvitreg.models.backbones import SwinTransformer, VisionTransformer
     from mmvitreg.models.trace import TokenTrace
+
     x = torch.randn(2, 3, 32, 32)
     vit = dict(img_size=32, patch_size=8, embed_dims=16, num_layers=2, num_heads=2, mlp_ratio=2, with_cp=True)
-    swin = dict(arch=dict(embed_dims=16, depths=(2, 2), num_heads=(2, 2)), img_size=32, window_size=4,
-                out_indices=(1, ), with_cp=True)
+    swin = dict(
+        arch=dict(embed_dims=16, depths=(2, 2), num_heads=(2, 2)),
+        img_size=32,
+        window_size=4,
+        out_indices=(1,),
+        with_cp=True,
+    )
     assert grad_refused(HostViT(**vit), x) and grad_refused(HostSwin(**swin), x)
-    ours = [VisionTransformer(arch=dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32),
-                              img_size=32, patch_size=8, with_cp=True), SwinTransformer(**swin)]
+    ours = [
+        VisionTransformer(
+            arch=dict(embed_dims=16, num_layers=2, num_heads=2, feedforward_channels=32),
+            img_size=32,
+            patch_size=8,
+            with_cp=True,
+        ),
+        SwinTransformer(**swin),
+    ]
     for model, blocks in zip(ours, (2, 4)):
         assert grad_refused(model, x)
         assert not grad_refused(model, x, trace=TokenTrace(attn_layers=tuple(range(blocks))))

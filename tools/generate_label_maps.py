@@ -39,6 +39,7 @@ ones; train on them with ``LoadTokenLabelMap(region='center_square')`` (configs/
         efficientnetv2-l_in21k-pre-3rdparty_in1k_20221220-63df0efd.pth data/imagenet/label_maps_effv2l \
         --img-size 576 --region center_square --topk 5
 """
+
 import argparse
 import os
 import sys
@@ -55,17 +56,28 @@ def parse_args(argv=None):
     parser.add_argument('config', help='mmpretrain classifier config')
     parser.add_argument('checkpoint', help='checkpoint of the classifier')
     parser.add_argument('label_root', help='folder to write the maps to')
-    parser.add_argument('--split', choices=['train', 'val', 'test'], default='train',
-                        help='which dataloader of the config to annotate (default: train)')
+    parser.add_argument(
+        '--split',
+        choices=['train', 'val', 'test'],
+        default='train',
+        help='which dataloader of the config to annotate (default: train)',
+    )
     parser.add_argument('--img-size', type=int, default=224, help='teacher input size (default: 224)')
-    parser.add_argument('--region', choices=REGIONS, default='full',
-                        help='full: resize the whole image; center_square: short side + centre crop')
+    parser.add_argument(
+        '--region',
+        choices=REGIONS,
+        default='full',
+        help='full: resize the whole image; center_square: short side + centre crop',
+    )
     parser.add_argument('--topk', type=int, default=5, help='classes stored per map cell (default: 5)')
     parser.add_argument('--batch-size', type=int, default=32)
     parser.add_argument('--num-workers', type=int, default=4)
-    parser.add_argument('--allow-partial', action='store_true',
-                        help='annotate although the checkpoint leaves some of the teacher\'s parameters (e.g. its '
-                             'head) at their initial values (default: every parameter must load)')
+    parser.add_argument(
+        '--allow-partial',
+        action='store_true',
+        help='annotate although the checkpoint leaves some of the teacher\'s parameters (e.g. its '
+        'head) at their initial values (default: every parameter must load)',
+    )
     return parse_tool_args(parser, argv)
 
 
@@ -83,18 +95,21 @@ class DenseAnnotator(torch.nn.Module):
     def __init__(self, classifier):
         super().__init__()
         from mmpretrain.models.necks import GlobalAveragePooling
+
         self.backbone = classifier.backbone
         neck = getattr(classifier, 'neck', None)
         if neck is not None and not isinstance(neck, GlobalAveragePooling):
-            raise ConfigError(f'cannot annotate with neck {type(neck).__name__}: the head must see one '
-                              'feature vector per position (no neck or GlobalAveragePooling)')
+            raise ConfigError(
+                f'cannot annotate with neck {type(neck).__name__}: the head must see one '
+                'feature vector per position (no neck or GlobalAveragePooling)'
+            )
         self.token_norm = None
         if hasattr(self.backbone, 'out_type'):
             if self.backbone.out_type == 'avg_featmap':
                 self.token_norm = self.backbone.ln2
             self.backbone.out_type = 'featmap'
         head = classifier.head
-        self.classify = head.aux_head if hasattr(head, 'aux_head') else (lambda feats: head((feats, )))
+        self.classify = head.aux_head if hasattr(head, 'aux_head') else (lambda feats: head((feats,)))
 
     def forward(self, inputs):
         feats = self.backbone(inputs)
@@ -123,18 +138,23 @@ def existing_map_problem(path, topk, num_classes):
 
 
 def _annotation_pipeline(dataset_cfg, img_size, region):
-    load = next((t for t in dataset_cfg.get('pipeline', []) if t['type'].endswith('LoadImageFromFile')),
-                dict(type='LoadImageFromFile'))
+    load = next(
+        (t for t in dataset_cfg.get('pipeline', []) if t['type'].endswith('LoadImageFromFile')),
+        dict(type='LoadImageFromFile'),
+    )
     if region == 'full':
         resize = [dict(type='Resize', scale=(img_size, img_size), keep_ratio=False, interpolation='bicubic')]
     else:
-        resize = [dict(type='ResizeEdge', scale=img_size, edge='short', interpolation='bicubic'),
-                  dict(type='CenterCrop', crop_size=img_size)]
+        resize = [
+            dict(type='ResizeEdge', scale=img_size, edge='short', interpolation='bicubic'),
+            dict(type='CenterCrop', crop_size=img_size),
+        ]
     return [load, *resize, dict(type='PackInputs')]
 
 
 def build_dataset(cfg, split, img_size, region):
     from mmpretrain.registry import DATASETS
+
     key = f'{split}_dataloader'
     if cfg.get(key) is None:
         raise ConfigError(f'the config has no {key}')
@@ -150,6 +170,7 @@ def build_classifier(cfg):
     """The classifier as the runner builds it: mmpretrain configs keep ``data_preprocessor``
     (mean/std, BGR->RGB) at the top level, and the runner moves it into the model."""
     from mmpretrain.registry import MODELS
+
     model_cfg = cfg.model.copy()
     if cfg.get('data_preprocessor') is not None:
         model_cfg.setdefault('data_preprocessor', cfg.data_preprocessor)
@@ -202,8 +223,11 @@ def main(argv=None):
     classifier.to(device).eval()
     annotator = DenseAnnotator(classifier)
     loader = torch.utils.data.DataLoader(
-        torch.utils.data.Subset(dataset, todo), batch_size=args.batch_size, num_workers=args.num_workers,
-        collate_fn=pseudo_collate)
+        torch.utils.data.Subset(dataset, todo),
+        batch_size=args.batch_size,
+        num_workers=args.num_workers,
+        collate_fn=pseudo_collate,
+    )
 
     progress = ProgressBar(len(todo)) if rank == 0 and todo else None
     agree = labelled = 0
@@ -223,10 +247,12 @@ def main(argv=None):
                 progress.update(len(data['data_samples']))
     if rank == 0:
         print()
-    agreement = f'{100. * agree / labelled:.2f}%' if labelled else 'n/a'
-    print(f'rank {rank}/{world_size}: wrote {len(todo)} label maps to {args.label_root} '
-          f'({done} valid ones were there and kept, {len(invalid)} invalid ones rewritten); pooled-map top-1 agreement '
-          f'with the ground truth: {agreement}')
+    agreement = f'{100.0 * agree / labelled:.2f}%' if labelled else 'n/a'
+    print(
+        f'rank {rank}/{world_size}: wrote {len(todo)} label maps to {args.label_root} '
+        f'({done} valid ones were there and kept, {len(invalid)} invalid ones rewritten); pooled-map top-1 agreement '
+        f'with the ground truth: {agreement}'
+    )
 
 
 if __name__ == '__main__':

@@ -19,15 +19,16 @@ converted on load, with one log line naming its layout; an EMA recipe's copy is 
 (mmengine's, mmpretrain's or a subclass's rule: the score is mmengine's Runner's; under ``--tta`` too) and checked
 against the file: a copy that loaded nothing stops the run even with ``--allow-partial``. A checkpoint whose weights
 hold NaN or infinity stops the run with one line naming the first such tensor (no flag scores it).
-A config error a component raises while the runner builds it is one ``error:`` line. A remote checkpoint (``https://``, ``s3://``, ...) is fetched through mmengine's file backends. It is
-unpickled with ``weights_only=True`` and
-an allow-list of what checkpoints hold (:func:`mmvitreg.fileio.load_checkpoint`); ``--unsafe-load``
-unpickles anything, for trusted files only.
+A config error a component raises while the runner builds it is one ``error:`` line. A remote checkpoint
+(``https://``, ``s3://``, ...) is fetched through mmengine's file backends. It is unpickled with
+``weights_only=True`` and an allow-list of what checkpoints hold (:func:`mmvitreg.fileio.load_checkpoint`);
+``--unsafe-load`` unpickles anything, for trusted files only.
 
 ``--tta`` runs the config's ``tta_model`` over its ``tta_pipeline`` (mmseg: multi-scale + flip from
 the dataset config); an mmpretrain config without them gets mmpretrain's flip-averaging TTA.
 The final metrics are printed as one JSON line prefixed with ``metrics:``.
 """
+
 import argparse
 import json
 import logging
@@ -39,11 +40,10 @@ import torch
 from mmengine.logging import print_log
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
-from mmvitreg.fileio import UNSAFE_LOAD_ENV, UNSAFE_LOAD_HELP
 from mmvitreg.engine import CheckpointError
 from mmvitreg.engine.checkpoint import is_local
+from mmvitreg.fileio import UNSAFE_LOAD_ENV, UNSAFE_LOAD_HELP
 from mmvitreg.utils import ConfigError, build_runner, check_data, load_config, parse_tool_args, set_run_args
-
 
 # the file types --out can write: mmengine's DumpResults pickles predictions, mmengine.dump the metrics
 _OUT_FORMATS = {'pred': ('.pkl', '.pickle'), 'metrics': ('.json', '.yaml', '.yml', '.pkl', '.pickle')}
@@ -73,19 +73,24 @@ def parse_args(argv=None):
     parser.add_argument('checkpoint', help='checkpoint file (a local path, or a URL an mmengine file backend reads)')
     parser.add_argument('--work-dir', help='the dir to save logs')
     parser.add_argument('--out', help='dump the predictions (or with --out-item metrics, the metrics) to this file')
-    parser.add_argument('--out-item', choices=['pred', 'metrics'],
-                        help='what --out holds: the predictions (default) or the metrics')
-    parser.add_argument('--amp', action='store_true',
-                        help='test under autocast: float16 on CUDA, bfloat16 on a CPU')
+    parser.add_argument(
+        '--out-item', choices=['pred', 'metrics'], help='what --out holds: the predictions (default) or the metrics'
+    )
+    parser.add_argument('--amp', action='store_true', help='test under autocast: float16 on CUDA, bfloat16 on a CPU')
     parser.add_argument('--show-dir', help='save painted predictions to this directory')
     parser.add_argument('--show', action='store_true', help='display painted predictions in a window')
-    parser.add_argument('--interval', type=int, default=1,
-                        help='paint every N-th test image for --show / --show-dir (default 1: every image)')
+    parser.add_argument(
+        '--interval',
+        type=int,
+        default=1,
+        help='paint every N-th test image for --show / --show-dir (default 1: every image)',
+    )
     parser.add_argument('--wait-time', type=float, default=2, help='seconds each --show window stays (default 2)')
     parser.add_argument('--no-pin-memory', action='store_true', help='switch pin_memory off in the dataloader')
     parser.add_argument('--tta', action='store_true', help='test-time augmentation')
-    parser.add_argument('--allow-partial', action='store_true',
-                        help='evaluate even if the checkpoint\'s keys do not all fit the model')
+    parser.add_argument(
+        '--allow-partial', action='store_true', help='evaluate even if the checkpoint\'s keys do not all fit the model'
+    )
     parser.add_argument('--unsafe-load', action='store_true', help=UNSAFE_LOAD_HELP)
     return parse_tool_args(parser, argv)
 
@@ -95,8 +100,16 @@ def _mmpretrain_default_tta(cfg):
     cfg.setdefault('tta_model', dict(type='mmpretrain.AverageClsScoreTTA'))
     if 'tta_pipeline' not in cfg:
         test_pipeline = cfg.test_dataloader.dataset.pipeline
-        cfg.tta_pipeline = [*test_pipeline[:-1], dict(type='TestTimeAug', transforms=[
-            [dict(type='RandomFlip', prob=1.), dict(type='RandomFlip', prob=0.)], [test_pipeline[-1]]])]
+        cfg.tta_pipeline = [
+            *test_pipeline[:-1],
+            dict(
+                type='TestTimeAug',
+                transforms=[
+                    [dict(type='RandomFlip', prob=1.0), dict(type='RandomFlip', prob=0.0)],
+                    [test_pipeline[-1]],
+                ],
+            ),
+        ]
 
 
 def build_test_config(args):
@@ -113,7 +126,7 @@ def build_test_config(args):
         raise ConfigError(f'--interval must be at least 1, not {args.interval}')
     scope = cfg.default_scope
     set_run_args(cfg, args)
-    check_data(cfg, ('test', ))
+    check_data(cfg, ('test',))
     cfg.load_from = args.checkpoint
     cfg.setdefault('runner_type', 'mmvitreg.GuardedRunner')
     cfg.checkpoint_policy = dict(load_from='partial' if args.allow_partial else 'strict')
@@ -145,6 +158,7 @@ def main(argv=None):
         sys.exit(f'error: {e}')
     if args.out and args.out_item != 'metrics':
         from mmengine.evaluator import DumpResults
+
         runner.test_evaluator.metrics.append(DumpResults(out_file_path=args.out))
     try:
         metrics = runner.test()
@@ -153,6 +167,7 @@ def main(argv=None):
     if runner.rank == 0:
         if args.out_item == 'metrics':
             import mmengine
+
             mmengine.dump(metrics, args.out)
         print('metrics: ' + json.dumps({k: v if isinstance(v, str) else float(v) for k, v in metrics.items()}))
 

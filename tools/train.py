@@ -19,6 +19,7 @@ Token label maps are read by torch's own ``weights_only`` reader or numpy withou
 (:mod:`mmvitreg.datasets.label_maps`).
 A refused checkpoint, label map or non-finite loss or weights is one ``error:`` line, also from a DataLoader worker.
 """
+
 import argparse
 import logging
 import os
@@ -30,9 +31,9 @@ from mmengine.logging import MMLogger, print_log
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
 from mmvitreg.datasets.label_maps import LabelMapError
-from mmvitreg.fileio import UNSAFE_LOAD_ENV, UNSAFE_LOAD_HELP
 from mmvitreg.engine import CheckpointError, NonFiniteLossError
 from mmvitreg.engine.checkpoint import is_local
+from mmvitreg.fileio import UNSAFE_LOAD_ENV, UNSAFE_LOAD_HELP
 from mmvitreg.utils import ConfigError, build_runner, check_data, load_config, parse_tool_args, set_run_args
 
 
@@ -40,21 +41,34 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='Train a model (mmpretrain / mmseg / mmdet config)')
     parser.add_argument('config', help='train config file path')
     parser.add_argument('--work-dir', help='the dir to save logs and checkpoints')
-    parser.add_argument('--resume', nargs='?', type=str, const='auto',
-                        help='resume from this checkpoint, or from the latest one in the work dir if none is given')
-    parser.add_argument('--allow-partial', action='store_true',
-                        help='--resume from a checkpoint whose keys do not all fit the model, or load_from one that '
-                        'fills less than 90%% of the backbone')
+    parser.add_argument(
+        '--resume',
+        nargs='?',
+        type=str,
+        const='auto',
+        help='resume from this checkpoint, or from the latest one in the work dir if none is given',
+    )
+    parser.add_argument(
+        '--allow-partial',
+        action='store_true',
+        help='--resume from a checkpoint whose keys do not all fit the model, or load_from one that '
+        'fills less than 90%% of the backbone',
+    )
     parser.add_argument('--unsafe-load', action='store_true', help=UNSAFE_LOAD_HELP)
-    parser.add_argument('--amp', action='store_true',
-                        help='automatic mixed precision: float16 on CUDA, bfloat16 on CPU')
-    parser.add_argument('--amp-dtype', choices=['float16', 'bfloat16'],
-                        help='the --amp dtype (default: float16 on CUDA, bfloat16 on CPU)')
+    parser.add_argument(
+        '--amp', action='store_true', help='automatic mixed precision: float16 on CUDA, bfloat16 on CPU'
+    )
+    parser.add_argument(
+        '--amp-dtype',
+        choices=['float16', 'bfloat16'],
+        help='the --amp dtype (default: float16 on CUDA, bfloat16 on CPU)',
+    )
     parser.add_argument('--auto-scale-lr', action='store_true', help='scale the lr by the real batch size')
     parser.add_argument('--no-validate', action='store_true', help='do not evaluate during training')
     parser.add_argument('--no-pin-memory', action='store_true', help='switch pin_memory off in every dataloader')
-    parser.add_argument('--no-persistent-workers', action='store_true',
-                        help='switch persistent_workers off in every dataloader')
+    parser.add_argument(
+        '--no-persistent-workers', action='store_true', help='switch persistent_workers off in every dataloader'
+    )
     return parse_tool_args(parser, argv)
 
 
@@ -75,8 +89,9 @@ def build_train_config(args):
         cfg.optim_wrapper.dtype = args.amp_dtype
     elif cfg.optim_wrapper.get('type') == 'AmpOptimWrapper' and not torch.cuda.is_available():
         # configs written for GPUs (e.g. mmdet's ConvNeXt cascade) ask for AMP; on a CPU run in fp32
-        print_log('no GPU: training in fp32 instead of the config\'s AmpOptimWrapper', logger='current',
-                  level=logging.WARNING)
+        print_log(
+            'no GPU: training in fp32 instead of the config\'s AmpOptimWrapper', logger='current', level=logging.WARNING
+        )
         cfg.optim_wrapper.type = 'OptimWrapper'
         cfg.optim_wrapper.pop('loss_scale', None)
     if args.auto_scale_lr:
@@ -120,8 +135,9 @@ def stop(cfg, error: Exception):
     for key in init_cfg_keys({'model': cfg.model}, message):
         message += f': --cfg-options {key}.checkpoint=<local file>, or {key}=None to start from random weights'
     logger = MMLogger.get_current_instance()
-    record = logger.makeRecord(logger.name, logging.ERROR, __file__, sys._getframe().f_lineno, f'error: {message}',
-                               None, None, func='stop')
+    record = logger.makeRecord(
+        logger.name, logging.ERROR, __file__, sys._getframe().f_lineno, f'error: {message}', None, None, func='stop'
+    )
     for handler in logger.handlers:  # the file only: the console gets the exit line
         if isinstance(handler, logging.FileHandler):
             handler.handle(record)

@@ -13,11 +13,18 @@ _base_ = [
 num_classes = 10
 model = dict(
     backbone=dict(
-        arch=dict(_delete_=True, embed_dims=96, num_layers=4, num_heads=3, feedforward_channels=288,
-                  attn_types=['msa', 'msa', 'reattn', 'reattn']),
+        arch=dict(
+            _delete_=True,
+            embed_dims=96,
+            num_layers=4,
+            num_heads=3,
+            feedforward_channels=288,
+            attn_types=['msa', 'msa', 'reattn', 'reattn'],
+        ),
         img_size=32,
         patch_size=4,
-        drop_path_rate=0.1),
+        drop_path_rate=0.1,
+    ),
     head=dict(num_classes=num_classes, in_channels=96),
     # official `mixup: 0.8`, `cutmix: 1.0`, one of the two per batch (deepvit_8xb32_in1k_recipe.py)
     train_cfg=dict(augments=[dict(type='Mixup', alpha=0.8), dict(type='CutMix', alpha=1.0)]),

@@ -36,7 +36,8 @@ train_pipeline = [
         total_level=10,
         magnitude_level=9,
         magnitude_std=0.5,
-        hparams=dict(pad_val=[round(x) for x in pixel_mean], interpolation='bicubic')),
+        hparams=dict(pad_val=[round(x) for x in pixel_mean], interpolation='bicubic'),
+    ),
     # official `reprob: 0.25`, `remode: pixel` (per-pixel N(0, 1) after normalisation), `recount: 1`
     dict(
         type='RandomErasing',
@@ -45,7 +46,8 @@ train_pipeline = [
         min_area_ratio=0.02,
         max_area_ratio=1 / 3,
         fill_color=pixel_mean,
-        fill_std=[127.5, 127.5, 127.5]),
+        fill_std=[127.5, 127.5, 127.5],
+    ),
     dict(type='PackInputs'),
 ]
 test_pipeline = [
@@ -70,10 +72,8 @@ optim_wrapper = dict(
         norm_decay_mult=0.0,
         bias_decay_mult=0.0,
         flat_decay_mult=0.0,
-        custom_keys={
-            '.cls_token': dict(decay_mult=0.0),
-            '.pos_embed': dict(decay_mult=0.0)
-        }),
+        custom_keys={'.cls_token': dict(decay_mult=0.0), '.pos_embed': dict(decay_mult=0.0)},
+    ),
 )
 
 max_epochs = 300  # paper: 300 epochs (official: 300 + `cooldown_epochs: 10` at min_lr)
@@ -81,12 +81,8 @@ warmup_epochs = 5  # official `warmup_epochs: 5` (paper §5.1: 3 warm-up epochs)
 param_scheduler = [
     # linear warm-up from the official `warmup_lr: 1e-6` (= 5e-4 * 2e-3), updated every iteration
     dict(
-        type='LinearLR',
-        start_factor=1e-6 / 5e-4,
-        by_epoch=True,
-        begin=0,
-        end=warmup_epochs,
-        convert_to_iter_based=True),
+        type='LinearLR', start_factor=1e-6 / 5e-4, by_epoch=True, begin=0, end=warmup_epochs, convert_to_iter_based=True
+    ),
     # paper: cosine decay; official `min_lr: 1e-5`
     dict(
         type='CosineAnnealingLR',
@@ -94,7 +90,8 @@ param_scheduler = [
         eta_min=1e-5,
         by_epoch=True,
         begin=warmup_epochs,
-        end=max_epochs),
+        end=max_epochs,
+    ),
 ]
 train_cfg = dict(by_epoch=True, max_epochs=max_epochs, val_interval=1)
 

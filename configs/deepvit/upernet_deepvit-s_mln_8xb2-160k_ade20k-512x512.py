@@ -25,9 +25,11 @@ model = dict(
         out_indices=(3, 7, 11, 15),
         final_norm=False,  # as the base's `vit-b16_mln` (no final norm; the `-ln` variants add it)
         drop_path_rate=0.1,  # as mmseg's DeiT-S UperNet config
-        init_cfg=dict(type='Pretrained', checkpoint=checkpoint, prefix='backbone.')),
+        init_cfg=dict(type='Pretrained', checkpoint=checkpoint, prefix='backbone.'),
+    ),
     neck=dict(in_channels=[embed_dims] * 4, out_channels=embed_dims),
     decode_head=dict(in_channels=[embed_dims] * 4, num_classes=150),
-    auxiliary_head=dict(in_channels=embed_dims, num_classes=150))
+    auxiliary_head=dict(in_channels=embed_dims, num_classes=150),
+)
 # a long run: the last 3 checkpoints (to resume) and the best mIoU, not all ten the library keeps
 default_hooks = dict(checkpoint=dict(max_keep_ckpts=3, save_best='mIoU'))

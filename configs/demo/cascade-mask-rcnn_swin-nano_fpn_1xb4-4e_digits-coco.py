@@ -11,8 +11,10 @@ width = 32  # FPN and head channels (the recipe: 256, with 1024-wide fcs)
 model = dict(
     backbone=dict(
         arch=dict(_delete_=True, embed_dims=16, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4]),  # replaces 'tiny'
-        window_size=4, drop_path_rate=0.1,
-        init_cfg=None),
+        window_size=4,
+        drop_path_rate=0.1,
+        init_cfg=None,
+    ),
     neck=dict(in_channels=[16, 32, 64, 128], out_channels=width),
     rpn_head=dict(in_channels=width, feat_channels=width),
     roi_head=dict(
@@ -23,13 +25,16 @@ model = dict(
             for head in _base_.model.roi_head.bbox_head
         ],
         mask_roi_extractor=dict(out_channels=width),
-        mask_head=dict(num_classes=num_classes, in_channels=width, conv_out_channels=width)),
+        mask_head=dict(num_classes=num_classes, in_channels=width, conv_out_channels=width),
+    ),
     # sized for a CPU: the recipe samples 512 RoIs per image and stage from 2,000 proposals for ~3 digits a
     # canvas; 64 RoIs from 100 proposals train the same three stages in a fraction of the time
     train_cfg=dict(
         rpn_proposal=dict(nms_pre=200, max_per_img=100),
-        rcnn=[dict(stage, sampler=dict(stage['sampler'], num=64)) for stage in _base_.model.train_cfg.rcnn]),
-    test_cfg=dict(rpn=dict(nms_pre=200, max_per_img=100)))
+        rcnn=[dict(stage, sampler=dict(stage['sampler'], num=64)) for stage in _base_.model.train_cfg.rcnn],
+    ),
+    test_cfg=dict(rpn=dict(nms_pre=200, max_per_img=100)),
+)
 
 data_root = 'data/digits_coco/'
 metainfo = dict(classes=tuple(f'digit_{i}' for i in range(num_classes)))
@@ -49,13 +54,23 @@ train_dataloader = dict(
     batch_size=4,
     num_workers=2,
     dataset=dict(
-        data_root=data_root, metainfo=metainfo, ann_file='annotations/instances_train2017.json',
-        data_prefix=dict(img='train2017/'), pipeline=train_pipeline))
+        data_root=data_root,
+        metainfo=metainfo,
+        ann_file='annotations/instances_train2017.json',
+        data_prefix=dict(img='train2017/'),
+        pipeline=train_pipeline,
+    ),
+)
 val_dataloader = dict(
     num_workers=2,
     dataset=dict(
-        data_root=data_root, metainfo=metainfo, ann_file='annotations/instances_val2017.json',
-        data_prefix=dict(img='val2017/'), pipeline=test_pipeline))
+        data_root=data_root,
+        metainfo=metainfo,
+        ann_file='annotations/instances_val2017.json',
+        data_prefix=dict(img='val2017/'),
+        pipeline=test_pipeline,
+    ),
+)
 test_dataloader = val_dataloader
 val_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')
 test_evaluator = val_evaluator

@@ -8,4 +8,5 @@ _base_ = './cascade-mask-rcnn_swin-nano_fpn_1xb4-4e_digits-coco.py'
 
 model = dict(
     type='mmvitreg.TokenCascadeRCNN',
-    aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=128, layers=(-1, ), loss_weight=0.5, reduction='mean')])
+    aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=128, layers=(-1,), loss_weight=0.5, reduction='mean')],
+)

@@ -9,8 +9,10 @@ model = dict(
     backbone=dict(
         arch=dict(_delete_=True, embed_dims=96, num_layers=4, num_heads=3, feedforward_channels=384),
         img_size=32,
-        patch_size=8),  # a 4x4 token grid keeps the quick start within minutes on 2 cores
-    head=dict(num_classes=num_classes, in_channels=96))
+        patch_size=8,
+    ),  # a 4x4 token grid keeps the quick start within minutes on 2 cores
+    head=dict(num_classes=num_classes, in_channels=96),
+)
 data_preprocessor = dict(num_classes=num_classes)
 
 data_root = 'data/digits_imagenet'
@@ -26,14 +28,28 @@ train_dataloader = dict(
     batch_size=64,
     num_workers=2,
     dataset=dict(
-        _delete_=True, type='CustomDataset', data_root=data_root, ann_file='meta/train.txt', data_prefix='train',
-        metainfo=metainfo, pipeline=train_pipeline))
+        _delete_=True,
+        type='CustomDataset',
+        data_root=data_root,
+        ann_file='meta/train.txt',
+        data_prefix='train',
+        metainfo=metainfo,
+        pipeline=train_pipeline,
+    ),
+)
 val_dataloader = dict(
     batch_size=128,
     num_workers=2,
     dataset=dict(
-        _delete_=True, type='CustomDataset', data_root=data_root, ann_file='meta/val.txt', data_prefix='val',
-        metainfo=metainfo, pipeline=test_pipeline))
+        _delete_=True,
+        type='CustomDataset',
+        data_root=data_root,
+        ann_file='meta/val.txt',
+        data_prefix='val',
+        metainfo=metainfo,
+        pipeline=test_pipeline,
+    ),
+)
 test_dataloader = val_dataloader
 val_evaluator = dict(type='Accuracy', topk=(1, 5))
 test_evaluator = val_evaluator
@@ -46,9 +62,7 @@ param_scheduler = [
     dict(type='LinearLR', start_factor=1e-3, by_epoch=True, end=2, convert_to_iter_based=True),
     dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=2, end=max_epochs),
 ]
-default_hooks = dict(
-    logger=dict(interval=10),
-    checkpoint=dict(interval=10, max_keep_ckpts=1, save_best='auto'))
+default_hooks = dict(logger=dict(interval=10), checkpoint=dict(interval=10, max_keep_ckpts=1, save_best='auto'))
 auto_scale_lr = dict(base_batch_size=64)
 # seeded, so that two runs on one machine print the same top-1 (README); not `deterministic=True`, which makes
 # torch refuse the non-deterministic CUDA kernels a GPU run would use

@@ -21,10 +21,12 @@ model = dict(
         arch=dict(_delete_=True, embed_dims=32, depths=[2, 2], num_heads=[2, 4]),  # replaces 'tiny'
         img_size=32,
         window_size=4,
-        out_indices=(1, ),
-        drop_path_rate=0.1),
+        out_indices=(1,),
+        drop_path_rate=0.1,
+    ),
     head=dict(num_classes=num_classes, in_channels=64),
-    train_cfg=dict(_delete_=True, mix=dict(type='mmvitreg.MixToken', alpha=1.0, patch_size=patch_size)))
+    train_cfg=dict(_delete_=True, mix=dict(type='mmvitreg.MixToken', alpha=1.0, patch_size=patch_size)),
+)
 
 train_dataloader = dict(batch_size=64)
 val_dataloader = dict(batch_size=128)

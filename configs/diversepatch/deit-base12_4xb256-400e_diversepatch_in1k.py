@@ -9,4 +9,5 @@ model = dict(
         dict(type='mmvitreg.PatchCosineLoss', loss_weight=1.0),
         dict(type='mmvitreg.PatchContrastiveLoss', loss_weight=1.0),
         dict(type='mmvitreg.PatchMixingLoss', num_classes=1000, in_channels=embed_dims, loss_weight=1.0),
-    ])
+    ],
+)

@@ -3,5 +3,15 @@
 # config without talking heads has no place for (its load stops, naming them).
 _base_ = './deit-base24_4xb256-400e_diversepatch_in1k.py'
 
-model = dict(backbone=dict(arch=dict(_delete_=True, embed_dims=768, num_layers=24, num_heads=12,
-                                     feedforward_channels=3072, attn_types='talking_heads')))
+model = dict(
+    backbone=dict(
+        arch=dict(
+            _delete_=True,
+            embed_dims=768,
+            num_layers=24,
+            num_heads=12,
+            feedforward_channels=3072,
+            attn_types='talking_heads',
+        )
+    )
+)

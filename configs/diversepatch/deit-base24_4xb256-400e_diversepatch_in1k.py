@@ -3,4 +3,6 @@
 # off with --cfg-options, e.g. model.aux_losses.1.loss_weight=0 (cosine + mixing: 83.1).
 _base_ = './deit-base12_4xb256-400e_diversepatch_in1k.py'
 
-model = dict(backbone=dict(arch=dict(_delete_=True, embed_dims=768, num_layers=24, num_heads=12, feedforward_channels=3072)))
+model = dict(
+    backbone=dict(arch=dict(_delete_=True, embed_dims=768, num_layers=24, num_heads=12, feedforward_channels=3072))
+)

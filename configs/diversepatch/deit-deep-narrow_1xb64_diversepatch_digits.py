@@ -15,7 +15,8 @@ model = dict(
         type='mmvitreg.VisionTransformer',
         arch=dict(embed_dims=embed_dims, num_layers=12, num_heads=2, feedforward_channels=4 * embed_dims),
         patch_size=patch_size,
-        drop_path_rate=0.1),
+        drop_path_rate=0.1,
+    ),
     head=dict(in_channels=embed_dims),
     aux_losses=[
         dict(type='mmvitreg.PatchCosineLoss', loss_weight=1.0),

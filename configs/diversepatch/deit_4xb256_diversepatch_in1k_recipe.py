@@ -10,8 +10,8 @@ embed_dims = 384
 model = dict(
     type='mmvitreg.TokenClassifier',
     backbone=dict(
-        type='mmvitreg.VisionTransformer',
-        drop_path_rate=0.5),  # paper: "linearly increase the depth dropout ratio from 0 to .5" (over the blocks)
+        type='mmvitreg.VisionTransformer', drop_path_rate=0.5
+    ),  # paper: "linearly increase the depth dropout ratio from 0 to .5" (over the blocks)
     head=dict(in_channels=embed_dims),
     aux_losses=[
         dict(type='mmvitreg.PatchCosineLoss', loss_weight=1.0),  # alpha_1 = 1 (paper)
@@ -28,8 +28,17 @@ train_cfg = dict(max_epochs=max_epochs)
 # official LR (DeiT main.py: timm's CosineLRScheduler stepped after each epoch): --warmup-epochs 5 from
 # --warmup-lr 1e-6, the cosine to --min-lr 1e-7 (DeiT: 1e-5) laid over all epochs from epoch 0, epoch e at the
 # value of e - 1 (mmvitreg.TimmCosineLR)
-param_scheduler = [dict(type='mmvitreg.TimmCosineLR', T_max=max_epochs, warmup=5, warmup_lr_init=1e-6,
-                        delay=1, eta_min=1e-7, by_epoch=True)]
+param_scheduler = [
+    dict(
+        type='mmvitreg.TimmCosineLR',
+        T_max=max_epochs,
+        warmup=5,
+        warmup_lr_init=1e-6,
+        delay=1,
+        eta_min=1e-7,
+        by_epoch=True,
+    )
+]
 optim_wrapper = dict(clip_grad=None)  # official: --clip-grad None (the NativeScaler path clips nothing)
 # official: the raw model is evaluated (the EMA it keeps, --model-ema-decay 0.99996, is never evaluated): no EMA
 # a long run: the last 3 checkpoints (to resume) and the best top-1, not one per epoch (~265 MB each)

@@ -10,6 +10,7 @@ model = dict(
     aux_losses=[
         dict(type='mmvitreg.PatchCosineLoss', loss_weight=1.0),
         dict(type='mmvitreg.PatchMixingLoss', num_classes=1000, in_channels=embed_dims, loss_weight=1.0),
-    ])
+    ],
+)
 # the official 22k -> 1k Swin-L 384 release (87.3 %, the Table 2 baseline), converted by mmpretrain
 load_from = 'https://download.openmmlab.com/mmclassification/v0/swin-transformer/convert/swin_large_patch4_window12_384_22kto1k-0a40944b.pth'  # noqa

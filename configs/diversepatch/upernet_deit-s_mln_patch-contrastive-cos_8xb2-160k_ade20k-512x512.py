@@ -26,10 +26,12 @@ model = dict(
         out_indices=(2, 5, 8, 11),  # mmseg's ViT UperNet taps
         final_norm=False,  # as the base's `mln` (no final norm; the `-ln` variants add it)
         drop_path_rate=0.1,  # the base's DeiT-S value
-        init_cfg=dict(type='Pretrained', checkpoint=checkpoint, prefix='backbone.')),
+        init_cfg=dict(type='Pretrained', checkpoint=checkpoint, prefix='backbone.'),
+    ),
     aux_losses=[
         dict(type='mmvitreg.PatchContrastiveLoss', loss_weight=1.0, form='paper'),
         dict(type='mmvitreg.PatchCosineLoss', loss_weight=1.0),
-    ])
+    ],
+)
 # a long run: the last 3 checkpoints (to resume) and the best mIoU, not all ten the library keeps
 default_hooks = dict(checkpoint=dict(max_keep_ckpts=3, save_best='mIoU'))

@@ -18,17 +18,19 @@ model = dict(
         drop_path_rate=0.3,  # paper: 0.3 first (the hook below scales it)
         out_indices=(0, 1, 2, 3),
         pad_small_map=True,  # mmseg's Swin pads every map to whole windows and always shifts
-        init_cfg=dict(type='Pretrained', checkpoint=checkpoint_file, prefix='backbone.')))
+        init_cfg=dict(type='Pretrained', checkpoint=checkpoint_file, prefix='backbone.'),
+    )
+)
 
 max_iters = 160000  # paper: 160K iterations on ADE20K
 warmup_iters = 1500  # paper: "a linear learning rate warmup of 1,500 iterations"
 param_scheduler = [
     dict(type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0, end=warmup_iters),
-    dict(type='CosineAnnealingLR', eta_min=0., by_epoch=False, begin=warmup_iters, end=max_iters),  # paper: cosine
+    dict(type='CosineAnnealingLR', eta_min=0.0, by_epoch=False, begin=warmup_iters, end=max_iters),  # paper: cosine
 ]
 train_cfg = dict(max_iters=max_iters)
 # paper: "stochastic depth dropout of 0.3 for the first 80% of training iterations ... 0.5 for the last 20%"
-custom_hooks = [dict(type='mmvitreg.DropPathScheduleHook', schedule=[(0., 0.3), (0.8, 0.5)])]
+custom_hooks = [dict(type='mmvitreg.DropPathScheduleHook', schedule=[(0.0, 0.3), (0.8, 0.5)])]
 
 # paper: "The images are evaluated at 2048x1024" (mmseg: 2048x512)
 test_pipeline = [

@@ -9,7 +9,8 @@ model = dict(
     data_preprocessor=dict(size=crop_size),
     decode_head=dict(num_classes=num_classes),
     auxiliary_head=dict(num_classes=num_classes),
-    test_cfg=dict(mode='slide', crop_size=crop_size, stride=(513, 513)))  # mmseg's 769x769 Cityscapes test
+    test_cfg=dict(mode='slide', crop_size=crop_size, stride=(513, 513)),
+)  # mmseg's 769x769 Cityscapes test
 
 # mmseg's _base_/datasets/cityscapes_769x769.py
 dataset_type = 'CityscapesDataset'
@@ -30,24 +31,43 @@ test_pipeline = [
     dict(type='PackSegInputs'),
 ]
 train_dataloader = dict(
-    dataset=dict(_delete_=True, type=dataset_type, data_root=data_root,
-                 data_prefix=dict(img_path='leftImg8bit/train', seg_map_path='gtFine/train'), pipeline=train_pipeline))
+    dataset=dict(
+        _delete_=True,
+        type=dataset_type,
+        data_root=data_root,
+        data_prefix=dict(img_path='leftImg8bit/train', seg_map_path='gtFine/train'),
+        pipeline=train_pipeline,
+    )
+)
 val_dataloader = dict(
-    dataset=dict(_delete_=True, type=dataset_type, data_root=data_root,
-                 data_prefix=dict(img_path='leftImg8bit/val', seg_map_path='gtFine/val'), pipeline=test_pipeline))
+    dataset=dict(
+        _delete_=True,
+        type=dataset_type,
+        data_root=data_root,
+        data_prefix=dict(img_path='leftImg8bit/val', seg_map_path='gtFine/val'),
+        pipeline=test_pipeline,
+    )
+)
 test_dataloader = val_dataloader
 tta_pipeline = [
     dict(type='LoadImageFromFile', backend_args=None),
-    dict(type='TestTimeAug',
-         transforms=[[dict(type='Resize', scale_factor=r, keep_ratio=True) for r in [0.5, 0.75, 1.0, 1.25, 1.5, 1.75]],
-                     [dict(type='RandomFlip', prob=0., direction='horizontal'),
-                      dict(type='RandomFlip', prob=1., direction='horizontal')],
-                     [dict(type='LoadAnnotations')], [dict(type='PackSegInputs')]]),
+    dict(
+        type='TestTimeAug',
+        transforms=[
+            [dict(type='Resize', scale_factor=r, keep_ratio=True) for r in [0.5, 0.75, 1.0, 1.25, 1.5, 1.75]],
+            [
+                dict(type='RandomFlip', prob=0.0, direction='horizontal'),
+                dict(type='RandomFlip', prob=1.0, direction='horizontal'),
+            ],
+            [dict(type='LoadAnnotations')],
+            [dict(type='PackSegInputs')],
+        ],
+    ),
 ]
 
 max_iters = 80000  # paper: 80K iterations on Cityscapes
 param_scheduler = [
     dict(type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0, end=1500),
-    dict(type='CosineAnnealingLR', eta_min=0., by_epoch=False, begin=1500, end=max_iters),
+    dict(type='CosineAnnealingLR', eta_min=0.0, by_epoch=False, begin=1500, end=max_iters),
 ]
 train_cfg = dict(max_iters=max_iters)

@@ -7,8 +7,10 @@
 # mmvitreg.SwinTransformer (configs/swin). Cosine loss alpha_1 = 1 on the last stage's tokens (24x24 at 769x769).
 # Baseline: --cfg-options model.aux_losses=[]
 _base_ = [
-    'mmseg::_base_/models/upernet_swin.py', 'mmseg::_base_/datasets/cityscapes_769x769.py',
-    'mmseg::_base_/default_runtime.py', 'mmseg::_base_/schedules/schedule_80k.py'
+    'mmseg::_base_/models/upernet_swin.py',
+    'mmseg::_base_/datasets/cityscapes_769x769.py',
+    'mmseg::_base_/default_runtime.py',
+    'mmseg::_base_/schedules/schedule_80k.py',
 ]
 
 crop_size = (769, 769)
@@ -26,11 +28,13 @@ model = dict(
         drop_path_rate=0.3,  # mmseg's Swin-T value
         out_indices=(0, 1, 2, 3),
         pad_small_map=True,  # mmseg's Swin pads every map to whole windows and always shifts
-        init_cfg=dict(type='Pretrained', checkpoint=checkpoint_file)),
+        init_cfg=dict(type='Pretrained', checkpoint=checkpoint_file),
+    ),
     decode_head=dict(in_channels=[96, 192, 384, 768], num_classes=19, align_corners=True),
     auxiliary_head=dict(in_channels=384, num_classes=19, align_corners=True),
     test_cfg=dict(mode='slide', crop_size=crop_size, stride=(513, 513)),
-    aux_losses=[dict(type='mmvitreg.PatchCosineLoss', loss_weight=1.0)])
+    aux_losses=[dict(type='mmvitreg.PatchCosineLoss', loss_weight=1.0)],
+)
 
 # mmseg's swin/swin-tiny-patch4-window7-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py, on 80k iterations
 optim_wrapper = dict(
@@ -39,13 +43,15 @@ optim_wrapper = dict(
     optimizer=dict(type='AdamW', lr=0.00006, betas=(0.9, 0.999), weight_decay=0.01),
     paramwise_cfg=dict(
         custom_keys={
-            'absolute_pos_embed': dict(decay_mult=0.),
-            'relative_position_bias_table': dict(decay_mult=0.),
-            'norm': dict(decay_mult=0.)
-        }))
+            'absolute_pos_embed': dict(decay_mult=0.0),
+            'relative_position_bias_table': dict(decay_mult=0.0),
+            'norm': dict(decay_mult=0.0),
+        }
+    ),
+)
 param_scheduler = [
     dict(type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0, end=1500),
-    dict(type='PolyLR', eta_min=0.0, power=1.0, begin=1500, end=80000, by_epoch=False)
+    dict(type='PolyLR', eta_min=0.0, power=1.0, begin=1500, end=80000, by_epoch=False),
 ]
 train_dataloader = dict(batch_size=2)
 val_dataloader = dict(batch_size=1)

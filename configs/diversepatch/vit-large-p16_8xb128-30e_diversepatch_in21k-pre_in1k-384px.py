@@ -6,7 +6,7 @@ _base_ = 'mmpretrain::vision_transformer/vit-large-p16_64xb64_in1k-384px.py'
 embed_dims = 1024
 model = dict(
     type='mmvitreg.TokenClassifier',
-    backbone=dict(type='mmvitreg.VisionTransformer', drop_path_rate=0.),  # official --drop-path 0.
+    backbone=dict(type='mmvitreg.VisionTransformer', drop_path_rate=0.0),  # official --drop-path 0.
     aux_losses=[
         dict(type='mmvitreg.PatchCosineLoss', loss_weight=1.0),
         dict(type='mmvitreg.PatchContrastiveLoss', loss_weight=1.0),

@@ -11,6 +11,16 @@ _base_ = '../swin/cascade-mask-rcnn_swin-t-p4-w7_fpn_4conv1fc-giou_amp-ms-crop_8
 model = dict(
     type='mmvitreg.TokenCascadeRCNN',
     aux_losses=[
-        dict(type='mmvitreg.DRLoc', in_channels=768, layers=(-1, ), num_pairs=64, loss_weight=0.5, target='abs',
-             reduction='mean', replacement=True, init_cfg=dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.))
-    ])
+        dict(
+            type='mmvitreg.DRLoc',
+            in_channels=768,
+            layers=(-1,),
+            num_pairs=64,
+            loss_weight=0.5,
+            target='abs',
+            reduction='mean',
+            replacement=True,
+            init_cfg=dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.0),
+        )
+    ],
+)

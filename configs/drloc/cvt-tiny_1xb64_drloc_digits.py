@@ -13,12 +13,30 @@ _base_ = [
 embed_dims = 128
 model = dict(
     type='mmvitreg.TokenClassifier',
-    backbone=dict(type='mmvitreg.CvT', arch=dict(embed_dims=(32, 64, embed_dims), depths=(1, 1, 2), num_heads=(1, 2, 4)),
-                  embed_kernels=(3, 3, 3), embed_strides=(2, 2, 2), embed_paddings=(1, 1, 1)),
-    head=dict(type='LinearClsHead', num_classes=10, in_channels=embed_dims,
-              loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original')),
-    aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=embed_dims, layers=(-1, ), loss_weight=0.1, target='abs',
-                     reduction='mean', replacement=True)],
+    backbone=dict(
+        type='mmvitreg.CvT',
+        arch=dict(embed_dims=(32, 64, embed_dims), depths=(1, 1, 2), num_heads=(1, 2, 4)),
+        embed_kernels=(3, 3, 3),
+        embed_strides=(2, 2, 2),
+        embed_paddings=(1, 1, 1),
+    ),
+    head=dict(
+        type='LinearClsHead',
+        num_classes=10,
+        in_channels=embed_dims,
+        loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original'),
+    ),
+    aux_losses=[
+        dict(
+            type='mmvitreg.DRLoc',
+            in_channels=embed_dims,
+            layers=(-1,),
+            loss_weight=0.1,
+            target='abs',
+            reduction='mean',
+            replacement=True,
+        )
+    ],
     train_cfg=dict(augments=[dict(type='Mixup', alpha=0.8), dict(type='CutMix', alpha=1.0)]),
 )
 train_dataloader = dict(batch_size=64)

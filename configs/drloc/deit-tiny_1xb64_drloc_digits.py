@@ -10,6 +10,15 @@ _base_ = '../demo/deit-tiny_1xb64_digits.py'
 model = dict(
     type='mmvitreg.TokenClassifier',
     backbone=dict(type='mmvitreg.VisionTransformer'),
-    aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=96, layers=(-1, ), loss_weight=0.1, target='abs',
-                     reduction='mean', replacement=True)],
+    aux_losses=[
+        dict(
+            type='mmvitreg.DRLoc',
+            in_channels=96,
+            layers=(-1,),
+            loss_weight=0.1,
+            target='abs',
+            reduction='mean',
+            replacement=True,
+        )
+    ],
 )

@@ -7,7 +7,8 @@ _base_ = '../lvvit/resnet18-cifar-w16_1xb64_digits-teacher.py'
 
 model = dict(
     type='mmvitreg.TokenClassifier',
-    aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=128, loss_weight=0.1, target='abs', reduction='mean',
-                     replacement=True)],
+    aux_losses=[
+        dict(type='mmvitreg.DRLoc', in_channels=128, loss_weight=0.1, target='abs', reduction='mean', replacement=True)
+    ],
     train_cfg=dict(augments=[dict(type='Mixup', alpha=0.8), dict(type='CutMix', alpha=1.0)]),
 )

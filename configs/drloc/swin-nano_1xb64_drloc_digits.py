@@ -8,7 +8,16 @@
 _base_ = '../demo/swin-nano_1xb64_mixtoken_digits.py'
 
 model = dict(
-    aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=64, layers=(-1, ), loss_weight=0.5, target='abs',
-                     reduction='mean', replacement=True)],
+    aux_losses=[
+        dict(
+            type='mmvitreg.DRLoc',
+            in_channels=64,
+            layers=(-1,),
+            loss_weight=0.5,
+            target='abs',
+            reduction='mean',
+            replacement=True,
+        )
+    ],
     train_cfg=dict(_delete_=True, augments=[dict(type='Mixup', alpha=0.8), dict(type='CutMix', alpha=1.0)]),
 )

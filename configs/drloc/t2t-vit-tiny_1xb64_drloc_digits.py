@@ -15,12 +15,26 @@ _base_ = [
 embed_dims = 64
 model = dict(
     type='mmvitreg.TokenClassifier',
-    backbone=dict(img_size=64, embed_dims=embed_dims, num_layers=2, out_type='raw', t2t_cfg=dict(token_dims=32),
-                  layer_cfgs=dict(num_heads=2, feedforward_channels=3 * embed_dims)),
+    backbone=dict(
+        img_size=64,
+        embed_dims=embed_dims,
+        num_layers=2,
+        out_type='raw',
+        t2t_cfg=dict(token_dims=32),
+        layer_cfgs=dict(num_heads=2, feedforward_channels=3 * embed_dims),
+    ),
     neck=dict(_delete_=True, type='mmvitreg.ClsTokenNeck'),
     head=dict(num_classes=10, in_channels=embed_dims),
-    aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=embed_dims, loss_weight=0.1, target='abs', reduction='mean',
-                     replacement=True)],
+    aux_losses=[
+        dict(
+            type='mmvitreg.DRLoc',
+            in_channels=embed_dims,
+            loss_weight=0.1,
+            target='abs',
+            reduction='mean',
+            replacement=True,
+        )
+    ],
 )
 train_pipeline = [
     dict(type='LoadImageFromFile'),

@@ -14,6 +14,16 @@ _base_ = '../swin/upernet_swin-t_8xb2-160k_ade20k-512x512.py'
 model = dict(
     type='mmvitreg.TokenSegmentor',
     aux_losses=[
-        dict(type='mmvitreg.DRLoc', in_channels=768, layers=(-1, ), num_pairs=64, loss_weight=0.5, target='abs',
-             reduction='mean', replacement=True, init_cfg=dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.))
-    ])
+        dict(
+            type='mmvitreg.DRLoc',
+            in_channels=768,
+            layers=(-1,),
+            num_pairs=64,
+            loss_weight=0.5,
+            target='abs',
+            reduction='mean',
+            replacement=True,
+            init_cfg=dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.0),
+        )
+    ],
+)

@@ -6,8 +6,10 @@ _base_ = './lvvit_8xb128_tl_in1k_recipe.py'
 
 model = dict(backbone=dict(arch='l', drop_path_rate=0.3), head=dict(in_channels=768))
 # the recipe's training pipeline with 3 RandAugment ops (official rand-n3-m9-mstd0.5-inc1 for L)
-train_pipeline = [dict(t, num_policies=3) if t.type == 'mmvitreg.RandAugmentWithLabelMap' else t
-                  for t in _base_.train_dataloader.dataset.pipeline]
+train_pipeline = [
+    dict(t, num_policies=3) if t.type == 'mmvitreg.RandAugmentWithLabelMap' else t
+    for t in _base_.train_dataloader.dataset.pipeline
+]
 train_dataloader = dict(dataset=dict(pipeline=train_pipeline))
 test_pipeline = [
     dict(type='LoadImageFromFile'),

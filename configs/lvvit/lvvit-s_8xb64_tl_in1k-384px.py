@@ -31,8 +31,9 @@ max_epochs = 310  # main.py --epochs 300 + --cooldown-epochs 10
 warmup_epochs = 5  # main.py --warmup-epochs 5 --warmup-lr 1e-6
 # the cosine from --lr 5e-6 to --min-lr 5e-6 is constant: only the warm-up schedules anything
 param_scheduler = [
-    dict(type='LinearLR', start_factor=1e-6 / 5e-6, by_epoch=True, begin=0, end=warmup_epochs,
-         convert_to_iter_based=True),
+    dict(
+        type='LinearLR', start_factor=1e-6 / 5e-6, by_epoch=True, begin=0, end=warmup_epochs, convert_to_iter_based=True
+    ),
 ]
 train_cfg = dict(by_epoch=True, max_epochs=max_epochs, val_interval=1)
 auto_scale_lr = dict(base_batch_size=512)

@@ -27,11 +27,12 @@ model = dict(
     head=dict(
         beta=1.0,  # official --dense-weight 1.0 (paper Eq. 7: beta = 0.5)
         cls_target='relabel',  # official (paper: the image label, 'gt'; --ground-truth: 'relabel_gt')
-        label_smooth_form='official'))  # on = 1 - s + s / C, off = s / C on soft targets
+        label_smooth_form='official',
+    )
+)  # on = 1 - s + s / C, off = s / C on soft targets
 
 # ImageNet mean/std (official default_cfgs), RGB
-data_preprocessor = dict(num_classes=1000, mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375],
-                         to_rgb=True)
+data_preprocessor = dict(num_classes=1000, mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375], to_rgb=True)
 bgr_mean = [103.53, 116.28, 123.675]
 bgr_std = [57.375, 57.12, 58.395]
 
@@ -50,19 +51,25 @@ train_pipeline = [
         total_level=10,
         magnitude_level=9,
         magnitude_std=0.5,
-        hparams=dict(pad_val=[round(x) for x in bgr_mean], interpolation='bicubic')),
+        hparams=dict(pad_val=[round(x) for x in bgr_mean], interpolation='bicubic'),
+    ),
     # official RandomResizedCrop scale (0.08, 1), ratio (3/4, 4/3); official interpolation 'random'
     # (bilinear or bicubic) is bicubic here
-    dict(type='mmvitreg.RandomResizedCropWithLabelMap', scale=img_size, backend='pillow',
-         interpolation='bicubic'),
+    dict(type='mmvitreg.RandomResizedCropWithLabelMap', scale=img_size, backend='pillow', interpolation='bicubic'),
     # paper erasing prob 0.25 (official --reprob 0.25 --remode pixel); not reflected in the labels
     # (as the official code)
-    dict(type='RandomErasing', erase_prob=0.25, mode='rand', min_area_ratio=0.02, max_area_ratio=1 / 3,
-         fill_color=bgr_mean, fill_std=bgr_std),
+    dict(
+        type='RandomErasing',
+        erase_prob=0.25,
+        mode='rand',
+        min_area_ratio=0.02,
+        max_area_ratio=1 / 3,
+        fill_color=bgr_mean,
+        fill_std=bgr_std,
+    ),
     # official targets: the stored top-5 logits in a 1000-class map of zeros, roi_align on the crop
     # (14 x 14 tokens, 1 x 1 ReLabel class target), softmax over all 1000 classes
-    dict(type='mmvitreg.TokenLabelTarget', token_label_size=token_label_size, reading='official',
-         num_classes=1000),
+    dict(type='mmvitreg.TokenLabelTarget', token_label_size=token_label_size, reading='official', num_classes=1000),
     dict(type='PackInputs', algorithm_keys=['token_label_map']),
 ]
 test_pipeline = [
@@ -87,15 +94,22 @@ optim_wrapper = dict(
         norm_decay_mult=0.0,
         bias_decay_mult=0.0,
         flat_decay_mult=0.0,
-        custom_keys={'.cls_token': dict(decay_mult=0.0), '.pos_embed': dict(decay_mult=0.0)}))
+        custom_keys={'.cls_token': dict(decay_mult=0.0), '.pos_embed': dict(decay_mult=0.0)},
+    ),
+)
 # official: cosine over 300 epochs (--epochs 300) to --min-lr 1e-5, 5 warm-up epochs from 1e-6, then
 # --cooldown-epochs 10 at the min lr: 310 epochs (paper: 300 epochs, 5 warm-up)
 cosine_epochs = 300
 max_epochs = cosine_epochs + 10
 warmup_epochs = 5
 param_scheduler = [
-    dict(type='LinearLR', start_factor=1e-6 / (1e-3 * 1024 / 640), by_epoch=True, end=warmup_epochs,
-         convert_to_iter_based=True),
+    dict(
+        type='LinearLR',
+        start_factor=1e-6 / (1e-3 * 1024 / 640),
+        by_epoch=True,
+        end=warmup_epochs,
+        convert_to_iter_based=True,
+    ),
     dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=warmup_epochs, end=cosine_epochs),
     # cool-down: no scheduler runs, the lr stays at the cosine's last value, 1e-5
 ]

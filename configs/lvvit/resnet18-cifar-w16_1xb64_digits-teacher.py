@@ -15,5 +15,7 @@ model = dict(
         type='LinearClsHead',
         num_classes=10,
         in_channels=128,
-        loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original')),
-    data_preprocessor={{_base_.data_preprocessor}})
+        loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original'),
+    ),
+    data_preprocessor={{_base_.data_preprocessor}},
+)

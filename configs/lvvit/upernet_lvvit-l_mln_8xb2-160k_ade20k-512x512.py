@@ -13,8 +13,13 @@ _base_ = './upernet_lvvit-s_mln_8xb2-160k_ade20k-512x512.py'
 checkpoint = 'pretrain/lvvit-l_8xb64_tl_in1k-448px.pth'
 embed_dims = 768
 model = dict(
-    backbone=dict(arch='l', out_indices=(14, 17, 20, 23), drop_path_rate=0.5,
-                  init_cfg=dict(type='Pretrained', checkpoint=checkpoint, prefix='backbone.')),
+    backbone=dict(
+        arch='l',
+        out_indices=(14, 17, 20, 23),
+        drop_path_rate=0.5,
+        init_cfg=dict(type='Pretrained', checkpoint=checkpoint, prefix='backbone.'),
+    ),
     neck=dict(in_channels=[embed_dims] * 4, out_channels=embed_dims),
     decode_head=dict(in_channels=[embed_dims] * 4, channels=512),
-    auxiliary_head=dict(in_channels=embed_dims, channels=512))
+    auxiliary_head=dict(in_channels=embed_dims, channels=512),
+)

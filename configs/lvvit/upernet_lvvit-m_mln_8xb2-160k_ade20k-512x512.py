@@ -7,8 +7,13 @@ _base_ = './upernet_lvvit-s_mln_8xb2-160k_ade20k-512x512.py'
 checkpoint = 'pretrain/lvvit-m_8xb128_tl_in1k.pth'
 embed_dims = 512
 model = dict(
-    backbone=dict(arch='m', out_indices=(10, 13, 16, 19), drop_path_rate=0.2,
-                  init_cfg=dict(type='Pretrained', checkpoint=checkpoint, prefix='backbone.')),
+    backbone=dict(
+        arch='m',
+        out_indices=(10, 13, 16, 19),
+        drop_path_rate=0.2,
+        init_cfg=dict(type='Pretrained', checkpoint=checkpoint, prefix='backbone.'),
+    ),
     neck=dict(in_channels=[embed_dims] * 4, out_channels=embed_dims),
     decode_head=dict(in_channels=[embed_dims] * 4),
-    auxiliary_head=dict(in_channels=embed_dims))
+    auxiliary_head=dict(in_channels=embed_dims),
+)

@@ -9,7 +9,13 @@ _base_ = './upernet_lvvit-s_mln_8xb2-160k_ade20k-512x512.py'
 embed_dims = 384
 side_channels = 2048  # official `out_channels=2048` of the last side layer
 model = dict(
-    neck=dict(_delete_=True, type='mmvitreg.LVViTSideNeck', in_channels=embed_dims, out_channels=side_channels,
-              norm_cfg=dict(type='SyncBN', requires_grad=True)),  # official nn.SyncBatchNorm
-    decode_head=dict(in_channels=[embed_dims] * 3 + [side_channels]))
+    neck=dict(
+        _delete_=True,
+        type='mmvitreg.LVViTSideNeck',
+        in_channels=embed_dims,
+        out_channels=side_channels,
+        norm_cfg=dict(type='SyncBN', requires_grad=True),
+    ),  # official nn.SyncBatchNorm
+    decode_head=dict(in_channels=[embed_dims] * 3 + [side_channels]),
+)
 train_dataloader = dict(batch_size=4)  # official samples_per_gpu=4 (mmseg 0.x ade20k.py)

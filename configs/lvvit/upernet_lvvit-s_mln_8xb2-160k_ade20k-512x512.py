@@ -26,11 +26,13 @@ model = dict(
         # dropout (`Block(drop=dpr[i])`) and leaves drop path at 0; here it is stochastic depth, as
         # named. LN eps stays the classification 1e-5 (official seg: 1e-6).
         drop_path_rate=0.1,
-        init_cfg=dict(type='Pretrained', checkpoint=checkpoint, prefix='backbone.')),
+        init_cfg=dict(type='Pretrained', checkpoint=checkpoint, prefix='backbone.'),
+    ),
     neck=dict(in_channels=[embed_dims] * 4, out_channels=embed_dims, scales=[4, 2, 1, 0.5]),
     decode_head=dict(in_channels=[embed_dims] * 4, channels=256, num_classes=150),  # official channels 256
     auxiliary_head=dict(in_channels=embed_dims, in_index=2, num_classes=150),  # official FCN head on output 2
     # official slide test: 512 crops, stride 341
-    test_cfg=dict(mode='slide', crop_size=(512, 512), stride=(341, 341)))
+    test_cfg=dict(mode='slide', crop_size=(512, 512), stride=(341, 341)),
+)
 # a long run: the last 3 checkpoints (to resume) and the best mIoU, not all ten the library keeps
 default_hooks = dict(checkpoint=dict(max_keep_ckpts=3, save_best='mIoU'))

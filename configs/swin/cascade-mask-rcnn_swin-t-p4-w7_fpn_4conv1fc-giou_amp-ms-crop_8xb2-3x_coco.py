@@ -17,18 +17,22 @@ model = dict(
         drop_path_rate=0.2,  # the Swin detection release's Swin-T value
         out_indices=(0, 1, 2, 3),
         pad_small_map=True,
-        init_cfg=dict(type='Pretrained', checkpoint=checkpoint_file)),
-    neck=dict(in_channels=[96, 192, 384, 768]))
+        init_cfg=dict(type='Pretrained', checkpoint=checkpoint_file),
+    ),
+    neck=dict(in_channels=[96, 192, 384, 768]),
+)
 
 optim_wrapper = dict(
     _delete_=True,
     type='AmpOptimWrapper',
     paramwise_cfg=dict(
         custom_keys={
-            'absolute_pos_embed': dict(decay_mult=0.),
-            'relative_position_bias_table': dict(decay_mult=0.),
-            'norm': dict(decay_mult=0.)
-        }),
-    optimizer=dict(type='AdamW', lr=0.0001, betas=(0.9, 0.999), weight_decay=0.05))
+            'absolute_pos_embed': dict(decay_mult=0.0),
+            'relative_position_bias_table': dict(decay_mult=0.0),
+            'norm': dict(decay_mult=0.0),
+        }
+    ),
+    optimizer=dict(type='AdamW', lr=0.0001, betas=(0.9, 0.999), weight_decay=0.05),
+)
 # a long run: the last 3 checkpoints (to resume) and the best box mAP, not one per epoch (the library keeps all 36)
 default_hooks = dict(checkpoint=dict(max_keep_ckpts=3, save_best='coco/bbox_mAP'))

@@ -12,18 +12,27 @@ data_preprocessor = dict(size=crop_size)
 model = dict(
     data_preprocessor=data_preprocessor,
     backbone=dict(
-        init_cfg=None, arch=dict(_delete_=True, embed_dims=32, depths=[2, 2, 2, 2], num_heads=[1, 2, 4, 8]),
-        window_size=4, drop_path_rate=0.1),
+        init_cfg=None,
+        arch=dict(_delete_=True, embed_dims=32, depths=[2, 2, 2, 2], num_heads=[1, 2, 4, 8]),
+        window_size=4,
+        drop_path_rate=0.1,
+    ),
     decode_head=dict(in_channels=[32, 64, 128, 256], channels=64, num_classes=num_classes),
-    auxiliary_head=dict(in_channels=128, channels=32, num_classes=num_classes))
+    auxiliary_head=dict(in_channels=128, channels=32, num_classes=num_classes),
+)
 
 # ADE20KDataset's settings through BaseSegDataset: mmseg 1.2.2's ADE20KDataset refuses class names
 # outside its own 150 (see configs/_base_/datasets/digits_ade20k.py)
 data_root = 'data/digits_ade20k'
 digits_ade20k = dict(
-    _delete_=True, type='BaseSegDataset', data_root=data_root, img_suffix='.jpg', seg_map_suffix='.png',
-    reduce_zero_label=True)
-metainfo = dict(classes=('background', ) + tuple(f'digit_{i}' for i in range(10)))
+    _delete_=True,
+    type='BaseSegDataset',
+    data_root=data_root,
+    img_suffix='.jpg',
+    seg_map_suffix='.png',
+    reduce_zero_label=True,
+)
+metainfo = dict(classes=('background',) + tuple(f'digit_{i}' for i in range(10)))
 train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='LoadAnnotations'),
@@ -41,12 +50,20 @@ test_pipeline = [
 train_dataloader = dict(
     batch_size=8,
     dataset=dict(
-        **digits_ade20k, metainfo=metainfo, pipeline=train_pipeline,
-        data_prefix=dict(img_path='images/training', seg_map_path='annotations/training')))
+        **digits_ade20k,
+        metainfo=metainfo,
+        pipeline=train_pipeline,
+        data_prefix=dict(img_path='images/training', seg_map_path='annotations/training'),
+    ),
+)
 val_dataloader = dict(
     dataset=dict(
-        **digits_ade20k, metainfo=metainfo, pipeline=test_pipeline,
-        data_prefix=dict(img_path='images/validation', seg_map_path='annotations/validation')))
+        **digits_ade20k,
+        metainfo=metainfo,
+        pipeline=test_pipeline,
+        data_prefix=dict(img_path='images/validation', seg_map_path='annotations/validation'),
+    )
+)
 test_dataloader = val_dataloader
 # the inherited tta_pipeline (ratios 0.5-1.75, flip) scales the 128x128 canvases directly
 

@@ -16,6 +16,8 @@ model = dict(
         drop_path_rate=0.3,  # mmseg's Swin-T value
         out_indices=(0, 1, 2, 3),
         pad_small_map=True,  # mmseg's Swin pads every map to whole windows and always shifts
-        init_cfg=dict(type='Pretrained', checkpoint=checkpoint_file)))
+        init_cfg=dict(type='Pretrained', checkpoint=checkpoint_file),
+    )
+)
 # a long run: the last 3 checkpoints (to resume) and the best mIoU, not all ten the library keeps
 default_hooks = dict(checkpoint=dict(max_keep_ckpts=3, save_best='mIoU'))

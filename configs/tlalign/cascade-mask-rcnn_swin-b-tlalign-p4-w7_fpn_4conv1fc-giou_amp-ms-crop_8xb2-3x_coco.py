@@ -7,4 +7,5 @@ _base_ = './cascade-mask-rcnn_swin-t-tlalign-p4-w7_fpn_4conv1fc-giou_amp-ms-crop
 checkpoint = 'pretrain/swin-base_16xb64_cutmix-tlalign-ft40e_in1k.pth'
 model = dict(
     backbone=dict(arch='base', drop_path_rate=0.3, init_cfg=dict(checkpoint=checkpoint)),
-    neck=dict(in_channels=[128, 256, 512, 1024]))
+    neck=dict(in_channels=[128, 256, 512, 1024]),
+)

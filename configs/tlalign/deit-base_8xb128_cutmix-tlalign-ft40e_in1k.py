@@ -5,7 +5,9 @@
 _base_ = './deit_8xb128_cutmix-tlalign_in1k_recipe.py'
 
 # the whole classifier (backbone and head) starts from it, as mmengine's `load_from` loads before training
-load_from = 'https://download.openmmlab.com/mmclassification/v0/deit/deit-base_3rdparty_pt-16xb64_in1k_20211124-6f40c188.pth'  # noqa
+load_from = (
+    'https://download.openmmlab.com/mmclassification/v0/deit/deit-base_3rdparty_pt-16xb64_in1k_20211124-6f40c188.pth'  # noqa
+)
 model = dict(backbone=dict(arch='deit-base'), head=dict(in_channels=768))
 
 # paper: constant lr 1e-5 and wd 1e-8 for 40 epochs (at the batch of the from-scratch runs, 1024)

@@ -7,7 +7,8 @@ _base_ = './swin-tiny_16xb64_cutmix-tlalign_in1k.py'
 load_from = 'https://download.openmmlab.com/mmclassification/v0/swin-transformer/convert/swin_base_patch4_window7_224-4670dd19.pth'  # noqa
 model = dict(
     backbone=dict(arch='base', drop_path_rate=0.5),  # mmpretrain's swin_transformer/base_224.py (official)
-    head=dict(in_channels=1024))
+    head=dict(in_channels=1024),
+)
 
 # paper: constant lr 1e-5 and wd 1e-8 for 40 epochs (at the recipe's batch, 1024)
 optim_wrapper = dict(optimizer=dict(lr=1e-5, weight_decay=1e-8))

@@ -11,9 +11,17 @@ _base_ = 'mmpretrain::swin_transformer/swin-tiny_16xb64_in1k.py'
 model = dict(
     type='mmvitreg.TokenClassifier',
     backbone=dict(type='mmvitreg.SwinTransformer'),
-    train_cfg=dict(_delete_=True, mix=dict(type='mmvitreg.MixupCutMixSwitch', mixup_alpha=0.8,
-                                                 cutmix_alpha=1.0, switch_prob=0.5, patch_size=4,
-                                                 box_on='pixels')),
+    train_cfg=dict(
+        _delete_=True,
+        mix=dict(
+            type='mmvitreg.MixupCutMixSwitch',
+            mixup_alpha=0.8,
+            cutmix_alpha=1.0,
+            switch_prob=0.5,
+            patch_size=4,
+            box_on='pixels',
+        ),
+    ),
     target_transform=dict(type='mmvitreg.TLAlign'),  # through all sum(depths) blocks (from the trace)
 )
 # a long run: the last 3 checkpoints (to resume) and the best top-1, not one per epoch (~265 MB each)

@@ -9,4 +9,5 @@ checkpoint = 'pretrain/swin-base_16xb64_cutmix-tlalign-ft40e_in1k.pth'
 model = dict(
     backbone=dict(arch='base', init_cfg=dict(checkpoint=checkpoint)),
     decode_head=dict(in_channels=[128, 256, 512, 1024]),
-    auxiliary_head=dict(in_channels=512))
+    auxiliary_head=dict(in_channels=512),
+)

@@ -9,24 +9,50 @@ composes the matching output-to-input matrix onto ``results['token_label_map']``
 the official geometry (``scipy.ndimage`` on the map, then ``roi_align``) without resampling the map at every step,
 and reads the crop untransposed (configs/lvvit/README.md: the official transposed crop).
 """
+
 from contextlib import contextmanager
 
 import cv2
 import numpy as np
 from mmcv.transforms import RandomFlip
 from mmpretrain.datasets.transforms import RandAugment, RandomResizedCrop
-from mmpretrain.datasets.transforms.auto_augment import (AutoContrast, Brightness, ColorTransform, Contrast,
-                                                         Cutout, Equalize, GaussianBlur, Invert, Posterize,
-                                                         Rotate, Sharpness, Shear, Solarize, SolarizeAdd,
-                                                         Translate)
+from mmpretrain.datasets.transforms.auto_augment import (
+    AutoContrast,
+    Brightness,
+    ColorTransform,
+    Contrast,
+    Cutout,
+    Equalize,
+    GaussianBlur,
+    Invert,
+    Posterize,
+    Rotate,
+    Sharpness,
+    Shear,
+    Solarize,
+    SolarizeAdd,
+    Translate,
+)
 
 from mmvitreg.datasets.label_maps import warp_to_affine
 from mmvitreg.registry import TRANSFORMS
 
 # RandAugment ops that leave the geometry alone: colour ops, plus Cutout, which erases pixels
 # without moving them (like RandomErasing, not reflected in the labels, as in the official code).
-PHOTOMETRIC_OPS = (AutoContrast, Brightness, ColorTransform, Contrast, Cutout, Equalize, GaussianBlur, Invert,
-                   Posterize, Sharpness, Solarize, SolarizeAdd)
+PHOTOMETRIC_OPS = (
+    AutoContrast,
+    Brightness,
+    ColorTransform,
+    Contrast,
+    Cutout,
+    Equalize,
+    GaussianBlur,
+    Invert,
+    Posterize,
+    Sharpness,
+    Solarize,
+    SolarizeAdd,
+)
 SPATIAL_OPS = (Rotate, Shear, Translate)
 
 
@@ -68,7 +94,7 @@ class RandomResizedCropWithLabelMap(RandomResizedCrop):
             results = super().transform(results)
             offset_h, offset_w, target_h, target_w = self.rand_crop_params(None)
         out_h, out_w = results['img'].shape[:2]
-        matrix = np.array([[target_w / out_w, 0., offset_w], [0., target_h / out_h, offset_h], [0., 0., 1.]])
+        matrix = np.array([[target_w / out_w, 0.0, offset_w], [0.0, target_h / out_h, offset_h], [0.0, 0.0, 1.0]])
         results['token_label_map'].compose(matrix, src_shape, (out_h, out_w))
         return results
 
@@ -88,9 +114,9 @@ class RandomFlipWithLabelMap(RandomFlip):
         if 'token_label_map' in results and results['flip']:
             h, w = results['img'].shape[:2]
             direction = results['flip_direction']
-            sx = -1. if direction in ('horizontal', 'diagonal') else 1.
-            sy = -1. if direction in ('vertical', 'diagonal') else 1.
-            matrix = np.array([[sx, 0., w if sx < 0 else 0.], [0., sy, h if sy < 0 else 0.], [0., 0., 1.]])
+            sx = -1.0 if direction in ('horizontal', 'diagonal') else 1.0
+            sy = -1.0 if direction in ('vertical', 'diagonal') else 1.0
+            matrix = np.array([[sx, 0.0, w if sx < 0 else 0.0], [0.0, sy, h if sy < 0 else 0.0], [0.0, 0.0, 1.0]])
             results['token_label_map'].compose(matrix, (h, w), (h, w))
         return results
 
@@ -108,11 +134,15 @@ def _spatial_op_warp(op, h: int, w: int) -> np.ndarray:
         center = op.center if op.center is not None else ((w - 1) * 0.5, (h - 1) * 0.5)
         return cv2.getRotationMatrix2D(center, -value, op.scale)
     if isinstance(op, Shear):
-        warp = [[1., value, 0.], [0., 1., 0.]] if op.direction == 'horizontal' else [[1., 0., 0.], [value, 1., 0.]]
+        warp = (
+            [[1.0, value, 0.0], [0.0, 1.0, 0.0]]
+            if op.direction == 'horizontal'
+            else [[1.0, 0.0, 0.0], [value, 1.0, 0.0]]
+        )
         return np.array(warp)
     if op.direction == 'horizontal':
-        return np.array([[1., 0., value * w], [0., 1., 0.]])
-    return np.array([[1., 0., 0.], [0., 1., value * h]])
+        return np.array([[1.0, 0.0, value * w], [0.0, 1.0, 0.0]])
+    return np.array([[1.0, 0.0, 0.0], [0.0, 1.0, value * h]])
 
 
 @TRANSFORMS.register_module()
@@ -129,8 +159,10 @@ class RandAugmentWithLabelMap(RandAugment):
         for op in self.transforms:
             if not isinstance(op, SPATIAL_OPS + PHOTOMETRIC_OPS):
                 known = sorted(t.__name__ for t in SPATIAL_OPS + PHOTOMETRIC_OPS)
-                raise ValueError(f'RandAugmentWithLabelMap cannot keep the label map aligned through '
-                                 f'{type(op).__name__}; supported policies: {known}')
+                raise ValueError(
+                    f'RandAugmentWithLabelMap cannot keep the label map aligned through '
+                    f'{type(op).__name__}; supported policies: {known}'
+                )
 
     def transform(self, results: dict) -> dict:
         if 'token_label_map' not in results:

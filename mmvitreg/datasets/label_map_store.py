@@ -14,6 +14,7 @@ Layout of a store (a folder, written by ``tools/dataset_converters/pack_label_ma
 Both arrays are ``.npy`` files, memory-mapped once their headers match ``packed.json`` and the files' sizes; every
 map is validated as it is read (:func:`~mmvitreg.datasets.label_maps.check_label_map`, as from a file).
 """
+
 import json
 import os
 import os.path as osp
@@ -23,8 +24,14 @@ from typing import Optional, Sequence
 import numpy as np
 from mmengine.utils import track_iter_progress
 
-from mmvitreg.datasets.label_maps import (SUFFIXES, LabelMapError, check_label_map, label_map_key, load_label_map,
-                                          read_npy_header)
+from mmvitreg.datasets.label_maps import (
+    SUFFIXES,
+    LabelMapError,
+    check_label_map,
+    label_map_key,
+    load_label_map,
+    read_npy_header,
+)
 from mmvitreg.fileio import open_regular_file
 
 FORMAT, VERSION = 'mmvitreg.label_maps', 1
@@ -38,8 +45,10 @@ def _memmap(path: str, shape: tuple, dtype: Optional[str] = None) -> np.ndarray:
     with open_regular_file(path, f'label-map store file {path}', (1, 1 << 62), LabelMapError, REPACK) as f:
         found, found_dtype, fortran = read_npy_header(f, path, os.fstat(f.fileno()).st_size)
         if found != shape or fortran or (dtype is not None and str(found_dtype) != dtype):
-            raise LabelMapError(f'label-map store {osp.dirname(path)} is inconsistent: {INDEX} says {shape} '
-                                f'{dtype or ""}, {osp.basename(path)} holds {found} {found_dtype}; {REPACK}')
+            raise LabelMapError(
+                f'label-map store {osp.dirname(path)} is inconsistent: {INDEX} says {shape} '
+                f'{dtype or ""}, {osp.basename(path)} holds {found} {found_dtype}; {REPACK}'
+            )
         return np.memmap(f, found_dtype, 'r', offset=f.tell(), shape=found).view(np.ndarray)  # plain views index faster
 
 
@@ -63,28 +72,41 @@ class LabelMapStore:
             with open_regular_file(index, f'label-map store index {index}', (1, 1 << 20), LabelMapError) as f:
                 self.meta = json.loads(f.read(1 << 20))
         except (OSError, ValueError) as e:
-            raise LabelMapError(f'{root} is not a readable label-map store ({e}); pack one with '
-                                'tools/dataset_converters/pack_label_maps.py') from None
-        if (not isinstance(self.meta, dict) or self.meta.get('format') != FORMAT
-                or self.meta.get('version') != VERSION):
+            raise LabelMapError(
+                f'{root} is not a readable label-map store ({e}); pack one with '
+                'tools/dataset_converters/pack_label_maps.py'
+            ) from None
+        if not isinstance(self.meta, dict) or self.meta.get('format') != FORMAT or self.meta.get('version') != VERSION:
             raise LabelMapError(f'{index} is not a version-{VERSION} {FORMAT} store; {REPACK}')
         count, shape = self.meta.get('count'), self.meta.get('map_shape')
-        if not (type(count) is int and count > 0 and isinstance(shape, list) and len(shape) == 4 and shape[0] == 2
-                and all(type(n) is int and n > 0 for n in shape) and self.meta.get('dtype') in ('float16', 'float32')):
-            raise LabelMapError(f'{index} declares {count} maps of {shape} {self.meta.get("dtype")}, not N > 0 maps '
-                                f'of [2, k, h, w] float16 / float32; {REPACK}')
+        if not (
+            type(count) is int
+            and count > 0
+            and isinstance(shape, list)
+            and len(shape) == 4
+            and shape[0] == 2
+            and all(type(n) is int and n > 0 for n in shape)
+            and self.meta.get('dtype') in ('float16', 'float32')
+        ):
+            raise LabelMapError(
+                f'{index} declares {count} maps of {shape} {self.meta.get("dtype")}, not N > 0 maps '
+                f'of [2, k, h, w] float16 / float32; {REPACK}'
+            )
         if map_shape is not None and tuple(shape[1:]) != tuple(map_shape):
-            raise LabelMapError(f'label-map store {root} holds maps of {tuple(shape)}, not (2, k, h, w) = '
-                                f'(2, {", ".join(map(str, map_shape))}) as map_shape says')
+            raise LabelMapError(
+                f'label-map store {root} holds maps of {tuple(shape)}, not (2, k, h, w) = '
+                f'(2, {", ".join(map(str, map_shape))}) as map_shape says'
+            )
         self._keys = self._maps = None
 
     def _open(self):
         count, shape = self.meta['count'], tuple(self.meta['map_shape'])
-        keys = _memmap(osp.join(self.root, 'keys.npy'), (count, ))
+        keys = _memmap(osp.join(self.root, 'keys.npy'), (count,))
         if keys.dtype.kind != 'S':
-            raise LabelMapError(f'label-map store {self.root} is inconsistent: keys.npy holds {keys.dtype}, not '
-                                f'bytes; {REPACK}')
-        self._maps = _memmap(osp.join(self.root, 'maps.npy'), (count, ) + shape, self.meta['dtype'])
+            raise LabelMapError(
+                f'label-map store {self.root} is inconsistent: keys.npy holds {keys.dtype}, not bytes; {REPACK}'
+            )
+        self._maps = _memmap(osp.join(self.root, 'maps.npy'), (count,) + shape, self.meta['dtype'])
         self._keys = keys
 
     def __len__(self) -> int:
@@ -99,9 +121,11 @@ class LabelMapStore:
         needle = key.encode()
         i = int(self._keys.searchsorted(needle))
         if i == len(self._keys) or self._keys[i] != needle:
-            raise LookupError(f'the token label map of {img_path or key} ({key!r}) is not in the store '
-                              f'{self.root}, packed from {self.meta["source"]} with {len(self)} maps; generate '
-                              'the missing maps and pack the store again, or check img_prefix')
+            raise LookupError(
+                f'the token label map of {img_path or key} ({key!r}) is not in the store '
+                f'{self.root}, packed from {self.meta["source"]} with {len(self)} maps; generate '
+                'the missing maps and pack the store again, or check img_prefix'
+            )
         name = f'{self.root}{os.sep}maps.npy[{key!r}]' + (f' (of {img_path})' if img_path else '')
         return check_label_map(np.array(self._maps[i]), name, self.num_classes, fix=REPACK)
 
@@ -149,20 +173,29 @@ def pack_label_maps(label_root: str, store: str, num_classes=None, progress: boo
     tmp = f'{store.rstrip(os.sep)}.tmp{os.getpid()}'
     os.makedirs(tmp)
     try:
-        maps = np.lib.format.open_memmap(osp.join(tmp, 'maps.npy'), 'w+', first.dtype, (len(files), ) + first.shape)
+        maps = np.lib.format.open_memmap(osp.join(tmp, 'maps.npy'), 'w+', first.dtype, (len(files),) + first.shape)
         max_class = 0
         for i, (_, path) in enumerate(track_iter_progress(files) if progress else files):
             label_map = first if i == 0 else load_label_map(path, num_classes, first.shape[1:])
             if label_map.dtype != first.dtype:
-                raise LabelMapError(f'token label map {path} is {label_map.dtype} but {files[0][1]} is {first.dtype}:'
-                                    ' a store holds maps of one shape and dtype')
+                raise LabelMapError(
+                    f'token label map {path} is {label_map.dtype} but {files[0][1]} is {first.dtype}:'
+                    ' a store holds maps of one shape and dtype'
+                )
             maps[i] = label_map
             max_class = max(max_class, int(label_map[1].max()))
         maps.flush()
         del maps
         np.save(osp.join(tmp, 'keys.npy'), np.array([key.encode() for key, _ in files]), allow_pickle=False)
-        meta = dict(format=FORMAT, version=VERSION, count=len(files), map_shape=list(first.shape),
-                    dtype=str(first.dtype), max_class=max_class, source=osp.abspath(label_root))
+        meta = dict(
+            format=FORMAT,
+            version=VERSION,
+            count=len(files),
+            map_shape=list(first.shape),
+            dtype=str(first.dtype),
+            max_class=max_class,
+            source=osp.abspath(label_root),
+        )
         with open(osp.join(tmp, INDEX), 'w') as f:
             json.dump(meta, f, indent=1)
         os.replace(tmp, store)

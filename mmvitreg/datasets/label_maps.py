@@ -33,6 +33,7 @@ augmented image's pixel coordinates to the original's, onto which every geometri
 covers ``[j, j+1) x [i, i+1)`` (cv2's resize convention); cv2's warp matrices are converted by
 :func:`warp_to_affine`.
 """
+
 import io
 import math
 import os
@@ -61,7 +62,7 @@ def label_map_key(img_path: str, img_prefix: Optional[str] = None) -> str:
     if img_prefix is None:
         rel = '/'.join(os.path.normpath(img_path).split(os.sep)[-2:])
     elif img_path.startswith(img_prefix.rstrip(os.sep) + os.sep):  # the usual case, without relpath's cost
-        rel = img_path[len(img_prefix.rstrip(os.sep)) + 1:]
+        rel = img_path[len(img_prefix.rstrip(os.sep)) + 1 :]
     else:
         rel = osp.relpath(img_path, img_prefix)
         if rel.startswith('..'):
@@ -91,6 +92,7 @@ def check_label_map(label_map, path: str, num_classes=None, map_shape=None, fix:
     """The one value check of every reader (``.npy``, ``.pt``, the packed store): ``label_map`` (a tensor or an
     array) as a ``(2, k, H, W)`` float16 / float32 array of finite logits and class indices that are integers in
     ``[0, num_classes)`` (if given), of shape ``(2, *map_shape)`` (if given); refusals name ``path`` and ``fix``."""
+
     def refuse(problem):
         return _malformed(path, problem, fix)
 
@@ -178,7 +180,7 @@ def load_label_map(path: str, num_classes: Optional[int] = None, map_shape=None)
     bounds = (1, MAX_BYTES) if map_shape is None else (2 * values, 4 * values + _OVERHEAD)
     with open_regular_file(path, f'token label map {path}', bounds, LabelMapError, FIND, FileNotFoundError) as f:
         data = bytearray(os.fstat(f.fileno()).st_size)  # writable: the map is a view of it
-        del data[f.readinto(data):]
+        del data[f.readinto(data) :]
     buffer = io.BytesIO(data)
     if path.endswith('.npy'):
         shape, dtype, fortran = read_npy_header(buffer, path, len(data))
@@ -224,10 +226,10 @@ def warp_to_affine(warp: np.ndarray) -> np.ndarray:
     ``[L^-1 | -L^-1 t']``, written out.
     """
     (a, b, c), (d, e, f) = np.asarray(warp, np.float64).tolist()
-    tx, ty = c + .5 - .5 * (a + b), f + .5 - .5 * (d + e)
+    tx, ty = c + 0.5 - 0.5 * (a + b), f + 0.5 - 0.5 * (d + e)
     det = a * e - b * d
     ia, ib, id_, ie = e / det, -b / det, -d / det, a / det
-    return np.array([[ia, ib, -(ia * tx + ib * ty)], [id_, ie, -(id_ * tx + ie * ty)], [0., 0., 1.]])
+    return np.array([[ia, ib, -(ia * tx + ib * ty)], [id_, ie, -(id_ * tx + ie * ty)], [0.0, 0.0, 1.0]])
 
 
 class TokenLabelMap:
@@ -259,7 +261,8 @@ class TokenLabelMap:
                 f'the image is {tuple(img_shape)} but the label-map geometry was last updated for '
                 f'{self.img_shape}: a transform moved the image without the map; use '
                 'mmvitreg.RandomResizedCropWithLabelMap / RandomFlipWithLabelMap / RandAugmentWithLabelMap '
-                'for geometric augmentation')
+                'for geometric augmentation'
+            )
 
     def compose(self, matrix: np.ndarray, src_shape: Tuple[int, int], dst_shape: Tuple[int, int]) -> None:
         """Record a geometric transform of the image from ``src_shape`` to ``dst_shape`` (``(H, W)``): ``matrix``
@@ -274,7 +277,7 @@ class TokenLabelMap:
         h0, w0 = self.ori_shape
         h, w = self.label_map.shape[-2:]
         if self.region == 'full':
-            return 0., 0., float(w), float(h)
+            return 0.0, 0.0, float(w), float(h)
         side = min(h0, w0)
         x0, y0 = (side - w0) / 2 * w / side, (side - h0) / 2 * h / side
         return x0, y0, x0 + w0 * w / side, y0 + h0 * h / side
@@ -284,4 +287,4 @@ class TokenLabelMap:
         coordinates ``(column, row)`` (map cell ``(i, j)`` covers ``[j, j+1) x [i, i+1)``)."""
         x0, y0, x1, y1 = self.image_on_map()
         h0, w0 = self.ori_shape
-        return np.array([[(x1 - x0) / w0, 0., x0], [0., (y1 - y0) / h0, y0], [0., 0., 1.]]) @ self.affine
+        return np.array([[(x1 - x0) / w0, 0.0, x0], [0.0, (y1 - y0) / h0, y0], [0.0, 0.0, 1.0]]) @ self.affine

@@ -1,4 +1,5 @@
 """Loading of the dense label map of each training image (token labeling)."""
+
 import os.path as osp
 from typing import Optional, Sequence
 
@@ -36,8 +37,14 @@ class LoadTokenLabelMap(BaseTransform):
             shape; files up to :data:`~mmvitreg.datasets.label_maps.MAX_BYTES`).
     """
 
-    def __init__(self, label_root: str, img_prefix: Optional[str] = None, region: str = 'full',
-                 num_classes: Optional[int] = None, map_shape: Optional[Sequence[int]] = None):
+    def __init__(
+        self,
+        label_root: str,
+        img_prefix: Optional[str] = None,
+        region: str = 'full',
+        num_classes: Optional[int] = None,
+        map_shape: Optional[Sequence[int]] = None,
+    ):
         if region not in REGIONS:
             raise ValueError(f'region must be one of {REGIONS}, got {region!r}')
         self.label_root = label_root
@@ -51,19 +58,23 @@ class LoadTokenLabelMap(BaseTransform):
     def transform(self, results: dict) -> dict:
         img_shape = results['img'].shape[:2]
         if 'ori_shape' in results and tuple(results['ori_shape'][:2]) != tuple(img_shape):
-            raise RuntimeError(f'LoadTokenLabelMap must come right after LoadImageFromFile: the image '
-                               f'was already resized from {results["ori_shape"]} to {img_shape}')
+            raise RuntimeError(
+                f'LoadTokenLabelMap must come right after LoadImageFromFile: the image '
+                f'was already resized from {results["ori_shape"]} to {img_shape}'
+            )
         if self.store is not None:
             key = label_map_key(results['img_path'], self.img_prefix)
             label_map = self.store.get(key, results['img_path'])
         else:
             path = label_map_path(self.label_root, results['img_path'], self.img_prefix)
             if not osp.lexists(path):  # the generator's .npy (a dangling link is refused by name), else the .pt
-                path = path[:-len('.npy')] + '.pt'
+                path = path[: -len('.npy')] + '.pt'
             label_map = load_label_map(path, self.num_classes, self.map_shape)
         results['token_label_map'] = TokenLabelMap(label_map, img_shape, self.region)
         return results
 
     def __repr__(self):
-        return (f'{self.__class__.__name__}(label_root={self.label_root!r}, img_prefix={self.img_prefix!r}, '
-                f'region={self.region!r}, num_classes={self.num_classes}, map_shape={self.map_shape})')
+        return (
+            f'{self.__class__.__name__}(label_root={self.label_root!r}, img_prefix={self.img_prefix!r}, '
+            f'region={self.region!r}, num_classes={self.num_classes}, map_shape={self.map_shape})'
+        )

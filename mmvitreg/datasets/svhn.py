@@ -1,4 +1,5 @@
 """SVHN (cropped digits, format 2), read from the official ``.mat`` files."""
+
 import os.path as osp
 from typing import List
 
@@ -35,10 +36,13 @@ class SVHN(BaseDataset):
 
     def load_data_list(self) -> List[dict]:
         from scipy.io import loadmat
+
         path = osp.join(self.data_root, f'{self.split}_32x32.mat')
         if not osp.isfile(path):
-            raise FileNotFoundError(f'SVHN: {path} not found; download {self.split}_32x32.mat from '
-                                    'http://ufldl.stanford.edu/housenumbers/ into data_root')
+            raise FileNotFoundError(
+                f'SVHN: {path} not found; download {self.split}_32x32.mat from '
+                'http://ufldl.stanford.edu/housenumbers/ into data_root'
+            )
         mat = loadmat(path)
         images = np.ascontiguousarray(mat['X'].transpose(3, 0, 1, 2)[..., ::-1])  # (N, 32, 32, 3) BGR
         labels = mat['y'].reshape(-1).astype(np.int64) % 10

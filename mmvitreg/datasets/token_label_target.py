@@ -1,4 +1,5 @@
 """Per-token targets from a dense label map (token labeling, Eq. 6): packed per sample, computed per batch."""
+
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
@@ -24,6 +25,7 @@ class PackedLabelMap:
             coordinates; sample points outside it are outside the image.
         target (TokenLabelTarget): the settings it was packed with.
     """
+
     label_map: Tensor
     matrix: Tensor
     img_shape: Tuple[int, int]
@@ -65,8 +67,14 @@ class TokenLabelTarget(BaseTransform):
             Defaults to None.
     """
 
-    def __init__(self, token_label_size: int = 14, topk: int = 5, samples_per_token: int = 2,
-                 reading: str = 'topk', num_classes: Optional[int] = None):
+    def __init__(
+        self,
+        token_label_size: int = 14,
+        topk: int = 5,
+        samples_per_token: int = 2,
+        reading: str = 'topk',
+        num_classes: Optional[int] = None,
+    ):
         sizes = dict(token_label_size=token_label_size, topk=topk, samples_per_token=samples_per_token)
         for name, value in sizes.items():
             if not isinstance(value, int) or value < 1:
@@ -74,8 +82,9 @@ class TokenLabelTarget(BaseTransform):
         if reading not in READINGS:
             raise ValueError(f'reading must be one of {READINGS}, got {reading!r}')
         if reading == 'official' and (not isinstance(num_classes, int) or num_classes < 1):
-            raise ValueError("reading='official' (the softmax over all classes) needs num_classes, "
-                             f'got num_classes={num_classes!r}')
+            raise ValueError(
+                f"reading='official' (the softmax over all classes) needs num_classes, got num_classes={num_classes!r}"
+            )
         self.token_label_size = token_label_size
         self.topk = topk
         self.samples_per_token = samples_per_token
@@ -84,8 +93,9 @@ class TokenLabelTarget(BaseTransform):
 
     def transform(self, results: dict) -> dict:
         if 'token_label_map' not in results:
-            raise KeyError('TokenLabelTarget needs a label map: put mmvitreg.LoadTokenLabelMap right after '
-                           'LoadImageFromFile')
+            raise KeyError(
+                'TokenLabelTarget needs a label map: put mmvitreg.LoadTokenLabelMap right after LoadImageFromFile'
+            )
         label_map = results['token_label_map']
         img_shape = tuple(results['img'].shape[:2])
         label_map.check_shape(img_shape)
@@ -98,9 +108,11 @@ class TokenLabelTarget(BaseTransform):
         return PackedLabelMap(torch.from_numpy(label_map.label_map), matrix, img_shape, label_map.image_on_map(), self)
 
     def __repr__(self):
-        return (f'{self.__class__.__name__}(token_label_size={self.token_label_size}, topk={self.topk}, '
-                f'samples_per_token={self.samples_per_token}, reading={self.reading!r}, '
-                f'num_classes={self.num_classes})')
+        return (
+            f'{self.__class__.__name__}(token_label_size={self.token_label_size}, topk={self.topk}, '
+            f'samples_per_token={self.samples_per_token}, reading={self.reading!r}, '
+            f'num_classes={self.num_classes})'
+        )
 
 
 def token_label_targets(packed: Sequence[PackedLabelMap], device=None) -> Tensor:
@@ -144,8 +156,10 @@ def relabel_targets(packed: Sequence[PackedLabelMap], device=None) -> Tensor:
     ``get_label`` RoI-aligns the token labels' ``C``-class logit map with ``output_size=(1, 1)`` and soft-maxes over
     all ``C`` classes; the format of one token of :func:`token_label_targets`' official reading."""
     if packed[0].reading != 'official':
-        raise ValueError("relabel_targets is the official class-token target: pack the maps with "
-                         "TokenLabelTarget(reading='official', num_classes=C)")
+        raise ValueError(
+            "relabel_targets is the official class-token target: pack the maps with "
+            "TokenLabelTarget(reading='official', num_classes=C)"
+        )
     return _by_map_shape(packed, device, lambda group, dev: _read_official(group, 1, dev)[..., 0, 0])
 
 
@@ -163,17 +177,17 @@ def _by_map_shape(packed, device, read) -> Tensor:
     for indices, part in parts:
         if part.shape[2] < slots:  # pad with tail slots: class -1, probability 0, the tail value last
             pad = part.new_zeros((part.shape[0], 2, slots - part.shape[2]) + part.shape[3:])
-            pad[:, 1] = -1.
+            pad[:, 1] = -1.0
             part = torch.cat([part[:, :, :-1], pad, part[:, :, -1:]], 2)
         if out is None:
-            out = part.new_empty((len(packed), ) + part.shape[1:])
+            out = part.new_empty((len(packed),) + part.shape[1:])
         out[indices] = part
     return out
 
 
 def _to_map(packed: List[PackedLabelMap]) -> Tensor:
     """``(B, 3, 3)`` float64 from normalised image coordinates ``(x / W, y / H, 1)`` to map coordinates."""
-    scale = torch.tensor([[p.img_shape[1], p.img_shape[0], 1.] for p in packed], dtype=torch.float64)
+    scale = torch.tensor([[p.img_shape[1], p.img_shape[0], 1.0] for p in packed], dtype=torch.float64)
     return torch.stack([p.matrix for p in packed]) * scale[:, None, :]
 
 
@@ -263,14 +277,14 @@ def _read_maps(packed: List[PackedLabelMap], device) -> Tensor:
     scores, run_classes, read = _token_class_sums(maps, xy, point_weight, values)
 
     # topk extra slots stand for unread classes (probability 0), chosen when too few were read
-    scores = torch.cat([scores.masked_fill(~read, -1.), scores.new_full((len(scores), topk), -1.)], 1)
+    scores = torch.cat([scores.masked_fill(~read, -1.0), scores.new_full((len(scores), topk), -1.0)], 1)
     read = torch.cat([read, read.new_zeros(len(read), topk)], 1)
     run_classes = torch.cat([run_classes, run_classes.new_zeros(len(read), topk)], 1)
     probs, slot = scores.topk(topk, 1)
     index = run_classes.gather(1, slot)
     padded = ~read.gather(1, slot)
     if padded.any():  # the smallest class indices the token did not read
-        probs = probs.masked_fill(padded, 0.)
+        probs = probs.masked_fill(padded, 0.0)
         index = torch.where(padded, _unread_classes(run_classes, read, padded), index)
     probs = probs / probs.sum(1, keepdim=True).clamp(min=1e-12)
     target = torch.stack([probs, index.to(probs.dtype)], 1)  # (B * S * S, 2, topk)
@@ -284,23 +298,25 @@ def _read_official(packed: List[PackedLabelMap], s: int, device) -> Tensor:
     to_map = _to_map(packed)
     # roi_align(sampling_ratio=-1, aligned=False): ceil(roi side / s) points per bin side, the roi
     # side at least one map cell; the sides are the map lengths of the image's x and y axes
-    sides = to_map[:, :2, :2].norm(dim=1).clamp(min=1.)
+    sides = to_map[:, :2, :2].norm(dim=1).clamp(min=1.0)
     counts = torch.ceil(sides / s - 1e-9).long().clamp(min=1)
     maps, xy, inside = _sample(packed, to_map, s, counts, device)
     point_weight = inside / counts.prod(1).to(inside).view(B, 1, 1)  # a mean over all points
     # float64: the softmax turns logit rounding (values up to ~10) into probability errors
-    scores, run_classes, read = _token_class_sums(maps, xy, point_weight, maps[:, 0].flatten(2),
-                                                  drop_class=num_classes, dtype=torch.float64)
+    scores, run_classes, read = _token_class_sums(
+        maps, xy, point_weight, maps[:, 0].flatten(2), drop_class=num_classes, dtype=torch.float64
+    )
     # softmax over all C classes; the unread ones have logit 0
-    top = scores.masked_fill(~read, 0.).amax(1, keepdim=True).clamp(min=0.)
+    top = scores.masked_fill(~read, 0.0).amax(1, keepdim=True).clamp(min=0.0)
     exp = torch.exp(scores - top) * read
     tail = torch.exp(-top)
     count = read.sum(1, keepdim=True)
     norm = exp.sum(1, keepdim=True) + (num_classes - count) * tail
     width = int(count.max())
     probs = torch.cat([(exp / norm)[:, :width], tail / norm], 1).float()  # read classes: compact, first
-    index = torch.cat([run_classes[:, :width].masked_fill(~read[:, :width], -1), run_classes.new_full(
-        (len(read), 1), -1)], 1)
+    index = torch.cat(
+        [run_classes[:, :width].masked_fill(~read[:, :width], -1), run_classes.new_full((len(read), 1), -1)], 1
+    )
     target = torch.stack([probs, index.to(probs.dtype)], 1)  # (B * s * s, 2, K)
     return target.view(B, s, s, 2, width + 1).permute(0, 3, 4, 1, 2).contiguous()
 

@@ -16,6 +16,7 @@ Callers: :class:`~mmvitreg.engine.runner.GuardedRunner` (``checkpoint_policy``),
 :func:`fill_model` (mmengine's loaders, through ``mmvitreg.compat``) and :func:`load_weights` (tools). Saving:
 :class:`AtomicLocalBackend`.
 """
+
 import logging
 import os
 import os.path as osp
@@ -36,6 +37,7 @@ import mmvitreg.models.backbones  # noqa: F401  (registers the DeepViT, LV-ViT a
 from mmvitreg.fileio import CheckpointError, atomic_write, read_checkpoint, remove_stale_temporaries
 from mmvitreg.models.converters import REVISE_KEYS, convert_checkpoint, where_keys_belong
 from mmvitreg.registry import WEIGHT_INITIALIZERS
+
 from .hooks.unwrap import unwrap_model
 
 #: name of the atomic local backend in mmengine's file-backend registry
@@ -87,16 +89,21 @@ def check_values(checkpoint: dict, filename: str) -> None:
     state_dicts = [checkpoint['state_dict'], checkpoint.get('ema_state_dict') or {}]
     tensors = [(k, v) for sd in state_dicts for k, v in sd.items() if isinstance(v, torch.Tensor)]
     if not tensors:
-        raise CheckpointError(f'checkpoint {filename}: holds no tensors (keys: {sorted(checkpoint)[:SHOWN_KEYS]}); '
-                              'not a model checkpoint')
+        raise CheckpointError(
+            f'checkpoint {filename}: holds no tensors (keys: {sorted(checkpoint)[:SHOWN_KEYS]}); not a model checkpoint'
+        )
     odd = [(k, _kind(v)) for k, v in tensors if _kind(v)]
     if odd:
-        raise CheckpointError(f'checkpoint {filename}: {odd[0][0]} is {odd[0][1]} ({len(odd)} tensors are), not '
-                              'a weight a model loads (dense, of a float, complex, integer or bool dtype)')
+        raise CheckpointError(
+            f'checkpoint {filename}: {odd[0][0]} is {odd[0][1]} ({len(odd)} tensors are), not '
+            'a weight a model loads (dense, of a float, complex, integer or bool dtype)'
+        )
     bad = non_finite(*state_dicts)
     if bad:
-        raise CheckpointError(f'checkpoint {filename}: {bad[0]} holds NaN or infinite values ({len(bad)} tensors do): '
-                              'the training had diverged when it was saved; use an earlier checkpoint')
+        raise CheckpointError(
+            f'checkpoint {filename}: {bad[0]} holds NaN or infinite values ({len(bad)} tensors do): '
+            'the training had diverged when it was saved; use an earlier checkpoint'
+        )
 
 
 def _shown(keys: List[str]) -> str:
@@ -126,14 +133,17 @@ class KeyReport:
 
     def summary(self) -> str:
         """``N matched, N resized, N missing, N unexpected, N mismatched keys`` (one line)."""
-        return (f'{len(self.matched)} matched, {len(self.resized)} resized, {len(self.missing)} missing, '
-                f'{len(self.unexpected)} unexpected, {len(self.mismatched)} mismatched keys')
+        return (
+            f'{len(self.matched)} matched, {len(self.resized)} resized, {len(self.missing)} missing, '
+            f'{len(self.unexpected)} unexpected, {len(self.mismatched)} mismatched keys'
+        )
 
     def describe(self) -> str:
         """The summary and the first keys of each kind that did not load as they are (one line)."""
         resized = [f'{k} {list(c)} in the checkpoint to {list(m)}' for k, (c, m) in self.resized.items()]
-        mismatched = [f'{k} {list(c)} in the checkpoint vs {list(m)} in the model'
-                      for k, (c, m) in self.mismatched.items()]
+        mismatched = [
+            f'{k} {list(c)} in the checkpoint vs {list(m)} in the model' for k, (c, m) in self.mismatched.items()
+        ]
         parts = [f"resized by the model's load hooks: {_shown(resized)}"] if resized else []
         if self.missing:
             parts.append(f'missing: {_shown(self.missing)}')
@@ -155,8 +165,10 @@ def fit(model: nn.Module, state_dict: Dict[str, torch.Tensor]) -> KeyReport:
 
     def compare(module, local, prefix, metadata, strict, missing, unexpected, errors):
         found['errors'] = errors  # one list for every module; mmengine appends its own lines after the walk
-        own = {**module._parameters, **{k: v for k, v in module._buffers.items()
-                                        if k not in module._non_persistent_buffers_set}}
+        own = {
+            **module._parameters,
+            **{k: v for k, v in module._buffers.items() if k not in module._non_persistent_buffers_set},
+        }
         for name, tensor in own.items():
             key = prefix + name
             if tensor is None or not isinstance(local.get(key), torch.Tensor) or is_derived(key):
@@ -169,8 +181,11 @@ def fit(model: nn.Module, state_dict: Dict[str, torch.Tensor]) -> KeyReport:
                 report.resized[key] = (stored, given)
 
     handles = [m.register_load_state_dict_pre_hook(compare) for m in model.modules()]
-    handles.append(model.register_load_state_dict_post_hook(
-        lambda module, keys: found.update(keys=keys, errors=list(found.get('errors', [])))))
+    handles.append(
+        model.register_load_state_dict_post_hook(
+            lambda module, keys: found.update(keys=keys, errors=list(found.get('errors', [])))
+        )
+    )
     try:
         mmengine_load_state_dict(model, state_dict, strict=False, logger='silent')  # the report holds its message
     finally:
@@ -195,8 +210,9 @@ def _looks_like(checkpoint: dict, state_dict: Dict[str, torch.Tensor]) -> str:
     return f'a state dict of no known layout (first keys: {_shown(list(state_dict))})'
 
 
-def judge(model: nn.Module, report: KeyReport, checkpoint: dict, filename: str, policy: str, hint: str,
-          what='the model') -> None:
+def judge(
+    model: nn.Module, report: KeyReport, checkpoint: dict, filename: str, policy: str, hint: str, what='the model'
+) -> None:
     """Stage 4 of the pass: ``report`` (of ``checkpoint`` in ``model``) by ``policy``. *strict*: every key fits
     (:attr:`KeyReport.clean`). *backbone*: no module reported an error, :data:`MIN_BACKBONE_SHARE` of the backbone's
     tensors (``model.backbone``, else the model) are filled, and no backbone parameter of the file is dropped but
@@ -210,8 +226,9 @@ def judge(model: nn.Module, report: KeyReport, checkpoint: dict, filename: str, 
     if policy not in POLICIES:
         raise ValueError(f'a load policy is one of {POLICIES}, not {policy!r}')
     if policy == 'strict' and not report.clean:
-        raise CheckpointError(f'checkpoint {filename} does not fit {what} {type(model).__name__} '
-                              f'({report.describe()}); {hint}')
+        raise CheckpointError(
+            f'checkpoint {filename} does not fit {what} {type(model).__name__} ({report.describe()}); {hint}'
+        )
     if policy != 'backbone':
         return
     backbone = model.backbone if hasattr(model, 'backbone') else model
@@ -221,13 +238,15 @@ def judge(model: nn.Module, report: KeyReport, checkpoint: dict, filename: str, 
     filled = sum(k not in empty for k in keys)
     looks_like = _looks_like(checkpoint, checkpoint.get('state_dict', checkpoint))
     if report.errors:
-        raise CheckpointError(f'checkpoint {filename} does not load into the model {type(model).__name__}: '
-                              f'{report.errors[0]}; {hint}')
+        raise CheckpointError(
+            f'checkpoint {filename} does not load into the model {type(model).__name__}: {report.errors[0]}; {hint}'
+        )
     if not keys or filled < MIN_BACKBONE_SHARE * len(keys):
         raise CheckpointError(
             f'checkpoint {filename} does not fit the model {type(model).__name__}: it would fill {filled} of the '
             f'{len(keys)} backbone tensors (at least {MIN_BACKBONE_SHARE:.0%} needed; {report.summary()}); the file '
-            f'looks like {looks_like}. Use a checkpoint of this architecture or a config built for this one; {hint}')
+            f'looks like {looks_like}. Use a checkpoint of this architecture or a config built for this one; {hint}'
+        )
     left_out = tuple(f'{prefix}{name}.' for name in getattr(backbone, 'left_out', ()))
     dropped = [k for k in report.unexpected if k.startswith(prefix) and not k.startswith(left_out)]
     if dropped:
@@ -236,7 +255,8 @@ def judge(model: nn.Module, report: KeyReport, checkpoint: dict, filename: str, 
         raise CheckpointError(
             f'checkpoint {filename} has {len(dropped)} parameters the model {type(model).__name__} has no '
             f'place for ({_shown(dropped)}): without them it would not compute what was trained. They '
-            f'belong to {belong}: use that config; {hint}')
+            f'belong to {belong}: use that config; {hint}'
+        )
 
 
 def compare_copy(copy: nn.Module, checkpoint: dict) -> KeyReport:
@@ -245,7 +265,7 @@ def compare_copy(copy: nn.Module, checkpoint: dict) -> KeyReport:
     (``module.`` dropped) is *matched*, one of another shape in every source *mismatched*, any other *missing*."""
     ema = checkpoint.get('ema_state_dict')
     ema = ema if isinstance(ema, dict) else {}  # an AveragedModel's: the model's under module., and a step count
-    sources = [checkpoint['state_dict'], {k[len('module.'):]: v for k, v in ema.items() if k.startswith('module.')}]
+    sources = [checkpoint['state_dict'], {k[len('module.') :]: v for k, v in ema.items() if k.startswith('module.')}]
     report = KeyReport()
     for key, tensor in copy.state_dict().items():
         if is_derived(key):
@@ -260,9 +280,17 @@ def compare_copy(copy: nn.Module, checkpoint: dict) -> KeyReport:
     return report
 
 
-def load_converted(model: nn.Module, checkpoint: dict, filename: str, policy: str, hint: str, purpose: str,
-                   after_read: Optional[Callable[[dict], None]] = None, ema_copies: Sequence = (),
-                   logger='current') -> KeyReport:
+def load_converted(
+    model: nn.Module,
+    checkpoint: dict,
+    filename: str,
+    policy: str,
+    hint: str,
+    purpose: str,
+    after_read: Optional[Callable[[dict], None]] = None,
+    ema_copies: Sequence = (),
+    logger='current',
+) -> KeyReport:
     """Stages 3-4 of the pass on a converted ``checkpoint``: :func:`check_values`, ``after_read(checkpoint)`` (a
     runner's ``after_load_checkpoint`` hooks), :func:`fit` into ``model``, :func:`judge` by ``policy`` and one log line
     ``{purpose} {filename}: {report.describe()}`` (INFO if clean, else WARNING); then each ``(EMA copy, hook name)``
@@ -273,37 +301,53 @@ def load_converted(model: nn.Module, checkpoint: dict, filename: str, policy: st
         after_read(checkpoint)
     report = fit(model, checkpoint['state_dict'])
     judge(model, report, checkpoint, filename, policy, hint)
-    print_log(f'{purpose} {filename}: {report.describe()}', logger=logger,
-              level=logging.INFO if report.clean else logging.WARNING)
+    print_log(
+        f'{purpose} {filename}: {report.describe()}',
+        logger=logger,
+        level=logging.INFO if report.clean else logging.WARNING,
+    )
     for copy, hook in ema_copies:
         copied = compare_copy(copy, checkpoint)
         judge(copy, copied, checkpoint, filename, policy, hint, f"{hook}'s EMA copy of")
         if not copied.matched:  # whatever the policy: an EMA copy at its initialisation is never tested
-            raise CheckpointError(f'checkpoint {filename}: {hook} loaded none of its tensors into its EMA copy '
-                                  f'({copied.summary()}), which would be evaluated with random weights; use a '
-                                  'checkpoint of this config, or drop the hook (custom_hooks=[])')
+            raise CheckpointError(
+                f'checkpoint {filename}: {hook} loaded none of its tensors into its EMA copy '
+                f'({copied.summary()}), which would be evaluated with random weights; use a '
+                'checkpoint of this config, or drop the hook (custom_hooks=[])'
+            )
     return report
 
 
-def load_weights(model: nn.Module, filename: str, policy: str = 'strict', prefix: Optional[str] = None,
-                 map_location='cpu', hint: str = 'use a checkpoint of this model', logger='current',
-                 purpose: str = 'weights') -> KeyReport:
+def load_weights(
+    model: nn.Module,
+    filename: str,
+    policy: str = 'strict',
+    prefix: Optional[str] = None,
+    map_location='cpu',
+    hint: str = 'use a checkpoint of this model',
+    logger='current',
+    purpose: str = 'weights',
+) -> KeyReport:
     """The pass for a tool or an init: read and convert ``filename``, keep the keys under ``prefix`` (without it) and
     load them into ``model`` by ``policy`` (:func:`load_converted`); a :class:`CheckpointError` if any stage fails."""
     checkpoint = convert_checkpoint(read_checkpoint(filename, map_location), filename, logger=logger)
     state_dict = checkpoint['state_dict']
     if prefix:
         prefix = prefix if prefix.endswith('.') else prefix + '.'
-        selected = OrderedDict((k[len(prefix):], v) for k, v in state_dict.items() if k.startswith(prefix))
+        selected = OrderedDict((k[len(prefix) :], v) for k, v in state_dict.items() if k.startswith(prefix))
         if not selected:
-            raise CheckpointError(f"checkpoint {filename} has no key under the prefix='{prefix}'; the file "
-                                  f'looks like {_looks_like(checkpoint, state_dict)}; {hint}')
+            raise CheckpointError(
+                f"checkpoint {filename} has no key under the prefix='{prefix}'; the file "
+                f'looks like {_looks_like(checkpoint, state_dict)}; {hint}'
+            )
         purpose, checkpoint = f"{purpose} (prefix='{prefix}')", {**checkpoint, 'state_dict': selected}
     return load_converted(model, checkpoint, filename, policy, hint, purpose, logger=logger)
 
 
-_INIT_HINT = ("check init_cfg's checkpoint and prefix (prefix='backbone.' loads a classifier checkpoint's backbone "
-              'into a backbone); load_from with --allow-partial loads whatever fits')
+_INIT_HINT = (
+    "check init_cfg's checkpoint and prefix (prefix='backbone.' loads a classifier checkpoint's backbone "
+    'into a backbone); load_from with --allow-partial loads whatever fits'
+)
 
 
 @WEIGHT_INITIALIZERS.register_module(name='Pretrained')
@@ -314,18 +358,21 @@ class Pretrained(PretrainedInit):
     with ``_scope_`` (mmengine and mmpretrain keep loaded weights only for ``type='Pretrained'``)."""
 
     def __call__(self, module: nn.Module) -> None:
-        load_weights(module, self.checkpoint, 'backbone', self.prefix, self.map_location, _INIT_HINT,
-                     purpose='init_cfg')
+        load_weights(
+            module, self.checkpoint, 'backbone', self.prefix, self.map_location, _INIT_HINT, purpose='init_cfg'
+        )
         if hasattr(module, '_params_init_info'):
             update_init_info(module, init_info=self._get_init_info())
 
 
 #: whether :func:`partial_loading` is active (inference from a checkpoint that does not fill the model)
 _PARTIAL = ContextVar('mmvitreg_partial_loading', default=False)
-_INFERENCE_HINT = ("mmengine's loaders fill an mmvitreg model only from a file that fills every parameter: use a "
-                   'checkpoint of this config, or load the keys that fit inside '
-                   "`with mmvitreg.engine.partial_loading():` (a training: mmvitreg's tools/train.py, whose load_from "
-                   'takes what fits the backbone)')
+_INFERENCE_HINT = (
+    "mmengine's loaders fill an mmvitreg model only from a file that fills every parameter: use a "
+    'checkpoint of this config, or load the keys that fit inside '
+    "`with mmvitreg.engine.partial_loading():` (a training: mmvitreg's tools/train.py, whose load_from "
+    'takes what fits the backbone)'
+)
 
 
 def fill_model(model: nn.Module, checkpoint: dict, rules: Sequence = REVISE_KEYS) -> dict:
@@ -342,8 +389,8 @@ def fill_model(model: nn.Module, checkpoint: dict, rules: Sequence = REVISE_KEYS
 def partial_loading() -> Iterator[None]:
     """Inside it, :func:`fill_model` loads by the *partial* policy, with one warning::
 
-        with mmvitreg.engine.partial_loading():
-            inferencer = ImageClassificationInferencer(config, pretrained=checkpoint_of_another_head)
+    with mmvitreg.engine.partial_loading():
+        inferencer = ImageClassificationInferencer(config, pretrained=checkpoint_of_another_head)
     """
     token = _PARTIAL.set(True)
     try:

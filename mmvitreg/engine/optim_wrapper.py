@@ -1,5 +1,7 @@
 """Mixed-precision training on any device: ``torch.autocast`` on CPU (bfloat16) and CUDA (float16 or bfloat16)."""
+
 from contextlib import contextmanager, nullcontext
+
 import torch
 import torch.nn.functional as F
 from mmengine.logging import print_log
@@ -20,9 +22,17 @@ class Float32Ops(TorchFunctionMode):
 
     #: those ops: ``torch``'s, ``Tensor``'s and ``F``'s of these names, and ``F``'s losses
     NAMES = ('softmax', 'log_softmax', 'log', 'log1p', 'logsumexp', 'xlogy', 'cosine_similarity')
-    OPS = frozenset([getattr(space, name) for name in NAMES for space in (torch, Tensor, F) if hasattr(space, name)]
-                    + [F.cross_entropy, F.nll_loss, F.kl_div, F.binary_cross_entropy, F.normalize,
-                       F.binary_cross_entropy_with_logits])
+    OPS = frozenset(
+        [getattr(space, name) for name in NAMES for space in (torch, Tensor, F) if hasattr(space, name)]
+        + [
+            F.cross_entropy,
+            F.nll_loss,
+            F.kl_div,
+            F.binary_cross_entropy,
+            F.normalize,
+            F.binary_cross_entropy_with_logits,
+        ]
+    )
     LOW = (torch.bfloat16, torch.float16)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -72,12 +82,17 @@ class AutocastOptimWrapper(OptimWrapper):
         if name not in self.DTYPES:
             raise ValueError(f'dtype must be one of {self.DTYPES}, got {dtype!r}')
         if self.device_type == 'cpu' and name != 'bfloat16':
-            raise ValueError(f'mixed precision on a CPU runs in bfloat16 only (got {name}): '
-                             "use --amp-dtype bfloat16 or train on a GPU")
+            raise ValueError(
+                f'mixed precision on a CPU runs in bfloat16 only (got {name}): '
+                "use --amp-dtype bfloat16 or train on a GPU"
+            )
         self.cast_dtype = getattr(torch, name)
         if self.device_type == 'cpu':
-            print_log('mixed precision on a CPU: the model trains under torch.autocast in bfloat16 '
-                      '(float16 needs a GPU); the weights and the optimizer stay float32', logger='current')
+            print_log(
+                'mixed precision on a CPU: the model trains under torch.autocast in bfloat16 '
+                '(float16 needs a GPU); the weights and the optimizer stay float32',
+                logger='current',
+            )
         self.loss_scaler = None
         if self.cast_dtype == torch.float16:
             if isinstance(loss_scale, str) and loss_scale != 'dynamic':
@@ -123,6 +138,9 @@ class AutocastOptimWrapper(OptimWrapper):
     def optim_context(self, model: nn.Module):
         """Gradient-accumulation context of :class:`OptimWrapper` plus ``torch.autocast`` (and, on CPU,
         :class:`Float32Ops`)."""
-        with super().optim_context(model), torch.autocast(self.device_type, dtype=self.cast_dtype), (
-                Float32Ops() if self.device_type == 'cpu' else nullcontext()):
+        with (
+            super().optim_context(model),
+            torch.autocast(self.device_type, dtype=self.cast_dtype),
+            Float32Ops() if self.device_type == 'cpu' else nullcontext(),
+        ):
             yield

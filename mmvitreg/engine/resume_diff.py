@@ -11,6 +11,7 @@ file's (``checkpoint['meta']['cfg']``) and sorts each difference (each group is 
   optimizer state's parameter groups carry lr, weight decay, ...), ``param_scheduler`` and ``randomness.seed``;
 * *taken from the new config*: everything else (the pipeline, ``drop_path_rate``, the batch size, ...).
 """
+
 from typing import Any, Dict, List, Optional, Tuple
 
 from mmengine.config import Config
@@ -18,11 +19,13 @@ from mmengine.config import Config
 #: settings that belong to the run, not to the training (they may differ on every resume)
 RUN_KEYS = ('work_dir', 'load_from', 'resume', 'launcher', 'experiment_name', 'checkpoint_policy')
 #: prefixes whose values the resumed state overrides, and what the warning says of each
-RESTORED = (('optim_wrapper.optimizer.', 'the optimizer state keeps {old}'),
-            ('optim_wrapper.paramwise_cfg', 'the optimizer state keeps {old}'),
-            ('auto_scale_lr', 'the lr comes from the optimizer state, unscaled'),
-            ('param_scheduler', "the schedulers' state keeps {old}"),
-            ('randomness.seed', "the whole run follows the checkpoint's seed {old}, the data order included"))
+RESTORED = (
+    ('optim_wrapper.optimizer.', 'the optimizer state keeps {old}'),
+    ('optim_wrapper.paramwise_cfg', 'the optimizer state keeps {old}'),
+    ('auto_scale_lr', 'the lr comes from the optimizer state, unscaled'),
+    ('param_scheduler', "the schedulers' state keeps {old}"),
+    ('randomness.seed', "the whole run follows the checkpoint's seed {old}, the data order included"),
+)
 
 
 def flatten(node: Any, prefix: str = '') -> Dict[str, Any]:
@@ -56,9 +59,11 @@ def resume_changes(saved_text: Optional[str], current: Config, notes=()) -> Tupl
             restored.append(f'{change} ({by.format(old=repr(was))})')
         else:
             taken.append(change)
-    groups = (('overridden by the resumed state', restored),
-              ('taken from the new config (the training so far used the old value)', taken),
-              ('the resumed weights', notes))
+    groups = (
+        ('overridden by the resumed state', restored),
+        ('taken from the new config (the training so far used the old value)', taken),
+        ('the resumed weights', notes),
+    )
     parts = [f'{title}: ' + '; '.join(group) for title, group in groups if group]
     if not parts:
         return refused, None

@@ -1,4 +1,5 @@
 """mmengine's Runner with checked checkpoint loading, atomic saving and the training guards."""
+
 import os
 import os.path as osp
 import re
@@ -16,6 +17,7 @@ from mmengine.runner.checkpoint import find_latest_checkpoint
 from mmvitreg.fileio import read_checkpoint, remove_stale_temporaries
 from mmvitreg.models.converters import convert_checkpoint
 from mmvitreg.registry import RUNNERS
+
 from .checkpoint import ATOMIC_BACKEND, POLICIES, CheckpointError, is_local, load_converted, non_finite
 from .hooks import LossGuardHook, NonFiniteLossError, RNGStateHook, unwrap_model
 from .resume_diff import resume_changes
@@ -67,8 +69,9 @@ class GuardedRunner(Runner):
             if isinstance(hook, CheckpointHook) and hook.backend_args is None and hook.file_client_args is None:
                 hook.backend_args = dict(backend=ATOMIC_BACKEND) if is_local(hook.out_dir or self.work_dir) else None
 
-    def load_checkpoint(self, filename: str, map_location='cpu', strict: bool = False,
-                        revise_keys: list = [(r'^module.', '')]) -> dict:
+    def load_checkpoint(
+        self, filename: str, map_location='cpu', strict: bool = False, revise_keys: list = [(r'^module.', '')]
+    ) -> dict:
         """As :meth:`Runner.load_checkpoint`, through the one pass of :mod:`mmvitreg.engine.checkpoint` by the
         ``resume`` or ``load_from`` policy (``strict=True``: strict); the ``after_load_checkpoint`` hooks run before
         the fit (an ``EMAHook`` fills its copy by its own rule, then the copy is compared with the file); resuming,
@@ -81,16 +84,19 @@ class GuardedRunner(Runner):
             ema, weights = checkpoint.get('ema_state_dict') or {}, checkpoint['state_dict']
             unpaired = [k for k in ema if k.startswith('module.') and k.removeprefix('module.') not in weights]
             if emas and unpaired:
-                raise CheckpointError(f'checkpoint {filename}: its ema_state_dict has {len(unpaired)} weights its '
-                                      f'state_dict lacks (first: {unpaired[0]}), which {type(emas[0]).__name__} '
-                                      'cannot pair; use a checkpoint an EMA hook saved, or drop the hook '
-                                      '(custom_hooks=[])')
+                raise CheckpointError(
+                    f'checkpoint {filename}: its ema_state_dict has {len(unpaired)} weights its '
+                    f'state_dict lacks (first: {unpaired[0]}), which {type(emas[0]).__name__} '
+                    'cannot pair; use a checkpoint an EMA hook saved, or drop the hook '
+                    '(custom_hooks=[])'
+                )
             self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
 
         copies = [(hook.ema_model.module, type(hook).__name__) for hook in emas]
         checkpoint = convert_checkpoint(read_checkpoint(filename, map_location), filename, revise_keys, self.logger)
-        load_converted(unwrap_model(self.model), checkpoint, filename, policy, hint, purpose, after_read, copies,
-                       self.logger)
+        load_converted(
+            unwrap_model(self.model), checkpoint, filename, policy, hint, purpose, after_read, copies, self.logger
+        )
         if self._resuming:  # after the fit: a checkpoint of another model is named as such first
             self._check_resumable(filename, checkpoint)
         self._has_loaded = True
@@ -102,42 +108,60 @@ class GuardedRunner(Runner):
         state cannot follow (:func:`resume_changes`, :meth:`_unfollowed_state`); warn once about the other changes;
         remove an interrupted save's temporaries."""
         meta = checkpoint.get('meta') or {}
-        fresh = (f'start a new training from its weights with load_from={filename} (tools/train.py CONFIG '
-                 f'--cfg-options load_from={filename})')
+        fresh = (
+            f'start a new training from its weights with load_from={filename} (tools/train.py CONFIG '
+            f'--cfg-options load_from={filename})'
+        )
         if 'iter' not in meta or 'epoch' not in meta:
-            raise CheckpointError(f'--resume {filename}: a weights-only file (no epoch / iter in its meta: not saved '
-                                  f'by a training run), so there is nothing to resume; {fresh}')
+            raise CheckpointError(
+                f'--resume {filename}: a weights-only file (no epoch / iter in its meta: not saved '
+                f'by a training run), so there is nothing to resume; {fresh}'
+            )
         lacking = self.lacking_state(checkpoint)
         if lacking:
             other = self._resumable_instead(filename)
             instead = f'resume from {other}, which holds them, or ' if other else ''
-            raise CheckpointError(f'--resume {filename}: it holds no {" and no ".join(lacking)} state (mmengine saves '
-                                  'its best checkpoints without them), so the optimizer and the schedulers would '
-                                  f'start afresh; {instead}{fresh}')
+            raise CheckpointError(
+                f'--resume {filename}: it holds no {" and no ".join(lacking)} state (mmengine saves '
+                'its best checkpoints without them), so the optimizer and the schedulers would '
+                f'start afresh; {instead}{fresh}'
+            )
         loop = self.train_loop
-        done, limit, unit = ((meta['epoch'], loop.max_epochs, 'epochs') if isinstance(loop, EpochBasedTrainLoop)
-                             else (meta['iter'], loop.max_iters, 'iters'))
+        done, limit, unit = (
+            (meta['epoch'], loop.max_epochs, 'epochs')
+            if isinstance(loop, EpochBasedTrainLoop)
+            else (meta['iter'], loop.max_iters, 'iters')
+        )
         if done > limit:
-            raise CheckpointError(f'--resume {filename}: it has trained {done} {unit}, more than train_cfg.max_{unit}='
-                                  f'{limit}, so nothing would train; set train_cfg.max_{unit} above {done} to train '
-                                  'on, or evaluate it with tools/test.py')
+            raise CheckpointError(
+                f'--resume {filename}: it has trained {done} {unit}, more than train_cfg.max_{unit}='
+                f'{limit}, so nothing would train; set train_cfg.max_{unit} above {done} to train '
+                'on, or evaluate it with tools/test.py'
+            )
         if done == limit:
-            self.logger.warning(f'--resume {filename}: it has trained all train_cfg.max_{unit}={limit} {unit} '
-                                f'already, so nothing trains; set train_cfg.max_{unit} above {done} to train on')
+            self.logger.warning(
+                f'--resume {filename}: it has trained all train_cfg.max_{unit}={limit} {unit} '
+                f'already, so nothing trains; set train_cfg.max_{unit} above {done} to train on'
+            )
         removed = remove_stale_temporaries(self.work_dir) if is_local(self.work_dir) else []
         if removed:
-            self.logger.info(f'resume: removed {len(removed)} temporary file(s) of an interrupted save: '
-                             f'{", ".join(removed)}')
+            self.logger.info(
+                f'resume: removed {len(removed)} temporary file(s) of an interrupted save: {", ".join(removed)}'
+            )
         notes = []
         if 'ema_state_dict' in checkpoint and not any(isinstance(h, EMAHook) for h in self.hooks):
-            notes.append("this config has no EMA hook, so the run continues from the file's state_dict, which holds "
-                         "the EMA copy its hook saved, not from the trained weights (its ema_state_dict) that the "
-                         'optimizer state belongs to; keep the hook to continue from those')
+            notes.append(
+                "this config has no EMA hook, so the run continues from the file's state_dict, which holds "
+                "the EMA copy its hook saved, not from the trained weights (its ema_state_dict) that the "
+                'optimizer state belongs to; keep the hook to continue from those'
+            )
         refused, warning = resume_changes(meta.get('cfg'), self.cfg, notes)
         refused += self._unfollowed_state(checkpoint)
         if refused:
-            raise CheckpointError(f'--resume {filename}: the resumed state does not fit the new config: '
-                                  f'{"; ".join(refused)}; resume with the checkpoint\'s settings, or {fresh}')
+            raise CheckpointError(
+                f'--resume {filename}: the resumed state does not fit the new config: '
+                f'{"; ".join(refused)}; resume with the checkpoint\'s settings, or {fresh}'
+            )
         if warning:
             self.logger.warning(f'resume {filename}: {warning}')
 
@@ -150,8 +174,9 @@ class GuardedRunner(Runner):
     def _resumable_instead(self, filename: str) -> Optional[str]:
         """The newest checkpoint of ``filename``'s folder or of the work dir (:func:`resume_candidates`) that reads
         and holds every state :meth:`lacking_state` asks for; None when there is none."""
-        folders = dict.fromkeys(osp.abspath(folder) for folder in (osp.dirname(filename), self.work_dir)
-                                if is_local(folder))
+        folders = dict.fromkeys(
+            osp.abspath(folder) for folder in (osp.dirname(filename), self.work_dir) if is_local(folder)
+        )
         for path in (path for folder in folders for path in resume_candidates(folder)):
             with suppress(CheckpointError):  # a file that does not read is no candidate
                 if osp.abspath(path) != osp.abspath(filename) and not self.lacking_state(read_checkpoint(path)):
@@ -169,8 +194,10 @@ class GuardedRunner(Runner):
                 was = [len(group['params']) for group in state['param_groups']]
                 now = [len(group['params']) for group in built.optimizer.param_groups]
                 if was != now:
-                    found.append(f'the optimizer state has {len(was)} parameter groups, the new optimizer '
-                                 f'{len(now)} (optim_wrapper.paramwise_cfg makes them)')
+                    found.append(
+                        f'the optimizer state has {len(was)} parameter groups, the new optimizer '
+                        f'{len(now)} (optim_wrapper.paramwise_cfg makes them)'
+                    )
         info = (checkpoint.get('message_hub') or {}).get('runtime_info', {})
         configs, states = self.cfg.get('param_scheduler') or [], checkpoint.get('param_schedulers')
         configs = [configs] if isinstance(configs, dict) else configs
@@ -179,8 +206,10 @@ class GuardedRunner(Runner):
             ends = [state.get('end', 0) for cfg, state in zip(configs, states) if cfg.get('convert_to_iter_based')]
             ends = [end for end in ends if end > checkpoint['meta']['iter']]
             if was != now and ends:
-                found.append(f'an epoch is now {now} iterations (was {was}; train_dataloader), while the resumed '
-                             f'schedulers count the old epochs\' iterations up to iteration {max(ends)}')
+                found.append(
+                    f'an epoch is now {now} iterations (was {was}; train_dataloader), while the resumed '
+                    f'schedulers count the old epochs\' iterations up to iteration {max(ends)}'
+                )
         return found
 
     def resume(self, filename: str, *args, **kwargs) -> None:
@@ -210,12 +239,14 @@ class GuardedRunner(Runner):
         if target != 'train_step' or options is None or options is False:
             return super()._maybe_compile(target)
         compile_loss(self.model, **({} if options is True else dict(options)))
-        self.logger.info('model.loss has been compiled (the optimizer step stays eager); the first iterations will '
-                         'be slow.')
+        self.logger.info(
+            'model.loss has been compiled (the optimizer step stays eager); the first iterations will be slow.'
+        )
 
     @master_only
-    def save_checkpoint(self, out_dir, filename, file_client_args=None, save_optimizer=True, save_param_scheduler=True,
-                        **kwargs) -> None:
+    def save_checkpoint(
+        self, out_dir, filename, file_client_args=None, save_optimizer=True, save_param_scheduler=True, **kwargs
+    ) -> None:
         """As :meth:`Runner.save_checkpoint`; a local file is written atomically, weights that are not all finite
         are not written (:meth:`call_hook`); a file saved with the optimizer's and schedulers' states (one that
         resumes) becomes :attr:`last_finite_checkpoint`."""
@@ -249,7 +280,8 @@ class GuardedRunner(Runner):
             raise NonFiniteLossError(
                 f"non-finite weights after iteration {checkpoint['meta']['iter']}: {bad[0]} holds NaN or infinite "
                 f'values ({len(bad)} tensors do), although every loss was finite; {self._saving} is not written and '
-                f'the run stops; {LossGuardHook.last_finite(self)} ({LossGuardHook.hint(self.model)})')
+                f'the run stops; {LossGuardHook.last_finite(self)} ({LossGuardHook.hint(self.model)})'
+            )
 
 
 def compile_loss(model: torch.nn.Module, **options) -> None:

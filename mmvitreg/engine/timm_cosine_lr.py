@@ -1,4 +1,5 @@
 """timm's ``CosineLRScheduler`` (the official DRLoc / TL-Align / DeiT codes' LR) as an mmengine scheduler."""
+
 import math
 
 from mmengine.optim.scheduler import CosineAnnealingLR
@@ -34,18 +35,21 @@ class TimmCosineLR(CosineAnnealingLR):
             and ``delay``).
     """
 
-    def __init__(self, optimizer, T_max: int, warmup: int = 0, warmup_lr_init: float = 0., delay: int = 0, **kwargs):
+    def __init__(self, optimizer, T_max: int, warmup: int = 0, warmup_lr_init: float = 0.0, delay: int = 0, **kwargs):
         if not 0 <= warmup < T_max or delay < 0:
-            raise ValueError(f'TimmCosineLR needs 0 <= warmup < T_max and delay >= 0, got warmup={warmup}, '
-                             f'T_max={T_max}, delay={delay}')
+            raise ValueError(
+                f'TimmCosineLR needs 0 <= warmup < T_max and delay >= 0, got warmup={warmup}, '
+                f'T_max={T_max}, delay={delay}'
+            )
         self.warmup, self.warmup_lr_init, self.delay = warmup, warmup_lr_init, delay
         super().__init__(optimizer, T_max=T_max, **kwargs)
 
     @classmethod
     def build_iter_from_epoch(cls, *args, warmup: int = 0, delay: int = 0, epoch_length=None, **kwargs):
         """As mmengine's, converting ``warmup`` and ``delay`` from epochs to iterations as well."""
-        return super().build_iter_from_epoch(*args, warmup=warmup * epoch_length, delay=delay * epoch_length,
-                                             epoch_length=epoch_length, **kwargs)
+        return super().build_iter_from_epoch(
+            *args, warmup=warmup * epoch_length, delay=delay * epoch_length, epoch_length=epoch_length, **kwargs
+        )
 
     def _get_value(self) -> list:
         t, w = max(self.begin + self.last_step - self.delay, 0), self.warmup_lr_init

@@ -3,6 +3,7 @@
 an :class:`OfficialLayout`: the timm / DeiT and DiversePatch ones here, the DeepViT, LV-ViT and Swin ones beside
 their backbones.
 """
+
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -43,12 +44,11 @@ def unwrap_checkpoint(checkpoint: Mapping, ema: bool = False) -> Dict[str, Tenso
             return checkpoint[key]
     if all(isinstance(v, Tensor) for v in checkpoint.values()):
         return checkpoint
-    raise KeyError(f'no state dict found in the checkpoint (looked for {order}); top-level keys: '
-                   f'{sorted(checkpoint)}')
+    raise KeyError(f'no state dict found in the checkpoint (looked for {order}); top-level keys: {sorted(checkpoint)}')
 
 
 #: mmengine's default ``revise_keys`` (``Runner.load_checkpoint``, ``load_checkpoint``): DDP's ``module.`` dropped
-REVISE_KEYS = ((r'^module\.', ''), )
+REVISE_KEYS = ((r'^module\.', ''),)
 
 
 def revise_keys(state_dict: Mapping[str, Tensor], rules: Sequence = REVISE_KEYS) -> 'OrderedDict[str, Tensor]':
@@ -61,8 +61,9 @@ def revise_keys(state_dict: Mapping[str, Tensor], rules: Sequence = REVISE_KEYS)
     return revised
 
 
-def rename_keys(state_dict: Mapping[str, Tensor], backbone_rules, head_renames: Mapping[str, str],
-                skip: Optional[str] = None) -> 'OrderedDict[str, Tensor]':
+def rename_keys(
+    state_dict: Mapping[str, Tensor], backbone_rules, head_renames: Mapping[str, str], skip: Optional[str] = None
+) -> 'OrderedDict[str, Tensor]':
     """Rename a revised foreign state dict by regex rules: backbone keys under ``backbone.``, head prefixes by
     ``head_renames``; keys matching ``skip`` (a regex) are dropped, any other key no rule knows is a ValueError."""
     out, unknown = OrderedDict(), []
@@ -78,14 +79,15 @@ def rename_keys(state_dict: Mapping[str, Tensor], backbone_rules, head_renames: 
             if prefix is None:
                 unknown.append(key)
             else:
-                out[head_renames[prefix] + key[len(prefix):]] = value
+                out[head_renames[prefix] + key[len(prefix) :]] = value
     if unknown:
         raise ValueError(f'keys with no mmvitreg counterpart: {unknown}; known heads: {sorted(head_renames)}')
     return out
 
 
-def convert_timm_vit(state_dict: Mapping[str, Tensor],
-                     head_renames: Optional[Mapping[str, str]] = None) -> 'OrderedDict[str, Tensor]':
+def convert_timm_vit(
+    state_dict: Mapping[str, Tensor], head_renames: Optional[Mapping[str, str]] = None
+) -> 'OrderedDict[str, Tensor]':
     """A timm-layout ViT state dict (official DeiT, DeepViT, LV-ViT, DiversePatch) renamed to an mmpretrain-style
     classifier's: backbone keys by :data:`BACKBONE_RENAMES` (attention sub-keys keep their names), head prefixes by
     ``head_renames`` (default :data:`CLS_HEAD_RENAMES`); :func:`rename_keys` raises on a key no rule knows."""
@@ -161,34 +163,55 @@ def convert_checkpoint(checkpoint: Mapping, filename: str, rules: Sequence = REV
     try:
         converted = layout.convert(state_dict)
     except ValueError as e:
-        raise CheckpointError(f'checkpoint {filename} looks like the {layout.name} release layout but does not '
-                              f'convert: {e}') from None
-    print_log(f'checkpoint {filename}: {layout.name} release layout, converted on load by '
-              f'{layout.convert.__module__}.{layout.convert.__name__} (as `python {layout.tool} SRC DST` '
-              'does offline)', logger=logger)
+        raise CheckpointError(
+            f'checkpoint {filename} looks like the {layout.name} release layout but does not convert: {e}'
+        ) from None
+    print_log(
+        f'checkpoint {filename}: {layout.name} release layout, converted on load by '
+        f'{layout.convert.__module__}.{layout.convert.__name__} (as `python {layout.tool} SRC DST` '
+        'does offline)',
+        logger=logger,
+    )
     return {'state_dict': converted, 'meta': dict(official_layout=layout.name, official_model=layout.model)}
 
 
-register_layout(OfficialLayout(
-    'official DiversePatch (ChengyueGongR/PatchVisionTransformer)', convert_diversepatch,
-    converter_tool('diversepatch'),
-    "mmvitreg.VisionTransformer (attn_types='talking_heads' where the file has proj_pre) in a TokenClassifier whose "
-    'aux_losses[2] is mmvitreg.PatchMixingLoss',
-    TIMM_VIT_KEYS | {r'^patch_head\.weight$|\.attn\.proj_pre\.weight$'}))
+register_layout(
+    OfficialLayout(
+        'official DiversePatch (ChengyueGongR/PatchVisionTransformer)',
+        convert_diversepatch,
+        converter_tool('diversepatch'),
+        "mmvitreg.VisionTransformer (attn_types='talking_heads' where the file has proj_pre) in a TokenClassifier "
+        'whose aux_losses[2] is mmvitreg.PatchMixingLoss',
+        TIMM_VIT_KEYS | {r'^patch_head\.weight$|\.attn\.proj_pre\.weight$'},
+    )
+)
 # timm's DeiT renaming is the DeepViT converter's (convert_deepvit is convert_timm_vit)
-register_layout(OfficialLayout(
-    'timm / DeiT ViT (facebookresearch/deit, Euphoria16/TL-Align)', convert_timm_vit, converter_tool('deepvit'),
-    "mmpretrain's or mmvitreg's VisionTransformer with VisionTransformerClsHead", TIMM_VIT_KEYS))
+register_layout(
+    OfficialLayout(
+        'timm / DeiT ViT (facebookresearch/deit, Euphoria16/TL-Align)',
+        convert_timm_vit,
+        converter_tool('deepvit'),
+        "mmpretrain's or mmvitreg's VisionTransformer with VisionTransformerClsHead",
+        TIMM_VIT_KEYS,
+    )
+)
 
 #: parameters some models lack (regex on the converted key) -> what takes them (:func:`where_keys_belong`)
 KEY_TAKERS = (
-    (r'\.attn\.proj_(pre|post)\.', "talking-heads attention: a config with attn_types='talking_heads' in the "
-     "backbone's arch (e.g. configs/diversepatch/deit-base12-talking-heads_4xb256-400e_diversepatch_in1k.py)"),
-    (r'\.attn\.(reatten_matrix|var_norm)\.', "re-attention: mmvitreg.DeepViT with attn_types 'reattn' in those "
-     'blocks (configs/deepvit/deepvit-*.py)'),
+    (
+        r'\.attn\.proj_(pre|post)\.',
+        "talking-heads attention: a config with attn_types='talking_heads' in the "
+        "backbone's arch (e.g. configs/diversepatch/deit-base12-talking-heads_4xb256-400e_diversepatch_in1k.py)",
+    ),
+    (
+        r'\.attn\.(reatten_matrix|var_norm)\.',
+        "re-attention: mmvitreg.DeepViT with attn_types 'reattn' in those blocks (configs/deepvit/deepvit-*.py)",
+    ),
     (r'^head\.aux_head\.', "the token-labeling head mmvitreg.TokenLabelHead (configs/lvvit/lvvit-*_tl_in1k.py)"),
-    (r'^aux_losses\.\d+\.patch_head\.', 'the DiversePatch mixing loss mmvitreg.PatchMixingLoss '
-     '(configs/diversepatch/*_diversepatch_*.py)'),
+    (
+        r'^aux_losses\.\d+\.patch_head\.',
+        'the DiversePatch mixing loss mmvitreg.PatchMixingLoss (configs/diversepatch/*_diversepatch_*.py)',
+    ),
 )
 
 

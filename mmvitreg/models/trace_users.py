@@ -9,6 +9,7 @@ with :class:`TraceUsers` mixed in before it, and holds the library's usual parts
 * at most one ``target_transform`` (``transform(trace, data_samples)`` rewrites the targets before the model's
   own loss and may return scalars to log) and a batch mix (``train_cfg.mix``).
 """
+
 import copy
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -16,6 +17,7 @@ from mmengine.model import ModuleList
 from torch import Tensor, nn
 
 from mmvitreg.registry import MODELS
+
 from .trace import MixPlan, TokenTrace, TraceRequest, TraceUserError, check_trace_user, trace_request_of
 
 
@@ -28,10 +30,12 @@ def check_image_target(user, model_name: str, image_targets: bool) -> None:
     """Refuse (:class:`TraceUserError`) a ``user`` that needs an image-level target (``image_target = True``) in
     the model kind ``model_name`` without one (``image_targets=False``)."""
     if not image_targets and getattr(user, 'image_target', False):
-        raise TraceUserError(f'{type(user).__name__} trains with an image-level target (one label per image), which '
-                             f'{model_name} does not have (its targets are per pixel or per box): use it in an image '
-                             'classifier (mmvitreg.TokenClassifier), or a token loss that needs no label here (python '
-                             'tools/analysis_tools/trace_support.py --model-kind seg lists them)')
+        raise TraceUserError(
+            f'{type(user).__name__} trains with an image-level target (one label per image), which '
+            f'{model_name} does not have (its targets are per pixel or per box): use it in an image '
+            'classifier (mmvitreg.TokenClassifier), or a token loss that needs no label here (python '
+            'tools/analysis_tools/trace_support.py --model-kind seg lists them)'
+        )
 
 
 class BackboneOutputs(tuple):
@@ -47,8 +51,9 @@ class TraceUsers:
     #: whether the model kind has one target per image (a classifier: True); a segmentor or a detector has none
     image_targets = True
 
-    def init_trace_users(self, aux_losses: Optional[Sequence] = None, target_transform=None,
-                         fixed_users: Iterable = (), mix=None) -> None:
+    def init_trace_users(
+        self, aux_losses: Optional[Sequence] = None, target_transform=None, fixed_users: Iterable = (), mix=None
+    ) -> None:
         """Build ``aux_losses`` (an mmengine ``ModuleList``, so ``init_weights`` reaches their ``init_cfg``) and
         ``target_transform``, and check them, ``fixed_users`` (the head) and ``mix`` (the batch mix) against
         ``self.backbone``; also the ``patch_size`` of a plan a stream starts from (TL-Align's initial labels).
@@ -61,8 +66,10 @@ class TraceUsers:
         if isinstance(target_transform, Sequence):
             if len(target_transform) > 1:
                 names = [t.get('type', t) if isinstance(t, dict) else type(t).__name__ for t in target_transform]
-                raise ValueError('a model takes at most one target transform (each replaces the training target); '
-                                 f'got {len(names)}: {names}')
+                raise ValueError(
+                    'a model takes at most one target transform (each replaces the training target); '
+                    f'got {len(names)}: {names}'
+                )
             target_transform = target_transform[0] if target_transform else None
         self.aux_losses = ModuleList(build_user(cfg) for cfg in aux_losses or ())
         self.target_transform = build_user(target_transform)
@@ -84,8 +91,9 @@ class TraceUsers:
         return [u for u in [head, *self.aux_losses, self.target_transform] if u is not None]
 
     @staticmethod
-    def make_trace(request: TraceRequest, mix_plan: Optional[MixPlan] = None,
-                   data_samples: Optional[list] = None) -> Optional[TokenTrace]:
+    def make_trace(
+        request: TraceRequest, mix_plan: Optional[MixPlan] = None, data_samples: Optional[list] = None
+    ) -> Optional[TokenTrace]:
         """The trace for one forward (None when no user needs one and no plan is left for the backbone to mix:
         a plan that mixed the images in pixel space reaches its users through their traces)."""
         if (mix_plan is None or mix_plan.in_pixels) and not request.needs_trace:
@@ -106,8 +114,9 @@ class TraceUsers:
             self.add_terms(losses, aux, aux.loss(feats, data_samples, trace))
         return losses
 
-    def model_losses(self, feats: Tuple[Tensor, ...], data_samples: list,
-                     trace: Optional[TokenTrace]) -> Dict[str, Tensor]:
+    def model_losses(
+        self, feats: Tuple[Tensor, ...], data_samples: list, trace: Optional[TokenTrace]
+    ) -> Dict[str, Tensor]:
         """The model kind's own terms on the backbone's outputs ``feats``: the library's ``loss`` as it is
         (mmseg's decode and auxiliary heads, mmdet's RPN and RoI heads), given them as :class:`BackboneOutputs`."""
         return super().loss(BackboneOutputs(feats), data_samples)
@@ -123,11 +132,15 @@ class TraceUsers:
         """Add one user's ``terms`` to ``losses``, refusing a bare ``loss`` and a name already there."""
         for name, value in terms.items():
             if name == 'loss':
-                raise KeyError(f'{type(user).__name__} returns a term named {name!r}, the name of the logged '
-                               "total: give it its own name (e.g. 'loss_<what>')")
+                raise KeyError(
+                    f'{type(user).__name__} returns a term named {name!r}, the name of the logged '
+                    "total: give it its own name (e.g. 'loss_<what>')"
+                )
             if name in losses:
-                raise KeyError(f'{type(user).__name__} returns the loss {name!r}, which another part of this '
-                               f'model already returns: give it another name')
+                raise KeyError(
+                    f'{type(user).__name__} returns the loss {name!r}, which another part of this '
+                    f'model already returns: give it another name'
+                )
             losses[name] = value
 
 

@@ -5,6 +5,7 @@ mmseg and mmdet are extras (:func:`extra_command`), and their models import mmcv
 (``TokenSegmentor``, the ``Token*`` detectors) are registered as builders that raise the import error with their
 name and its fix: every other component still imports.
 """
+
 from pathlib import Path
 from typing import Iterable
 
@@ -33,10 +34,14 @@ def register_unavailable(names: Iterable[str], library: str, error: ImportError)
         fix = f'; {extra_command(library)}'
     elif 'mmcv/_ext' in str(error):  # a compiled mmcv._ext that does not load (built for another torch)
         from mmvitreg.mmcv_ops import build_hint
+
         fix = f"; rebuild mmcv's compiled ops here: {build_hint()}"
     for name in names:
+
         def unavailable(*args, _name=name, **kwargs):
-            raise ImportError(f"mmvitreg.{_name} is built on {library}'s models, which do not import here: "
-                              f'{error}{fix}')
+            raise ImportError(
+                f"mmvitreg.{_name} is built on {library}'s models, which do not import here: {error}{fix}"
+            )
+
         unavailable.__name__ = unavailable.__qualname__ = name
         MODELS.register_module(name=name, module=unavailable)

@@ -1,11 +1,11 @@
 """Mixed precision on the device: three training steps of every digits classifier config in bf16 and in fp16
 (mmengine's AmpOptimWrapper, fp16 with its dynamic loss scale) log finite losses and leave finite float32 weights.
 A CPU dry run covers bf16 (mmvitreg's AutocastOptimWrapper; float16 autocast needs a GPU)."""
+
 import math
 
 import pytest
 import torch
-
 from device_helpers import DEVICE, DIGITS_CLASSIFIERS, amp_steps, load_digits_config, needs_device
 from guard_helpers import build_workspace
 

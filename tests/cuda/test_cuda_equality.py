@@ -2,10 +2,10 @@
 every named loss (and logged scalar) of every digits classifier config (each technique's), in float32 without
 TF32, with dropout and drop path off (``device_helpers.compare_devices``; its dry run on the CPU is
 tests/test_device_helpers.py)."""
+
 import math
 
 import pytest
-
 from device_helpers import DEVICE, DIGITS_CLASSIFIERS, RTOL, compare_devices, load_digits_config, needs_device
 from guard_helpers import build_workspace
 

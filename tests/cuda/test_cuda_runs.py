@@ -1,11 +1,11 @@
 """tools/train.py and tools/test.py on the device: exact resume (N iterations, stop, --resume to 2N gives the
 weights, optimizer state and logged losses of 2N straight, bit for bit, with mmengine's deterministic settings; the
 CPU version is tests/test_exact_resume.py) and a digits classifier trained, then tested, end to end."""
+
 import json
 
 import pytest
 import torch
-
 from conftest import CONFIGS, run_tool
 from device_helpers import DEVICE, needs_device
 from guard_helpers import TECHNIQUES, build_workspace, logged_losses, run_options
@@ -21,8 +21,9 @@ def ws(tmp_path_factory):
 
 def train(config, ws, work, *flags, **options):
     """tools/train.py in a process of its own (CUBLAS_WORKSPACE_CONFIG set: see device_helpers.py)."""
-    return run_tool(['train.py', config, '--work-dir', work, *flags, *run_options(config, ws, work, **options)],
-                    cwd=ws, timeout=300)
+    return run_tool(
+        ['train.py', config, '--work-dir', work, *flags, *run_options(config, ws, work, **options)], cwd=ws, timeout=300
+    )
 
 
 def assert_ran_on_the_device(work):
@@ -42,8 +43,12 @@ def test_n_then_resume_to_2n_equals_2n_straight(ws, config):
     a = torch.load(straight / 'epoch_2.pth', map_location='cpu', weights_only=False)
     b = torch.load(resumed / 'epoch_2.pth', map_location='cpu', weights_only=False)
     assert a['meta']['iter'] == b['meta']['iter'] == 2 * ITERS_PER_EPOCH
-    for key, what in (('state_dict', 'weights'), ('optimizer', 'optimizer state'),
-                      ('param_schedulers', 'schedulers'), ('rng_state', 'random generators')):
+    for key, what in (
+        ('state_dict', 'weights'),
+        ('optimizer', 'optimizer state'),
+        ('param_schedulers', 'schedulers'),
+        ('rng_state', 'random generators'),
+    ):
         assert_identical(a[key], b[key], what)
     assert logged_losses(resumed, all_runs=True) == logged_losses(straight)
 
@@ -54,7 +59,10 @@ def test_train_then_test_a_digits_classifier(ws):
     train(config, ws, work, **{'train_cfg.max_epochs': 2, 'train_cfg.val_interval': 1})
     assert_ran_on_the_device(work)
     checkpoint = work / 'epoch_2.pth'
-    proc = run_tool(['test.py', config, checkpoint, '--work-dir', work / 'test',
-                     *run_options(config, ws, work / 'test')], cwd=ws, timeout=300)
-    metrics = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith('metrics: ')][-1][len('metrics: '):])
+    proc = run_tool(
+        ['test.py', config, checkpoint, '--work-dir', work / 'test', *run_options(config, ws, work / 'test')],
+        cwd=ws,
+        timeout=300,
+    )
+    metrics = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith('metrics: ')][-1][len('metrics: ') :])
     assert 0.0 <= metrics['accuracy/top1'] <= 100.0

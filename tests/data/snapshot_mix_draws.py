@@ -5,6 +5,7 @@ Run on the code before the mixing family was refactored onto one base (commit c1
 repository root: ``PYTHONPATH=. python tests/data/snapshot_mix_draws.py``. The test asserts that the refactored plans
 draw exactly these values, and consume the random generators alike (the next draw of numpy and torch).
 """
+
 from pprint import pformat
 
 import numpy as np
@@ -45,8 +46,13 @@ def draws(cls_name, kwargs, seed):
     torch.manual_seed(seed)
     plan = getattr(mixing, cls_name)(patch_size=8, **kwargs).plan(torch.zeros(3, 3, 24, 32))
     pixels = None if plan.pixel_mask is None else tuple(round(v, 4) for v in plan.pixel_mask.flatten(1).sum(1).tolist())
-    return (tuple(plan.index.tolist()), tuple(encode(m) for m in plan.mask), pixels,
-            round(float(np.random.rand()), 6), round(float(torch.rand(1)), 6))
+    return (
+        tuple(plan.index.tolist()),
+        tuple(encode(m) for m in plan.mask),
+        pixels,
+        round(float(np.random.rand()), 6),
+        round(float(torch.rand(1)), 6),
+    )
 
 
 if __name__ == '__main__':

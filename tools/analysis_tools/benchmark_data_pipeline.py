@@ -26,6 +26,7 @@ Prints the time per image of the pipelines, the time of
 each transform, and the overhead of the label maps against the target: label maps slow the data
 pipeline by at most 5%.
 """
+
 import argparse
 import os.path as osp
 import sys
@@ -58,13 +59,22 @@ def parse_args(argv=None):
     parser.add_argument('--map-size', type=int, default=18, help='label map side (official: 18)')
     parser.add_argument('--topk', type=int, default=5, help='classes stored per map cell (official: 5)')
     parser.add_argument('--token-label-size', type=int, default=14)
-    parser.add_argument('--samples-per-token', type=int, default=2,
-                        help='TokenLabelTarget sample points per token side (default: 2)')
-    parser.add_argument('--reading', choices=READINGS, default='official',
-                        help="TokenLabelTarget reading (default: 'official', the LV-ViT recipe's)")
+    parser.add_argument(
+        '--samples-per-token', type=int, default=2, help='TokenLabelTarget sample points per token side (default: 2)'
+    )
+    parser.add_argument(
+        '--reading',
+        choices=READINGS,
+        default='official',
+        help="TokenLabelTarget reading (default: 'official', the LV-ViT recipe's)",
+    )
     parser.add_argument('--batch-size', type=int, default=128, help='batch of the per-batch token-label reading')
-    parser.add_argument('--classes-per-image', type=int, default=50,
-                        help='classes a map draws its top-k from (1000: every cell independent, worst case)')
+    parser.add_argument(
+        '--classes-per-image',
+        type=int,
+        default=50,
+        help='classes a map draws its top-k from (1000: every cell independent, worst case)',
+    )
     parser.add_argument('--work-dir', help='where to write the images and maps (default: a temporary dir)')
     return parser.parse_args(argv)
 
@@ -73,9 +83,9 @@ def synthetic_map(map_size, topk, pool, rng):
     """Top-k of a smooth random teacher output over ``pool`` classes (of 1000), like a real map whose
     neighbouring cells share most of their classes."""
     classes = rng.choice(1000, pool, replace=False)
-    coarse = rng.normal(0., 3., (pool, 4, 4)).astype(np.float32)
+    coarse = rng.normal(0.0, 3.0, (pool, 4, 4)).astype(np.float32)
     field = np.stack([cv2.resize(c, (map_size, map_size), interpolation=cv2.INTER_CUBIC) for c in coarse])
-    field += rng.normal(0., 0.5, field.shape)
+    field += rng.normal(0.0, 0.5, field.shape)
     order = np.argsort(-field, 0)[:topk]
     return torch.from_numpy(np.take_along_axis(field, order, 0)), torch.from_numpy(classes[order])
 
@@ -87,7 +97,7 @@ def write_data(root, num_images, map_size, topk, pool, rng):
     paths = []
     for i in range(num_images):
         ink = cv2.resize(upscale_scan(scans[i], IMG_H), (IMG_W, IMG_H), interpolation=cv2.INTER_CUBIC)
-        grey = 230. - 200. * ink[..., None] + rng.normal(0., 12., (IMG_H, IMG_W, 3))
+        grey = 230.0 - 200.0 * ink[..., None] + rng.normal(0.0, 12.0, (IMG_H, IMG_W, 3))
         path = osp.join(root, 'train', f'digit_{labels[i]}', f'{i:05d}.JPEG')
         mmcv.imwrite(np.clip(grey, 0, 255).astype(np.uint8), path, params=[cv2.IMWRITE_JPEG_QUALITY, 90])
         label_map = synthetic_map(map_size, topk, pool, rng)
@@ -103,30 +113,59 @@ def pipelines(root, token_label_size, samples_per_token, reading):
     store, the ``.npy`` files and the ``.pt`` files, built by the registry."""
     from mmengine.registry import init_default_scope
     from mmpretrain.registry import TRANSFORMS
-    init_default_scope('mmpretrain')
-    randaug = dict(policies='timm_increasing', num_policies=2, total_level=10, magnitude_level=9,
-                   magnitude_std=0.5, hparams=dict(pad_val=[104, 116, 124], interpolation='bicubic'))
-    erase = dict(type='RandomErasing', erase_prob=0.25, mode='rand', min_area_ratio=0.02,
-                 max_area_ratio=1 / 3,
-                 fill_color=[103.53, 116.28, 123.675], fill_std=[57.375, 57.12, 58.395])
-    crop = dict(scale=224, backend='pillow', interpolation='bicubic')
-    plain = [dict(type='LoadImageFromFile'), dict(type='RandomResizedCrop', **crop),
-             dict(type='RandomFlip', prob=0.5, direction='horizontal'),
-             dict(type='RandAugment', **randaug), erase,
-             dict(type='PackInputs')]
-    def labelled(label_root):
-        return [dict(type='LoadImageFromFile'),
-                dict(type='mmvitreg.LoadTokenLabelMap', label_root=label_root, img_prefix=osp.join(root, 'train')),
-                dict(type='mmvitreg.RandomResizedCropWithLabelMap', **crop),
-                dict(type='mmvitreg.RandomFlipWithLabelMap', prob=0.5, direction='horizontal'),
-                dict(type='mmvitreg.RandAugmentWithLabelMap', **randaug), erase,
-                dict(type='mmvitreg.TokenLabelTarget', token_label_size=token_label_size,
-                     samples_per_token=samples_per_token, reading=reading, num_classes=1000),
-                dict(type='PackInputs', algorithm_keys=['token_label_map'])]
 
-    cfgs = {'without label maps': plain, 'label maps, packed store': labelled(osp.join(root, 'labels_packed')),
-            'label maps, .npy files': labelled(osp.join(root, 'labels')),
-            'label maps, .pt files': labelled(osp.join(root, 'labels_pt'))}
+    init_default_scope('mmpretrain')
+    randaug = dict(
+        policies='timm_increasing',
+        num_policies=2,
+        total_level=10,
+        magnitude_level=9,
+        magnitude_std=0.5,
+        hparams=dict(pad_val=[104, 116, 124], interpolation='bicubic'),
+    )
+    erase = dict(
+        type='RandomErasing',
+        erase_prob=0.25,
+        mode='rand',
+        min_area_ratio=0.02,
+        max_area_ratio=1 / 3,
+        fill_color=[103.53, 116.28, 123.675],
+        fill_std=[57.375, 57.12, 58.395],
+    )
+    crop = dict(scale=224, backend='pillow', interpolation='bicubic')
+    plain = [
+        dict(type='LoadImageFromFile'),
+        dict(type='RandomResizedCrop', **crop),
+        dict(type='RandomFlip', prob=0.5, direction='horizontal'),
+        dict(type='RandAugment', **randaug),
+        erase,
+        dict(type='PackInputs'),
+    ]
+
+    def labelled(label_root):
+        return [
+            dict(type='LoadImageFromFile'),
+            dict(type='mmvitreg.LoadTokenLabelMap', label_root=label_root, img_prefix=osp.join(root, 'train')),
+            dict(type='mmvitreg.RandomResizedCropWithLabelMap', **crop),
+            dict(type='mmvitreg.RandomFlipWithLabelMap', prob=0.5, direction='horizontal'),
+            dict(type='mmvitreg.RandAugmentWithLabelMap', **randaug),
+            erase,
+            dict(
+                type='mmvitreg.TokenLabelTarget',
+                token_label_size=token_label_size,
+                samples_per_token=samples_per_token,
+                reading=reading,
+                num_classes=1000,
+            ),
+            dict(type='PackInputs', algorithm_keys=['token_label_map']),
+        ]
+
+    cfgs = {
+        'without label maps': plain,
+        'label maps, packed store': labelled(osp.join(root, 'labels_packed')),
+        'label maps, .npy files': labelled(osp.join(root, 'labels')),
+        'label maps, .pt files': labelled(osp.join(root, 'labels_pt')),
+    }
     return {name: [TRANSFORMS.build(t) for t in cfg] for name, cfg in cfgs.items()}
 
 
@@ -184,9 +223,11 @@ def main(argv=None):
                         packed[name].append(results['data_samples'].token_label_map)
     n = args.rounds * len(paths)
     per_image = {name: sum(t.values()) / n for name, t in times.items()}
-    print(f'{n} samples per pipeline, map {args.topk}x{args.map_size}x{args.map_size} '
-          f'(top-{args.topk} of {args.classes_per_image} classes per image), '
-          f'{args.token_label_size}x{args.token_label_size} tokens, {args.reading} reading, single thread')
+    print(
+        f'{n} samples per pipeline, map {args.topk}x{args.map_size}x{args.map_size} '
+        f'(top-{args.topk} of {args.classes_per_image} classes per image), '
+        f'{args.token_label_size}x{args.token_label_size} tokens, {args.reading} reading, single thread'
+    )
     for name, op_times in times.items():
         print(f'  {name}: {1e3 * per_image[name]:.3f} ms/image')
         for op, seconds in op_times.items():
@@ -199,13 +240,17 @@ def main(argv=None):
     for name, overhead in overheads.items():
         verdict = 'met' if overhead <= TARGET_OVERHEAD else 'NOT met'
         judged = ' (the recommended set-up)' if 'store' in name else ''
-        print(f'{name}: the data pipeline is {100 * overhead:.2f}% slower (ratio {1 + overhead:.4f}; '
-              f'target <= {100 * TARGET_OVERHEAD:.0f}%: {verdict}){judged}')
+        print(
+            f'{name}: the data pipeline is {100 * overhead:.2f}% slower (ratio {1 + overhead:.4f}; '
+            f'target <= {100 * TARGET_OVERHEAD:.0f}%: {verdict}){judged}'
+        )
     print('token labels from the store, the .npy and the .pt files: identical')
     batch_seconds = time_batch_reading(packed['label maps, packed store'], args.batch_size)
-    print(f'per-batch token-label reading (TokenClsDataPreprocessor, not in the data pipeline): '
-          f'{1e3 * batch_seconds:.1f} ms per batch of {args.batch_size} '
-          f'({1e3 * batch_seconds / args.batch_size:.3f} ms/image), single thread')
+    print(
+        f'per-batch token-label reading (TokenClsDataPreprocessor, not in the data pipeline): '
+        f'{1e3 * batch_seconds:.1f} ms per batch of {args.batch_size} '
+        f'({1e3 * batch_seconds / args.batch_size:.3f} ms/image), single thread'
+    )
     return overheads
 
 

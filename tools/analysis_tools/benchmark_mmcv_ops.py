@@ -6,9 +6,10 @@ a Cascade Mask R-CNN step gives them.
 Each op is called as mmcv calls it (outputs allocated by the caller): RPN ``nms`` over 2,000 and 10,000 boxes,
 RoIAlign 7x7 of 512 RoIs (8 to 112 pixels a side: those mmdet pools from this level) on the stride-4 FPN map of a
 1344x800 image (256 channels; forward and backward: the stand-in's backward runs torchvision's forward again, under
-autograd), and mmdet's mask-target RoIAlign 28x28 of 128 binary masks. Prints the median milliseconds of each and the stand-in / compiled ratio; where mmcv has no
-compiled ops (mmcv-lite) only the stand-in's column is filled.
+autograd), and mmdet's mask-target RoIAlign 28x28 of 128 binary masks. Prints the median milliseconds of each and
+the stand-in / compiled ratio; where mmcv has no compiled ops (mmcv-lite) only the stand-in's column is filled.
 """
+
 import argparse
 import importlib
 import statistics
@@ -32,23 +33,40 @@ def cases(device):
     g = torch.Generator().manual_seed(0)
     nms_inputs = {n: (boxes(n, (1344, 800), g, device), torch.rand(n, generator=g).to(device)) for n in (2000, 10000)}
     feats = torch.randn(2, 256, 200, 336, generator=g).to(device)
-    rois = torch.cat([torch.randint(0, 2, (512, 1), generator=g).float().to(device),
-                      boxes(512, (1344, 800), g, device, longest=112)], 1)  # mmdet's stride-4 level: < 112
+    rois = torch.cat(
+        [
+            torch.randint(0, 2, (512, 1), generator=g).float().to(device),
+            boxes(512, (1344, 800), g, device, longest=112),
+        ],
+        1,
+    )  # mmdet's stride-4 level: < 112
     pooled = torch.randn(512, 256, 7, 7, generator=g).to(device)
     masks = (torch.rand(128, 1, 400, 672, generator=g) > 0.5).float().to(device)
-    mask_rois = torch.cat([torch.arange(128.).view(-1, 1).to(device), boxes(128, (600, 320), g, device)], 1)
+    mask_rois = torch.cat([torch.arange(128.0).view(-1, 1).to(device), boxes(128, (600, 320), g, device)], 1)
     align = dict(spatial_scale=0.25, sampling_ratio=0, pool_mode=1, aligned=True)
     empty = feats.new_zeros(0)
     return {
         'nms 2,000 boxes': lambda ext: ext.nms(*nms_inputs[2000], iou_threshold=0.7, offset=0),
         'nms 10,000 boxes': lambda ext: ext.nms(*nms_inputs[10000], iou_threshold=0.7, offset=0),
         'roi_align_forward 512x256x7x7': lambda ext: ext.roi_align_forward(
-            feats, rois, pooled.new_zeros(pooled.shape), empty, empty, aligned_height=7, aligned_width=7, **align),
+            feats, rois, pooled.new_zeros(pooled.shape), empty, empty, aligned_height=7, aligned_width=7, **align
+        ),
         'roi_align_backward 512x256x7x7': lambda ext: ext.roi_align_backward(
-            pooled, rois, empty, empty, torch.zeros_like(feats), aligned_height=7, aligned_width=7, **align),
+            pooled, rois, empty, empty, torch.zeros_like(feats), aligned_height=7, aligned_width=7, **align
+        ),
         'roi_align_forward masks 128x28x28': lambda ext: ext.roi_align_forward(
-            masks, mask_rois, masks.new_zeros(128, 1, 28, 28), empty, empty, aligned_height=28, aligned_width=28,
-            spatial_scale=1.0, sampling_ratio=0, pool_mode=1, aligned=True),
+            masks,
+            mask_rois,
+            masks.new_zeros(128, 1, 28, 28),
+            empty,
+            empty,
+            aligned_height=28,
+            aligned_width=28,
+            spatial_scale=1.0,
+            sampling_ratio=0,
+            pool_mode=1,
+            aligned=True,
+        ),
     }
 
 
@@ -77,14 +95,19 @@ def main(argv=None):
     compiled = None if isinstance(served.__loader__, StandIn) else served
     stand_in = types.ModuleType('mmcv._ext')
     StandIn().exec_module(stand_in)
-    print(f'torch {torch.__version__}, {args.device}, {torch.get_num_threads()} threads; compiled mmcv._ext: '
-          f'{compiled.__file__ if compiled else "none (mmcv-lite)"}')
+    print(
+        f'torch {torch.__version__}, {args.device}, {torch.get_num_threads()} threads; compiled mmcv._ext: '
+        f'{compiled.__file__ if compiled else "none (mmcv-lite)"}'
+    )
     print('| op | compiled ms | mmvitreg ms | mmvitreg / compiled |\n|---|---|---|---|')
     for name, run in cases(args.device).items():
         ours = median_ms(run, stand_in, args.device, args.warmup, args.repeats)
         theirs = compiled and median_ms(run, compiled, args.device, args.warmup, args.repeats)
-        print(f'| {name} | {f"{theirs:.2f}" if compiled else "n/a"} | {ours:.2f} | '
-              f'{f"{ours / theirs:.2f}" if compiled else "n/a"} |', flush=True)
+        print(
+            f'| {name} | {f"{theirs:.2f}" if compiled else "n/a"} | {ours:.2f} | '
+            f'{f"{ours / theirs:.2f}" if compiled else "n/a"} |',
+            flush=True,
+        )
 
 
 if __name__ == '__main__':

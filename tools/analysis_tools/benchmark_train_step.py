@@ -20,20 +20,28 @@ in toy versions of the models to check that a case runs (its ratios mean nothing
 The run ends with a Markdown table of all cases. The exit status is 1 when a judged case misses its target.
 New cases are registered in that module.
 """
+
 import argparse
 import sys
 
 import torch
+from studies.train_step_benchmark import CASES, SUMMARY_HEADER, TIMM_MISSING, run_case, timm_available
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
-from studies.train_step_benchmark import CASES, SUMMARY_HEADER, TIMM_MISSING, run_case, timm_available
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description='Training-step time and memory of a model vs. its baseline. '
-                                     'Exit status 1 when a judged case misses its target (not with --tiny).')
-    parser.add_argument('--case', nargs='+', choices=sorted(CASES), metavar='NAME',
-                        help=f'cases to run (default: all): {", ".join(sorted(CASES))}')
+    parser = argparse.ArgumentParser(
+        description='Training-step time and memory of a model vs. its baseline. '
+        'Exit status 1 when a judged case misses its target (not with --tiny).'
+    )
+    parser.add_argument(
+        '--case',
+        nargs='+',
+        choices=sorted(CASES),
+        metavar='NAME',
+        help=f'cases to run (default: all): {", ".join(sorted(CASES))}',
+    )
     parser.add_argument('--list', action='store_true', help='list the cases and exit')
     parser.add_argument('--device', choices=['cpu', 'cuda'], default='cpu')
     parser.add_argument('--batch-size', type=int, default=8)
@@ -41,22 +49,38 @@ def parse_args(argv=None):
     parser.add_argument('--repeats', type=int, default=10, help='timed steps per model (after warm-up)')
     parser.add_argument('--warmup', type=int, default=2, help='untimed steps per model first')
     parser.add_argument('--threads', type=int, help='torch CPU threads (default: torch\'s choice)')
-    parser.add_argument('--clock', choices=['wall', 'cpu'], default='wall',
-                        help='wall time, or the process\'s CPU time (steadier on a busy machine; use it with '
-                        '--threads 1, as more threads add their waiting)')
-    parser.add_argument('--amp', choices=['bf16', 'fp16'],
-                        help='mixed precision as AmpOptimWrapper trains: bf16 (on CUDA or the CPU) or fp16 with a '
-                        'dynamic loss scale (CUDA only); default fp32. A case that fixes a side\'s precision keeps it')
-    parser.add_argument('--compile', action='store_true',
-                        help='compile both sides\' model.loss as compile=True in tools/train.py does')
-    parser.add_argument('--memory', choices=['auto', 'spawn', 'forkserver', 'off'], default='auto',
-                        help='how the peak-memory processes start (auto: spawn on CUDA, the fork server on a CPU), '
-                        'or off (no memory pass)')
-    parser.add_argument('--count-ops', action='store_true',
-                        help='count each model\'s aten operators per step (forward + loss, backward; eager) and '
-                        'judge the case\'s operator target')
-    parser.add_argument('--tiny', action='store_true',
-                        help='toy-sized models: checks that the cases run; ratios are not judged')
+    parser.add_argument(
+        '--clock',
+        choices=['wall', 'cpu'],
+        default='wall',
+        help='wall time, or the process\'s CPU time (steadier on a busy machine; use it with '
+        '--threads 1, as more threads add their waiting)',
+    )
+    parser.add_argument(
+        '--amp',
+        choices=['bf16', 'fp16'],
+        help='mixed precision as AmpOptimWrapper trains: bf16 (on CUDA or the CPU) or fp16 with a '
+        'dynamic loss scale (CUDA only); default fp32. A case that fixes a side\'s precision keeps it',
+    )
+    parser.add_argument(
+        '--compile', action='store_true', help='compile both sides\' model.loss as compile=True in tools/train.py does'
+    )
+    parser.add_argument(
+        '--memory',
+        choices=['auto', 'spawn', 'forkserver', 'off'],
+        default='auto',
+        help='how the peak-memory processes start (auto: spawn on CUDA, the fork server on a CPU), '
+        'or off (no memory pass)',
+    )
+    parser.add_argument(
+        '--count-ops',
+        action='store_true',
+        help='count each model\'s aten operators per step (forward + loss, backward; eager) and '
+        'judge the case\'s operator target',
+    )
+    parser.add_argument(
+        '--tiny', action='store_true', help='toy-sized models: checks that the cases run; ratios are not judged'
+    )
     args = parser.parse_args(argv)
     if min(args.batch_size, args.img_size, args.repeats) < 1 or args.warmup < 0:
         parser.error('--batch-size, --img-size and --repeats must be positive, --warmup non-negative')
@@ -77,8 +101,10 @@ def main(argv=None):
         for name in sorted(CASES):
             case = CASES[name]
             ops = f'; op ratio ({case.op_target[0]}) <= {case.op_target[1]:.3f}' if case.op_target else ''
-            print(f'{name}: {case.description} (config {case.recipe()}; target: time ratio <= '
-                  f'{case.max_time_ratio:.3f}{ops})')
+            print(
+                f'{name}: {case.description} (config {case.recipe()}; target: time ratio <= '
+                f'{case.max_time_ratio:.3f}{ops})'
+            )
         return
     names = args.case
     if names is None:
@@ -87,17 +113,30 @@ def main(argv=None):
             print(f'skipping {", ".join(n for n in sorted(CASES) if n not in names)}: {TIMM_MISSING}')
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f'device {args.device}, {torch.get_num_threads()} threads, batch {args.batch_size}, '
-          f'{args.img_size}x{args.img_size} images, {args.amp or "fp32"}{", compiled" if args.compile else ""}, '
-          f'{args.repeats} timed steps per model after {args.warmup} warm-up steps (interleaved, median, '
-          f'{args.clock} clock){"; TINY models" if args.tiny else ""}')
+    print(
+        f'device {args.device}, {torch.get_num_threads()} threads, batch {args.batch_size}, '
+        f'{args.img_size}x{args.img_size} images, {args.amp or "fp32"}{", compiled" if args.compile else ""}, '
+        f'{args.repeats} timed steps per model after {args.warmup} warm-up steps (interleaved, median, '
+        f'{args.clock} clock){"; TINY models" if args.tiny else ""}'
+    )
     missed, rows = [], []
     for name in names:
-        res = run_case(name, batch_size=args.batch_size, img_size=args.img_size, repeats=args.repeats,
-                       warmup=args.warmup, device=args.device, tiny=args.tiny, threads=args.threads,
-                       clock=args.clock, amp=args.amp, compile=args.compile, memory=args.memory != 'off',
-                       start_method=None if args.memory in ('auto', 'off') else args.memory,
-                       count_ops=args.count_ops)
+        res = run_case(
+            name,
+            batch_size=args.batch_size,
+            img_size=args.img_size,
+            repeats=args.repeats,
+            warmup=args.warmup,
+            device=args.device,
+            tiny=args.tiny,
+            threads=args.threads,
+            clock=args.clock,
+            amp=args.amp,
+            compile=args.compile,
+            memory=args.memory != 'off',
+            start_method=None if args.memory in ('auto', 'off') else args.memory,
+            count_ops=args.count_ops,
+        )
         print(f'\n== {name}: {res.case.description}')
         print(f'config {res.case.recipe()}')
         print(res.report(judge=not args.tiny), flush=True)

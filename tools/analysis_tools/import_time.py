@@ -9,6 +9,7 @@ counted). Prints every time, the medians and their ratio; exits 1 when the ratio
 not mmseg and not mmvitreg's segmentor and detectors (``mmvitreg.registry.HostedRegistry`` imports them when
 one is built; the timed interpreter checks that). mmdet is imported by ``mmpretrain.models`` itself.
 """
+
 import argparse
 import os
 import statistics
@@ -33,8 +34,9 @@ print(elapsed)
 def time_import(module: str) -> float:
     """Seconds that ``import <module>`` takes in a fresh interpreter (this one's, this checkout first)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get('PYTHONPATH', '')]))
-    proc = subprocess.run([sys.executable, '-c', TIMED.format(module=module)], env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, '-c', TIMED.format(module=module)], env=env, capture_output=True, text=True, timeout=600
+    )
     if proc.returncode != 0:
         sys.exit(f'import {module} failed:\n{proc.stderr[-3000:]}')
     return float(proc.stdout.split()[-1])

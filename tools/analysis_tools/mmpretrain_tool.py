@@ -14,6 +14,7 @@ as ``__main__``, so its flags, output and behaviour are mmpretrain's. ``browse_d
 the way (:data:`FIXES`), without which it fails on every config that inherits an ``mmpretrain::`` base
 and, on matplotlib >= 3.10, in every mode but ``original``.
 """
+
 import inspect
 import runpy
 import sys
@@ -26,11 +27,14 @@ FOLDERS = ('analysis_tools', 'misc', 'visualization')
 def mmpretrain_tools():
     """``{name: path}`` of the tools the installed mmpretrain ships, e.g. ``'get_flops'``."""
     import mmpretrain
+
     root = Path(mmpretrain.__file__).parent / '.mim' / 'tools'
     found = {p.stem: p for folder in FOLDERS for p in sorted((root / folder).glob('*.py')) if p.stem != 'utils'}
     if not found:
-        sys.exit(f'error: no tools found under {root}: this mmpretrain was installed without its .mim/tools '
-                 '(install mmpretrain from its wheel, e.g. `pip install mmpretrain`)')
+        sys.exit(
+            f'error: no tools found under {root}: this mmpretrain was installed without its .mim/tools '
+            '(install mmpretrain from its wheel, e.g. `pip install mmpretrain`)'
+        )
     return found
 
 
@@ -43,6 +47,7 @@ def drop_visualizer_scope():
     tool's own (it calls ``init_default_scope('mmpretrain')``), so nothing is lost.
     """
     from mmengine.config import Config
+
     fromfile = Config.fromfile
 
     def fromfile_unscoped_visualizer(*args, **kwargs):
@@ -63,6 +68,7 @@ def pass_renderer_to_adjust_bbox():
     """
     try:
         from matplotlib import _tight_bbox
+
         renderer = inspect.signature(_tight_bbox.adjust_bbox).parameters.get('renderer')
     except (ImportError, AttributeError, ValueError):
         return
@@ -91,6 +97,7 @@ def main(argv=None):
     if name not in tools:
         sys.exit(f'error: mmpretrain has no tool {argv[0]!r}; available: {", ".join(tools)}')
     import mmvitreg  # noqa: F401  (applies mmvitreg.compat: the mmvitreg:: scope and our components)
+
     for fix in FIXES.get(name, ()):
         fix()
     path = tools[name]

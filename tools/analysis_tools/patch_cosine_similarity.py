@@ -12,6 +12,7 @@ ViT blocks, Swin stage inputs, ResNet stages), with a progress bar per checkpoin
 (label, layer, name, similarity) and ``PREFIX.png`` (one line per checkpoint over the layers, as the paper's
 Figures 1b and 3).
 """
+
 import argparse
 import csv
 import os
@@ -20,27 +21,32 @@ import sys
 
 import torch
 from mmengine.config import DictAction
+from studies.patch_similarity import patch_cosine_per_layer
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
 from mmvitreg.engine.checkpoint import CheckpointError
 from mmvitreg.utils import ConfigError, build_dataloader, build_model, first_images, load_config
-from studies.patch_similarity import patch_cosine_per_layer
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='DiversePatch §3: patch-wise absolute cosine similarity per layer')
-    parser.add_argument('config', help='config of a classifier, segmentor or detector with a ViT-family, Swin '
-                        'or ResNet backbone')
+    parser.add_argument(
+        'config', help='config of a classifier, segmentor or detector with a ViT-family, Swin or ResNet backbone'
+    )
     parser.add_argument('--checkpoints', nargs='+', default=[None], help='checkpoints (default: untrained weights)')
-    parser.add_argument('--allow-partial', action='store_true',
-                        help='use a checkpoint whose keys do not all fit the model (the keys that fit are loaded)')
+    parser.add_argument(
+        '--allow-partial',
+        action='store_true',
+        help='use a checkpoint whose keys do not all fit the model (the keys that fit are loaded)',
+    )
     parser.add_argument('--labels', nargs='+', help='a name per checkpoint for the plot (default: file names)')
     parser.add_argument('--split', choices=['train', 'val', 'test'], default='val', help='dataloader of the config')
     parser.add_argument('--num-images', type=int, default=256, help='images to average over')
     parser.add_argument('--batch-size', type=int, default=32)
     parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
-    parser.add_argument('--out', help='output prefix of the .csv and .png (default: '
-                        'work_dirs/patch_cosine_similarity/<config name>)')
+    parser.add_argument(
+        '--out', help='output prefix of the .csv and .png (default: work_dirs/patch_cosine_similarity/<config name>)'
+    )
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override settings of the config')
     args = parser.parse_args(argv)
     if args.num_images < 1 or args.batch_size < 1:
@@ -59,8 +65,10 @@ def inputs_of(model, loader, num_images, split, device):
 
 def plot(path, results, title):
     import matplotlib
+
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, names, values in results:
         ax.plot(range(1, len(values) + 1), values, marker='o', label=label)
@@ -79,6 +87,7 @@ def main(argv=None):
     try:
         cfg = load_config(args.config, args.cfg_options)
         from mmengine.registry import init_default_scope
+
         init_default_scope(cfg.default_scope)
         loader = build_dataloader(cfg, args.split, args.batch_size, num_workers=0)
     except ConfigError as e:
@@ -92,7 +101,8 @@ def main(argv=None):
         except CheckpointError as e:
             sys.exit(f'error: {e}')
         names, values = patch_cosine_per_layer(
-            model.backbone, inputs_of(model, loader, args.num_images, args.split, args.device))
+            model.backbone, inputs_of(model, loader, args.num_images, args.split, args.device)
+        )
         results.append((label, names, values))
         print(f'{label}: ' + ', '.join(f'{n} {v:.3f}' for n, v in zip(names, values)))
     out = args.out or osp.join('work_dirs', 'patch_cosine_similarity', osp.splitext(osp.basename(args.config))[0])

@@ -9,6 +9,7 @@ labels through the backbone (eval mode) and draws per image: the mixed image, th
 (each token's own share) and the aligned map after each block of ``--layers`` (numbered from 0,
 negative from the last; printed from 1 as in the paper); red = own label, blue = the partner's.
 """
+
 import argparse
 import os
 import os.path as osp
@@ -17,19 +18,22 @@ import sys
 import numpy as np
 import torch
 from mmengine.config import DictAction
+from studies.tl_align_diagnostics import align_batch, draw_label_maps, label_maps, tl_align_of
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
 from mmvitreg.engine.checkpoint import CheckpointError
 from mmvitreg.utils import ConfigError, build_dataloader, build_model, load_config
-from studies.tl_align_diagnostics import align_batch, draw_label_maps, label_maps, tl_align_of
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='TL-Align Fig. 5: initial and aligned token label maps')
     parser.add_argument('config')
     parser.add_argument('--checkpoint', help='checkpoint to load (default: untrained weights)')
-    parser.add_argument('--allow-partial', action='store_true',
-                        help='use a checkpoint whose keys do not all fit the model (the keys that fit are loaded)')
+    parser.add_argument(
+        '--allow-partial',
+        action='store_true',
+        help='use a checkpoint whose keys do not all fit the model (the keys that fit are loaded)',
+    )
     parser.add_argument('--layers', type=int, nargs='+', default=[-1], help='blocks after which to draw the labels')
     parser.add_argument('--split', choices=['train', 'val', 'test'], default='val')
     parser.add_argument('--num-images', type=int, default=4, help='images to draw (at least 2: they are mixed)')
@@ -46,6 +50,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     from mmengine.registry import DefaultScope
+
     try:
         cfg = load_config(args.config, args.cfg_options)
         with DefaultScope.overwrite_default_scope(cfg.default_scope):
@@ -65,8 +70,7 @@ def main(argv=None):
     out = args.out or osp.join('work_dirs', 'tl_align_label_maps', name + '.png')
     os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
     weights = osp.basename(args.checkpoint) if args.checkpoint else 'untrained'
-    draw_label_maps(out, images / 255., plan.mask, maps, plan.lam, tl.aligned_weights(trace),
-                    f'{name} ({weights})')
+    draw_label_maps(out, images / 255.0, plan.mask, maps, plan.lam, tl.aligned_weights(trace), f'{name} ({weights})')
     for b, (lam, w) in enumerate(zip(plan.lam.tolist(), tl.aligned_weights(trace).tolist())):
         print(f'image {b}: area lam {lam:.4f}  aligned {w:.4f}')
     print(f'wrote {out}')

@@ -14,6 +14,7 @@ two mixed classes. Shows a progress bar per model, prints a table and writes a C
 images, RMSE, mean |w - lam|, mean lam, mean w) and a PNG beside it (the RMSE and mean |w - lam| of every
 model, as the paper's Fig. 3). ``--cfg-options`` apply to every config.
 """
+
 import argparse
 import csv
 import os
@@ -23,30 +24,44 @@ import sys
 import numpy as np
 import torch
 from mmengine.config import DictAction
+from studies.tl_align_diagnostics import alignment_rmse
 
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
 from mmvitreg.engine.checkpoint import CheckpointError
 from mmvitreg.utils import ConfigError, build_dataloader, build_model, load_config
-from studies.tl_align_diagnostics import alignment_rmse
 
 FIELDS = ('model', 'config', 'checkpoint', 'images', 'rmse', 'mean_abs_diff', 'mean_lam', 'mean_aligned')
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='TL-Align Fig. 3: RMSE between the CutMix and the aligned target')
-    parser.add_argument('--model', nargs='+', action='append', required=True, metavar='NAME CONFIG [CHECKPOINT]',
-                        help='a model to measure (repeat the option for several)')
-    parser.add_argument('--allow-partial', action='store_true',
-                        help='use a checkpoint whose keys do not all fit the model (the keys that fit are loaded)')
-    parser.add_argument('--split', choices=['train', 'val', 'test'], default='val',
-                        help='which dataloader of the config to read (its pipeline, unshuffled)')
+    parser.add_argument(
+        '--model',
+        nargs='+',
+        action='append',
+        required=True,
+        metavar='NAME CONFIG [CHECKPOINT]',
+        help='a model to measure (repeat the option for several)',
+    )
+    parser.add_argument(
+        '--allow-partial',
+        action='store_true',
+        help='use a checkpoint whose keys do not all fit the model (the keys that fit are loaded)',
+    )
+    parser.add_argument(
+        '--split',
+        choices=['train', 'val', 'test'],
+        default='val',
+        help='which dataloader of the config to read (its pipeline, unshuffled)',
+    )
     parser.add_argument('--num-images', type=int, default=512)
     parser.add_argument('--batch-size', type=int, default=32, help='images per mixed batch')
     parser.add_argument('--num-workers', type=int, default=2)
     parser.add_argument('--seed', type=int, default=0, help='seed of the mixing draws (the same for every model)')
     parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
-    parser.add_argument('--out', default=osp.join('work_dirs', 'tl_align_rmse.csv'),
-                        help='CSV to write (the plot goes beside it, .png)')
+    parser.add_argument(
+        '--out', default=osp.join('work_dirs', 'tl_align_rmse.csv'), help='CSV to write (the plot goes beside it, .png)'
+    )
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override settings of every config')
     args = parser.parse_args(argv)
     for spec in args.model:
@@ -59,6 +74,7 @@ def parse_args(argv=None):
 
 def measure(spec, args) -> dict:
     from mmengine.registry import DefaultScope
+
     name, config, checkpoint = (list(spec) + [None])[:3]
     cfg = load_config(config, args.cfg_options)
     with DefaultScope.overwrite_default_scope(cfg.default_scope):
@@ -68,15 +84,25 @@ def measure(spec, args) -> dict:
         torch.manual_seed(args.seed)
         print(f'{name}: {args.num_images} {args.split} images')
         res = alignment_rmse(model, loader, args.num_images, args.split)
-    return dict(model=name, config=config, checkpoint=checkpoint or 'untrained', images=res.num_images,
-                rmse=res.rmse, mean_abs_diff=res.mean_abs, mean_lam=res.mean_lam, mean_aligned=res.mean_aligned)
+    return dict(
+        model=name,
+        config=config,
+        checkpoint=checkpoint or 'untrained',
+        images=res.num_images,
+        rmse=res.rmse,
+        mean_abs_diff=res.mean_abs,
+        mean_lam=res.mean_lam,
+        mean_aligned=res.mean_aligned,
+    )
 
 
 def plot(path, rows, split):
     """Bars of the RMSE and the mean |w - lam| of every model."""
     import matplotlib
+
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+
     x = np.arange(len(rows))
     fig, ax = plt.subplots(figsize=(max(4, 1.4 * len(rows) + 2), 3.6))
     for shift, key, label in ((-0.2, 'rmse', 'RMSE'), (0.2, 'mean_abs_diff', 'mean |w - lam|')):
@@ -84,8 +110,9 @@ def plot(path, rows, split):
         ax.bar_label(bars, fmt='%.3g', fontsize=8)
     ax.set_xticks(x, [r['model'] for r in rows])
     ax.set_ylabel('aligned vs CutMix target (own share)')
-    ax.set_title(f'TL-Align: the area (CutMix) vs the aligned target\n{rows[0]["images"]} {split} images per model',
-                 fontsize=9)
+    ax.set_title(
+        f'TL-Align: the area (CutMix) vs the aligned target\n{rows[0]["images"]} {split} images per model', fontsize=9
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -108,8 +135,10 @@ def main(argv=None):
     width = max(len(r['model']) for r in rows)
     print(f'{"model":<{width}}  images    RMSE  mean|w-lam|  mean lam  mean w')
     for r in rows:
-        print(f'{r["model"]:<{width}}  {r["images"]:6d}  {r["rmse"]:.4f}  {r["mean_abs_diff"]:11.4f}  '
-              f'{r["mean_lam"]:8.4f}  {r["mean_aligned"]:.4f}')
+        print(
+            f'{r["model"]:<{width}}  {r["images"]:6d}  {r["rmse"]:.4f}  {r["mean_abs_diff"]:11.4f}  '
+            f'{r["mean_lam"]:8.4f}  {r["mean_aligned"]:.4f}'
+        )
     png = osp.splitext(args.out)[0] + '.png'
     plot(png, rows, args.split)
     print(f'wrote {args.out} and {png}')

@@ -13,26 +13,37 @@ other taps, or, with ``--config``, as the config's model sets it) and the backbo
 Under the table: the users the model kind serves and those it refuses (``seg`` and ``det`` have no image-level
 target).
 """
+
 import argparse
 import sys
 
+from studies.trace_support import MODEL_KINDS, config_model_kind, format_table, support_table
+
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
 from mmvitreg.utils import ConfigError
-from studies.trace_support import MODEL_KINDS, config_model_kind, format_table, support_table
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description='Which trace user (TLAlign, DRLoc, TokenLabelHead, ...) each '
-                                     'backbone serves: the build-time check of every pair')
+    parser = argparse.ArgumentParser(
+        description='Which trace user (TLAlign, DRLoc, TokenLabelHead, ...) each '
+        'backbone serves: the build-time check of every pair'
+    )
     parser.add_argument('--user', nargs='+', metavar='NAME', help='only these trace users (e.g. TLAlign DRLoc)')
-    parser.add_argument('--backbone', nargs='+', metavar='NAME',
-                        help='only these backbones (e.g. CvT SwinTransformer mmpretrain)')
-    parser.add_argument('--config', metavar='CONFIG',
-                        help="the trace users of this config's model, as configured, instead of every registered one")
-    parser.add_argument('--model-kind', choices=list(MODEL_KINDS),
-                        help='the model the users are checked in: cls (mmvitreg.TokenClassifier), seg '
-                        '(mmvitreg.TokenSegmentor), det (mmvitreg.TokenCascadeRCNN and the other Token* detectors); '
-                        "default: the kind of the --config's model, else cls")
+    parser.add_argument(
+        '--backbone', nargs='+', metavar='NAME', help='only these backbones (e.g. CvT SwinTransformer mmpretrain)'
+    )
+    parser.add_argument(
+        '--config',
+        metavar='CONFIG',
+        help="the trace users of this config's model, as configured, instead of every registered one",
+    )
+    parser.add_argument(
+        '--model-kind',
+        choices=list(MODEL_KINDS),
+        help='the model the users are checked in: cls (mmvitreg.TokenClassifier), seg '
+        '(mmvitreg.TokenSegmentor), det (mmvitreg.TokenCascadeRCNN and the other Token* detectors); '
+        "default: the kind of the --config's model, else cls",
+    )
     return parser.parse_args(argv)
 
 

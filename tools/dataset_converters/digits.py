@@ -48,6 +48,7 @@ Each builder writes a ``digits_build.json`` summary into its directory last: a d
 one for the same parameters is complete and is skipped (``force=True`` rebuilds). Builds are
 deterministic: one seed and one set of parameters give the same bytes.
 """
+
 import argparse
 import functools
 import json
@@ -63,12 +64,22 @@ import numpy as np
 DIGIT_CLASSES = tuple(f'digit_{d}' for d in range(10))
 """The 10 classes of the classification and detection sets."""
 
-SEG_CLASSES = ('background', ) + DIGIT_CLASSES
+SEG_CLASSES = ('background',) + DIGIT_CLASSES
 """The 11 classes of the segmentation sets."""
 
-SEG_PALETTE = [[0, 0, 0], [31, 119, 180], [255, 127, 14], [44, 160, 44], [214, 39, 40],
-               [148, 103, 189], [140, 86, 75], [227, 119, 194], [127, 127, 127], [188, 189, 34],
-               [23, 190, 207]]
+SEG_PALETTE = [
+    [0, 0, 0],
+    [31, 119, 180],
+    [255, 127, 14],
+    [44, 160, 44],
+    [214, 39, 40],
+    [148, 103, 189],
+    [140, 86, 75],
+    [227, 119, 194],
+    [127, 127, 127],
+    [188, 189, 34],
+    [23, 190, 207],
+]
 """RGB colour of each class of :data:`SEG_CLASSES` (black background, matplotlib's tab10 digits)."""
 
 NUM_DIGITS = 1797
@@ -79,7 +90,7 @@ JPEG_QUALITY = 95  # 8x8 scans upscaled to 32x32: mean error 0.6 grey levels, ma
 # one random stream per (layout, split, canvas), so that e.g. more training canvases leave the
 # validation canvases unchanged
 _STREAMS = dict(split=0, ade20k=1, cityscapes=2, coco=3)
-_CITIES = dict(train=('inkburg', 'penford', 'quillstadt'), val=('scanton', ))
+_CITIES = dict(train=('inkburg', 'penford', 'quillstadt'), val=('scanton',))
 _BACKGROUND_RANGE = (140.0, 240.0)  # light textured paper
 _INK_RANGE = (0.0, 90.0)  # dark ink
 
@@ -123,12 +134,14 @@ def upscale_scan(scan: np.ndarray, size: int) -> np.ndarray:
     return np.clip(cv2.resize(scan, (size, size), interpolation=cv2.INTER_CUBIC), 0.0, 1.0)
 
 
-def build_imagenet(out_dir: str,
-                   seed: int = 0,
-                   num_train: int = NUM_DIGITS - NUM_VAL_DIGITS,
-                   num_val: int = NUM_VAL_DIGITS,
-                   size: int = 32,
-                   force: bool = False) -> dict:
+def build_imagenet(
+    out_dir: str,
+    seed: int = 0,
+    num_train: int = NUM_DIGITS - NUM_VAL_DIGITS,
+    num_val: int = NUM_VAL_DIGITS,
+    size: int = 32,
+    force: bool = False,
+) -> dict:
     """Write the digits in the ImageNet layout of mmpretrain.
 
     ``train/digit_<d>/digit_<d>_<scan>.JPEG`` and ``val/digit_<d>/...`` (dark ink on white, RGB,
@@ -147,8 +160,9 @@ def build_imagenet(out_dir: str,
         dict: The build summary (see :func:`_build`).
     """
     if not 0 < num_train <= NUM_DIGITS - num_val:
-        raise ValueError(f'num_train must be in 1..{NUM_DIGITS - num_val} (1797 scans minus '
-                         f'num_val={num_val}), got {num_train}')
+        raise ValueError(
+            f'num_train must be in 1..{NUM_DIGITS - num_val} (1797 scans minus num_val={num_val}), got {num_train}'
+        )
     if size < 8:
         raise ValueError(f'size must be at least 8 (the scans are 8x8), got {size}')
     params = dict(seed=seed, num_train=num_train, num_val=num_val, size=size)
@@ -174,15 +188,17 @@ def build_imagenet(out_dir: str,
     return _build('imagenet', out_dir, params, write, force)
 
 
-def build_ade20k(out_dir: str,
-                 seed: int = 0,
-                 num_train: int = 200,
-                 num_val: int = 50,
-                 size: Sequence[int] = (128, 128),
-                 digits_per_image: Sequence[int] = (2, 5),
-                 digit_size: Sequence[int] = (20, 48),
-                 band_width: int = 1,
-                 force: bool = False) -> dict:
+def build_ade20k(
+    out_dir: str,
+    seed: int = 0,
+    num_train: int = 200,
+    num_val: int = 50,
+    size: Sequence[int] = (128, 128),
+    digits_per_image: Sequence[int] = (2, 5),
+    digit_size: Sequence[int] = (20, 48),
+    band_width: int = 1,
+    force: bool = False,
+) -> dict:
     """Write digit canvases in the ADE20K layout of mmseg (``ADEChallengeData2016``).
 
     ``images/{training,validation}/ADE_{train,val}_<8 digits>.jpg`` (RGB, JPEG quality 95) and
@@ -219,15 +235,17 @@ def build_ade20k(out_dir: str,
     return _build('ade20k', out_dir, canvas.params, write, force)
 
 
-def build_cityscapes(out_dir: str,
-                     seed: int = 0,
-                     num_train: int = 200,
-                     num_val: int = 50,
-                     size: Sequence[int] = (128, 256),
-                     digits_per_image: Sequence[int] = (3, 8),
-                     digit_size: Sequence[int] = (20, 48),
-                     band_width: int = 1,
-                     force: bool = False) -> dict:
+def build_cityscapes(
+    out_dir: str,
+    seed: int = 0,
+    num_train: int = 200,
+    num_val: int = 50,
+    size: Sequence[int] = (128, 256),
+    digits_per_image: Sequence[int] = (3, 8),
+    digit_size: Sequence[int] = (20, 48),
+    band_width: int = 1,
+    force: bool = False,
+) -> dict:
     """Write digit canvases in the Cityscapes layout of mmseg.
 
     ``leftImg8bit/{train,val}/<city>/<city>_<seq>_000019_leftImg8bit.png`` (RGB PNG) and
@@ -258,8 +276,7 @@ def build_cityscapes(out_dir: str,
         cities = _CITIES[split]
         city = cities[k % len(cities)]
         stem = f'{city}/{city}_{k // len(cities):06d}_000019'
-        return (f'leftImg8bit/{split}/{stem}_leftImg8bit.png',
-                f'gtFine/{split}/{stem}_gtFine_labelTrainIds.png')
+        return (f'leftImg8bit/{split}/{stem}_leftImg8bit.png', f'gtFine/{split}/{stem}_gtFine_labelTrainIds.png')
 
     def write(root: Path) -> dict:
         return _write_semantic_set(root, canvas, 'cityscapes', paths, background=0, band_id=255)
@@ -267,14 +284,16 @@ def build_cityscapes(out_dir: str,
     return _build('cityscapes', out_dir, canvas.params, write, force)
 
 
-def build_coco(out_dir: str,
-               seed: int = 0,
-               num_train: int = 200,
-               num_val: int = 50,
-               size: Sequence[int] = (128, 128),
-               digits_per_image: Sequence[int] = (2, 5),
-               digit_size: Sequence[int] = (20, 48),
-               force: bool = False) -> dict:
+def build_coco(
+    out_dir: str,
+    seed: int = 0,
+    num_train: int = 200,
+    num_val: int = 50,
+    size: Sequence[int] = (128, 128),
+    digits_per_image: Sequence[int] = (2, 5),
+    digit_size: Sequence[int] = (20, 48),
+    force: bool = False,
+) -> dict:
     """Write digit canvases in the COCO 2017 instance segmentation layout of mmdet.
 
     ``train2017/<12-digit id>.jpg``, ``val2017/...`` (RGB, JPEG quality 95) and
@@ -311,14 +330,28 @@ def build_coco(out_dir: str,
                 image_id = first_id + k
                 file_name = f'{image_id:012d}.jpg'
                 _write_image(root / f'{split}2017' / file_name, image)
-                images.append(dict(id=image_id, file_name=file_name, height=image.shape[0],
-                                   width=image.shape[1]))
+                images.append(dict(id=image_id, file_name=file_name, height=image.shape[0], width=image.shape[1]))
                 for label, mask in digits:
-                    annotations.append(dict(id=len(annotations) + 1, image_id=image_id,
-                                            category_id=label + 1, iscrowd=0, **_polygon_annotation(mask)))
-            coco = dict(info=dict(description='scikit-learn handwritten digits in the COCO layout',
-                                  version='1.0', contributor='mmvitreg'),
-                        licenses=[], images=images, annotations=annotations, categories=categories)
+                    annotations.append(
+                        dict(
+                            id=len(annotations) + 1,
+                            image_id=image_id,
+                            category_id=label + 1,
+                            iscrowd=0,
+                            **_polygon_annotation(mask),
+                        )
+                    )
+            coco = dict(
+                info=dict(
+                    description='scikit-learn handwritten digits in the COCO layout',
+                    version='1.0',
+                    contributor='mmvitreg',
+                ),
+                licenses=[],
+                images=images,
+                annotations=annotations,
+                categories=categories,
+            )
             _write_text(root / 'annotations' / f'instances_{split}2017.json', json.dumps(coco))
             instances[split] = len(annotations)
         return dict(classes=list(DIGIT_CLASSES), images=canvas.counts, instances=instances)
@@ -327,12 +360,12 @@ def build_coco(out_dir: str,
 
 
 BUILDERS: Dict[str, Callable[..., dict]] = dict(
-    imagenet=build_imagenet, ade20k=build_ade20k, cityscapes=build_cityscapes, coco=build_coco)
+    imagenet=build_imagenet, ade20k=build_ade20k, cityscapes=build_cityscapes, coco=build_coco
+)
 """The builder of each layout, by name."""
 
 
-def _build(layout: str, out_dir: str, params: dict, write: Callable[[Path], dict],
-           force: bool = False) -> dict:
+def _build(layout: str, out_dir: str, params: dict, write: Callable[[Path], dict], force: bool = False) -> dict:
     """Run a builder's ``write`` into ``out_dir`` unless that directory already holds the same build.
 
     ``out_dir`` must be missing, empty, or a previous digits build (it holds a
@@ -356,13 +389,19 @@ def _build(layout: str, out_dir: str, params: dict, write: Callable[[Path], dict
     summary_path = root / SUMMARY_FILE
     if summary_path.exists():
         previous = json.loads(summary_path.read_text())
-        if not force and previous.get('layout') == layout and previous.get('params') == params \
-                and previous.get('complete'):
+        if (
+            not force
+            and previous.get('layout') == layout
+            and previous.get('params') == params
+            and previous.get('complete')
+        ):
             return dict(previous, skipped=True)
         shutil.rmtree(root)
     elif root.exists() and any(root.iterdir()):
-        raise FileExistsError(f'{root} is not empty and holds no {SUMMARY_FILE}, so it is not a '
-                              'digits build: remove it or choose another directory')
+        raise FileExistsError(
+            f'{root} is not empty and holds no {SUMMARY_FILE}, so it is not a '
+            'digits build: remove it or choose another directory'
+        )
     root.mkdir(parents=True, exist_ok=True)
     _write_text(summary_path, json.dumps(dict(layout=layout, params=params, complete=False)))
     summary = dict(layout=layout, params=params, **write(root))
@@ -373,19 +412,30 @@ def _build(layout: str, out_dir: str, params: dict, write: Callable[[Path], dict
 class _CanvasSpec:
     """Validated canvas parameters, and the canvases of one split of one layout."""
 
-    def __init__(self, seed: int, num_train: int, num_val: int, size: Sequence[int],
-                 digits_per_image: Sequence[int], digit_size: Sequence[int], band_width: int):
+    def __init__(
+        self,
+        seed: int,
+        num_train: int,
+        num_val: int,
+        size: Sequence[int],
+        digits_per_image: Sequence[int],
+        digit_size: Sequence[int],
+        band_width: int,
+    ):
         height, width = _pair('size', size)
         low, high = _pair('digits_per_image', digits_per_image)
         smallest, largest = _pair('digit_size', digit_size)
         if num_train < 1 or num_val < 1:
             raise ValueError(f'num_train and num_val must be positive, got {num_train} and {num_val}')
         if not 1 <= low <= high:
-            raise ValueError(f'digits_per_image must be a range (low, high) with 1 <= low <= high, '
-                             f'got {tuple(digits_per_image)}')
+            raise ValueError(
+                f'digits_per_image must be a range (low, high) with 1 <= low <= high, got {tuple(digits_per_image)}'
+            )
         if not 12 <= smallest <= largest <= min(height, width):
-            raise ValueError(f'digit_size must be a range (low, high) with 12 <= low <= high <= '
-                             f'min(size)={min(height, width)}, got {tuple(digit_size)}')
+            raise ValueError(
+                f'digit_size must be a range (low, high) with 12 <= low <= high <= '
+                f'min(size)={min(height, width)}, got {tuple(digit_size)}'
+            )
         if band_width < 0:
             raise ValueError(f'band_width must be non-negative, got {band_width}')
         self.seed, self.height, self.width = seed, height, width
@@ -394,8 +444,14 @@ class _CanvasSpec:
         self.digit_size = (smallest, largest)
         self.band_width = band_width
         self.gap = 2 * band_width + 1  # bands of neighbouring digits never touch a digit
-        self.params = dict(seed=seed, num_train=num_train, num_val=num_val, size=[height, width],
-                           digits_per_image=[low, high], digit_size=[smallest, largest])
+        self.params = dict(
+            seed=seed,
+            num_train=num_train,
+            num_val=num_val,
+            size=[height, width],
+            digits_per_image=[low, high],
+            digit_size=[smallest, largest],
+        )
         if band_width:
             self.params['band_width'] = band_width
 
@@ -407,8 +463,9 @@ class _CanvasSpec:
             rng = np.random.default_rng([self.seed, _STREAMS[layout], ('train', 'val').index(split), k])
             yield self._compose(rng, scans, labels, pool)
 
-    def _compose(self, rng: np.random.Generator, scans: np.ndarray, labels: np.ndarray,
-                 pool: np.ndarray) -> Tuple[np.ndarray, List[Tuple[int, np.ndarray]]]:
+    def _compose(
+        self, rng: np.random.Generator, scans: np.ndarray, labels: np.ndarray, pool: np.ndarray
+    ) -> Tuple[np.ndarray, List[Tuple[int, np.ndarray]]]:
         image = _texture(rng, self.height, self.width)
         boxes, digits = [], []
         for _ in range(rng.integers(self.digits_per_image[0], self.digits_per_image[1] + 1)):
@@ -419,7 +476,7 @@ class _CanvasSpec:
             y, x, side = box
             index = rng.choice(pool)
             alpha = np.zeros((self.height, self.width))
-            alpha[y:y + side, x:x + side] = upscale_scan(scans[index], side)
+            alpha[y : y + side, x : x + side] = upscale_scan(scans[index], side)
             mask = alpha >= 0.5
             if not mask.any():
                 continue
@@ -428,15 +485,19 @@ class _CanvasSpec:
             digits.append((int(labels[index]), mask))
         return np.clip(np.round(image), 0, 255).astype(np.uint8), digits
 
-    def _free_box(self, rng: np.random.Generator, boxes: list,
-                  tries: int = 50) -> Optional[Tuple[int, int, int]]:
+    def _free_box(self, rng: np.random.Generator, boxes: list, tries: int = 50) -> Optional[Tuple[int, int, int]]:
         """A random square ``(top, left, side)`` at least ``gap`` pixels away from all ``boxes``."""
         for _ in range(tries):
             side = int(rng.integers(self.digit_size[0], self.digit_size[1] + 1))
             y = int(rng.integers(0, self.height - side + 1))
             x = int(rng.integers(0, self.width - side + 1))
-            if all(y >= by + bs + self.gap or by >= y + side + self.gap or x >= bx + bs + self.gap
-                   or bx >= x + side + self.gap for by, bx, bs in boxes):
+            if all(
+                y >= by + bs + self.gap
+                or by >= y + side + self.gap
+                or x >= bx + bs + self.gap
+                or bx >= x + side + self.gap
+                for by, bx, bs in boxes
+            ):
                 return y, x, side
         return None
 
@@ -459,8 +520,14 @@ def _texture(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
     return image - 40.0 * (position < 1.5 / spacing)[..., None]
 
 
-def _write_semantic_set(root: Path, canvas: '_CanvasSpec', layout: str,
-                        paths: Callable[[str, int], Tuple[str, str]], background: int, band_id: int) -> dict:
+def _write_semantic_set(
+    root: Path,
+    canvas: '_CanvasSpec',
+    layout: str,
+    paths: Callable[[str, int], Tuple[str, str]],
+    background: int,
+    band_id: int,
+) -> dict:
     """Write the canvases of both splits and their label maps (see :func:`_semantic_map`) at the
     ``(image, label map)`` paths that ``paths(split, k)`` gives for canvas ``k``; return the counts."""
     instances = {}
@@ -469,14 +536,16 @@ def _write_semantic_set(root: Path, canvas: '_CanvasSpec', layout: str,
         for k, (image, digits) in enumerate(canvas.draw(layout, split)):
             image_path, label_path = paths(split, k)
             _write_image(root / image_path, image)
-            _write_image(root / label_path,
-                         _semantic_map(digits, image.shape[:2], background, band_id, canvas.band_width))
+            _write_image(
+                root / label_path, _semantic_map(digits, image.shape[:2], background, band_id, canvas.band_width)
+            )
             instances[split] += len(digits)
     return dict(classes=list(SEG_CLASSES), images=canvas.counts, instances=instances)
 
 
-def _semantic_map(digits: List[Tuple[int, np.ndarray]], shape: Tuple[int, int], background: int,
-                  band_id: int, band_width: int) -> np.ndarray:
+def _semantic_map(
+    digits: List[Tuple[int, np.ndarray]], shape: Tuple[int, int], background: int, band_id: int, band_width: int
+) -> np.ndarray:
     """Label map (H, W) uint8: ``background``, ``background + 1 + d`` on digit ``d``, ``band_id`` in
     the ``band_width`` band around each digit."""
     label = np.full(shape, background, dtype=np.uint8)
@@ -498,8 +567,10 @@ def _polygon_annotation(mask: np.ndarray) -> dict:
     try:
         from pycocotools import mask as mask_utils  # here: only the COCO set needs pycocotools
     except ImportError as error:
-        raise ImportError(f'{error}: the COCO masks are written with pycocotools; pip install pycocotools '
-                          '(or mmvitreg\'s extra: pip install "/path/to/mmvitreg[det]")') from None
+        raise ImportError(
+            f'{error}: the COCO masks are written with pycocotools; pip install pycocotools '
+            '(or mmvitreg\'s extra: pip install "/path/to/mmvitreg[det]")'
+        ) from None
     double = cv2.resize(mask.astype(np.uint8), None, fx=2, fy=2, interpolation=cv2.INTER_NEAREST)
     contours, _ = cv2.findContours(double, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
     polygons = [(c.reshape(-1) / 2.0).tolist() for c in contours if len(c) >= 3]
@@ -524,24 +595,33 @@ def _write_text(path: Path, text: str) -> None:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description='Build the digits data sets (scikit-learn scans) in the '
-                                     'ImageNet, ADE20K, Cityscapes and COCO layouts')
+    parser = argparse.ArgumentParser(
+        description='Build the digits data sets (scikit-learn scans) in the '
+        'ImageNet, ADE20K, Cityscapes and COCO layouts'
+    )
     parser.add_argument('layout', choices=[*BUILDERS, 'all'], help='which set to build')
     parser.add_argument('--out', default='data', help='parent directory of digits_<layout>/ (default: data)')
     parser.add_argument('--seed', type=int, default=0, help='seed of the split and of the canvases')
     parser.add_argument('--num-train', type=int, help='training images (default: 1500 imagenet, 200 others)')
     parser.add_argument('--num-val', type=int, help='validation images (default: 297 imagenet, 50 others)')
-    parser.add_argument('--size', type=int, nargs='+', metavar='PIXELS',
-                        help='image side (imagenet, default 32) or canvas H [W] (default 128 128 for ade20k '
-                        'and coco, 128 256 for cityscapes); only with a single layout')
+    parser.add_argument(
+        '--size',
+        type=int,
+        nargs='+',
+        metavar='PIXELS',
+        help='image side (imagenet, default 32) or canvas H [W] (default 128 128 for ade20k '
+        'and coco, 128 256 for cityscapes); only with a single layout',
+    )
     parser.add_argument('--force', action='store_true', help='rebuild sets that are already complete')
     args = parser.parse_args(argv)
     if args.size is not None:
         if args.layout == 'all':
             parser.error('--size differs between layouts: give it with a single layout')
         if len(args.size) > (1 if args.layout == 'imagenet' else 2):
-            parser.error(f'--size takes {"one value" if args.layout == "imagenet" else "one or two values"} '
-                         f'for {args.layout}, got {args.size}')
+            parser.error(
+                f'--size takes {"one value" if args.layout == "imagenet" else "one or two values"} '
+                f'for {args.layout}, got {args.size}'
+            )
     return args
 
 
@@ -564,8 +644,10 @@ def main(argv=None):
         if 'instances' in summary:
             counts += '; digits ' + ', '.join(f'{s} {n}' for s, n in summary['instances'].items())
         state = 'complete, skipped' if summary['skipped'] else 'wrote'
-        print(f'{layout}: {state} {out_dir} ({counts}; {len(summary["classes"])} classes; '
-              f'seed {summary["params"]["seed"]})')
+        print(
+            f'{layout}: {state} {out_dir} ({counts}; {len(summary["classes"])} classes; '
+            f'seed {summary["params"]["seed"]})'
+        )
 
 
 if __name__ == '__main__':

@@ -9,6 +9,7 @@ at the store: it holds the same maps under the same names and loads each 3-4x fa
 (:mod:`mmvitreg.datasets.label_map_store`). Every map is validated while packing; the first malformed
 one stops the run with its file name. The official 1.28M ImageNet maps make a store of about 8.3 GB.
 """
+
 import argparse
 import sys
 
@@ -29,8 +30,10 @@ def main(argv=None):
         meta = pack_label_maps(args.label_root, args.store, args.num_classes)
     except (OSError, ValueError) as e:
         sys.exit(f'error: {e}')
-    print(f'\npacked {meta["count"]} label maps of {tuple(meta["map_shape"])} {meta["dtype"]} '
-          f'(largest class index {meta["max_class"]}) into {args.store}')
+    print(
+        f'\npacked {meta["count"]} label maps of {tuple(meta["map_shape"])} {meta["dtype"]} '
+        f'(largest class index {meta["max_class"]}) into {args.store}'
+    )
 
 
 if __name__ == '__main__':

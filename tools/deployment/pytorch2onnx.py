@@ -33,6 +33,7 @@ adaptive average pooling into 1, 2, 3 and 6 bins) is exported as the plain avera
 the fixed size (:func:`fix_adaptive_pools`), so the last feature map's sides must be multiples of 6:
 with a stride of 32, ``H, W`` multiples of 192.
 """
+
 import argparse
 import os.path as osp
 import sys
@@ -59,8 +60,10 @@ def check_exportable(model: nn.Module) -> None:
     """Fail on a model whose prediction is not ``mode='tensor'`` (an ensemble of auxiliary scores)."""
     ensemble = [type(a).__name__ for a in getattr(model, 'aux_losses', ()) if getattr(a, 'ensemble', False)]
     if ensemble:
-        raise ConfigError(f'{", ".join(ensemble)} joins the prediction (ensemble=True), which the exported '
-                          "head scores do not include: export with --cfg-options for that loss's ensemble=False")
+        raise ConfigError(
+            f'{", ".join(ensemble)} joins the prediction (ensemble=True), which the exported '
+            "head scores do not include: export with --cfg-options for that loss's ensemble=False"
+        )
 
 
 def fix_adaptive_pools(net: nn.Module, inputs: torch.Tensor) -> None:
@@ -74,14 +77,17 @@ def fix_adaptive_pools(net: nn.Module, inputs: torch.Tensor) -> None:
     Raises:
         ConfigError: a side is not a multiple of its pool's bins (names the pool and the sizes).
     """
+
     def bins_of(pool):
         size = pool.output_size
         return tuple(size) if isinstance(size, (tuple, list)) else (size, size)
 
     sizes = {}
     pools = {name: m for name, m in net.named_modules() if isinstance(m, nn.AdaptiveAvgPool2d) and bins_of(m) != (1, 1)}
-    hooks = [m.register_forward_pre_hook(lambda m, args, name=name: sizes.update({name: args[0].shape[-2:]}))
-             for name, m in pools.items()]
+    hooks = [
+        m.register_forward_pre_hook(lambda m, args, name=name: sizes.update({name: args[0].shape[-2:]}))
+        for name, m in pools.items()
+    ]
     with torch.no_grad():
         net(inputs)
     for hook in hooks:
@@ -89,8 +95,10 @@ def fix_adaptive_pools(net: nn.Module, inputs: torch.Tensor) -> None:
     for name, pool in pools.items():
         bins, side = bins_of(pool), tuple(sizes[name])
         if any(s % b for s, b in zip(side, bins)):
-            raise ConfigError(f'{name} pools a {side} map into {bins} bins, which ONNX cannot export: pick a --shape '
-                              'whose feature map there is a multiple of the bins')
+            raise ConfigError(
+                f'{name} pools a {side} map into {bins} bins, which ONNX cannot export: pick a --shape '
+                'whose feature map there is a multiple of the bins'
+            )
         kernel = tuple(s // b for s, b in zip(side, bins))
         parent, _, attr = name.rpartition('.')
         setattr(net.get_submodule(parent), attr, nn.AvgPool2d(kernel, kernel))
@@ -108,11 +116,13 @@ class TensorMode(nn.Module):
         return out[-1] if isinstance(out, (tuple, list)) else out
 
 
-def export(cfg: Config, checkpoint: str, out: str, shape: Tuple[int, int], opset: int = 17,
-           allow_partial: bool = False) -> nn.Module:
+def export(
+    cfg: Config, checkpoint: str, out: str, shape: Tuple[int, int], opset: int = 17, allow_partial: bool = False
+) -> nn.Module:
     """Build ``cfg``'s model with ``checkpoint`` (strictly, unless ``allow_partial``), export its
     ``mode='tensor'`` path for ``(1, 3, *shape)`` inputs to ``out``; return the model (eval mode, CPU) as traced."""
     from mmengine.registry import DefaultScope
+
     with DefaultScope.overwrite_default_scope(cfg.default_scope):
         model = build_model(cfg, checkpoint, 'cpu', allow_partial)
     check_exportable(model)
@@ -120,19 +130,28 @@ def export(cfg: Config, checkpoint: str, out: str, shape: Tuple[int, int], opset
     dummy = torch.randn(1, 3, *shape)
     fix_adaptive_pools(net, dummy)
     with torch.no_grad():
-        torch.onnx.export(net, (dummy, ), out, dynamo=False, opset_version=opset, input_names=['inputs'],
-                          output_names=['scores'], dynamic_axes={'inputs': {0: 'batch'}, 'scores': {0: 'batch'}})
+        torch.onnx.export(
+            net,
+            (dummy,),
+            out,
+            dynamo=False,
+            opset_version=opset,
+            input_names=['inputs'],
+            output_names=['scores'],
+            dynamic_axes={'inputs': {0: 'batch'}, 'scores': {0: 'batch'}},
+        )
     return net
 
 
 def max_abs_diff(net: nn.Module, onnx_file: str, shape: Tuple[int, int], batch_size: int = 2, seed: int = 0) -> float:
     """Largest ``|onnxruntime - PyTorch|`` over the outputs for a random ``(batch_size, 3, *shape)`` batch."""
     import onnxruntime as ort
+
     inputs = torch.randn(batch_size, 3, *shape, generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
         expected = net(inputs)
     session = ort.InferenceSession(onnx_file, providers=['CPUExecutionProvider'])
-    (got, ) = session.run(None, {'inputs': inputs.numpy()})
+    (got,) = session.run(None, {'inputs': inputs.numpy()})
     if got.shape != tuple(expected.shape):
         raise AssertionError(f'onnxruntime gives shape {got.shape}, PyTorch {tuple(expected.shape)}')
     return float((torch.from_numpy(got) - expected).abs().max())
@@ -143,13 +162,24 @@ def parse_args(argv=None):
     parser.add_argument('config', help='config file')
     parser.add_argument('checkpoint', help='checkpoint file (loaded strictly)')
     parser.add_argument('--out', help='output file (default: the checkpoint\'s name with .onnx)')
-    parser.add_argument('--shape', type=int, nargs=2, metavar=('H', 'W'),
-                        help='input height and width (default: the backbone\'s img_size, else crop_size, else 224)')
-    parser.add_argument('--allow-partial', action='store_true',
-                        help='use a checkpoint whose keys do not all fit the model (the keys that fit are loaded)')
+    parser.add_argument(
+        '--shape',
+        type=int,
+        nargs=2,
+        metavar=('H', 'W'),
+        help='input height and width (default: the backbone\'s img_size, else crop_size, else 224)',
+    )
+    parser.add_argument(
+        '--allow-partial',
+        action='store_true',
+        help='use a checkpoint whose keys do not all fit the model (the keys that fit are loaded)',
+    )
     parser.add_argument('--opset', type=int, default=17, help='ONNX opset version (default: 17)')
-    parser.add_argument('--verify', action='store_true',
-                        help=f'compare onnxruntime with PyTorch on a random batch (fails above {TOLERANCE:g})')
+    parser.add_argument(
+        '--verify',
+        action='store_true',
+        help=f'compare onnxruntime with PyTorch on a random batch (fails above {TOLERANCE:g})',
+    )
     return parse_tool_args(parser, argv)
 
 
@@ -162,15 +192,20 @@ def main(argv=None):
         if is_local(args.checkpoint) and not osp.isfile(args.checkpoint):
             raise ConfigError(f'checkpoint not found: {args.checkpoint}')
         shape = tuple(args.shape) if args.shape else default_shape(cfg)
-        out = args.out or osp.splitext(osp.basename(args.checkpoint) if not is_local(args.checkpoint)
-                                       else args.checkpoint)[0] + '.onnx'
+        out = (
+            args.out
+            or osp.splitext(osp.basename(args.checkpoint) if not is_local(args.checkpoint) else args.checkpoint)[0]
+            + '.onnx'
+        )
         net = export(cfg, args.checkpoint, out, shape, args.opset, args.allow_partial)
     except (ConfigError, CheckpointError) as e:
         sys.exit(f'error: {e}')
     preprocessor = net.model.data_preprocessor
-    print(f'exported {out}: inputs (batch, 3, {shape[0]}, {shape[1]}), normalised as the config\'s '
-          f'data_preprocessor does (mean {preprocessor.mean.flatten().tolist()}, '
-          f'std {preprocessor.std.flatten().tolist()})')
+    print(
+        f'exported {out}: inputs (batch, 3, {shape[0]}, {shape[1]}), normalised as the config\'s '
+        f'data_preprocessor does (mean {preprocessor.mean.flatten().tolist()}, '
+        f'std {preprocessor.std.flatten().tolist()})'
+    )
     if args.verify:
         diff = max_abs_diff(net, out, shape)
         print(f'onnxruntime vs PyTorch: max |d| = {diff:.3g}')

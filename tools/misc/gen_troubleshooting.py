@@ -4,6 +4,7 @@
 
 ``--check`` writes nothing and exits 1 when the file differs from what the catalogue generates.
 """
+
 import argparse
 import sys
 from pathlib import Path

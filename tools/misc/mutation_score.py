@@ -24,6 +24,7 @@ Usage (from the repository root; see ``docs/mutation.md``)::
 
 prints a score table per module and every survivor as ``file:line  kind  `before` -> `after```.
 """
+
 import argparse
 import ast
 import importlib.abc
@@ -43,12 +44,38 @@ from typing import Dict, List, Optional, Set
 
 REPO = Path(__file__).resolve().parents[2]
 
-BINOPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult, ast.FloorDiv: ast.Div,
-          ast.Pow: ast.Mult}
-CMPOPS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
-          ast.NotEq: ast.Eq, ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn, ast.NotIn: ast.In}
-ATTRS = {'mean': 'sum', 'sum': 'mean', 'max': 'min', 'min': 'max', 'amax': 'amin', 'amin': 'amax',
-         'argmax': 'argmin', 'argmin': 'argmax', 'softmax': 'log_softmax', 'log_softmax': 'softmax'}
+BINOPS = {
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+    ast.Mult: ast.Div,
+    ast.Div: ast.Mult,
+    ast.FloorDiv: ast.Div,
+    ast.Pow: ast.Mult,
+}
+CMPOPS = {
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+}
+ATTRS = {
+    'mean': 'sum',
+    'sum': 'mean',
+    'max': 'min',
+    'min': 'max',
+    'amax': 'amin',
+    'amin': 'amax',
+    'argmax': 'argmin',
+    'argmin': 'argmax',
+    'softmax': 'log_softmax',
+    'log_softmax': 'softmax',
+}
 DROPPED_CALLS = ('detach', 'abs')  # ``x.detach()`` -> ``x``
 NO_MUTATE = 'pragma: no mutate'
 
@@ -78,8 +105,11 @@ def _skipped_nodes(tree: ast.Module, lines: List[str]) -> Set[int]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
-                    and isinstance(first.value.value, str):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 drop(first)
         if isinstance(node, ast.JoinedStr):
             drop(node)
@@ -111,13 +141,23 @@ def _kinds(node: ast.AST) -> List[str]:
         kinds.append('boolop')
     elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.USub)):
         kinds.append('unary')
-    elif isinstance(node, ast.Constant) and not isinstance(node.value, (str, bytes)) and node.value is not None \
-            and node.value is not Ellipsis and not isinstance(node.value, complex):
+    elif (
+        isinstance(node, ast.Constant)
+        and not isinstance(node.value, (str, bytes))
+        and node.value is not None
+        and node.value is not Ellipsis
+        and not isinstance(node.value, complex)
+    ):
         kinds.append('const')
     elif isinstance(node, ast.Attribute) and node.attr in ATTRS:
         kinds.append('attr')
-    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in DROPPED_CALLS \
-            and not node.args and not node.keywords:
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in DROPPED_CALLS
+        and not node.args
+        and not node.keywords
+    ):
         kinds.append('dropcall')
     elif isinstance(node, ast.If):
         kinds.append('negate')
@@ -176,7 +216,7 @@ def _replace(tree: ast.AST, old: ast.AST, new: ast.AST) -> ast.AST:
 
 def _short(text: str, limit: int = 90) -> str:
     text = ' '.join(text.split())
-    return text if len(text) <= limit else text[:limit - 3] + '...'
+    return text if len(text) <= limit else text[: limit - 3] + '...'
 
 
 def enumerate_mutants(path: Path) -> List[Mutant]:
@@ -194,11 +234,20 @@ def enumerate_mutants(path: Path) -> List[Mutant]:
         for kind in _kinds(node):
             stmt = _statement(node, parents)
             # a compound statement's own lines are its header (its body's statements are mutants of their own)
-            end = stmt.body[0].lineno - 1 if hasattr(stmt, 'body') and isinstance(stmt.body, list) \
-                and isinstance(stmt.body[0], ast.stmt) else stmt.end_lineno
+            end = (
+                stmt.body[0].lineno - 1
+                if hasattr(stmt, 'body') and isinstance(stmt.body, list) and isinstance(stmt.body[0], ast.stmt)
+                else stmt.end_lineno
+            )
             shown = node.test if kind == 'negate' else node
-            mutant = Mutant(rel, index, kind, node.lineno, list(range(stmt.lineno, max(end, stmt.lineno) + 1)),
-                            _short(ast.get_source_segment(source, shown) or ast.unparse(shown)))
+            mutant = Mutant(
+                rel,
+                index,
+                kind,
+                node.lineno,
+                list(range(stmt.lineno, max(end, stmt.lineno) + 1)),
+                _short(ast.get_source_segment(source, shown) or ast.unparse(shown)),
+            )
             shown = _apply(ast.parse(source), index, kind)
             mutant.after = _short(ast.unparse(shown))
             mutants.append(mutant)
@@ -224,8 +273,9 @@ class _SourceFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if fullname != self.name:
             return None
         package = [str(self.path.parent)] if self.path.name == '__init__.py' else None
-        return importlib.util.spec_from_file_location(fullname, self.path, loader=self,
-                                                      submodule_search_locations=package)
+        return importlib.util.spec_from_file_location(
+            fullname, self.path, loader=self, submodule_search_locations=package
+        )
 
     def create_module(self, spec):
         return None
@@ -268,8 +318,14 @@ def module_name(path: Path) -> str:
     return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
 
 
-def run_child(tests: List[str], timeout: float, log: Path, pytest_args: List[str] = (),
-              mutated: Optional[tuple] = None, coverage: Optional[tuple] = None) -> str:
+def run_child(
+    tests: List[str],
+    timeout: float,
+    log: Path,
+    pytest_args: List[str] = (),
+    mutated: Optional[tuple] = None,
+    coverage: Optional[tuple] = None,
+) -> str:
     """Run pytest on ``tests`` in a forked child: 'passed', 'failed' or 'timeout'.
 
     ``mutated``: ``(path, source)``, the module imported from ``source``; ``coverage``: ``(paths, json_file)``,
@@ -285,6 +341,7 @@ def run_child(tests: List[str], timeout: float, log: Path, pytest_args: List[str
             if mutated is not None:
                 sys.meta_path.insert(0, _SourceFinder(module_name(mutated[0]), *mutated))
             import pytest
+
             plugins = []
             if coverage is not None:
                 recorder = _Recorder([str(p) for p in coverage[0]])
@@ -293,8 +350,9 @@ def run_child(tests: List[str], timeout: float, log: Path, pytest_args: List[str
             rc = int(pytest.main(['-x', '-q', '-p', 'no:cacheprovider', *pytest_args, *tests], plugins=plugins))
             sys.settrace(None)
             if coverage is not None:
-                coverage[1].write_text(json.dumps({f: {n: sorted(ids) for n, ids in lines.items()}
-                                                   for f, lines in recorder.lines.items()}))
+                coverage[1].write_text(
+                    json.dumps({f: {n: sorted(ids) for n, ids in lines.items()} for f, lines in recorder.lines.items()})
+                )
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -320,8 +378,16 @@ def sample(path: Path, max_mutants: int, seed: int) -> List[Mutant]:
     return mutants
 
 
-def score_module(path: Path, mutants: List[Mutant], coverage: Dict[int, Set[str]], tests: List[str],
-                 limit: float, logdir: Path, pytest_args: List[str] = (), killed: Set[tuple] = frozenset()):
+def score_module(
+    path: Path,
+    mutants: List[Mutant],
+    coverage: Dict[int, Set[str]],
+    tests: List[str],
+    limit: float,
+    logdir: Path,
+    pytest_args: List[str] = (),
+    killed: Set[tuple] = frozenset(),
+):
     """Run the mutants of one module one at a time; sets their status (``killed``: (index, kind) of mutants
     known killed by a previous run, not run again)."""
     for n, mutant in enumerate(mutants, 1):
@@ -341,8 +407,11 @@ def score_module(path: Path, mutants: List[Mutant], coverage: Dict[int, Set[str]
             mutant.status = {'passed': 'survived', 'failed': 'killed', 'timeout': 'timeout'}[result]
             if mutant.status != 'survived':
                 log.unlink(missing_ok=True)
-        print(f'  [{n}/{len(mutants)}] {mutant.status:8s} {mutant.module}:{mutant.line} {mutant.kind} '
-              f'`{mutant.before}` -> `{mutant.after}`', flush=True)
+        print(
+            f'  [{n}/{len(mutants)}] {mutant.status:8s} {mutant.module}:{mutant.line} {mutant.kind} '
+            f'`{mutant.before}` -> `{mutant.after}`',
+            flush=True,
+        )
 
 
 def summary(results: Dict[str, dict]) -> str:
@@ -354,29 +423,50 @@ def summary(results: Dict[str, dict]) -> str:
         nocov = sum(m['status'] == 'no cov' for m in ms)
         score = f'{100 * killed / len(ms):.0f}%' if ms else '-'
         rows.append(f"| {module} | {r['total']} | {len(ms)} | {killed} | {survived} | {nocov} | {score} |")
-    surv = [f"{m['module']}:{m['line']}  {m['kind']}  `{m['before']}` -> `{m['after']}`  ({m['status']})"
-            for r in results.values() for m in r['mutants'] if m['status'] in ('survived', 'no cov')]
+    surv = [
+        f"{m['module']}:{m['line']}  {m['kind']}  `{m['before']}` -> `{m['after']}`  ({m['status']})"
+        for r in results.values()
+        for m in r['mutants']
+        if m['status'] in ('survived', 'no cov')
+    ]
     return '\n'.join(rows + ['', 'survivors:'] + (surv or ['(none)']))
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split('\n\n')[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument('modules', nargs='+', type=Path, help='module files (e.g. mmvitreg/models/losses/drloc.py)')
     parser.add_argument('--tests', nargs='+', required=True, help='the test files that exercise the modules')
-    parser.add_argument('--max-mutants', type=int, default=50,
-                        help='per module, a deterministic sample of this many (0: all). Defaults to 50')
+    parser.add_argument(
+        '--max-mutants',
+        type=int,
+        default=50,
+        help='per module, a deterministic sample of this many (0: all). Defaults to 50',
+    )
     parser.add_argument('--seed', type=int, default=0, help='seed of the sample. Defaults to 0')
-    parser.add_argument('--timeout', type=float, default=None,
-                        help='seconds per mutant run. Defaults to twice the (traced) baseline + 20 s')
-    parser.add_argument('--pytest-args', default='',
-                        help="more pytest options, e.g. -k 'not trains' to leave out slow tests")
-    parser.add_argument('--preimport', default='torch,mmengine,mmpretrain.models',
-                        help='modules the parent imports once before forking (never mmvitreg)')
+    parser.add_argument(
+        '--timeout',
+        type=float,
+        default=None,
+        help='seconds per mutant run. Defaults to twice the (traced) baseline + 20 s',
+    )
+    parser.add_argument(
+        '--pytest-args', default='', help="more pytest options, e.g. -k 'not trains' to leave out slow tests"
+    )
+    parser.add_argument(
+        '--preimport',
+        default='torch,mmengine,mmpretrain.models',
+        help='modules the parent imports once before forking (never mmvitreg)',
+    )
     parser.add_argument('--list', action='store_true', help='list the (sampled) mutants and exit, running nothing')
-    parser.add_argument('--rerun', type=Path, default=None,
-                        help='the --json of an earlier run with the same sample: run only its survivors (the tests '
-                             'only grew, so its killed mutants stay killed)')
+    parser.add_argument(
+        '--rerun',
+        type=Path,
+        default=None,
+        help='the --json of an earlier run with the same sample: run only its survivors (the tests '
+        'only grew, so its killed mutants stay killed)',
+    )
     parser.add_argument('--json', type=Path, default=None, help='write every mutant and its status here')
     args = parser.parse_args(argv)
     paths = [p.resolve() for p in args.modules]
@@ -401,8 +491,9 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix='mutation-') as tmp:
         logdir = Path(tmp)
         t0 = time.monotonic()
-        base = run_child(args.tests, 3600, logdir / 'baseline.log', pytest_args,
-                         coverage=(paths, logdir / 'coverage.json'))
+        base = run_child(
+            args.tests, 3600, logdir / 'baseline.log', pytest_args, coverage=(paths, logdir / 'coverage.json')
+        )
         base_time = time.monotonic() - t0
         if base != 'passed':
             log = (logdir / 'baseline.log').read_text()
@@ -412,11 +503,17 @@ def main(argv=None):
         for p in paths:
             mutants = sample(p, args.max_mutants, args.seed)
             total = len(enumerate_mutants(p))
-            print(f'{module_name(p)}: {total} mutants, running {len(mutants)}; baseline {base_time:.1f} s, '
-                  f'timeout {limit:.0f} s', flush=True)
+            print(
+                f'{module_name(p)}: {total} mutants, running {len(mutants)}; baseline {base_time:.1f} s, '
+                f'timeout {limit:.0f} s',
+                flush=True,
+            )
             lines = {int(n): set(ids) for n, ids in coverage[str(p)].items()}
-            killed = {(m['index'], m['kind']) for m in earlier.get(module_name(p), {}).get('mutants', [])
-                      if m['status'] in ('killed', 'timeout')}
+            killed = {
+                (m['index'], m['kind'])
+                for m in earlier.get(module_name(p), {}).get('mutants', [])
+                if m['status'] in ('killed', 'timeout')
+            }
             score_module(p, mutants, lines, args.tests, limit, logdir, pytest_args, killed)
             results[module_name(p)] = {'total': total, 'mutants': [asdict(m) for m in mutants]}
             if args.json:

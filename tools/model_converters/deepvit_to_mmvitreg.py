@@ -6,8 +6,10 @@ The result loads into ``ImageClassifier(backbone=dict(type='mmvitreg.DeepViT', a
 head=dict(type='VisionTransformerClsHead', ...))``; official DeepViT models expect inputs
 normalised with mean = std = 0.5.
 """
-from mmvitreg.models.backbones.deepvit import convert_deepvit
+
 from checkpoint_converter import converter_cli
+
+from mmvitreg.models.backbones.deepvit import convert_deepvit
 
 if __name__ == '__main__':
     converter_cli(convert_deepvit, __doc__)

@@ -9,16 +9,22 @@ The official evaluation ensemble (``t_acc``) is ``PatchMixingLoss(ensemble=True,
 ``--ema`` converts the official checkpoint's EMA weights (``model_ema``) instead of the model's (``model``, which
 the official code evaluates). ``load_from`` / ``init_cfg`` / ``tools/test.py`` take the official file directly.
 """
+
 from functools import partial
 
 from checkpoint_converter import converter_cli
+
 from mmvitreg.models.converters import convert_diversepatch
 
 
 def mixing_index_option(parser):
     """``--mixing-index``: where the model's PatchMixingLoss sits; returns the converter for the parsed arguments."""
-    parser.add_argument('--mixing-index', type=int, default=2,
-                        help='position of the PatchMixingLoss in the model\'s aux_losses (default: 2)')
+    parser.add_argument(
+        '--mixing-index',
+        type=int,
+        default=2,
+        help='position of the PatchMixingLoss in the model\'s aux_losses (default: 2)',
+    )
     return lambda args: partial(convert_diversepatch, mixing_index=args.mixing_index)
 
 

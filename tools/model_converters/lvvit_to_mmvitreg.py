@@ -5,8 +5,10 @@ Usage: python tools/model_converters/lvvit_to_mmvitreg.py SRC DST [--ema] [--uns
 Keys: ``backbone.*`` for ``mmvitreg.LVViT``, ``head.layers.head.*`` for the cls-token head and
 ``head.aux_head.*`` for the token-labeling aux head.
 """
-from mmvitreg.models.backbones.lvvit import convert_lvvit
+
 from checkpoint_converter import converter_cli
+
+from mmvitreg.models.backbones.lvvit import convert_lvvit
 
 if __name__ == '__main__':
     converter_cli(convert_lvvit, __doc__)

@@ -6,8 +6,10 @@ Keys: ``backbone.*`` for ``mmvitreg.SwinTransformer`` (mmpretrain's Swin layout,
 reordered for mmcv's ``PatchMerging``) and ``head.fc.*`` for mmpretrain's ``LinearClsHead``. mmpretrain,
 mmseg and mmdet Swin checkpoints need no conversion: they load as they are.
 """
-from mmvitreg.models.backbones.swin_transformer import convert_swin
+
 from checkpoint_converter import converter_cli
+
+from mmvitreg.models.backbones.swin_transformer import convert_swin
 
 if __name__ == '__main__':
     converter_cli(convert_swin, __doc__)

@@ -4,7 +4,13 @@ _base_ = './drloc_224.py'
 
 data_preprocessor = dict(num_classes=10)
 train_dataloader = dict(
-    dataset=dict(_delete_=True, type='CIFAR10', data_root='data/cifar10', split='train', pipeline={{_base_.array_train_pipeline}}))
+    dataset=dict(
+        _delete_=True, type='CIFAR10', data_root='data/cifar10', split='train', pipeline={{_base_.array_train_pipeline}}
+    )
+)
 val_dataloader = dict(
-    dataset=dict(_delete_=True, type='CIFAR10', data_root='data/cifar10', split='test', pipeline={{_base_.array_test_pipeline}}))
+    dataset=dict(
+        _delete_=True, type='CIFAR10', data_root='data/cifar10', split='test', pipeline={{_base_.array_test_pipeline}}
+    )
+)
 test_dataloader = val_dataloader

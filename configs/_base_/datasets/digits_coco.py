@@ -4,10 +4,31 @@
 dataset_type = 'CocoDataset'
 data_root = 'data/digits_coco/'
 metainfo = dict(
-    classes=('digit_0', 'digit_1', 'digit_2', 'digit_3', 'digit_4', 'digit_5', 'digit_6', 'digit_7',
-             'digit_8', 'digit_9'),
-    palette=[(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189),
-             (140, 86, 75), (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207)])
+    classes=(
+        'digit_0',
+        'digit_1',
+        'digit_2',
+        'digit_3',
+        'digit_4',
+        'digit_5',
+        'digit_6',
+        'digit_7',
+        'digit_8',
+        'digit_9',
+    ),
+    palette=[
+        (31, 119, 180),
+        (255, 127, 14),
+        (44, 160, 44),
+        (214, 39, 40),
+        (148, 103, 189),
+        (140, 86, 75),
+        (227, 119, 194),
+        (127, 127, 127),
+        (188, 189, 34),
+        (23, 190, 207),
+    ],
+)
 backend_args = None
 
 train_pipeline = [
@@ -15,16 +36,14 @@ train_pipeline = [
     dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
     dict(type='Resize', scale=(128, 128), keep_ratio=True),
     dict(type='RandomFlip', prob=0.5),
-    dict(type='PackDetInputs')
+    dict(type='PackDetInputs'),
 ]
 test_pipeline = [
     dict(type='LoadImageFromFile', backend_args=backend_args),
     dict(type='Resize', scale=(128, 128), keep_ratio=True),
     # loaded after Resize: the metric compares with the original-size annotations
     dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
-    dict(
-        type='PackDetInputs',
-        meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor'))
+    dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor')),
 ]
 train_dataloader = dict(
     batch_size=4,
@@ -40,7 +59,9 @@ train_dataloader = dict(
         data_prefix=dict(img='train2017/'),
         filter_cfg=dict(filter_empty_gt=True, min_size=32),
         pipeline=train_pipeline,
-        backend_args=backend_args))
+        backend_args=backend_args,
+    ),
+)
 val_dataloader = dict(
     batch_size=1,
     num_workers=2,
@@ -55,7 +76,9 @@ val_dataloader = dict(
         data_prefix=dict(img='val2017/'),
         test_mode=True,
         pipeline=test_pipeline,
-        backend_args=backend_args))
+        backend_args=backend_args,
+    ),
+)
 test_dataloader = val_dataloader
 
 val_evaluator = dict(
@@ -63,5 +86,6 @@ val_evaluator = dict(
     ann_file=data_root + 'annotations/instances_val2017.json',
     metric=['bbox', 'segm'],
     format_only=False,
-    backend_args=backend_args)
+    backend_args=backend_args,
+)
 test_evaluator = val_evaluator

@@ -2,8 +2,20 @@
 # built by `python tools/dataset_converters/digits.py imagenet --out data/`
 dataset_type = 'CustomDataset'
 data_root = 'data/digits_imagenet'
-metainfo = dict(classes=('digit_0', 'digit_1', 'digit_2', 'digit_3', 'digit_4', 'digit_5', 'digit_6',
-                         'digit_7', 'digit_8', 'digit_9'))
+metainfo = dict(
+    classes=(
+        'digit_0',
+        'digit_1',
+        'digit_2',
+        'digit_3',
+        'digit_4',
+        'digit_5',
+        'digit_6',
+        'digit_7',
+        'digit_8',
+        'digit_9',
+    )
+)
 data_preprocessor = dict(
     num_classes=10,
     # RGB mean and std of the training images (grey: dark ink on white)
@@ -16,12 +28,7 @@ data_preprocessor = dict(
 # no horizontal flip: a mirrored digit is not the same digit
 train_pipeline = [
     dict(type='LoadImageFromFile'),
-    dict(
-        type='RandomResizedCrop',
-        scale=32,
-        crop_ratio_range=(0.7, 1.0),
-        backend='pillow',
-        interpolation='bicubic'),
+    dict(type='RandomResizedCrop', scale=32, crop_ratio_range=(0.7, 1.0), backend='pillow', interpolation='bicubic'),
     dict(type='PackInputs'),
 ]
 
@@ -42,7 +49,8 @@ train_dataloader = dict(
         ann_file='meta/train.txt',
         data_prefix='train',
         metainfo=metainfo,
-        pipeline=train_pipeline),
+        pipeline=train_pipeline,
+    ),
     sampler=dict(type='DefaultSampler', shuffle=True),
 )
 
@@ -56,7 +64,8 @@ val_dataloader = dict(
         ann_file='meta/val.txt',
         data_prefix='val',
         metainfo=metainfo,
-        pipeline=test_pipeline),
+        pipeline=test_pipeline,
+    ),
     sampler=dict(type='DefaultSampler', shuffle=False),
 )
 val_evaluator = dict(type='Accuracy', topk=(1, 5))

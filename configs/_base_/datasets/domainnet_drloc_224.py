@@ -7,10 +7,26 @@ _base_ = './drloc_224.py'
 data_root = 'data/domainnet'
 classes = 'configs/_base_/datasets/splits/domainnet_classes.txt'
 data_preprocessor = dict(num_classes=345)
-train_dataloader = dict(dataset=dict(_delete_=True, type='CustomDataset', data_root=data_root, data_prefix='',
-                                     ann_file='clipart_train.txt', metainfo=dict(classes=classes),
-                                     pipeline={{_base_.train_pipeline}}))
-val_dataloader = dict(dataset=dict(_delete_=True, type='CustomDataset', data_root=data_root, data_prefix='',
-                                   ann_file='clipart_test.txt', metainfo=dict(classes=classes),
-                                   pipeline={{_base_.test_pipeline}}))
+train_dataloader = dict(
+    dataset=dict(
+        _delete_=True,
+        type='CustomDataset',
+        data_root=data_root,
+        data_prefix='',
+        ann_file='clipart_train.txt',
+        metainfo=dict(classes=classes),
+        pipeline={{_base_.train_pipeline}},
+    )
+)
+val_dataloader = dict(
+    dataset=dict(
+        _delete_=True,
+        type='CustomDataset',
+        data_root=data_root,
+        data_prefix='',
+        ann_file='clipart_test.txt',
+        metainfo=dict(classes=classes),
+        pipeline={{_base_.test_pipeline}},
+    )
+)
 test_dataloader = val_dataloader

@@ -4,8 +4,18 @@
 _base_ = './drloc_224.py'
 
 data_preprocessor = dict(num_classes=102)
-train_dataloader = dict(dataset=dict(_delete_=True, type='Flowers102', data_root='data/flowers102', split='trainval',
-                                     pipeline={{_base_.train_pipeline}}))
-val_dataloader = dict(dataset=dict(_delete_=True, type='Flowers102', data_root='data/flowers102', split='test',
-                                   pipeline={{_base_.test_pipeline}}))
+train_dataloader = dict(
+    dataset=dict(
+        _delete_=True,
+        type='Flowers102',
+        data_root='data/flowers102',
+        split='trainval',
+        pipeline={{_base_.train_pipeline}},
+    )
+)
+val_dataloader = dict(
+    dataset=dict(
+        _delete_=True, type='Flowers102', data_root='data/flowers102', split='test', pipeline={{_base_.test_pipeline}}
+    )
+)
 test_dataloader = val_dataloader

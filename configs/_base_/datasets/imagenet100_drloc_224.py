@@ -7,8 +7,22 @@
 _base_ = './drloc_224.py'
 
 data_preprocessor = dict(num_classes=100)
-train_dataloader = dict(dataset=dict(_delete_=True, type='CustomDataset', data_root='data/imagenet100',
-                                     data_prefix='train', pipeline={{_base_.train_pipeline}}))
-val_dataloader = dict(dataset=dict(_delete_=True, type='CustomDataset', data_root='data/imagenet100',
-                                   data_prefix='val', pipeline={{_base_.test_pipeline}}))
+train_dataloader = dict(
+    dataset=dict(
+        _delete_=True,
+        type='CustomDataset',
+        data_root='data/imagenet100',
+        data_prefix='train',
+        pipeline={{_base_.train_pipeline}},
+    )
+)
+val_dataloader = dict(
+    dataset=dict(
+        _delete_=True,
+        type='CustomDataset',
+        data_root='data/imagenet100',
+        data_prefix='val',
+        pipeline={{_base_.test_pipeline}},
+    )
+)
 test_dataloader = val_dataloader

@@ -16,11 +16,12 @@ model = dict(
         loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original'),
         # official code: the classifier is trunc_normal(std=.02) like every Linear (the model
         # init_cfg below); None keeps mmpretrain's head default (zeros) from overriding it
-        init_cfg=None),
+        init_cfg=None,
+    ),
     # official `_init_weights`: Linear trunc_normal(std=.02) with zero bias, LayerNorm 1 / 0;
     # convolutions and BatchNorms keep the PyTorch defaults
     init_cfg=[
-        dict(type='TruncNormal', layer='Linear', std=.02),
-        dict(type='Constant', layer='LayerNorm', val=1., bias=0.),
+        dict(type='TruncNormal', layer='Linear', std=0.02),
+        dict(type='Constant', layer='LayerNorm', val=1.0, bias=0.0),
     ],
 )

@@ -5,9 +5,25 @@
 # smoothing 0.1). Official loss form (l1 on raw |Δ|, mean, with replacement), m = 64, λ = 0.1.
 model = dict(
     type='mmvitreg.TokenClassifier',
-    backbone=dict(type='mmvitreg.CvT', arch='13', drop_path_rate=0.),
-    head=dict(type='LinearClsHead', num_classes=1000, in_channels=384,
-              loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original')),
-    aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=384, layers=(-1, ), num_pairs=64, loss_weight=0.1,
-                     grid_pool='avg3x3', target='abs', reduction='mean', replacement=True)],
-    train_cfg=dict(augments=[dict(type='Mixup', alpha=0.8), dict(type='CutMix', alpha=1.0)]))
+    backbone=dict(type='mmvitreg.CvT', arch='13', drop_path_rate=0.0),
+    head=dict(
+        type='LinearClsHead',
+        num_classes=1000,
+        in_channels=384,
+        loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original'),
+    ),
+    aux_losses=[
+        dict(
+            type='mmvitreg.DRLoc',
+            in_channels=384,
+            layers=(-1,),
+            num_pairs=64,
+            loss_weight=0.1,
+            grid_pool='avg3x3',
+            target='abs',
+            reduction='mean',
+            replacement=True,
+        )
+    ],
+    train_cfg=dict(augments=[dict(type='Mixup', alpha=0.8), dict(type='CutMix', alpha=1.0)]),
+)

@@ -7,6 +7,16 @@ _base_ = 'mmpretrain::_base_/models/resnet50.py'
 model = dict(
     type='mmvitreg.TokenClassifier',
     head=dict(loss=dict(_delete_=True, type='LabelSmoothLoss', label_smooth_val=0.1, mode='original')),
-    aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=2048, num_pairs=64, loss_weight=0.5, target='abs',
-                     reduction='mean', replacement=True)],
-    train_cfg=dict(augments=[dict(type='Mixup', alpha=0.8), dict(type='CutMix', alpha=1.0)]))
+    aux_losses=[
+        dict(
+            type='mmvitreg.DRLoc',
+            in_channels=2048,
+            num_pairs=64,
+            loss_weight=0.5,
+            target='abs',
+            reduction='mean',
+            replacement=True,
+        )
+    ],
+    train_cfg=dict(augments=[dict(type='Mixup', alpha=0.8), dict(type='CutMix', alpha=1.0)]),
+)

@@ -8,5 +8,16 @@ _base_ = 'mmpretrain::_base_/models/swin_transformer/tiny_224.py'
 model = dict(
     type='mmvitreg.TokenClassifier',
     backbone=dict(type='mmvitreg.SwinTransformer'),
-    aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=768, layers=(-1, ), num_pairs=64, loss_weight=0.5,
-                     target='abs', reduction='mean', replacement=True)])
+    aux_losses=[
+        dict(
+            type='mmvitreg.DRLoc',
+            in_channels=768,
+            layers=(-1,),
+            num_pairs=64,
+            loss_weight=0.5,
+            target='abs',
+            reduction='mean',
+            replacement=True,
+        )
+    ],
+)

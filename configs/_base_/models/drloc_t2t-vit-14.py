@@ -7,8 +7,19 @@ _base_ = 'mmpretrain::_base_/models/t2t-vit-t-14.py'
 
 model = dict(
     type='mmvitreg.TokenClassifier',
-    backbone=dict(drop_path_rate=0., out_type='raw'),
+    backbone=dict(drop_path_rate=0.0, out_type='raw'),
     neck=dict(_delete_=True, type='mmvitreg.ClsTokenNeck'),
-    aux_losses=[dict(type='mmvitreg.DRLoc', in_channels=384, num_pairs=64, loss_weight=0.1, grid_pool='avg3x3',
-                     target='abs', reduction='mean', replacement=True,
-                     init_cfg=dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.))])
+    aux_losses=[
+        dict(
+            type='mmvitreg.DRLoc',
+            in_channels=384,
+            num_pairs=64,
+            loss_weight=0.1,
+            grid_pool='avg3x3',
+            target='abs',
+            reduction='mean',
+            replacement=True,
+            init_cfg=dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.0),
+        )
+    ],
+)

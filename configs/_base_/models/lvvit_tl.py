@@ -14,7 +14,8 @@ model = dict(
         cls_target='gt',  # paper: the image label; official: 'relabel' (the recipe's), 'relabel_gt' (--ground-truth)
         token_label_smooth_val=0.1,  # official --smoothing 0.1 on the token labels
         aux_pred_weight=0.5,  # official inference: cls logits + 0.5 * max over tokens of the aux logits
-        loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original')),
+        loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original'),
+    ),
     # MixToken (Eq. 8-10): one Beta(1, 1) box on the 14x14 token grid per batch, flip partner
     # (official); the data preprocessor draws it, the backbone mixes the patch tokens
     train_cfg=dict(mix=dict(type='mmvitreg.MixToken', alpha=1.0, patch_size=16, partner='flip')),

@@ -13,8 +13,17 @@ total_epochs = 300  # official --total_epochs: the LR and λ schedules' length
 warmup_epochs = 20  # official TRAIN.WARMUP_EPOCHS and the λ warm-up
 max_epochs = 101  # official main.py: for epoch in range(START_EPOCH, 101)
 optim_wrapper = dict(clip_grad=dict(max_norm=5.0))
-param_scheduler = [dict(type='mmvitreg.TimmCosineLR', T_max=total_epochs, warmup=warmup_epochs,
-                        warmup_lr_init=1e-6, eta_min=1e-5, by_epoch=True, convert_to_iter_based=True)]
+param_scheduler = [
+    dict(
+        type='mmvitreg.TimmCosineLR',
+        T_max=total_epochs,
+        warmup=warmup_epochs,
+        warmup_lr_init=1e-6,
+        eta_min=1e-5,
+        by_epoch=True,
+        convert_to_iter_based=True,
+    )
+]
 train_cfg = dict(by_epoch=True, max_epochs=max_epochs, val_interval=1)
 custom_hooks = [dict(type='mmvitreg.DRLocWeightScheduleHook', warmup_epochs=warmup_epochs, total_epochs=total_epochs)]
 default_hooks = dict(checkpoint=dict(type='CheckpointHook', interval=5, max_keep_ckpts=2, save_best='auto'))

@@ -1,4 +1,5 @@
 """Re-estimate BatchNorm statistics before validation, as DeepViT's official training does."""
+
 import copy
 from itertools import islice
 from typing import Iterable, List, Optional, Union
@@ -8,6 +9,7 @@ from mmengine.hooks import Hook
 from torch import nn
 
 from mmvitreg.registry import HOOKS
+
 from .unwrap import unwrap_model
 
 
@@ -35,8 +37,13 @@ class BNRecalibrationHook(Hook):
 
     priority = 'NORMAL'
 
-    def __init__(self, num_batches: int = 50, dataloader: Optional[Union[dict, Iterable]] = None,
-                 batch_size: Optional[int] = None, restore_momentum: bool = False):
+    def __init__(
+        self,
+        num_batches: int = 50,
+        dataloader: Optional[Union[dict, Iterable]] = None,
+        batch_size: Optional[int] = None,
+        restore_momentum: bool = False,
+    ):
         if not isinstance(num_batches, int) or num_batches < 1:
             raise ValueError(f'num_batches must be a positive int, got {num_batches!r}')
         self.num_batches, self.dataloader, self.batch_size = num_batches, dataloader, batch_size
@@ -66,8 +73,10 @@ class BNRecalibrationHook(Hook):
             for seen, data in enumerate(islice(batches, self.num_batches), 1):
                 model._run_forward(model.data_preprocessor(data, False), mode='tensor')
         if not seen:
-            raise RuntimeError('BNRecalibrationHook read no batch from its calibration data (an empty data set, '
-                               'or drop_last with fewer images than batch_size): set batch_size or dataloader')
+            raise RuntimeError(
+                'BNRecalibrationHook read no batch from its calibration data (an empty data set, '
+                'or drop_last with fewer images than batch_size): set batch_size or dataloader'
+            )
         for m, momentum in zip(norms, momenta):
             m.eval()
             if self.restore_momentum:
@@ -79,8 +88,10 @@ def calibration_dataloader_cfg(cfg, batch_size: Optional[int] = None) -> dict:
     """The default calibration dataloader of :class:`BNRecalibrationHook`: the training dataloader config with the
     validation pipeline (official ``no_aug`` calibration loader)."""
     if 'train_dataloader' not in cfg or 'val_dataloader' not in cfg:
-        raise ValueError('BNRecalibrationHook reads the training set with the validation pipeline: the config '
-                         'needs train_dataloader and val_dataloader (or pass dataloader=...)')
+        raise ValueError(
+            'BNRecalibrationHook reads the training set with the validation pipeline: the config '
+            'needs train_dataloader and val_dataloader (or pass dataloader=...)'
+        )
     loader = copy.deepcopy(cfg['train_dataloader'])
     loader = loader.to_dict() if hasattr(loader, 'to_dict') else dict(loader)
     loader['dataset']['pipeline'] = copy.deepcopy(cfg['val_dataloader']['dataset']['pipeline'])

@@ -1,10 +1,12 @@
 """The official DRLoc λ schedule: a linear warm-up, then a linear decay, set per epoch."""
+
 from typing import Dict
 
 from mmengine.hooks import Hook
 from mmengine.runner import EpochBasedTrainLoop
 
 from mmvitreg.registry import HOOKS
+
 from .unwrap import unwrap_model
 
 
@@ -44,14 +46,19 @@ class DRLocWeightScheduleHook(Hook):
 
     def before_train(self, runner) -> None:
         from mmvitreg.models.losses import DRLoc
+
         model = unwrap_model(runner.model)
         if not isinstance(runner.train_loop, EpochBasedTrainLoop):
-            raise TypeError('DRLocWeightScheduleHook sets λ per epoch: use an epoch-based train loop '
-                            "(train_cfg=dict(by_epoch=True, ...))")
+            raise TypeError(
+                'DRLocWeightScheduleHook sets λ per epoch: use an epoch-based train loop '
+                "(train_cfg=dict(by_epoch=True, ...))"
+            )
         self._base = {m: m.loss_weight for m in model.modules() if isinstance(m, DRLoc)}
         if not self._base:
-            runner.logger.warning('DRLocWeightScheduleHook: the model has no mmvitreg.DRLoc (a baseline run, e.g. '
-                                  'model.aux_losses=[]): no λ to schedule')
+            runner.logger.warning(
+                'DRLocWeightScheduleHook: the model has no mmvitreg.DRLoc (a baseline run, e.g. '
+                'model.aux_losses=[]): no λ to schedule'
+            )
 
     def before_train_epoch(self, runner) -> None:
         for loss, weight in self._base.items():

@@ -1,10 +1,12 @@
 """Change the stochastic-depth rate of a backbone during training (DiversePatch's segmentation recipe)."""
+
 from typing import List, Sequence, Tuple
 
 from mmengine.hooks import Hook
 from torch import nn
 
 from mmvitreg.registry import HOOKS
+
 from .unwrap import unwrap_model
 
 
@@ -36,12 +38,14 @@ class DropPathScheduleHook(Hook):
 
     priority = 'NORMAL'
 
-    def __init__(self, schedule: Sequence[Tuple[float, float]] = ((0., 0.3), (0.8, 0.5)), module: str = 'backbone'):
+    def __init__(self, schedule: Sequence[Tuple[float, float]] = ((0.0, 0.3), (0.8, 0.5)), module: str = 'backbone'):
         schedule = [(float(f), float(r)) for f, r in schedule]
         fractions = [f for f, _ in schedule]
         if not schedule or fractions[0] != 0 or fractions != sorted(set(fractions)) or fractions[-1] >= 1:
-            raise ValueError('schedule must list (start fraction, rate) pairs with strictly increasing fractions in '
-                             f'[0, 1), the first at 0; got {schedule}')
+            raise ValueError(
+                'schedule must list (start fraction, rate) pairs with strictly increasing fractions in '
+                f'[0, 1), the first at 0; got {schedule}'
+            )
         if any(not 0 <= r < 1 for _, r in schedule):
             raise ValueError(f'drop-path rates must be in [0, 1), got {schedule}')
         self.schedule, self.module = schedule, module
@@ -55,11 +59,13 @@ class DropPathScheduleHook(Hook):
         model = unwrap_model(runner.model)
         root = model.get_submodule(self.module) if self.module else model
         modules = drop_path_modules(root)
-        top = max((m.drop_prob for m in modules), default=0.)
+        top = max((m.drop_prob for m in modules), default=0.0)
         if top <= 0:
-            raise ValueError(f'DropPathScheduleHook found no DropPath module with a positive rate in '
-                             f'{type(root).__name__} (model.{self.module or "<root>"}): build the backbone with '
-                             f'drop_path_rate > 0, e.g. the schedule\'s first rate {self.schedule[0][1]}')
+            raise ValueError(
+                f'DropPathScheduleHook found no DropPath module with a positive rate in '
+                f'{type(root).__name__} (model.{self.module or "<root>"}): build the backbone with '
+                f'drop_path_rate > 0, e.g. the schedule\'s first rate {self.schedule[0][1]}'
+            )
         self.shares = [(m, m.drop_prob / top) for m in modules]
         self.rate = None
 

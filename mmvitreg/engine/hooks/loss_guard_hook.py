@@ -1,4 +1,5 @@
 """Stop training at the first non-finite loss, naming the iteration and the loss term."""
+
 import math
 
 import torch
@@ -6,6 +7,7 @@ from mmengine.dist import all_reduce, get_world_size
 from mmengine.hooks import Hook
 
 from mmvitreg.registry import HOOKS
+
 from .drop_path_schedule_hook import drop_path_modules
 from .unwrap import unwrap_model
 
@@ -53,13 +55,16 @@ class LossGuardHook(Hook):
             flag = torch.tensor([float(bool(bad))])
             all_reduce(flag, op='max')
             if flag.item() and not bad:
-                raise NonFiniteLossError(f'iteration {runner.iter + 1} (epoch {runner.epoch + 1}): another '
-                                         'rank reported a non-finite loss; the run stops')
+                raise NonFiniteLossError(
+                    f'iteration {runner.iter + 1} (epoch {runner.epoch + 1}): another '
+                    'rank reported a non-finite loss; the run stops'
+                )
         if bad:
             terms = ', '.join(f'{name} = {value}' for name, value in bad.items())
             raise NonFiniteLossError(
                 f'non-finite loss at iteration {runner.iter + 1} (epoch {runner.epoch + 1}): {terms}; the run stops '
-                f'before this step is logged or checkpointed; {self.last_finite(runner)} ({self.hint(runner.model)})')
+                f'before this step is logged or checkpointed; {self.last_finite(runner)} ({self.hint(runner.model)})'
+            )
 
     @staticmethod
     def last_finite(runner) -> str:
@@ -75,8 +80,10 @@ class LossGuardHook(Hook):
     def hint(model) -> str:
         """What to try, drop path first when the model's largest ``DropPath`` rate is large."""
         hint = 'lower the learning rate, check the data of this batch, or clip gradients: optim_wrapper.clip_grad'
-        rate = max((m.drop_prob for m in drop_path_modules(unwrap_model(model))), default=0.)
+        rate = max((m.drop_prob for m in drop_path_modules(unwrap_model(model))), default=0.0)
         if rate >= LARGE_DROP_PATH_RATE:
-            hint = (f'the model drops residual branches with rates up to {rate:g} and scales the kept ones by '
-                    f'1 / (1 - rate): lower the backbone\'s drop_path_rate (ViTs train with 0.1-0.5); or {hint}')
+            hint = (
+                f'the model drops residual branches with rates up to {rate:g} and scales the kept ones by '
+                f'1 / (1 - rate): lower the backbone\'s drop_path_rate (ViTs train with 0.1-0.5); or {hint}'
+            )
         return hint

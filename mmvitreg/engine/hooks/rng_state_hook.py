@@ -1,4 +1,5 @@
 """Save and restore the random number generators with the checkpoint, so a resumed run is exact."""
+
 import random
 from functools import partial
 from typing import Optional
@@ -110,24 +111,32 @@ class RNGStateHook(Hook):
         if not runner._resume:
             return  # load_from (fine-tuning) starts its own random stream
         if ranks is None:
-            runner.logger.warning('the checkpoint holds no random-generator state (saved without RNGStateHook): the '
-                                  'resumed run draws different random numbers than an uninterrupted run would')
+            runner.logger.warning(
+                'the checkpoint holds no random-generator state (saved without RNGStateHook): the '
+                'resumed run draws different random numbers than an uninterrupted run would'
+            )
             return
         if len(ranks) != get_world_size():
-            runner.logger.warning(f'the checkpoint holds the random-generator states of {len(ranks)} process(es) but '
-                                  f'this run has {get_world_size()}: each rank restores the state of rank (its rank '
-                                  f'mod {len(ranks)})')
+            runner.logger.warning(
+                f'the checkpoint holds the random-generator states of {len(ranks)} process(es) but '
+                f'this run has {get_world_size()}: each rank restores the state of rank (its rank '
+                f'mod {len(ranks)})'
+            )
         self._pending = ranks[get_rank() % len(ranks)]
         self._sampler_seed = checkpoint['rng_state'].get('sampler_seed')
         seeds = (checkpoint.get('meta') or {}).get('seed'), runner.cfg.get('randomness', {}).get('seed')
         if self._sampler_seed is None and seeds[0] != seeds[1]:
-            runner.logger.warning("the checkpoint does not record its sampler's seed (saved by an older mmvitreg): "
-                                  "the data order follows this run's randomness.seed, not the checkpoint's")
+            runner.logger.warning(
+                "the checkpoint does not record its sampler's seed (saved by an older mmvitreg): "
+                "the data order follows this run's randomness.seed, not the checkpoint's"
+            )
         loader = runner.cfg.get('train_dataloader') or {}
         if loader.get('num_workers', 0) > 0 and loader.get('persistent_workers', False):
-            runner.logger.warning('resuming with persistent data-loader workers: their random generators are not part '
-                                  'of the checkpoint, so random augmentations differ from an uninterrupted run '
-                                  '(persistent_workers=False makes them reproducible)')
+            runner.logger.warning(
+                'resuming with persistent data-loader workers: their random generators are not part '
+                'of the checkpoint, so random augmentations differ from an uninterrupted run '
+                '(persistent_workers=False makes them reproducible)'
+            )
 
     def before_train(self, runner) -> None:
         # after Runner.resume, which may re-seed every generator

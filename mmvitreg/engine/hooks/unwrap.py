@@ -1,4 +1,5 @@
 """The model a hook acts on, found through the wrappers mmengine puts around it."""
+
 from mmengine.model import BaseTTAModel, is_model_wrapper
 from torch import nn
 

@@ -1,4 +1,5 @@
 """mmpretrain's ``arch`` rule for the backbones built through its constructors, with errors that name the fix."""
+
 from typing import Collection, Mapping, Union
 
 
@@ -8,8 +9,9 @@ class BackboneValueError(ValueError, AssertionError):
     """
 
 
-def check_arch(arch: Union[str, dict], arch_zoo: Mapping[str, dict], essential: Collection[str],
-               optional: Collection[str] = ()) -> dict:
+def check_arch(
+    arch: Union[str, dict], arch_zoo: Mapping[str, dict], essential: Collection[str], optional: Collection[str] = ()
+) -> dict:
     """The settings of ``arch``: a key of ``arch_zoo`` (any case) or a dict with every ``essential`` key and
     any of ``optional``.
 
@@ -18,20 +20,25 @@ def check_arch(arch: Union[str, dict], arch_zoo: Mapping[str, dict], essential: 
     """
     if isinstance(arch, str):
         if arch.lower() not in arch_zoo:
-            raise BackboneValueError(f'Arch {arch} is not in default archs {sorted(arch_zoo)}: choose one of '
-                                     f'them or give a dict with the keys {sorted(essential)}')
+            raise BackboneValueError(
+                f'Arch {arch} is not in default archs {sorted(arch_zoo)}: choose one of '
+                f'them or give a dict with the keys {sorted(essential)}'
+            )
         return arch_zoo[arch.lower()]
     if not isinstance(arch, Mapping):
-        raise BackboneValueError(f'Custom arch needs a dict with keys {sorted(essential)}, got '
-                                 f'{type(arch).__name__}: give a dict or one of {sorted(arch_zoo)}')
+        raise BackboneValueError(
+            f'Custom arch needs a dict with keys {sorted(essential)}, got '
+            f'{type(arch).__name__}: give a dict or one of {sorted(arch_zoo)}'
+        )
     missing = sorted(set(essential) - set(arch))
     unknown = sorted(set(arch) - set(essential) - set(optional))
     if missing or unknown:
         allowed = f' (and optionally {sorted(optional)})' if optional else ''
         fixes = [f'add the missing keys {missing}'] * bool(missing)
         fixes += [f'remove the unknown keys {unknown}'] * bool(unknown)
-        raise BackboneValueError(f'Custom arch needs a dict with keys {sorted(essential)}{allowed}: '
-                                 + ' and '.join(fixes))
+        raise BackboneValueError(
+            f'Custom arch needs a dict with keys {sorted(essential)}{allowed}: ' + ' and '.join(fixes)
+        )
     return dict(arch)
 
 
@@ -43,5 +50,7 @@ def check_drop_path_rate(rate: float):
         BackboneValueError: ``rate`` outside ``[0, 1)``.
     """
     if not 0 <= rate < 1:
-        raise BackboneValueError(f'drop_path_rate must be in [0, 1) (the share of residual branches dropped at the '
-                                 f'last block), got {rate}: set e.g. 0.1, the DeiT-S recipe\'s')
+        raise BackboneValueError(
+            f'drop_path_rate must be in [0, 1) (the share of residual branches dropped at the '
+            f'last block), got {rate}: set e.g. 0.1, the DeiT-S recipe\'s'
+        )

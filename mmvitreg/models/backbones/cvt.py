@@ -1,4 +1,5 @@
 """CvT: the Convolutional vision Transformer (Wu et al. 2021), with the token trace of its last stage."""
+
 from collections import OrderedDict
 from typing import Optional, Sequence, Tuple, Union
 
@@ -12,6 +13,7 @@ from mmpretrain.models.utils import QuickGELU
 from torch import Tensor, nn
 
 from mmvitreg.registry import MODELS
+
 from ..trace import TokenTrace, TraceSpec
 from .arch import check_arch, check_drop_path_rate
 from .init_cfg import own_pretrained
@@ -95,8 +97,17 @@ class ConvEmbed(BaseModule):
 class CvTStage(BaseModule):
     """One stage: token embedding (kernel, stride, padding), an optional cls token, one block per drop path."""
 
-    def __init__(self, in_channels: int, dims: int, num_heads: int, embed: Tuple[int, int, int], cls_token: bool,
-                 drop_paths: Sequence[float], mlp_ratio: float, kv_stride: int):
+    def __init__(
+        self,
+        in_channels: int,
+        dims: int,
+        num_heads: int,
+        embed: Tuple[int, int, int],
+        cls_token: bool,
+        drop_paths: Sequence[float],
+        mlp_ratio: float,
+        kv_stride: int,
+    ):
         super().__init__()
         self.patch_embed = ConvEmbed(in_channels, dims, *embed)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dims)) if cls_token else None
@@ -149,11 +160,20 @@ class CvT(BaseBackbone):
     }
     OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap')
 
-    def __init__(self, arch: Union[str, dict] = '13', in_channels: int = 3, embed_kernels: Sequence[int] = (7, 3, 3),
-                 embed_strides: Sequence[int] = (4, 2, 2), embed_paddings: Sequence[int] = (2, 1, 1),
-                 kv_stride: int = 2, mlp_ratio: float = 4., drop_path_rate: float = 0.1, out_type: str = 'cls_token',
-                 frozen_stages: int = -1,
-                 init_cfg: Optional[dict] = dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.)):
+    def __init__(
+        self,
+        arch: Union[str, dict] = '13',
+        in_channels: int = 3,
+        embed_kernels: Sequence[int] = (7, 3, 3),
+        embed_strides: Sequence[int] = (4, 2, 2),
+        embed_paddings: Sequence[int] = (2, 1, 1),
+        kv_stride: int = 2,
+        mlp_ratio: float = 4.0,
+        drop_path_rate: float = 0.1,
+        out_type: str = 'cls_token',
+        frozen_stages: int = -1,
+        init_cfg: Optional[dict] = dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.0),
+    ):
         super().__init__(init_cfg=init_cfg)
         arch = check_arch(arch, self.arch_zoo, ('embed_dims', 'depths', 'num_heads'))
         if out_type not in self.OUT_TYPES:
@@ -162,33 +182,42 @@ class CvT(BaseBackbone):
         dims, depths, heads = arch['embed_dims'], arch['depths'], arch['num_heads']
         embeds = list(zip(embed_kernels, embed_strides, embed_paddings))
         if len({len(v) for v in (dims, depths, heads, embed_kernels, embed_strides, embed_paddings)}) > 1:
-            raise ValueError('CvT embed_dims, depths, num_heads and embed_kernels / strides / paddings need one entry '
-                             'per stage: give each as many entries as the arch has stages')
+            raise ValueError(
+                'CvT embed_dims, depths, num_heads and embed_kernels / strides / paddings need one entry '
+                'per stage: give each as many entries as the arch has stages'
+            )
         self.out_type, self.frozen_stages = out_type, frozen_stages
         self.embed_dims = dims[-1]
         self.stages = ModuleList()
         for i, (d, depth, h, embed) in enumerate(zip(dims, depths, heads, embeds)):
             last = i == len(dims) - 1  # only the last stage has a cls token and stochastic depth
-            dpr = torch.linspace(0, drop_path_rate, depth).tolist() if last else [0.] * depth
+            dpr = torch.linspace(0, drop_path_rate, depth).tolist() if last else [0.0] * depth
             self.stages.append(
-                CvTStage(dims[i - 1] if i else in_channels, d, h, embed, last, dpr, mlp_ratio, kv_stride))
+                CvTStage(dims[i - 1] if i else in_channels, d, h, embed, last, dpr, mlp_ratio, kv_stride)
+            )
         self.norm = nn.LayerNorm(self.embed_dims)
         # what a trace gets: the tokens of the last stage's blocks (earlier stages have no cls token)
         num_blocks = sum(depths)
         self.trace_spec = TraceSpec(
-            num_blocks=num_blocks, channels=tuple(d for d, n in zip(dims, depths) for _ in range(n)),
-            tappable=tuple(range(num_blocks - depths[-1], num_blocks)), num_extra_tokens=1, facts={'cls_token'},
-            out_types=self.OUT_TYPES, out_type=out_type, out_channels=(self.embed_dims, ))
+            num_blocks=num_blocks,
+            channels=tuple(d for d, n in zip(dims, depths) for _ in range(n)),
+            tappable=tuple(range(num_blocks - depths[-1], num_blocks)),
+            num_extra_tokens=1,
+            facts={'cls_token'},
+            out_types=self.OUT_TYPES,
+            out_type=out_type,
+            out_channels=(self.embed_dims,),
+        )
         self._freeze_stages()
 
     def init_weights(self):
         self.init_cfg = own_pretrained(self.init_cfg)
         super().init_weights()
         if not (isinstance(self.init_cfg, dict) and self.init_cfg.get('type') == 'Pretrained'):
-            trunc_normal_(self.stages[-1].cls_token, std=.02)
+            trunc_normal_(self.stages[-1].cls_token, std=0.02)
 
     def _freeze_stages(self):
-        for stage in list(self.stages)[:self.frozen_stages + 1]:
+        for stage in list(self.stages)[: self.frozen_stages + 1]:
             stage.eval()
             for p in stage.parameters():
                 p.requires_grad = False
@@ -213,8 +242,8 @@ class CvT(BaseBackbone):
                 else:
                     x = trace.block(index, lambda x, need_attn, ride: block(x, hw, stage.num_extra_tokens), x, hw)
                 index += 1
-            cls, tokens = x[:, :stage.num_extra_tokens], x[:, stage.num_extra_tokens:]
+            cls, tokens = x[:, : stage.num_extra_tokens], x[:, stage.num_extra_tokens :]
             x = tokens.transpose(1, 2).reshape(x.shape[0], -1, *hw)
         if self.out_type == 'featmap':
-            return (x, )
-        return (self.norm(tokens).mean(1) if self.out_type == 'avg_featmap' else self.norm(cls[:, 0]), )
+            return (x,)
+        return (self.norm(tokens).mean(1) if self.out_type == 'avg_featmap' else self.norm(cls[:, 0]),)

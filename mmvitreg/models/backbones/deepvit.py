@@ -1,7 +1,9 @@
 """DeepViT presets (re-attention) and the converter of the official checkpoints."""
+
 from typing import Union
 
 from mmvitreg.registry import MODELS
+
 from ..converters import TIMM_VIT_KEYS, OfficialLayout, convert_timm_vit, converter_tool, register_layout
 from .vision_transformer import VisionTransformer
 
@@ -17,7 +19,8 @@ def deepvit_arch(embed_dims: int, num_layers: int, num_reattn: int, **options) -
         num_heads=12,
         feedforward_channels=embed_dims * 3,
         attn_types=['msa'] * (num_layers - num_reattn) + ['reattn'] * num_reattn,
-        **options)
+        **options,
+    )
 
 
 @MODELS.register_module()
@@ -40,8 +43,9 @@ class DeepViT(VisionTransformer):
     arch_zoo = {
         **{f'{n}b': deepvit_arch(384, n, n) for n in (16, 24, 32)},
         **{f'vit-{n}b': deepvit_arch(384, n, 0) for n in (16, 24, 32)},
-        's': deepvit_arch(396, 16, 5, stem=DEEPVIT_STEM, attn_cfgs=dict(reattn=dict(transform_scale=True)),
-                          scale_adjustment=0.5),
+        's': deepvit_arch(
+            396, 16, 5, stem=DEEPVIT_STEM, attn_cfgs=dict(reattn=dict(transform_scale=True)), scale_adjustment=0.5
+        ),
         'l': deepvit_arch(420, 32, 12, stem=DEEPVIT_STEM, scale_adjustment=0.5),
         'l-408': deepvit_arch(408, 32, 12, stem=DEEPVIT_STEM, scale_adjustment=0.5),
     }
@@ -54,7 +58,12 @@ class DeepViT(VisionTransformer):
 #: (``reatten_matrix`` / ``var_norm`` keep their names, ``head`` becomes ``head.layers.head``)
 convert_deepvit = convert_timm_vit
 
-register_layout(OfficialLayout(
-    'official DeepViT (zhoudaquan/dvit_repo)', convert_deepvit, converter_tool('deepvit'),
-    "mmvitreg.DeepViT with attn_types 'reattn' where the file has reatten_matrix",
-    TIMM_VIT_KEYS | {r'\.attn\.reatten_matrix\.weight$'}))
+register_layout(
+    OfficialLayout(
+        'official DeepViT (zhoudaquan/dvit_repo)',
+        convert_deepvit,
+        converter_tool('deepvit'),
+        "mmvitreg.DeepViT with attn_types 'reattn' where the file has reatten_matrix",
+        TIMM_VIT_KEYS | {r'\.attn\.reatten_matrix\.weight$'},
+    )
+)

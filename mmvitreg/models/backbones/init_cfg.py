@@ -1,5 +1,6 @@
 """mmvitreg's backbones load their own ``init_cfg=dict(type='Pretrained')`` through ``mmvitreg.Pretrained``, and
 name the output norms their configuration leaves out, whose keys a classifier's checkpoint still holds."""
+
 from typing import Iterable, List, Optional, Tuple, Union
 
 from torch import nn

@@ -1,9 +1,11 @@
 """LV-ViT presets and the converter of the official checkpoints."""
+
 from typing import Dict, Union
 
 from torch import Tensor
 
 from mmvitreg.registry import MODELS
+
 from ..converters import TIMM_VIT_KEYS, OfficialLayout, convert_timm_vit, converter_tool, register_layout
 from .vision_transformer import VisionTransformer
 
@@ -16,7 +18,8 @@ def lvvit_arch(embed_dims: int, num_layers: int, num_heads: int, skip_lam: float
         num_heads=num_heads,
         feedforward_channels=embed_dims * 3,
         stem=dict(channels=stem_channels, num_convs=3),
-        skip_lam=skip_lam)
+        skip_lam=skip_lam,
+    )
 
 
 @MODELS.register_module()
@@ -31,14 +34,15 @@ class LVViT(VisionTransformer):
     """
 
     arch_zoo = {
-        't': lvvit_arch(240, 12, 4, 1.),
-        's': lvvit_arch(384, 16, 6, 2.),
-        'm': lvvit_arch(512, 20, 8, 2.),
-        'l': lvvit_arch(768, 24, 12, 3., stem_channels=128),
+        't': lvvit_arch(240, 12, 4, 1.0),
+        's': lvvit_arch(384, 16, 6, 2.0),
+        'm': lvvit_arch(512, 20, 8, 2.0),
+        'l': lvvit_arch(768, 24, 12, 3.0, stem_channels=128),
     }
 
-    def __init__(self, arch: Union[str, dict] = 's', qkv_bias: bool = False, norm_cfg: dict = dict(type='LN', eps=1e-5),
-                 **kwargs):
+    def __init__(
+        self, arch: Union[str, dict] = 's', qkv_bias: bool = False, norm_cfg: dict = dict(type='LN', eps=1e-5), **kwargs
+    ):
         super().__init__(arch=arch, qkv_bias=qkv_bias, norm_cfg=norm_cfg, **kwargs)
 
 
@@ -48,6 +52,12 @@ def convert_lvvit(state_dict: Dict[str, Tensor]) -> Dict[str, Tensor]:
     return convert_timm_vit(state_dict, head_renames={'head.': 'head.layers.head.', 'aux_head.': 'head.aux_head.'})
 
 
-register_layout(OfficialLayout(
-    'official LV-ViT (zihangJiang/TokenLabeling)', convert_lvvit, converter_tool('lvvit'),
-    'mmvitreg.LVViT with mmvitreg.TokenLabelHead', TIMM_VIT_KEYS | {r'^aux_head\.weight$'}))
+register_layout(
+    OfficialLayout(
+        'official LV-ViT (zihangJiang/TokenLabeling)',
+        convert_lvvit,
+        converter_tool('lvvit'),
+        'mmvitreg.LVViT with mmvitreg.TokenLabelHead',
+        TIMM_VIT_KEYS | {r'^aux_head\.weight$'},
+    )
+)

@@ -1,4 +1,5 @@
 """Swin Transformer that carries the token trace."""
+
 from collections import OrderedDict
 from typing import Mapping, Optional, Sequence, Tuple
 
@@ -9,6 +10,7 @@ from mmpretrain.models.utils import ShiftWindowMSA, WindowMSA, resize_pos_embed
 from torch import Tensor
 
 from mmvitreg.registry import MODELS
+
 from ..converters import OfficialLayout, converter_tool, register_layout, rename_keys
 from ..layers import Ride, WindowAttention, WindowLayout
 from ..layers.drop_path import FFN, drop_path
@@ -32,8 +34,10 @@ class ShiftWindowAttention(ShiftWindowMSA):
         """The windows on ``hw_shape``, with mmpretrain's rules for maps as small as a window."""
         window, shift = self.window_size, self.shift_size
         if min(hw_shape) < window and not self.pad_small_map:
-            raise BackboneValueError(f'The input shape {tuple(hw_shape)} is smaller than the window size ({window}): '
-                                     'set pad_small_map=True (downstream use) or a smaller window_size')
+            raise BackboneValueError(
+                f'The input shape {tuple(hw_shape)} is smaller than the window size ({window}): '
+                'set pad_small_map=True (downstream use) or a smaller window_size'
+            )
         if min(hw_shape) == window and not self.pad_small_map:
             shift = 0  # the official classification behaviour: no shift when one window covers the map
         return WindowLayout(tuple(hw_shape), window, shift)
@@ -41,8 +45,10 @@ class ShiftWindowAttention(ShiftWindowMSA):
     def forward(self, query: Tensor, hw_shape, need_attn: bool = False, ride: Optional[Ride] = None):
         if not isinstance(self.w_msa, WindowAttention):
             if need_attn or ride is not None:
-                raise BackboneValueError(f'a trace taps WindowAttention, not {type(self.w_msa).__name__}: drop '
-                                         'attn_cfgs.window_msa from stage_cfgs or tap no block')
+                raise BackboneValueError(
+                    f'a trace taps WindowAttention, not {type(self.w_msa).__name__}: drop '
+                    'attn_cfgs.window_msa from stage_cfgs or tap no block'
+                )
             return super().forward(query, hw_shape)
         layout = self.layout(hw_shape)
         h = self.w_msa(layout.partition(query), mask=layout.attn_mask(query.device), need_attn=need_attn, ride=ride)
@@ -71,8 +77,9 @@ class SwinStage(SwinBlockSequence):
     """mmpretrain's ``SwinBlockSequence`` whose forward also runs its blocks through a trace (numbered from
     ``first_block``) and tells it of the patch merging (:meth:`merge`)."""
 
-    def forward(self, x: Tensor, in_shape, do_downsample: bool = True, trace: Optional[TokenTrace] = None,
-                first_block: int = 0):
+    def forward(
+        self, x: Tensor, in_shape, do_downsample: bool = True, trace: Optional[TokenTrace] = None, first_block: int = 0
+    ):
         for i, block in enumerate(self.blocks):
             if trace is None:
                 x = block(x, in_shape)
@@ -121,8 +128,11 @@ class SwinTransformer(MMPretrainSwinTransformer):
 
     def __init__(self, arch='tiny', stage_cfgs=dict(), **kwargs):
         check_drop_path_rate(kwargs.get('drop_path_rate', 0.1))  # mmpretrain's default
-        super().__init__(arch=check_arch(arch, self.arch_zoo, ('embed_dims', 'depths', 'num_heads')),
-                         stage_cfgs=self._with_window_attention(stage_cfgs), **kwargs)
+        super().__init__(
+            arch=check_arch(arch, self.arch_zoo, ('embed_dims', 'depths', 'num_heads')),
+            stage_cfgs=self._with_window_attention(stage_cfgs),
+            **kwargs,
+        )
         for stage in self.stages:  # built by mmpretrain's constructor, run by mmvitreg's forward (no new keys)
             stage.__class__ = SwinStage
             for block in stage.blocks:
@@ -131,15 +141,20 @@ class SwinTransformer(MMPretrainSwinTransformer):
         self.trace_spec = TraceSpec(
             num_blocks=sum(len(stage.blocks) for stage in self.stages),
             channels=tuple(stage.embed_dims for stage in self.stages for _ in stage.blocks),
-            services={'mix', 'attn', 'stream'}, points={'final', 'stages'}, out_types=('featmap', ),
-            out_type='featmap', stage_channels=tuple(stage.out_channels for stage in self.stages),
+            services={'mix', 'attn', 'stream'},
+            points={'final', 'stages'},
+            out_types=('featmap',),
+            out_type='featmap',
+            stage_channels=tuple(stage.out_channels for stage in self.stages),
             out_channels=tuple(self.num_features[i] for i in range(len(self.stages)) if i in self.out_indices),
-            patch_stride=self.patch_embed.projection.stride[0])
+            patch_stride=self.patch_embed.projection.stride[0],
+        )
 
     @staticmethod
     def _with_window_attention(stage_cfgs):
         """``stage_cfgs`` (one dict or one per stage, each with one ``block_cfgs`` or one per block) with
         ``WindowAttention`` for mmpretrain's default ``WindowMSA``; a user's other ``window_msa`` stays."""
+
         def block(cfg):
             attn_cfgs = dict(cfg.get('attn_cfgs', {}))
             if attn_cfgs.get('window_msa', WindowMSA) is WindowMSA:
@@ -172,8 +187,9 @@ class SwinTransformer(MMPretrainSwinTransformer):
         if trace is not None:
             x = trace.start(self.trace_spec, x, hw, type(self).__name__)
         if self.use_abs_pos_embed:
-            x = x + resize_pos_embed(self.absolute_pos_embed, self.patch_resolution, hw, self.interpolate_mode,
-                                     self.num_extra_tokens)
+            x = x + resize_pos_embed(
+                self.absolute_pos_embed, self.patch_resolution, hw, self.interpolate_mode, self.num_extra_tokens
+            )
         x = self.drop_after_pos(x)
 
         outs, first_block = [], 0
@@ -196,7 +212,7 @@ class SwinTransformer(MMPretrainSwinTransformer):
         ``attn_mask`` buffers), which mmpretrain applies to its own class only."""
         version = local_metadata.get('version', None)
         for key in [k for k in state_dict if k.startswith(prefix)]:
-            name = key[len(prefix):]
+            name = key[len(prefix) :]
             if (version is None or version < 2) and name.startswith('norm.'):
                 state_dict[f'{prefix}norm{len(self.stages) - 1}.{name[5:]}'] = state_dict.pop(key)
             elif (version is None or version < 3) and 'attn_mask' in name:
@@ -239,7 +255,12 @@ def convert_swin(state_dict: Mapping[str, Tensor]) -> 'OrderedDict[str, Tensor]'
     return out
 
 
-register_layout(OfficialLayout(
-    'official Swin Transformer (microsoft/Swin-Transformer)', convert_swin, converter_tool('swin'),
-    "mmvitreg.SwinTransformer with mmpretrain's LinearClsHead",
-    frozenset({r'^patch_embed\.proj\.weight$', r'^layers\.\d+\.blocks\.\d+\.attn\.relative_position_'})))
+register_layout(
+    OfficialLayout(
+        'official Swin Transformer (microsoft/Swin-Transformer)',
+        convert_swin,
+        converter_tool('swin'),
+        "mmvitreg.SwinTransformer with mmpretrain's LinearClsHead",
+        frozenset({r'^patch_embed\.proj\.weight$', r'^layers\.\d+\.blocks\.\d+\.attn\.relative_position_'}),
+    )
+)

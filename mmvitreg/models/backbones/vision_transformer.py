@@ -1,4 +1,5 @@
 """The mmvitreg Vision Transformer: one ViT-family backbone that carries the token trace."""
+
 from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -12,6 +13,7 @@ from mmpretrain.models.utils import resize_pos_embed, to_2tuple
 from torch import Tensor
 
 from mmvitreg.registry import MODELS
+
 from ..layers import ConvStem, TransformerBlock
 from ..trace import TokenTrace, TraceSpec, resolve_indices
 from .arch import BackboneValueError, check_arch, check_drop_path_rate
@@ -19,11 +21,11 @@ from .init_cfg import own_pretrained, unbuilt
 
 ESSENTIAL_ARCH_KEYS = ('embed_dims', 'num_layers', 'num_heads', 'feedforward_channels')
 # Optional architecture keys of an arch dict and their defaults (the plain ViT).
-ARCH_OPTIONS = dict(attn_types='msa', attn_cfgs=None, stem=None, scale_adjustment=1., skip_lam=1.)
+ARCH_OPTIONS = dict(attn_types='msa', attn_cfgs=None, stem=None, scale_adjustment=1.0, skip_lam=1.0)
 # timm / DeiT / DeepViT / LV-ViT initialisation (the official codes' ``_init_weights``).
 TIMM_INIT_CFG = [
-    dict(type='TruncNormal', layer='Linear', std=.02, bias=0.),
-    dict(type='Constant', layer='LayerNorm', val=1., bias=0.),
+    dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.0),
+    dict(type='Constant', layer='LayerNorm', val=1.0, bias=0.0),
 ]
 
 
@@ -36,8 +38,10 @@ class HostEncoderLayer(TransformerEncoderLayer):
 
     def forward(self, x: Tensor, need_attn: bool = False, ride=None) -> Tensor:
         if need_attn or ride is not None:
-            raise BackboneValueError('a trace taps the attention of TransformerBlock, not of a layer built from '
-                                     'layer_cfgs or layer_scale_init_value: tap other blocks or drop those options')
+            raise BackboneValueError(
+                'a trace taps the attention of TransformerBlock, not of a layer built from '
+                'layer_cfgs or layer_scale_init_value: tap other blocks or drop those options'
+            )
         if self.with_cp and x.requires_grad:  # reentrant, as mmseg's ViT
             return cp.checkpoint(super().forward, x, use_reentrant=True)
         return super().forward(x)
@@ -82,28 +86,57 @@ class VisionTransformer(MMPretrainVisionTransformer):
         patch_stride (int): Input pixels per token side.
     """
 
-    def __init__(self, arch: Union[str, dict] = 'base', img_size=224, patch_size: int = 16, in_channels: int = 3,
-                 out_indices: Union[int, Sequence[int]] = -1, drop_rate: float = 0., attn_drop_rate: float = 0.,
-                 drop_path_rate: float = 0., qkv_bias: bool = True, norm_cfg: dict = dict(type='LN', eps=1e-6),
-                 frozen_stages: int = -1, patch_cfg: dict = dict(), with_cp: bool = False,
-                 layer_scale_init_value: float = 0., layer_cfgs=dict(), init_cfg=TIMM_INIT_CFG, **kwargs):
+    def __init__(
+        self,
+        arch: Union[str, dict] = 'base',
+        img_size=224,
+        patch_size: int = 16,
+        in_channels: int = 3,
+        out_indices: Union[int, Sequence[int]] = -1,
+        drop_rate: float = 0.0,
+        attn_drop_rate: float = 0.0,
+        drop_path_rate: float = 0.0,
+        qkv_bias: bool = True,
+        norm_cfg: dict = dict(type='LN', eps=1e-6),
+        frozen_stages: int = -1,
+        patch_cfg: dict = dict(),
+        with_cp: bool = False,
+        layer_scale_init_value: float = 0.0,
+        layer_cfgs=dict(),
+        init_cfg=TIMM_INIT_CFG,
+        **kwargs,
+    ):
         settings = {**ARCH_OPTIONS, **check_arch(arch, self.arch_zoo, ESSENTIAL_ARCH_KEYS, ARCH_OPTIONS)}
         check_drop_path_rate(drop_path_rate)
         num_layers = settings['num_layers']
         out_indices = self._out_indices(out_indices, num_layers)
         # no blocks from mmpretrain: ours are built once below, then frozen (its freezing walks the blocks)
-        super().__init__({**settings, 'num_layers': 0}, img_size, patch_size, in_channels, [], drop_rate=drop_rate,
-                         qkv_bias=qkv_bias, norm_cfg=norm_cfg, patch_cfg=patch_cfg, init_cfg=init_cfg, **kwargs)
+        super().__init__(
+            {**settings, 'num_layers': 0},
+            img_size,
+            patch_size,
+            in_channels,
+            [],
+            drop_rate=drop_rate,
+            qkv_bias=qkv_bias,
+            norm_cfg=norm_cfg,
+            patch_cfg=patch_cfg,
+            init_cfg=init_cfg,
+            **kwargs,
+        )
         self.arch_settings, self.num_layers, self.out_indices = settings, num_layers, out_indices
         self.frozen_stages = frozen_stages
         if settings['stem'] is None:
             self.patch_stride = to_2tuple(self.patch_embed.projection.stride)[0]
         elif patch_cfg:
-            raise ValueError('patch_cfg configures the linear patch embedding, which a stem replaces: drop patch_cfg '
-                             'or the arch\'s stem')
+            raise ValueError(
+                'patch_cfg configures the linear patch embedding, which a stem replaces: drop patch_cfg '
+                'or the arch\'s stem'
+            )
         else:
-            self.patch_embed = ConvStem(in_channels, self.embed_dims, patch_size=patch_size, img_size=img_size,
-                                        **settings['stem'])
+            self.patch_embed = ConvStem(
+                in_channels, self.embed_dims, patch_size=patch_size, img_size=img_size, **settings['stem']
+            )
             self.patch_stride = patch_size
 
         attn_types = self._attn_types(settings['attn_types'])
@@ -113,29 +146,50 @@ class VisionTransformer(MMPretrainVisionTransformer):
             layer_cfgs = [dict(dict(layer_scale_init_value=layer_scale_init_value), **cfg) for cfg in layer_cfgs]
         plain = settings['scale_adjustment'] == settings['skip_lam'] == 1 and not attn_cfgs.get('msa')
         if any(cfg and not (plain and kind == 'msa') for cfg, kind in zip(layer_cfgs, attn_types)):
-            raise ValueError('layer_cfgs and layer_scale_init_value build mmpretrain\'s plain layers: drop them, or '
-                             'the arch\'s attn_types, attn_cfgs, scale_adjustment and skip_lam')
+            raise ValueError(
+                'layer_cfgs and layer_scale_init_value build mmpretrain\'s plain layers: drop them, or '
+                'the arch\'s attn_types, attn_cfgs, scale_adjustment and skip_lam'
+            )
         self.layers = ModuleList()
         for i, dpr in enumerate(np.linspace(0, drop_path_rate, num_layers)):
-            cfg = dict(embed_dims=self.embed_dims, num_heads=settings['num_heads'], drop_path_rate=float(dpr),
-                       feedforward_channels=settings['feedforward_channels'], drop_rate=drop_rate,
-                       attn_drop_rate=attn_drop_rate, qkv_bias=qkv_bias, norm_cfg=norm_cfg)
-            self.layers.append(HostEncoderLayer(**{**cfg, **layer_cfgs[i]}) if layer_cfgs[i] else
-                               TransformerBlock(**cfg, attn_type=attn_types[i], attn_cfg=attn_cfgs.get(attn_types[i]),
-                                                scale_adjustment=settings['scale_adjustment'],
-                                                skip_lam=settings['skip_lam']))
+            cfg = dict(
+                embed_dims=self.embed_dims,
+                num_heads=settings['num_heads'],
+                drop_path_rate=float(dpr),
+                feedforward_channels=settings['feedforward_channels'],
+                drop_rate=drop_rate,
+                attn_drop_rate=attn_drop_rate,
+                qkv_bias=qkv_bias,
+                norm_cfg=norm_cfg,
+            )
+            self.layers.append(
+                HostEncoderLayer(**{**cfg, **layer_cfgs[i]})
+                if layer_cfgs[i]
+                else TransformerBlock(
+                    **cfg,
+                    attn_type=attn_types[i],
+                    attn_cfg=attn_cfgs.get(attn_types[i]),
+                    scale_adjustment=settings['scale_adjustment'],
+                    skip_lam=settings['skip_lam'],
+                )
+            )
             self.layers[-1].with_cp = with_cp
         if frozen_stages > 0:
             self._freeze_stages()
 
         # what a trace gets: every block, all services, 'embed' and 'final'
         self.trace_spec = TraceSpec(
-            num_blocks=num_layers, channels=(self.embed_dims, ) * num_layers,
-            num_extra_tokens=self.num_extra_tokens, services={'mix', 'attn', 'stream'}, points={'embed', 'final'},
+            num_blocks=num_layers,
+            channels=(self.embed_dims,) * num_layers,
+            num_extra_tokens=self.num_extra_tokens,
+            services={'mix', 'attn', 'stream'},
+            points={'embed', 'final'},
             facts={'isotropic'} | ({'cls_token'} if self.with_cls_token else set()),
-            out_types=tuple(sorted(self.OUT_TYPES)), out_type=self.out_type,
+            out_types=tuple(sorted(self.OUT_TYPES)),
+            out_type=self.out_type,
             out_channels=tuple(self.embed_dims for i in range(self.num_layers) if i in self.out_indices),
-            patch_stride=self.patch_stride)
+            patch_stride=self.patch_stride,
+        )
 
     @staticmethod
     def _out_indices(out_indices: Union[int, Sequence[int]], num_layers: int) -> list:
@@ -143,13 +197,17 @@ class VisionTransformer(MMPretrainVisionTransformer):
         if isinstance(out_indices, int):
             out_indices = [out_indices]
         if not isinstance(out_indices, Sequence):
-            raise BackboneValueError(f'"out_indices" must be a sequence or int, get {type(out_indices)} instead: '
-                                     'give a block index or a list of them, e.g. -1 or [3, 7, 11]')
+            raise BackboneValueError(
+                f'"out_indices" must be a sequence or int, get {type(out_indices)} instead: '
+                'give a block index or a list of them, e.g. -1 or [3, 7, 11]'
+            )
         try:
             return list(resolve_indices(out_indices, num_layers))
         except IndexError as error:
-            raise BackboneValueError(f'Invalid out_indices {error.index}: the {num_layers} blocks have the indices '
-                                     f'0 .. {num_layers - 1} (or {-num_layers} .. -1 from the last)') from None
+            raise BackboneValueError(
+                f'Invalid out_indices {error.index}: the {num_layers} blocks have the indices '
+                f'0 .. {num_layers - 1} (or {-num_layers} .. -1 from the last)'
+            ) from None
 
     def _attn_types(self, spec) -> list:
         if isinstance(spec, str):
@@ -175,7 +233,7 @@ class VisionTransformer(MMPretrainVisionTransformer):
         super().init_weights()
         pretrained = isinstance(self.init_cfg, dict) and self.init_cfg.get('type') == 'Pretrained'
         if not pretrained and self.cls_token is not None:
-            trunc_normal_(self.cls_token, std=.02)
+            trunc_normal_(self.cls_token, std=0.02)
 
     def forward(self, x: Tensor, trace: Optional[TokenTrace] = None) -> Tuple[Tensor, ...]:
         """Embed ``x`` ``(B, in_channels, H, W)`` and run the blocks; outputs per ``out_indices``."""
@@ -185,8 +243,12 @@ class VisionTransformer(MMPretrainVisionTransformer):
         if self.cls_token is not None:
             x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1)
         x = x + resize_pos_embed(
-            self.pos_embed, self.patch_resolution, hw, mode=self.interpolate_mode,
-            num_extra_tokens=self.num_extra_tokens)
+            self.pos_embed,
+            self.patch_resolution,
+            hw,
+            mode=self.interpolate_mode,
+            num_extra_tokens=self.num_extra_tokens,
+        )
         x = self.pre_norm(self.drop_after_pos(x))
 
         outs = []

@@ -1,4 +1,5 @@
 """Image classifier that runs its backbone with one token trace shared by several trace users."""
+
 from typing import Dict, List, Optional, Sequence, Union
 
 import torch
@@ -6,6 +7,7 @@ from mmpretrain.models import ImageClassifier
 from mmpretrain.structures import DataSample
 
 from mmvitreg.registry import MODELS
+
 from ..trace import MixPlan, TokenTrace, TraceRequest, trace_request_of
 from ..trace_users import BackboneOutputs, TraceUsers
 
@@ -43,9 +45,15 @@ class TokenClassifier(TraceUsers, ImageClassifier):
         ValueError: more than one target transform.
     """
 
-    def __init__(self, backbone: dict, aux_losses: Optional[Sequence[dict]] = None,
-                 target_transform: Optional[Union[dict, Sequence[dict]]] = None, train_cfg: Optional[dict] = None,
-                 data_preprocessor: Optional[dict] = None, **kwargs):
+    def __init__(
+        self,
+        backbone: dict,
+        aux_losses: Optional[Sequence[dict]] = None,
+        target_transform: Optional[Union[dict, Sequence[dict]]] = None,
+        train_cfg: Optional[dict] = None,
+        data_preprocessor: Optional[dict] = None,
+        **kwargs,
+    ):
         train_cfg = dict(train_cfg or {})
         mix = train_cfg.pop('mix', None)
         data_preprocessor = data_preprocessor or {}
@@ -56,10 +64,13 @@ class TokenClassifier(TraceUsers, ImageClassifier):
                 data_preprocessor['mix'] = mix
         elif mix is not None:
             raise ValueError(f'train_cfg.mix needs data_preprocessor as a dict, got {type(data_preprocessor).__name__}')
-        super().__init__(backbone=backbone, train_cfg=train_cfg or None,
-                         data_preprocessor=data_preprocessor, **kwargs)
-        self.init_trace_users(aux_losses, target_transform, fixed_users=[self.head if self.with_head else None],
-                              mix=getattr(self.data_preprocessor, 'mix', None))
+        super().__init__(backbone=backbone, train_cfg=train_cfg or None, data_preprocessor=data_preprocessor, **kwargs)
+        self.init_trace_users(
+            aux_losses,
+            target_transform,
+            fixed_users=[self.head if self.with_head else None],
+            mix=getattr(self.data_preprocessor, 'mix', None),
+        )
 
     @property
     def head_request(self) -> TraceRequest:
@@ -77,8 +88,13 @@ class TokenClassifier(TraceUsers, ImageClassifier):
     def _head_kwargs(self, trace: Optional[TokenTrace]) -> dict:
         return dict(trace=trace) if self.head_request.needs_trace else {}
 
-    def forward(self, inputs: torch.Tensor, data_samples: Optional[List[DataSample]] = None, mode: str = 'tensor',
-                mix_plan: Optional[MixPlan] = None):
+    def forward(
+        self,
+        inputs: torch.Tensor,
+        data_samples: Optional[List[DataSample]] = None,
+        mode: str = 'tensor',
+        mix_plan: Optional[MixPlan] = None,
+    ):
         """As :meth:`ImageClassifier.forward`; ``mix_plan`` (training, ``mode='loss'``) comes from the
         data preprocessor."""
         if mix_plan is not None and mode != 'loss':
@@ -90,8 +106,9 @@ class TokenClassifier(TraceUsers, ImageClassifier):
             return self.head(self.extract_feat(inputs, trace=trace), trace=trace)
         return super().forward(inputs, data_samples, mode)
 
-    def model_losses(self, feats, data_samples: List[DataSample],
-                     trace: Optional[TokenTrace]) -> Dict[str, torch.Tensor]:
+    def model_losses(
+        self, feats, data_samples: List[DataSample], trace: Optional[TokenTrace]
+    ) -> Dict[str, torch.Tensor]:
         """The head's terms on the backbone's outputs ``feats`` through the neck (a head that reads a trace gets
         it), named as the head names them (mmpretrain's heads: ``loss``)."""
         return self.head.loss(self.extract_feat(BackboneOutputs(feats)), data_samples, **self._head_kwargs(trace))
@@ -105,13 +122,16 @@ class TokenClassifier(TraceUsers, ImageClassifier):
         """
         if 'loss' in losses:
             if 'loss_cls' in losses:
-                raise KeyError("the head returns 'loss' and a part of the model returns 'loss_cls', the name the "
-                               "head's 'loss' is logged under: rename that term")
+                raise KeyError(
+                    "the head returns 'loss' and a part of the model returns 'loss_cls', the name the "
+                    "head's 'loss' is logged under: rename that term"
+                )
             losses = {('loss_cls' if name == 'loss' else name): value for name, value in losses.items()}
         return super().parse_losses(losses)
 
-    def predict(self, inputs: torch.Tensor, data_samples: Optional[List[DataSample]] = None,
-                **kwargs) -> List[DataSample]:
+    def predict(
+        self, inputs: torch.Tensor, data_samples: Optional[List[DataSample]] = None, **kwargs
+    ) -> List[DataSample]:
         """Predictions of a batch (never mixed); the head gets the trace it asks for. The scores are the mean of
         the head's and every ``ensemble`` auxiliary loss's ``ensemble_scores(trace)`` ``(B, K)``."""
         ensemble = [aux for aux in self.aux_losses if getattr(aux, 'ensemble', False)]

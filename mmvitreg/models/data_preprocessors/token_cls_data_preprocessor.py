@@ -1,4 +1,5 @@
 """Classification data preprocessor that also reads token labels and draws a batch mix's plan."""
+
 from typing import Optional
 
 import torch
@@ -6,6 +7,7 @@ from mmpretrain.models.utils import ClsDataPreprocessor
 
 from mmvitreg.datasets.token_label_target import relabel_targets, token_label_targets
 from mmvitreg.registry import MODELS
+
 from ..mixing import BatchMix
 
 
@@ -47,9 +49,11 @@ class TokenClsDataPreprocessor(ClsDataPreprocessor):
         if mix is not None:
             self.mix = MODELS.build(mix) if isinstance(mix, dict) else mix
             if not isinstance(self.mix, BatchMix):
-                raise TypeError(f'mix must be a batch mix of mmvitreg (a BatchMix: MixToken, PatchCutMix, '
-                                f'PixelMixup, ...), got {type(self.mix).__name__}; image-level augments such as '
-                                "mmpretrain's Mixup/CutMix go in train_cfg.augments")
+                raise TypeError(
+                    f'mix must be a batch mix of mmvitreg (a BatchMix: MixToken, PatchCutMix, '
+                    f'PixelMixup, ...), got {type(self.mix).__name__}; image-level augments such as '
+                    "mmpretrain's Mixup/CutMix go in train_cfg.augments"
+                )
             self.to_onehot = True
 
     def forward(self, data: dict, training: bool = False) -> dict:

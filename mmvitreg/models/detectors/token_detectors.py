@@ -1,7 +1,9 @@
 """mmdet's two-stage and cascade detectors with trace users (the token losses in object detection)."""
+
 from mmdet.models.detectors import CascadeRCNN, FasterRCNN, MaskRCNN, TwoStageDetector
 
 from mmvitreg.registry import MODELS
+
 from ..trace_users import DenseTraceUsers
 
 

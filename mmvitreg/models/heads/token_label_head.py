@@ -1,4 +1,5 @@
 """Token labeling head: class-token classifier plus a dense per-token classifier (LV-ViT)."""
+
 from typing import List, Optional, Tuple
 
 import torch
@@ -9,6 +10,7 @@ from mmpretrain.structures import DataSample
 from torch import Tensor
 
 from mmvitreg.registry import MODELS
+
 from ..trace import MixPlan, TokenTrace, TraceRequest
 
 
@@ -61,12 +63,20 @@ class TokenLabelHead(VisionTransformerClsHead):
     trace_request = TraceRequest(facts={'cls_token'}, out_type='raw')
     image_target = True  # the class token's loss
 
-    def __init__(self, num_classes: int, in_channels: int, beta: float = 0.5, token_label_smooth_val: float = 0.1,
-                 cls_target: str = 'gt', label_smooth_form: str = 'standard', aux_pred_weight: float = 0.5,
-                 loss: dict = dict(type='mmpretrain.LabelSmoothLoss', label_smooth_val=0.1, mode='original'),
-                 init_cfg: dict = dict(type='TruncNormal', layer='Linear', std=.02, bias=0.), **kwargs):
-        super().__init__(num_classes=num_classes, in_channels=in_channels, loss=loss, init_cfg=init_cfg,
-                         **kwargs)
+    def __init__(
+        self,
+        num_classes: int,
+        in_channels: int,
+        beta: float = 0.5,
+        token_label_smooth_val: float = 0.1,
+        cls_target: str = 'gt',
+        label_smooth_form: str = 'standard',
+        aux_pred_weight: float = 0.5,
+        loss: dict = dict(type='mmpretrain.LabelSmoothLoss', label_smooth_val=0.1, mode='original'),
+        init_cfg: dict = dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.0),
+        **kwargs,
+    ):
+        super().__init__(num_classes=num_classes, in_channels=in_channels, loss=loss, init_cfg=init_cfg, **kwargs)
         if cls_target not in self.CLS_TARGETS:
             raise ValueError(f'cls_target must be one of {self.CLS_TARGETS}, got {cls_target!r}')
         if label_smooth_form not in self.SMOOTH_FORMS:
@@ -87,14 +97,14 @@ class TokenLabelHead(VisionTransformerClsHead):
         x = feats[-1]
         if x.dim() != 3:
             raise ValueError(f"TokenLabelHead reads all tokens: set backbone's out_type='raw' (got {tuple(x.shape)})")
-        return super().pre_logits((x[:, 0], ))
+        return super().pre_logits((x[:, 0],))
 
     def forward_logits(self, feats: Tuple[Tensor], trace: TokenTrace) -> Tuple[Tensor, Tensor]:
         """Class-token logits ``(B, C)`` and per-token aux logits ``(B, Hg * Wg, C)``."""
         if trace is None:
             raise ValueError("TokenLabelHead needs the token trace: build it in type='mmvitreg.TokenClassifier'")
         cls_score = self.layers.head(self.pre_logits(feats))
-        patches, grid = feats[-1][:, trace.num_extra_tokens:], trace.last_grid
+        patches, grid = feats[-1][:, trace.num_extra_tokens :], trace.last_grid
         if patches.shape[1] != grid[0] * grid[1]:
             raise ValueError(f'{patches.shape[1]} patch tokens do not fill the {grid} token grid')
         return cls_score, self.aux_head(patches)
@@ -106,8 +116,12 @@ class TokenLabelHead(VisionTransformerClsHead):
             cls_score = cls_score + self.aux_pred_weight * aux_score.max(1)[0]
         return cls_score
 
-    def predict(self, feats: Tuple[Tensor], data_samples: Optional[List[Optional[DataSample]]] = None,
-                trace: Optional[TokenTrace] = None) -> List[DataSample]:
+    def predict(
+        self,
+        feats: Tuple[Tensor],
+        data_samples: Optional[List[Optional[DataSample]]] = None,
+        trace: Optional[TokenTrace] = None,
+    ) -> List[DataSample]:
         """Predictions with the official rule (see :meth:`forward`)."""
         return self._get_predictions(self(feats, trace), data_samples)
 
@@ -132,17 +146,21 @@ class TokenLabelHead(VisionTransformerClsHead):
     def _on_value(self) -> float:
         """Weight of a soft target in its smoothed form (``label_smooth_form``)."""
         s = self.token_label_smooth_val
-        return 1 - s + (s / self.num_classes if self.label_smooth_form == 'official' else 0.)
+        return 1 - s + (s / self.num_classes if self.label_smooth_form == 'official' else 0.0)
 
     @staticmethod
     def _token_labels(data_samples: List[DataSample], grid: Tuple[int, int], device) -> Tensor:
         if 'token_label' not in data_samples[0]:
-            raise ValueError("TokenLabelHead needs 'token_label' in the data samples (add mmvitreg.LoadTokenLabelMap "
-                             "to the pipeline; TokenClsDataPreprocessor reads it); plain data: beta=0, cls_target='gt'")
+            raise ValueError(
+                "TokenLabelHead needs 'token_label' in the data samples (add mmvitreg.LoadTokenLabelMap "
+                "to the pipeline; TokenClsDataPreprocessor reads it); plain data: beta=0, cls_target='gt'"
+            )
         token_label = torch.stack([s.token_label for s in data_samples]).to(device)
         if token_label.dim() != 5 or token_label.shape[1] != 2 or tuple(token_label.shape[-2:]) != tuple(grid):
-            raise ValueError(f'token_label must be (2, k, S, S) per sample with (S, S) the token grid {grid}; '
-                             f'got {tuple(token_label.shape[1:])} (set TokenLabelTarget.token_label_size)')
+            raise ValueError(
+                f'token_label must be (2, k, S, S) per sample with (S, S) the token grid {grid}; '
+                f'got {tuple(token_label.shape[1:])} (set TokenLabelTarget.token_label_size)'
+            )
         return token_label
 
     def _relabel_target(self, data_samples: List[DataSample], token_label: Tensor) -> Tensor:
@@ -172,8 +190,9 @@ class TokenLabelHead(VisionTransformerClsHead):
         return ce.mean()
 
 
-def mix_token_label_target(token_label: Optional[Tensor], plan: Optional[MixPlan],
-                           relabel: Optional[Tensor] = None) -> Tuple[list, Optional[Tensor]]:
+def mix_token_label_target(
+    token_label: Optional[Tensor], plan: Optional[MixPlan], relabel: Optional[Tensor] = None
+) -> Tuple[list, Optional[Tensor]]:
     r"""The LV-ViT token-label target of a batch mixed by a plan (MixToken): the one place it is mixed.
 
     The backbone mixes the patch tokens with the plan's mask ``M`` (``(B, Hg, Wg)``, 1 on a sample's own
@@ -205,7 +224,7 @@ def mix_token_label_target(token_label: Optional[Tensor], plan: Optional[MixPlan
     if token_label is not None:
         probs = token_label[:, 0].flatten(2).transpose(1, 2)  # (B, N, K)
         index = token_label[:, 1].flatten(2).transpose(1, 2).long()
-        parts = [(1., probs, index)]
+        parts = [(1.0, probs, index)]
         if plan is not None:  # Eq. 9
             m = plan.mask.flatten(1).float()  # the loss computes in float32
             parts = [(m, probs, index), (1 - m, probs[plan.index], index[plan.index])]

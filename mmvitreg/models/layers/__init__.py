@@ -1,4 +1,5 @@
 """Building blocks of the mmvitreg backbones: attention kinds (global and windowed), patch embeddings, the block."""
+
 from .attention import MultiheadSelfAttention, attend
 from .conv_stem import ConvStem
 from .patch_embed import token_grid
@@ -10,6 +11,14 @@ from .window_attention import WindowAttention
 from .window_layout import WindowLayout
 
 __all__ = [
-    'MultiheadSelfAttention', 'ReAttention', 'TalkingHeadsAttention', 'ConvStem',
-    'token_grid', 'TransformerBlock', 'WindowAttention', 'WindowLayout', 'Ride', 'attend'
+    'MultiheadSelfAttention',
+    'ReAttention',
+    'TalkingHeadsAttention',
+    'ConvStem',
+    'token_grid',
+    'TransformerBlock',
+    'WindowAttention',
+    'WindowLayout',
+    'Ride',
+    'attend',
 ]

@@ -1,5 +1,6 @@
 """The one entry point of every attention layer's core, :func:`attend`, and multi-head self-attention, the base of
 every attention layer with a packed ``qkv`` projection (re-attention, talking heads, window attention)."""
+
 from typing import Callable, Optional, Tuple, Union
 
 import torch
@@ -17,9 +18,16 @@ def head_logits(q: Tensor, k: Tensor, scale: float, num_heads: int) -> Tensor:
     return torch.bmm(q * scale, k.transpose(1, 2)).view(-1, num_heads, n, n)
 
 
-def attend(qkv: Tensor, scale: float, *, bias: Optional[Tensor] = None, dropout_p: float = 0.,
-           need_attn: bool = False, ride: Optional[Ride] = None,
-           attention_map: Optional[Callable[[Tensor, Tensor], Tensor]] = None) -> Tuple[Tensor, Optional[Tensor]]:
+def attend(
+    qkv: Tensor,
+    scale: float,
+    *,
+    bias: Optional[Tensor] = None,
+    dropout_p: float = 0.0,
+    need_attn: bool = False,
+    ride: Optional[Ride] = None,
+    attention_map: Optional[Callable[[Tensor, Tensor], Tensor]] = None,
+) -> Tuple[Tensor, Optional[Tensor]]:
     """The core of every attention layer: ``A v`` with ``A = Softmax(q k^T * scale + bias)`` after dropout, or
     ``A = attention_map(q, k)``; fills ``ride.mixed`` from ``A`` before dropout.
 
@@ -109,12 +117,20 @@ class MultiheadSelfAttention(BaseModule):
 
     fused = True
 
-    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True, qk_scale: Optional[float] = None,
-                 attn_drop: float = 0., proj_drop: float = 0., init_cfg: Optional[dict] = None):
+    def __init__(
+        self,
+        embed_dims: int,
+        num_heads: int,
+        qkv_bias: bool = True,
+        qk_scale: Optional[float] = None,
+        attn_drop: float = 0.0,
+        proj_drop: float = 0.0,
+        init_cfg: Optional[dict] = None,
+    ):
         super().__init__(init_cfg)
         self.embed_dims = embed_dims
         self.num_heads = num_heads
-        self.scale = qk_scale or (embed_dims // num_heads)**-0.5
+        self.scale = qk_scale or (embed_dims // num_heads) ** -0.5
         self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
         self.attn_drop = nn.Dropout(attn_drop)
         self.proj = nn.Linear(embed_dims, embed_dims)
@@ -125,16 +141,26 @@ class MultiheadSelfAttention(BaseModule):
         then dropout; the map of the kinds that are not ``fused`` (their subclasses build on or replace it)."""
         return self.attn_drop(head_logits(q, k, self.scale, self.num_heads).softmax(-1))
 
-    def forward(self, x: Tensor, need_attn: bool = False, ride: Optional[Ride] = None,
-                bias: Optional[Tensor] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    def forward(
+        self, x: Tensor, need_attn: bool = False, ride: Optional[Ride] = None, bias: Optional[Tensor] = None
+    ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
         """Attend ``x`` ``(*lead, N, C)``, with ``bias`` ``(G, H, N, N)`` as in :func:`attend`; with ``need_attn``
         also return the map; fill ``ride.mixed`` when a ride is given."""
         *lead, N, C = x.shape
         if C % self.num_heads:
-            raise ValueError(f'embed_dims ({C}) must be divisible by num_heads ({self.num_heads}): '
-                             'give every block a number of heads that divides its channels')
+            raise ValueError(
+                f'embed_dims ({C}) must be divisible by num_heads ({self.num_heads}): '
+                'give every block a number of heads that divides its channels'
+            )
         qkv = self.qkv(x).reshape(-1, N, 3, self.num_heads, C // self.num_heads)
-        x, attn = attend(qkv, self.scale, bias=bias, dropout_p=self.attn_drop.p if self.training else 0.,
-                         need_attn=need_attn, ride=ride, attention_map=None if self.fused else self.attention_map)
+        x, attn = attend(
+            qkv,
+            self.scale,
+            bias=bias,
+            dropout_p=self.attn_drop.p if self.training else 0.0,
+            need_attn=need_attn,
+            ride=ride,
+            attention_map=None if self.fused else self.attention_map,
+        )
         x = self.proj_drop(self.proj(x.transpose(1, 2).reshape(*lead, N, C)))
         return (x, attn) if need_attn else x

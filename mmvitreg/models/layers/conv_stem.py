@@ -1,4 +1,5 @@
 """Convolutional patch embedding (stem) of DeepViT and LV-ViT."""
+
 from typing import Tuple
 
 import torch.nn.functional as F
@@ -34,8 +35,15 @@ class ConvStem(nn.Module):
         the grid ``(Hg, Wg)``, as mmcv's ``PatchEmbed``.
     """
 
-    def __init__(self, in_channels: int = 3, embed_dims: int = 768, channels: int = 64, num_convs: int = 3,
-                 patch_size: int = 16, img_size=224):
+    def __init__(
+        self,
+        in_channels: int = 3,
+        embed_dims: int = 768,
+        channels: int = 64,
+        num_convs: int = 3,
+        patch_size: int = 16,
+        img_size=224,
+    ):
         super().__init__()
         if num_convs < 1 or patch_size % 2:
             raise ValueError(f'ConvStem needs num_convs >= 1 and an even patch_size, got {num_convs}, {patch_size}')

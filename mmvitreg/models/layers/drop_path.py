@@ -1,4 +1,5 @@
 """Stochastic depth in the fewest operators, for the blocks whose forward mmvitreg runs itself, and their FFN."""
+
 from mmcv.cnn.bricks.drop import DropPath
 from mmcv.cnn.bricks.transformer import FFN as MMCVFFN
 from torch import Tensor, nn
@@ -16,10 +17,10 @@ def drop_path(x: Tensor, module: nn.Module) -> Tensor:
     if type(module) is not DropPath:
         return module(x)
     p = module.drop_prob
-    if p == 0. or not module.training:
+    if p == 0.0 or not module.training:
         return x
-    keep = 1. - p
-    return x * x.new_empty((x.shape[0], ) + (1, ) * (x.ndim - 1)).bernoulli_(keep).div_(keep)
+    keep = 1.0 - p
+    return x * x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep).div_(keep)
 
 
 class FFN(MMCVFFN):

@@ -1,4 +1,5 @@
 """The token grid of a patch embedding."""
+
 from typing import Sequence, Tuple
 
 
@@ -7,4 +8,3 @@ def token_grid(input_size, stride: int) -> Tuple[int, int]:
     of ``stride`` (a patch embedding's, or a window side): ``Hg = ceil(H / stride)``."""
     h, w = (input_size, input_size) if not isinstance(input_size, Sequence) else input_size
     return (h + stride - 1) // stride, (w + stride - 1) // stride  # not -(-h // s): ONNX truncates it
-

@@ -1,4 +1,5 @@
 """Re-attention of DeepViT."""
+
 from typing import Optional
 
 from torch import Tensor, nn
@@ -44,8 +45,15 @@ class ReAttention(MultiheadSelfAttention):
     fused = False
     NORMS = ('bn', 'ln', None)
 
-    def __init__(self, embed_dims: int, num_heads: int, norm: Optional[str] = 'bn', bias: bool = True,
-                 transform_scale: bool = False, **kwargs):
+    def __init__(
+        self,
+        embed_dims: int,
+        num_heads: int,
+        norm: Optional[str] = 'bn',
+        bias: bool = True,
+        transform_scale: bool = False,
+        **kwargs,
+    ):
         super().__init__(embed_dims, num_heads, **kwargs)
         if norm not in self.NORMS:
             raise ValueError(f'unknown re-attention norm {norm!r}; choose from {self.NORMS}')
@@ -55,7 +63,7 @@ class ReAttention(MultiheadSelfAttention):
             self.var_norm = nn.BatchNorm2d(num_heads)
         elif norm == 'ln':
             self.var_norm = nn.LayerNorm(num_heads)
-        self.reatten_scale = self.scale if transform_scale else 1.
+        self.reatten_scale = self.scale if transform_scale else 1.0
 
     def attention_map(self, q: Tensor, k: Tensor) -> Tensor:
         """``Norm(Θ^T A) * reatten_scale`` ``(B, H, N, N)`` with ``A`` the (dropped-out) softmax map of ``q, k``
@@ -65,4 +73,4 @@ class ReAttention(MultiheadSelfAttention):
             attn = self.var_norm(attn)
         elif self.norm == 'ln':
             attn = self.var_norm(attn.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
-        return attn * self.reatten_scale if self.reatten_scale != 1. else attn
+        return attn * self.reatten_scale if self.reatten_scale != 1.0 else attn

@@ -6,6 +6,7 @@ Where the values fit (``RIDE_CHANNELS``) they ride *inside* the fused attention 
 (:func:`attend_widened`), so the map is computed once and never materialised; a ride that needs the map itself
 (wider values, attention dropout in training) takes it from the explicit path (:func:`mix_map`).
 """
+
 from typing import Optional
 
 import torch
@@ -62,7 +63,7 @@ def attend_widened(qkv: Tensor, ride: Ride, scale: float, bias: Optional[Tensor]
     q, k, v = (qkv if G == 1 else qkv.reshape(3, Bw // G, G * heads, n, d + P)).unbind(0)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
     with torch.no_grad():  # (one split op would give both slices but costs three ops in the backward, not one)
-        mixed = out[..., d:d + D]
+        mixed = out[..., d : d + D]
         mixed = mixed.mean(1) if G == 1 else mixed.view(Bw // G, G, heads, n, D).mean(2)
         ride.mixed = (mixed if mixed.shape == ride.values.shape else mixed.view(ride.values.shape)).float()
         ride.stochastic = True

@@ -1,4 +1,5 @@
 """Talking-heads attention."""
+
 from torch import Tensor, nn
 
 from .attention import MultiheadSelfAttention, head_logits

@@ -1,4 +1,5 @@
 """Pre-norm transformer encoder block with a choice of attention and residual scaling."""
+
 from typing import Optional, Tuple, Union
 
 import torch.utils.checkpoint as cp
@@ -8,8 +9,8 @@ from torch import Tensor, nn
 
 from .attention import MultiheadSelfAttention
 from .drop_path import FFN, drop_path
-from .ride import Ride
 from .re_attention import ReAttention
+from .ride import Ride
 from .talking_heads import TalkingHeadsAttention
 
 ATTENTION_TYPES = {
@@ -64,11 +65,22 @@ class TransformerBlock(nn.Module):
         ``(B, N, C)`` -> ``(B, N, C)``; with ``need_attn`` also the ``(B, heads, N, N)`` map.
     """
 
-    def __init__(self, embed_dims: int, num_heads: int, feedforward_channels: int, attn_type: str = 'msa',
-                 attn_cfg: Optional[dict] = None, qkv_bias: bool = True, drop_rate: float = 0.,
-                 attn_drop_rate: float = 0., drop_path_rate: float = 0., norm_cfg: dict = dict(type='LN', eps=1e-6),
-                 scale_adjustment: float = 1., skip_lam: float = 1.,
-                 with_cp: bool = False):
+    def __init__(
+        self,
+        embed_dims: int,
+        num_heads: int,
+        feedforward_channels: int,
+        attn_type: str = 'msa',
+        attn_cfg: Optional[dict] = None,
+        qkv_bias: bool = True,
+        drop_rate: float = 0.0,
+        attn_drop_rate: float = 0.0,
+        drop_path_rate: float = 0.0,
+        norm_cfg: dict = dict(type='LN', eps=1e-6),
+        scale_adjustment: float = 1.0,
+        skip_lam: float = 1.0,
+        with_cp: bool = False,
+    ):
         super().__init__()
         self.with_cp = with_cp
         if attn_type not in ATTENTION_TYPES:
@@ -77,16 +89,24 @@ class TransformerBlock(nn.Module):
         self.branch_divisor = scale_adjustment * skip_lam
         self.ln1 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.attn = ATTENTION_TYPES[attn_type](
-            embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop_rate, proj_drop=drop_rate,
-            **(attn_cfg or {}))
+            embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop_rate, proj_drop=drop_rate, **(attn_cfg or {})
+        )
         self.ln2 = build_norm_layer(norm_cfg, embed_dims)[1]
         drop_path = dict(type='DropPath', drop_prob=drop_path_rate)
         self.attn.out_drop = build_dropout(drop_path)
-        self.ffn = FFN(embed_dims=embed_dims, feedforward_channels=feedforward_channels, num_fcs=2,
-                       ffn_drop=drop_rate, dropout_layer=drop_path, act_cfg=dict(type='GELU'), add_identity=False)
+        self.ffn = FFN(
+            embed_dims=embed_dims,
+            feedforward_channels=feedforward_channels,
+            num_fcs=2,
+            ffn_drop=drop_rate,
+            dropout_layer=drop_path,
+            act_cfg=dict(type='GELU'),
+            add_identity=False,
+        )
 
-    def forward(self, x: Tensor, need_attn: bool = False,
-                ride: Optional[Ride] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    def forward(
+        self, x: Tensor, need_attn: bool = False, ride: Optional[Ride] = None
+    ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
         return run_block(self, x, need_attn=need_attn, ride=ride)
 
     def _forward(self, x: Tensor, need_attn: bool, ride: Optional[Ride]) -> Union[Tensor, Tuple[Tensor, Tensor]]:

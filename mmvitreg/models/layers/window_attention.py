@@ -1,4 +1,5 @@
 """Window multi-head self-attention of Swin."""
+
 from typing import Optional, Tuple, Union
 
 import torch
@@ -55,8 +56,9 @@ class WindowAttention(MultiheadSelfAttention):
         N = self.relative_position_index.shape[0]
         return self.relative_position_bias_table[self.relative_position_index.view(-1)].view(N, N, -1).permute(2, 0, 1)
 
-    def forward(self, x: Tensor, mask: Optional[Tensor] = None, need_attn: bool = False,
-                ride: Optional[Ride] = None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    def forward(
+        self, x: Tensor, mask: Optional[Tensor] = None, need_attn: bool = False, ride: Optional[Ride] = None
+    ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
         """Attend inside every window of ``x`` ``(B * nW, N, C)`` or ``(B, nW, N, C)``; ``mask`` ``(nW, N, N)`` or
         None; fill ``ride.mixed`` when a ride is given."""
         bias = self.position_bias().unsqueeze(0)  # (1, heads, N, N)

@@ -1,4 +1,5 @@
 """How a windowed attention (Swin) places a token grid into its windows: padding, cyclic shift, partition."""
+
 import functools
 from dataclasses import dataclass
 from typing import Optional, Tuple
@@ -15,12 +16,14 @@ def _shift_mask(padded: Tuple[int, int], window: int, shift: int, device: torch.
     """``(nW, w*w, w*w)`` additive mask (0 / -100) that keeps a shifted window's regions apart."""
     # region of each row / column: 0 before the last window, 1 in it before the shift, 2 after; no indexed
     # assignment, so that ONNX tracing folds it into a constant
-    rows, cols = ((torch.arange(n, device=device) >= n - window).float() +
-                  (torch.arange(n, device=device) >= n - shift).float() for n in padded)
+    rows, cols = (
+        (torch.arange(n, device=device) >= n - window).float() + (torch.arange(n, device=device) >= n - shift).float()
+        for n in padded
+    )
     region = (rows[:, None] * 3 + cols[None, :]).view(1, *padded, 1)
     ids = WindowLayout.cut(region, window).flatten(1)  # (nW, w*w)
     mask = ids.unsqueeze(1) - ids.unsqueeze(2)
-    return mask.masked_fill(mask != 0, -100.).masked_fill(mask == 0, 0.)
+    return mask.masked_fill(mask != 0, -100.0).masked_fill(mask == 0, 0.0)
 
 
 @functools.lru_cache(maxsize=64)
@@ -35,7 +38,7 @@ def _token_slots(layout: 'WindowLayout', device: torch.device) -> Tuple[Tensor, 
     """``(H * W,)`` long twice: the window and the slot in it of every grid token (the inverse of
     :func:`_slot_sources`, whose real sources sort below the padding's ``H * W``)."""
     H, W = layout.grid
-    positions = _slot_sources(layout, device).flatten().argsort()[:H * W]  # the flat slot holding each token
+    positions = _slot_sources(layout, device).flatten().argsort()[: H * W]  # the flat slot holding each token
     return positions // layout.window**2, positions % layout.window**2
 
 
@@ -94,7 +97,7 @@ class WindowLayout:
     def reverse(self, windows: Tensor) -> Tensor:
         """Each image's window tokens ``(B, nW, w * w, *rest)`` -> grid tokens ``(B, H * W, *rest)`` (padding
         dropped): one gather, the inverse of :meth:`partition`."""
-        return windows if self.is_grid else windows[(slice(None), ) + _token_slots(self, windows.device)]
+        return windows if self.is_grid else windows[(slice(None),) + _token_slots(self, windows.device)]
 
     def attn_mask(self, device=None) -> Optional[Tensor]:
         """``(nW, w * w, w * w)`` additive mask of a shifted layout (0 within a region, -100

@@ -1,4 +1,5 @@
 """DeepViT's cosine-similarity regulariser between the attention maps of consecutive blocks."""
+
 from typing import Dict, List, Tuple
 
 import torch.nn.functional as F
@@ -6,6 +7,7 @@ from mmengine.model import BaseModule
 from torch import Tensor
 
 from mmvitreg.registry import MODELS
+
 from ..trace import TokenTrace, TraceRequest
 
 

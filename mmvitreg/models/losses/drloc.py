@@ -1,4 +1,5 @@
 """DRLoc: the dense relative localization loss of Liu et al. (NeurIPS 2021)."""
+
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -7,6 +8,7 @@ from mmengine.model import BaseModule
 from torch import Tensor, nn
 
 from mmvitreg.registry import MODELS
+
 from ..trace import TokenTrace, TraceRequest
 
 MODES = ('l1', 'ce', 'cbr')
@@ -31,8 +33,13 @@ class DRLocHead(nn.Module):
 
     def __init__(self, in_channels: int, hidden: int, num_bins: int = 0):
         super().__init__()
-        self.trunk = nn.Sequential(nn.Linear(2 * in_channels, hidden), nn.ReLU(inplace=True), nn.Linear(hidden, hidden),
-                                   nn.ReLU(inplace=True), nn.Linear(hidden, hidden if num_bins else 2))
+        self.trunk = nn.Sequential(
+            nn.Linear(2 * in_channels, hidden),
+            nn.ReLU(inplace=True),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(inplace=True),
+            nn.Linear(hidden, hidden if num_bins else 2),
+        )
         self.bins = nn.ModuleList(nn.Linear(hidden, num_bins) for _ in range(2)) if num_bins else None
 
     def forward(self, pairs: Tensor) -> Tensor:
@@ -95,13 +102,25 @@ class DRLoc(BaseModule):
             ResNet; Swin / T2T's official models use ``dict(type='TruncNormal', layer='Linear', std=0.02)``).
     """
 
-    def __init__(self, in_channels: Union[int, Sequence[int]], layers: Optional[Sequence[int]] = None,
-                 stages: Optional[Sequence[int]] = None, feat_indices: Sequence[int] = (-1, ),
-                 num_extra_tokens: int = 1, num_pairs: int = 64, loss_weight: float = 0.5, mode: str = 'l1',
-                 target: str = 'normalized', reduction: str = 'sum', replacement: bool = False,
-                 grid_pool: Optional[str] = None, hidden_channels: int = 512,
-                 num_bins: Optional[Union[int, Sequence[int]]] = None, loss_name: str = 'loss_drloc',
-                 init_cfg: Optional[dict] = None):
+    def __init__(
+        self,
+        in_channels: Union[int, Sequence[int]],
+        layers: Optional[Sequence[int]] = None,
+        stages: Optional[Sequence[int]] = None,
+        feat_indices: Sequence[int] = (-1,),
+        num_extra_tokens: int = 1,
+        num_pairs: int = 64,
+        loss_weight: float = 0.5,
+        mode: str = 'l1',
+        target: str = 'normalized',
+        reduction: str = 'sum',
+        replacement: bool = False,
+        grid_pool: Optional[str] = None,
+        hidden_channels: int = 512,
+        num_bins: Optional[Union[int, Sequence[int]]] = None,
+        loss_name: str = 'loss_drloc',
+        init_cfg: Optional[dict] = None,
+    ):
         super().__init__(init_cfg=init_cfg)
         choices = dict(mode=MODES, target=TARGETS, reduction=REDUCTIONS, grid_pool=tuple(GRID_POOLS))
         for name, value in dict(mode=mode, target=target, reduction=reduction, grid_pool=grid_pool).items():
@@ -113,14 +132,13 @@ class DRLoc(BaseModule):
             raise ValueError(f'DRLoc reads layers={tuple(layers)} or stages={tuple(stages)}, not both')
         if not isinstance(num_pairs, int) or num_pairs < 1:
             raise ValueError(f'num_pairs must be a positive int, got {num_pairs!r}')
-        in_channels = (in_channels, ) if isinstance(in_channels, int) else tuple(in_channels)
+        in_channels = (in_channels,) if isinstance(in_channels, int) else tuple(in_channels)
         kind = 'layers' if layers is not None else 'stages' if stages is not None else 'feat_indices'
         sources = tuple(dict(layers=layers, stages=stages, feat_indices=feat_indices)[kind])
         if len(sources) != len(in_channels) or not sources:
             raise ValueError(f'DRLoc reads {len(sources)} map(s) ({kind}={sources}): give one channel count per map')
-        num_bins = (num_bins, ) * len(sources) if num_bins is None or isinstance(num_bins, int) else tuple(num_bins)
-        if mode != 'l1' and (len(num_bins) != len(sources)
-                             or not all(isinstance(k, int) and k >= 2 for k in num_bins)):
+        num_bins = (num_bins,) * len(sources) if num_bins is None or isinstance(num_bins, int) else tuple(num_bins)
+        if mode != 'l1' and (len(num_bins) != len(sources) or not all(isinstance(k, int) and k >= 2 for k in num_bins)):
             raise ValueError(f'DRLoc mode={mode!r} needs num_bins, a grid side >= 2 or one per map, got {num_bins!r}')
         self.layers = tuple(layers) if layers is not None else None
         self.stages = tuple(stages) if stages is not None else None
@@ -131,8 +149,11 @@ class DRLoc(BaseModule):
         bins = [0 if mode == 'l1' else (k if target == 'abs' else 2 * k - 1) for k in num_bins]
         self.heads = nn.ModuleList(DRLocHead(c, hidden_channels, b) for c, b in zip(in_channels, bins))
         # every map's width is checked against the backbone's when the model is built
-        keys = dict(layers=('token_layers', 'token_channels'), stages=('stages', 'stage_channels'),
-                    feat_indices=('outputs', 'out_channels'))[kind]
+        keys = dict(
+            layers=('token_layers', 'token_channels'),
+            stages=('stages', 'stage_channels'),
+            feat_indices=('outputs', 'out_channels'),
+        )[kind]
         self.trace_request = TraceRequest(**dict(zip(keys, (sources, in_channels))))
 
     def feature_maps(self, feats: Tuple[Tensor, ...], trace: Optional[TokenTrace]) -> List[Tensor]:
@@ -151,8 +172,8 @@ class DRLoc(BaseModule):
         """A backbone output as a ``(B, C, H, W)`` map: maps pass; raw ``(B, E + N, C)`` tokens lose their
         ``num_extra_tokens`` leading tokens and go on a square grid."""
         if feat.dim() == 3:
-            tokens = feat[:, self.num_extra_tokens:]
-            side = int(round(tokens.shape[1]**0.5))
+            tokens = feat[:, self.num_extra_tokens :]
+            side = int(round(tokens.shape[1] ** 0.5))
             if side * side == tokens.shape[1]:
                 return tokens.transpose(1, 2).reshape(tokens.shape[0], tokens.shape[2], side, side)
         if feat.dim() != 4:
@@ -224,8 +245,8 @@ class DRLoc(BaseModule):
             prob = pred.softmax(-1)
             idx = torch.arange(prob.shape[-1], device=prob.device, dtype=prob.dtype)
             mu = (prob * idx).sum(-1)
-            var = (prob * (idx - mu.unsqueeze(-1))**2).sum(-1) + 1e-8
-            per_pair = ((mu - target)**2 / var + 0.001 * var.log()).sum(-1)
+            var = (prob * (idx - mu.unsqueeze(-1)) ** 2).sum(-1) + 1e-8
+            per_pair = ((mu - target) ** 2 / var + 0.001 * var.log()).sum(-1)
         return per_pair.mean(1).sum() if self.reduction == 'sum' else per_pair.mean()
 
     def loss(self, feats: Tuple[Tensor, ...], data_samples: List, trace: Optional[TokenTrace]) -> Dict[str, Tensor]:

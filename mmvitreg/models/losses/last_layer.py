@@ -1,6 +1,7 @@
 """Which last-layer patch tokens ``h^[L]`` a DiversePatch loss reads, class token dropped: ``'block'`` (paper),
 the last block's output (``trace.tokens[-1]``), or ``'final_norm'`` (official ``self.norm(x)[:, 1:]``), the same
 tokens after the backbone's final norm (``trace.final``)."""
+
 from typing import Optional
 
 from torch import Tensor
@@ -16,7 +17,7 @@ def last_layer_request(tokens: str, channels: Optional[int] = None) -> TraceRequ
     if tokens not in LAST_LAYER_TOKENS:
         raise ValueError(f'tokens must be one of {LAST_LAYER_TOKENS}, got {tokens!r}')
     if tokens == 'block':
-        return TraceRequest(token_layers=(-1, ), token_channels=() if channels is None else (channels, ))
+        return TraceRequest(token_layers=(-1,), token_channels=() if channels is None else (channels,))
     return TraceRequest(points={'final'})
 
 

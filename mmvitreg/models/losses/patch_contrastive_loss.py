@@ -1,4 +1,5 @@
 """DiversePatch's patch-wise contrastive loss."""
+
 from typing import Dict, List, Tuple
 
 import torch
@@ -7,6 +8,7 @@ from mmengine.model import BaseModule
 from torch import Tensor
 
 from mmvitreg.registry import MODELS
+
 from ..trace import TokenTrace, TraceRequest
 
 
@@ -40,7 +42,7 @@ class PatchContrastiveLoss(BaseModule):
 
     FORMS = ('paper', 'official')
 
-    def __init__(self, loss_weight: float = 1., form: str = 'paper'):
+    def __init__(self, loss_weight: float = 1.0, form: str = 'paper'):
         super().__init__()
         if form not in self.FORMS:
             raise ValueError(f'form must be one of {self.FORMS}, got {form!r}')

@@ -1,4 +1,5 @@
 """DiversePatch's patch-wise cosine loss."""
+
 from typing import Dict, List, Tuple
 
 import torch
@@ -7,6 +8,7 @@ from mmengine.model import BaseModule
 from torch import Tensor
 
 from mmvitreg.registry import MODELS
+
 from ..trace import TokenTrace
 from .last_layer import last_layer_request, last_layer_tokens
 
@@ -48,7 +50,7 @@ class PatchCosineLoss(BaseModule):
             read); see :mod:`~mmvitreg.models.losses.last_layer`. Defaults to ``'block'``.
     """
 
-    def __init__(self, loss_weight: float = 1., tokens: str = 'block'):
+    def __init__(self, loss_weight: float = 1.0, tokens: str = 'block'):
         super().__init__()
         self.trace_request = last_layer_request(tokens)
         self.loss_weight, self.tokens = loss_weight, tokens

@@ -1,4 +1,5 @@
 """DiversePatch's patch-wise mixing loss, with the shared linear patch head."""
+
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -7,6 +8,7 @@ from mmengine.model import BaseModule
 from torch import Tensor, nn
 
 from mmvitreg.registry import MODELS
+
 from ..trace import TokenTrace
 from .last_layer import last_layer_request, last_layer_tokens
 
@@ -56,9 +58,17 @@ class PatchMixingLoss(BaseModule):
     FORMS = ('paper', 'official')
     image_target = True  # every patch predicts its image's label
 
-    def __init__(self, num_classes: int, in_channels: int, loss_weight: float = 1., form: str = 'paper',
-                 tokens: str = 'block', drop_rate: float = 0., ensemble: bool = False,
-                 init_cfg: Optional[dict] = dict(type='TruncNormal', layer='Linear', std=.02, bias=0.)):
+    def __init__(
+        self,
+        num_classes: int,
+        in_channels: int,
+        loss_weight: float = 1.0,
+        form: str = 'paper',
+        tokens: str = 'block',
+        drop_rate: float = 0.0,
+        ensemble: bool = False,
+        init_cfg: Optional[dict] = dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.0),
+    ):
         super().__init__(init_cfg=init_cfg)
         if form not in self.FORMS:
             raise ValueError(f'form must be one of {self.FORMS}, got {form!r}')

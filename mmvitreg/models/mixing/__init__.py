@@ -7,4 +7,3 @@ from .pixel_mixup import PixelMixup
 from .random_patch_mix import RandomPatchMix
 
 __all__ = ['BatchMix', 'MixToken', 'PatchCutMix', 'PixelMixup', 'MixupCutMixSwitch', 'RandomPatchMix', 'BlockMix']
-

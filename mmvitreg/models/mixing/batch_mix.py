@@ -1,4 +1,5 @@
 """The base of every batch mix: the token grid, the partner of each image and the draw of ``lam``."""
+
 from typing import Optional, Tuple
 
 import numpy as np
@@ -67,14 +68,14 @@ class BatchMix:
     def draw_lam(self) -> float:
         """One ``lam ~ Beta(alpha, alpha)`` (again while it is 1 when :attr:`REDRAW_FULL`)."""
         lam = np.random.beta(self.alpha, self.alpha)
-        while self.REDRAW_FULL and lam == 1.:
+        while self.REDRAW_FULL and lam == 1.0:
             lam = np.random.beta(self.alpha, self.alpha)
         return float(lam)
 
     def to_pixels(self, mask: Tensor, size: Tuple[int, int]) -> Tensor:
         """A token mask ``(..., Hg, Wg)`` in whole patches on the image ``(..., H, W)`` (padding cropped)."""
         p = self.patch_size
-        return mask.repeat_interleave(p, -2).repeat_interleave(p, -1)[..., :size[0], :size[1]]
+        return mask.repeat_interleave(p, -2).repeat_interleave(p, -1)[..., : size[0], : size[1]]
 
     def masks(self, inputs: Tensor, grid: Tuple[int, int]) -> Tuple[Tensor, Optional[Tensor]]:
         """The subclass's draw for images ``(B, C, H, W)``: the token mask ``(B, Hg, Wg)`` (1 own, 0 partner)
@@ -85,10 +86,11 @@ class BatchMix:
         """One :class:`~mmvitreg.models.trace.MixPlan` for images ``(B, C, H, W)``, on their device."""
         mask, pixel_mask = self.masks(inputs, token_grid(tuple(inputs.shape[-2:]), self.patch_size))
         if (pixel_mask is not None) != (self.space == 'pixels'):
-            raise TypeError(f'{type(self).__name__} declares space={self.space!r} but its masks '
-                            f'{"have" if pixel_mask is not None else "lack"} a pixel mask: declare the space it mixes')
+            raise TypeError(
+                f'{type(self).__name__} declares space={self.space!r} but its masks '
+                f'{"have" if pixel_mask is not None else "lack"} a pixel mask: declare the space it mixes'
+            )
         index = torch.arange(len(inputs) - 1, -1, -1, device=inputs.device)  # 'flip'
         if self.partner == 'permute':
             index = torch.randperm(len(inputs), device=inputs.device)
         return MixPlan(index=index, mask=mask, pixel_mask=pixel_mask)
-

@@ -1,10 +1,12 @@
 """Block-wise mixing (TL-Align Table 7, "Block-wise"): BEiT's blockwise masking, filled from the partner."""
+
 import math
 from typing import Tuple
 
 import numpy as np
 
 from mmvitreg.registry import MODELS
+
 from .token_mask_mix import TokenMaskMix
 
 
@@ -55,9 +57,9 @@ class BlockMix(TokenMaskMix):
                 stalled += 1
                 continue
             top, lft = np.random.randint(0, Hg - h + 1), np.random.randint(0, Wg - w + 1)
-            new = h * w - int(taken[top:top + h, lft:lft + w].sum())
+            new = h * w - int(taken[top : top + h, lft : lft + w].sum())
             if 0 < new <= left:
-                taken[top:top + h, lft:lft + w] = True
+                taken[top : top + h, lft : lft + w] = True
                 stalled = 0
             else:
                 stalled += 1

@@ -1,4 +1,5 @@
 """The shared part of the mixes that cut one CutMix box for the whole batch (MixToken, PatchCutMix)."""
+
 from typing import List, Optional, Tuple
 
 import torch

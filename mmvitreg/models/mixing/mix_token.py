@@ -1,9 +1,11 @@
 """MixToken: CutMix on the token grid, after patch embedding (token labeling, Eq. 8-10)."""
+
 from typing import Tuple
 
 from torch import Tensor
 
 from mmvitreg.registry import MODELS
+
 from .box_mix import BoxMix
 
 

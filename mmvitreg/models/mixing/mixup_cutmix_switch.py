@@ -1,13 +1,15 @@
 """MixUp or CutMix per batch, chosen with a switch probability (timm / DeiT style)."""
+
 from typing import Optional, Tuple
 
 import numpy as np
 from torch import Tensor
 
 from mmvitreg.registry import MODELS
+
+from .batch_mix import BatchMix
 from .patch_cutmix import PatchCutMix
 from .pixel_mixup import PixelMixup
-from .batch_mix import BatchMix
 
 
 @MODELS.register_module()
@@ -29,8 +31,15 @@ class MixupCutMixSwitch(BatchMix):
 
     space = 'pixels'  # both augments it switches between mix the images
 
-    def __init__(self, mixup_alpha: float = 0.8, cutmix_alpha: float = 1.0, switch_prob: float = 0.5,
-                 patch_size: int = 16, partner: str = 'flip', box_on: str = 'tokens'):
+    def __init__(
+        self,
+        mixup_alpha: float = 0.8,
+        cutmix_alpha: float = 1.0,
+        switch_prob: float = 0.5,
+        patch_size: int = 16,
+        partner: str = 'flip',
+        box_on: str = 'tokens',
+    ):
         if not 0 <= switch_prob <= 1:
             raise ValueError(f'switch_prob must be in [0, 1], got {switch_prob}')
         super().__init__(alpha=None, patch_size=patch_size, partner=partner)

@@ -1,10 +1,12 @@
 """CutMix with the box on the patch grid and the images mixed in pixel space (TL-Align's CutMix)."""
+
 from typing import Tuple
 
 import torch.nn.functional as F
 from torch import Tensor
 
 from mmvitreg.registry import MODELS
+
 from .box_mix import BoxMix
 
 

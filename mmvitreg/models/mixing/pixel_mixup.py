@@ -1,10 +1,12 @@
 """MixUp that hands its plan to the model: every token of a blended image starts with weight lam."""
+
 from typing import Tuple
 
 import torch
 from torch import Tensor
 
 from mmvitreg.registry import MODELS
+
 from .batch_mix import BatchMix
 
 

@@ -1,9 +1,11 @@
 """Random patch mixing (TL-Align Table 7, "Random"): tokens taken from the partner at random."""
+
 from typing import Tuple
 
 import numpy as np
 
 from mmvitreg.registry import MODELS
+
 from .token_mask_mix import TokenMaskMix
 
 

@@ -1,4 +1,5 @@
 """The shared part of the batch mixes that take whole tokens from a partner image (random, block-wise)."""
+
 from typing import Tuple
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Pick the class token out of a backbone's raw token sequence."""
+
 from typing import Tuple
 
 from mmengine.model import BaseModule

@@ -1,4 +1,5 @@
 """The official LV-ViT segmentation "side layers": four stride-16 token maps to a 4-scale pyramid."""
+
 from typing import Sequence, Tuple
 
 import torch.nn as nn
@@ -36,8 +37,7 @@ class LVViTSideNeck(BaseModule):
         init_cfg (dict, optional): Defaults to None (PyTorch's default init, as the official code).
     """
 
-    def __init__(self, in_channels: int, out_channels: int = 2048, norm_cfg: dict = dict(type='SyncBN'),
-                 init_cfg=None):
+    def __init__(self, in_channels: int, out_channels: int = 2048, norm_cfg: dict = dict(type='SyncBN'), init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         C = in_channels
 

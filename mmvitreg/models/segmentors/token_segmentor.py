@@ -1,7 +1,9 @@
 """mmseg's encoder-decoder segmentor with trace users (the token losses in semantic segmentation)."""
+
 from mmseg.models.segmentors import EncoderDecoder
 
 from mmvitreg.registry import MODELS
+
 from ..trace_users import DenseTraceUsers
 
 

@@ -1,4 +1,5 @@
 """TL-Align: token-label alignment, the training target of a mixed image carried along with the tokens."""
+
 import functools
 from typing import Dict, List, Optional, Tuple
 
@@ -9,6 +10,7 @@ from mmpretrain.structures import DataSample
 from torch import Tensor
 
 from mmvitreg.registry import MODELS
+
 from ..trace import TokenTrace, TraceRequest
 
 NO_PLAN = "TLAlign needs a mixing plan: set the TokenClassifier's train_cfg=dict(mix=dict(type='mmvitreg.PatchCutMix'))"
@@ -62,8 +64,9 @@ class TLAlign(BaseModule):
     REPRESENTATIONS = ('weights', 'labels')
     image_target = True  # rewrites each image's label
 
-    def __init__(self, num_layers: Optional[int] = None, representation: str = 'weights',
-                 num_classes: Optional[int] = None):
+    def __init__(
+        self, num_layers: Optional[int] = None, representation: str = 'weights', num_classes: Optional[int] = None
+    ):
         super().__init__()
         if num_layers is not None and (int(num_layers) != num_layers or num_layers < 1):
             raise ValueError(f'num_layers must be a positive integer (the backbone\'s blocks), got {num_layers!r}')
@@ -162,7 +165,7 @@ def _merged_tokens(grid: Tuple[int, int], device: torch.device) -> Tensor:
     """``(H / 2 * W / 2, 4)`` long: the grid tokens of every 2x2 group of an even ``grid`` ``(H, W)``, merged
     tokens row-major (cached per grid and device)."""
     H, W = grid
-    corner = (torch.arange(H // 2, device=device).view(-1, 1) * 2 * W + torch.arange(W // 2, device=device) * 2)
+    corner = torch.arange(H // 2, device=device).view(-1, 1) * 2 * W + torch.arange(W // 2, device=device) * 2
     return corner.view(-1, 1) + torch.tensor([0, 1, W, W + 1], device=device)
 
 
@@ -170,4 +173,4 @@ def _one_hot(data_samples, num_classes: int, device) -> Tensor:
     """``(B, num_classes)`` float one-hot rows of the samples' ``gt_label`` (a scatter: unlike ``F.one_hot`` on
     the CPU, no range check that reads the labels on the host)."""
     labels = torch.stack([s.gt_label for s in data_samples]).to(device)  # (B, 1)
-    return torch.zeros(len(labels), num_classes, device=device).scatter_(1, labels, 1.)
+    return torch.zeros(len(labels), num_classes, device=device).scatter_(1, labels, 1.0)

@@ -1,5 +1,6 @@
 """What a backbone offers a trace (:class:`TraceSpec`), what a user asks of it (:class:`TraceRequest`) and the
 one check between them (:func:`check_request`), whose errors name user, backbone and fix."""
+
 from dataclasses import dataclass, fields
 from typing import FrozenSet, Iterable, Optional, Sequence, Tuple
 
@@ -19,7 +20,7 @@ POINTS = {
 FACTS = {
     'cls_token': 'has a class token in front of the patch tokens of its traced blocks',
     'isotropic': 'keeps every block on the patch grid of the embedding (no down-sampling), so patch i '
-                 'is the same patch in every block',
+    'is the same patch in every block',
 }
 
 
@@ -148,8 +149,9 @@ class TraceRequest:
             object.__setattr__(self, 'points', self.points | {'stages'})
         for indices, widths in _WIDTHS:
             if getattr(self, widths) and len(getattr(self, widths)) != len(getattr(self, indices)):
-                raise ValueError(f'{widths} {getattr(self, widths)} need one entry per entry of {indices} '
-                                 f'{getattr(self, indices)}')
+                raise ValueError(
+                    f'{widths} {getattr(self, widths)} need one entry per entry of {indices} {getattr(self, indices)}'
+                )
 
     @property
     def all_services(self) -> FrozenSet[str]:
@@ -170,12 +172,17 @@ class TraceRequest:
         merge = lambda attr: tuple(dict.fromkeys(i for r in requests for i in getattr(r, attr)))  # noqa: E731
         streams = list({id(r.stream): r.stream for r in requests if r.stream is not None}.values())
         if len(streams) > 1:
-            raise ValueError(f'a backbone carries one token stream, but {len(streams)} trace users bring one: '
-                             + ', '.join(type(s).__name__ for s in streams))
+            raise ValueError(
+                f'a backbone carries one token stream, but {len(streams)} trace users bring one: '
+                + ', '.join(type(s).__name__ for s in streams)
+            )
         union = lambda attr: frozenset().union(*(getattr(r, attr) for r in requests))  # noqa: E731
-        return TraceRequest(**{attr: merge(attr) for attr in ('token_layers', 'attn_layers', 'stages')},
-                            **{attr: union(attr) for attr in ('points', 'facts', 'services')},
-                            stream=streams[0] if streams else None, trace=any(r.needs_trace for r in requests))
+        return TraceRequest(
+            **{attr: merge(attr) for attr in ('token_layers', 'attn_layers', 'stages')},
+            **{attr: union(attr) for attr in ('points', 'facts', 'services')},
+            stream=streams[0] if streams else None,
+            trace=any(r.needs_trace for r in requests),
+        )
 
 
 def trace_request_of(user) -> TraceRequest:
@@ -201,18 +208,26 @@ def check_request(spec: Optional[TraceSpec], request: TraceRequest, user_name: s
             raise TraceUserError(
                 f'{user} needs a backbone that takes a token trace; {backbone} does not: use an mmvitreg backbone '
                 '(mmvitreg.VisionTransformer, DeepViT, LVViT, SwinTransformer, CvT) or a user that reads only the '
-                'backbone outputs')
+                'backbone outputs'
+            )
         return
-    kinds = (('service', request.all_services, spec.services, SERVICES),
-             ('point', request.points, spec.points, POINTS), ('fact', request.facts, spec.facts, FACTS))
+    kinds = (
+        ('service', request.all_services, spec.services, SERVICES),
+        ('point', request.points, spec.points, POINTS),
+        ('fact', request.facts, spec.facts, FACTS),
+    )
     missing = [(kind, sorted(wanted - offered), known) for kind, wanted, offered, known in kinds if wanted - offered]
     if missing:
-        needs = ' and '.join(f'the {kind} {names} (' + '; '.join(known[n] for n in names) + ')'
-                             for kind, names, known in missing)
+        needs = ' and '.join(
+            f'the {kind} {names} (' + '; '.join(known[n] for n in names) + ')' for kind, names, known in missing
+        )
         offers = ', '.join(f'{kind}s {sorted(offered)}' for kind, _, offered, _ in kinds)
         raise TraceUserError(f'{user} needs {needs} but {backbone} offers {offers}')
-    taps = (('tokens', 'block', request.token_layers, spec.num_blocks), ('attention maps', 'block',
-            request.attn_layers, spec.num_blocks), ('outputs', 'stage', request.stages, spec.num_stages))
+    taps = (
+        ('tokens', 'block', request.token_layers, spec.num_blocks),
+        ('attention maps', 'block', request.attn_layers, spec.num_blocks),
+        ('outputs', 'stage', request.stages, spec.num_stages),
+    )
     for what, kind, indices, count in taps:
         try:
             resolved = resolve_indices(indices, count, kind)
@@ -220,40 +235,55 @@ def check_request(spec: Optional[TraceSpec], request: TraceRequest, user_name: s
             raise TraceUserError(f'{user} taps the {what} of a {kind} that {backbone} does not have: {e}') from None
         outside = [i for i, j in zip(indices, resolved) if j not in spec.tappable]
         if kind == 'block' and outside:
-            raise TraceUserError(f'{user} taps the {what} of blocks {outside}, but {backbone} traces only blocks '
-                                 f'{spec.tappable_text} (of 0..{spec.num_blocks - 1}): tap one of those (-1 is the '
-                                 'last block)')
+            raise TraceUserError(
+                f'{user} taps the {what} of blocks {outside}, but {backbone} traces only blocks '
+                f'{spec.tappable_text} (of 0..{spec.num_blocks - 1}): tap one of those (-1 is the '
+                'last block)'
+            )
     out_type = request.out_type
     if out_type is not None and out_type != spec.out_type:
         if out_type in spec.out_types:
-            raise TraceUserError(f"{user} reads the backbone's out_type={out_type!r} output but {backbone} is built "
-                                 f"with out_type={spec.out_type!r}: set the backbone's out_type={out_type!r}")
-        raise TraceUserError(f"{user} reads the backbone's out_type={out_type!r} output, which {backbone} does not "
-                             f'produce (it offers {list(spec.out_types)}): use a backbone with out_type={out_type!r} '
-                             '(mmvitreg.VisionTransformer, DeepViT, LVViT)')
+            raise TraceUserError(
+                f"{user} reads the backbone's out_type={out_type!r} output but {backbone} is built "
+                f"with out_type={spec.out_type!r}: set the backbone's out_type={out_type!r}"
+            )
+        raise TraceUserError(
+            f"{user} reads the backbone's out_type={out_type!r} output, which {backbone} does not "
+            f'produce (it offers {list(spec.out_types)}): use a backbone with out_type={out_type!r} '
+            '(mmvitreg.VisionTransformer, DeepViT, LVViT)'
+        )
     outputs = len(spec.out_channels)
     if outputs and any(not -outputs <= i < outputs for i in request.outputs):
-        raise TraceUserError(f'{user} reads the backbone outputs {list(request.outputs)}, but {backbone} gives '
-                             f'{outputs}: set its out_indices or the outputs the user reads')
-    widths = (('the tokens of blocks', request.token_layers, request.token_channels, spec.channels),
-              ('the outputs of stages', request.stages, request.stage_channels, spec.stage_channels),
-              ('its outputs', request.outputs, request.out_channels, spec.out_channels))
+        raise TraceUserError(
+            f'{user} reads the backbone outputs {list(request.outputs)}, but {backbone} gives '
+            f'{outputs}: set its out_indices or the outputs the user reads'
+        )
+    widths = (
+        ('the tokens of blocks', request.token_layers, request.token_channels, spec.channels),
+        ('the outputs of stages', request.stages, request.stage_channels, spec.stage_channels),
+        ('its outputs', request.outputs, request.out_channels, spec.out_channels),
+    )
     for where, indices, expected, offered in widths:
         actual = [offered[i] for i in resolve_indices(indices, len(offered))] if expected and offered else []
         if list(expected) != actual and actual:
-            raise TraceUserError(f'{user} expects {list(expected)} channels in {where} {list(indices)} but '
-                                 f'{backbone} has {actual}: set its in_channels to {actual}')
+            raise TraceUserError(
+                f'{user} expects {list(expected)} channels in {where} {list(indices)} but '
+                f'{backbone} has {actual}: set its in_channels to {actual}'
+            )
     stream_blocks = getattr(request.stream, 'num_layers', None)  # None: the stream takes the trace's depth
     if stream_blocks is not None and stream_blocks != spec.num_blocks:
         raise TraceUserError(
             f'{user} carries its stream through num_layers={stream_blocks} blocks but {backbone} has '
             f'{spec.num_blocks}: set num_layers={spec.num_blocks} or leave it out (the depth is taken from the '
-            'backbone)')
+            'backbone)'
+        )
     stride = spec.patch_stride
     if request.patch_size is not None and stride is not None and request.patch_size != stride:
-        raise TraceUserError(f"{user} draws its plan on {request.patch_size}-pixel patches but {backbone} embeds "
-                             f"{stride}-pixel patches: set the plan's patch_size={stride} (the backbone's token "
-                             'stride)')
+        raise TraceUserError(
+            f"{user} draws its plan on {request.patch_size}-pixel patches but {backbone} embeds "
+            f"{stride}-pixel patches: set the plan's patch_size={stride} (the backbone's token "
+            'stride)'
+        )
 
 
 def check_trace_user(backbone, request: TraceRequest, user_name: str) -> None:

@@ -1,4 +1,5 @@
 """A two-image mixing plan: what a batch augment draws and a backbone or the data preprocessor applies."""
+
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -33,8 +34,9 @@ class MixPlan:
         if self.pixel_mask is None:
             raise ValueError('this plan mixes tokens inside the backbone and has no pixel_mask')
         if tuple(x.shape[-2:]) != tuple(self.pixel_mask.shape[-2:]):
-            raise ValueError(f'the pixel mask is {tuple(self.pixel_mask.shape[-2:])} but the images are '
-                             f'{tuple(x.shape[-2:])}')
+            raise ValueError(
+                f'the pixel mask is {tuple(self.pixel_mask.shape[-2:])} but the images are {tuple(x.shape[-2:])}'
+            )
         m = self.pixel_mask.to(x.dtype).unsqueeze(1)
         return x * m + x[self.index] * (1 - m)
 
@@ -47,8 +49,10 @@ class MixPlan:
         """The one grid check of a plan: fail unless its mask lies on ``grid`` ``(Hg, Wg)`` (``what`` names the
         grid's owner in the message)."""
         if tuple(grid) != tuple(self.mask.shape[-2:]):
-            raise ValueError(f'the mixing plan covers a {tuple(self.mask.shape[-2:])} token grid but {what} '
-                             f"{tuple(grid)}: set the plan's patch_size to the backbone's token stride")
+            raise ValueError(
+                f'the mixing plan covers a {tuple(self.mask.shape[-2:])} token grid but {what} '
+                f"{tuple(grid)}: set the plan's patch_size to the backbone's token stride"
+            )
 
     def mix_tokens(self, x: Tensor) -> Tensor:
         """Mix a token sequence ``(B, Hg * Wg, C)`` laid out row-major on the plan's grid (which

@@ -1,5 +1,6 @@
 """The token trace: filled by a backbone through its recording API (:meth:`TokenTrace.start`, ``block``,
 ``downsample``, ``stage``, ``end``), read by the users."""
+
 from dataclasses import dataclass, field
 from typing import Callable, Dict, FrozenSet, Optional, Protocol, Sequence, Tuple, Union
 
@@ -19,8 +20,7 @@ class TokenStream(Protocol):
         """The values of the tokens that enter the first block (``trace.grid``, ``trace.mix``,
         ``trace.num_extra_tokens`` and ``trace.samples`` are set)."""
 
-    def step(self, trace: 'TokenTrace', layer: int, values: Tensor, mixed: Tensor, stochastic: bool = False
-             ) -> Tensor:
+    def step(self, trace: 'TokenTrace', layer: int, values: Tensor, mixed: Tensor, stochastic: bool = False) -> Tensor:
         """The values after block ``layer``, from those before it and what its attention ``mixed``;
         ``stochastic``: every row of that map sums to 1 over the tokens that carry values (softmax, no padding)."""
 
@@ -91,14 +91,16 @@ class TokenTrace:
         self.points = frozenset(self.points)
 
     @classmethod
-    def for_request(cls, request: TraceRequest, mix: Optional[MixPlan] = None,
-                    samples: Optional[list] = None) -> 'TokenTrace':
+    def for_request(
+        cls, request: TraceRequest, mix: Optional[MixPlan] = None, samples: Optional[list] = None
+    ) -> 'TokenTrace':
         """An empty trace that asks for what ``request`` taps and carries its stream (the In fields, in order)."""
         return cls(mix, request.token_layers, request.attn_layers, request.points, request.stream, samples)
 
     # ------------------------------------------------------------------ the recording API (backbones)
-    def start(self, spec: TraceSpec, tokens: Tensor, grid: Tuple[int, int], backbone_name: str = 'the backbone'
-              ) -> Tensor:
+    def start(
+        self, spec: TraceSpec, tokens: Tensor, grid: Tuple[int, int], backbone_name: str = 'the backbone'
+    ) -> Tensor:
         """After the patch embedding, on ``tokens`` ``(B, H * W, C)`` on ``grid`` (before any extra token and the
         position embedding): check the trace against ``spec`` (:func:`~mmvitreg.models.trace.check_request`) and
         the plan's grid (:meth:`MixPlan.check_grid`), mix the tokens (unless the plan mixed the pixels), record
@@ -121,8 +123,9 @@ class TokenTrace:
             self._values = self.stream.start(self)
         return tokens
 
-    def block(self, index: int, run: BlockRun, x: Tensor, grid: Tuple[int, int],
-              layout: Optional[WindowLayout] = None) -> Tensor:
+    def block(
+        self, index: int, run: BlockRun, x: Tensor, grid: Tuple[int, int], layout: Optional[WindowLayout] = None
+    ) -> Tensor:
         """Run block ``index`` as ``run(x, need_attn, ride)`` (``need_attn``: its map is tapped; ``ride``: the
         stream's values, in the block's windows with a ``layout``) and record its grid, tapped tokens, map and
         ``layout``, and the stream's next values; returns its output tokens."""
@@ -164,7 +167,7 @@ class TokenTrace:
     # ------------------------------------------------------------------ reading (users)
     def index(self, layer: int) -> int:
         """The key of block ``layer`` (negative from the last) in ``tokens`` / ``attn`` / ``grids`` / ``windows``."""
-        return resolve_indices((layer, ), self.num_layers)[0]
+        return resolve_indices((layer,), self.num_layers)[0]
 
     @property
     def last_grid(self) -> Tuple[int, int]:
@@ -173,11 +176,11 @@ class TokenTrace:
 
     def patch_tokens(self, layer: int) -> Tensor:
         """``(B, H * W, C)`` patch tokens recorded after block ``layer`` (extra tokens dropped)."""
-        return self.tokens[self.index(layer)][:, self.num_extra_tokens:]
+        return self.tokens[self.index(layer)][:, self.num_extra_tokens :]
 
     def final_patch_tokens(self) -> Tensor:
         """``(B, H * W, C)`` patch tokens of :attr:`final` (after the final norm, extra tokens dropped)."""
-        return self.final[:, self.num_extra_tokens:]
+        return self.final[:, self.num_extra_tokens :]
 
     def token_map(self, layer: int) -> Tensor:
         """``(B, C, H, W)`` patch tokens of block ``layer`` on the block's grid."""
@@ -186,6 +189,6 @@ class TokenTrace:
 
     def stage_map(self, stage: int) -> Tensor:
         """``(B, C, H, W)`` output of stage ``stage`` (negative from the last) after its down-sampling."""
-        stage = resolve_indices((stage, ), self.num_stages, 'stage')[0]
+        stage = resolve_indices((stage,), self.num_stages, 'stage')[0]
         x = self.stages[stage]
         return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], *self.stage_grids[stage])

@@ -26,6 +26,7 @@ further, so both readings are offered:
 the first and last block have one side only); a vector's similarity to them is the mean of its
 Eq. 2 similarities to each (Fig. 3(a)'s "within nearest k transformer blocks").
 """
+
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
@@ -103,11 +104,13 @@ class AttentionSimilarity:
             (the paper's 90%). Defaults to 0.9.
     """
 
-    def __init__(self,
-                 num_blocks: int,
-                 neighbours: int = 1,
-                 vector_threshold: Optional[float] = None,
-                 ratio_threshold: float = 0.9):
+    def __init__(
+        self,
+        num_blocks: int,
+        neighbours: int = 1,
+        vector_threshold: Optional[float] = None,
+        ratio_threshold: float = 0.9,
+    ):
         if num_blocks < 2:
             raise ValueError(f'cross-layer similarity needs at least 2 blocks, got {num_blocks}')
         self.num_blocks = num_blocks
@@ -153,4 +156,5 @@ class AttentionSimilarity:
             adjacent=adjacent,
             ratio=ratio,
             similar=ratio >= self.ratio_threshold,
-            num_images=self._num_images)
+            num_images=self._num_images,
+        )

@@ -13,6 +13,7 @@ Forward hooks read the patch representations of every layer the paper plots:
 For each layer the similarity ``P(h)`` (:func:`~mmvitreg.models.losses.patch_cosine_similarity`) of every
 image is averaged over the images.
 """
+
 from typing import Callable, Iterable, List, Tuple
 
 import torch
@@ -36,20 +37,30 @@ def patch_taps(backbone: nn.Module) -> List[Tap]:
     """
     if hasattr(backbone, 'layers') and hasattr(backbone, 'num_extra_tokens'):
         extra = backbone.num_extra_tokens
-        return [(f'block {i + 1}', layer, 'output', lambda t, e=extra: t[:, e:])
-                for i, layer in enumerate(backbone.layers)]
+        return [
+            (f'block {i + 1}', layer, 'output', lambda t, e=extra: t[:, e:]) for i, layer in enumerate(backbone.layers)
+        ]
     if hasattr(backbone, 'stages') and all(hasattr(s, 'downsample') for s in backbone.stages):
         last = len(backbone.stages) - 1
         if not hasattr(backbone, f'norm{last}'):
-            raise TypeError(f'{type(backbone).__name__}: the last stage ({last}) must be an output (out_indices) '
-                            'so that its output is read')
-        taps = [(f'stage {i + 1}', s.downsample, 'input', lambda t: t) for i, s in enumerate(backbone.stages)
-                if s.downsample is not None]
+            raise TypeError(
+                f'{type(backbone).__name__}: the last stage ({last}) must be an output (out_indices) '
+                'so that its output is read'
+            )
+        taps = [
+            (f'stage {i + 1}', s.downsample, 'input', lambda t: t)
+            for i, s in enumerate(backbone.stages)
+            if s.downsample is not None
+        ]
         return taps + [(f'stage {last + 1}', getattr(backbone, f'norm{last}'), 'input', lambda t: t)]
     if hasattr(backbone, 'res_layers'):
-        return [(f'stage {i + 1}', getattr(backbone, name), 'output', _channels_last)
-                for i, name in enumerate(backbone.res_layers)]
-    raise TypeError(f'patch_cosine_per_layer reads ViT-family, Swin and ResNet backbones; got {type(backbone).__name__}')
+        return [
+            (f'stage {i + 1}', getattr(backbone, name), 'output', _channels_last)
+            for i, name in enumerate(backbone.res_layers)
+        ]
+    raise TypeError(
+        f'patch_cosine_per_layer reads ViT-family, Swin and ResNet backbones; got {type(backbone).__name__}'
+    )
 
 
 @torch.no_grad()
@@ -57,16 +68,21 @@ def patch_cosine_per_layer(backbone: nn.Module, batches: Iterable[Tensor]) -> Tu
     """Layer names and the mean patch-wise absolute cosine similarity of each over the images of ``batches``
     (preprocessed inputs ``(B, 3, H, W)``)."""
     taps = patch_taps(backbone)
-    sums = [0.] * len(taps)
+    sums = [0.0] * len(taps)
 
     def record(i, patches):
         def hook(module, args, output=None):
             tokens = args[0] if output is None else output
             sums[i] += float(patch_cosine_similarity(patches(tokens)).sum())
+
         return hook
 
-    handles = [module.register_forward_pre_hook(record(i, f)) if kind == 'input'
-               else module.register_forward_hook(record(i, f)) for i, (_, module, kind, f) in enumerate(taps)]
+    handles = [
+        module.register_forward_pre_hook(record(i, f))
+        if kind == 'input'
+        else module.register_forward_hook(record(i, f))
+        for i, (_, module, kind, f) in enumerate(taps)
+    ]
     count = 0
     try:
         for inputs in batches:

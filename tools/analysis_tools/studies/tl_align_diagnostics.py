@@ -1,6 +1,7 @@
 """TL-Align diagnostics: how far the aligned target is from the area target (paper Fig. 3), and the token
 label maps before and after alignment (paper Fig. 5). Used by ``tools/analysis_tools/tl_align_rmse.py`` and
 ``tools/analysis_tools/tl_align_label_maps.py``."""
+
 import math
 from dataclasses import dataclass
 from typing import Dict, Iterable, Sequence, Tuple
@@ -21,8 +22,10 @@ def tl_align_of(model: nn.Module) -> TLAlign:
         return transform
     backbone = getattr(model, 'backbone', None)
     if getattr(backbone, 'trace_spec', None) is None:
-        raise TypeError(f'TL-Align diagnostics need a backbone that takes a token trace; {type(backbone).__name__} '
-                        'does not (use mmvitreg.VisionTransformer, DeiT presets, DeepViT or SwinTransformer)')
+        raise TypeError(
+            f'TL-Align diagnostics need a backbone that takes a token trace; {type(backbone).__name__} '
+            'does not (use mmvitreg.VisionTransformer, DeiT presets, DeepViT or SwinTransformer)'
+        )
     return TLAlign()
 
 
@@ -36,8 +39,10 @@ def align_batch(model: nn.Module, batch: dict, tl: TLAlign) -> Tuple[Tensor, Mix
     data = model.data_preprocessor(batch, True)
     plan = data.get('mix_plan')
     if plan is None:
-        raise ValueError('the model draws no mixing plan: TL-Align diagnostics need a TokenClassifier with '
-                         "train_cfg=dict(mix=dict(type='mmvitreg.PatchCutMix', patch_size=...))")
+        raise ValueError(
+            'the model draws no mixing plan: TL-Align diagnostics need a TokenClassifier with '
+            "train_cfg=dict(mix=dict(type='mmvitreg.PatchCutMix', patch_size=...))"
+        )
     trace = TokenTrace.for_request(tl.trace_request, mix=plan)
     model.backbone(data['inputs'], trace=trace)
     return data['inputs'], plan, trace
@@ -79,8 +84,9 @@ def alignment_rmse(model: nn.Module, batches: Iterable[dict], num_images: int, s
         raise ValueError('no images to measure')
     w, lam = torch.cat(w_all), torch.cat(lam_all)
     diff = w - lam
-    return AlignmentRMSE(math.sqrt(float((diff**2).mean())), float(diff.abs().mean()), float(lam.mean()),
-                         float(w.mean()), seen)
+    return AlignmentRMSE(
+        math.sqrt(float((diff**2).mean())), float(diff.abs().mean()), float(lam.mean()), float(w.mean()), seen
+    )
 
 
 def label_maps(trace: TokenTrace, layers: Sequence[int]) -> Dict[int, Tensor]:
@@ -91,13 +97,14 @@ def label_maps(trace: TokenTrace, layers: Sequence[int]) -> Dict[int, Tensor]:
         i = trace.index(layer)
         if i not in trace.streamed:
             raise IndexError(f'block {layer} is not in the trace (blocks 0..{trace.num_layers - 1})')
-        w = trace.streamed[i][:, trace.num_extra_tokens:, 0]
+        w = trace.streamed[i][:, trace.num_extra_tokens :, 0]
         out[i] = w.reshape(w.shape[0], *trace.grids[i])
     return out
 
 
-def draw_label_maps(path: str, images: Tensor, initial: Tensor, maps: Dict[int, Tensor], lam: Tensor,
-                    aligned: Tensor, title: str = '') -> None:
+def draw_label_maps(
+    path: str, images: Tensor, initial: Tensor, maps: Dict[int, Tensor], lam: Tensor, aligned: Tensor, title: str = ''
+) -> None:
     """Write a PNG: per sample (rows) the mixed image, the initial label map and the aligned maps after the
     chosen blocks (paper Fig. 5; red = own label, blue = the partner's).
 
@@ -109,6 +116,7 @@ def draw_label_maps(path: str, images: Tensor, initial: Tensor, maps: Dict[int, 
         aligned (Tensor): ``(B,)`` the aligned target's own share.
     """
     import matplotlib
+
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
 
@@ -116,8 +124,10 @@ def draw_label_maps(path: str, images: Tensor, initial: Tensor, maps: Dict[int, 
     cols = 2 + len(maps)
     fig, axes = plt.subplots(B, cols, figsize=(2.4 * cols, 2.4 * B), squeeze=False)
     for b in range(B):
-        panels = [(f'mixed: lam {float(lam[b]):.3f}, aligned {float(aligned[b]):.3f}', None),
-                  ('initial labels', initial[b])]
+        panels = [
+            (f'mixed: lam {float(lam[b]):.3f}, aligned {float(aligned[b]):.3f}', None),
+            ('initial labels', initial[b]),
+        ]
         panels += [(f'after block {i + 1}', m[b]) for i, m in maps.items()]
         for ax, (name, m) in zip(axes[b], panels):
             if m is None:

@@ -19,6 +19,7 @@ detectors) adds its own check, the one its models make first: a kind without an 
 ``det``) refuses the users that need one (:func:`~mmvitreg.models.trace_users.check_image_target`, cell
 ``'image target'``).
 """
+
 import functools
 import inspect
 from typing import Dict, List, Optional, Tuple
@@ -46,8 +47,8 @@ OK = '✓'
 #: the model kinds with trace users: the registered models of each (mmvitreg's ``MODELS``; the first names the
 #: kind) and their library
 MODEL_KINDS: Dict[str, Tuple[Tuple[str, ...], str]] = {
-    'cls': (('TokenClassifier', ), 'mmpretrain'),
-    'seg': (('TokenSegmentor', ), 'mmseg'),
+    'cls': (('TokenClassifier',), 'mmpretrain'),
+    'seg': (('TokenSegmentor',), 'mmseg'),
     'det': (('TokenCascadeRCNN', 'TokenMaskRCNN', 'TokenFasterRCNN', 'TokenTwoStageDetector'), 'mmdet'),
 }
 IMAGE_TARGET = 'image target'
@@ -56,6 +57,7 @@ IMAGE_TARGET = 'image target'
 def kind_image_targets(kind: str) -> bool:
     """Whether the models of ``kind`` (a key of :data:`MODEL_KINDS`) have an image-level target."""
     from mmvitreg.registry import MODELS
+
     return getattr(MODELS.get(MODEL_KINDS[kind][0][0]), 'image_targets', True)
 
 
@@ -92,6 +94,7 @@ def registered_users() -> List[Tuple[str, object]]:
     each at its defaults (plus :data:`USER_ARGS`) and at each setting of :data:`USER_VARIANTS` (labelled by
     :func:`user_label`), by label."""
     from mmvitreg.registry import MODELS
+
     MODELS.import_from_location()
     users = []
     for name, cls in MODELS.module_dict.items():
@@ -114,10 +117,14 @@ def _config_users(config: str) -> List[Tuple[str, TraceRequest]]:
     from mmengine.registry import MODELS, DefaultScope
 
     from mmvitreg.utils import load_config
+
     cfg = load_config(config)
     model = cfg.model
-    places = [('head', model.get('head')), ('target_transform', model.get('target_transform')),
-              ('mix', (model.get('train_cfg') or {}).get('mix'))]
+    places = [
+        ('head', model.get('head')),
+        ('target_transform', model.get('target_transform')),
+        ('mix', (model.get('train_cfg') or {}).get('mix')),
+    ]
     places += [(f'aux_losses[{i}]', cfg) for i, cfg in enumerate(model.get('aux_losses') or ())]
     users = []
     for place, part in places:
@@ -127,36 +134,44 @@ def _config_users(config: str) -> List[Tuple[str, TraceRequest]]:
         with DefaultScope.overwrite_default_scope(cfg.default_scope):
             user = MODELS.build(dict(part))
         if isinstance(getattr(user, 'trace_request', None), TraceRequest):
-            users.append((f'{place}: {user_label(part["type"][len("mmvitreg."):], args)}', user))
+            users.append((f'{place}: {user_label(part["type"][len("mmvitreg.") :], args)}', user))
     return users
 
 
 def config_model_kind(config: str) -> Optional[str]:
     """The model kind of a config's model (:func:`model_kind_of`)."""
     from mmvitreg.utils import load_config
+
     return model_kind_of(load_config(config).model.get('type'))
 
 
 def trace_backbones() -> List[str]:
     """Names of the registered mmvitreg backbones that take a token trace."""
     from mmvitreg.registry import MODELS
+
     MODELS.import_from_location()
-    return sorted(name for name, cls in MODELS.module_dict.items()
-                  if cls.__module__.startswith('mmvitreg.models.backbones')
-                  and 'trace' in inspect.signature(cls.forward).parameters)
+    return sorted(
+        name
+        for name, cls in MODELS.module_dict.items()
+        if cls.__module__.startswith('mmvitreg.models.backbones')
+        and 'trace' in inspect.signature(cls.forward).parameters
+    )
 
 
 def mmpretrain_backbones() -> List[str]:
     """Names of mmpretrain's registered backbones, none of which takes a trace (the note under the table)."""
     import mmpretrain.models  # noqa: F401  (registers them)
     from mmpretrain.registry import MODELS
-    return sorted(name for name, cls in MODELS.module_dict.items()
-                  if cls.__module__.startswith('mmpretrain.models.backbones'))
+
+    return sorted(
+        name for name, cls in MODELS.module_dict.items() if cls.__module__.startswith('mmpretrain.models.backbones')
+    )
 
 
 def _build_for_check(cfg: dict, scope: Optional[str] = None):
     """``cfg`` built on the meta device (no weights), or on the CPU when its constructor reads tensor values."""
     from mmengine.registry import MODELS, DefaultScope
+
     with DefaultScope.overwrite_default_scope(scope):
         try:
             with torch.device('meta'):
@@ -168,21 +183,27 @@ def _build_for_check(cfg: dict, scope: Optional[str] = None):
 @functools.lru_cache(maxsize=None)
 def backbone_for_check(name: str):
     """The backbone column ``name`` is checked on (:data:`BACKBONE_PRESETS`, or mmpretrain's probe)."""
-    return _build_for_check(MMPRETRAIN_PROBE if name == MMPRETRAIN else
-                            dict(type=f'mmvitreg.{name}', **BACKBONE_PRESETS[name]))
+    return _build_for_check(
+        MMPRETRAIN_PROBE if name == MMPRETRAIN else dict(type=f'mmvitreg.{name}', **BACKBONE_PRESETS[name])
+    )
 
 
 @functools.lru_cache(maxsize=None)
 def config_backbone(config: str) -> Tuple[str, object]:
     """``(column name, backbone)``: the config's own ``model.backbone``, built as configured (its sizes)."""
     from mmvitreg.utils import load_config
+
     cfg = load_config(config)
     backbone = _build_for_check(cfg.model.backbone, cfg.default_scope)
     return f"{str(cfg.model.backbone.type).removeprefix('mmvitreg.')} (config)", backbone
 
 
-def support_table(users: Optional[List[str]] = None, backbones: Optional[List[str]] = None,
-                  config: Optional[str] = None, model_kind: str = 'cls') -> Dict[str, Dict[str, str]]:
+def support_table(
+    users: Optional[List[str]] = None,
+    backbones: Optional[List[str]] = None,
+    config: Optional[str] = None,
+    model_kind: str = 'cls',
+) -> Dict[str, Dict[str, str]]:
     """``{backbone: {user: '✓' | the check's short reason}}``, a user per row of :func:`trace_users`.
 
     Args:
@@ -226,8 +247,9 @@ def support_table(users: Optional[List[str]] = None, backbones: Optional[List[st
     return table
 
 
-def cell(backbone, user, model_name: str = 'TokenClassifier', image_targets: bool = True,
-         registered: bool = True) -> str:
+def cell(
+    backbone, user, model_name: str = 'TokenClassifier', image_targets: bool = True, registered: bool = True
+) -> str:
     """The verdict of building ``user`` with ``backbone`` in a model ``model_name``: ``'✓'``, ``"✓ out_type='raw'"``
     (fits once the backbone is built with that output format), or the part of the request the check refuses in a
     few words, found by checking each part on its own in the check's order. A ``registered`` row's widths and
@@ -240,13 +262,19 @@ def cell(backbone, user, model_name: str = 'TokenClassifier', image_targets: boo
     fails = lambda **part: _refused(spec, TraceRequest(**part))  # noqa: E731
     if spec is None:
         return 'no trace' if request.needs_trace else OK
-    missing = [n for kind, names in (('services', request.all_services), ('points', request.points),
-                                     ('facts', request.facts)) for n in sorted(names) if fails(**{kind: {n}})]
+    missing = [
+        n
+        for kind, names in (('services', request.all_services), ('points', request.points), ('facts', request.facts))
+        for n in sorted(names)
+        if fails(**{kind: {n}})
+    ]
     if missing:
         return 'no ' + ', '.join(missing)
-    for part, indices, count, kind in (('token_layers', request.token_layers, spec.num_blocks, 'block'),
-                                       ('attn_layers', request.attn_layers, spec.num_blocks, 'block'),
-                                       ('stages', request.stages, spec.num_stages, 'stage')):
+    for part, indices, count, kind in (
+        ('token_layers', request.token_layers, spec.num_blocks, 'block'),
+        ('attn_layers', request.attn_layers, spec.num_blocks, 'block'),
+        ('stages', request.stages, spec.num_stages, 'stage'),
+    ):
         if fails(**{part: indices}):
             return f'only {count} {kind}s' if _out_of_range(indices, count) else f'taps {spec.tappable_text} only'
     if fails(out_type=request.out_type):
@@ -254,14 +282,18 @@ def cell(backbone, user, model_name: str = 'TokenClassifier', image_targets: boo
         return f'{OK} out_type={request.out_type!r}' if settable else f'no {request.out_type} output'
     if fails(outputs=request.outputs):
         return f'only {len(spec.out_channels)} outputs'
-    for part, offered in ((dict(token_layers=request.token_layers, token_channels=request.token_channels),
-                           spec.channels), (dict(stages=request.stages, stage_channels=request.stage_channels),
-                                            spec.stage_channels),
-                          (dict(outputs=request.outputs, out_channels=request.out_channels), spec.out_channels)):
+    for part, offered in (
+        (dict(token_layers=request.token_layers, token_channels=request.token_channels), spec.channels),
+        (dict(stages=request.stages, stage_channels=request.stage_channels), spec.stage_channels),
+        (dict(outputs=request.outputs, out_channels=request.out_channels), spec.out_channels),
+    ):
         if fails(**part):
             indices = next(iter(part.values()))
-            return OK if registered else ', '.join(str(offered[i]) for i in resolve_indices(indices, len(offered))) \
-                + ' channels'
+            return (
+                OK
+                if registered
+                else ', '.join(str(offered[i]) for i in resolve_indices(indices, len(offered))) + ' channels'
+            )
     if fails(stream=request.stream):
         return f'{spec.num_blocks} blocks, not {request.stream.num_layers}'
     if fails(patch_size=request.patch_size):
@@ -294,8 +326,9 @@ def _select(wanted: Optional[List[str]], known: List[str], what: str) -> List[st
     out = []
     for name in wanted:
         key = name.lower().removeprefix('mmvitreg.')
-        hits = [k for k in known if key in (k.lower(), component(k).lower())] or \
-            ([MMPRETRAIN] if key == 'mmpretrain' and MMPRETRAIN in known else [])
+        hits = [k for k in known if key in (k.lower(), component(k).lower())] or (
+            [MMPRETRAIN] if key == 'mmpretrain' and MMPRETRAIN in known else []
+        )
         if not hits:
             raise KeyError(f'unknown {what} {name!r}; known: {", ".join(dict.fromkeys(map(component, known)))}')
         out += [k for k in hits if k not in out]
@@ -311,8 +344,10 @@ def kind_summary(table: Dict[str, Dict[str, str]], model_kind: str) -> List[str]
     served = [u for u in users if any(c.startswith(OK) for c in cells(u))]
     target = [u for u in users if all(c == IMAGE_TARGET for c in cells(u))]
     other = [u for u in users if u not in served and u not in target]
-    lines = [f'model kind {model_kind} ({library}: ' + ', '.join(f'mmvitreg.{m}' for m in models) + ')',
-             '  serves: ' + (', '.join(served) or 'none') + ' (where a column shows ' + OK + ')']
+    lines = [
+        f'model kind {model_kind} ({library}: ' + ', '.join(f'mmvitreg.{m}' for m in models) + ')',
+        '  serves: ' + (', '.join(served) or 'none') + ' (where a column shows ' + OK + ')',
+    ]
     if target:
         lines.append('  refuses (image-level target): ' + ', '.join(target))
     if other:
@@ -337,26 +372,44 @@ def format_table(table: Dict[str, Dict[str, str]], model_kind: str = 'cls', conf
     for b in backbones:
         if config is not None and b == config_backbone(config)[0]:
             spec = getattr(config_backbone(config)[1], 'trace_spec', None)
-            lines.append(f"{b}: the config's model.backbone as configured, " +
-                         (f'{spec.num_blocks} blocks' if spec is not None else 'which takes no trace'))
+            lines.append(
+                f"{b}: the config's model.backbone as configured, "
+                + (f'{spec.num_blocks} blocks' if spec is not None else 'which takes no trace')
+            )
         elif b == MMPRETRAIN:
             names = mmpretrain_backbones()
-            lines.append(f'{MMPRETRAIN}: all {len(names)} mmpretrain backbones ({", ".join(names[:4])}, ...) take no '
-                         f'trace; a {OK} user reads only the backbone outputs')
+            lines.append(
+                f'{MMPRETRAIN}: all {len(names)} mmpretrain backbones ({", ".join(names[:4])}, ...) take no '
+                f'trace; a {OK} user reads only the backbone outputs'
+            )
         else:
-            lines.append(f'{b}: checked as arch={BACKBONE_PRESETS[b]["arch"]!r}, '
-                         f'{backbone_for_check(b).trace_spec.num_blocks} blocks')
-    lines += ['each row is a built instance, at its defaults unless its arguments are shown (the taps of an '
-              'instance follow its arguments, e.g. AttentionCosineLoss(num_pairs), DRLoc(layers))',
-              "'no X': the backbone does not offer X; 'only N blocks': a default tap past the backbone's last block; "
-              f"'taps A..B only': a tap outside the blocks it traces; '{OK} out_type=X': fits once the backbone is "
-              "built with that output format; 'no trace': the backbone takes no token trace"]
+            lines.append(
+                f'{b}: checked as arch={BACKBONE_PRESETS[b]["arch"]!r}, '
+                f'{backbone_for_check(b).trace_spec.num_blocks} blocks'
+            )
+    lines += [
+        'each row is a built instance, at its defaults unless its arguments are shown (the taps of an '
+        'instance follow its arguments, e.g. AttentionCosineLoss(num_pairs), DRLoc(layers))',
+        "'no X': the backbone does not offer X; 'only N blocks': a default tap past the backbone's last block; "
+        f"'taps A..B only': a tap outside the blocks it traces; '{OK} out_type=X': fits once the backbone is "
+        "built with that output format; 'no trace': the backbone takes no token trace",
+    ]
     known = {**SERVICES, **POINTS, **FACTS}
-    used = sorted({c for row in table.values() for r in row.values() if r.startswith('no ')
-                   for c in r[3:].split(', ') if c in known})
+    used = sorted(
+        {
+            c
+            for row in table.values()
+            for r in row.values()
+            if r.startswith('no ')
+            for c in r[3:].split(', ')
+            if c in known
+        }
+    )
     lines += [f'  {c}: {known[c]}' for c in used]
     if any(r == IMAGE_TARGET for row in table.values() for r in row.values()):
-        lines.append(f"'{IMAGE_TARGET}': the user trains with one label per image, which a model of this kind "
-                     'does not have (its targets are per pixel or per box): refused when the model is built')
+        lines.append(
+            f"'{IMAGE_TARGET}': the user trains with one label per image, which a model of this kind "
+            'does not have (its targets are per pixel or per box): refused when the model is built'
+        )
     lines += [''] + kind_summary(table, model_kind)
     return '\n'.join(lines)

@@ -59,11 +59,12 @@ Add a case with :func:`register_case` (or :func:`register_with_without`, for a c
 its technique) at the end of this module: a config, the overrides of each side, the overrides of its tiny
 variant and a target; the memory processes find cases by name when they import this module.
 """
+
 import copy
 import gc
-from collections import Counter
 import statistics
 import time
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -85,14 +86,16 @@ ROLES = ('model', 'baseline')
 def classification_batch(batch_size: int, img_size: int, num_classes: int) -> dict:
     """Random images (pixel values 0..255) and labels, as mmpretrain's ``ClsDataPreprocessor`` takes them."""
     from mmpretrain.structures import DataSample
+
     g = torch.Generator().manual_seed(0)
     inputs = torch.randint(0, 256, (batch_size, 3, img_size, img_size), generator=g, dtype=torch.uint8)
-    labels = torch.randint(0, num_classes, (batch_size, ), generator=g)
+    labels = torch.randint(0, num_classes, (batch_size,), generator=g)
     return dict(inputs=inputs, data_samples=[DataSample().set_gt_label(int(y)) for y in labels])
 
 
-def token_label_batch(batch_size: int, img_size: int, num_classes: int, topk: int = 5, patch_size: int = 16,
-                      map_size: int = 18) -> dict:
+def token_label_batch(
+    batch_size: int, img_size: int, num_classes: int, topk: int = 5, patch_size: int = 16, map_size: int = 18
+) -> dict:
     """:func:`classification_batch` plus each sample's packed label map, as the data pipeline leaves it.
 
     Each sample carries a random official-format ``(2, topk, map_size, map_size)`` fp16 map
@@ -103,6 +106,7 @@ def token_label_batch(batch_size: int, img_size: int, num_classes: int, topk: in
 
     from mmvitreg.datasets.label_maps import TokenLabelMap
     from mmvitreg.datasets.token_label_target import TokenLabelTarget
+
     data = classification_batch(batch_size, img_size, num_classes)
     rng = np.random.default_rng(1)
     packer = TokenLabelTarget(token_label_size=img_size // patch_size, topk=topk)
@@ -110,8 +114,9 @@ def token_label_batch(batch_size: int, img_size: int, num_classes: int, topk: in
         logits = np.sort(rng.normal(size=(topk, map_size, map_size)), axis=0)[::-1]
         index = np.argsort(rng.random((num_classes, map_size, map_size)), axis=0)[:topk]
         label_map = np.stack([logits, index]).astype(np.float16)
-        sample.set_field(packer.pack(TokenLabelMap(label_map, (img_size, img_size)), (img_size, img_size)),
-                         'token_label_map')
+        sample.set_field(
+            packer.pack(TokenLabelMap(label_map, (img_size, img_size)), (img_size, img_size)), 'token_label_map'
+        )
     return data
 
 
@@ -119,6 +124,7 @@ def segmentation_batch(batch_size: int, img_size: int, num_classes: int) -> dict
     """Random images (pixel values 0..255) and per-pixel labels, as mmseg's ``SegDataPreProcessor`` takes them."""
     from mmengine.structures import PixelData
     from mmseg.structures import SegDataSample
+
     g = torch.Generator().manual_seed(0)
     shape = (img_size, img_size)
     inputs, samples = [], []
@@ -176,6 +182,7 @@ class TrainStepCase:
         """The mmengine ``Config`` of one side (see the class)."""
         from mmengine.config import Config
         from mmengine.hub import get_config
+
         if role not in ROLES:
             raise ValueError(f'unknown role {role!r}; choose from {ROLES}')
         cfg = get_config(self.config) if '::' in self.config else Config.fromfile(ROOT / 'configs' / self.config)
@@ -192,6 +199,7 @@ class TrainStepCase:
         where :meth:`compile_options` says so."""
         from mmengine.model import revert_sync_batchnorm
         from mmengine.registry import MODELS, DefaultScope
+
         cfg = self.load(role, img_size, tiny)
         model_cfg = cfg.model.copy()
         model_cfg.setdefault('data_preprocessor', cfg.get('data_preprocessor'))
@@ -210,8 +218,11 @@ class TrainStepCase:
     @property
     def needs_timm(self) -> bool:
         """Whether a side is timm's own model (:class:`TimmClassifier`)."""
-        return any(value is TimmClassifier for overrides in (self.both, self.model, self.baseline)
-                   for value in overrides.values())
+        return any(
+            value is TimmClassifier
+            for overrides in (self.both, self.model, self.baseline)
+            for value in overrides.values()
+        )
 
     def make_batch(self, batch_size: int, img_size: int) -> dict:
         """A batch for both sides, with the classes of the model's head (a segmentor's decode head)."""
@@ -235,6 +246,7 @@ def _overrides_text(overrides: dict) -> str:
 def _arch_preset_as_dict(cfg) -> None:
     """Replace the name of the backbone's ``arch`` preset by the dict it names (the same model)."""
     from mmengine.registry import MODELS
+
     backbone = cfg.model.backbone
     if isinstance(backbone.get('arch'), str):
         with MODELS.switch_scope_and_registry(cfg.default_scope) as registry:
@@ -259,17 +271,34 @@ def timm_arguments(backbone: dict, num_classes: int) -> dict:
     transformer; its ``arch`` a dict, see :func:`_arch_preset_as_dict`) with a head of ``num_classes``."""
     arch = dict(backbone['arch'])
     swin = 'depths' in arch
-    keys = {'embed_dims', 'depths', 'num_heads'} if swin else {'embed_dims', 'num_layers', 'num_heads',
-                                                               'feedforward_channels'}
+    keys = (
+        {'embed_dims', 'depths', 'num_heads'}
+        if swin
+        else {'embed_dims', 'num_layers', 'num_heads', 'feedforward_channels'}
+    )
     if set(arch) != keys:
         raise ValueError(f'a timm baseline reproduces a plain ViT or Swin arch {sorted(keys)}, got {sorted(arch)}')
-    args = dict(img_size=backbone['img_size'], num_classes=num_classes, embed_dim=arch['embed_dims'],
-                num_heads=arch['num_heads'], drop_path_rate=backbone.get('drop_path_rate', 0.))
+    args = dict(
+        img_size=backbone['img_size'],
+        num_classes=num_classes,
+        embed_dim=arch['embed_dims'],
+        num_heads=arch['num_heads'],
+        drop_path_rate=backbone.get('drop_path_rate', 0.0),
+    )
     if swin:
-        return dict(args, depths=tuple(arch['depths']), num_heads=tuple(arch['num_heads']),
-                    patch_size=backbone.get('patch_size', 4), window_size=backbone.get('window_size', 7))
-    return dict(args, depth=arch['num_layers'], mlp_ratio=arch['feedforward_channels'] / arch['embed_dims'],
-                patch_size=backbone.get('patch_size', 16))
+        return dict(
+            args,
+            depths=tuple(arch['depths']),
+            num_heads=tuple(arch['num_heads']),
+            patch_size=backbone.get('patch_size', 4),
+            window_size=backbone.get('window_size', 7),
+        )
+    return dict(
+        args,
+        depth=arch['num_layers'],
+        mlp_ratio=arch['feedforward_channels'] / arch['embed_dims'],
+        patch_size=backbone.get('patch_size', 16),
+    )
 
 
 class TimmClassifier(BaseModel):
@@ -289,18 +318,30 @@ class TimmClassifier(BaseModel):
         train_cfg, target_transform: Must be None: the timm step has no mixing and no target transform.
     """
 
-    def __init__(self, name: str, backbone: dict, head: dict, neck: Optional[dict] = None,
-                 data_preprocessor: Optional[dict] = None, init_cfg=None, train_cfg: Optional[dict] = None,
-                 target_transform: Optional[dict] = None):
+    def __init__(
+        self,
+        name: str,
+        backbone: dict,
+        head: dict,
+        neck: Optional[dict] = None,
+        data_preprocessor: Optional[dict] = None,
+        init_cfg=None,
+        train_cfg: Optional[dict] = None,
+        target_transform: Optional[dict] = None,
+    ):
         if train_cfg or target_transform:
-            raise ValueError('a timm baseline trains without mixing or target transform: set model.train_cfg and '
-                             'model.target_transform to None')
+            raise ValueError(
+                'a timm baseline trains without mixing or target transform: set model.train_cfg and '
+                'model.target_transform to None'
+            )
         try:
             import timm
         except ImportError:
             raise ImportError(TIMM_MISSING) from None
-        super().__init__(data_preprocessor=dict(type='mmpretrain.ClsDataPreprocessor', **(data_preprocessor or {})),
-                         init_cfg=init_cfg)
+        super().__init__(
+            data_preprocessor=dict(type='mmpretrain.ClsDataPreprocessor', **(data_preprocessor or {})),
+            init_cfg=init_cfg,
+        )
         self.timm_model = timm.create_model(name, pretrained=False, **timm_arguments(backbone, head['num_classes']))
 
     def forward(self, inputs: torch.Tensor, data_samples: Optional[list] = None, mode: str = 'tensor'):
@@ -352,7 +393,9 @@ def build_optim_wrapper(model: nn.Module, device: str, amp: Optional[str] = None
     builds there. float16 on a CPU is refused (one line naming the fix).
     """
     from mmengine.optim import AmpOptimWrapper, OptimWrapper
+
     from mmvitreg.engine import AutocastOptimWrapper
+
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05)
     if amp is None:
         return OptimWrapper(optimizer=optimizer)
@@ -381,6 +424,7 @@ def _cpu_attention_flops() -> dict:
 
     def backward(grad_out, query, key, value, *args, out_shape=None, **kwargs):
         return sdpa_backward_flop_count(grad_out, query, key, value)
+
     name = '_scaled_dot_product_flash_attention_for_cpu'
     if not hasattr(torch.ops.aten, name):  # older PyTorch: the CPU kernel is the CUDA one's operator, counted
         return {}
@@ -397,6 +441,7 @@ def train_step_flops(model: nn.Module, data: dict) -> int:
     afterwards; the weights are unchanged.
     """
     from torch.utils.flop_counter import FlopCounterMode
+
     with FlopCounterMode(display=False, custom_mapping=_cpu_attention_flops()) as counter:
         losses = model(**model.data_preprocessor(data, True), mode='loss')
         loss, _ = model.parse_losses(losses)
@@ -453,9 +498,19 @@ class Side:
         self.model.train_step(self.data, self.optim_wrapper)
 
 
-def prepare(case: TrainStepCase, role: str, *, img_size: int, batch_size: int, device: str, tiny: bool = False,
-            amp: Optional[str] = None, compile: bool = False, count_flops: bool = True,
-            count_ops: bool = False) -> Side:
+def prepare(
+    case: TrainStepCase,
+    role: str,
+    *,
+    img_size: int,
+    batch_size: int,
+    device: str,
+    tiny: bool = False,
+    amp: Optional[str] = None,
+    compile: bool = False,
+    count_flops: bool = True,
+    count_ops: bool = False,
+) -> Side:
     """One side of ``case`` on ``device``: built (seed 0), its FLOPs counted (eager, float32) and, with
     ``count_ops``, its operators (eager, float32), then compiled if ``compile`` or its config says so, with the
     optim wrapper of its precision (:meth:`TrainStepCase.precision` of ``amp``)."""
@@ -467,6 +522,7 @@ def prepare(case: TrainStepCase, role: str, *, img_size: int, batch_size: int, d
     options = case.compile_options(role)
     if compile or options is not None:
         from mmvitreg.engine.runner import compile_loss
+
         compile_loss(model, **(options or {}))
     return Side(model, build_optim_wrapper(model, device, case.precision(role, amp)), data, flops, ops)
 
@@ -474,9 +530,20 @@ def prepare(case: TrainStepCase, role: str, *, img_size: int, batch_size: int, d
 CLOCKS = {'wall': time.perf_counter, 'cpu': time.process_time}
 
 
-def time_case(case: TrainStepCase, *, batch_size: int, img_size: int, repeats: int, warmup: int, device: str,
-              tiny: bool = False, clock: str = 'wall', amp: Optional[str] = None, compile: bool = False,
-              count_ops: bool = False) -> Tuple[Dict[str, List[float]], Dict[str, int], Optional[dict]]:
+def time_case(
+    case: TrainStepCase,
+    *,
+    batch_size: int,
+    img_size: int,
+    repeats: int,
+    warmup: int,
+    device: str,
+    tiny: bool = False,
+    clock: str = 'wall',
+    amp: Optional[str] = None,
+    compile: bool = False,
+    count_ops: bool = False,
+) -> Tuple[Dict[str, List[float]], Dict[str, int], Optional[dict]]:
     """Step times (s) of both models, interleaved after ``warmup`` steps each, each model's FLOPs per step and,
     with ``count_ops``, its operators: ``({role: [times]}, {role: flops}, {role: {pass: Counter}} or None)``.
 
@@ -488,21 +555,36 @@ def time_case(case: TrainStepCase, *, batch_size: int, img_size: int, repeats: i
     if clock not in CLOCKS:
         raise ValueError(f'unknown clock {clock!r}; choose from {sorted(CLOCKS)}')
     now = CLOCKS[clock]
-    sides = {role: prepare(case, role, img_size=img_size, batch_size=batch_size, device=device, tiny=tiny, amp=amp,
-                           compile=compile, count_ops=count_ops) for role in ROLES}
+    sides = {
+        role: prepare(
+            case,
+            role,
+            img_size=img_size,
+            batch_size=batch_size,
+            device=device,
+            tiny=tiny,
+            amp=amp,
+            compile=compile,
+            count_ops=count_ops,
+        )
+        for role in ROLES
+    }
     for _ in range(warmup):
         for side in sides.values():
             side.step()
     _sync(device)
     times = {role: [] for role in ROLES}
     for r in range(repeats):
-        for role in (ROLES if r % 2 == 0 else ROLES[::-1]):
+        for role in ROLES if r % 2 == 0 else ROLES[::-1]:
             start = now()
             sides[role].step()
             _sync(device)
             times[role].append(now() - start)
-    return (times, {role: side.flops for role, side in sides.items()},
-            {role: side.ops for role, side in sides.items()} if count_ops else None)
+    return (
+        times,
+        {role: side.flops for role, side in sides.items()},
+        {role: side.ops for role, side in sides.items()} if count_ops else None,
+    )
 
 
 def _resident_kib(field: str) -> int:
@@ -519,9 +601,18 @@ def _reset_peak_resident_set() -> None:
         f.write('5')
 
 
-def _peak_memory_in_this_process(case_name: str, role: str, img_size: int, batch_size: int, tiny: bool,
-                                 device: str, steps: int, threads: Optional[int], amp: Optional[str],
-                                 compile: bool) -> int:
+def _peak_memory_in_this_process(
+    case_name: str,
+    role: str,
+    img_size: int,
+    batch_size: int,
+    tiny: bool,
+    device: str,
+    steps: int,
+    threads: Optional[int],
+    amp: Optional[str],
+    compile: bool,
+) -> int:
     """Peak bytes of ``steps`` training steps of one model (run in a fresh process)."""
     if threads:
         torch.set_num_threads(threads)
@@ -540,8 +631,17 @@ def _peak_memory_in_this_process(case_name: str, role: str, img_size: int, batch
     else:
         before = _resident_kib('VmRSS') * 1024
         _reset_peak_resident_set()
-    side = prepare(case, role, img_size=img_size, batch_size=batch_size, device=device, tiny=tiny, amp=amp,
-                   compile=compile, count_flops=False)
+    side = prepare(
+        case,
+        role,
+        img_size=img_size,
+        batch_size=batch_size,
+        device=device,
+        tiny=tiny,
+        amp=amp,
+        compile=compile,
+        count_flops=False,
+    )
     for _ in range(steps):
         side.step()
     _sync(device)
@@ -565,9 +665,19 @@ def _memory_context(start_method: str):
     return ctx
 
 
-def peak_memory(case_name: str, *, img_size: int, batch_size: int, device: str, steps: int = 2,
-                tiny: bool = False, threads: Optional[int] = None, amp: Optional[str] = None, compile: bool = False,
-                start_method: Optional[str] = None) -> Dict[str, int]:
+def peak_memory(
+    case_name: str,
+    *,
+    img_size: int,
+    batch_size: int,
+    device: str,
+    steps: int = 2,
+    tiny: bool = False,
+    threads: Optional[int] = None,
+    amp: Optional[str] = None,
+    compile: bool = False,
+    start_method: Optional[str] = None,
+) -> Dict[str, int]:
     """Peak memory (bytes) of training steps of each model of a case: ``{role: bytes}``.
 
     Each model runs in a fresh process of its own; the two processes run at the same time (memory
@@ -578,8 +688,18 @@ def peak_memory(case_name: str, *, img_size: int, batch_size: int, device: str, 
     with ExitStack() as stack:  # one single-worker pool per model: a process of its own (any Python)
         futures = {
             role: stack.enter_context(ProcessPoolExecutor(max_workers=1, mp_context=ctx)).submit(
-                _peak_memory_in_this_process, case_name, role, img_size, batch_size, tiny, device, steps, threads,
-                amp, compile)
+                _peak_memory_in_this_process,
+                case_name,
+                role,
+                img_size,
+                batch_size,
+                tiny,
+                device,
+                steps,
+                threads,
+                amp,
+                compile,
+            )
             for role in ROLES
         }
         return {role: future.result() for role, future in futures.items()}
@@ -608,7 +728,7 @@ class CaseResult:
         them (the whole step without a target); None if not counted."""
         if self.ops is None:
             return None
-        passes = ('forward', ) if self.case.op_target and self.case.op_target[0] == 'forward' else PASSES
+        passes = ('forward',) if self.case.op_target and self.case.op_target[0] == 'forward' else PASSES
         return self.op_count('model', passes) / self.op_count('baseline', passes)
 
     @property
@@ -634,36 +754,48 @@ class CaseResult:
         ``gflop`` (per step) and ``tflops`` (achieved, FLOPs per step over the median step time)."""
         seconds = self.median[role]
         flops = self.flops.get(role, 0)
-        return dict(ms=seconds * 1e3, images_s=self.batch_size / seconds,
-                    gib=self.memory[role] / 2**30 if self.memory else None, gflop=flops / 1e9,
-                    tflops=flops / seconds / 1e12)
+        return dict(
+            ms=seconds * 1e3,
+            images_s=self.batch_size / seconds,
+            gib=self.memory[role] / 2**30 if self.memory else None,
+            gflop=flops / 1e9,
+            tflops=flops / seconds / 1e12,
+        )
 
     def verdict(self, judge: bool = True) -> str:
         return ('PASS' if self.passed else 'FAIL') if judge else 'not judged'
 
     def report(self, judge: bool = True) -> str:
         """The table of times, throughput, memories and FLOPs, the ratios and (if ``judge``) the verdict."""
-        lines = [f'{"":10s} {"step (ms, median)":>18s} {"images/s":>10s} {"peak (GiB)":>11s} {"GFLOP/step":>11s} '
-                 f'{"TFLOP/s":>8s}']
+        lines = [
+            f'{"":10s} {"step (ms, median)":>18s} {"images/s":>10s} {"peak (GiB)":>11s} {"GFLOP/step":>11s} '
+            f'{"TFLOP/s":>8s}'
+        ]
         for role in ROLES:
             f = self.side(role)
             gib = f'{f["gib"]:11.4f}' if f['gib'] is not None else f'{"n/a":>11s}'
-            lines.append(f'{role:10s} {f["ms"]:18.1f} {f["images_s"]:10.1f} {gib} {f["gflop"]:11.2f} '
-                         f'{f["tflops"]:8.2f}')
+            lines.append(
+                f'{role:10s} {f["ms"]:18.1f} {f["images_s"]:10.1f} {gib} {f["gflop"]:11.2f} {f["tflops"]:8.2f}'
+            )
         memory = f'{self.memory_ratio:.3f}' if self.memory else 'not measured'
-        lines.append(f'time ratio {self.time_ratio:.3f} (target <= {self.case.max_time_ratio:.3f}): '
-                     f'{self.verdict(judge)};  memory ratio {memory}')
+        lines.append(
+            f'time ratio {self.time_ratio:.3f} (target <= {self.case.max_time_ratio:.3f}): '
+            f'{self.verdict(judge)};  memory ratio {memory}'
+        )
         if self.ops is not None:
-            lines.append(f'aten ops per step (forward + loss / backward): model {self.op_count("model", ("forward", ))}'
-                         f' / {self.op_count("model", ("backward", ))}, baseline '
-                         f'{self.op_count("baseline", ("forward", ))} / {self.op_count("baseline", ("backward", ))}; '
-                         f'op ratio {self.op_ratio:.3f} (target {self.op_target_text()})')
+            lines.append(
+                f'aten ops per step (forward + loss / backward): model {self.op_count("model", ("forward",))}'
+                f' / {self.op_count("model", ("backward",))}, baseline '
+                f'{self.op_count("baseline", ("forward",))} / {self.op_count("baseline", ("backward",))}; '
+                f'op ratio {self.op_ratio:.3f} (target {self.op_target_text()})'
+            )
             for p in PASSES:
                 diff = Counter(self.ops['model'][p])
                 diff.subtract(self.ops['baseline'][p])
                 most = sorted(((n, name) for name, n in diff.items() if n), key=lambda t: -abs(t[0]))[:8]
-                lines.append(f'  {p} ops, model - baseline: ' + (', '.join(f'{name} {n:+d}' for n, name in most)
-                                                                 or 'none'))
+                lines.append(
+                    f'  {p} ops, model - baseline: ' + (', '.join(f'{name} {n:+d}' for n, name in most) or 'none')
+                )
         return '\n'.join(lines)
 
     def row(self, judge: bool = True) -> str:
@@ -677,44 +809,81 @@ class CaseResult:
         if self.ops is None:
             cells += ['n/a'] * 3
         else:
-            cells += [' / '.join(str(self.op_count(role, (p, ))) for p in PASSES) for role in ROLES]
+            cells += [' / '.join(str(self.op_count(role, (p,))) for p in PASSES) for role in ROLES]
             cells += [f'{self.op_ratio:.3f} ({self.op_target_text()})']
         cells.append(self.verdict(judge))
         return '| ' + ' | '.join(cells) + ' |'
 
 
 #: the header of :meth:`CaseResult.row` (a Markdown table; the operator columns ``n/a`` unless counted)
-SUMMARY_HEADER = ('| case | model ms | model img/s | model GiB | model TFLOP/s | baseline ms | baseline img/s | '
-                  'baseline GiB | baseline TFLOP/s | ratio | target | model ops fwd / bwd | baseline ops fwd / bwd | '
-                  'op ratio (target) | verdict |\n'
-                  '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---|')
+SUMMARY_HEADER = (
+    '| case | model ms | model img/s | model GiB | model TFLOP/s | baseline ms | baseline img/s | '
+    'baseline GiB | baseline TFLOP/s | ratio | target | model ops fwd / bwd | baseline ops fwd / bwd | '
+    'op ratio (target) | verdict |\n'
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---|'
+)
 
 
-def run_case(name: str, *, batch_size: int, img_size: int, repeats: int, warmup: int, device: str,
-             tiny: bool = False, threads: Optional[int] = None, clock: str = 'wall', amp: Optional[str] = None,
-             compile: bool = False, memory: bool = True, start_method: Optional[str] = None,
-             count_ops: bool = False) -> CaseResult:
+def run_case(
+    name: str,
+    *,
+    batch_size: int,
+    img_size: int,
+    repeats: int,
+    warmup: int,
+    device: str,
+    tiny: bool = False,
+    threads: Optional[int] = None,
+    clock: str = 'wall',
+    amp: Optional[str] = None,
+    compile: bool = False,
+    memory: bool = True,
+    start_method: Optional[str] = None,
+    count_ops: bool = False,
+) -> CaseResult:
     """Time both models of a case side by side (and count their FLOPs and, with ``count_ops``, their operators),
     then measure each one's peak memory (unless ``memory`` is False) in fresh processes started by
     ``start_method`` (see :func:`peak_memory`)."""
     case = get_case(name)
-    times, flops, ops = time_case(case, batch_size=batch_size, img_size=img_size, repeats=repeats, warmup=warmup,
-                                  device=device, tiny=tiny, clock=clock, amp=amp, compile=compile, count_ops=count_ops)
+    times, flops, ops = time_case(
+        case,
+        batch_size=batch_size,
+        img_size=img_size,
+        repeats=repeats,
+        warmup=warmup,
+        device=device,
+        tiny=tiny,
+        clock=clock,
+        amp=amp,
+        compile=compile,
+        count_ops=count_ops,
+    )
     peaks = None
     if memory:
-        peaks = peak_memory(name, img_size=img_size, batch_size=batch_size, device=device,
-                            steps=max(warmup, 1) + 1, tiny=tiny, threads=threads, amp=amp, compile=compile,
-                            start_method=start_method)
-    return CaseResult(name, case, {role: statistics.median(t) for role, t in times.items()}, peaks, flops,
-                      batch_size, ops)
+        peaks = peak_memory(
+            name,
+            img_size=img_size,
+            batch_size=batch_size,
+            device=device,
+            steps=max(warmup, 1) + 1,
+            tiny=tiny,
+            threads=threads,
+            amp=amp,
+            compile=compile,
+            start_method=start_method,
+        )
+    return CaseResult(
+        name, case, {role: statistics.median(t) for role, t in times.items()}, peaks, flops, batch_size, ops
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # cases
 
 
-def register_with_without(name: str, description: str, config: str, without: dict, max_time_ratio: float,
-                          tiny: dict, **options) -> None:
+def register_with_without(
+    name: str, description: str, config: str, without: dict, max_time_ratio: float, tiny: dict, **options
+) -> None:
     """Add a case that times ``config`` (the model with its technique) against the same config with the
     ``without`` overrides (``options``: the other fields of :class:`TrainStepCase`)."""
     register_case(name, TrainStepCase(description, config, {}, without, max_time_ratio, tiny, **options))
@@ -725,125 +894,226 @@ TECHNIQUE_OPS = ('forward', 1.15)
 
 # tiny variants (the tool's smoke test runs them at 32x32): 2-4 blocks of 32-64 channels, each model's
 # layout kept; the heads and losses that read the backbone's width follow it
-TINY_DEIT = {'model.backbone.arch': dict(embed_dims=48, num_layers=4, num_heads=3, feedforward_channels=192),
-             'model.head.in_channels': 48}
-TINY_SWIN = {'model.backbone': dict(arch=dict(embed_dims=32, depths=[2, 2], num_heads=[1, 2]), window_size=4,
-                                    out_indices=(1, )),
-             'model.head.in_channels': 64}
-TINY_DEEPVIT = {'model.backbone.arch': dict(embed_dims=48, num_layers=4, num_heads=4, feedforward_channels=144),
-                'model.head.in_channels': 48}
+TINY_DEIT = {
+    'model.backbone.arch': dict(embed_dims=48, num_layers=4, num_heads=3, feedforward_channels=192),
+    'model.head.in_channels': 48,
+}
+TINY_SWIN = {
+    'model.backbone': dict(arch=dict(embed_dims=32, depths=[2, 2], num_heads=[1, 2]), window_size=4, out_indices=(1,)),
+    'model.head.in_channels': 64,
+}
+TINY_DEEPVIT = {
+    'model.backbone.arch': dict(embed_dims=48, num_layers=4, num_heads=4, feedforward_channels=144),
+    'model.head.in_channels': 48,
+}
 
 register_case(
     'deepvit-s-vs-msa',
     TrainStepCase(
         'DeepViT-S (re-attention in its last 5 blocks) vs. the same model with standard multi-head '
         'self-attention in every block',
-        'deepvit/deepvit-s_8xb32_in1k.py', {}, {'model.backbone.arch.attn_types': 'msa'}, 1.10,
-        {**TINY_DEEPVIT, 'model.backbone.arch': dict(TINY_DEEPVIT['model.backbone.arch'], stem=dict(channels=16),
-                                                     attn_types=['msa', 'msa', 'reattn', 'reattn'])},
-        op_target=('forward', 1.10)))
+        'deepvit/deepvit-s_8xb32_in1k.py',
+        {},
+        {'model.backbone.arch.attn_types': 'msa'},
+        1.10,
+        {
+            **TINY_DEEPVIT,
+            'model.backbone.arch': dict(
+                TINY_DEEPVIT['model.backbone.arch'],
+                stem=dict(channels=16),
+                attn_types=['msa', 'msa', 'reattn', 'reattn'],
+            ),
+        },
+        op_target=('forward', 1.10),
+    ),
+)
 register_case(
     'plain-vs-mmpretrain',
     TrainStepCase(
         'the plain ViT-16B preset of mmvitreg.DeepViT vs. mmpretrain\'s VisionTransformer with the same numbers '
         '(the preset\'s arch dict; the plain preset must keep >= 98% of its speed)',
-        'deepvit/vit-16b_8xb32_in1k.py', {}, {'model.backbone.type': 'VisionTransformer'}, 1 / 0.98,
-        {**TINY_DEEPVIT, 'model.backbone.arch': dict(TINY_DEEPVIT['model.backbone.arch'], attn_types='msa')}))
+        'deepvit/vit-16b_8xb32_in1k.py',
+        {},
+        {'model.backbone.type': 'VisionTransformer'},
+        1 / 0.98,
+        {**TINY_DEEPVIT, 'model.backbone.arch': dict(TINY_DEEPVIT['model.backbone.arch'], attn_types='msa')},
+    ),
+)
 
 register_case(
     'lvvit-tl-vs-ce',
     TrainStepCase(
         'LV-ViT-S with token labeling (dense aux head, official weights) + MixToken vs. the same backbone trained '
         'with plain label-smoothed CE on the class token (mmpretrain\'s ImageClassifier and ViT head)',
-        'lvvit/lvvit-s_8xb128_tl_in1k.py', {},
-        {'model.type': 'ImageClassifier', 'model.backbone.out_type': 'cls_token', 'model.train_cfg': None,
-         'model.head': dict(_delete_=True, type='VisionTransformerClsHead', num_classes=1000, in_channels=384,
-                            loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original'))},
-        1.03, {'model.backbone.arch.num_layers': 2}, batch=token_label_batch,  # tiny: LV-ViT-S's width
-        op_target=TECHNIQUE_OPS))
+        'lvvit/lvvit-s_8xb128_tl_in1k.py',
+        {},
+        {
+            'model.type': 'ImageClassifier',
+            'model.backbone.out_type': 'cls_token',
+            'model.train_cfg': None,
+            'model.head': dict(
+                _delete_=True,
+                type='VisionTransformerClsHead',
+                num_classes=1000,
+                in_channels=384,
+                loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original'),
+            ),
+        },
+        1.03,
+        {'model.backbone.arch.num_layers': 2},
+        batch=token_label_batch,  # tiny: LV-ViT-S's width
+        op_target=TECHNIQUE_OPS,
+    ),
+)
 
 register_case(
     'swin-vs-mmpretrain',
     TrainStepCase(
         'mmvitreg.SwinTransformer without a trace (fused window attention) vs. mmpretrain\'s SwinTransformer, '
         'Swin-T in mmpretrain\'s own recipe, same weights layout (must keep >= 98% of its speed)',
-        'mmpretrain::swin_transformer/swin-tiny_16xb64_in1k.py', {'model.backbone.type': 'mmvitreg.SwinTransformer'},
-        {}, 1 / 0.98, TINY_SWIN))
+        'mmpretrain::swin_transformer/swin-tiny_16xb64_in1k.py',
+        {'model.backbone.type': 'mmvitreg.SwinTransformer'},
+        {},
+        1 / 0.98,
+        TINY_SWIN,
+    ),
+)
 
 TLALIGN_DEIT_S = 'tlalign/deit-small_8xb128_cutmix-tlalign_in1k.py'
 register_with_without(
-    'deit-s-tlalign-vs-cutmix', 'DeiT-S with CutMix + TL-Align (label weights propagated through all 12 attention '
+    'deit-s-tlalign-vs-cutmix',
+    'DeiT-S with CutMix + TL-Align (label weights propagated through all 12 attention '
     'maps) vs. the same model with the same token-aligned CutMix and the area target',
-    TLALIGN_DEIT_S, {'model.target_transform': None}, 1.02, TINY_DEIT, op_target=TECHNIQUE_OPS)
+    TLALIGN_DEIT_S,
+    {'model.target_transform': None},
+    1.02,
+    TINY_DEIT,
+    op_target=TECHNIQUE_OPS,
+)
 register_with_without(
-    'swin-t-tlalign-vs-cutmix', 'Swin-T with Mixup/CutMix + TL-Align (label weights through every window '
+    'swin-t-tlalign-vs-cutmix',
+    'Swin-T with Mixup/CutMix + TL-Align (label weights through every window '
     'attention, shift and merging) vs. the same model with the same Mixup/CutMix and the area target',
-    'tlalign/swin-tiny_16xb64_cutmix-tlalign_in1k.py', {'model.target_transform': None}, 1.02, TINY_SWIN,
-    op_target=TECHNIQUE_OPS)
+    'tlalign/swin-tiny_16xb64_cutmix-tlalign_in1k.py',
+    {'model.target_transform': None},
+    1.02,
+    TINY_SWIN,
+    op_target=TECHNIQUE_OPS,
+)
 register_case(
     'deit-s-tlalign-weights-vs-labels',
     TrainStepCase(
         'DeiT-S with CutMix + TL-Align carrying the 2-dimensional (own, partner) label per token (in the fused '
         'attention\'s own kernel call) vs. the same carrying the official C = 1000 dimensional labels (their map '
         'formed beside the fused call)',
-        TLALIGN_DEIT_S, {}, {'model.target_transform': dict(representation='labels', num_classes=1000)}, 1.0,
-        TINY_DEIT))
+        TLALIGN_DEIT_S,
+        {},
+        {'model.target_transform': dict(representation='labels', num_classes=1000)},
+        1.0,
+        TINY_DEIT,
+    ),
+)
 
 
 # our models with the techniques off against timm 1.0's own (issue 30): the TL-Align configs without TL-Align and
 # without mixing, both sides trained with plain cross entropy on hard labels (timm's side: TimmClassifier, with
 # our config's sizes, so the tiny variant shrinks both). timm: requirements/bench.txt
-PLAIN_CE = {'model.target_transform': None, 'model.train_cfg': None,
-            'model.head.loss': dict(_delete_=True, type='CrossEntropyLoss')}
+PLAIN_CE = {
+    'model.target_transform': None,
+    'model.train_cfg': None,
+    'model.head.loss': dict(_delete_=True, type='CrossEntropyLoss'),
+}
 register_case(
     'deit-s-vs-timm',
     TrainStepCase(
         'DeiT-S of mmvitreg (its TokenClassifier, VisionTransformer and mmpretrain\'s ViT head; techniques and mixing '
         'off) vs. timm\'s own deit_small_patch16_224 with the same numbers, both with plain cross entropy',
-        TLALIGN_DEIT_S, {}, {'model.type': TimmClassifier, 'model.name': 'deit_small_patch16_224'}, 1.0, TINY_DEIT,
-        both=PLAIN_CE, op_target=('step', 1.03)))
+        TLALIGN_DEIT_S,
+        {},
+        {'model.type': TimmClassifier, 'model.name': 'deit_small_patch16_224'},
+        1.0,
+        TINY_DEIT,
+        both=PLAIN_CE,
+        op_target=('step', 1.03),
+    ),
+)
 register_case(
     'swin-t-vs-timm',
     TrainStepCase(
         'Swin-T of mmvitreg (its TokenClassifier and SwinTransformer, mmpretrain\'s pooling and head; techniques and '
         'mixing off) vs. timm\'s own swin_tiny_patch4_window7_224 with the same numbers, both with plain cross '
-        'entropy', 'tlalign/swin-tiny_16xb64_cutmix-tlalign_in1k.py', {},
-        {'model.type': TimmClassifier, 'model.name': 'swin_tiny_patch4_window7_224'}, 1.0, TINY_SWIN, both=PLAIN_CE,
-        op_target=('step', 1.03)))
+        'entropy',
+        'tlalign/swin-tiny_16xb64_cutmix-tlalign_in1k.py',
+        {},
+        {'model.type': TimmClassifier, 'model.name': 'swin_tiny_patch4_window7_224'},
+        1.0,
+        TINY_SWIN,
+        both=PLAIN_CE,
+        op_target=('step', 1.03),
+    ),
+)
 register_case(
     'deit-s-tlalign-bf16-vs-fp32',
     TrainStepCase(
         'DeiT-S with CutMix + TL-Align trained under bf16 autocast (AmpOptimWrapper on CUDA) vs. the same model in '
         'fp32, whatever the run\'s --amp (bf16 must never be slower at batch >= 64 on a GPU)',
-        TLALIGN_DEIT_S, {}, {}, 1.0, TINY_DEIT, amp={'model': 'bf16', 'baseline': None}))
+        TLALIGN_DEIT_S,
+        {},
+        {},
+        1.0,
+        TINY_DEIT,
+        amp={'model': 'bf16', 'baseline': None},
+    ),
+)
 
 register_with_without(
-    'deit-s-diversepatch-vs-plain', 'DeiT-S with the patch-wise cosine, contrastive and mixing losses '
+    'deit-s-diversepatch-vs-plain',
+    'DeiT-S with the patch-wise cosine, contrastive and mixing losses '
     '(DiversePatch, paper forms) vs. the same model with the same token-aligned CutMix and the plain loss',
-    'diversepatch/deit-small12_4xb256-400e_diversepatch_in1k.py', {'model.aux_losses': []}, 1.03,
-    {**TINY_DEIT, 'model.aux_losses.2.in_channels': 48}, op_target=TECHNIQUE_OPS)
+    'diversepatch/deit-small12_4xb256-400e_diversepatch_in1k.py',
+    {'model.aux_losses': []},
+    1.03,
+    {**TINY_DEIT, 'model.aux_losses.2.in_channels': 48},
+    op_target=TECHNIQUE_OPS,
+)
 # no Swin-T DiversePatch config (the paper fine-tunes Swin-B and -L): the Swin-B one with Swin-T's arch
 register_with_without(
-    'swin-t-diversepatch-vs-plain', 'Swin-T (the Swin-B config with Swin-T\'s arch) with the patch-wise cosine '
+    'swin-t-diversepatch-vs-plain',
+    'Swin-T (the Swin-B config with Swin-T\'s arch) with the patch-wise cosine '
     'and mixing losses on the last stage (DiversePatch; no contrastive loss across down-sampling) vs. the same '
     'model with the same CutMix and the plain loss',
-    'diversepatch/swin-base_8xb128-30e_diversepatch_in1k.py', {'model.aux_losses': []}, 1.03,
+    'diversepatch/swin-base_8xb128-30e_diversepatch_in1k.py',
+    {'model.aux_losses': []},
+    1.03,
     {**TINY_SWIN, 'model.aux_losses.1.in_channels': 64, 'model.train_cfg.mix.patch_size': 8},
     both={'model.backbone.arch': 'tiny', 'model.head.in_channels': 768, 'model.aux_losses.1.in_channels': 768},
-    op_target=TECHNIQUE_OPS)
+    op_target=TECHNIQUE_OPS,
+)
 
 register_with_without(
-    'swin-t-drloc', 'Swin-T with DRLoc (m = 64 pairs per image on the last stage\'s 7x7 grid, read through the '
+    'swin-t-drloc',
+    'Swin-T with DRLoc (m = 64 pairs per image on the last stage\'s 7x7 grid, read through the '
     'trace; MLP 2x768 -> 512 -> 512 -> 2) vs. the same model without it',
-    'drloc/swin-t_drloc_8xb128-100e_imagenet100.py', {'model.aux_losses': []}, 1.02,
-    {**TINY_SWIN, 'model.aux_losses.0.in_channels': 64}, op_target=TECHNIQUE_OPS)
+    'drloc/swin-t_drloc_8xb128-100e_imagenet100.py',
+    {'model.aux_losses': []},
+    1.02,
+    {**TINY_SWIN, 'model.aux_losses.0.in_channels': 64},
+    op_target=TECHNIQUE_OPS,
+)
 register_with_without(
-    't2t-vit-14-drloc', 'T2T-ViT-14 with DRLoc (raw tokens of mmpretrain\'s T2T_ViT, 14x14 pooled to 7x7, '
+    't2t-vit-14-drloc',
+    'T2T-ViT-14 with DRLoc (raw tokens of mmpretrain\'s T2T_ViT, 14x14 pooled to 7x7, '
     'm = 64; no trace) vs. the same model without it',
-    'drloc/t2t-vit-14_drloc_8xb128-100e_imagenet100.py', {'model.aux_losses': []}, 1.02,
-    {'model.backbone': dict(embed_dims=64, num_layers=2, layer_cfgs=dict(num_heads=2, feedforward_channels=192)),
-     'model.head.in_channels': 64, 'model.aux_losses.0': dict(in_channels=64, num_pairs=4, grid_pool=None)},
-    op_target=TECHNIQUE_OPS)
+    'drloc/t2t-vit-14_drloc_8xb128-100e_imagenet100.py',
+    {'model.aux_losses': []},
+    1.02,
+    {
+        'model.backbone': dict(embed_dims=64, num_layers=2, layer_cfgs=dict(num_heads=2, feedforward_channels=192)),
+        'model.head.in_channels': 64,
+        'model.aux_losses.0': dict(in_channels=64, num_pairs=4, grid_pool=None),
+    },
+    op_target=TECHNIQUE_OPS,
+)
 
 # measured on a CPU (1 thread, 224x224, CPU clock, 2-core AMD EPYC shared with other work, 2026-11-28): compiled vs
 # eager 0.974 at batch 4, 0.976 and 0.992 at batch 8 (two runs); the code before issue 36 (the ride through an
@@ -857,26 +1127,46 @@ register_case(
         'DeiT-S with CutMix + TL-Align, its loss compiled by torch.compile (inductor, as `compile=True` in '
         'tools/train.py; compiled in the first two warm-up steps: mmpretrain\'s LabelSmoothLoss sets its '
         'num_classes on the first call, one recompile) vs. the same model eager',
-        TLALIGN_DEIT_S, {'compile': True}, {}, 1.0, TINY_DEIT))
+        TLALIGN_DEIT_S,
+        {'compile': True},
+        {},
+        1.0,
+        TINY_DEIT,
+    ),
+)
 
 # the token losses in segmentation training (issue 24): mmseg's UperNet Swin-T recipe as mmvitreg.TokenSegmentor,
 # with the loss vs. the same model without it (TokenSegmentor without users runs mmseg's EncoderDecoder step);
 # measure at --img-size 512 --batch-size 2 (the recipe's crop and images per GPU). Tiny variant: four one-block
 # stages with 2-pixel patches, so that a 32x32 image still leaves the last stage a 2x2 grid
 TINY_UPERNET_SWIN = {
-    'model.backbone': dict(arch=dict(embed_dims=16, depths=[1, 1, 1, 1], num_heads=[1, 1, 2, 2]), patch_size=2,
-                           window_size=4),
+    'model.backbone': dict(
+        arch=dict(embed_dims=16, depths=[1, 1, 1, 1], num_heads=[1, 1, 2, 2]), patch_size=2, window_size=4
+    ),
     'model.data_preprocessor.size': (32, 32),
     'model.decode_head': dict(in_channels=[16, 32, 64, 128], channels=32),
     'model.auxiliary_head': dict(in_channels=64, channels=16),
 }
 register_with_without(
-    'upernet-swin-t-drloc', 'UperNet Swin-T (mmseg\'s ADE20K recipe) with DRLoc (m = 64 pairs per image on the last '
+    'upernet-swin-t-drloc',
+    'UperNet Swin-T (mmseg\'s ADE20K recipe) with DRLoc (m = 64 pairs per image on the last '
     'stage\'s grid, 16x16 at 512x512, read through the trace; MLP 2x768 -> 512 -> 512 -> 2) vs. the same segmentor '
-    'without it', 'drloc/upernet_swin-t_drloc_8xb2-160k_ade20k-512x512.py', {'model.aux_losses': []}, 1.03,
-    {**TINY_UPERNET_SWIN, 'model.aux_losses.0.in_channels': 128}, batch=segmentation_batch, op_target=TECHNIQUE_OPS)
+    'without it',
+    'drloc/upernet_swin-t_drloc_8xb2-160k_ade20k-512x512.py',
+    {'model.aux_losses': []},
+    1.03,
+    {**TINY_UPERNET_SWIN, 'model.aux_losses.0.in_channels': 128},
+    batch=segmentation_batch,
+    op_target=TECHNIQUE_OPS,
+)
 register_with_without(
-    'upernet-swin-t-patch-cos', 'UperNet Swin-T (mmseg\'s ADE20K recipe) with DiversePatch\'s patch-wise cosine loss '
+    'upernet-swin-t-patch-cos',
+    'UperNet Swin-T (mmseg\'s ADE20K recipe) with DiversePatch\'s patch-wise cosine loss '
     '(the last stage\'s 16x16 tokens at 512x512, read through the trace) vs. the same segmentor without it',
-    'diversepatch/upernet_swin-t_patch-cos_8xb2-160k_ade20k-512x512.py', {'model.aux_losses': []}, 1.03,
-    TINY_UPERNET_SWIN, batch=segmentation_batch, op_target=TECHNIQUE_OPS)
+    'diversepatch/upernet_swin-t_patch-cos_8xb2-160k_ade20k-512x512.py',
+    {'model.aux_losses': []},
+    1.03,
+    TINY_UPERNET_SWIN,
+    batch=segmentation_batch,
+    op_target=TECHNIQUE_OPS,
+)

@@ -60,6 +60,7 @@ epochs) returns it without training, so an interrupted report resumes where it s
 Accuracy comparisons follow the issue's rule: mean ± sample std over seeds, and a difference
 smaller than the spread (the larger of the two stds) is called a tie (:func:`verdict`).
 """
+
 import contextlib
 import hashlib
 import importlib
@@ -78,7 +79,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 ROOT = Path(__file__).resolve().parents[4]
 SIZES = ('ci', 'full')
 #: seeds of each size (``--seeds`` overrides)
-SEEDS = {'ci': (0, ), 'full': (0, 1, 2)}
+SEEDS = {'ci': (0,), 'full': (0, 1, 2)}
 #: training images per class of every run at size 'ci'
 CI_PER_CLASS = 10
 #: the digits set every run reads (``tools/dataset_converters/digits.py imagenet``, default split)
@@ -108,11 +109,13 @@ def register_section(name: str, title: str, order: int, budget_min: float):
         order (int): place in ``docs/claims.md`` (ascending; see the table in this module's docstring).
         budget_min (float): minutes the section may take at size 'full' (written beside the measured time).
     """
+
     def wrap(run):
         if name in _SECTIONS and _SECTIONS[name].run is not run:
             raise KeyError(f'claims section {name!r} is registered twice')
         _SECTIONS[name] = Section(name, title, order, budget_min, run)
         return run
+
     return wrap
 
 
@@ -123,11 +126,13 @@ def sections() -> List[Section]:
 
 def fmt_options(options: dict) -> List[str]:
     """``{'a.b': 1}`` -> ``['a.b=1']`` (lists and tuples written without spaces, as DictAction reads them)."""
+
     def value(v):
         if isinstance(v, (list, tuple)):
             inner = ','.join(value(x) for x in v)
             return f'[{inner}]' if isinstance(v, list) else f'({inner})'
         return str(v)
+
     return [f'{k}={value(v)}' for k, v in options.items()]
 
 
@@ -186,7 +191,7 @@ class Context:
     work_dir: Path
     log: Callable = field(default=print, repr=False)
     #: training and testing time of the runs this section took from the cache
-    cached_seconds: float = 0.
+    cached_seconds: float = 0.0
 
     def __post_init__(self):
         self.out_dir, self.work_dir = Path(self.out_dir), Path(self.work_dir).resolve()
@@ -202,8 +207,10 @@ class Context:
 
     def build_data(self) -> None:
         """Build the digits set under ``work_dir/data`` (skipped when already complete)."""
-        self.run_tool(['dataset_converters/digits.py', 'imagenet', '--out', self.work_dir / 'data'],
-                      self.work_dir / 'data' / 'build.log')
+        self.run_tool(
+            ['dataset_converters/digits.py', 'imagenet', '--out', self.work_dir / 'data'],
+            self.work_dir / 'data' / 'build.log',
+        )
 
     def subset(self, per_class: int) -> str:
         """The ``ann_file`` (relative to :attr:`data_root`) of the first ``per_class`` training images
@@ -219,8 +226,10 @@ class Context:
                     lines.append(line)
             short = {k: n for k, n in taken.items() if n < per_class}
             if short:
-                raise ValueError(f'{per_class} images per class asked, but classes {sorted(short)} have '
-                                 f'only {sorted(short.values())} training images')
+                raise ValueError(
+                    f'{per_class} images per class asked, but classes {sorted(short)} have '
+                    f'only {sorted(short.values())} training images'
+                )
             tmp = self.data_root / (ann + '.tmp')
             tmp.write_text('\n'.join(lines) + '\n')
             tmp.replace(self.data_root / ann)
@@ -231,9 +240,13 @@ class Context:
         no workers); ``per_class`` trains on :meth:`subset` (at size 'ci' at most ``CI_PER_CLASS``)."""
         opts = {}
         for split in ('train', 'val', 'test'):
-            opts.update({f'{split}_dataloader.dataset.data_root': str(self.data_root),
-                         f'{split}_dataloader.num_workers': 0,
-                         f'{split}_dataloader.persistent_workers': False})
+            opts.update(
+                {
+                    f'{split}_dataloader.dataset.data_root': str(self.data_root),
+                    f'{split}_dataloader.num_workers': 0,
+                    f'{split}_dataloader.persistent_workers': False,
+                }
+            )
         if self.size == 'ci':
             per_class = min(per_class or CI_PER_CLASS, CI_PER_CLASS)
         if per_class is not None:
@@ -266,8 +279,16 @@ class Context:
             tail = ''.join(log_file.read_text().splitlines(keepends=True)[-40:])
             raise RuntimeError(f'tools/{args[0]} failed (log: {log_file})\n{tail}')
 
-    def train_and_test(self, config: str, seed: int, cfg_options: Optional[dict] = None, *, tag: str = None,
-                       per_class: Optional[int] = None, epochs: Optional[int] = None) -> Run:
+    def train_and_test(
+        self,
+        config: str,
+        seed: int,
+        cfg_options: Optional[dict] = None,
+        *,
+        tag: str = None,
+        per_class: Optional[int] = None,
+        epochs: Optional[int] = None,
+    ) -> Run:
         """Train ``config`` with ``tools/train.py`` and test its last checkpoint with ``tools/test.py``.
 
         Args:
@@ -311,8 +332,17 @@ class Context:
         lines = [ln for ln in (run_dir / 'test.log').read_text().splitlines() if ln.startswith('metrics: ')]
         if not lines:
             raise RuntimeError(f'tools/test.py printed no "metrics:" line (log: {run_dir / "test.log"})')
-        run = Run(tag, config, seed, options, json.loads(lines[-1][len('metrics: '):]), checkpoint, str(run_dir),
-                  [_shell(['tools/' + str(c[0]), *c[1:]]) for c in (train, test)], time.time() - start)
+        run = Run(
+            tag,
+            config,
+            seed,
+            options,
+            json.loads(lines[-1][len('metrics: ') :]),
+            checkpoint,
+            str(run_dir),
+            [_shell(['tools/' + str(c[0]), *c[1:]]) for c in (train, test)],
+            time.time() - start,
+        )
         record.write_text(json.dumps(asdict(run), indent=1, default=str))  # paths as text
         self.log(f'  {tag} seed {seed}: {_metric_line(run.metrics)} ({run.seconds:.0f} s)')
         return run
@@ -320,6 +350,7 @@ class Context:
     @staticmethod
     def _schedule_options(config: str, epochs: int, options: dict) -> dict:
         from mmvitreg.utils import load_config
+
         cfg = load_config(str(ROOT / config), options)
         if 'max_epochs' not in cfg.train_cfg:  # iteration-based (mmseg): the section sets max_iters itself
             return {}
@@ -339,10 +370,12 @@ class Context:
 
         from mmvitreg.engine.checkpoint import load_weights
         from mmvitreg.utils import load_config
+
         cfg = load_config(str(ROOT / run.config), run.cfg_options)
         init_default_scope(cfg.default_scope)
-        model = MODELS.build({**cfg.model, 'data_preprocessor': cfg.model.get('data_preprocessor')
-                              or cfg.get('data_preprocessor')})
+        model = MODELS.build(
+            {**cfg.model, 'data_preprocessor': cfg.model.get('data_preprocessor') or cfg.get('data_preprocessor')}
+        )
         load_weights(model, checkpoint or run.checkpoint, 'strict', logger='silent')
         return model.eval(), cfg
 
@@ -352,9 +385,16 @@ class Context:
         ``cfg``'s validation set, in order, through ``model``'s data preprocessor: ``inputs`` is
         ``(B, 3, H, W)``, normalised as in testing."""
         from mmengine.runner import Runner
-        loader = Runner.build_dataloader({**cfg.val_dataloader, 'batch_size': batch_size, 'num_workers': 0,
-                                          'persistent_workers': False,
-                                          'sampler': dict(type='DefaultSampler', shuffle=False)})
+
+        loader = Runner.build_dataloader(
+            {
+                **cfg.val_dataloader,
+                'batch_size': batch_size,
+                'num_workers': 0,
+                'persistent_workers': False,
+                'sampler': dict(type='DefaultSampler', shuffle=False),
+            }
+        )
         seen = 0
         for batch in loader:
             data = model.data_preprocessor(batch, False)
@@ -368,6 +408,7 @@ class Context:
         """Save a matplotlib figure as ``<out>/claims/<section>_<name>.png``, close it, and return the
         markdown that shows it in ``claims.md``."""
         import matplotlib.pyplot as plt
+
         file = f'{self.section}_{name}.png'
         (self.out_dir / 'claims').mkdir(parents=True, exist_ok=True)
         fig.savefig(self.out_dir / 'claims' / file, dpi=110, bbox_inches='tight')
@@ -385,9 +426,11 @@ def _tool(name: str):
         sys.path.insert(0, str(ROOT))
     module = importlib.import_module('tools.' + name.removesuffix('.py').replace('/', '.'))
     if Path(module.__file__).resolve() != (ROOT / 'tools' / name).resolve():
-        raise ImportError(f'tools/{name} imported as {module.__name__} from {module.__file__}, not from {ROOT}: '
-                          'another package named "tools" comes first on sys.path; run the report without it '
-                          f'(e.g. from {ROOT})')
+        raise ImportError(
+            f'tools/{name} imported as {module.__name__} from {module.__file__}, not from {ROOT}: '
+            'another package named "tools" comes first on sys.path; run the report without it '
+            f'(e.g. from {ROOT})'
+        )
     return module
 
 
@@ -413,8 +456,10 @@ class _Progress(io.TextIOBase):
 def figure(*args, **kwargs):
     """``matplotlib.pyplot.subplots`` with the non-interactive backend (no display here)."""
     import matplotlib
+
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+
     return plt.subplots(*args, **kwargs)
 
 
@@ -429,6 +474,7 @@ def _metric_line(metrics: dict) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- tables
+
 
 def mean_std(values: Sequence[float]):
     """``(mean, sample std)``; the std of one value is 0."""
@@ -494,13 +540,18 @@ def fragment(section: Section, ctx: Context, body: str, minutes: float) -> str:
     took from the cache is added, so the figure is what a run from scratch takes; the machine's
     15-minute load average says how shared it was), then its body."""
     cached = ctx.cached_seconds / 60
-    took = f'{minutes + cached:.1f} min (' + (f'{cached:.1f} of them in cached runs; ' if cached else '') + \
-        f'budget {section.budget_min:g} min at size full; machine load {os.getloadavg()[2]:.1f} on ' \
+    took = (
+        f'{minutes + cached:.1f} min ('
+        + (f'{cached:.1f} of them in cached runs; ' if cached else '')
+        + f'budget {section.budget_min:g} min at size full; machine load {os.getloadavg()[2]:.1f} on '
         f'{os.cpu_count()} cores at the end)'
-    return (f'<!-- fragment of claims.md, written by tools/analysis_tools/claims_report.py -->\n'
-            f'*Size `{ctx.size}`, seeds {", ".join(map(str, ctx.seeds))}; took {took}. '
-            f'Re-run:* `{command([section.name], ctx.size)}`\n\n'
-            f'{body.strip()}\n')
+    )
+    return (
+        f'<!-- fragment of claims.md, written by tools/analysis_tools/claims_report.py -->\n'
+        f'*Size `{ctx.size}`, seeds {", ".join(map(str, ctx.seeds))}; took {took}. '
+        f'Re-run:* `{command([section.name], ctx.size)}`\n\n'
+        f'{body.strip()}\n'
+    )
 
 
 def assemble(out_dir: Path) -> str:
@@ -511,16 +562,20 @@ def assemble(out_dir: Path) -> str:
     parts = [HEADER]
     for section in sections():
         frag = out_dir / 'claims' / f'{section.name}.md'
-        text = frag.read_text().split('\n', 1)[1] if frag.is_file() else \
-            f'*Not run yet:* `{command([section.name], "full")}`\n'
+        text = (
+            frag.read_text().split('\n', 1)[1]
+            if frag.is_file()
+            else f'*Not run yet:* `{command([section.name], "full")}`\n'
+        )
         parts.append(f'## {section.title}\n\n{text}')
     text = '\n'.join(parts)
     (out_dir / 'claims.md').write_text(text)
     return text
 
 
-def run_sections(names: Sequence[str], size: str, out_dir, work_dir, seeds: Optional[Sequence[int]] = None,
-                 log: Callable = print) -> Dict[str, float]:
+def run_sections(
+    names: Sequence[str], size: str, out_dir, work_dir, seeds: Optional[Sequence[int]] = None, log: Callable = print
+) -> Dict[str, float]:
     """Run the named sections (all when empty) at ``size``, write their fragments and figures, and
     re-assemble ``claims.md``. Returns the minutes each section took."""
     if size not in SIZES:
@@ -541,10 +596,11 @@ def run_sections(names: Sequence[str], size: str, out_dir, work_dir, seeds: Opti
         body = section.run(ctx)
         minutes[section.name] = (time.time() - start) / 60
         (ctx.out_dir / 'claims').mkdir(parents=True, exist_ok=True)
-        (ctx.out_dir / 'claims' / f'{section.name}.md').write_text(
-            fragment(section, ctx, body, minutes[section.name]))
-        log(f'[claims] {section.name}: done in {minutes[section.name]:.1f} min, {ctx.cached_seconds / 60:.1f} '
+        (ctx.out_dir / 'claims' / f'{section.name}.md').write_text(fragment(section, ctx, body, minutes[section.name]))
+        log(
+            f'[claims] {section.name}: done in {minutes[section.name]:.1f} min, {ctx.cached_seconds / 60:.1f} '
             f'min more in cached runs '
-            f'({ctx.out_dir / "claims" / (section.name + ".md")})')
+            f'({ctx.out_dir / "claims" / (section.name + ".md")})'
+        )
     assemble(out_dir)
     return minutes

@@ -28,6 +28,7 @@ Measurements on the 297 validation images of each trained model, through the tok
   maps"): for block ``l`` the cosine of each token's output ``x_l[t]`` with the last block's
   ``x_L[t]``, averaged over tokens (cls included) and images. Unaffected by the norm's centring.
 """
+
 import torch
 
 from mmvitreg.models.trace import TokenTrace
@@ -41,10 +42,16 @@ MODELS = {'ViT (self-attention)': 'msa', 'DeepViT (re-attention)': 'reattn'}
 
 
 def model_options(attn: str) -> dict:
-    return {'model.backbone.arch.num_layers': DEPTH, 'model.backbone.arch.embed_dims': DIMS,
-            'model.backbone.arch.num_heads': DIMS // 16, 'model.backbone.arch.feedforward_channels': 3 * DIMS,
-            'model.backbone.arch.attn_types': [attn] * DEPTH, 'model.backbone.patch_size': PATCH,
-            'model.head.in_channels': DIMS, 'model.train_cfg': None}
+    return {
+        'model.backbone.arch.num_layers': DEPTH,
+        'model.backbone.arch.embed_dims': DIMS,
+        'model.backbone.arch.num_heads': DIMS // 16,
+        'model.backbone.arch.feedforward_channels': 3 * DIMS,
+        'model.backbone.arch.attn_types': [attn] * DEPTH,
+        'model.backbone.patch_size': PATCH,
+        'model.head.in_channels': DIMS,
+        'model.train_cfg': None,
+    }
 
 
 @torch.no_grad()
@@ -59,8 +66,9 @@ def measure(ctx, run):
         model.backbone(inputs, trace=trace)
         attn.update([trace.attn[i] for i in blocks])
         last = trace.tokens[DEPTH - 1]
-        feature_sum += torch.stack([torch.cosine_similarity(trace.tokens[i], last, dim=-1).mean(-1).sum()
-                                    for i in blocks]).double()
+        feature_sum += torch.stack(
+            [torch.cosine_similarity(trace.tokens[i], last, dim=-1).mean(-1).sum() for i in blocks]
+        ).double()
         images += inputs.shape[0]
     result = attn.compute()
     return result.num_similar_blocks, result.ratio.tolist(), (feature_sum / images).tolist()
@@ -79,8 +87,9 @@ def curves(ax, values, label, color):
 def run(ctx) -> str:
     runs, stats = {}, {}
     for name, attn in MODELS.items():
-        runs[name] = [ctx.train_and_test(CONFIG, seed, model_options(attn), tag=attn, epochs=EPOCHS)
-                      for seed in ctx.seeds]
+        runs[name] = [
+            ctx.train_and_test(CONFIG, seed, model_options(attn), tag=attn, epochs=EPOCHS) for seed in ctx.seeds
+        ]
         stats[name] = [measure(ctx, r) for r in runs[name]]
 
     fig, (left, right) = figure(1, 2, figsize=(11, 4))
@@ -88,10 +97,16 @@ def run(ctx) -> str:
         curves(left, [s[1] for s in seeds], name, color)
         curves(right, [s[2] for s in seeds], name, color)
     left.axhline(0.9, color='gray', ls=':', lw=1, label='similar-block threshold (90%)')
-    left.set(xlabel='block', ylabel='Eq. 2 similarity with adjacent blocks',
-             title='Attention similarity of adjacent blocks (Fig. 3/7a)')
-    right.set(xlabel='block', ylabel='cosine similarity to the last block',
-              title='Block outputs vs the last block (Fig. 4 right)')
+    left.set(
+        xlabel='block',
+        ylabel='Eq. 2 similarity with adjacent blocks',
+        title='Attention similarity of adjacent blocks (Fig. 3/7a)',
+    )
+    right.set(
+        xlabel='block',
+        ylabel='cosine similarity to the last block',
+        title='Block outputs vs the last block (Fig. 4 right)',
+    )
     for ax in (left, right):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -103,27 +118,42 @@ def run(ctx) -> str:
     adjacent = {name: [mean_std(s[1])[0] for s in seeds] for name, seeds in stats.items()}
     late_sim = {name: [mean_std(s[2][late])[0] for s in seeds] for name, seeds in stats.items()}
     top1 = {name: [r.metrics['accuracy/top1'] for r in model_runs] for name, model_runs in runs.items()}
-    rows = [[name, ' / '.join(map(str, similar[name])), fmt_mean_std(adjacent[name], 3),
-             fmt_mean_std(late_sim[name], 3)] for name in MODELS]
-    collapse = (f'the plain ViT has none at this depth and scale, so the count cannot show the claim here '
-                f'(the paper sees collapse from about block 17 of 32 on ImageNet)' if max(similar[vit]) == 0 else
-                f'ViT {fmt_mean_std(similar[vit], 1)}, re-attention {fmt_mean_std(similar[deepvit], 1)} of {DEPTH}')
+    rows = [
+        [name, ' / '.join(map(str, similar[name])), fmt_mean_std(adjacent[name], 3), fmt_mean_std(late_sim[name], 3)]
+        for name in MODELS
+    ]
+    collapse = (
+        'the plain ViT has none at this depth and scale, so the count cannot show the claim here '
+        '(the paper sees collapse from about block 17 of 32 on ImageNet)'
+        if max(similar[vit]) == 0
+        else f'ViT {fmt_mean_std(similar[vit], 1)}, re-attention {fmt_mean_std(similar[deepvit], 1)} of {DEPTH}'
+    )
     tokens = (32 // PATCH) ** 2 + 1
     return f"""{DEPTH}-block, {DIMS}-dim ViT on {PATCH}x{PATCH}-pixel patches of the 32x32 digits ({tokens} tokens),
 self-attention vs re-attention in every block, trained {ctx.pick(full=EPOCHS, ci=1)} epochs each with the
 recipe of `{CONFIG}` without its Mixup / CutMix; statistics over the 297 validation images of each
 trained model (one value per seed, mean ± std).
 
-{markdown_table(['model', 'similar blocks (per seed)', 'mean adjacent attention similarity (Eq. 2)',
-                 f'mean feature similarity to the last block, blocks {DEPTH // 2 + 1}-{DEPTH - 1}'], rows)}
+{
+        markdown_table(
+            [
+                'model',
+                'similar blocks (per seed)',
+                'mean adjacent attention similarity (Eq. 2)',
+                f'mean feature similarity to the last block, blocks {DEPTH // 2 + 1}-{DEPTH - 1}',
+            ],
+            rows,
+        )
+    }
 
 {accuracy_table(runs, baseline=vit)}
 
 {plot}
 
 - Similar blocks (Eq. 2 similarity >= 90% with the adjacent blocks): {collapse}.
-- Adjacent attention similarity, re-attention vs self-attention: **{verdict(adjacent[deepvit], adjacent[vit],
-  higher_is_better=False)}** (lower is better). Re-attention's maps are not softmax maps: they are mixed over
+- Adjacent attention similarity, re-attention vs self-attention: **{
+        verdict(adjacent[deepvit], adjacent[vit], higher_is_better=False)
+    }** (lower is better). Re-attention's maps are not softmax maps: they are mixed over
   heads by Θ and centred by its BatchNorm over heads, which alone brings their Eq. 2 similarity near 0 (so
   no similar block) whatever the attention learned. The feature similarity below is the comparison that
   holds for both.

@@ -6,6 +6,7 @@ channels, a 4x4 token grid, patch-aligned CutMix): with the three losses (alpha 
 (``model.aux_losses=[]``), same seeds. The similarity ``P(h)`` of every block's output is averaged over the
 validation images (:func:`studies.patch_similarity.patch_cosine_per_layer`).
 """
+
 from statistics import mean
 
 from ..patch_similarity import patch_cosine_per_layer
@@ -31,30 +32,42 @@ def similarity_curves(ctx, runs):
 
 @register_section('diversepatch', 'DiversePatch: patch diversity against over-smoothing', order=30, budget_min=10)
 def run(ctx):
-    runs = {label: [ctx.train_and_test(CONFIG, seed, options, tag=label, epochs=EPOCHS) for seed in ctx.seeds]
-            for label, options in MODELS.items()}
+    runs = {
+        label: [ctx.train_and_test(CONFIG, seed, options, tag=label, epochs=EPOCHS) for seed in ctx.seeds]
+        for label, options in MODELS.items()
+    }
     curves, names = similarity_curves(ctx, runs)
     last = {label: [c[-1] for c in model_curves] for label, model_curves in curves.items()}
-    rows = [[label, fmt_mean_std(values, 3), '—' if label == 'plain' else
-             f'{mean(values) - mean(last["plain"]):+.3f} ({verdict(values, last["plain"], higher_is_better=False)})']
-            for label, values in last.items()]
+    rows = [
+        [
+            label,
+            fmt_mean_std(values, 3),
+            '—'
+            if label == 'plain'
+            else f'{mean(values) - mean(last["plain"]):+.3f} '
+            f'({verdict(values, last["plain"], higher_is_better=False)})',
+        ]
+        for label, values in last.items()
+    ]
     fig, ax = figure(figsize=(6, 3.5))
     for label, model_curves in curves.items():
         per_block = list(zip(*model_curves))
         ax.plot(range(1, len(names) + 1), [mean(v) for v in per_block], marker='o', label=label)
-        ax.fill_between(range(1, len(names) + 1), [min(v) for v in per_block], [max(v) for v in per_block], alpha=.2)
+        ax.fill_between(range(1, len(names) + 1), [min(v) for v in per_block], [max(v) for v in per_block], alpha=0.2)
     ax.set_xlabel('block')
     ax.set_ylabel('patch-wise absolute cosine similarity')
     ax.legend()
-    return '\n\n'.join([
-        'Claim (paper §3-4, Figure 3): the patch-wise absolute cosine similarity of a deep ViT grows with depth, '
-        'and the cosine, contrastive and mixing losses keep the last layer\'s patches diverse while improving '
-        f'top-1. A deep, narrow DeiT (`{CONFIG}`, 12 blocks x 64 channels, {EPOCHS} epochs) trained with '
-        'patch-aligned CutMix, with the three losses (alpha = 1) and without (`model.aux_losses=[]`).',
-        'Last block\'s patch-wise absolute cosine similarity over the validation images (lower = more diverse):',
-        markdown_table(['model', 'last-layer P(h) (mean ± std)', 'vs plain'], rows),
-        'Top-1 on the validation images:',
-        accuracy_table(runs, baseline='plain'),
-        'Patch-wise absolute cosine similarity per block (mean over seeds, band: min-max):',
-        ctx.save_figure(fig, 'cosine_per_block'),
-    ])
+    return '\n\n'.join(
+        [
+            'Claim (paper §3-4, Figure 3): the patch-wise absolute cosine similarity of a deep ViT grows with depth, '
+            'and the cosine, contrastive and mixing losses keep the last layer\'s patches diverse while improving '
+            f'top-1. A deep, narrow DeiT (`{CONFIG}`, 12 blocks x 64 channels, {EPOCHS} epochs) trained with '
+            'patch-aligned CutMix, with the three losses (alpha = 1) and without (`model.aux_losses=[]`).',
+            'Last block\'s patch-wise absolute cosine similarity over the validation images (lower = more diverse):',
+            markdown_table(['model', 'last-layer P(h) (mean ± std)', 'vs plain'], rows),
+            'Top-1 on the validation images:',
+            accuracy_table(runs, baseline='plain'),
+            'Patch-wise absolute cosine similarity per block (mean over seeds, band: min-max):',
+            ctx.save_figure(fig, 'cosine_per_block'),
+        ]
+    )

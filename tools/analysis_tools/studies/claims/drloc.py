@@ -19,12 +19,15 @@ few-shot ViT near 20% top-1 (measured: 21.5 ± 1.9 over 3 seeds at 300 images, 3
 chance to compare anything. Top-1 on the 297 validation digits; the tie rule of :mod:`.core`. The runs are
 short because the report's budget is minutes on two shared cores: the transformers are not trained to convergence.
 """
+
 from .core import accuracy_table, figure, mean_std, register_section, verdict
 
 CNN = 'ResNet (ResNet-18, width / 4)'
-MODELS = {'ViT (DeiT-tiny)': 'configs/drloc/deit-tiny_1xb64_drloc_digits.py',
-          'Swin (Swin-nano)': 'configs/drloc/swin-nano_1xb64_drloc_digits.py',
-          CNN: 'configs/drloc/resnet18-cifar_1xb64_drloc_digits.py'}
+MODELS = {
+    'ViT (DeiT-tiny)': 'configs/drloc/deit-tiny_1xb64_drloc_digits.py',
+    'Swin (Swin-nano)': 'configs/drloc/swin-nano_1xb64_drloc_digits.py',
+    CNN: 'configs/drloc/resnet18-cifar_1xb64_drloc_digits.py',
+}
 PER_CLASS = (20, 80)  # 200 and 800 training images
 EPOCHS = {20: 60, 80: 15}  # 12,000 training images seen per run
 NO_MIXING = {'model.train_cfg': None}
@@ -41,15 +44,21 @@ def run(ctx) -> str:
             runs = {}
             for label, options in (('without DRLoc', WITHOUT), ('with DRLoc', NO_MIXING)):
                 tag = f'{config.split("/")[-1].split("_")[0]}-{"base" if options is WITHOUT else "drloc"}-{per_class}pc'
-                runs[label] = [ctx.train_and_test(config, seed, options, tag=tag, per_class=per_class,
-                                                  epochs=epochs) for seed in ctx.seeds]
+                runs[label] = [
+                    ctx.train_and_test(config, seed, options, tag=tag, per_class=per_class, epochs=epochs)
+                    for seed in ctx.seeds
+                ]
             top1 = {k: [r.metrics['accuracy/top1'] for r in v] for k, v in runs.items()}
             fig_data[(model, per_class)] = {k: mean_std(v) for k, v in top1.items()}
-            tables.append(f'**{model}, {10 * per_class} training images ({per_class} per class), '
-                          f'{epochs} epoch(s)**\n\n' + accuracy_table(runs, baseline='without DRLoc'))
+            tables.append(
+                f'**{model}, {10 * per_class} training images ({per_class} per class), '
+                f'{epochs} epoch(s)**\n\n' + accuracy_table(runs, baseline='without DRLoc')
+            )
             diff = mean_std(top1['with DRLoc'])[0] - mean_std(top1['without DRLoc'])[0]
-            rows.append(f'{model} at {10 * per_class} images: {diff:+.2f} points '
-                        f'({verdict(top1["with DRLoc"], top1["without DRLoc"])})')
+            rows.append(
+                f'{model} at {10 * per_class} images: {diff:+.2f} points '
+                f'({verdict(top1["with DRLoc"], top1["without DRLoc"])})'
+            )
 
     fig, axes = figure(1, len(MODELS), figsize=(4 * len(MODELS), 3.5), squeeze=False)
     for ax, model in zip(axes[0], MODELS):
@@ -64,12 +73,17 @@ def run(ctx) -> str:
     fig.tight_layout()
     plot = ctx.save_figure(fig, 'top1_vs_size')
     summary = '\n'.join(f'- {r}' for r in rows)
+
     def best(of_cnn: bool) -> float:  # the best mean top-1 of the ResNet (True) or of the transformers
         return max(m for (model, _), arms in fig_data.items() if (model == CNN) == of_cnn for m, _ in arms.values())
 
-    return ('Top-1 with and without DRLoc (mean ± std over seeds; a difference smaller than the spread is a '
-            'tie):\n\n' + '\n\n'.join(tables) + f'\n\n{plot}\n\nDifferences (with − without):\n\n{summary}\n\n'
-            + READING.format(vt=best(False), cnn=best(True)))
+    return (
+        'Top-1 with and without DRLoc (mean ± std over seeds; a difference smaller than the spread is a '
+        'tie):\n\n'
+        + '\n\n'.join(tables)
+        + f'\n\n{plot}\n\nDifferences (with − without):\n\n{summary}\n\n'
+        + READING.format(vt=best(False), cnn=best(True))
+    )
 
 
 READING = """**Reading.** The transformers stay far from trained: their best mean top-1 is {vt:.1f}%, against
