@@ -12,7 +12,12 @@ if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   echo "lint: $REPO is not a git checkout (pre-commit checks the files git tracks): not checked" >&2
   exit 0
 fi
-if ! "${PRE_COMMIT:-pre-commit}" run --all-files --show-diff-on-failure --color never; then
+PRE_COMMIT=${PRE_COMMIT:-pre-commit}
+if ! command -v "$PRE_COMMIT" >/dev/null 2>&1; then
+  echo "lint: no $PRE_COMMIT: install requirements/lint.txt (tools/run_tests.sh's environment has it)" >&2
+  exit 1
+fi
+if ! "$PRE_COMMIT" run --all-files --show-diff-on-failure --color never; then
   echo "lint: the tree breaks the hooks above; the fixable ones are fixed in place (git diff), the rest" \
        "name file:line. Fix, commit, run again; 'pre-commit install' checks each commit from then on." >&2
   exit 1
