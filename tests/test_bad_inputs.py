@@ -514,6 +514,22 @@ def _(ctx):
     return stops(run_test(ctx, DEEPVIT, ctx.ws / 'list.pth'))
 
 
+@scenario('checkpoint-not-a-file')
+def _(ctx):
+    work_dir = ctx.runs[DEEPVIT]  # the folder instead of its epoch_1.pth
+    return stops(run_test(ctx, DEEPVIT, work_dir), check=one_line_naming(work_dir))
+
+
+@scenario('checkpoint-odd-tensor')
+def _(ctx):
+    """The test's own checkpoint (trusted: read without the allow-list) with one weight cast to float8."""
+    checkpoint = torch.load(ctx.ckpt[DEEPVIT], weights_only=False)
+    key = next(k for k, v in checkpoint['state_dict'].items() if v.is_floating_point())
+    checkpoint['state_dict'][key] = checkpoint['state_dict'][key].to(torch.float8_e4m3fn)
+    torch.save(checkpoint, ctx.ws / 'float8.pth')
+    return stops(run_test(ctx, DEEPVIT, ctx.ws / 'float8.pth'), check=one_line_naming(ctx.ws / 'float8.pth'))
+
+
 @scenario('checkpoint-unsafe-pickle')
 def _(ctx):
     from test_safe_loading import code_running_checkpoint

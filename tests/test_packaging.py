@@ -733,10 +733,12 @@ def test_setup_env_names_one_environment_per_mmcv_and_refuses_unknown_arguments(
 def test_run_tests_passes_with_ops_to_the_set_up_and_everything_else_to_pytest(tmp_path):
     """``tools/run_tests.sh [--with-ops] [pytest args]``: ``--with-ops``, wherever it stands, selects the set-up and
     the environment that pytest runs in; the other arguments reach pytest in their order (the set-up script and the
-    environment's python here record what they were given)."""
+    environment's python here record what they were given). The lint (``tools/lint.sh``) runs between the two, so
+    a violation stops the run before any test."""
     (tmp_path / 'tools').mkdir()
     shutil.copy(REPO / 'tools' / 'run_tests.sh', tmp_path / 'tools')
     log = tmp_path / 'calls.log'
+    (tmp_path / 'tools' / 'lint.sh').write_text(f'echo "lint $*" >> {log}\n')
     (tmp_path / 'tools' / 'setup_env.sh').write_text(
         f'echo "setup $*" >> {log}\n'
         f'case " $* " in *" --print-venv "*) case " $* " in *" --with-ops "*) echo {tmp_path}/ops ;; '
@@ -756,10 +758,12 @@ def test_run_tests_passes_with_ops_to_the_set_up_and_everything_else_to_pytest(t
     assert calls('-x', '-k', 'wheel') == [
         'setup ',
         'setup --print-venv',
+        'lint ',
         'lite python -m pytest tests -q -p no:cacheprovider -n 2 --dist loadfile -x -k wheel',
     ]
     assert calls('-x', '--with-ops', 'tests/test_a.py') == [
         'setup --with-ops',
         'setup --print-venv --with-ops',
+        'lint ',
         'ops python -m pytest tests -q -p no:cacheprovider -n 2 --dist loadfile -x tests/test_a.py',
     ]

@@ -50,7 +50,7 @@ def test_an_init_cfg_checkpoint_that_cannot_be_read_stops_once_naming_the_key_to
     assert proc.returncode != 0
     key = 'model.backbone.init_cfg'
     line = proc.stderr.strip().splitlines()[-1]
-    assert line.startswith(f'error: checkpoint {checkpoint}: ') and '\n' not in line
+    assert line.startswith(f'error: checkpoint {checkpoint}') and '\n' not in line
     assert line.endswith(f'--cfg-options {key}.checkpoint=<local file>, or {key}=None to start from random weights')
     output = proc.stdout + proc.stderr
     assert output.count(f'error: checkpoint {checkpoint}') == 1 and 'print_log' not in output, output[-3000:]

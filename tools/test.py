@@ -114,8 +114,10 @@ def _mmpretrain_default_tta(cfg):
 
 def build_test_config(args):
     cfg = load_config(args.config, args.cfg_options)
-    if is_local(args.checkpoint) and not osp.isfile(args.checkpoint):
+    if is_local(args.checkpoint) and not osp.exists(args.checkpoint):
         raise ConfigError(f'checkpoint not found: {args.checkpoint}')
+    if is_local(args.checkpoint) and not osp.isfile(args.checkpoint):  # before the runner writes its work dir
+        raise ConfigError(f'checkpoint {args.checkpoint} is not a regular file (a folder, a FIFO or a device)')
     if args.out_item and not args.out:
         raise ConfigError('--out-item says what --out holds: give --out FILE too')
     if args.out:

@@ -120,7 +120,7 @@ def init_cfg_keys(node, message: str, key: str = '') -> list:
     for name, value in node.items():
         where = f'{key}.{name}' if key else name
         checkpoint = value.get('checkpoint') if name == 'init_cfg' and isinstance(value, dict) else None
-        if isinstance(checkpoint, str) and f'checkpoint {checkpoint}:' in message:
+        if isinstance(checkpoint, str) and any(f'checkpoint {checkpoint}{end}' in message for end in ': '):
             found.append(where)
         else:
             found += init_cfg_keys(value, message, where)

@@ -337,6 +337,23 @@ CASES: List[Case] = [
         'Point at the `.pth` file the training wrote.',
     ),
     Case(
+        'checkpoint-not-a-file',
+        'checkpoint',
+        'a folder (the work_dir instead of its `.pth`), a FIFO or a device given as the checkpoint',
+        'is not a regular file',
+        'Give the checkpoint file itself: `<work_dir>/epoch_N.pth`, or the path written in '
+        '`<work_dir>/last_checkpoint`. Nothing is read from anything but a regular file, so a pipe cannot hang '
+        'the run.',
+    ),
+    Case(
+        'checkpoint-odd-tensor',
+        'checkpoint',
+        'a checkpoint holding quantized, sparse or float8 tensors (an export for inference, not training weights)',
+        'not a weight a model loads',
+        'Use the float checkpoint the export was made from: a model loads dense weights of a float, complex, '
+        'integer or bool dtype.',
+    ),
+    Case(
         'checkpoint-unsafe-pickle',
         'checkpoint',
         'a checkpoint whose pickle names a global outside the allow-list (an object that would run code on load)',

@@ -1,7 +1,7 @@
 """What a backbone offers a trace (:class:`TraceSpec`), what a user asks of it (:class:`TraceRequest`) and the
 one check between them (:func:`check_request`), whose errors name user, backbone and fix."""
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import FrozenSet, Iterable, Optional, Sequence, Tuple
 
 #: What a trace-taking backbone may do for a user besides recording block tokens (which all do).
@@ -42,17 +42,17 @@ def resolve_indices(indices: Sequence[int], count: int, kind: str = 'block') -> 
 _WIDTHS = (('token_layers', 'token_channels'), ('stages', 'stage_channels'), ('outputs', 'out_channels'))
 
 
-def _freeze(owner) -> None:
-    """Store the tuple fields of a spec or request as tuples and its names as frozensets, refusing unknown names."""
-    for f in fields(owner):
-        value, known = getattr(owner, f.name), {'services': SERVICES, 'points': POINTS, 'facts': FACTS}.get(f.name)
-        if known is not None:
-            value = frozenset(value)
-            if value - set(known):
-                raise ValueError(f'unknown trace {f.name} {sorted(value - set(known))}; known: {sorted(known)}')
-        elif f.type in (Tuple[int, ...], Tuple[str, ...]):
-            value = tuple(value)
-        object.__setattr__(owner, f.name, value)
+def _freeze(owner, tuples: Tuple[str, ...]) -> None:
+    """Store the fields ``tuples`` of a spec or request as tuples and its names as frozensets, refusing unknown
+    names. The field names are given, not read from the dataclass: a loss under ``torch.compile`` builds requests,
+    and dynamo cannot trace ``dataclasses.fields`` nor compare typing objects (a graph break per request)."""
+    for name in tuples:
+        object.__setattr__(owner, name, tuple(getattr(owner, name)))
+    for name, known in (('services', SERVICES), ('points', POINTS), ('facts', FACTS)):
+        value = frozenset(getattr(owner, name))
+        if value - set(known):
+            raise ValueError(f'unknown trace {name} {sorted(value - set(known))}; known: {sorted(known)}')
+        object.__setattr__(owner, name, value)
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ class TraceSpec:
     def __post_init__(self):
         tappable = tuple(range(self.num_blocks)) if self.tappable is None else tuple(self.tappable)
         object.__setattr__(self, 'tappable', tappable)
-        _freeze(self)
+        _freeze(self, ('channels', 'out_types', 'stage_channels', 'out_channels'))
         if len(self.channels) != self.num_blocks:
             raise ValueError(f'a trace spec gives {len(self.channels)} channel counts for {self.num_blocks} blocks')
         if ('stages' in self.points) != bool(self.stage_channels):
@@ -144,7 +144,10 @@ class TraceRequest:
     patch_size: Optional[int] = None
 
     def __post_init__(self):
-        _freeze(self)
+        _freeze(
+            self,
+            ('token_layers', 'attn_layers', 'token_channels', 'stages', 'stage_channels', 'outputs', 'out_channels'),
+        )
         if self.stages:
             object.__setattr__(self, 'points', self.points | {'stages'})
         for indices, widths in _WIDTHS:
