@@ -62,6 +62,20 @@ def run_tool(args, cwd, check=True, timeout=600, env=None):
     return proc
 
 
+@pytest.fixture(autouse=True)
+def restore_default_scope():
+    """Each test starts with the default scopes the one before it found: tests that ``init_default_scope('mmdet')``
+    (or build an mmdet Runner) leave that scope current for the process, and mmpretrain's inferencer then builds
+    its pipeline from mmdet's registry. One xdist worker runs many files, so without this the result depends
+    on the order."""
+    from mmengine.registry import DefaultScope
+
+    scopes = DefaultScope._instance_dict.copy()
+    yield
+    DefaultScope._instance_dict.clear()
+    DefaultScope._instance_dict.update(scopes)
+
+
 @pytest.fixture(scope='session')
 def digits_workspace(tmp_path_factory):
     """A working directory whose ``data/`` holds the four bundled digits sets (built once)."""
