@@ -33,7 +33,6 @@ import argparse
 import json
 import logging
 import os
-import os.path as osp
 import sys
 
 import torch
@@ -42,7 +41,7 @@ from mmengine.logging import print_log
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
 from mmvitreg.engine import CheckpointError
 from mmvitreg.engine.checkpoint import is_local
-from mmvitreg.fileio import UNSAFE_LOAD_ENV, UNSAFE_LOAD_HELP
+from mmvitreg.fileio import UNSAFE_LOAD_ENV, UNSAFE_LOAD_HELP, open_regular_file
 from mmvitreg.utils import ConfigError, build_runner, check_data, load_config, parse_tool_args, set_run_args
 
 # the file types --out can write: mmengine's DumpResults pickles predictions, mmengine.dump the metrics
@@ -114,10 +113,8 @@ def _mmpretrain_default_tta(cfg):
 
 def build_test_config(args):
     cfg = load_config(args.config, args.cfg_options)
-    if is_local(args.checkpoint) and not osp.exists(args.checkpoint):
-        raise ConfigError(f'checkpoint not found: {args.checkpoint}')
-    if is_local(args.checkpoint) and not osp.isfile(args.checkpoint):  # before the runner writes its work dir
-        raise ConfigError(f'checkpoint {args.checkpoint} is not a regular file (a folder, a FIFO or a device)')
+    if is_local(args.checkpoint):  # the loader's own gate, run before the runner writes its work dir
+        open_regular_file(args.checkpoint, f'checkpoint {args.checkpoint}', (1, sys.maxsize), ConfigError).close()
     if args.out_item and not args.out:
         raise ConfigError('--out-item says what --out holds: give --out FILE too')
     if args.out:

@@ -312,7 +312,7 @@ CASES: List[Case] = [
         'checkpoint-missing',
         'checkpoint',
         '`tools/test.py` with a checkpoint path that does not exist',
-        'checkpoint not found',
+        'does not exist',
         'Check the path (the work dir\'s `last_checkpoint` names the newest).',
     ),
     Case(
