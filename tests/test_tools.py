@@ -287,7 +287,7 @@ def test_show_interval_wait_time_and_no_pin_memory_set_each_librarys_hook(digits
     monkeypatch.chdir(digits_workspace)
     test = load_tool('test.py')
     ckpt = digits_workspace / 'fake.pth'
-    ckpt.write_bytes(b'')  # only its existence is checked while the config is built
+    ckpt.write_bytes(b'0')  # the gate refuses a missing or empty file while the config is built; nothing more is read
 
     def built(config, *flags):
         return test['build_test_config'](test['parse_args']([str(config), str(ckpt), *map(str, flags)]))
