@@ -260,10 +260,18 @@ def open_regular_file(path: str, name: str, bounds: Tuple[int, int], error: type
     return f
 
 
+def open_checkpoint(path: str, filename: str, error: type = CheckpointError) -> IO[bytes]:
+    """``path`` (the local copy of ``filename``) opened by :func:`open_regular_file` as a checkpoint: a regular file
+    of 1 byte to the machine's physical memory; each refusal is one ``error`` naming ``filename``. ``tools/test.py``
+    runs it before the runner writes its work dir, :func:`read_checkpoint` to read."""
+    memory = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+    return open_regular_file(path, f'checkpoint {filename}', (1, memory), error)
+
+
 def read_checkpoint(filename: str, map_location='cpu', unsafe: Optional[bool] = None) -> dict:
     """Step 1 of the loading pass: read ``filename``, local or remote (fetched by ``mmengine.fileio.get_local_path``),
-    as a regular file of 1 byte to the machine's physical memory (:func:`open_regular_file`), unpickled by
-    :func:`load_checkpoint` (the allow-list unless ``unsafe`` or ``--unsafe-load``).
+    opened by :func:`open_checkpoint`, unpickled by :func:`load_checkpoint` (the allow-list unless ``unsafe`` or
+    ``--unsafe-load``).
 
     Raises:
         CheckpointError: the file cannot be fetched, is not a regular file, is empty, too large, truncated, not a
@@ -272,7 +280,6 @@ def read_checkpoint(filename: str, map_location='cpu', unsafe: Optional[bool] = 
     from mmengine.fileio import get_local_path
 
     filename = str(filename)
-    memory = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
     with ExitStack() as stack:
         try:  # a local path is itself
             path = stack.enter_context(get_local_path(filename))
@@ -281,7 +288,7 @@ def read_checkpoint(filename: str, map_location='cpu', unsafe: Optional[bool] = 
                 f"checkpoint {filename}: cannot be fetched through mmengine's file backends "
                 f'({first_line(e)}); download it and give the local path'
             ) from None
-        f = stack.enter_context(open_regular_file(path, f'checkpoint {filename}', (1, memory), CheckpointError))
+        f = stack.enter_context(open_checkpoint(path, filename))
         try:
             checkpoint = load_checkpoint(f, map_location, name=filename, unsafe=unsafe)
         except UnsafeCheckpointError as e:  # its message names the file, the global and the opt-in

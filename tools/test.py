@@ -41,7 +41,7 @@ from mmengine.logging import print_log
 import mmvitreg  # noqa: F401  (applies mmvitreg.compat)
 from mmvitreg.engine import CheckpointError
 from mmvitreg.engine.checkpoint import is_local
-from mmvitreg.fileio import UNSAFE_LOAD_ENV, UNSAFE_LOAD_HELP, open_regular_file
+from mmvitreg.fileio import UNSAFE_LOAD_ENV, UNSAFE_LOAD_HELP, open_checkpoint
 from mmvitreg.utils import ConfigError, build_runner, check_data, load_config, parse_tool_args, set_run_args
 
 # the file types --out can write: mmengine's DumpResults pickles predictions, mmengine.dump the metrics
@@ -114,7 +114,7 @@ def _mmpretrain_default_tta(cfg):
 def build_test_config(args):
     cfg = load_config(args.config, args.cfg_options)
     if is_local(args.checkpoint):  # the loader's own gate, run before the runner writes its work dir
-        open_regular_file(args.checkpoint, f'checkpoint {args.checkpoint}', (1, sys.maxsize), ConfigError).close()
+        open_checkpoint(args.checkpoint, args.checkpoint, ConfigError).close()
     if args.out_item and not args.out:
         raise ConfigError('--out-item says what --out holds: give --out FILE too')
     if args.out:
